@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/* Error messages: the thread-local one for failures before an engine exists,
+ * and the formatting shared with the per-engine message. */
+#ifndef PKV_ERROR_H
+#define PKV_ERROR_H
+
+#include "pkv/pkv.h"
+
+#include <stdarg.h>
+
+#define PKV__ERROR_MAX 512
+
+#if defined(__GNUC__)
+#define PKV__PRINTF(fmt_index, first_arg) \
+    __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define PKV__PRINTF(fmt_index, first_arg)
+#endif
+
+/* Write "PKV_ERR_X: <formatted text>" into buf (PKV__ERROR_MAX bytes). */
+void pkv__format_error(char *buf, pkv_status status, const char *fmt,
+                       va_list args);
+
+/* Set this thread's message and return status, so failures read
+ * `return pkv__fail(PKV_ERR_..., "...")`. */
+pkv_status pkv__fail(pkv_status status, const char *fmt, ...) PKV__PRINTF(2, 3);
+
+#endif

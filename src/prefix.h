@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Prefix cache: full blocks indexed by a chained 64-bit hash of
+ * (parent hash, the block's token ids, salt), so that a new prompt can reuse
+ * the KV of a prompt that started the same way.
+ *
+ * The hash only finds candidates. A hit is accepted when the candidate
+ *   - holds exactly the prompt's token ids for that block (stored with it),
+ *   - has the same salt (tenants never share), and
+ *   - was computed after the block accepted one position earlier in the same
+ *     lookup: it records its parent's (block id, generation), and the pool
+ *     changes a block's generation whenever its contents may change.
+ * By induction every accepted block's KV was computed from exactly the
+ * prompt's tokens, so a hash collision can cost a hit but never hand one
+ * prompt another prompt's KV.
+ */
+#ifndef PKV_PREFIX_H
+#define PKV_PREFIX_H
+
+#include "table.h"
+
+/* One accepted block of a sequence's chain: its hash and the block that holds
+ * it (possibly another sequence's block with identical contents). */
+typedef struct pkv__chain_link {
+    uint64_t hash;
+    uint32_t block;
+    uint32_t generation;
+} pkv__chain_link;
+
+/* The registered leading full blocks of one sequence. */
+typedef struct pkv__prefix_chain {
+    pkv__chain_link *links;
+    uint32_t num_links;
+    uint32_t capacity;
+} pkv__prefix_chain;
+
+typedef struct pkv__prefix_entry {
+    uint64_t hash;
+    uint64_t salt;
+    uint32_t bucket_next;
+    uint32_t parent;
+    uint32_t parent_generation;
+} pkv__prefix_entry;
+
+typedef struct pkv__prefix {
+    pkv__pool *pool;
+    pkv__prefix_entry *entries; /* one per block */
+    int32_t *tokens;            /* block_size token ids per block */
+    uint32_t *buckets;
+    uint32_t bucket_mask;
+    /* Bits of the hash used by the index: all ones, except in tests that
+     * force collisions. */
+    uint64_t hash_mask;
+} pkv__prefix;
+
+/* Attach an index to the pool (one per pool). */
+pkv_status pkv__prefix_init(pkv__prefix *prefix, pkv__pool *pool);
+void pkv__prefix_release(pkv__prefix *prefix);
+
+/* The chained hash of one full block of tokens. */
+uint64_t pkv__prefix_hash(uint64_t parent_hash, const int32_t *tokens,
+                          uint32_t count, uint64_t salt);
+
+/* Longest run of cached full blocks that start tokens[0..n_tokens), at most
+ * (n_tokens - 1) / block_size of them so that the last token is always
+ * computed again. Writes the run to links[0..*n_hit) (links has room for
+ * n_tokens / block_size). Pure: takes no references. */
+void pkv__prefix_lookup(const pkv__prefix *prefix, const int32_t *tokens,
+                        uint32_t n_tokens, uint64_t salt,
+                        pkv__chain_link *links, uint32_t *n_hit);
+
+void pkv__prefix_chain_init(pkv__prefix_chain *chain);
+void pkv__prefix_chain_release(pkv__prefix_chain *chain,
+                               const pkv__pool *pool);
+
+/* Seed an empty chain with the links of a lookup (after the table adopted
+ * their blocks). All or nothing. */
+pkv_status pkv__prefix_chain_adopt(pkv__prefix_chain *chain,
+                                   const pkv__pool *pool,
+                                   const pkv__chain_link *links, uint32_t n);
+
+/* Register the table's full blocks past the chain, whose token ids are
+ * tokens[0..table->num_tokens) and whose KV has been written. A block equal
+ * to one already cached links to that one instead. All or nothing. */
+pkv_status pkv__prefix_register(pkv__prefix *prefix, pkv__prefix_chain *chain,
+                                const pkv__table *table, const int32_t *tokens,
+                                uint64_t salt);
+
+/* Forget links past the first n_full_blocks (after a truncate). */
+void pkv__prefix_chain_truncate(pkv__prefix_chain *chain,
+                                uint32_t n_full_blocks);
+
+#endif

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+#include "table.h"
+
+#include <string.h>
+
+void pkv__table_init(pkv__table *table)
+{
+    memset(table, 0, sizeof *table);
+}
+
+static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
+{
+    return (uint32_t)((tokens + block_size - 1) / block_size);
+}
+
+/* Make room for at least `needed` block ids. Nothing observable changes on
+ * failure. */
+static pkv_status reserve(pkv__table *table, const pkv__pool *pool,
+                          uint32_t needed)
+{
+    if (needed <= table->capacity)
+        return PKV_OK;
+    uint32_t cap = table->capacity ? table->capacity : 4;
+    while (cap < needed)
+        cap = cap > UINT32_MAX / 2 ? needed : cap * 2;
+    uint32_t *grown = pkv__calloc(&pool->alloc, cap, sizeof *grown);
+    if (grown == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    if (table->num_blocks)
+        memcpy(grown, table->blocks, table->num_blocks * sizeof *grown);
+    pkv__free(&pool->alloc, table->blocks, table->capacity, sizeof *grown);
+    table->blocks = grown;
+    table->capacity = cap;
+    return PKV_OK;
+}
+
+void pkv__table_release(pkv__table *table, pkv__pool *pool)
+{
+    pkv__table_truncate(table, pool, 0);
+    pkv__free(&pool->alloc, table->blocks, table->capacity,
+              sizeof *table->blocks);
+    pkv__table_init(table);
+}
+
+/* Whether an append must first copy the last block: it is partly filled
+ * (by this table's count) and someone else holds it too. */
+static int needs_copy(const pkv__table *table, const pkv__pool *pool)
+{
+    if (table->num_tokens % pool->block_size == 0)
+        return 0;
+    uint32_t last = table->blocks[table->num_blocks - 1];
+    return pool->blocks[last].ref_count > 1;
+}
+
+uint32_t pkv__table_blocks_needed(const pkv__table *table,
+                                  const pkv__pool *pool, uint32_t n_new)
+{
+    if (n_new == 0)
+        return 0;
+    uint64_t tokens = (uint64_t)table->num_tokens + n_new;
+    uint32_t grow = blocks_for(tokens, pool->block_size) - table->num_blocks;
+    return grow + (uint32_t)needs_copy(table, pool);
+}
+
+pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
+                             uint32_t n_new, pkv__block_copy *copy)
+{
+    copy->src = PKV__NULL_BLOCK;
+    copy->dst = PKV__NULL_BLOCK;
+    if (n_new == 0)
+        return PKV_OK;
+    uint64_t tokens = (uint64_t)table->num_tokens + n_new;
+    if (tokens > UINT32_MAX)
+        return PKV_ERR_INVALID_ARGUMENT;
+    uint32_t bs = pool->block_size;
+    uint32_t target = blocks_for(tokens, bs);
+    uint32_t grow = target - table->num_blocks;
+    int cow = needs_copy(table, pool);
+    /* Every check comes before the first change. */
+    if (grow + (uint32_t)cow > pkv__pool_available(pool))
+        return PKV_ERR_NO_BLOCKS;
+    pkv_status st = reserve(table, pool, target);
+    if (st != PKV_OK)
+        return st;
+
+    if (cow) {
+        uint32_t last = table->num_blocks - 1;
+        uint32_t src = table->blocks[last];
+        uint32_t dst;
+        pkv__pool_alloc(pool, 1, &dst);
+        pkv__pool_decref(pool, src);
+        table->blocks[last] = dst;
+        copy->src = src;
+        copy->dst = dst;
+    }
+    pkv__pool_alloc(pool, grow, table->blocks + table->num_blocks);
+    table->num_blocks = target;
+    table->num_tokens = (uint32_t)tokens;
+
+    /* Update the fill of every block the new tokens touch. */
+    uint32_t first = (uint32_t)((tokens - n_new) / bs);
+    for (uint32_t i = first; i < target; i++) {
+        uint64_t end = (uint64_t)(i + 1) * bs;
+        uint32_t fill = end <= tokens ? bs : (uint32_t)(tokens % bs);
+        pkv__pool_set_fill(pool, table->blocks[i], fill);
+    }
+    return PKV_OK;
+}
+
+void pkv__table_truncate(pkv__table *table, pkv__pool *pool,
+                         uint32_t n_tokens)
+{
+    if (n_tokens >= table->num_tokens)
+        return;
+    uint32_t bs = pool->block_size;
+    uint32_t keep = blocks_for(n_tokens, bs);
+    while (table->num_blocks > keep)
+        pkv__pool_decref(pool, table->blocks[--table->num_blocks]);
+    table->num_tokens = n_tokens;
+    uint32_t tail_fill = n_tokens % bs;
+    if (keep == 0 || tail_fill == 0)
+        return;
+    uint32_t last = table->blocks[keep - 1];
+    /* A shared block keeps its contents for the other holders; our next
+     * append copies it. A private one will be written in place, so it
+     * cannot stay in the prefix cache. */
+    if (pool->blocks[last].ref_count == 1) {
+        pkv__pool_uncache(pool, last);
+        pkv__pool_set_fill(pool, last, tail_fill);
+    }
+}
+
+pkv_status pkv__table_fork(pkv__table *dst, const pkv__table *src,
+                           pkv__pool *pool)
+{
+    if (dst->num_blocks != 0 || dst->num_tokens != 0)
+        return PKV_ERR_INVALID_ARGUMENT;
+    pkv_status st = reserve(dst, pool, src->num_blocks);
+    if (st != PKV_OK)
+        return st;
+    for (uint32_t i = 0; i < src->num_blocks; i++) {
+        dst->blocks[i] = src->blocks[i];
+        pkv__pool_incref(pool, src->blocks[i]);
+    }
+    dst->num_blocks = src->num_blocks;
+    dst->num_tokens = src->num_tokens;
+    return PKV_OK;
+}
+
+pkv_status pkv__table_adopt(pkv__table *table, pkv__pool *pool,
+                            const uint32_t *blocks, uint32_t n)
+{
+    if (table->num_blocks != 0 || table->num_tokens != 0 ||
+        (uint64_t)n * pool->block_size > UINT32_MAX)
+        return PKV_ERR_INVALID_ARGUMENT;
+    pkv_status st = reserve(table, pool, n);
+    if (st != PKV_OK)
+        return st;
+    for (uint32_t i = 0; i < n; i++) {
+        table->blocks[i] = blocks[i];
+        pkv__pool_incref(pool, blocks[i]);
+    }
+    table->num_blocks = n;
+    table->num_tokens = n * pool->block_size;
+    return PKV_OK;
+}
+
+uint64_t pkv__table_slot(const pkv__table *table, const pkv__pool *pool,
+                         uint32_t position)
+{
+    uint32_t bs = pool->block_size;
+    return (uint64_t)table->blocks[position / bs] * bs + position % bs;
+}
