@@ -1,12 +1,268 @@
 /* SPDX-License-Identifier: MIT */
+/* Public API of the engine object: version, statuses, params, create and
+ * destroy, stats, allocator and log callbacks, bad input. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-static void placeholder(void **state) { (void)state; }
+
+#include "pkv/pkv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void test_version(void **state)
+{
+    (void)state;
+    assert_int_equal(pkv_version_number(), PKV_VERSION_NUMBER);
+    assert_string_equal(pkv_version_string(), PKV_VERSION_STRING);
+}
+
+static void test_status_names_and_messages(void **state)
+{
+    (void)state;
+#define CHECK_STATUS(name, value, message)                  \
+    assert_string_equal(pkv_status_name(name), #name);      \
+    assert_string_equal(pkv_status_string(name), message);  \
+    assert_int_equal((int)name, value);
+    PKV_STATUS_LIST(CHECK_STATUS)
+#undef CHECK_STATUS
+    assert_string_equal(pkv_status_name((pkv_status)-999),
+                        "PKV_UNKNOWN_STATUS");
+    assert_string_equal(pkv_status_string((pkv_status)5), "unknown status");
+}
+
+typedef struct counting {
+    size_t live_bytes;
+    size_t calls;
+} counting;
+
+static void *counting_alloc(void *user, size_t size)
+{
+    counting *c = user;
+    c->live_bytes += size;
+    c->calls++;
+    return malloc(size);
+}
+
+static void counting_free(void *user, void *ptr, size_t size)
+{
+    counting *c = user;
+    c->live_bytes -= size;
+    free(ptr);
+}
+
+static pkv_engine_params small_params(void)
+{
+    pkv_engine_params p;
+    assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
+    p.num_layers = 2;
+    p.num_q_heads = 8;
+    p.num_kv_heads = 2;
+    p.head_dim = 64;
+    p.num_blocks = 64;
+    return p;
+}
+
+/* Create must fail with `expected`, leave *out NULL and say why. */
+static void expect_create_fails(const pkv_engine_params *p,
+                                pkv_status expected, const char *needle)
+{
+    pkv_engine *e = (pkv_engine *)(uintptr_t)1;
+    assert_int_equal(pkv_engine_create(p, &e), expected);
+    assert_null(e);
+    const char *msg = pkv_last_error();
+    assert_non_null(strstr(msg, pkv_status_name(expected)));
+    if (strstr(msg, needle) == NULL)
+        fail_msg("message \"%s\" does not name \"%s\"", msg, needle);
+}
+
+static void test_params_init_defaults(void **state)
+{
+    (void)state;
+    assert_int_equal(pkv_engine_params_init(NULL), PKV_ERR_INVALID_ARGUMENT);
+    pkv_engine_params p;
+    memset(&p, 0xff, sizeof p);
+    assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
+    assert_int_equal(p.struct_size, sizeof p);
+    assert_int_equal(p.block_size, 16);
+    assert_int_equal(p.kv_dtype, PKV_KV_F16);
+    assert_null(p.allocator.alloc);
+    assert_null(p.log);
+}
+
+static void test_create_rejects_bad_params(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(NULL, &e), PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_engine_create(&p, NULL), PKV_ERR_INVALID_ARGUMENT);
+
+    p.struct_size = 12;
+    expect_create_fails(&p, PKV_ERR_STRUCT_SIZE, "struct_size");
+    p = small_params();
+    p.struct_size = sizeof p + 8;
+    expect_create_fails(&p, PKV_ERR_STRUCT_SIZE, "struct_size");
+    p = small_params();
+    p.flags = 1;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "flags");
+    p = small_params();
+    p.num_layers = 0;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "num_layers");
+    p = small_params();
+    p.num_kv_heads = 0;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "num_kv_heads");
+    p = small_params();
+    p.num_kv_heads = 3;
+    expect_create_fails(&p, PKV_ERR_UNSUPPORTED, "multiple");
+    p = small_params();
+    p.head_dim = 66;
+    expect_create_fails(&p, PKV_ERR_UNSUPPORTED, "head_dim");
+    p = small_params();
+    p.block_size = 12;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "block_size");
+    p = small_params();
+    p.kv_dtype = 7;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "kv_dtype");
+    p = small_params();
+    p.value_quant = -1;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "value_quant");
+    p = small_params();
+    p.num_blocks = 1;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "num_blocks");
+    p = small_params();
+    p.num_blocks = 0;
+    p.cache_bytes = 1000;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "cache_bytes");
+    p = small_params();
+    p.allocator.alloc = counting_alloc; /* free left NULL */
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "allocator");
+}
+
+static void test_destroy_null_is_noop(void **state)
+{
+    (void)state;
+    pkv_engine_destroy(NULL);
+    assert_string_equal(pkv_engine_last_error(NULL), pkv_last_error());
+}
+
+static void test_blocks_from_cache_bytes(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    p.num_blocks = 0;
+    /* f16, 2 layers x 2 kv heads x (K + V) x 16 tokens x 64 channels x 2 B */
+    uint64_t block_bytes = 2ull * 2 * 2 * 16 * 64 * 2;
+    p.cache_bytes = block_bytes * 100 + block_bytes / 2;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    pkv_engine_stats s;
+    s.struct_size = sizeof s;
+    assert_int_equal(pkv_engine_get_stats(e, &s), PKV_OK);
+    assert_int_equal(s.block_bytes, block_bytes);
+    assert_int_equal(s.blocks_total, 100);
+    assert_int_equal(s.blocks_free, 99);
+    assert_int_equal(s.blocks_used, 1);
+    assert_int_equal(s.blocks_cached_free, 0);
+    assert_int_equal(s.tokens_stored, 0);
+    assert_int_equal(s.slots_allocated, 0);
+    assert_string_equal(pkv_engine_last_error(e), "");
+    pkv_engine_destroy(e);
+
+    /* u8 with default groups: codes plus f16 lo/scale per channel (keys)
+     * and per token (values). */
+    p.kv_dtype = PKV_KV_U8;
+    p.num_blocks = 10;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_int_equal(pkv_engine_get_stats(e, &s), PKV_OK);
+    uint64_t k = 16 * 64 + 4 * 64, v = 16 * 64 + 4 * 16;
+    assert_int_equal(s.block_bytes, 2 * 2 * (k + v));
+    pkv_engine_destroy(e);
+}
+
+static void test_stats_bad_input(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    pkv_engine_stats s;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(pkv_engine_get_stats(e, &s), PKV_ERR_STRUCT_SIZE);
+    assert_int_equal(pkv_engine_get_stats(e, NULL), PKV_ERR_INVALID_ARGUMENT);
+    s.struct_size = sizeof s;
+    assert_int_equal(pkv_engine_get_stats(NULL, &s),
+                     PKV_ERR_INVALID_ARGUMENT);
+    pkv_engine_destroy(e);
+}
+
+static void test_allocator_is_used_and_balanced(void **state)
+{
+    (void)state;
+    counting c = {0, 0};
+    pkv_engine_params p = small_params();
+    p.allocator.alloc = counting_alloc;
+    p.allocator.free = counting_free;
+    p.allocator.user = &c;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_true(c.calls > 0);
+    assert_true(c.live_bytes > 0);
+    pkv_engine_destroy(e);
+    assert_int_equal(c.live_bytes, 0);
+}
+
+typedef struct log_capture {
+    int lines;
+    int32_t level;
+    char last[256];
+} log_capture;
+
+static void capture_log(void *user, int32_t level, const char *message)
+{
+    log_capture *l = user;
+    l->lines++;
+    l->level = level;
+    strncpy(l->last, message, sizeof l->last - 1);
+}
+
+static void test_log_callback(void **state)
+{
+    (void)state;
+    log_capture l;
+    memset(&l, 0, sizeof l);
+    pkv_engine_params p = small_params();
+    p.log = capture_log;
+    p.log_user = &l;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_int_equal(l.lines, 1);
+    assert_int_equal(l.level, PKV_LOG_INFO);
+    assert_non_null(strstr(l.last, "64 blocks of 16 tokens"));
+    pkv_engine_destroy(e);
+
+    /* Below the threshold: silent. */
+    memset(&l, 0, sizeof l);
+    p.log_level = PKV_LOG_WARN;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_int_equal(l.lines, 0);
+    pkv_engine_destroy(e);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = { cmocka_unit_test(placeholder) };
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_status_names_and_messages),
+        cmocka_unit_test(test_params_init_defaults),
+        cmocka_unit_test(test_create_rejects_bad_params),
+        cmocka_unit_test(test_destroy_null_is_noop),
+        cmocka_unit_test(test_blocks_from_cache_bytes),
+        cmocka_unit_test(test_stats_bad_input),
+        cmocka_unit_test(test_allocator_is_used_and_balanced),
+        cmocka_unit_test(test_log_callback),
+    };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
