@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv-bench: shared options and output helpers of the subcommands. */
+#ifndef PKV_BENCH_H
+#define PKV_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct bench_options {
+    int quick;        /* a subset that runs in under 30 seconds */
+    FILE *json;       /* one JSON object per line, or NULL */
+    const char *plot; /* directory for gnuplot PNGs, or NULL */
+} bench_options;
+
+/* splitmix64 and the distributions the workloads draw from. */
+uint64_t bench_rand(uint64_t *state);
+double bench_uniform(uint64_t *state); /* (0, 1) */
+double bench_normal(uint64_t *state);
+
+int bench_memory(const bench_options *opt);
+
+#endif

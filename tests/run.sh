@@ -1,0 +1,22 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Set up and run every test: a normal build, then one under AddressSanitizer
+# and UndefinedBehaviorSanitizer. Usage: sh tests/run.sh  (from the repo root)
+set -eu
+cd "$(dirname "$0")/.."
+sh tests/deps.sh
+JOBS=$(nproc)
+
+echo "== normal build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPKV_WERROR=ON
+cmake --build build -j "$JOBS"
+ctest --test-dir build --output-on-failure -j "$JOBS"
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+# Intel's OpenCL runtime aborts ASan processes at platform enumeration (it
+# dlopens with RTLD_DEEPBIND), so sanitized runs see PoCL only.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPKV_WERROR=ON \
+    -DPKV_SANITIZE=address,undefined
+cmake --build build-asan -j "$JOBS"
+OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd \
+    ctest --test-dir build-asan --output-on-failure -j "$JOBS"
