@@ -24,6 +24,10 @@
 #define PKV_LAYOUT_ALIGN_UP(bytes) \
     (((bytes) + PKV_LAYOUT_ALIGN - 1) / PKV_LAYOUT_ALIGN * PKV_LAYOUT_ALIGN)
 
+/* Geometry limits every backend and kernel may size fixed arrays by. */
+#define PKV_LAYOUT_MAX_HEAD_DIM 512
+#define PKV_LAYOUT_MAX_BLOCK_SIZE 256
+
 /* Values of pkv_kv_dtype and pkv_quant_group (pkv.h), for the kernels. */
 #define PKV_LAYOUT_F32 0
 #define PKV_LAYOUT_F16 1
@@ -43,5 +47,33 @@
         : (dtype) == PKV_LAYOUT_F16 ? 2 * (block_size) * (head_dim)        \
                                     : (block_size) * (head_dim) +          \
               PKV_LAYOUT_U8_PARAM_BYTES(group, block_size, head_dim))
+
+/* Groups of one u8 part: lo/scale pairs it holds. */
+#define PKV_LAYOUT_U8_GROUPS(group, block_size, head_dim) \
+    ((group) == PKV_LAYOUT_PER_CHANNEL ? (head_dim) : (block_size))
+
+/* Byte offsets inside a u8 part: codes at 0, then lo[groups], then
+ * scale[groups]. block_size * head_dim is even (head_dim is a multiple of
+ * 4), so the f16 parameters are 2-byte aligned. */
+#define PKV_LAYOUT_U8_LO_OFFSET(block_size, head_dim) \
+    ((block_size) * (head_dim))
+#define PKV_LAYOUT_U8_SCALE_OFFSET(group, block_size, head_dim) \
+    ((block_size) * (head_dim) +                                \
+     2 * PKV_LAYOUT_U8_GROUPS(group, block_size, head_dim))
+
+/* Bytes of one kv head of one block: its K part then its V part. */
+#define PKV_LAYOUT_HEAD_BYTES(dtype, key_group, value_group, block_size,    \
+                              head_dim)                                     \
+    (PKV_LAYOUT_PART_BYTES(dtype, key_group, block_size, head_dim) +        \
+     PKV_LAYOUT_PART_BYTES(dtype, value_group, block_size, head_dim))
+
+/* Bytes of one block in one layer's arena (all kv heads). The block b of a
+ * layer starts at b * PKV_LAYOUT_LAYER_BLOCK_BYTES(...); the K part of kv
+ * head h at h * PKV_LAYOUT_HEAD_BYTES(...) within it, the V part right after
+ * the K part. */
+#define PKV_LAYOUT_LAYER_BLOCK_BYTES(dtype, key_group, value_group,         \
+                                     block_size, head_dim, num_kv_heads)    \
+    ((num_kv_heads) * PKV_LAYOUT_HEAD_BYTES(dtype, key_group, value_group,  \
+                                            block_size, head_dim))
 
 #endif
