@@ -30,7 +30,8 @@ pkv_status pkv__prefix_init(pkv__prefix *prefix, pkv__pool *pool)
 {
     uint32_t n = pool->num_blocks;
     uint32_t buckets = 1;
-    while (buckets < n)
+    /* Capped so that the doubling cannot wrap past 2^31 blocks. */
+    while (buckets < n && buckets < (UINT32_C(1) << 31))
         buckets <<= 1;
     memset(prefix, 0, sizeof *prefix);
     prefix->entries = pkv__calloc(&pool->alloc, n, sizeof *prefix->entries);
@@ -40,6 +41,7 @@ pkv_status pkv__prefix_init(pkv__prefix *prefix, pkv__pool *pool)
                                   sizeof *prefix->buckets);
     if (!prefix->entries || !prefix->tokens || !prefix->buckets) {
         prefix->pool = pool;
+        prefix->bucket_mask = buckets - 1; /* release frees this many */
         pkv__prefix_release(prefix);
         return PKV_ERR_OUT_OF_MEMORY;
     }
