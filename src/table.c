@@ -92,6 +92,10 @@ pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
         table->blocks[last] = dst;
         copy->src = src;
         copy->dst = dst;
+    } else if (table->num_tokens % bs != 0) {
+        /* Written in place: a block a truncate left cached because it was
+         * shared may be private by now, and must leave the prefix cache. */
+        pkv__pool_uncache(pool, table->blocks[table->num_blocks - 1]);
     }
     pkv__pool_alloc(pool, grow, table->blocks + table->num_blocks);
     table->num_blocks = target;
