@@ -40,7 +40,8 @@ uint32_t pkv__table_blocks_needed(const pkv__table *table,
 
 /* Give slots to n_new more tokens. If the last block is shared and partly
  * filled it is first replaced by a private copy, reported in *copy
- * (copy->dst == PKV__NULL_BLOCK when there is none). All or nothing:
+ * (copy->dst == PKV__NULL_BLOCK when there is none); a private one is
+ * written in place and leaves the prefix cache. All or nothing:
  * PKV_ERR_NO_BLOCKS or PKV_ERR_OUT_OF_MEMORY leave table and pool as
  * they were. */
 pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
