@@ -15,6 +15,9 @@
 #define DEFAULT_CACHE_BYTES (256ull << 20)
 #define MAX_HEAD_DIM 512
 #define MAX_BLOCK_SIZE 256
+#define MAX_MODEL_LEN (1u << 24)
+#define MAX_NUM_SEQS 65536
+#define MAX_BATCH_TOKENS (1u << 20)
 
 pkv_status pkv_engine_params_init(pkv_engine_params *params)
 {
@@ -27,6 +30,13 @@ pkv_status pkv_engine_params_init(pkv_engine_params *params)
     params->key_quant = PKV_QUANT_DEFAULT;
     params->value_quant = PKV_QUANT_DEFAULT;
     params->cache_bytes = DEFAULT_CACHE_BYTES;
+    params->max_model_len = 4096;
+    params->max_num_seqs = 256;
+    params->max_batch_tokens = 2048;
+    params->policy = PKV_POLICY_FCFS;
+    params->preempt_mode = PKV_PREEMPT_RECOMPUTE;
+    params->watermark = 0.01f;
+    params->backend = PKV_BACKEND_AUTO;
     params->log_level = PKV_LOG_INFO;
     return PKV_OK;
 }
@@ -101,6 +111,41 @@ static pkv_status resolve_params(const pkv_engine_params *in,
                          "params->key_quant %d / value_quant %d: not "
                          "pkv_quant_group values",
                          (int)p->key_quant, (int)p->value_quant);
+    if (p->max_model_len < 2 || p->max_model_len > MAX_MODEL_LEN)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->max_model_len is %u; must be 2..%u",
+                         (unsigned)p->max_model_len, (unsigned)MAX_MODEL_LEN);
+    if (!(p->scale >= 0.0f && p->scale < 1e30f))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->scale is %g; must be finite and >= 0 "
+                         "(0: 1/sqrt(head_dim))",
+                         (double)p->scale);
+    if (p->max_num_seqs == 0 || p->max_num_seqs > MAX_NUM_SEQS)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->max_num_seqs is %u; must be 1..%u",
+                         (unsigned)p->max_num_seqs, (unsigned)MAX_NUM_SEQS);
+    if (p->max_batch_tokens == 0 || p->max_batch_tokens > MAX_BATCH_TOKENS)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->max_batch_tokens is %u; must be 1..%u",
+                         (unsigned)p->max_batch_tokens,
+                         (unsigned)MAX_BATCH_TOKENS);
+    if (p->policy != PKV_POLICY_FCFS && p->policy != PKV_POLICY_PRIORITY)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->policy is %d; not a pkv_sched_policy",
+                         (int)p->policy);
+    if (p->preempt_mode != PKV_PREEMPT_RECOMPUTE &&
+        p->preempt_mode != PKV_PREEMPT_SWAP)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->preempt_mode is %d; not a pkv_preempt_mode",
+                         (int)p->preempt_mode);
+    if (!(p->watermark >= 0.0f && p->watermark < 1.0f))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->watermark is %g; must be in [0, 1)",
+                         (double)p->watermark);
+    if (p->backend < PKV_BACKEND_AUTO || p->backend > PKV_BACKEND_OPENCL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->backend is %d; not a pkv_backend_kind",
+                         (int)p->backend);
     if (p->key_quant == PKV_QUANT_DEFAULT)
         p->key_quant = PKV_QUANT_PER_CHANNEL;
     if (p->value_quant == PKV_QUANT_DEFAULT)
@@ -129,6 +174,119 @@ static pkv_status resolve_params(const pkv_engine_params *in,
     return PKV_OK;
 }
 
+/* The step arrays, sized by max_num_seqs and max_batch_tokens. */
+static pkv_status alloc_step_arrays(pkv_engine *e)
+{
+    const pkv__allocator *a = &e->alloc;
+    size_t seqs = e->params.max_num_seqs, rows = e->params.max_batch_tokens;
+    e->layer_done = pkv__calloc(a, e->params.num_layers, 1);
+    e->step_seqs = pkv__calloc(a, seqs, sizeof *e->step_seqs);
+    e->actions = pkv__calloc(a, 3 * seqs, sizeof *e->actions);
+    e->seq_ids = pkv__calloc(a, seqs, sizeof *e->seq_ids);
+    e->query_start = pkv__calloc(a, seqs + 1, sizeof *e->query_start);
+    e->context_lens = pkv__calloc(a, seqs, sizeof *e->context_lens);
+    e->stages = pkv__calloc(a, seqs, sizeof *e->stages);
+    e->sample_rows = pkv__calloc(a, seqs, sizeof *e->sample_rows);
+    e->sample_seq_ids = pkv__calloc(a, seqs, sizeof *e->sample_seq_ids);
+    e->preempted = pkv__calloc(a, seqs, sizeof *e->preempted);
+    e->seq_bad = pkv__calloc(a, seqs, 1);
+    e->token_ids = pkv__calloc(a, rows, sizeof *e->token_ids);
+    e->positions = pkv__calloc(a, rows, sizeof *e->positions);
+    e->slots = pkv__calloc(a, rows, sizeof *e->slots);
+    e->row_bad = pkv__calloc(a, rows, 1);
+    if (e->params.kv_dtype == PKV_KV_U8) {
+        e->free_stages = pkv__calloc(a, seqs, sizeof *e->free_stages);
+        if (e->free_stages == NULL)
+            return PKV_ERR_OUT_OF_MEMORY;
+        for (uint32_t i = 0; i < seqs; i++)
+            e->free_stages[i] = (uint32_t)(seqs - 1 - i);
+        e->num_free_stages = (uint32_t)seqs;
+    }
+    if (!e->layer_done || !e->step_seqs || !e->actions || !e->seq_ids ||
+        !e->query_start || !e->context_lens || !e->stages ||
+        !e->sample_rows || !e->sample_seq_ids || !e->preempted ||
+        !e->seq_bad || !e->token_ids || !e->positions || !e->slots ||
+        !e->row_bad)
+        return PKV_ERR_OUT_OF_MEMORY;
+    return PKV_OK;
+}
+
+static void free_step_arrays(pkv_engine *e)
+{
+    const pkv__allocator *a = &e->alloc;
+    size_t seqs = e->params.max_num_seqs, rows = e->params.max_batch_tokens;
+    pkv__free(a, e->layer_done, e->params.num_layers, 1);
+    pkv__free(a, e->step_seqs, seqs, sizeof *e->step_seqs);
+    pkv__free(a, e->actions, 3 * seqs, sizeof *e->actions);
+    pkv__free(a, e->seq_ids, seqs, sizeof *e->seq_ids);
+    pkv__free(a, e->query_start, seqs + 1, sizeof *e->query_start);
+    pkv__free(a, e->context_lens, seqs, sizeof *e->context_lens);
+    pkv__free(a, e->stages, seqs, sizeof *e->stages);
+    pkv__free(a, e->sample_rows, seqs, sizeof *e->sample_rows);
+    pkv__free(a, e->sample_seq_ids, seqs, sizeof *e->sample_seq_ids);
+    pkv__free(a, e->preempted, seqs, sizeof *e->preempted);
+    pkv__free(a, e->seq_bad, seqs, 1);
+    pkv__free(a, e->token_ids, rows, sizeof *e->token_ids);
+    pkv__free(a, e->positions, rows, sizeof *e->positions);
+    pkv__free(a, e->slots, rows, sizeof *e->slots);
+    pkv__free(a, e->row_bad, rows, 1);
+    pkv__free(a, e->free_stages, seqs, sizeof *e->free_stages);
+    pkv__free(a, e->block_tables, e->block_tables_capacity,
+              sizeof *e->block_tables);
+    pkv__free(a, e->finished, e->finished_capacity, sizeof *e->finished);
+    pkv__free(a, e->links, e->links_capacity, sizeof *e->links);
+    pkv__free(a, e->hit_blocks, e->links_capacity, sizeof *e->hit_blocks);
+    pkv__free(a, e->scratch, e->scratch_capacity, sizeof *e->scratch);
+}
+
+/* Pick and create the backend. */
+static pkv_status create_backend(pkv_engine *e)
+{
+    const pkv_engine_params *p = &e->params;
+    pkv__backend_config *c = &e->backend_config;
+    c->num_layers = p->num_layers;
+    c->num_q_heads = p->num_q_heads;
+    c->num_kv_heads = p->num_kv_heads;
+    c->head_dim = p->head_dim;
+    c->block_size = p->block_size;
+    c->num_blocks = p->num_blocks;
+    c->kv_dtype = p->kv_dtype;
+    c->key_quant = p->key_quant;
+    c->value_quant = p->value_quant;
+    c->num_stages = p->kv_dtype == PKV_KV_U8 ? p->max_num_seqs : 0;
+    if (p->backend == PKV_BACKEND_OPENCL)
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "the OpenCL backend is not built into this pkv");
+    e->ops = &pkv__backend_cpu;
+    return e->ops->create(c, &e->alloc, &e->backend);
+}
+
+/* Release everything create may have made; fields not made are NULL. */
+static void engine_free(pkv_engine *e)
+{
+    pkv__seq_list *lists[] = {&e->waiting, &e->running, &e->swapped,
+                              &e->ended};
+    for (size_t l = 0; l < 4; l++) {
+        for (uint32_t i = 0; i < lists[l]->count; i++) {
+            pkv__seq *s = lists[l]->items[i];
+            if (e->pool.blocks != NULL)
+                pkv__table_release(&s->table, &e->pool);
+            pkv__prefix_chain_release(&s->chain, &e->pool);
+            pkv__seq_free(s, &e->alloc);
+        }
+        pkv__seq_list_release(lists[l], &e->alloc);
+    }
+    if (e->ops != NULL)
+        e->ops->destroy(e->backend);
+    free_step_arrays(e);
+    if (e->prefix.pool != NULL)
+        pkv__prefix_release(&e->prefix);
+    if (e->pool.blocks != NULL)
+        pkv__pool_release(&e->pool);
+    pkv__allocator alloc = e->alloc;
+    pkv__free(&alloc, e, 1, sizeof *e);
+}
+
 pkv_status pkv_engine_create(const pkv_engine_params *params,
                              pkv_engine **out)
 {
@@ -153,21 +311,40 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     e->alloc = alloc;
     e->params = p;
     e->block_bytes = pkv__block_bytes(&p);
-    st = pkv__pool_init(&e->pool, &alloc, p.num_blocks, p.block_size);
-    if (st != PKV_OK) {
+    e->watermark_blocks = (uint32_t)(p.watermark * (float)(p.num_blocks - 1));
+    if (pkv__inbox_init(&e->inbox) != PKV_OK) {
         pkv__free(&alloc, e, 1, sizeof *e);
-        return pkv__fail(st, "block pool of %u blocks", (unsigned)p.num_blocks);
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
     }
-    st = pkv__prefix_init(&e->prefix, &e->pool);
+    const char *what = "block pool";
+    st = pkv__pool_init(&e->pool, &alloc, p.num_blocks, p.block_size);
+    if (st == PKV_OK) {
+        what = "prefix index";
+        st = pkv__prefix_init(&e->prefix, &e->pool);
+    }
+    if (st == PKV_OK) {
+        what = "step arrays";
+        st = alloc_step_arrays(e);
+    }
+    if (st == PKV_OK) {
+        what = "backend";
+        st = create_backend(e);
+        if (st != PKV_OK)
+            e->ops = NULL;
+    }
     if (st != PKV_OK) {
-        pkv__pool_release(&e->pool);
-        pkv__free(&alloc, e, 1, sizeof *e);
-        return pkv__fail(st, "prefix index of %u blocks",
-                         (unsigned)p.num_blocks);
+        char why[PKV__ERROR_MAX];
+        strncpy(why, pkv_last_error(), sizeof why - 1);
+        why[sizeof why - 1] = '\0';
+        pkv__inbox_release(&e->inbox, &alloc);
+        engine_free(e);
+        return pkv__fail(st, "%s of %u blocks: %s", what,
+                         (unsigned)p.num_blocks, why);
     }
     pkv__engine_log(e, PKV_LOG_INFO,
-                    "pkv %s: %u blocks of %u tokens, %llu bytes per block",
-                    PKV_VERSION_STRING, (unsigned)p.num_blocks,
+                    "pkv %s: %s backend, %u blocks of %u tokens, %llu bytes "
+                    "per block",
+                    PKV_VERSION_STRING, e->ops->name, (unsigned)p.num_blocks,
                     (unsigned)p.block_size,
                     (unsigned long long)e->block_bytes);
     *out = e;
@@ -178,10 +355,8 @@ void pkv_engine_destroy(pkv_engine *engine)
 {
     if (engine == NULL)
         return;
-    pkv__allocator alloc = engine->alloc;
-    pkv__prefix_release(&engine->prefix);
-    pkv__pool_release(&engine->pool);
-    pkv__free(&alloc, engine, 1, sizeof *engine);
+    pkv__inbox_release(&engine->inbox, &engine->alloc);
+    engine_free(engine);
 }
 
 const char *pkv_engine_last_error(const pkv_engine *engine)
@@ -239,6 +414,16 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.tokens_stored = pool->tokens_stored;
     s.slots_allocated = (uint64_t)(pool->num_used - 1) * pool->block_size;
     s.block_bytes = engine->block_bytes;
+    s.num_waiting = engine->waiting.count;
+    s.num_running = engine->running.count;
+    s.num_swapped = engine->swapped.count;
+    s.steps = engine->totals.steps;
+    s.prefix_query_tokens = engine->totals.prefix_query_tokens;
+    s.prefix_hit_tokens = engine->totals.prefix_hit_tokens;
+    s.preemptions = engine->totals.preemptions;
+    s.swap_outs = engine->totals.swap_outs;
+    s.swap_ins = engine->totals.swap_ins;
+    s.seqs_finished = engine->totals.seqs_finished;
     memcpy(stats, &s, stats->struct_size);
     return PKV_OK;
 }

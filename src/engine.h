@@ -3,8 +3,23 @@
 #ifndef PKV_ENGINE_H
 #define PKV_ENGINE_H
 
+#include "backend.h"
 #include "error.h"
-#include "prefix.h"
+#include "inbox.h"
+
+/* A device operation decided by the scheduler, run in order before the
+ * step's first layer. */
+enum pkv__action_kind {
+    PKV__ACTION_SWAP_OUT = 1, /* seq's swap_blocks (+ tail) to its buffer */
+    PKV__ACTION_COPY_BLOCK = 2, /* copy-on-write: block src to dst */
+    PKV__ACTION_SWAP_IN = 3   /* seq's buffer to its table's blocks */
+};
+
+typedef struct pkv__action {
+    int32_t kind;
+    pkv__block_copy copy;
+    pkv__seq *seq;
+} pkv__action;
 
 struct pkv_engine {
     pkv__allocator alloc;
@@ -12,6 +27,55 @@ struct pkv_engine {
     uint64_t block_bytes;     /* one block over all layers */
     pkv__pool pool;
     pkv__prefix prefix;
+    const pkv__backend_ops *ops;
+    pkv__backend *backend;
+    pkv__backend_config backend_config;
+    pkv__inbox inbox;
+
+    /* Sequences, by state. waiting and swapped are kept in policy order;
+     * running in order of admission. ended: not yet reported. */
+    pkv__seq_list waiting;
+    pkv__seq_list running;
+    pkv__seq_list swapped;
+    pkv__seq_list ended;
+    uint32_t watermark_blocks;
+    uint64_t admissions;
+    uint64_t swap_used; /* host bytes held by swapped sequences */
+    uint32_t *free_stages; /* U8 staging tails not in use */
+    uint32_t num_free_stages;
+
+    /* The current step. */
+    int in_step;
+    uint32_t layers_left;
+    uint8_t *layer_done;   /* [num_layers] */
+    pkv__seq **step_seqs;  /* [max_num_seqs]: the batch's sequences */
+    pkv__action *actions;  /* [3 * max_num_seqs] */
+    uint32_t num_actions;
+    pkv__step step;
+    pkv_batch batch;
+    pkv_seq_id *seq_ids;        /* [max_num_seqs] */
+    uint32_t *query_start;      /* [max_num_seqs + 1] */
+    uint32_t *context_lens;     /* [max_num_seqs] */
+    uint32_t *stages;           /* [max_num_seqs] */
+    uint32_t *sample_rows;      /* [max_num_seqs] */
+    pkv_seq_id *sample_seq_ids; /* [max_num_seqs] */
+    pkv_seq_id *preempted;      /* [max_num_seqs] */
+    int32_t *token_ids;         /* [max_batch_tokens] */
+    uint32_t *positions;        /* [max_batch_tokens] */
+    uint64_t *slots;            /* [max_batch_tokens] */
+    uint32_t *block_tables;     /* grown on demand */
+    size_t block_tables_capacity;
+    pkv_finished *finished;     /* grown on demand */
+    uint32_t finished_capacity;
+    pkv__chain_link *links;     /* prefix lookup results, grown on demand */
+    uint32_t *hit_blocks;       /* their block ids, same capacity */
+    uint32_t links_capacity;
+    float *scratch;             /* attend: f32 q, k, v, out */
+    size_t scratch_capacity;
+    uint8_t *row_bad;           /* [max_batch_tokens]: non-finite K/V */
+    uint8_t *seq_bad;           /* [max_num_seqs] */
+
+    pkv_engine_stats totals; /* the cumulative counters */
     char last_error[PKV__ERROR_MAX];
 };
 
@@ -25,5 +89,28 @@ void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
 
 /* Bytes of one block over all layers for validated params; 0 on overflow. */
 uint64_t pkv__block_bytes(const pkv_engine_params *params);
+
+/* The live sequence with this id, or NULL. */
+pkv__seq *pkv__engine_find(const pkv_engine *engine, pkv_seq_id id);
+
+/* End a sequence (any state but queued): release its blocks, tail and swap
+ * memory, and queue its report. */
+void pkv__engine_end(pkv_engine *engine, pkv__seq *seq, int32_t reason,
+                     pkv_status status);
+
+/* Release a running sequence's staging tail (U8). */
+void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
+
+/* Give every sequence list room for `live` sequences. */
+pkv_status pkv__engine_reserve_lists(pkv_engine *engine, uint64_t live);
+
+/* Insert into a waiting or swapped list in policy order (sched.c). The
+ * list has room: every list is reserved for every live sequence. */
+void pkv__sched_enqueue(const pkv_engine *engine, pkv__seq_list *list,
+                        pkv__seq *seq);
+
+/* Plan the step (sched.c): admit, chunk, preempt, allocate. Fills
+ * step_seqs/scheduled and the actions; never touches device memory. */
+pkv_status pkv__sched_plan(pkv_engine *engine, uint32_t *num_seqs);
 
 #endif

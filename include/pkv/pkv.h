@@ -143,6 +143,37 @@ typedef enum pkv_quant_group {
     PKV_QUANT_PER_TOKEN = 2
 } pkv_quant_group;
 
+/* Which attention backend an engine runs on. Stored in structs as int32_t. */
+typedef enum pkv_backend_kind {
+    /* OpenCL when a device is found (and pkv was built with it), else the
+     * CPU reference backend. The log says which. */
+    PKV_BACKEND_AUTO = 0,
+    PKV_BACKEND_CPU = 1,   /* plain C, the reference */
+    PKV_BACKEND_OPENCL = 2 /* an OpenCL device; fails if none fits */
+} pkv_backend_kind;
+
+/* Order of waiting sequences and choice of preemption victims. */
+typedef enum pkv_sched_policy {
+    /* First come, first served: admission in arrival order; the most
+     * recently arrived running sequence is preempted first. */
+    PKV_POLICY_FCFS = 0,
+    /* Lowest pkv_seq_params.priority value first, then arrival; the
+     * lowest-priority (highest value), most recently arrived running
+     * sequence is preempted first. */
+    PKV_POLICY_PRIORITY = 1
+} pkv_sched_policy;
+
+/* What preemption does with a sequence's blocks. */
+typedef enum pkv_preempt_mode {
+    /* Free the blocks; the sequence is computed again from its tokens when
+     * it resumes (its cached prefix blocks usually hit). */
+    PKV_PREEMPT_RECOMPUTE = 0,
+    /* Copy the blocks to host memory (swap_bytes budget) and bring them
+     * back before any new sequence is admitted; recompute when the swap
+     * budget is full. */
+    PKV_PREEMPT_SWAP = 1
+} pkv_preempt_mode;
+
 /* Log levels passed to pkv_log_fn. */
 typedef enum pkv_log_level {
     PKV_LOG_ERROR = 0,
@@ -191,6 +222,11 @@ typedef struct pkv_engine_params {
     uint32_t num_q_heads;
     uint32_t num_kv_heads; /* num_q_heads must be a multiple of it (GQA) */
     uint32_t head_dim;     /* a multiple of 4, at most 512 */
+    uint32_t max_model_len; /* most tokens (prompt + output) of a sequence,
+                               default 4096, at most 1 << 24 */
+    uint32_t vocab_size;    /* token ids must be below it; 0: any id >= 0 */
+    float scale;            /* attention scale; 0: 1 / sqrt(head_dim) */
+    uint32_t sliding_window; /* a row sees its last w tokens; 0: all */
 
     /* KV cache. */
     uint32_t block_size;    /* tokens per block, a power of two 1..256 */
@@ -201,6 +237,21 @@ typedef struct pkv_engine_params {
                                0: derive from cache_bytes */
     uint64_t cache_bytes;   /* KV budget in bytes over all layers, used when
                                num_blocks is 0 */
+    uint64_t swap_bytes;    /* host memory for swapped-out sequences */
+
+    /* Scheduler. */
+    uint32_t max_num_seqs;     /* running sequences at most, default 256 */
+    uint32_t max_batch_tokens; /* query rows per step at most, default 2048 */
+    uint32_t long_prefill_threshold; /* prompt tokens of one sequence per
+                                        step at most; 0: no cap */
+    int32_t policy;            /* pkv_sched_policy, default FCFS */
+    int32_t preempt_mode;      /* pkv_preempt_mode, default RECOMPUTE */
+    float watermark;           /* fraction of blocks kept free for running
+                                  sequences when admitting, default 0.01 */
+    uint32_t max_blocks_per_seq;    /* per-sequence block quota; 0: none */
+    uint32_t max_blocks_per_tenant; /* per-tenant block quota; 0: none */
+
+    int32_t backend; /* pkv_backend_kind, default AUTO */
 
     /* Host callbacks. */
     pkv_allocator allocator;
@@ -211,7 +262,9 @@ typedef struct pkv_engine_params {
 
 /*
  * Fill *params with defaults: struct_size set, block_size 16, KV in f16,
- * default quantization groups, cache_bytes 256 MiB, malloc/free, no log.
+ * default quantization groups, cache_bytes 256 MiB, max_model_len 4096,
+ * max_num_seqs 256, max_batch_tokens 2048, FCFS, recompute, watermark 0.01,
+ * no quotas, no swap, backend AUTO, malloc/free, no log.
  * Model geometry is left 0 and must be set by the caller.
  * Returns PKV_ERR_INVALID_ARGUMENT if params is NULL.
  * Thread-safety: safe from any thread. Ownership: writes *params only.
@@ -260,6 +313,19 @@ typedef struct pkv_engine_stats {
     uint64_t slots_allocated;
     /* Bytes of KV per block over all layers, parameters included. */
     uint64_t block_bytes;
+    /* Sequences by state, now. */
+    uint32_t num_waiting;
+    uint32_t num_running;
+    uint32_t num_swapped;
+    uint32_t reserved0; /* always 0: keeps the 64-bit fields aligned */
+    /* Totals since creation. */
+    uint64_t steps;
+    uint64_t prefix_query_tokens; /* prompt tokens looked up on admission */
+    uint64_t prefix_hit_tokens;   /* of those, found in the prefix cache */
+    uint64_t preemptions;         /* by recompute and by swap */
+    uint64_t swap_outs;           /* sequences copied to host memory */
+    uint64_t swap_ins;            /* sequences brought back */
+    uint64_t seqs_finished;       /* every end: stop, length, abort, failure */
 } pkv_engine_stats;
 
 /*
@@ -269,6 +335,226 @@ typedef struct pkv_engine_stats {
  */
 PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
                                         pkv_engine_stats *stats);
+
+/* ------------------------------------------------------------- sequences */
+
+/* Sequence ids are assigned by pkv_seq_add, from 1 upwards; 0 is never an
+ * id. An id is never reused by the same engine. */
+typedef uint64_t pkv_seq_id;
+
+/* Parameters of pkv_seq_add. Fields are append-only. */
+typedef struct pkv_seq_params {
+    uint32_t struct_size; /* sizeof(pkv_seq_params), set by _init */
+    uint32_t flags;       /* reserved, must be 0 */
+    const int32_t *prompt; /* prompt_len token ids, copied by pkv_seq_add */
+    uint32_t prompt_len;   /* 1 .. max_model_len - 1 */
+    uint32_t max_new_tokens; /* finish after this many sampled tokens;
+                                0: only stop flags or max_model_len */
+    int32_t priority;      /* PKV_POLICY_PRIORITY: lower runs first */
+    uint32_t tenant;       /* the block quota this sequence counts against */
+    uint64_t cache_salt;   /* prefixes are shared only between sequences
+                              with equal salts (isolate tenants) */
+} pkv_seq_params;
+
+/*
+ * Fill *params with defaults: struct_size set, no prompt, max_new_tokens 0,
+ * priority 0, tenant 0, cache_salt 0.
+ * Thread-safety: safe from any thread. Ownership: writes *params only.
+ */
+PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *params);
+
+/*
+ * Queue a new sequence. It is admitted by a later pkv_engine_step_begin.
+ * On success *out_id holds its id. Fails with PKV_ERR_INVALID_ARGUMENT for
+ * a bad prompt (empty, too long for max_model_len, a token id < 0 or >=
+ * vocab_size) and PKV_ERR_OUT_OF_MEMORY.
+ * Thread-safety: safe from any thread, concurrently with the thread that
+ * steps the engine (the inbox is locked); the engine must outlive the call.
+ * Failures set the thread-local message (pkv_last_error), not the engine's.
+ * Ownership: the prompt is copied; params is read during the call only.
+ */
+PKV_API pkv_status pkv_seq_add(pkv_engine *engine,
+                               const pkv_seq_params *params,
+                               pkv_seq_id *out_id);
+
+/*
+ * Ask for a sequence to end, in whatever state it is (waiting, mid-prefill,
+ * running, swapped). It ends at the next pkv_engine_step_begin, which
+ * reports it with PKV_FINISH_ABORTED unless it finished before. Aborting
+ * an id that already ended does nothing and returns PKV_OK.
+ * Returns PKV_ERR_NOT_FOUND for an id this engine never issued.
+ * Thread-safety: safe from any thread, like pkv_seq_add.
+ * Ownership: nothing is retained.
+ */
+PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
+
+/*
+ * Fork a running sequence that has sampled at least one token (parallel
+ * sampling, beam search). The child shares every block of the parent
+ * (copy-on-write) and has the same tokens, except that its last, sampled
+ * token, whose KV is not computed yet, is last_token (or the parent's when
+ * last_token < 0). It inherits max_new_tokens, priority, tenant and salt,
+ * and counts the parent's sampled tokens as its own.
+ * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, or when the
+ * parent has not sampled yet or max_num_seqs sequences are running;
+ * PKV_ERR_NOT_FOUND, PKV_ERR_INVALID_ARGUMENT (token out of range),
+ * PKV_ERR_QUOTA (the tenant's block quota), PKV_ERR_OUT_OF_MEMORY.
+ * Thread-safety: the stepping thread only.
+ * Ownership: nothing is retained.
+ */
+PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
+                                int32_t last_token, pkv_seq_id *out_child);
+
+/*
+ * The block table of a live sequence, for introspection: *blocks points to
+ * *num_blocks block ids (logical block i holds tokens [i * block_size,
+ * (i + 1) * block_size)); *num_tokens tokens have slots. A waiting or
+ * swapped sequence has no blocks.
+ * Returns PKV_ERR_NOT_FOUND for an id that is not live.
+ * Thread-safety: as any engine call.
+ * Ownership: *blocks is owned by the engine, valid until its next mutating
+ * call (any call but the get_* ones and pkv_engine_has_work).
+ */
+PKV_API pkv_status pkv_engine_get_block_table(const pkv_engine *engine,
+                                              pkv_seq_id seq_id,
+                                              const uint32_t **blocks,
+                                              uint32_t *num_blocks,
+                                              uint32_t *num_tokens);
+
+/* ------------------------------------------------------------------ step */
+
+/* Why a sequence ended. */
+typedef enum pkv_finish_reason {
+    PKV_FINISH_STOP = 1,          /* the host's stop flag (EOS, stop word) */
+    PKV_FINISH_LENGTH = 2,        /* max_new_tokens sampled */
+    PKV_FINISH_MAX_MODEL_LEN = 3, /* the sequence reached max_model_len */
+    PKV_FINISH_ABORTED = 4,       /* pkv_seq_abort */
+    PKV_FINISH_FAILED = 5         /* pkv could not run it: see status */
+} pkv_finish_reason;
+
+/* One ended sequence. */
+typedef struct pkv_finished {
+    pkv_seq_id id;
+    int32_t reason;          /* pkv_finish_reason */
+    int32_t status;          /* pkv_status: PKV_OK unless reason is FAILED
+                                (e.g. PKV_ERR_NO_BLOCKS: the sequence needs
+                                more blocks than the whole pool) */
+    uint32_t num_generated;  /* tokens sampled for it */
+    uint32_t reserved0;      /* always 0 */
+} pkv_finished;
+
+/*
+ * One step's work, in the ragged layout of vLLM's varlen kernels and
+ * OpenVINO's PagedAttention. Rows are query tokens: sequence i owns rows
+ * [query_start[i], query_start[i + 1]). Row r holds token_ids[r] at
+ * positions[r] (its index in the sequence, for RoPE). A sequence's rows
+ * are the last of its context_lens[i] tokens.
+ */
+typedef struct pkv_batch {
+    uint32_t num_seqs;
+    uint32_t num_tokens;
+    const pkv_seq_id *seq_ids;    /* [num_seqs] */
+    const uint32_t *query_start;  /* [num_seqs + 1], query_start[0] == 0 */
+    const uint32_t *context_lens; /* [num_seqs] tokens in the cache once
+                                     this step's rows are written */
+    const int32_t *token_ids;     /* [num_tokens] */
+    const uint32_t *positions;    /* [num_tokens] */
+    /* The rows whose logits the host samples: the last row of every
+     * sequence that finishes its prompt or decodes this step (none for a
+     * mid-prompt chunk), ascending. */
+    uint32_t num_samples;
+    const uint32_t *sample_rows;      /* [num_samples] */
+    const pkv_seq_id *sample_seq_ids; /* [num_samples] */
+    /* Sequences that ended since the previous batch (at step_end, by abort,
+     * or failed), so the host can drop its own state. */
+    uint32_t num_finished;
+    const pkv_finished *finished;
+    /* Sequences preempted by this step: they will be scheduled again
+     * later (their generated tokens are kept). */
+    uint32_t num_preempted;
+    const pkv_seq_id *preempted;
+} pkv_batch;
+
+/* Element type of an attend tensor. */
+typedef enum pkv_tensor_dtype {
+    PKV_TENSOR_F32 = 0,
+    PKV_TENSOR_F16 = 1
+} pkv_tensor_dtype;
+
+/* Where an attend tensor lives. */
+typedef enum pkv_tensor_memory {
+    PKV_MEMORY_HOST = 0,  /* data is a host pointer */
+    PKV_MEMORY_OPENCL = 1 /* data is a cl_mem (see pkv_opencl.h) */
+} pkv_tensor_memory;
+
+/* A packed [rows][heads][head_dim] tensor. */
+typedef struct pkv_tensor {
+    uint32_t struct_size; /* sizeof(pkv_tensor) */
+    int32_t dtype;        /* pkv_tensor_dtype */
+    int32_t memory;       /* pkv_tensor_memory */
+    uint32_t rows;
+    uint32_t heads;
+    uint32_t head_dim;
+    void *data;
+    uint64_t offset; /* bytes from data to the first element */
+} pkv_tensor;
+
+/*
+ * Schedule the next step: admit waiting sequences, cut prompt chunks,
+ * preempt when blocks run out, allocate slots. *out is the batch to run,
+ * which may hold no rows (everything waiting on an abort or nothing left
+ * but finished reports); call pkv_engine_attend for every layer and then
+ * pkv_engine_step_end all the same.
+ * Errors: PKV_ERR_BAD_STATE if a step is already begun.
+ * Thread-safety: the stepping thread only.
+ * Ownership: the batch and its arrays are owned by the engine, valid until
+ * the next pkv_engine_step_begin.
+ */
+PKV_API pkv_status pkv_engine_step_begin(pkv_engine *engine,
+                                         const pkv_batch **out);
+
+/*
+ * One layer of the step: write this step's K and V rows into the cache,
+ * then attend every query row over its sequence's cache (causal within the
+ * step, grouped-query heads). q and out are [num_tokens][num_q_heads]
+ * [head_dim]; k and v are [num_tokens][num_kv_heads][head_dim]. Call it for
+ * layers 0 .. num_layers - 1, each once, in any order.
+ * Errors: PKV_ERR_BAD_STATE outside a step or for a layer already done,
+ * PKV_ERR_INVALID_ARGUMENT for a tensor of the wrong shape, dtype or memory,
+ * PKV_ERR_NON_FINITE for a NaN or infinity in k or v (nothing is written),
+ * device errors.
+ * Thread-safety: the stepping thread only.
+ * Ownership: tensors are borrowed for the call.
+ */
+PKV_API pkv_status pkv_engine_attend(pkv_engine *engine, uint32_t layer,
+                                     const pkv_tensor *q, const pkv_tensor *k,
+                                     const pkv_tensor *v,
+                                     const pkv_tensor *out);
+
+/*
+ * End the step: sampled[i] is the token sampled from the logits of batch
+ * row sample_rows[i], stop[i] nonzero if the host ends that sequence there
+ * (the token is still counted). Both have num_samples entries (NULL when
+ * it is 0; stop may be NULL for no stops). Sequences that reach
+ * max_new_tokens or max_model_len end too. Every layer must have been
+ * attended.
+ * Errors: PKV_ERR_BAD_STATE outside a step or with layers left;
+ * PKV_ERR_INVALID_ARGUMENT for a wrong count or a token out of range
+ * (nothing changes: call again with good input).
+ * Thread-safety: the stepping thread only.
+ * Ownership: inputs are borrowed for the call.
+ */
+PKV_API pkv_status pkv_engine_step_end(pkv_engine *engine,
+                                       const int32_t *sampled,
+                                       const uint8_t *stop,
+                                       uint32_t num_samples);
+
+/*
+ * Nonzero while the engine holds any sequence (queued, waiting, running,
+ * swapped) or an end not yet reported in a batch.
+ * Thread-safety: safe from any thread.
+ */
+PKV_API int pkv_engine_has_work(const pkv_engine *engine);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv_seq_*: adding, aborting and forking sequences; block-table
+ * introspection; has_work. */
+#include "engine.h"
+
+#include <string.h>
+
+#define SEQ_PARAMS_MIN_SIZE sizeof(pkv_seq_params)
+
+pkv_status pkv_seq_params_init(pkv_seq_params *params)
+{
+    if (params == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "params is NULL");
+    memset(params, 0, sizeof *params);
+    params->struct_size = sizeof *params;
+    return PKV_OK;
+}
+
+/* Token ids in [0, vocab_size) (any id >= 0 when vocab_size is 0). */
+static int token_ok(const pkv_engine *e, int32_t token)
+{
+    return token >= 0 &&
+           (e->params.vocab_size == 0 ||
+            (uint32_t)token < e->params.vocab_size);
+}
+
+pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
+                       pkv_seq_id *out_id)
+{
+    if (out_id != NULL)
+        *out_id = 0;
+    if (e == NULL || params == NULL || out_id == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+                         e == NULL ? "engine"
+                         : params == NULL ? "params"
+                                          : "out_id");
+    if (params->struct_size < SEQ_PARAMS_MIN_SIZE ||
+        params->struct_size > sizeof(pkv_seq_params))
+        return pkv__fail(PKV_ERR_STRUCT_SIZE,
+                         "params->struct_size is %u; this library knows %u",
+                         (unsigned)params->struct_size,
+                         (unsigned)sizeof(pkv_seq_params));
+    pkv_seq_params p;
+    pkv_seq_params_init(&p);
+    memcpy(&p, params, params->struct_size);
+    if (p.flags != 0)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->flags is %#x; no flags are defined",
+                         (unsigned)p.flags);
+    if (p.prompt == NULL || p.prompt_len == 0 ||
+        p.prompt_len >= e->params.max_model_len)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "prompt of %u tokens%s; must be 1..%u (max_model_len "
+                         "- 1)",
+                         (unsigned)p.prompt_len,
+                         p.prompt == NULL ? " (prompt is NULL)" : "",
+                         (unsigned)(e->params.max_model_len - 1));
+    for (uint32_t i = 0; i < p.prompt_len; i++)
+        if (!token_ok(e, p.prompt[i]))
+            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                             "prompt[%u] is %d; token ids are 0..%u",
+                             (unsigned)i, (int)p.prompt[i],
+                             (unsigned)(e->params.vocab_size
+                                            ? e->params.vocab_size - 1
+                                            : INT32_MAX));
+    pkv__seq *seq = pkv__seq_new(&e->alloc, p.prompt, p.prompt_len);
+    if (seq == NULL)
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "sequence of %u tokens",
+                         (unsigned)p.prompt_len);
+    seq->max_new_tokens = p.max_new_tokens;
+    seq->priority = p.priority;
+    seq->tenant = p.tenant;
+    seq->salt = p.cache_salt;
+    pkv__inbox_add(&e->inbox, seq);
+    *out_id = seq->id;
+    return PKV_OK;
+}
+
+pkv_status pkv_seq_abort(pkv_engine *e, pkv_seq_id id)
+{
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    pkv_status st = pkv__inbox_abort(&e->inbox, &e->alloc, id);
+    if (st == PKV_ERR_NOT_FOUND)
+        return pkv__fail(st, "sequence %llu was never added",
+                         (unsigned long long)id);
+    if (st != PKV_OK)
+        return pkv__fail(st, "abort queue");
+    return PKV_OK;
+}
+
+pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
+                        int32_t last_token, pkv_seq_id *out_child)
+{
+    if (out_child != NULL)
+        *out_child = 0;
+    if (e == NULL || out_child == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+                         e == NULL ? "engine" : "out_child");
+    if (e->in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "fork during a step: call it after step_end");
+    pkv__seq *parent = pkv__engine_find(e, parent_id);
+    if (parent == NULL)
+        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
+                                "sequence %llu is not live",
+                                (unsigned long long)parent_id);
+    if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0 ||
+        parent->num_computed + 1 != parent->num_tokens)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "sequence %llu is not running with a sampled "
+                                "token",
+                                (unsigned long long)parent_id);
+    if (e->running.count >= e->params.max_num_seqs)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "%u sequences already run (max_num_seqs)",
+                                (unsigned)e->running.count);
+    if (last_token >= 0 && !token_ok(e, last_token))
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "last_token %d is out of range",
+                                (int)last_token);
+    uint32_t quota = e->params.max_blocks_per_tenant;
+    if (quota != 0) {
+        uint64_t used = 0;
+        for (uint32_t i = 0; i < e->running.count; i++)
+            if (e->running.items[i]->tenant == parent->tenant)
+                used += e->running.items[i]->table.num_blocks;
+        if (used + parent->table.num_blocks > quota)
+            return pkv__engine_fail(e, PKV_ERR_QUOTA,
+                                    "tenant %u holds %llu of %u blocks",
+                                    (unsigned)parent->tenant,
+                                    (unsigned long long)used,
+                                    (unsigned)quota);
+    }
+
+    /* Everything that can fail comes first. */
+    pkv_status st = pkv__engine_reserve_lists(
+        e, pkv__inbox_live_count(&e->inbox) + 17);
+    pkv__seq *child = NULL;
+    if (st == PKV_OK) {
+        child = pkv__seq_new(&e->alloc, parent->tokens, parent->num_tokens);
+        st = child == NULL ? PKV_ERR_OUT_OF_MEMORY : PKV_OK;
+    }
+    if (st == PKV_OK)
+        st = pkv__table_fork(&child->table, &parent->table, &e->pool);
+    if (st == PKV_OK)
+        st = pkv__prefix_chain_adopt(&child->chain, &e->pool,
+                                     parent->chain.links,
+                                     parent->chain.num_links);
+    if (st == PKV_OK && e->params.kv_dtype == PKV_KV_U8) {
+        pkv__block_copy pair = {parent->stage,
+                                e->free_stages[e->num_free_stages - 1]};
+        st = e->ops->copy_stages(e->backend, &pair, 1);
+        if (st == PKV_OK)
+            child->stage = e->free_stages[--e->num_free_stages];
+    }
+    if (st != PKV_OK) {
+        if (child != NULL) {
+            pkv__table_release(&child->table, &e->pool);
+            pkv__prefix_chain_release(&child->chain, &e->pool);
+            pkv__seq_free(child, &e->alloc);
+        }
+        return pkv__engine_fail(e, st, "fork of sequence %llu",
+                                (unsigned long long)parent_id);
+    }
+    child->prompt_len = parent->prompt_len;
+    child->max_new_tokens = parent->max_new_tokens;
+    child->num_generated = parent->num_generated;
+    child->num_computed = parent->num_computed;
+    child->priority = parent->priority;
+    child->tenant = parent->tenant;
+    child->salt = parent->salt;
+    if (last_token >= 0)
+        child->tokens[child->num_tokens - 1] = last_token;
+    pkv__inbox_issue(&e->inbox, child);
+    child->state = PKV__SEQ_RUNNING;
+    child->admitted = ++e->admissions;
+    pkv__seq_list_insert(&e->running, e->running.count, child);
+    *out_child = child->id;
+    return PKV_OK;
+}
+
+pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
+                                      const uint32_t **blocks,
+                                      uint32_t *num_blocks,
+                                      uint32_t *num_tokens)
+{
+    if (blocks != NULL)
+        *blocks = NULL;
+    if (num_blocks != NULL)
+        *num_blocks = 0;
+    if (num_tokens != NULL)
+        *num_tokens = 0;
+    if (e == NULL || blocks == NULL || num_blocks == NULL ||
+        num_tokens == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "engine and every out-parameter must be set");
+    const pkv__seq *seq = pkv__engine_find(e, id);
+    if (seq == NULL)
+        return pkv__fail(PKV_ERR_NOT_FOUND, "sequence %llu is not live",
+                         (unsigned long long)id);
+    *blocks = seq->table.blocks;
+    *num_blocks = seq->table.num_blocks;
+    *num_tokens = seq->table.num_tokens;
+    return PKV_OK;
+}
+
+int pkv_engine_has_work(const pkv_engine *e)
+{
+    if (e == NULL)
+        return 0;
+    /* The inbox lock is the engine's only mutable shared state. */
+    return pkv__inbox_live_count((pkv__inbox *)&e->inbox) > 0;
+}

@@ -1,0 +1,569 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv_engine_step_begin, pkv_engine_attend, pkv_engine_step_end: the host's
+ * loop, one call per step and one per layer. */
+#include "engine.h"
+
+#include "half.h"
+
+#include <math.h>
+#include <string.h>
+
+pkv__seq *pkv__engine_find(const pkv_engine *e, pkv_seq_id id)
+{
+    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
+    for (size_t l = 0; l < 3; l++)
+        for (uint32_t i = 0; i < lists[l]->count; i++)
+            if (lists[l]->items[i]->id == id)
+                return lists[l]->items[i];
+    return NULL;
+}
+
+void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
+{
+    if (seq->stage == PKV__NO_STAGE)
+        return;
+    e->free_stages[e->num_free_stages++] = seq->stage;
+    seq->stage = PKV__NO_STAGE;
+}
+
+void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
+                     pkv_status status)
+{
+    pkv__seq_list *list = seq->state == PKV__SEQ_RUNNING   ? &e->running
+                          : seq->state == PKV__SEQ_SWAPPED ? &e->swapped
+                                                           : &e->waiting;
+    uint32_t at = pkv__seq_list_find(list, seq);
+    if (at != UINT32_MAX)
+        pkv__seq_list_remove_at(list, at);
+    pkv__engine_release_stage(e, seq);
+    pkv__table_release(&seq->table, &e->pool);
+    pkv__prefix_chain_release(&seq->chain, &e->pool);
+    if (seq->swap_data != NULL) {
+        e->swap_used -= seq->swap_size;
+        pkv__free(&e->alloc, seq->swap_data, seq->swap_size, 1);
+        seq->swap_data = NULL;
+    }
+    seq->state = PKV__SEQ_FINISHED;
+    seq->finish.id = seq->id;
+    seq->finish.reason = reason;
+    seq->finish.status = status;
+    seq->finish.num_generated = seq->num_generated;
+    pkv__seq_list_insert(&e->ended, e->ended.count, seq);
+    e->totals.seqs_finished++;
+}
+
+static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
+{
+    return (uint32_t)((tokens + block_size - 1) / block_size);
+}
+
+/* Grow a scratch array to at least `needed` elements. */
+static pkv_status grow_array(const pkv__allocator *alloc, void **array,
+                             size_t *capacity, size_t needed, size_t size)
+{
+    if (needed <= *capacity)
+        return PKV_OK;
+    size_t cap = *capacity ? *capacity : 64;
+    while (cap < needed)
+        cap *= 2;
+    void *grown = pkv__calloc(alloc, cap, size);
+    if (grown == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    pkv__free(alloc, *array, *capacity, size);
+    *array = grown;
+    *capacity = cap;
+    return PKV_OK;
+}
+
+/* Every sequence list gets room for every live sequence, so that moving
+ * sequences between lists never allocates. */
+pkv_status pkv__engine_reserve_lists(pkv_engine *e, uint64_t live)
+{
+    if (live > UINT32_MAX)
+        return PKV_ERR_OUT_OF_MEMORY;
+    pkv__seq_list *lists[] = {&e->waiting, &e->running, &e->swapped,
+                              &e->ended};
+    for (size_t l = 0; l < 4; l++) {
+        pkv_status st =
+            pkv__seq_list_reserve(lists[l], &e->alloc, (uint32_t)live);
+        if (st != PKV_OK)
+            return st;
+    }
+    return PKV_OK;
+}
+
+/* Move queued sequences into waiting and apply queued aborts. On failure
+ * nothing was taken from the inbox. */
+static pkv_status drain_inbox(pkv_engine *e)
+{
+    pkv__seq *adds;
+    pkv_seq_id *aborts;
+    uint32_t num_aborts, abort_capacity;
+    for (;;) {
+        /* More may arrive between the count and the take: then again. */
+        uint64_t live = pkv__inbox_live_count(&e->inbox) + 16;
+        pkv_status st = pkv__engine_reserve_lists(e, live);
+        if (st != PKV_OK)
+            return st;
+        if (pkv__inbox_take(&e->inbox, live, &adds, &aborts, &num_aborts,
+                            &abort_capacity))
+            break;
+    }
+    while (adds != NULL) {
+        pkv__seq *s = adds;
+        adds = s->inbox_next;
+        s->inbox_next = NULL;
+        s->state = PKV__SEQ_WAITING;
+        pkv__sched_enqueue(e, &e->waiting, s);
+    }
+    for (uint32_t i = 0; i < num_aborts; i++) {
+        pkv__seq *s = pkv__engine_find(e, aborts[i]);
+        if (s != NULL)
+            pkv__engine_end(e, s, PKV_FINISH_ABORTED, PKV_OK);
+    }
+    pkv__free(&e->alloc, aborts, abort_capacity, sizeof *aborts);
+    return PKV_OK;
+}
+
+/* Everything the step may need, allocated before the first change. */
+static pkv_status reserve_step(pkv_engine *e)
+{
+    uint32_t bs = e->pool.block_size;
+    uint32_t longest = 0;
+    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
+    for (size_t l = 0; l < 3; l++)
+        for (uint32_t i = 0; i < lists[l]->count; i++) {
+            pkv__seq *s = lists[l]->items[i];
+            if (s->num_tokens > longest)
+                longest = s->num_tokens;
+        }
+    uint32_t live = e->running.count + e->waiting.count + e->swapped.count;
+    uint32_t seqs = live < e->params.max_num_seqs ? live
+                                                  : e->params.max_num_seqs;
+    size_t table_cap = e->block_tables_capacity;
+    pkv_status st = grow_array(&e->alloc, (void **)&e->block_tables,
+                               &table_cap,
+                               (size_t)seqs * blocks_for(longest, bs) + 1,
+                               sizeof *e->block_tables);
+    e->block_tables_capacity = table_cap;
+    if (st != PKV_OK)
+        return st;
+    size_t fin_cap = e->finished_capacity;
+    st = grow_array(&e->alloc, (void **)&e->finished, &fin_cap,
+                    (size_t)e->ended.count + live + 1, sizeof *e->finished);
+    e->finished_capacity = (uint32_t)fin_cap;
+    if (st != PKV_OK)
+        return st;
+    size_t links_cap = e->links_capacity;
+    size_t hits_cap = e->links_capacity;
+    size_t links_needed = longest / bs + 1;
+    st = grow_array(&e->alloc, (void **)&e->links, &links_cap, links_needed,
+                    sizeof *e->links);
+    if (st == PKV_OK)
+        st = grow_array(&e->alloc, (void **)&e->hit_blocks, &hits_cap,
+                        links_needed, sizeof *e->hit_blocks);
+    if (st != PKV_OK) {
+        /* Keep the two arrays' capacities equal: the smaller one counts. */
+        e->links_capacity = (uint32_t)(links_cap < hits_cap ? links_cap
+                                                            : hits_cap);
+        return st;
+    }
+    e->links_capacity = (uint32_t)links_cap;
+    return PKV_OK;
+}
+
+/* Run the planner's device actions in order. */
+static pkv_status run_actions(pkv_engine *e)
+{
+    const pkv__backend_ops *ops = e->ops;
+    for (uint32_t i = 0; i < e->num_actions; i++) {
+        pkv__action *a = &e->actions[i];
+        pkv__seq *s = a->seq;
+        pkv_status st = PKV_OK;
+        uint8_t *host = s->swap_data;
+        size_t blocks_bytes = s->swap_num_blocks *
+                              pkv__backend_swap_block_bytes(&e->backend_config);
+        switch (a->kind) {
+        case PKV__ACTION_SWAP_OUT:
+            st = ops->swap_out(e->backend, s->swap_blocks, s->swap_num_blocks,
+                               host);
+            if (st == PKV_OK && a->copy.src != PKV__NO_STAGE)
+                st = ops->stage_out(e->backend, a->copy.src,
+                                    host + blocks_bytes);
+            pkv__free(&e->alloc, s->swap_blocks,
+                      s->swap_num_blocks ? s->swap_num_blocks : 1,
+                      sizeof *s->swap_blocks);
+            s->swap_blocks = NULL;
+            break;
+        case PKV__ACTION_COPY_BLOCK:
+            st = ops->copy_blocks(e->backend, &a->copy, 1);
+            break;
+        case PKV__ACTION_SWAP_IN:
+            st = ops->swap_in(e->backend, host, s->table.blocks,
+                              s->swap_num_blocks);
+            if (st == PKV_OK && a->copy.dst != PKV__NO_STAGE)
+                st = ops->stage_in(e->backend, host + blocks_bytes,
+                                   a->copy.dst);
+            e->swap_used -= s->swap_size;
+            pkv__free(&e->alloc, s->swap_data, s->swap_size, 1);
+            s->swap_data = NULL;
+            s->swap_size = 0;
+            break;
+        default:
+            st = PKV_ERR_INTERNAL;
+        }
+        if (st != PKV_OK)
+            return pkv__engine_fail(e, st, "device action %u failed: %s",
+                                    (unsigned)a->kind, pkv_last_error());
+    }
+    return PKV_OK;
+}
+
+/* Lay the planned step out as the batch and the backend's step. */
+static void build_batch(pkv_engine *e, uint32_t num_seqs)
+{
+    pkv_batch *b = &e->batch;
+    uint32_t rows = 0, samples = 0, max_blocks = 1;
+    for (uint32_t i = 0; i < num_seqs; i++)
+        if (e->step_seqs[i]->table.num_blocks > max_blocks)
+            max_blocks = e->step_seqs[i]->table.num_blocks;
+    for (uint32_t i = 0; i < num_seqs; i++) {
+        pkv__seq *s = e->step_seqs[i];
+        e->seq_ids[i] = s->id;
+        e->query_start[i] = rows;
+        uint32_t end = s->num_computed + s->scheduled;
+        e->context_lens[i] = end;
+        e->stages[i] = s->stage;
+        for (uint32_t p = s->num_computed; p < end; p++, rows++) {
+            e->token_ids[rows] = s->tokens[p];
+            e->positions[rows] = p;
+            e->slots[rows] = pkv__table_slot(&s->table, &e->pool, p);
+        }
+        if (end == s->num_tokens) {
+            e->sample_rows[samples] = rows - 1;
+            e->sample_seq_ids[samples++] = s->id;
+        }
+        uint32_t *row = e->block_tables + (size_t)i * max_blocks;
+        memcpy(row, s->table.blocks, s->table.num_blocks * sizeof *row);
+        memset(row + s->table.num_blocks, 0,
+               (max_blocks - s->table.num_blocks) * sizeof *row);
+    }
+    e->query_start[num_seqs] = rows;
+    b->num_seqs = num_seqs;
+    b->num_tokens = rows;
+    b->seq_ids = e->seq_ids;
+    b->query_start = e->query_start;
+    b->context_lens = e->context_lens;
+    b->token_ids = e->token_ids;
+    b->positions = e->positions;
+    b->num_samples = samples;
+    b->sample_rows = e->sample_rows;
+    b->sample_seq_ids = e->sample_seq_ids;
+    b->preempted = e->preempted;
+
+    pkv__step *st = &e->step;
+    st->num_seqs = num_seqs;
+    st->num_tokens = rows;
+    st->query_start = e->query_start;
+    st->context_lens = e->context_lens;
+    st->block_tables = e->block_tables;
+    st->max_blocks_per_seq = max_blocks;
+    st->slots = e->slots;
+    st->stages = e->params.kv_dtype == PKV_KV_U8 ? e->stages : NULL;
+}
+
+/* Report ended sequences in the batch and free them. */
+static void report_ended(pkv_engine *e)
+{
+    uint32_t n = e->ended.count;
+    for (uint32_t i = 0; i < n; i++) {
+        pkv__seq *s = e->ended.items[i];
+        e->finished[i] = s->finish;
+        pkv__seq_free(s, &e->alloc);
+    }
+    e->ended.count = 0;
+    e->batch.num_finished = n;
+    e->batch.finished = e->finished;
+    if (n)
+        pkv__inbox_retire(&e->inbox, n);
+}
+
+pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (e == NULL || out == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+                         e == NULL ? "engine" : "out");
+    if (e->in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "step_begin called twice: call step_end "
+                                "first");
+    pkv_status st = drain_inbox(e);
+    if (st == PKV_OK)
+        st = reserve_step(e);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e, st, "step arrays");
+    /* Room for the token each sequence may sample at step_end. */
+    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
+    for (size_t l = 0; l < 3; l++)
+        for (uint32_t i = 0; i < lists[l]->count;) {
+            pkv__seq *s = lists[l]->items[i];
+            if (pkv__seq_reserve_tokens(s, &e->alloc) == PKV_OK) {
+                i++;
+                continue;
+            }
+            pkv__engine_end(e, s, PKV_FINISH_FAILED, PKV_ERR_OUT_OF_MEMORY);
+        }
+
+    uint32_t num_seqs = 0;
+    pkv__sched_plan(e, &num_seqs);
+    st = run_actions(e);
+    if (st != PKV_OK)
+        return st;
+    build_batch(e, num_seqs);
+    if (num_seqs > 0) {
+        st = e->ops->begin_step(e->backend, &e->step);
+        if (st != PKV_OK)
+            return pkv__engine_fail(e, st, "backend step: %s",
+                                    pkv_last_error());
+    }
+    report_ended(e);
+    memset(e->layer_done, 0, e->params.num_layers);
+    memset(e->seq_bad, 0, num_seqs);
+    e->layers_left = e->params.num_layers;
+    e->in_step = 1;
+    e->totals.steps++;
+    *out = &e->batch;
+    return PKV_OK;
+}
+
+/* Check one attend tensor against its expected shape. */
+static pkv_status check_tensor(pkv_engine *e, const char *name,
+                               const pkv_tensor *t, uint32_t rows,
+                               uint32_t heads)
+{
+    if (t == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+                                name);
+    if (t->struct_size != sizeof(pkv_tensor))
+        return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE,
+                                "%s->struct_size is %u; this library knows %u",
+                                name, (unsigned)t->struct_size,
+                                (unsigned)sizeof(pkv_tensor));
+    if (t->dtype != PKV_TENSOR_F32 && t->dtype != PKV_TENSOR_F16)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "%s->dtype is %d; not a pkv_tensor_dtype",
+                                name, (int)t->dtype);
+    if (t->memory != PKV_MEMORY_HOST)
+        return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
+                                "%s->memory is %d; the %s backend takes host "
+                                "memory only",
+                                name, (int)t->memory, e->ops->name);
+    if (t->rows != rows || t->heads != heads ||
+        t->head_dim != e->params.head_dim)
+        return pkv__engine_fail(
+            e, PKV_ERR_INVALID_ARGUMENT,
+            "%s is [%u][%u][%u]; this step needs [%u][%u][%u]", name,
+            (unsigned)t->rows, (unsigned)t->heads, (unsigned)t->head_dim,
+            (unsigned)rows, (unsigned)heads, (unsigned)e->params.head_dim);
+    if (rows > 0 && t->data == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s->data is NULL",
+                                name);
+    return PKV_OK;
+}
+
+/* The tensor's elements as f32: the tensor itself, or a conversion into
+ * dst. */
+static const float *as_f32(const pkv_tensor *t, float *dst, size_t count)
+{
+    const uint8_t *base = (const uint8_t *)t->data + t->offset;
+    if (t->dtype == PKV_TENSOR_F32)
+        return (const float *)(const void *)base;
+    pkv__f16_to_f32_n((const uint16_t *)(const void *)base, dst,
+                      (uint32_t)count);
+    return dst;
+}
+
+/* Mark the rows of k or v that hold a value the cache cannot store (NaN,
+ * infinity, or beyond the f16 range for f16 and u8 caches). */
+static int mark_bad_rows(const pkv_engine *e, const float *x, uint32_t rows,
+                         size_t row_size)
+{
+    float limit = e->params.kv_dtype == PKV_KV_F32 ? INFINITY : 65504.0f;
+    int any = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *row = x + r * row_size;
+        for (size_t i = 0; i < row_size; i++)
+            if (!(fabsf(row[i]) <= limit)) {
+                e->row_bad[r] = 1;
+                any = 1;
+                break;
+            }
+    }
+    return any;
+}
+
+pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
+                             const pkv_tensor *q, const pkv_tensor *k,
+                             const pkv_tensor *v, const pkv_tensor *out)
+{
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (!e->in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "attend outside a step: call step_begin");
+    if (layer >= e->params.num_layers || e->layer_done[layer])
+        return pkv__engine_fail(e, layer >= e->params.num_layers
+                                       ? PKV_ERR_INVALID_ARGUMENT
+                                       : PKV_ERR_BAD_STATE,
+                                "layer %u %s", (unsigned)layer,
+                                layer >= e->params.num_layers
+                                    ? "is out of range"
+                                    : "was already attended in this step");
+    uint32_t rows = e->batch.num_tokens;
+    uint32_t hq = e->params.num_q_heads, hkv = e->params.num_kv_heads;
+    pkv_status st = check_tensor(e, "q", q, rows, hq);
+    if (st == PKV_OK)
+        st = check_tensor(e, "k", k, rows, hkv);
+    if (st == PKV_OK)
+        st = check_tensor(e, "v", v, rows, hkv);
+    if (st == PKV_OK)
+        st = check_tensor(e, "out", out, rows, hq);
+    if (st != PKV_OK)
+        return st;
+    if (rows == 0) {
+        e->layer_done[layer] = 1;
+        e->layers_left--;
+        return PKV_OK;
+    }
+
+    size_t d = e->params.head_dim;
+    size_t q_count = rows * hq * d, kv_count = rows * hkv * d;
+    size_t needed = 2 * q_count + 2 * kv_count;
+    if (needed > e->scratch_capacity) {
+        float *grown = pkv__calloc(&e->alloc, needed, sizeof *grown);
+        if (grown == NULL)
+            return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+                                    "attend scratch of %zu floats", needed);
+        pkv__free(&e->alloc, e->scratch, e->scratch_capacity, sizeof *grown);
+        e->scratch = grown;
+        e->scratch_capacity = needed;
+    }
+    float *q_buf = e->scratch, *out_buf = q_buf + q_count;
+    float *k_buf = out_buf + q_count, *v_buf = k_buf + kv_count;
+    const float *qf = as_f32(q, q_buf, q_count);
+    const float *kf = as_f32(k, k_buf, kv_count);
+    const float *vf = as_f32(v, v_buf, kv_count);
+
+    /* A sequence whose K or V cannot be stored fails alone: its rows are
+     * replaced by zeros (written only to its own, private slots of this
+     * step), and it ends at step_end without registering any prefix. */
+    memset(e->row_bad, 0, rows);
+    int bad = mark_bad_rows(e, kf, rows, hkv * d);
+    bad |= mark_bad_rows(e, vf, rows, hkv * d);
+    if (bad) {
+        if (kf != k_buf)
+            kf = memcpy(k_buf, kf, kv_count * sizeof *k_buf);
+        if (vf != v_buf)
+            vf = memcpy(v_buf, vf, kv_count * sizeof *v_buf);
+        for (uint32_t i = 0; i < e->batch.num_seqs; i++)
+            for (uint32_t r = e->query_start[i]; r < e->query_start[i + 1];
+                 r++) {
+                if (!e->row_bad[r])
+                    continue;
+                e->seq_bad[i] = 1;
+                break;
+            }
+        for (uint32_t i = 0; i < e->batch.num_seqs; i++) {
+            if (!e->seq_bad[i])
+                continue;
+            size_t first = e->query_start[i] * hkv * d;
+            size_t count = (e->query_start[i + 1] - e->query_start[i]) * hkv * d;
+            memset(k_buf + first, 0, count * sizeof *k_buf);
+            memset(v_buf + first, 0, count * sizeof *v_buf);
+        }
+    }
+
+    float *of = out->dtype == PKV_TENSOR_F32
+                    ? (float *)(void *)((uint8_t *)out->data + out->offset)
+                    : out_buf;
+    st = e->ops->append(e->backend, layer, kf, vf);
+    if (st == PKV_OK)
+        st = e->ops->attend(e->backend, layer, qf, of, e->params.scale,
+                            e->params.sliding_window);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
+                                pkv_last_error());
+    if (out->dtype == PKV_TENSOR_F16) {
+        uint16_t *h = (uint16_t *)(void *)((uint8_t *)out->data + out->offset);
+        pkv__f32_to_f16_n(out_buf, h, (uint32_t)q_count);
+    }
+    e->layer_done[layer] = 1;
+    e->layers_left--;
+    return PKV_OK;
+}
+
+pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
+                               const uint8_t *stop, uint32_t num_samples)
+{
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (!e->in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "step_end outside a step: call step_begin");
+    if (e->layers_left != 0)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "step_end with %u layers not attended",
+                                (unsigned)e->layers_left);
+    const pkv_batch *b = &e->batch;
+    if (num_samples != b->num_samples || (num_samples > 0 && sampled == NULL))
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "%u sampled tokens for %u sample rows%s",
+                                (unsigned)num_samples,
+                                (unsigned)b->num_samples,
+                                sampled == NULL ? " (sampled is NULL)" : "");
+    uint32_t vocab = e->params.vocab_size;
+    for (uint32_t j = 0; j < num_samples; j++)
+        if (sampled[j] < 0 || (vocab != 0 && (uint32_t)sampled[j] >= vocab))
+            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                    "sampled[%u] is %d; token ids are "
+                                    "0..%u",
+                                    (unsigned)j, (int)sampled[j],
+                                    (unsigned)(vocab ? vocab - 1 : INT32_MAX));
+
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < b->num_seqs; i++) {
+        pkv__seq *s = e->step_seqs[i];
+        int samples_here = j < num_samples &&
+                           b->sample_rows[j] == e->query_start[i + 1] - 1;
+        uint32_t sample = j;
+        j += (uint32_t)samples_here;
+        if (e->seq_bad[i]) {
+            pkv__engine_end(e, s, PKV_FINISH_FAILED, PKV_ERR_NON_FINITE);
+            continue;
+        }
+        s->num_computed += s->scheduled;
+        s->scheduled = 0;
+        /* A cache: when its chain cannot grow, later prompts miss. */
+        if (pkv__prefix_register(&e->prefix, &s->chain, &s->table, s->tokens,
+                                 s->salt) != PKV_OK)
+            pkv__engine_log(e, PKV_LOG_DEBUG,
+                            "seq %llu: prefix registration skipped (memory)",
+                            (unsigned long long)s->id);
+        if (!samples_here)
+            continue;
+        s->tokens[s->num_tokens++] = sampled[sample];
+        s->num_generated++;
+        s->protect = 0;
+        if (stop != NULL && stop[sample])
+            pkv__engine_end(e, s, PKV_FINISH_STOP, PKV_OK);
+        else if (s->max_new_tokens != 0 &&
+                 s->num_generated >= s->max_new_tokens)
+            pkv__engine_end(e, s, PKV_FINISH_LENGTH, PKV_OK);
+        else if (s->num_tokens >= e->params.max_model_len)
+            pkv__engine_end(e, s, PKV_FINISH_MAX_MODEL_LEN, PKV_OK);
+    }
+    e->in_step = 0;
+    return PKV_OK;
+}

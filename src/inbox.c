@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+#include "inbox.h"
+
+#include <string.h>
+
+pkv_status pkv__inbox_init(pkv__inbox *inbox)
+{
+    memset(inbox, 0, sizeof *inbox);
+    if (mtx_init(&inbox->lock, mtx_plain) != thrd_success)
+        return PKV_ERR_OUT_OF_MEMORY;
+    return PKV_OK;
+}
+
+void pkv__inbox_release(pkv__inbox *inbox, const pkv__allocator *alloc)
+{
+    pkv__seq *seq = inbox->adds_head;
+    while (seq != NULL) {
+        pkv__seq *next = seq->inbox_next;
+        pkv__seq_free(seq, alloc);
+        seq = next;
+    }
+    pkv__free(alloc, inbox->aborts, inbox->abort_capacity,
+              sizeof *inbox->aborts);
+    mtx_destroy(&inbox->lock);
+    memset(inbox, 0, sizeof *inbox);
+}
+
+void pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
+{
+    mtx_lock(&inbox->lock);
+    seq->id = ++inbox->last_id;
+    seq->arrival = ++inbox->arrivals;
+    seq->state = PKV__SEQ_QUEUED;
+    seq->inbox_next = NULL;
+    if (inbox->adds_tail != NULL)
+        inbox->adds_tail->inbox_next = seq;
+    else
+        inbox->adds_head = seq;
+    inbox->adds_tail = seq;
+    inbox->live++;
+    mtx_unlock(&inbox->lock);
+}
+
+pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,
+                            pkv_seq_id id)
+{
+    pkv_status st = PKV_OK;
+    mtx_lock(&inbox->lock);
+    if (id == 0 || id > inbox->last_id) {
+        st = PKV_ERR_NOT_FOUND;
+    } else {
+        if (inbox->num_aborts == inbox->abort_capacity) {
+            uint32_t cap = inbox->abort_capacity ? inbox->abort_capacity * 2
+                                                 : 16;
+            pkv_seq_id *grown = pkv__calloc(alloc, cap, sizeof *grown);
+            if (grown == NULL) {
+                st = PKV_ERR_OUT_OF_MEMORY;
+                goto out;
+            }
+            if (inbox->num_aborts)
+                memcpy(grown, inbox->aborts,
+                       inbox->num_aborts * sizeof *grown);
+            pkv__free(alloc, inbox->aborts, inbox->abort_capacity,
+                      sizeof *grown);
+            inbox->aborts = grown;
+            inbox->abort_capacity = cap;
+        }
+        inbox->aborts[inbox->num_aborts++] = id;
+    }
+out:
+    mtx_unlock(&inbox->lock);
+    return st;
+}
+
+int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
+                    pkv_seq_id **aborts, uint32_t *num_aborts,
+                    uint32_t *abort_capacity)
+{
+    mtx_lock(&inbox->lock);
+    if (inbox->live > max_live) {
+        mtx_unlock(&inbox->lock);
+        return 0;
+    }
+    *adds = inbox->adds_head;
+    inbox->adds_head = NULL;
+    inbox->adds_tail = NULL;
+    *aborts = inbox->aborts;
+    *num_aborts = inbox->num_aborts;
+    *abort_capacity = inbox->abort_capacity;
+    inbox->aborts = NULL;
+    inbox->num_aborts = 0;
+    inbox->abort_capacity = 0;
+    mtx_unlock(&inbox->lock);
+    return 1;
+}
+
+void pkv__inbox_issue(pkv__inbox *inbox, pkv__seq *seq)
+{
+    mtx_lock(&inbox->lock);
+    seq->id = ++inbox->last_id;
+    seq->arrival = ++inbox->arrivals;
+    inbox->live++;
+    mtx_unlock(&inbox->lock);
+}
+
+void pkv__inbox_retire(pkv__inbox *inbox, uint64_t n)
+{
+    mtx_lock(&inbox->lock);
+    inbox->live -= n;
+    mtx_unlock(&inbox->lock);
+}
+
+uint64_t pkv__inbox_live_count(pkv__inbox *inbox)
+{
+    mtx_lock(&inbox->lock);
+    uint64_t live = inbox->live;
+    mtx_unlock(&inbox->lock);
+    return live;
+}

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+#include "seq.h"
+
+#include <string.h>
+
+pkv_status pkv__seq_list_reserve(pkv__seq_list *list,
+                                 const pkv__allocator *alloc,
+                                 uint32_t needed)
+{
+    if (needed <= list->capacity)
+        return PKV_OK;
+    uint32_t cap = list->capacity ? list->capacity : 16;
+    while (cap < needed)
+        cap = cap > UINT32_MAX / 2 ? needed : cap * 2;
+    pkv__seq **grown = pkv__calloc(alloc, cap, sizeof *grown);
+    if (grown == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    if (list->count)
+        memcpy(grown, list->items, list->count * sizeof *grown);
+    pkv__free(alloc, list->items, list->capacity, sizeof *grown);
+    list->items = grown;
+    list->capacity = cap;
+    return PKV_OK;
+}
+
+void pkv__seq_list_release(pkv__seq_list *list, const pkv__allocator *alloc)
+{
+    pkv__free(alloc, list->items, list->capacity, sizeof *list->items);
+    memset(list, 0, sizeof *list);
+}
+
+void pkv__seq_list_insert(pkv__seq_list *list, uint32_t index, pkv__seq *seq)
+{
+    memmove(list->items + index + 1, list->items + index,
+            (list->count - index) * sizeof *list->items);
+    list->items[index] = seq;
+    list->count++;
+}
+
+void pkv__seq_list_remove_at(pkv__seq_list *list, uint32_t index)
+{
+    memmove(list->items + index, list->items + index + 1,
+            (list->count - index - 1) * sizeof *list->items);
+    list->count--;
+}
+
+uint32_t pkv__seq_list_find(const pkv__seq_list *list, const pkv__seq *seq)
+{
+    for (uint32_t i = 0; i < list->count; i++)
+        if (list->items[i] == seq)
+            return i;
+    return UINT32_MAX;
+}
+
+pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
+                       uint32_t prompt_len)
+{
+    pkv__seq *seq = pkv__calloc(alloc, 1, sizeof *seq);
+    if (seq == NULL)
+        return NULL;
+    seq->token_capacity = prompt_len + 16;
+    seq->tokens = pkv__calloc(alloc, seq->token_capacity, sizeof *seq->tokens);
+    if (seq->tokens == NULL) {
+        pkv__free(alloc, seq, 1, sizeof *seq);
+        return NULL;
+    }
+    memcpy(seq->tokens, prompt, prompt_len * sizeof *prompt);
+    seq->num_tokens = prompt_len;
+    seq->prompt_len = prompt_len;
+    seq->stage = PKV__NO_STAGE;
+    pkv__table_init(&seq->table);
+    pkv__prefix_chain_init(&seq->chain);
+    return seq;
+}
+
+pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc)
+{
+    if (seq->num_tokens < seq->token_capacity)
+        return PKV_OK;
+    uint32_t cap = seq->token_capacity * 2;
+    int32_t *grown = pkv__calloc(alloc, cap, sizeof *grown);
+    if (grown == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    memcpy(grown, seq->tokens, seq->num_tokens * sizeof *grown);
+    pkv__free(alloc, seq->tokens, seq->token_capacity, sizeof *grown);
+    seq->tokens = grown;
+    seq->token_capacity = cap;
+    return PKV_OK;
+}
+
+void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)
+{
+    if (seq == NULL)
+        return;
+    pkv__free(alloc, seq->tokens, seq->token_capacity, sizeof *seq->tokens);
+    pkv__free(alloc, seq->swap_data, seq->swap_size, 1);
+    pkv__free(alloc, seq->swap_blocks, seq->swap_num_blocks,
+              sizeof *seq->swap_blocks);
+    pkv__free(alloc, seq, 1, sizeof *seq);
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* A sequence (request) and the ordered lists the scheduler keeps them in. */
+#ifndef PKV_SEQ_H
+#define PKV_SEQ_H
+
+#include "prefix.h"
+
+#define PKV__NO_STAGE UINT32_MAX
+
+enum pkv__seq_state {
+    PKV__SEQ_QUEUED = 0, /* in the inbox, not yet seen by the scheduler */
+    PKV__SEQ_WAITING = 1,
+    PKV__SEQ_RUNNING = 2,
+    PKV__SEQ_SWAPPED = 3,
+    PKV__SEQ_FINISHED = 4 /* ended, not yet reported in a batch */
+};
+
+typedef struct pkv__seq {
+    pkv_seq_id id;
+    int32_t state; /* enum pkv__seq_state */
+    int32_t priority;
+    uint32_t tenant;
+    uint64_t salt;
+    uint64_t arrival;  /* order of arrival (ties broken by id) */
+    uint64_t admitted; /* order of the latest entry into running */
+
+    /* Every token: the prompt, then each sampled one. The last sampled
+     * token has no KV yet: it is the next decode row. The array always has
+     * room for one more token, so step_end never allocates. */
+    int32_t *tokens;
+    uint32_t num_tokens;
+    uint32_t token_capacity;
+    uint32_t prompt_len;
+    uint32_t max_new_tokens;
+    uint32_t num_generated;
+    uint32_t num_computed; /* tokens whose KV is in the cache */
+    uint32_t scheduled;    /* rows in the current step */
+
+    pkv__table table;
+    pkv__prefix_chain chain;
+    uint32_t stage; /* U8 staging tail while running, else PKV__NO_STAGE */
+
+    /* Anti-thrash: set when resumed after a preemption, cleared when it
+     * samples a token; while set it is not chosen as a victim (except by
+     * the oldest running sequence, which must always progress). */
+    uint8_t protect;
+    uint32_t num_preemptions;
+
+    /* Swapped out: the blocks' contents (every layer) and the staging tail,
+     * in host memory. */
+    void *swap_data;
+    size_t swap_size;
+    uint32_t swap_num_blocks;
+    uint32_t *swap_blocks; /* the blocks to copy out, until the copy */
+
+    pkv_finished finish;
+    struct pkv__seq *inbox_next;
+} pkv__seq;
+
+/* An array of sequence pointers. */
+typedef struct pkv__seq_list {
+    pkv__seq **items;
+    uint32_t count;
+    uint32_t capacity;
+} pkv__seq_list;
+
+/* Room for `needed` items; nothing changes on failure. */
+pkv_status pkv__seq_list_reserve(pkv__seq_list *list,
+                                 const pkv__allocator *alloc,
+                                 uint32_t needed);
+void pkv__seq_list_release(pkv__seq_list *list, const pkv__allocator *alloc);
+/* Insert at index (<= count); capacity must allow it. */
+void pkv__seq_list_insert(pkv__seq_list *list, uint32_t index, pkv__seq *seq);
+void pkv__seq_list_remove_at(pkv__seq_list *list, uint32_t index);
+/* Index of seq in the list, or UINT32_MAX. */
+uint32_t pkv__seq_list_find(const pkv__seq_list *list, const pkv__seq *seq);
+
+/* A new sequence holding a copy of the prompt, with room for one more
+ * token. NULL when memory runs out. */
+pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
+                       uint32_t prompt_len);
+/* Make room for num_tokens + 1 tokens. */
+pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc);
+/* Free the sequence object; its table and chain must be released. */
+void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc);
+
+#endif

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "test_model.h"
+
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+float tm_value(int kind, int32_t token, uint32_t position, uint32_t layer,
+               uint32_t head, uint32_t dim)
+{
+    uint64_t h = mix((uint64_t)(uint32_t)token * 0x9e3779b97f4a7c15ull ^
+                     ((uint64_t)kind << 56));
+    h = mix(h ^ ((uint64_t)position << 20) ^ layer);
+    h = mix(h ^ ((uint64_t)head << 32) ^ dim);
+    return (float)((double)(h >> 40) / (double)(1 << 23) - 1.0);
+}
+
+void tm_row(int kind, int32_t token, uint32_t position, uint32_t layer,
+            uint32_t heads, uint32_t head_dim, float *row)
+{
+    for (uint32_t h = 0; h < heads; h++)
+        for (uint32_t d = 0; d < head_dim; d++)
+            row[h * head_dim + d] =
+                tm_value(kind, token, position, layer, h, d);
+}
+
+int32_t tm_sample(int32_t last_token, uint32_t position, uint32_t vocab)
+{
+    return (int32_t)(mix((uint64_t)(uint32_t)last_token << 32 | position) %
+                     vocab);
+}
+
+void tm_host_init(tm_host *host, const pkv_engine_params *params,
+                  float tolerance)
+{
+    memset(host, 0, sizeof *host);
+    host->params = *params;
+    host->tolerance = tolerance;
+    host->check_stride = 1;
+    assert_int_equal(pkv_engine_create(params, &host->engine), PKV_OK);
+    /* The engine resolves defaults; read back what it uses. */
+    host->params = host->engine->params;
+}
+
+void tm_host_free(tm_host *host)
+{
+    pkv_engine_destroy(host->engine);
+    for (uint32_t i = 0; i < host->num_seqs; i++)
+        free(host->seqs[i].tokens);
+    free(host->seqs);
+    memset(host, 0, sizeof *host);
+}
+
+static tm_seq *new_record(tm_host *host, pkv_seq_id id, const int32_t *tokens,
+                          uint32_t len)
+{
+    if (host->num_seqs == host->capacity) {
+        host->capacity = host->capacity ? host->capacity * 2 : 64;
+        host->seqs = realloc(host->seqs, host->capacity * sizeof *host->seqs);
+        assert_non_null(host->seqs);
+    }
+    tm_seq *s = &host->seqs[host->num_seqs++];
+    memset(s, 0, sizeof *s);
+    s->id = id;
+    s->capacity = len + 64;
+    s->tokens = malloc(s->capacity * sizeof *s->tokens);
+    assert_non_null(s->tokens);
+    memcpy(s->tokens, tokens, len * sizeof *tokens);
+    s->num_tokens = len;
+    return s;
+}
+
+tm_seq *tm_find(tm_host *host, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < host->num_seqs; i++)
+        if (host->seqs[i].id == id)
+            return &host->seqs[i];
+    return NULL;
+}
+
+pkv_seq_id tm_add(tm_host *host, const int32_t *prompt, uint32_t len,
+                  uint32_t max_new_tokens, int32_t priority, uint32_t tenant)
+{
+    pkv_seq_params p;
+    assert_int_equal(pkv_seq_params_init(&p), PKV_OK);
+    p.prompt = prompt;
+    p.prompt_len = len;
+    p.max_new_tokens = max_new_tokens;
+    p.priority = priority;
+    p.tenant = tenant;
+    pkv_seq_id id = 0;
+    assert_int_equal(pkv_seq_add(host->engine, &p, &id), PKV_OK);
+    new_record(host, id, prompt, len);
+    return id;
+}
+
+void tm_record_fork(tm_host *host, pkv_seq_id parent, pkv_seq_id child,
+                    int32_t last_token)
+{
+    tm_seq *p = tm_find(host, parent);
+    assert_non_null(p);
+    /* new_record may move the array: copy the parent's history first. */
+    uint32_t len = p->num_tokens;
+    int32_t *copy = malloc(len * sizeof *copy);
+    assert_non_null(copy);
+    memcpy(copy, p->tokens, len * sizeof *copy);
+    if (last_token >= 0)
+        copy[len - 1] = last_token;
+    new_record(host, child, copy, len);
+    free(copy);
+}
+
+static void push_token(tm_seq *s, int32_t token)
+{
+    if (s->num_tokens == s->capacity) {
+        s->capacity *= 2;
+        s->tokens = realloc(s->tokens, s->capacity * sizeof *s->tokens);
+        assert_non_null(s->tokens);
+    }
+    s->tokens[s->num_tokens++] = token;
+}
+
+/* Dense f64 attention of one query row at `position` of a sequence over
+ * its tokens 0..position, for one layer. */
+static void dense_row(const tm_host *host, const tm_seq *s, uint32_t position,
+                      uint32_t layer, const float *q, double *out)
+{
+    const pkv_engine_params *p = &host->params;
+    uint32_t hq = p->num_q_heads, hkv = p->num_kv_heads, d = p->head_dim;
+    uint32_t group = hq / hkv;
+    double scale = p->scale > 0 ? p->scale : 1.0 / sqrt((double)d);
+    uint32_t first = 0;
+    if (p->sliding_window && position + 1 > p->sliding_window)
+        first = position + 1 - p->sliding_window;
+    uint32_t n = position + 1 - first;
+    double *scores = malloc(n * sizeof *scores);
+    float *krow = malloc(hkv * d * sizeof *krow);
+    float *vrow = malloc(hkv * d * sizeof *vrow);
+    assert_true(scores && krow && vrow);
+    for (uint32_t h = 0; h < hq; h++) {
+        uint32_t kvh = h / group;
+        double m = -INFINITY;
+        for (uint32_t t = 0; t < n; t++) {
+            uint32_t pos = first + t;
+            double dot = 0;
+            for (uint32_t c = 0; c < d; c++)
+                dot += (double)q[h * d + c] *
+                       tm_value(TM_K, s->tokens[pos], pos, layer, kvh, c);
+            scores[t] = dot * scale;
+            if (scores[t] > m)
+                m = scores[t];
+        }
+        double sum = 0;
+        for (uint32_t t = 0; t < n; t++) {
+            scores[t] = exp(scores[t] - m);
+            sum += scores[t];
+        }
+        for (uint32_t c = 0; c < d; c++)
+            out[h * d + c] = 0;
+        for (uint32_t t = 0; t < n; t++) {
+            uint32_t pos = first + t;
+            double w = scores[t] / sum;
+            for (uint32_t c = 0; c < d; c++)
+                out[h * d + c] +=
+                    w * tm_value(TM_V, s->tokens[pos], pos, layer, kvh, c);
+        }
+    }
+    free(scores);
+    free(krow);
+    free(vrow);
+}
+
+static pkv_tensor host_tensor(float *data, uint32_t rows, uint32_t heads,
+                              uint32_t head_dim)
+{
+    pkv_tensor t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = sizeof t;
+    t.dtype = PKV_TENSOR_F32;
+    t.memory = PKV_MEMORY_HOST;
+    t.rows = rows;
+    t.heads = heads;
+    t.head_dim = head_dim;
+    t.data = data;
+    return t;
+}
+
+void tm_step(tm_host *host, const pkv_batch **batch_out)
+{
+    const pkv_engine_params *p = &host->params;
+    const pkv_batch *b = NULL;
+    assert_int_equal(pkv_engine_step_begin(host->engine, &b), PKV_OK);
+    assert_non_null(b);
+    host->steps++;
+    host->preempted_reports += b->num_preempted;
+    for (uint32_t i = 0; i < b->num_finished; i++) {
+        tm_seq *s = tm_find(host, b->finished[i].id);
+        assert_non_null(s);
+        assert_false(s->ended);
+        s->ended = 1;
+        s->finish_reason = b->finished[i].reason;
+        s->finish_status = b->finished[i].status;
+        host->finished++;
+    }
+    uint32_t T = b->num_tokens, hq = p->num_q_heads, hkv = p->num_kv_heads;
+    uint32_t d = p->head_dim;
+    float *q = malloc(((size_t)T * hq * d + 1) * sizeof *q);
+    float *k = malloc(((size_t)T * hkv * d + 1) * sizeof *k);
+    float *v = malloc(((size_t)T * hkv * d + 1) * sizeof *v);
+    float *out = malloc(((size_t)T * hq * d + 1) * sizeof *out);
+    double *ref = malloc((size_t)hq * d * sizeof *ref);
+    assert_true(q && k && v && out && ref);
+    for (uint32_t layer = 0; layer < p->num_layers; layer++) {
+        for (uint32_t r = 0; r < T; r++) {
+            int32_t tok = b->token_ids[r];
+            uint32_t pos = b->positions[r];
+            tm_row(TM_Q, tok, pos, layer, hq, d, q + (size_t)r * hq * d);
+            tm_row(TM_K, tok, pos, layer, hkv, d, k + (size_t)r * hkv * d);
+            tm_row(TM_V, tok, pos, layer, hkv, d, v + (size_t)r * hkv * d);
+        }
+        pkv_tensor tq = host_tensor(q, T, hq, d), tk = host_tensor(k, T, hkv, d);
+        pkv_tensor tv = host_tensor(v, T, hkv, d), to = host_tensor(out, T, hq, d);
+        pkv_status st = pkv_engine_attend(host->engine, layer, &tq, &tk, &tv,
+                                          &to);
+        if (st != PKV_OK)
+            fail_msg("attend: %s", pkv_engine_last_error(host->engine));
+        for (uint32_t i = 0; i < b->num_seqs; i++) {
+            tm_seq *s = tm_find(host, b->seq_ids[i]);
+            assert_non_null(s);
+            assert_int_equal(b->context_lens[i] <= s->num_tokens, 1);
+            for (uint32_t r = b->query_start[i]; r < b->query_start[i + 1];
+                 r++) {
+                uint32_t pos = b->positions[r];
+                assert_int_equal(b->token_ids[r], s->tokens[pos]);
+                if (pos % host->check_stride != 0 &&
+                    r + 1 != b->query_start[i + 1])
+                    continue;
+                dense_row(host, s, pos, layer, q + (size_t)r * hq * d, ref);
+                for (uint32_t c = 0; c < hq * d; c++) {
+                    double err = fabs(out[(size_t)r * hq * d + c] - ref[c]);
+                    if (err > host->max_error)
+                        host->max_error = err;
+                    if (!(err <= host->tolerance))
+                        fail_msg("seq %llu row %u (position %u) layer %u "
+                                 "element %u: %g vs reference %g",
+                                 (unsigned long long)s->id, r, pos, layer, c,
+                                 (double)out[(size_t)r * hq * d + c], ref[c]);
+                }
+                host->rows_checked++;
+            }
+        }
+    }
+    int32_t *sampled = malloc((b->num_samples + 1) * sizeof *sampled);
+    assert_non_null(sampled);
+    uint32_t vocab = p->vocab_size ? p->vocab_size : 1000;
+    for (uint32_t j = 0; j < b->num_samples; j++) {
+        uint32_t r = b->sample_rows[j];
+        sampled[j] = tm_sample(b->token_ids[r], b->positions[r], vocab);
+    }
+    if (batch_out != NULL)
+        *batch_out = b;
+    /* Record the samples before step_end: the batch stays valid. */
+    for (uint32_t j = 0; j < b->num_samples; j++)
+        push_token(tm_find(host, b->sample_seq_ids[j]), sampled[j]);
+    assert_int_equal(
+        pkv_engine_step_end(host->engine, sampled, NULL, b->num_samples),
+        PKV_OK);
+    free(sampled);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(ref);
+}
+
+void tm_run(tm_host *host, uint32_t max_steps)
+{
+    for (uint32_t i = 0; i < max_steps && pkv_engine_has_work(host->engine);
+         i++)
+        tm_step(host, NULL);
+    assert_false(pkv_engine_has_work(host->engine));
+}
+
+void tm_check_idle(tm_host *host)
+{
+    pkv_engine_stats s;
+    s.struct_size = sizeof s;
+    assert_int_equal(pkv_engine_get_stats(host->engine, &s), PKV_OK);
+    assert_int_equal(s.num_running + s.num_waiting + s.num_swapped, 0);
+    assert_int_equal(s.blocks_free + s.blocks_cached_free, s.blocks_total - 1);
+    assert_int_equal(s.blocks_used, 1);
+    const pkv__pool *pool = &host->engine->pool;
+    for (uint32_t b = 0; b < pool->num_blocks; b++)
+        assert_int_equal(pool->blocks[b].ref_count, 0);
+    assert_int_equal(host->engine->swap_used, 0);
+}

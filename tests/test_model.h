@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A deterministic test model for the engine loop: the Q, K and V rows of a
+ * token are a fixed function of (token id, position, layer), so the output
+ * of every row of every step can be recomputed densely from the sequence's
+ * token history and compared, whatever the engine did in between (chunked
+ * prefill, prefix hits, forks, preemption, swap).
+ */
+#ifndef PKV_TEST_MODEL_H
+#define PKV_TEST_MODEL_H
+
+#include "pkv/pkv.h"
+
+#include <stdint.h>
+
+enum { TM_Q = 0, TM_K = 1, TM_V = 2 };
+
+/* One element in [-1, 1). */
+float tm_value(int kind, int32_t token, uint32_t position, uint32_t layer,
+               uint32_t head, uint32_t dim);
+
+/* Fill row [heads][head_dim] of kind for (token, position, layer). */
+void tm_row(int kind, int32_t token, uint32_t position, uint32_t layer,
+            uint32_t heads, uint32_t head_dim, float *row);
+
+/* The token a test "samples" for a sequence after `position`: a fixed
+ * function of the sequence's last token and position, below vocab. */
+int32_t tm_sample(int32_t last_token, uint32_t position, uint32_t vocab);
+
+/* A live sequence as the test host sees it: its whole token history. */
+typedef struct tm_seq {
+    pkv_seq_id id;
+    int32_t *tokens;
+    uint32_t num_tokens;
+    uint32_t capacity;
+    int ended;
+    int32_t finish_reason;
+    int32_t finish_status;
+} tm_seq;
+
+/* The host side of one engine: geometry, live sequences, and what was
+ * checked. */
+typedef struct tm_host {
+    pkv_engine *engine;
+    pkv_engine_params params;
+    float tolerance; /* max |out - dense reference| accepted */
+    uint32_t check_stride; /* check rows at positions % stride == 0 and
+                              the last row of each sequence; 1: all */
+    tm_seq *seqs;
+    uint32_t num_seqs;
+    uint32_t capacity;
+    /* Filled by tm_step. */
+    uint64_t rows_checked;
+    double max_error;
+    uint32_t steps;
+    uint32_t finished;
+    uint32_t preempted_reports;
+} tm_host;
+
+/* Create the engine from params (geometry must be set). */
+void tm_host_init(tm_host *host, const pkv_engine_params *params,
+                  float tolerance);
+/* Destroy the engine and the host's records. */
+void tm_host_free(tm_host *host);
+
+/* pkv_seq_add a prompt, recording it. Returns the id. */
+pkv_seq_id tm_add(tm_host *host, const int32_t *prompt, uint32_t len,
+                  uint32_t max_new_tokens, int32_t priority, uint32_t tenant);
+/* Record a sequence that the engine created (fork): copy parent's history
+ * with the last token replaced. */
+void tm_record_fork(tm_host *host, pkv_seq_id parent, pkv_seq_id child,
+                    int32_t last_token);
+tm_seq *tm_find(tm_host *host, pkv_seq_id id);
+
+/* One full step: step_begin, attend on every layer with the test model's
+ * rows, check every output row against the dense f64 reference, sample
+ * with tm_sample (stop never), step_end. Fails the test on any mismatch.
+ * *batch_out (optional) receives the batch of the step. */
+void tm_step(tm_host *host, const pkv_batch **batch_out);
+
+/* Step until the engine has no work (at most max_steps). */
+void tm_run(tm_host *host, uint32_t max_steps);
+
+/* The leak check: nothing live, every block free (total - 1, the null
+ * block excepted), every ref count 0. */
+void tm_check_idle(tm_host *host);
+
+#endif
