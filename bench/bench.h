@@ -18,5 +18,6 @@ double bench_uniform(uint64_t *state); /* (0, 1) */
 double bench_normal(uint64_t *state);
 
 int bench_memory(const bench_options *opt);
+int bench_scheduler(const bench_options *opt);
 
 #endif

@@ -34,6 +34,8 @@ typedef struct subcommand {
 static const subcommand SUBCOMMANDS[] = {
     {"memory", bench_memory,
      "KV memory: static max-length allocation vs paged blocks"},
+    {"scheduler", bench_scheduler,
+     "host microseconds per step at 1 to 1,024 running sequences"},
 };
 #define NUM_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
 

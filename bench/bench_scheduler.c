@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv-bench scheduler: host time of one step (step_begin + step_end) at 1
+ * to 1,024 running sequences, attention excluded: what pkv adds to a host's
+ * step besides the kernels. CPU backend, a one-layer toy geometry. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "bench.h"
+
+#include "pkv/pkv.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROMPT_LEN 64
+#define MEASURED_STEPS 64
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median host microseconds per decode step with n running sequences. */
+static int measure(uint32_t n, double *median_us)
+{
+    pkv_engine_params p;
+    pkv_engine_params_init(&p);
+    p.num_layers = 1;
+    p.num_q_heads = 1;
+    p.num_kv_heads = 1;
+    p.head_dim = 4;
+    p.kv_dtype = PKV_KV_F32;
+    p.block_size = 16;
+    p.num_blocks = n * ((PROMPT_LEN + MEASURED_STEPS + 32) / 16 + 1) + 1;
+    p.max_num_seqs = n;
+    p.max_batch_tokens = n * PROMPT_LEN;
+    p.backend = PKV_BACKEND_CPU;
+    pkv_engine *e;
+    if (pkv_engine_create(&p, &e) != PKV_OK) {
+        fprintf(stderr, "scheduler: %s\n", pkv_last_error());
+        return 1;
+    }
+    int32_t prompt[PROMPT_LEN];
+    for (uint32_t i = 0; i < n; i++) {
+        for (uint32_t t = 0; t < PROMPT_LEN; t++)
+            prompt[t] = (int32_t)(i * 131 + t);
+        pkv_seq_params sp;
+        pkv_seq_params_init(&sp);
+        sp.prompt = prompt;
+        sp.prompt_len = PROMPT_LEN;
+        pkv_seq_id id;
+        if (pkv_seq_add(e, &sp, &id) != PKV_OK)
+            return 1;
+    }
+    size_t rows = (size_t)n * PROMPT_LEN * 4;
+    float *x = calloc(rows, sizeof *x), *out = calloc(rows, sizeof *out);
+    int32_t *sampled = calloc(n, sizeof *sampled);
+    double *times = calloc(MEASURED_STEPS, sizeof *times);
+    if (!x || !out || !sampled || !times)
+        return 1;
+    int rc = 0;
+    /* Step 0 is the prefill; the measured steps are decodes. */
+    for (uint32_t step = 0; step <= MEASURED_STEPS && rc == 0; step++) {
+        const pkv_batch *b;
+        double t0 = now_us();
+        rc |= pkv_engine_step_begin(e, &b) != PKV_OK;
+        double t1 = now_us();
+        pkv_tensor t = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
+                        b->num_tokens, 1, 4, x, 0};
+        pkv_tensor o = t;
+        o.data = out;
+        rc |= pkv_engine_attend(e, 0, &t, &t, &t, &o) != PKV_OK;
+        for (uint32_t j = 0; j < b->num_samples; j++)
+            sampled[j] = (int32_t)(step + j);
+        double t2 = now_us();
+        rc |= pkv_engine_step_end(e, sampled, NULL, b->num_samples) != PKV_OK;
+        double t3 = now_us();
+        if (step > 0)
+            times[step - 1] = (t1 - t0) + (t3 - t2);
+        if (b->num_seqs != n && rc == 0) {
+            fprintf(stderr, "scheduler: %u of %u sequences ran\n",
+                    b->num_seqs, n);
+            rc = 1;
+        }
+    }
+    qsort(times, MEASURED_STEPS, sizeof *times, compare_double);
+    *median_us = times[MEASURED_STEPS / 2];
+    free(x);
+    free(out);
+    free(sampled);
+    free(times);
+    pkv_engine_destroy(e);
+    return rc;
+}
+
+int bench_scheduler(const bench_options *opt)
+{
+    static const uint32_t full[] = {1, 4, 16, 64, 256, 1024};
+    static const uint32_t quick[] = {1, 256};
+    const uint32_t *sizes = opt->quick ? quick : full;
+    size_t count = opt->quick ? 2 : 6;
+    printf("scheduler: host time of step_begin + step_end per decode step "
+           "(median of %d), attention excluded\n",
+           MEASURED_STEPS);
+    printf("%9s %12s %14s\n", "running", "us/step", "us/seq/step");
+    for (size_t i = 0; i < count; i++) {
+        double us;
+        if (measure(sizes[i], &us) != 0)
+            return 1;
+        printf("%9u %12.1f %14.3f\n", sizes[i], us, us / sizes[i]);
+        if (opt->json)
+            fprintf(opt->json,
+                    "{\"bench\":\"scheduler\",\"running\":%u,"
+                    "\"us_per_step\":%.2f}\n",
+                    sizes[i], us);
+    }
+    return 0;
+}
