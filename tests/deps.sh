@@ -3,7 +3,8 @@
 # Install the Debian packages pkv builds, tests and runs with, when missing.
 set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
-opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang"
+opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang
+abigail-tools"
 missing=""
 for p in $PKV_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -11,6 +11,8 @@ echo "== normal build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPKV_WERROR=ON
 cmake --build build -j "$JOBS"
 ctest --test-dir build --output-on-failure -j "$JOBS"
+echo "== install, then build examples/minimal.c with find_package and pkg-config"
+sh tests/check_install.sh build
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
 # Intel's OpenCL runtime aborts ASan processes at platform enumeration (it
