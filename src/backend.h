@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The attention backend: an ops table the engine calls, implemented by the
+ * CPU reference backend (backend_cpu.c) and the OpenCL backend.
+ *
+ * A backend owns the KV cache (one arena per layer, laid out as kv_layout.h
+ * says) and, for U8, the staging tails. It makes no scheduling decision:
+ * the engine owns block ids, slots and the assignment of staging tails.
+ *
+ * Call order per step:
+ *
+ *     begin_step(step)                      once: validate, upload arrays
+ *     for each layer: append(layer, k, v); attend(layer, q, out, ...)
+ *
+ * copy_blocks, copy_stages, swap_* and stage_* may be called between steps
+ * (before begin_step, or after the last attend of a step).
+ *
+ * Staging tails (U8 only). A U8 block is quantized once, when it is full
+ * (sealed). Until then the tokens of a sequence's last, partly filled block
+ * live in full precision (f32) in a staging tail: one block's worth of K
+ * and V for every layer and kv head. The engine gives every running U8
+ * sequence its own tail (pkv__step.stages) and keeps it for the sequence's
+ * life. So, for U8:
+ *   - a block that is not full has no contents in the arena; its tokens are
+ *     in the tail, at offset (token index % block_size);
+ *   - appending the token at offset block_size - 1 quantizes the tail into
+ *     the block named by that row's slot (seal); the tail then starts over;
+ *   - fork: copy the parent's tail to the child's (copy_stages); copying a
+ *     partly filled block (copy-on-write) is then unnecessary, since the
+ *     child's tokens of that block are in its own tail;
+ *   - swap: stage_out/stage_in move a tail with the sequence's blocks;
+ *   - truncating a sequence into a sealed block would need requantization,
+ *     which pkv never does: recompute from the block boundary instead.
+ *
+ * Errors: every op that can fail returns a pkv_status, sets this thread's
+ * message (pkv__fail, error.h) and changes nothing on failure: all inputs
+ * are checked before the first byte is written.
+ *
+ * Non-finite K/V: append rejects a step whose K or V holds a NaN or an
+ * infinity with PKV_ERR_NON_FINITE, and (f16 and u8 caches) one holding a
+ * value beyond +-65504, the f16 range, with PKV_ERR_UNSUPPORTED. Nothing is
+ * written, so a NaN never reaches any sequence's blocks. Q is not checked:
+ * a NaN query row yields NaN in its own output rows only.
+ *
+ * Tensors are f32 rows in host memory: q and out [num_tokens][num_q_heads]
+ * [head_dim], k and v [num_tokens][num_kv_heads][head_dim].
+ */
+#ifndef PKV_BACKEND_H
+#define PKV_BACKEND_H
+
+#include "alloc.h"
+#include "table.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Fixed at creation. Geometry limits: head_dim a multiple of 4 up to
+ * PKV_LAYOUT_MAX_HEAD_DIM, block_size a power of two up to
+ * PKV_LAYOUT_MAX_BLOCK_SIZE, num_q_heads a multiple of num_kv_heads
+ * (PKV_ERR_UNSUPPORTED otherwise). */
+typedef struct pkv__backend_config {
+    uint32_t num_layers;
+    uint32_t num_q_heads;
+    uint32_t num_kv_heads;
+    uint32_t head_dim;
+    uint32_t block_size;
+    uint32_t num_blocks; /* block 0 is the engine's null block: never
+                            written by append */
+    int32_t kv_dtype;    /* pkv_kv_dtype */
+    int32_t key_quant;   /* U8: PKV_QUANT_PER_CHANNEL or _PER_TOKEN */
+    int32_t value_quant; /* (PKV_QUANT_DEFAULT is resolved by the engine) */
+    uint32_t num_stages; /* U8: staging tails (the most running sequences);
+                            other dtypes: 0 */
+} pkv__backend_config;
+
+/*
+ * One step's ragged batch (DESIGN.md section 3). Sequence i owns query rows
+ * [query_start[i], query_start[i+1]); they are the last of its
+ * context_lens[i] tokens, in order, so row r of the sequence is token
+ * context_lens[i] - rows + r and sees tokens up to and including itself
+ * (causal, aligned to the end of the context). The host's RoPE positions are
+ * therefore not needed here and may differ from token indices.
+ */
+typedef struct pkv__step {
+    uint32_t num_seqs;
+    uint32_t num_tokens;         /* T, rows of q/k/v/out */
+    const uint32_t *query_start; /* [num_seqs + 1]: 0, ..., num_tokens */
+    const uint32_t *context_lens; /* [num_seqs]: >= the sequence's rows,
+                                     and <= max_blocks_per_seq * block_size */
+    const uint32_t *block_tables; /* [num_seqs][max_blocks_per_seq] ids;
+                                     only entries below ceil(context_len /
+                                     block_size) are read */
+    uint32_t max_blocks_per_seq;
+    const uint64_t *slots; /* [num_tokens]: block * block_size + offset
+                              where row t's K/V go; block 0 is refused */
+    const uint32_t *stages; /* [num_seqs]: staging tail of each sequence,
+                               < num_stages (U8); NULL for f32/f16 */
+} pkv__step;
+
+typedef struct pkv__backend pkv__backend;
+
+typedef struct pkv__backend_ops {
+    const char *name;
+
+    /* Allocate the arenas (and tails). PKV_ERR_UNSUPPORTED for a geometry
+     * or dtype the backend cannot run, PKV_ERR_OUT_OF_MEMORY (host) or
+     * PKV_ERR_DEVICE_MEMORY (device). Arenas start zeroed; their contents
+     * are meaningless until written. *out is NULL on failure. */
+    pkv_status (*create)(const pkv__backend_config *config,
+                         const pkv__allocator *alloc, pkv__backend **out);
+    void (*destroy)(pkv__backend *backend); /* NULL: no-op */
+
+    /* Validate the step (every id, slot, length and tail against the
+     * config) and take it for the following append/attend calls.
+     * Ownership: the arrays are borrowed until the next begin_step; the
+     * caller keeps them valid and unchanged until then. */
+    pkv_status (*begin_step)(pkv__backend *backend, const pkv__step *step);
+
+    /* Write this step's K and V rows of one layer to their slots (f32,
+     * f16), or to the sequences' tails, sealing the tails that fill (u8). */
+    pkv_status (*append)(pkv__backend *backend, uint32_t layer,
+                         const float *k, const float *v);
+
+    /* Paged attention of one layer over the step: out = softmax(scale *
+     * q k^T, causal) v, per query head h against kv head
+     * h / (num_q_heads / num_kv_heads). scale 0 means 1/sqrt(head_dim).
+     * sliding_window w > 0: row at token index p sees tokens
+     * [p - w + 1, p] only; 0: no window. out may not alias q. */
+    pkv_status (*attend)(pkv__backend *backend, uint32_t layer,
+                         const float *q, float *out, float scale,
+                         uint32_t sliding_window);
+
+    /* For each pair, copy block src to block dst in every layer, in order.
+     * Ids < num_blocks; dst != 0. */
+    pkv_status (*copy_blocks)(pkv__backend *backend,
+                              const pkv__block_copy *pairs, uint32_t n);
+
+    /* For each pair, copy staging tail src to tail dst (U8 fork). */
+    pkv_status (*copy_stages)(pkv__backend *backend,
+                              const pkv__block_copy *pairs, uint32_t n);
+
+    /* Swap: blocks[i] over every layer to/from host[i * swap_block_bytes],
+     * layer after layer (pkv__backend_swap_block_bytes). */
+    pkv_status (*swap_out)(pkv__backend *backend, const uint32_t *blocks,
+                           uint32_t n, void *host);
+    pkv_status (*swap_in)(pkv__backend *backend, const void *host,
+                          const uint32_t *blocks, uint32_t n);
+
+    /* A staging tail to/from host (pkv__backend_stage_bytes bytes). */
+    pkv_status (*stage_out)(pkv__backend *backend, uint32_t stage,
+                            void *host);
+    pkv_status (*stage_in)(pkv__backend *backend, const void *host,
+                           uint32_t stage);
+} pkv__backend_ops;
+
+extern const pkv__backend_ops pkv__backend_cpu;
+
+/* Shared by the backends (backend.c). */
+
+/* PKV_OK or the status create must return for this config, with the
+ * thread's message set. */
+pkv_status pkv__backend_config_check(const pkv__backend_config *config);
+
+/* Bytes of one block in one layer's arena. */
+size_t pkv__backend_layer_block_bytes(const pkv__backend_config *config);
+
+/* Bytes of one block over every layer: the unit of swap. */
+size_t pkv__backend_swap_block_bytes(const pkv__backend_config *config);
+
+/* Bytes of one staging tail over every layer: K and V of block_size tokens
+ * per kv head, f32. */
+size_t pkv__backend_stage_bytes(const pkv__backend_config *config);
+
+/* The begin_step check. */
+pkv_status pkv__backend_step_check(const pkv__backend_config *config,
+                                   const pkv__step *step);
+
+/* The append check of one layer's K and V (non-finite, f16 range). */
+pkv_status pkv__backend_kv_check(const pkv__backend_config *config,
+                                 uint32_t num_tokens, const float *k,
+                                 const float *v);
+
+/* The copy_blocks (blocks set) or copy_stages check: ids in range, and no
+ * block copy into the null block. */
+pkv_status pkv__backend_pairs_check(const pkv__backend_config *config,
+                                    const pkv__block_copy *pairs, uint32_t n,
+                                    int blocks);
+
+/* The swap check: ids in range (writable is set for swap_in: not the null
+ * block). */
+pkv_status pkv__backend_ids_check(const pkv__backend_config *config,
+                                  const uint32_t *blocks, uint32_t n,
+                                  int writable);
+
+#endif

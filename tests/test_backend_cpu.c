@@ -1,0 +1,437 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU backend against the f64 dense reference: the grid of issue 3,
+ * with f32 KV within 1e-4 and f16/u8 within the bound derived from their
+ * storage error (docs/design.md, "Attention error bounds"); and every other
+ * op: validation, non-finite rejection, copy, swap, staging tails. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "dense_ref.h"
+#include "half.h"
+#include "quant.h"
+#include "test_rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define F32_TOL 1e-4
+
+typedef struct seq_spec {
+    uint32_t rows; /* query rows this step */
+    uint32_t ctx;  /* context once they are written */
+} seq_spec;
+
+/* One test case: geometry, data, block tables, and the backend. */
+typedef struct scenario {
+    pkv__backend_config cfg;
+    uint32_t num_seqs;
+    seq_spec seqs[8];
+    float *k[8], *v[8], *q[8]; /* per sequence, contiguous: [tok][head][d] */
+    uint32_t *tables;          /* [num_seqs][max_blocks] */
+    uint32_t max_blocks;
+    pkv__backend *be;
+    pkv__allocator alloc;
+} scenario;
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* Fill every block and every staging tail with NaN bytes, so that a read
+ * of a slot that was never written shows up in the output. */
+static void poison(scenario *s)
+{
+    size_t bytes = pkv__backend_swap_block_bytes(&s->cfg);
+    uint8_t *junk = xcalloc(bytes, 1);
+    memset(junk, 0xff, bytes);
+    for (uint32_t b = 1; b < s->cfg.num_blocks; b++)
+        assert_int_equal(pkv__backend_cpu.swap_in(s->be, junk, &b, 1),
+                         PKV_OK);
+    free(junk);
+    size_t stage_bytes = pkv__backend_stage_bytes(&s->cfg);
+    uint8_t *tail = xcalloc(stage_bytes, 1);
+    memset(tail, 0xff, stage_bytes);
+    for (uint32_t i = 0; i < s->cfg.num_stages; i++)
+        assert_int_equal(pkv__backend_cpu.stage_in(s->be, tail, i), PKV_OK);
+    free(tail);
+}
+
+static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
+                          uint32_t bs, int32_t dtype, int32_t kq, int32_t vq,
+                          const seq_spec *seqs, uint32_t n, uint64_t seed)
+{
+    memset(s, 0, sizeof *s);
+    s->alloc = test_allocator();
+    s->num_seqs = n;
+    memcpy(s->seqs, seqs, n * sizeof *seqs);
+    uint64_t rng = seed;
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t nb = (seqs[i].ctx + bs - 1) / bs;
+        total += nb;
+        s->max_blocks = nb > s->max_blocks ? nb : s->max_blocks;
+        size_t kv = (size_t)seqs[i].ctx * hkv * d, qn = (size_t)seqs[i].rows * hq * d;
+        s->k[i] = xcalloc(kv, sizeof(float));
+        s->v[i] = xcalloc(kv, sizeof(float));
+        s->q[i] = xcalloc(qn, sizeof(float));
+        test_normal_fill(&rng, s->k[i], kv);
+        test_normal_fill(&rng, s->v[i], kv);
+        test_normal_fill(&rng, s->q[i], qn);
+    }
+    s->max_blocks += 1; /* a spare column: tables are wider than needed */
+    /* Twice the blocks needed, handed out in a random order: tables are
+     * non-contiguous and unused blocks sit between them. */
+    uint32_t nblocks = 2 * total + 2;
+    uint32_t *perm = xcalloc(nblocks, sizeof *perm);
+    for (uint32_t b = 0; b < nblocks - 1; b++)
+        perm[b] = b + 1;
+    for (uint32_t b = nblocks - 2; b > 0; b--) {
+        uint32_t j = (uint32_t)(test_rand(&rng) % (b + 1));
+        uint32_t t = perm[b];
+        perm[b] = perm[j];
+        perm[j] = t;
+    }
+    s->tables = xcalloc((size_t)n * s->max_blocks, sizeof *s->tables);
+    uint32_t next = 0;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j * bs < seqs[i].ctx; j++)
+            s->tables[(size_t)i * s->max_blocks + j] = perm[next++];
+    free(perm);
+    pkv__backend_config cfg = {1,     hq, hkv, d,  bs, nblocks,
+                               dtype, kq, vq,  dtype == PKV_KV_U8 ? n : 0};
+    s->cfg = cfg;
+    assert_int_equal(pkv__backend_cpu.create(&s->cfg, &s->alloc, &s->be),
+                     PKV_OK);
+    poison(s);
+}
+
+static void scenario_free(scenario *s)
+{
+    pkv__backend_cpu.destroy(s->be);
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        free(s->k[i]);
+        free(s->v[i]);
+        free(s->q[i]);
+    }
+    free(s->tables);
+}
+
+/* The step arrays for tokens [from[i], to[i]) of each sequence. */
+typedef struct step_arrays {
+    pkv__step step;
+    uint32_t query_start[9];
+    uint32_t context_lens[8];
+    uint32_t stages[8];
+    uint64_t *slots;
+    float *k, *v, *q, *out;
+} step_arrays;
+
+static void step_build(const scenario *s, step_arrays *a,
+                       const uint32_t *from, const uint32_t *to)
+{
+    const pkv__backend_config *c = &s->cfg;
+    uint32_t t = 0;
+    a->query_start[0] = 0;
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        t += to[i] - from[i];
+        a->query_start[i + 1] = t;
+        a->context_lens[i] = to[i];
+        a->stages[i] = i;
+    }
+    size_t kvrow = (size_t)c->num_kv_heads * c->head_dim;
+    size_t qrow = (size_t)c->num_q_heads * c->head_dim;
+    a->slots = xcalloc(t, sizeof *a->slots);
+    a->k = xcalloc(t * kvrow, sizeof(float));
+    a->v = xcalloc(t * kvrow, sizeof(float));
+    a->q = xcalloc(t * qrow, sizeof(float));
+    a->out = xcalloc(t * qrow, sizeof(float));
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        uint32_t row = a->query_start[i];
+        for (uint32_t tok = from[i]; tok < to[i]; tok++, row++) {
+            uint32_t blk =
+                s->tables[(size_t)i * s->max_blocks + tok / c->block_size];
+            a->slots[row] = (uint64_t)blk * c->block_size + tok % c->block_size;
+            memcpy(a->k + row * kvrow, s->k[i] + tok * kvrow,
+                   kvrow * sizeof(float));
+            memcpy(a->v + row * kvrow, s->v[i] + tok * kvrow,
+                   kvrow * sizeof(float));
+            /* q rows exist for the sequence's last rows only */
+            uint32_t qr = tok + s->seqs[i].rows - s->seqs[i].ctx;
+            if (tok + s->seqs[i].rows >= s->seqs[i].ctx)
+                memcpy(a->q + row * qrow, s->q[i] + qr * qrow,
+                       qrow * sizeof(float));
+        }
+    }
+    pkv__step step = {s->num_seqs,     t,        a->query_start,
+                      a->context_lens, s->tables, s->max_blocks,
+                      a->slots,
+                      c->kv_dtype == PKV_KV_U8 ? a->stages : NULL};
+    a->step = step;
+}
+
+static void step_free(step_arrays *a)
+{
+    free(a->slots);
+    free(a->k);
+    free(a->v);
+    free(a->q);
+    free(a->out);
+}
+
+/* Write the history (every token before this step's rows) in one step,
+ * then this step's rows, and attend. a holds the last step. */
+static void scenario_run(scenario *s, step_arrays *a, uint32_t window)
+{
+    uint32_t from[8], to[8];
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        from[i] = 0;
+        to[i] = s->seqs[i].ctx - s->seqs[i].rows;
+    }
+    step_arrays hist;
+    step_build(s, &hist, from, to);
+    assert_int_equal(pkv__backend_cpu.begin_step(s->be, &hist.step), PKV_OK);
+    assert_int_equal(pkv__backend_cpu.append(s->be, 0, hist.k, hist.v),
+                     PKV_OK);
+    step_free(&hist);
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        from[i] = to[i];
+        to[i] = s->seqs[i].ctx;
+    }
+    step_build(s, a, from, to);
+    assert_int_equal(pkv__backend_cpu.begin_step(s->be, &a->step), PKV_OK);
+    assert_int_equal(pkv__backend_cpu.append(s->be, 0, a->k, a->v), PKV_OK);
+    assert_int_equal(
+        pkv__backend_cpu.attend(s->be, 0, a->q, a->out, 0.0f, window),
+        PKV_OK);
+}
+
+/* Per-element storage error bound of one cached tensor ([ctx][hkv][d]):
+ * f16 rounding (half an ulp), or u8 scale / 2 plus the quantizer's f32
+ * tolerance in sealed blocks and 0 in the staging tail. */
+static double *storage_bounds(const scenario *s, const float *x, uint32_t ctx,
+                              int32_t group)
+{
+    const pkv__backend_config *c = &s->cfg;
+    uint32_t hkv = c->num_kv_heads, d = c->head_dim, bs = c->block_size;
+    double *e = xcalloc((size_t)ctx * hkv * d, sizeof *e);
+    if (c->kv_dtype == PKV_KV_F32)
+        return e;
+    if (c->kv_dtype == PKV_KV_F16) {
+        for (size_t i = 0; i < (size_t)ctx * hkv * d; i++) {
+            double r = ldexp(fabs((double)x[i]), -11);
+            e[i] = r > ldexp(1.0, -25) ? r : ldexp(1.0, -25);
+        }
+        return e;
+    }
+    uint32_t sealed = ctx / bs * bs;
+    uint32_t gs = group == PKV_QUANT_PER_CHANNEL ? bs : d; /* group size */
+    for (uint32_t h = 0; h < hkv; h++)
+        for (uint32_t t0 = 0; t0 < sealed; t0 += bs)
+            for (uint32_t g = 0; g < (group == PKV_QUANT_PER_CHANNEL ? d : bs);
+                 g++) {
+                float mn = INFINITY, mx = -INFINITY;
+                for (uint32_t i = 0; i < gs; i++) {
+                    uint32_t tok = group == PKV_QUANT_PER_CHANNEL ? t0 + i : t0 + g;
+                    uint32_t ch = group == PKV_QUANT_PER_CHANNEL ? g : i;
+                    float val = x[((size_t)tok * hkv + h) * d + ch];
+                    mn = val < mn ? val : mn;
+                    mx = val > mx ? val : mx;
+                }
+                uint16_t l16, s16;
+                pkv__quant_params(mn, mx, &l16, &s16);
+                double lo = pkv__f16_to_f32(l16), sc = pkv__f16_to_f32(s16);
+                double bound = sc / 2 + ldexp(fabs(lo) + 256.0 * sc, -20);
+                for (uint32_t i = 0; i < gs; i++) {
+                    uint32_t tok = group == PKV_QUANT_PER_CHANNEL ? t0 + i : t0 + g;
+                    uint32_t ch = group == PKV_QUANT_PER_CHANNEL ? g : i;
+                    e[((size_t)tok * hkv + h) * d + ch] = bound;
+                }
+            }
+    return e;
+}
+
+typedef struct check_stats {
+    double max_err;   /* worst absolute error */
+    double max_ratio; /* worst error / allowed */
+    uint64_t checked;
+} check_stats;
+
+/* Compare the step's output with the f64 reference on a sample of rows
+ * (all rows of short sequences; every 8th and the last of long ones),
+ * against the bound of docs/design.md plus the f32 arithmetic allowance. */
+/* The rows of sequence i that are checked: all rows of short sequences;
+ * every 16th and the last of long ones. */
+static uint32_t checked_rows(uint32_t nq, uint32_t *rows)
+{
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < nq; r++)
+        if (nq <= 17 || r % 16 == 0 || r == nq - 1)
+            rows[n++] = r;
+    return n;
+}
+
+/* The f64 reference outputs of the checked rows, per sequence. */
+static void scenario_reference(const scenario *s, uint32_t window,
+                               double **ref)
+{
+    const pkv__backend_config *c = &s->cfg;
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        uint32_t rows[64];
+        uint32_t n_rows = checked_rows(s->seqs[i].rows, rows);
+        ref[i] = xcalloc((size_t)n_rows * c->num_q_heads * c->head_dim,
+                         sizeof *ref[i]);
+        dense_ref_attention(s->q[i], s->k[i], s->v[i], s->seqs[i].rows,
+                            s->seqs[i].ctx, c->num_q_heads, c->num_kv_heads,
+                            c->head_dim, 0.0, window, rows, n_rows, ref[i]);
+    }
+}
+
+static void scenario_check(const scenario *s, const step_arrays *a,
+                           uint32_t window, double *const *refs,
+                           check_stats *st)
+{
+    const pkv__backend_config *c = &s->cfg;
+    uint32_t hq = c->num_q_heads, hkv = c->num_kv_heads, d = c->head_dim;
+    uint32_t group = hq / hkv;
+    double scale = 1.0 / sqrt((double)d);
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        uint32_t nq = s->seqs[i].rows, ctx = s->seqs[i].ctx;
+        uint32_t rows[64];
+        uint32_t n_rows = checked_rows(nq, rows);
+        const double *ref = refs[i];
+        double *ek = storage_bounds(s, s->k[i], ctx, c->key_quant);
+        double *ev = storage_bounds(s, s->v[i], ctx, c->value_quant);
+        double *vmin = xcalloc(d, sizeof *vmin);
+        double *vmax = xcalloc(d, sizeof *vmax);
+        double *evmax = xcalloc(d, sizeof *evmax);
+        for (uint32_t x = 0; x < n_rows; x++) {
+            uint32_t tok = ctx - nq + rows[x];
+            uint32_t lo = window > 0 && tok + 1 > window ? tok + 1 - window : 0;
+            for (uint32_t g = 0; g < hkv; g++) {
+                /* The range of V and its largest storage error over the
+                 * tokens the row sees. */
+                for (uint32_t ch = 0; ch < d; ch++) {
+                    vmin[ch] = INFINITY;
+                    vmax[ch] = -INFINITY;
+                    evmax[ch] = 0.0;
+                }
+                for (uint32_t j = lo; j <= tok; j++) {
+                    const float *vr = s->v[i] + ((size_t)j * hkv + g) * d;
+                    const double *er = ev + ((size_t)j * hkv + g) * d;
+                    for (uint32_t ch = 0; ch < d; ch++) {
+                        vmin[ch] = vr[ch] < vmin[ch] ? vr[ch] : vmin[ch];
+                        vmax[ch] = vr[ch] > vmax[ch] ? vr[ch] : vmax[ch];
+                        evmax[ch] = er[ch] > evmax[ch] ? er[ch] : evmax[ch];
+                    }
+                }
+                for (uint32_t h = g * group; h < (g + 1) * group; h++) {
+                    const float *qr = s->q[i] + ((size_t)rows[x] * hq + h) * d;
+                    /* Delta: the largest score perturbation. */
+                    double delta = 0.0;
+                    for (uint32_t j = lo; c->kv_dtype != PKV_KV_F32 && j <= tok;
+                         j++) {
+                        const double *e = ek + ((size_t)j * hkv + g) * d;
+                        double sum = 0.0;
+                        for (uint32_t ch = 0; ch < d; ch++)
+                            sum += fabs((double)qr[ch]) * e[ch];
+                        delta = sum * scale > delta ? sum * scale : delta;
+                    }
+                    double grow = expm1(2.0 * delta);
+                    const float *o =
+                        a->out +
+                        ((size_t)(a->query_start[i] + rows[x]) * hq + h) * d;
+                    const double *r = ref + ((size_t)x * hq + h) * d;
+                    for (uint32_t ch = 0; ch < d; ch++) {
+                        double allowed = grow * (vmax[ch] - vmin[ch]) / 2 +
+                                         evmax[ch] + F32_TOL;
+                        double err = fabs((double)o[ch] - r[ch]);
+                        if (!(err <= allowed))
+                            fail_msg("seq %u row %u head %u ch %u: |%g - %g| "
+                                     "= %g > %g (d %u hq %u hkv %u bs %u "
+                                     "dtype %d)",
+                                     i, rows[x], h, ch, (double)o[ch], r[ch],
+                                     err, allowed, d, hq, hkv, c->block_size,
+                                     (int)c->kv_dtype);
+                        st->max_err = err > st->max_err ? err : st->max_err;
+                        double ratio = err / allowed;
+                        st->max_ratio =
+                            ratio > st->max_ratio ? ratio : st->max_ratio;
+                        st->checked++;
+                    }
+                }
+            }
+        }
+        free(vmin);
+        free(vmax);
+        free(evmax);
+        free(ek);
+        free(ev);
+    }
+}
+
+static const seq_spec GRID_BATCH[] = {
+    {1, 1}, {1, 1000}, {17, 17}, {3, 16}, {98, 1145}};
+static const uint32_t GRID_HEAD_DIMS[] = {64, 80, 128, 256};
+static const uint32_t GRID_HEADS[][2] = {{8, 8}, {32, 8}, {9, 3}};
+static const uint32_t GRID_BLOCKS[] = {8, 16, 32};
+
+/*
+ * The grid: every (head_dim, heads) pair draws one data set and computes
+ * its f64 reference once; the three block sizes then run it with the three
+ * KV dtypes in rotation, so that every dtype meets every (head_dim, heads)
+ * pair and every block size, and every grid point runs. u8 alternates its
+ * groups (keys per-channel and values per-token, then the reverse).
+ */
+static void grid(void **state)
+{
+    (void)state;
+    check_stats st[3];
+    memset(st, 0, sizeof st);
+    for (size_t di = 0; di < 4; di++)
+        for (size_t hi = 0; hi < 3; hi++) {
+            uint64_t seed = 1 + di * 3 + hi;
+            double *ref[5];
+            for (size_t bi = 0; bi < 3; bi++) {
+                int32_t dtype = (int32_t)((di + hi + bi) % 3);
+                int swap = di % 2 == 1;
+                int32_t kq = swap ? PKV_QUANT_PER_TOKEN : PKV_QUANT_PER_CHANNEL;
+                int32_t vq = swap ? PKV_QUANT_PER_CHANNEL : PKV_QUANT_PER_TOKEN;
+                scenario s;
+                step_arrays a;
+                scenario_init(&s, GRID_HEAD_DIMS[di], GRID_HEADS[hi][0],
+                              GRID_HEADS[hi][1], GRID_BLOCKS[bi], dtype, kq,
+                              vq, GRID_BATCH, 5, seed);
+                if (bi == 0)
+                    scenario_reference(&s, 0, ref);
+                scenario_run(&s, &a, 0);
+                scenario_check(&s, &a, 0, ref, &st[dtype]);
+                step_free(&a);
+                scenario_free(&s);
+            }
+            for (size_t i = 0; i < 5; i++)
+                free(ref[i]);
+        }
+    for (int dt = 0; dt < 3; dt++)
+        print_message("kv dtype %d: %llu outputs, max |err| %.3g, max "
+                      "err/allowed %.3g\n",
+                      dt, (unsigned long long)st[dt].checked, st[dt].max_err,
+                      st[dt].max_ratio);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(grid),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
