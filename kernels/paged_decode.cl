@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Split-K paged decode attention: one query row per sequence (all-decode
+ * steps), every query head of a kv-head group sharing each KV read.
+ *
+ * Build options (-D), all required unless marked optional:
+ *   PKV_HEAD_DIM    head_dim, a multiple of 4 (16 is fastest)
+ *   PKV_BLOCK_SIZE  tokens per block
+ *   PKV_GROUP       query heads per kv head (num_q_heads / num_kv_heads)
+ *   PKV_KV_DTYPE    PKV_LAYOUT_F32 (0), _F16 (1) or _U8 (2)
+ *   PKV_KEY_QUANT, PKV_VALUE_QUANT
+ *                   u8 only: PKV_LAYOUT_PER_CHANNEL (1) or _PER_TOKEN (2)
+ *   PKV_INTEL_SUBGROUPS  optional: the Intel GPU path (needs
+ *                   cl_intel_subgroups, cl_intel_subgroups_short; uses
+ *                   cl_khr_fp16 when PKV_INTEL_FP16 is also set), built with
+ *                   -cl-std=CL2.0. Same kernels and arguments; one subgroup
+ *                   of 16 work-items per (partition, kv head, sequence).
+ *   PKV_DECODE_CONTIGUOUS optional, set by decode_contiguous.cl only.
+ * kv_layout.h must be visible: build with -I <src dir>, or prepend its text
+ * to this file (its include guard then skips the #include below).
+ *
+ * Kernel 1: partial attention over one context partition.
+ *
+ *   kernel void pkv_decode_partial(
+ *     global const uchar *arena,   this layer's arena (kv_layout.h)
+ *     global const float *stages,  u8: the staging tails, laid out
+ *                                  [stage][layer][kv head][K, V][token][ch]
+ *                                  f32; f32/f16: unused (may be NULL)
+ *     uint stage_floats,           u8: floats of one tail (all layers)
+ *     uint stage_layer_offset,     u8: layer * num_kv_heads * 2 *
+ *                                  block_size * head_dim
+ *     global const uint *stage_ids,   u8: [num_seqs] tail of each sequence
+ *     global const float *q,       [num_seqs][num_q_heads][head_dim]: row i
+ *                                  is sequence i's query
+ *     global const uint *context_lens,  [num_seqs], each >= 1
+ *     global const uint *block_tables,  [num_seqs][max_blocks_per_seq]
+ *     uint max_blocks_per_seq,
+ *     uint num_kv_heads,
+ *     float scale,                 softmax scale (host resolves 0 to
+ *                                  1/sqrt(head_dim))
+ *     uint sliding_window,         0: none; w: the query (token ctx - 1)
+ *                                  sees tokens [ctx - w, ctx - 1]
+ *     uint partition_size,         tokens, a multiple of block_size
+ *     global float *out,           [num_seqs][num_q_heads][head_dim]:
+ *                                  written when num_partitions == 1
+ *     global float *part_acc,      [num_seqs][num_q_heads][num_partitions]
+ *                                  [head_dim], unnormalised sums
+ *     global float *part_ml)       [num_seqs][num_q_heads][num_partitions]
+ *                                  [2]: running max, denominator
+ *
+ *   NDRange: global (num_partitions * L, num_kv_heads, num_seqs), local
+ *   (L, 1, 1) with L = 1 (generic) or 16 (PKV_INTEL_SUBGROUPS). With one
+ *   partition the kernel writes normalised rows to out and leaves part_*
+ *   alone (they may then be NULL); otherwise it writes part_* only.
+ *
+ *   Partitioning: the row sees [lo, ctx), lo = the window start (or 0).
+ *   Partition p covers tokens [s + p * P, s + (p + 1) * P) of it, with
+ *   s = lo rounded down to a block and P = partition_size: partitions are
+ *   block-aligned and partition 0 is never empty. num_partitions and P come
+ *   from pkv__decode_plan (src/decode_plan.h); sequences shorter than the
+ *   longest leave their trailing partitions empty (m = -inf, l = 0).
+ *
+ * Kernel 2: combine the partitions.
+ *
+ *   kernel void pkv_decode_reduce(
+ *     global const float *part_acc, global const float *part_ml,
+ *     uint num_partitions, global float *out)
+ *
+ *   NDRange: global (num_q_heads, num_seqs), any local size.
+ *
+ * Math: f32 accumulation; the online softmax is updated once per block (all
+ * of the block's scores, one rescale, then the V sums), as the CPU backend
+ * does. U8 blocks are never dequantised: per-channel keys fold the block's
+ * scale into the query once per block (qs = q * scale, plus q . lo), so a
+ * score costs one fma per code; per-token values fold their scale into the
+ * softmax weight (p * scale) and their lo into a scalar sum; per-token keys
+ * and per-channel values fold the other way round. The U8 tail block that
+ * is not full is read in f32 from the sequence's staging tail. Slots past
+ * the context length and before the window are never read.
+ */
+#ifndef PKV_KV_LAYOUT_H
+#include "kv_layout.h"
+#endif
+
+#define D PKV_HEAD_DIM
+#define BS PKV_BLOCK_SIZE
+#define G PKV_GROUP
+
+#ifdef PKV_INTEL_SUBGROUPS
+#include "intel_decode.cl"
+#else
+
+#if D % 16 == 0
+#define VW 16
+#define floatV float16
+#define vloadV vload16
+#define vstoreV vstore16
+#define vload_halfV vload_half16
+#define convert_floatV convert_float16
+static float hsum(float16 x)
+{
+    float8 a = x.lo + x.hi;
+    float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+#else
+#define VW 4
+#define floatV float4
+#define vloadV vload4
+#define vstoreV vstore4
+#define vload_halfV vload_half4
+#define convert_floatV convert_float4
+static float hsum(float4 x)
+{
+    float2 c = x.lo + x.hi;
+    return c.x + c.y;
+}
+#endif
+#define NV (D / VW)
+
+#if PKV_KV_DTYPE == PKV_LAYOUT_U8
+#define KQ PKV_KEY_QUANT
+#define VQ PKV_VALUE_QUANT
+#else
+#define KQ PKV_LAYOUT_PER_CHANNEL
+#define VQ PKV_LAYOUT_PER_CHANNEL
+#endif
+#define K_PART_BYTES PKV_LAYOUT_PART_BYTES(PKV_KV_DTYPE, KQ, BS, D)
+#define HEAD_BYTES PKV_LAYOUT_HEAD_BYTES(PKV_KV_DTYPE, KQ, VQ, BS, D)
+
+/* The running softmax of the G heads of one work-item. */
+typedef struct state {
+    float m[G], l[G];
+    float accl[G]; /* u8 per-token values: sum of p * lo, every channel */
+    floatV acc[G][NV];
+} state;
+
+/* Rescale head g to a block whose largest score is mb. */
+static void rescale(state *st, int g, float mb)
+{
+    if (mb > st->m[g]) {
+        if (st->m[g] != -INFINITY) {
+            float keep = exp(st->m[g] - mb);
+            st->l[g] *= keep;
+            st->accl[g] *= keep;
+            for (int v = 0; v < NV; v++)
+                st->acc[g][v] *= keep;
+        }
+        st->m[g] = mb;
+    }
+}
+
+/* Row x-vector i of an f32 (f16 set: f16) part. After inlining, f16 is a
+ * constant and the other branch disappears. */
+static floatV load_row(global const uchar *p, size_t i, int f16)
+{
+    return f16 ? vload_halfV(i, (global const half *)p)
+               : vloadV(i, (global const float *)p);
+}
+
+/* Fold tokens [t0, t1) of an f32 or f16 block ([token][ch] K and V). */
+static void block_float(global const uchar *k, global const uchar *v,
+                        int f16, int t0, int t1, const floatV *qv, state *st)
+{
+    float s[G][BS];
+    for (int t = t0; t < t1; t++) {
+        floatV sa[G];
+        for (int g = 0; g < G; g++)
+            sa[g] = 0.0f;
+        for (int x = 0; x < NV; x++) {
+            floatV kx = load_row(k, (size_t)(t * NV + x), f16);
+            for (int g = 0; g < G; g++)
+                sa[g] = fma(qv[g * NV + x], kx, sa[g]);
+        }
+        for (int g = 0; g < G; g++)
+            s[g][t] = hsum(sa[g]);
+    }
+    for (int g = 0; g < G; g++) {
+        float mb = -INFINITY;
+        for (int t = t0; t < t1; t++)
+            mb = fmax(mb, s[g][t]);
+        rescale(st, g, mb);
+    }
+    for (int t = t0; t < t1; t++) {
+        float p[G];
+        for (int g = 0; g < G; g++) {
+            p[g] = exp(s[g][t] - st->m[g]);
+            st->l[g] += p[g];
+        }
+        for (int x = 0; x < NV; x++) {
+            floatV vx = load_row(v, (size_t)(t * NV + x), f16);
+            for (int g = 0; g < G; g++)
+                st->acc[g][x] = fma((floatV)p[g], vx, st->acc[g][x]);
+        }
+    }
+}
+
+#if PKV_KV_DTYPE == PKV_LAYOUT_U8
+#if VW == 16
+#define loadcodes(i, p) convert_float16(vload16((i), (p)))
+#else
+#define loadcodes(i, p) convert_float4(vload4((i), (p)))
+#endif
+
+/* Fold tokens [t0, t1) of a sealed u8 block: codes [token][ch], then f16
+ * lo[groups], scale[groups] (kv_layout.h). */
+static void block_u8(global const uchar *k, global const uchar *v, int t0,
+                     int t1, const floatV *qv, const float *qsum, state *st)
+{
+    global const half *klo = (global const half *)(k + BS * D);
+    global const half *ksc = klo + PKV_LAYOUT_U8_GROUPS(KQ, BS, D);
+    global const half *vlo = (global const half *)(v + BS * D);
+    global const half *vsc = vlo + PKV_LAYOUT_U8_GROUPS(VQ, BS, D);
+    float s[G][BS];
+#if KQ == PKV_LAYOUT_PER_CHANNEL
+    /* s = sum_c q_c (lo_c + code sc_c) = q.lo + sum_c (q_c sc_c) code */
+    floatV qs[G][NV];
+    float qlo[G];
+    {
+        floatV ql[G];
+        for (int g = 0; g < G; g++)
+            ql[g] = 0.0f;
+        for (int x = 0; x < NV; x++) {
+            floatV lx = vload_halfV(x, klo), sx = vload_halfV(x, ksc);
+            for (int g = 0; g < G; g++) {
+                qs[g][x] = qv[g * NV + x] * sx;
+                ql[g] = fma(qv[g * NV + x], lx, ql[g]);
+            }
+        }
+        for (int g = 0; g < G; g++)
+            qlo[g] = hsum(ql[g]);
+    }
+#endif
+    for (int t = t0; t < t1; t++) {
+        floatV sa[G];
+        for (int g = 0; g < G; g++)
+            sa[g] = 0.0f;
+        for (int x = 0; x < NV; x++) {
+            floatV cx = loadcodes(t * NV + x, k);
+            for (int g = 0; g < G; g++)
+#if KQ == PKV_LAYOUT_PER_CHANNEL
+                sa[g] = fma(qs[g][x], cx, sa[g]);
+#else
+                sa[g] = fma(qv[g * NV + x], cx, sa[g]);
+#endif
+        }
+#if KQ == PKV_LAYOUT_PER_CHANNEL
+        for (int g = 0; g < G; g++)
+            s[g][t] = hsum(sa[g]) + qlo[g];
+#else
+        /* s = sc_t (q . code) + lo_t sum(q) */
+        float lt = vload_half(t, klo), st_ = vload_half(t, ksc);
+        for (int g = 0; g < G; g++)
+            s[g][t] = fma(st_, hsum(sa[g]), lt * qsum[g]);
+#endif
+    }
+    for (int g = 0; g < G; g++) {
+        float mb = -INFINITY;
+        for (int t = t0; t < t1; t++)
+            mb = fmax(mb, s[g][t]);
+        rescale(st, g, mb);
+    }
+#if VQ == PKV_LAYOUT_PER_TOKEN
+    /* acc_c += p (lo_t + sc_t code) = (p sc_t) code, plus p lo_t to accl */
+    for (int t = t0; t < t1; t++) {
+        float lt = vload_half(t, vlo), sct = vload_half(t, vsc);
+        float pw[G];
+        for (int g = 0; g < G; g++) {
+            float p = exp(s[g][t] - st->m[g]);
+            st->l[g] += p;
+            st->accl[g] = fma(p, lt, st->accl[g]);
+            pw[g] = p * sct;
+        }
+        for (int x = 0; x < NV; x++) {
+            floatV cx = loadcodes(t * NV + x, v);
+            for (int g = 0; g < G; g++)
+                st->acc[g][x] = fma((floatV)pw[g], cx, st->acc[g][x]);
+        }
+    }
+#else
+    /* acc_c += sum_t p (lo_c + sc_c code) = sc_c sum_t p code + lo_c sum p */
+    floatV bs[G][NV];
+    float ps[G];
+    for (int g = 0; g < G; g++) {
+        ps[g] = 0.0f;
+        for (int x = 0; x < NV; x++)
+            bs[g][x] = 0.0f;
+    }
+    for (int t = t0; t < t1; t++) {
+        float p[G];
+        for (int g = 0; g < G; g++) {
+            p[g] = exp(s[g][t] - st->m[g]);
+            ps[g] += p[g];
+        }
+        for (int x = 0; x < NV; x++) {
+            floatV cx = loadcodes(t * NV + x, v);
+            for (int g = 0; g < G; g++)
+                bs[g][x] = fma((floatV)p[g], cx, bs[g][x]);
+        }
+    }
+    for (int x = 0; x < NV; x++) {
+        floatV lx = vload_halfV(x, vlo), sx = vload_halfV(x, vsc);
+        for (int g = 0; g < G; g++)
+            st->acc[g][x] =
+                fma(sx, bs[g][x], fma(lx, (floatV)ps[g], st->acc[g][x]));
+    }
+    for (int g = 0; g < G; g++)
+        st->l[g] += ps[g];
+#endif
+}
+#endif
+
+kernel void pkv_decode_partial(
+    global const uchar *arena, global const float *stages, uint stage_floats,
+    uint stage_layer_offset, global const uint *stage_ids,
+    global const float *q, global const uint *context_lens,
+    global const uint *block_tables, uint max_blocks_per_seq,
+    uint num_kv_heads, float scale, uint sliding_window,
+    uint partition_size, global float *out, global float *part_acc,
+    global float *part_ml)
+{
+    uint part = get_global_id(0), h = get_global_id(1);
+    uint seq = get_global_id(2);
+    uint num_parts = get_global_size(0);
+    uint hq = num_kv_heads * G;
+    uint ctx = context_lens[seq];
+    uint lo = sliding_window > 0 && ctx > sliding_window
+                  ? ctx - sliding_window
+                  : 0;
+    uint start = lo / BS * BS + part * partition_size;
+    uint t_begin = max(start, lo);
+    uint t_end = min(start + partition_size, ctx);
+
+    /* The query rows, pre-scaled. */
+    floatV qv[G * NV];
+    float qsum[G];
+    global const float *qrow = q + ((size_t)seq * hq + h * G) * D;
+    for (int g = 0; g < G; g++) {
+        floatV sum = 0.0f;
+        for (int x = 0; x < NV; x++) {
+            qv[g * NV + x] = vloadV(g * NV + x, qrow) * scale;
+            sum += qv[g * NV + x];
+        }
+        qsum[g] = hsum(sum);
+    }
+
+    state st;
+    for (int g = 0; g < G; g++) {
+        st.m[g] = -INFINITY;
+        st.l[g] = 0.0f;
+        st.accl[g] = 0.0f;
+        for (int x = 0; x < NV; x++)
+            st.acc[g][x] = 0.0f;
+    }
+
+    size_t layer_block_bytes = (size_t)num_kv_heads * HEAD_BYTES;
+    for (uint b0 = t_begin / BS * BS; b0 < t_end; b0 += BS) {
+        int t0 = (int)(max(b0, t_begin) - b0);
+        int t1 = (int)(min(b0 + BS, t_end) - b0);
+        uint j = b0 / BS;
+#ifdef PKV_DECODE_CONTIGUOUS
+        size_t blk = (size_t)seq * max_blocks_per_seq + j;
+#else
+        size_t blk = block_tables[(size_t)seq * max_blocks_per_seq + j];
+#endif
+        global const uchar *kp =
+            arena + blk * layer_block_bytes + (size_t)h * HEAD_BYTES;
+        global const uchar *vp = kp + K_PART_BYTES;
+#if PKV_KV_DTYPE != PKV_LAYOUT_U8
+        block_float(kp, vp, PKV_KV_DTYPE == PKV_LAYOUT_F16, t0, t1, qv, &st);
+#else
+        if (b0 + BS > ctx) {
+            /* Not sealed: the tokens are in the sequence's staging tail. */
+            global const float *tk =
+                stages + (size_t)stage_ids[seq] * stage_floats +
+                stage_layer_offset + (size_t)h * 2 * BS * D;
+            block_float((global const uchar *)tk,
+                        (global const uchar *)(tk + BS * D), 0, t0, t1, qv,
+                        &st);
+        } else {
+            block_u8(kp, vp, t0, t1, qv, qsum, &st);
+        }
+#endif
+    }
+
+    size_t row0 = (size_t)seq * hq + h * G;
+    for (int g = 0; g < G; g++) {
+        if (num_parts == 1) {
+            /* Partition 0 is never empty: l >= 1. */
+            float inv = 1.0f / st.l[g];
+            float addl = st.accl[g];
+            global float *o = out + (row0 + g) * D;
+            for (int x = 0; x < NV; x++)
+                vstoreV((st.acc[g][x] + addl) * inv, x, o);
+        } else {
+            size_t r = (row0 + g) * num_parts + part;
+            global float *o = part_acc + r * D;
+            for (int x = 0; x < NV; x++)
+                vstoreV(st.acc[g][x] + st.accl[g], x, o);
+            part_ml[r * 2] = st.m[g];
+            part_ml[r * 2 + 1] = st.l[g];
+        }
+    }
+}
+
+kernel void pkv_decode_reduce(global const float *part_acc,
+                              global const float *part_ml,
+                              uint num_partitions, global float *out)
+{
+    size_t row = (size_t)get_global_id(1) * get_global_size(0) +
+                 get_global_id(0);
+    global const float *ml = part_ml + row * num_partitions * 2;
+    float m = -INFINITY;
+    for (uint p = 0; p < num_partitions; p++)
+        if (ml[p * 2 + 1] > 0.0f)
+            m = fmax(m, ml[p * 2]);
+    floatV o[NV];
+    for (int x = 0; x < NV; x++)
+        o[x] = 0.0f;
+    float l = 0.0f;
+    for (uint p = 0; p < num_partitions; p++) {
+        /* An empty partition (l = 0) has m = -inf: skip, never 0 * NaN. */
+        if (ml[p * 2 + 1] > 0.0f) {
+            float w = exp(ml[p * 2] - m);
+            l = fma(w, ml[p * 2 + 1], l);
+            global const float *a = part_acc + (row * num_partitions + p) * D;
+            for (int x = 0; x < NV; x++)
+                o[x] = fma((floatV)w, vloadV(x, a), o[x]);
+        }
+    }
+    float inv = 1.0f / l;
+    for (int x = 0; x < NV; x++)
+        vstoreV(o[x] * inv, x, out + row * D);
+}
+#endif
