@@ -68,7 +68,8 @@ static void poison(scenario *s)
 
 static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
                           uint32_t bs, int32_t dtype, int32_t kq, int32_t vq,
-                          const seq_spec *seqs, uint32_t n, uint64_t seed)
+                          const seq_spec *seqs, uint32_t n, uint64_t seed,
+                          uint32_t layers)
 {
     memset(s, 0, sizeof *s);
     s->alloc = test_allocator();
@@ -107,8 +108,9 @@ static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
         for (uint32_t j = 0; j * bs < seqs[i].ctx; j++)
             s->tables[(size_t)i * s->max_blocks + j] = perm[next++];
     free(perm);
-    pkv__backend_config cfg = {1,     hq, hkv, d,  bs, nblocks,
-                               dtype, kq, vq,  dtype == PKV_KV_U8 ? n : 0};
+    /* u8: a second tail per sequence, for the fork test. */
+    pkv__backend_config cfg = {layers, hq, hkv, d,  bs, nblocks,
+                               dtype,  kq, vq,  dtype == PKV_KV_U8 ? 2 * n : 0};
     s->cfg = cfg;
     assert_int_equal(pkv__backend_cpu.create(&s->cfg, &s->alloc, &s->be),
                      PKV_OK);
@@ -188,6 +190,16 @@ static void step_free(step_arrays *a)
     free(a->out);
 }
 
+/* Layer 0 holds the scenario's K and V; every other layer holds them
+ * swapped (V as keys, K as values), so that layers can be told apart. */
+static void append_layers(scenario *s, const step_arrays *a)
+{
+    for (uint32_t l = 0; l < s->cfg.num_layers; l++)
+        assert_int_equal(pkv__backend_cpu.append(s->be, l, l ? a->v : a->k,
+                                                 l ? a->k : a->v),
+                         PKV_OK);
+}
+
 /* Write the history (every token before this step's rows) in one step,
  * then this step's rows, and attend. a holds the last step. */
 static void scenario_run(scenario *s, step_arrays *a, uint32_t window)
@@ -200,8 +212,7 @@ static void scenario_run(scenario *s, step_arrays *a, uint32_t window)
     step_arrays hist;
     step_build(s, &hist, from, to);
     assert_int_equal(pkv__backend_cpu.begin_step(s->be, &hist.step), PKV_OK);
-    assert_int_equal(pkv__backend_cpu.append(s->be, 0, hist.k, hist.v),
-                     PKV_OK);
+    append_layers(s, &hist);
     step_free(&hist);
     for (uint32_t i = 0; i < s->num_seqs; i++) {
         from[i] = to[i];
@@ -209,7 +220,7 @@ static void scenario_run(scenario *s, step_arrays *a, uint32_t window)
     }
     step_build(s, a, from, to);
     assert_int_equal(pkv__backend_cpu.begin_step(s->be, &a->step), PKV_OK);
-    assert_int_equal(pkv__backend_cpu.append(s->be, 0, a->k, a->v), PKV_OK);
+    append_layers(s, a);
     assert_int_equal(
         pkv__backend_cpu.attend(s->be, 0, a->q, a->out, 0.0f, window),
         PKV_OK);
@@ -410,7 +421,7 @@ static void grid(void **state)
                 step_arrays a;
                 scenario_init(&s, GRID_HEAD_DIMS[di], GRID_HEADS[hi][0],
                               GRID_HEADS[hi][1], GRID_BLOCKS[bi], dtype, kq,
-                              vq, GRID_BATCH, 5, seed);
+                              vq, GRID_BATCH, 5, seed, 1);
                 if (bi == 0)
                     scenario_reference(&s, 0, ref);
                 scenario_run(&s, &a, 0);
@@ -428,9 +439,387 @@ static void grid(void **state)
                       st[dt].max_ratio);
 }
 
+/* Reference and check of the step's output (layer 0) in one call. */
+static void verify(const scenario *s, const step_arrays *a, uint32_t window)
+{
+    double *ref[8];
+    check_stats st = {0, 0, 0};
+    scenario_reference(s, window, ref);
+    scenario_check(s, a, window, ref, &st);
+    for (uint32_t i = 0; i < s->num_seqs; i++)
+        free(ref[i]);
+    assert_true(st.checked > 0);
+}
+
+static const seq_spec SMALL_BATCH[] = {{3, 21}, {1, 9}, {5, 5}, {40, 140}};
+
+static void sliding_window(void **state)
+{
+    (void)state;
+    static const uint32_t windows[] = {1, 7, 16, 50};
+    for (int32_t dtype = 0; dtype < 3; dtype++)
+        for (size_t w = 0; w < 4; w++) {
+            scenario s;
+            step_arrays a;
+            scenario_init(&s, 64, 8, 2, 16, dtype, PKV_QUANT_PER_CHANNEL,
+                          PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 100 + w, 1);
+            scenario_run(&s, &a, windows[w]);
+            verify(&s, &a, windows[w]);
+            step_free(&a);
+            scenario_free(&s);
+        }
+}
+
+/* Layer l > 0 holds K and V swapped: attention there equals the reference
+ * with the roles swapped, and writing it left layer 0 alone. */
+static void layers_are_separate(void **state)
+{
+    (void)state;
+    for (int32_t dtype = 0; dtype < 3; dtype++) {
+        scenario s;
+        step_arrays a;
+        scenario_init(&s, 80, 9, 3, 8, dtype, PKV_QUANT_PER_TOKEN,
+                      PKV_QUANT_PER_CHANNEL, SMALL_BATCH, 4, 7, 3);
+        scenario_run(&s, &a, 0);
+        verify(&s, &a, 0);
+        for (uint32_t l = 1; l < 3; l++) {
+            assert_int_equal(
+                pkv__backend_cpu.attend(s.be, l, a.q, a.out, 0.0f, 0),
+                PKV_OK);
+            for (uint32_t i = 0; i < s.num_seqs; i++) {
+                float *t = s.k[i];
+                s.k[i] = s.v[i];
+                s.v[i] = t;
+            }
+            /* swap the quant groups with them for the bound */
+            int32_t kq = s.cfg.key_quant;
+            s.cfg.key_quant = s.cfg.value_quant;
+            s.cfg.value_quant = kq;
+            verify(&s, &a, 0);
+            for (uint32_t i = 0; i < s.num_seqs; i++) {
+                float *t = s.k[i];
+                s.k[i] = s.v[i];
+                s.v[i] = t;
+            }
+            s.cfg.value_quant = s.cfg.key_quant;
+            s.cfg.key_quant = kq;
+        }
+        step_free(&a);
+        scenario_free(&s);
+    }
+}
+
+/* Everything a backend holds for the scenario: all blocks, all tails. */
+static uint8_t *snapshot(const scenario *s, size_t *bytes)
+{
+    size_t blocks = pkv__backend_swap_block_bytes(&s->cfg) * s->cfg.num_blocks;
+    size_t tails = pkv__backend_stage_bytes(&s->cfg) * s->cfg.num_stages;
+    uint8_t *snap = xcalloc(blocks + tails, 1);
+    uint32_t *ids = xcalloc(s->cfg.num_blocks, sizeof *ids);
+    for (uint32_t b = 0; b < s->cfg.num_blocks; b++)
+        ids[b] = b;
+    assert_int_equal(
+        pkv__backend_cpu.swap_out(s->be, ids, s->cfg.num_blocks, snap),
+        PKV_OK);
+    for (uint32_t i = 0; i < s->cfg.num_stages; i++)
+        assert_int_equal(
+            pkv__backend_cpu.stage_out(
+                s->be, i,
+                snap + blocks + i * pkv__backend_stage_bytes(&s->cfg)),
+            PKV_OK);
+    free(ids);
+    *bytes = blocks + tails;
+    return snap;
+}
+
+/* A step whose K or V holds NaN, infinity or (f16, u8) a value beyond the
+ * f16 range is refused before anything is written; the clean step then
+ * runs as if nothing had happened. */
+static void non_finite_rejected(void **state)
+{
+    (void)state;
+    static const float bad[] = {NAN, INFINITY, -INFINITY, 7e4f, -65505.0f};
+    for (int32_t dtype = 0; dtype < 3; dtype++) {
+        scenario s;
+        step_arrays a;
+        scenario_init(&s, 64, 4, 2, 8, dtype, PKV_QUANT_PER_CHANNEL,
+                      PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 9, 2);
+        uint32_t from[4], to[4];
+        for (uint32_t i = 0; i < 4; i++) {
+            from[i] = 0;
+            to[i] = s.seqs[i].ctx - s.seqs[i].rows;
+        }
+        step_arrays hist;
+        step_build(&s, &hist, from, to);
+        assert_int_equal(pkv__backend_cpu.begin_step(s.be, &hist.step),
+                         PKV_OK);
+        append_layers(&s, &hist);
+        step_free(&hist);
+        for (uint32_t i = 0; i < 4; i++) {
+            from[i] = to[i];
+            to[i] = s.seqs[i].ctx;
+        }
+        step_build(&s, &a, from, to);
+        assert_int_equal(pkv__backend_cpu.begin_step(s.be, &a.step), PKV_OK);
+        size_t bytes, bytes2;
+        uint8_t *before = snapshot(&s, &bytes);
+        size_t n = (size_t)a.step.num_tokens * 2 * 64;
+        for (size_t b = 0; b < 5; b++)
+            for (int which = 0; which < 2; which++) {
+                float *t = which ? a.v : a.k;
+                size_t at = (size_t)(b * 131 + 17) % n;
+                float keep = t[at];
+                t[at] = bad[b];
+                pkv_status want = isfinite(bad[b]) ? PKV_ERR_UNSUPPORTED
+                                                   : PKV_ERR_NON_FINITE;
+                if (dtype == PKV_KV_F32 && isfinite(bad[b]))
+                    want = PKV_OK; /* f32 stores any finite value */
+                if (want != PKV_OK) {
+                    assert_int_equal(
+                        pkv__backend_cpu.append(s.be, 1, a.k, a.v), want);
+                    uint8_t *after = snapshot(&s, &bytes2);
+                    assert_memory_equal(before, after, bytes);
+                    free(after);
+                }
+                t[at] = keep;
+            }
+        free(before);
+        append_layers(&s, &a);
+        assert_int_equal(pkv__backend_cpu.attend(s.be, 0, a.q, a.out, 0, 0),
+                         PKV_OK);
+        verify(&s, &a, 0);
+        step_free(&a);
+        scenario_free(&s);
+    }
+}
+
+/* Copy every block of every sequence to a free block and its tail to a
+ * second tail (a fork), point the step at the copies, poison the
+ * originals: attention gives the same bytes. Then swap the copies out,
+ * poison them, swap them back in: the same bytes again. */
+static void copy_fork_and_swap(void **state)
+{
+    (void)state;
+    for (int32_t dtype = 0; dtype < 3; dtype++) {
+        scenario s;
+        step_arrays a;
+        scenario_init(&s, 64, 8, 4, 16, dtype, PKV_QUANT_PER_CHANNEL,
+                      PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 11, 2);
+        scenario_run(&s, &a, 0);
+        size_t out_bytes = (size_t)a.step.num_tokens * 8 * 64 * sizeof(float);
+        float *first = xcalloc(out_bytes, 1);
+        memcpy(first, a.out, out_bytes);
+
+        uint8_t *used = xcalloc(s.cfg.num_blocks, 1);
+        size_t cells = (size_t)s.num_seqs * s.max_blocks;
+        for (size_t x = 0; x < cells; x++)
+            used[s.tables[x]] = 1;
+        pkv__block_copy *pairs = xcalloc(cells, sizeof *pairs);
+        uint32_t n = 0, next = 1;
+        for (size_t x = 0; x < cells; x++) {
+            if (s.tables[x] == 0)
+                continue;
+            while (used[next])
+                next++;
+            pairs[n].src = s.tables[x];
+            pairs[n].dst = next++;
+            s.tables[x] = pairs[n++].dst;
+        }
+        assert_int_equal(pkv__backend_cpu.copy_blocks(s.be, pairs, n), PKV_OK);
+        for (uint32_t t = 0; t < a.step.num_tokens; t++) {
+            uint64_t blk = a.slots[t] / 16, off = a.slots[t] % 16;
+            for (uint32_t i = 0; i < n; i++)
+                if (pairs[i].src == blk) {
+                    a.slots[t] = (uint64_t)pairs[i].dst * 16 + off;
+                    break;
+                }
+        }
+        if (dtype == PKV_KV_U8) {
+            pkv__block_copy forks[4];
+            for (uint32_t i = 0; i < 4; i++) {
+                forks[i].src = i;
+                forks[i].dst = 4 + i;
+                a.stages[i] = 4 + i;
+            }
+            assert_int_equal(pkv__backend_cpu.copy_stages(s.be, forks, 4),
+                             PKV_OK);
+        }
+        /* Poison the originals (blocks and tails). */
+        size_t bb = pkv__backend_swap_block_bytes(&s.cfg);
+        size_t sb = pkv__backend_stage_bytes(&s.cfg);
+        uint8_t *junk = xcalloc(bb > sb ? bb : sb, 1);
+        memset(junk, 0xff, bb > sb ? bb : sb);
+        for (uint32_t i = 0; i < n; i++)
+            assert_int_equal(
+                pkv__backend_cpu.swap_in(s.be, junk, &pairs[i].src, 1),
+                PKV_OK);
+        for (uint32_t i = 0; dtype == PKV_KV_U8 && i < 4; i++)
+            assert_int_equal(pkv__backend_cpu.stage_in(s.be, junk, i), PKV_OK);
+        assert_int_equal(pkv__backend_cpu.begin_step(s.be, &a.step), PKV_OK);
+        assert_int_equal(pkv__backend_cpu.attend(s.be, 0, a.q, a.out, 0, 0),
+                         PKV_OK);
+        assert_memory_equal(first, a.out, out_bytes);
+
+        /* Swap the copies (and tails) out and back in over poison. */
+        uint32_t *ids = xcalloc(n, sizeof *ids);
+        for (uint32_t i = 0; i < n; i++)
+            ids[i] = pairs[i].dst;
+        uint8_t *host = xcalloc(n, bb);
+        uint8_t *tails = xcalloc(4, sb);
+        assert_int_equal(pkv__backend_cpu.swap_out(s.be, ids, n, host),
+                         PKV_OK);
+        for (uint32_t i = 0; dtype == PKV_KV_U8 && i < 4; i++)
+            assert_int_equal(
+                pkv__backend_cpu.stage_out(s.be, 4 + i, tails + i * sb),
+                PKV_OK);
+        for (uint32_t i = 0; i < n; i++)
+            assert_int_equal(pkv__backend_cpu.swap_in(s.be, junk, &ids[i], 1),
+                             PKV_OK);
+        for (uint32_t i = 0; dtype == PKV_KV_U8 && i < 4; i++) {
+            assert_int_equal(pkv__backend_cpu.stage_in(s.be, junk, 4 + i),
+                             PKV_OK);
+            assert_int_equal(
+                pkv__backend_cpu.stage_in(s.be, tails + i * sb, 4 + i),
+                PKV_OK);
+        }
+        assert_int_equal(pkv__backend_cpu.swap_in(s.be, host, ids, n), PKV_OK);
+        memset(a.out, 0, out_bytes);
+        assert_int_equal(pkv__backend_cpu.attend(s.be, 0, a.q, a.out, 0, 0),
+                         PKV_OK);
+        assert_memory_equal(first, a.out, out_bytes);
+
+        free(ids);
+        free(host);
+        free(tails);
+        free(junk);
+        free(pairs);
+        free(used);
+        free(first);
+        step_free(&a);
+        scenario_free(&s);
+    }
+}
+
+static void rejects_bad_config(void **state)
+{
+    (void)state;
+    pkv__allocator al = test_allocator();
+    pkv__backend_config ok = {2, 8, 2, 64, 16, 10, PKV_KV_U8,
+                              PKV_QUANT_PER_CHANNEL, PKV_QUANT_PER_TOKEN, 4};
+    pkv__backend *be = (pkv__backend *)&al; /* must come back NULL */
+    struct {
+        pkv__backend_config c;
+        pkv_status want;
+    } cases[8];
+    for (int i = 0; i < 8; i++)
+        cases[i].c = ok;
+    cases[0].c.num_q_heads = 9; /* not a multiple of 2 */
+    cases[0].want = PKV_ERR_UNSUPPORTED;
+    cases[1].c.head_dim = 66;
+    cases[1].want = PKV_ERR_UNSUPPORTED;
+    cases[2].c.block_size = 24;
+    cases[2].want = PKV_ERR_UNSUPPORTED;
+    cases[3].c.kv_dtype = 3;
+    cases[3].want = PKV_ERR_INVALID_ARGUMENT;
+    cases[4].c.key_quant = PKV_QUANT_DEFAULT;
+    cases[4].want = PKV_ERR_INVALID_ARGUMENT;
+    cases[5].c.kv_dtype = PKV_KV_F16; /* tails with a float cache */
+    cases[5].want = PKV_ERR_INVALID_ARGUMENT;
+    cases[6].c.num_blocks = 1;
+    cases[6].want = PKV_ERR_INVALID_ARGUMENT;
+    cases[7].c.head_dim = 1024;
+    cases[7].want = PKV_ERR_UNSUPPORTED;
+    for (int i = 0; i < 8; i++) {
+        be = (pkv__backend *)&al;
+        assert_int_equal(pkv__backend_cpu.create(&cases[i].c, &al, &be),
+                         cases[i].want);
+        assert_null(be);
+    }
+    assert_int_equal(pkv__backend_cpu.create(&ok, &al, &be), PKV_OK);
+    float q[8 * 64] = {0}, out[8 * 64];
+    /* No step yet. */
+    assert_int_equal(pkv__backend_cpu.attend(be, 0, q, out, 0, 0),
+                     PKV_ERR_BAD_STATE);
+    assert_int_equal(pkv__backend_cpu.append(be, 0, q, q), PKV_ERR_BAD_STATE);
+    pkv__backend_cpu.destroy(be);
+    pkv__backend_cpu.destroy(NULL);
+}
+
+static void rejects_bad_step(void **state)
+{
+    (void)state;
+    scenario s;
+    step_arrays a;
+    scenario_init(&s, 64, 4, 2, 8, PKV_KV_U8, PKV_QUANT_PER_CHANNEL,
+                  PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 5, 1);
+    scenario_run(&s, &a, 0);
+    pkv__step bad = a.step;
+    /* A slot that is not where the table puts the row's token. */
+    a.slots[0] += 1;
+    assert_int_equal(pkv__backend_cpu.begin_step(s.be, &bad),
+                     PKV_ERR_INVALID_ARGUMENT);
+    a.slots[0] -= 1;
+    /* Rows beyond the context. */
+    a.context_lens[2] = 4;
+    assert_int_equal(pkv__backend_cpu.begin_step(s.be, &bad),
+                     PKV_ERR_INVALID_ARGUMENT);
+    a.context_lens[2] = 5;
+    /* The null block, and an id past the pool, in a table. */
+    uint32_t keep = s.tables[0];
+    s.tables[0] = 0;
+    assert_int_equal(pkv__backend_cpu.begin_step(s.be, &bad),
+                     PKV_ERR_INVALID_ARGUMENT);
+    s.tables[0] = s.cfg.num_blocks;
+    assert_int_equal(pkv__backend_cpu.begin_step(s.be, &bad),
+                     PKV_ERR_INVALID_ARGUMENT);
+    s.tables[0] = keep;
+    /* A staging tail that does not exist; none at all for u8. */
+    a.stages[1] = s.cfg.num_stages;
+    assert_int_equal(pkv__backend_cpu.begin_step(s.be, &bad),
+                     PKV_ERR_INVALID_ARGUMENT);
+    a.stages[1] = 1;
+    bad.stages = NULL;
+    assert_int_equal(pkv__backend_cpu.begin_step(s.be, &bad),
+                     PKV_ERR_INVALID_ARGUMENT);
+    bad = a.step;
+    bad.num_tokens -= 1; /* query_start no longer ends at num_tokens */
+    assert_int_equal(pkv__backend_cpu.begin_step(s.be, &bad),
+                     PKV_ERR_INVALID_ARGUMENT);
+    /* Layer out of range, copies into the null block or past the end. */
+    assert_int_equal(pkv__backend_cpu.begin_step(s.be, &a.step), PKV_OK);
+    assert_int_equal(pkv__backend_cpu.attend(s.be, 1, a.q, a.out, 0, 0),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv__backend_cpu.attend(s.be, 0, a.q, a.out, NAN, 0),
+                     PKV_ERR_INVALID_ARGUMENT);
+    pkv__block_copy pair = {1, 0};
+    assert_int_equal(pkv__backend_cpu.copy_blocks(s.be, &pair, 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    pair.dst = s.cfg.num_blocks;
+    assert_int_equal(pkv__backend_cpu.copy_blocks(s.be, &pair, 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    pair.src = 0;
+    pair.dst = s.cfg.num_stages;
+    assert_int_equal(pkv__backend_cpu.copy_stages(s.be, &pair, 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    uint32_t zero = 0;
+    uint8_t one;
+    assert_int_equal(pkv__backend_cpu.swap_in(s.be, &one, &zero, 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv__backend_cpu.stage_out(s.be, s.cfg.num_stages, &one),
+                     PKV_ERR_INVALID_ARGUMENT);
+    step_free(&a);
+    scenario_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(rejects_bad_config),
+        cmocka_unit_test(rejects_bad_step),
+        cmocka_unit_test(non_finite_rejected),
+        cmocka_unit_test(sliding_window),
+        cmocka_unit_test(layers_are_separate),
+        cmocka_unit_test(copy_fork_and_swap),
         cmocka_unit_test(grid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
