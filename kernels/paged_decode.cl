@@ -129,6 +129,54 @@ static float hsum(float4 x)
 #define K_PART_BYTES PKV_LAYOUT_PART_BYTES(PKV_KV_DTYPE, KQ, BS, D)
 #define HEAD_BYTES PKV_LAYOUT_HEAD_BYTES(PKV_KV_DTYPE, KQ, VQ, BS, D)
 
+/* Scores of a block are handled a vector of SW tokens at a time. */
+#if BS % 16 == 0
+#define SW 16
+#define floatS float16
+#define vloadS vload16
+#define vstoreS vstore16
+#define vload_halfS vload_half16
+#elif BS % 4 == 0
+#define SW 4
+#define floatS float4
+#define vloadS vload4
+#define vstoreS vstore4
+#define vload_halfS vload_half4
+#else
+#define SW 1
+#define floatS float
+#define vloadS(i, p) ((p)[i])
+#define vstoreS(x, i, p) ((p)[i] = (x))
+#define vload_halfS vload_half
+#endif
+
+static float hmaxS(floatS x)
+{
+#if SW == 16
+    float8 a = fmax(x.lo, x.hi);
+    float4 b = fmax(a.lo, a.hi);
+    float2 c = fmax(b.lo, b.hi);
+    return fmax(c.x, c.y);
+#elif SW == 4
+    float2 c = fmax(x.lo, x.hi);
+    return fmax(c.x, c.y);
+#else
+    return x;
+#endif
+}
+
+static float hsumS(floatS x)
+{
+#if SW == 16
+    return hsum(x);
+#elif SW == 4
+    float2 c = x.lo + x.hi;
+    return c.x + c.y;
+#else
+    return x;
+#endif
+}
+
 /* The running softmax of the G heads of one work-item. */
 typedef struct state {
     float m[G], l[G];
@@ -136,19 +184,48 @@ typedef struct state {
     floatV acc[G][NV];
 } state;
 
-/* Rescale head g to a block whose largest score is mb. */
-static void rescale(state *st, int g, float mb)
+/* s[g * BS + t] holds the block's scores of head g, -inf where masked.
+ * Rescale each head's state to the block's max once, then turn the scores
+ * into weights p = exp(s - m) (0 where masked) and add them to l. Vector
+ * exp over the block's tokens rather than one exp per token. */
+static void block_softmax(float *s, state *st)
 {
-    if (mb > st->m[g]) {
-        if (st->m[g] != -INFINITY) {
-            float keep = exp(st->m[g] - mb);
-            st->l[g] *= keep;
-            st->accl[g] *= keep;
-            for (int v = 0; v < NV; v++)
-                st->acc[g][v] *= keep;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        floatS mv = vloadS(0, s + g * BS);
+        for (int c = 1; c < BS / SW; c++)
+            mv = fmax(mv, vloadS(c, s + g * BS));
+        float mb = hmaxS(mv);
+        if (mb > st->m[g]) {
+            if (st->m[g] != -INFINITY) {
+                float keep = exp(st->m[g] - mb);
+                st->l[g] *= keep;
+                st->accl[g] *= keep;
+#pragma unroll
+                for (int x = 0; x < NV; x++)
+                    st->acc[g][x] *= keep;
+            }
+            st->m[g] = mb;
         }
-        st->m[g] = mb;
+        floatS ls = 0.0f;
+        for (int c = 0; c < BS / SW; c++) {
+            floatS p = exp(vloadS(c, s + g * BS) - st->m[g]);
+            vstoreS(p, c, s + g * BS);
+            ls += p;
+        }
+        st->l[g] += hsumS(ls);
     }
+}
+
+/* Mask the tokens outside [t0, t1) of a partly visible block. */
+static void mask_scores(float *s, int t0, int t1)
+{
+    if (t0 > 0 || t1 < BS)
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            for (int t = 0; t < BS; t++)
+                if (t < t0 || t >= t1)
+                    s[g * BS + t] = -INFINITY;
 }
 
 /* Row x-vector i of an f32 (f16 set: f16) part. After inlining, f16 is a
@@ -163,35 +240,32 @@ static floatV load_row(global const uchar *p, size_t i, int f16)
 static void block_float(global const uchar *k, global const uchar *v,
                         int f16, int t0, int t1, const floatV *qv, state *st)
 {
-    float s[G][BS];
+    float s[G * BS];
     for (int t = t0; t < t1; t++) {
         floatV sa[G];
+#pragma unroll
         for (int g = 0; g < G; g++)
             sa[g] = 0.0f;
+#pragma unroll
         for (int x = 0; x < NV; x++) {
             floatV kx = load_row(k, (size_t)(t * NV + x), f16);
+#pragma unroll
             for (int g = 0; g < G; g++)
                 sa[g] = fma(qv[g * NV + x], kx, sa[g]);
         }
+#pragma unroll
         for (int g = 0; g < G; g++)
-            s[g][t] = hsum(sa[g]);
+            s[g * BS + t] = hsum(sa[g]);
     }
-    for (int g = 0; g < G; g++) {
-        float mb = -INFINITY;
-        for (int t = t0; t < t1; t++)
-            mb = fmax(mb, s[g][t]);
-        rescale(st, g, mb);
-    }
+    mask_scores(s, t0, t1);
+    block_softmax(s, st);
     for (int t = t0; t < t1; t++) {
-        float p[G];
-        for (int g = 0; g < G; g++) {
-            p[g] = exp(s[g][t] - st->m[g]);
-            st->l[g] += p[g];
-        }
+#pragma unroll
         for (int x = 0; x < NV; x++) {
             floatV vx = load_row(v, (size_t)(t * NV + x), f16);
+#pragma unroll
             for (int g = 0; g < G; g++)
-                st->acc[g][x] = fma((floatV)p[g], vx, st->acc[g][x]);
+                st->acc[g][x] = fma((floatV)s[g * BS + t], vx, st->acc[g][x]);
         }
     }
 }
@@ -212,32 +286,39 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
     global const half *ksc = klo + PKV_LAYOUT_U8_GROUPS(KQ, BS, D);
     global const half *vlo = (global const half *)(v + BS * D);
     global const half *vsc = vlo + PKV_LAYOUT_U8_GROUPS(VQ, BS, D);
-    float s[G][BS];
+    float s[G * BS];
 #if KQ == PKV_LAYOUT_PER_CHANNEL
     /* s = sum_c q_c (lo_c + code sc_c) = q.lo + sum_c (q_c sc_c) code */
     floatV qs[G][NV];
     float qlo[G];
     {
         floatV ql[G];
+#pragma unroll
         for (int g = 0; g < G; g++)
             ql[g] = 0.0f;
+#pragma unroll
         for (int x = 0; x < NV; x++) {
             floatV lx = vload_halfV(x, klo), sx = vload_halfV(x, ksc);
+#pragma unroll
             for (int g = 0; g < G; g++) {
                 qs[g][x] = qv[g * NV + x] * sx;
                 ql[g] = fma(qv[g * NV + x], lx, ql[g]);
             }
         }
+#pragma unroll
         for (int g = 0; g < G; g++)
             qlo[g] = hsum(ql[g]);
     }
 #endif
     for (int t = t0; t < t1; t++) {
         floatV sa[G];
+#pragma unroll
         for (int g = 0; g < G; g++)
             sa[g] = 0.0f;
+#pragma unroll
         for (int x = 0; x < NV; x++) {
             floatV cx = loadcodes(t * NV + x, k);
+#pragma unroll
             for (int g = 0; g < G; g++)
 #if KQ == PKV_LAYOUT_PER_CHANNEL
                 sa[g] = fma(qs[g][x], cx, sa[g]);
@@ -246,67 +327,71 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
 #endif
         }
 #if KQ == PKV_LAYOUT_PER_CHANNEL
+#pragma unroll
         for (int g = 0; g < G; g++)
-            s[g][t] = hsum(sa[g]) + qlo[g];
+            s[g * BS + t] = hsum(sa[g]) + qlo[g];
 #else
         /* s = sc_t (q . code) + lo_t sum(q) */
-        float lt = vload_half(t, klo), st_ = vload_half(t, ksc);
+        float lt = vload_half(t, klo), sct = vload_half(t, ksc);
+#pragma unroll
         for (int g = 0; g < G; g++)
-            s[g][t] = fma(st_, hsum(sa[g]), lt * qsum[g]);
+            s[g * BS + t] = fma(sct, hsum(sa[g]), lt * qsum[g]);
 #endif
     }
-    for (int g = 0; g < G; g++) {
-        float mb = -INFINITY;
-        for (int t = t0; t < t1; t++)
-            mb = fmax(mb, s[g][t]);
-        rescale(st, g, mb);
-    }
+    mask_scores(s, t0, t1);
+    block_softmax(s, st);
 #if VQ == PKV_LAYOUT_PER_TOKEN
     /* acc_c += p (lo_t + sc_t code) = (p sc_t) code, plus p lo_t to accl */
-    for (int t = t0; t < t1; t++) {
-        float lt = vload_half(t, vlo), sct = vload_half(t, vsc);
-        float pw[G];
-        for (int g = 0; g < G; g++) {
-            float p = exp(s[g][t] - st->m[g]);
-            st->l[g] += p;
-            st->accl[g] = fma(p, lt, st->accl[g]);
-            pw[g] = p * sct;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        floatS al = 0.0f;
+        for (int c = 0; c < BS / SW; c++) {
+            floatS p = vloadS(c, s + g * BS);
+            al = fma(p, vload_halfS(c, vlo), al);
+            vstoreS(p * vload_halfS(c, vsc), c, s + g * BS);
         }
+        st->accl[g] += hsumS(al);
+    }
+    for (int t = t0; t < t1; t++) {
+#pragma unroll
         for (int x = 0; x < NV; x++) {
             floatV cx = loadcodes(t * NV + x, v);
+#pragma unroll
             for (int g = 0; g < G; g++)
-                st->acc[g][x] = fma((floatV)pw[g], cx, st->acc[g][x]);
+                st->acc[g][x] = fma((floatV)s[g * BS + t], cx, st->acc[g][x]);
         }
     }
 #else
     /* acc_c += sum_t p (lo_c + sc_c code) = sc_c sum_t p code + lo_c sum p */
-    floatV bs[G][NV];
+    floatV bsum[G][NV];
     float ps[G];
+#pragma unroll
     for (int g = 0; g < G; g++) {
-        ps[g] = 0.0f;
+        floatS pv = 0.0f;
+        for (int c = 0; c < BS / SW; c++)
+            pv += vloadS(c, s + g * BS);
+        ps[g] = hsumS(pv);
+#pragma unroll
         for (int x = 0; x < NV; x++)
-            bs[g][x] = 0.0f;
+            bsum[g][x] = 0.0f;
     }
     for (int t = t0; t < t1; t++) {
-        float p[G];
-        for (int g = 0; g < G; g++) {
-            p[g] = exp(s[g][t] - st->m[g]);
-            ps[g] += p[g];
-        }
+#pragma unroll
         for (int x = 0; x < NV; x++) {
             floatV cx = loadcodes(t * NV + x, v);
+#pragma unroll
             for (int g = 0; g < G; g++)
-                bs[g][x] = fma((floatV)p[g], cx, bs[g][x]);
+                bsum[g][x] = fma((floatV)s[g * BS + t], cx, bsum[g][x]);
         }
     }
+#pragma unroll
     for (int x = 0; x < NV; x++) {
         floatV lx = vload_halfV(x, vlo), sx = vload_halfV(x, vsc);
+#pragma unroll
         for (int g = 0; g < G; g++)
             st->acc[g][x] =
-                fma(sx, bs[g][x], fma(lx, (floatV)ps[g], st->acc[g][x]));
+                fma(sx, bsum[g][x], fma(lx, (floatV)ps[g], st->acc[g][x]));
     }
-    for (int g = 0; g < G; g++)
-        st->l[g] += ps[g];
 #endif
 }
 #endif
@@ -382,6 +467,7 @@ kernel void pkv_decode_partial(
             block_u8(kp, vp, t0, t1, qv, qsum, &st);
         }
 #endif
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
 
     size_t row0 = (size_t)seq * hq + h * G;
