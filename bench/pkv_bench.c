@@ -36,6 +36,8 @@ static const subcommand SUBCOMMANDS[] = {
      "KV memory: static max-length allocation vs paged blocks"},
     {"scheduler", bench_scheduler,
      "host microseconds per step at 1 to 1,024 running sequences"},
+    {"serve", bench_serve,
+     "llama model over an arrival trace: continuous vs static batching"},
 };
 #define NUM_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
 

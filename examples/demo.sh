@@ -6,7 +6,9 @@ set -eu
 cd "$(dirname "$0")/.."
 sh tests/deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$(nproc)" >/dev/null
-# Until the llama-architecture host lands, the demo is the KV memory
-# workload: static max-length allocation against paged block tables.
-./build/bench/pkv-bench memory
+cmake --build build -j "$(nproc)" --target pkv-llama >/dev/null
+# The llama-architecture host (seeded random weights, 32 prompts sharing a
+# system prompt) serving every prompt at once through pkv on the default
+# device: each sequence's tokens stream as "[id] token", then tokens/s, KV
+# utilisation, preemptions, prefix hits and the backend used.
+./build/examples/pkv-llama --backend auto "$@"

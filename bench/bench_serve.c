@@ -1,0 +1,487 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv-bench serve: the llama example model (examples/llama/model.c, the
+ * default seeded-random geometry) served through pkv over an arrival trace,
+ * continuous batching against static batching, in one run.
+ *
+ * The trace: Poisson arrivals; prompt lengths lognormal (median 48, sigma
+ * 0.6) and output lengths lognormal (median 32, sigma 1.0), both seeded.
+ * The arrival rate is 2x what a calibration run measured the continuous
+ * engine to sustain (its rows per second over a mean request's rows), so
+ * requests queue in both modes: the regime where the batching policy, not
+ * the arrival rate, sets throughput. The output-length tail (sigma 1) is
+ * what a static batch waits on: its longest member, typically several
+ * times the median, runs alone at the end.
+ *
+ * On this host the model's matmuls run on the CPU, where a step costs
+ * about as much per row at any batch size, so a static batch's tail is
+ * cheap and the tokens/s ratio stays modest; the sequences-per-step ratio
+ * printed with it is the ratio on a device whose step time is flat in the
+ * batch size (a GPU reading the weights once per step).
+ *
+ * Continuous: every arrived request is added to the engine at once; each
+ * step mixes prompt chunks and decodes, and a finished sequence's place is
+ * taken at the next step. Static: when the engine is idle, the requests
+ * that have arrived (up to max_num_seqs) form one batch, run until its
+ * longest member ends; later arrivals wait for the next batch. Same engine
+ * parameters, same model, same trace.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
+#include "attend.h"
+#include "bench.h"
+#include "model.h"
+
+#include "pkv/pkv.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define MAX_NUM_SEQS 32
+#define MAX_BATCH_TOKENS 512
+#define LOAD_FACTOR 2.0
+
+typedef struct trace_req {
+    double arrival; /* seconds from the start */
+    int32_t *prompt;
+    uint32_t prompt_len;
+    uint32_t output_len;
+    /* Measured. */
+    pkv_seq_id id;
+    double first_token; /* seconds from the start; < 0 until sampled */
+    double last_token;
+    uint32_t generated;
+} trace_req;
+
+typedef struct serve_result {
+    double tokens_per_s, processed_per_s, elapsed;
+    double ttft_p50, ttft_p99, itl_p50, itl_p99; /* ms */
+    double kv_util_mean, seqs_per_step;
+    uint64_t preemptions, steps, generated;
+    /* KV utilisation over time, for the plot. */
+    double *util_t, *util;
+    uint32_t util_n, util_cap;
+    /* Every inter-token gap, for the plot (ms, sorted). */
+    double *itl;
+    size_t itl_n, itl_cap;
+    double *ttft; /* ms, sorted */
+} serve_result;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double percentile(const double *sorted, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return sorted[i < n ? i : n - 1];
+}
+
+static uint32_t lognormal_len(uint64_t *rng, double median, double sigma,
+                              uint32_t lo, uint32_t hi)
+{
+    double x = median * exp(sigma * bench_normal(rng));
+    return x < lo ? lo : x > hi ? hi : (uint32_t)x;
+}
+
+/* Lengths and tokens of n requests; arrival times are set later, once the
+ * rate is known. */
+static trace_req *make_trace(uint32_t n, uint32_t vocab, uint64_t seed)
+{
+    trace_req *t = calloc(n, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    uint64_t rng = seed;
+    for (uint32_t i = 0; i < n; i++) {
+        t[i].prompt_len = lognormal_len(&rng, 48, 0.6, 4, 512);
+        t[i].output_len = lognormal_len(&rng, 32, 1.0, 2, 400);
+        t[i].prompt = malloc(t[i].prompt_len * sizeof *t[i].prompt);
+        if (t[i].prompt == NULL)
+            return NULL;
+        for (uint32_t k = 0; k < t[i].prompt_len; k++)
+            t[i].prompt[k] = (int32_t)(bench_rand(&rng) % vocab);
+    }
+    return t;
+}
+
+static void set_arrivals(trace_req *t, uint32_t n, double rate, uint64_t seed)
+{
+    uint64_t rng = seed ^ 0xa5a5a5a5ull;
+    double at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        t[i].arrival = at;
+        at += -log(bench_uniform(&rng)) / rate;
+    }
+}
+
+static void free_trace(trace_req *t, uint32_t n)
+{
+    for (uint32_t i = 0; t != NULL && i < n; i++)
+        free(t[i].prompt);
+    free(t);
+}
+
+static int push_util(serve_result *r, double t, double u)
+{
+    if (r->util_n == r->util_cap) {
+        uint32_t cap = r->util_cap ? 2 * r->util_cap : 1024;
+        double *nt = realloc(r->util_t, cap * sizeof *nt);
+        if (nt == NULL)
+            return -1;
+        r->util_t = nt;
+        double *nu = realloc(r->util, cap * sizeof *nu);
+        if (nu == NULL)
+            return -1;
+        r->util = nu;
+        r->util_cap = cap;
+    }
+    r->util_t[r->util_n] = t;
+    r->util[r->util_n++] = u;
+    return 0;
+}
+
+static int push_gap(serve_result *r, double ms)
+{
+    if (r->itl_n == r->itl_cap) {
+        size_t cap = r->itl_cap ? 2 * r->itl_cap : 4096;
+        double *g = realloc(r->itl, cap * sizeof *g);
+        if (g == NULL)
+            return -1;
+        r->itl = g;
+        r->itl_cap = cap;
+    }
+    r->itl[r->itl_n++] = ms;
+    return 0;
+}
+
+static trace_req *find_req(trace_req *t, uint32_t added_order_n,
+                           trace_req **order, pkv_seq_id id)
+{
+    (void)t;
+    uint32_t lo = 0, hi = added_order_n; /* ids ascend in add order */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (order[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < added_order_n && order[lo]->id == id ? order[lo] : NULL;
+}
+
+/*
+ * Serve the trace. is_static: batches formed when the engine is idle.
+ * Writes the measures into *res. 0 on success.
+ */
+static int serve(const llama_model *m, trace_req *t, uint32_t n,
+                 int is_static, serve_result *res)
+{
+    const llama_config *c = &m->config;
+    memset(res, 0, sizeof *res);
+    for (uint32_t i = 0; i < n; i++) {
+        t[i].id = 0;
+        t[i].first_token = -1;
+        t[i].generated = 0;
+    }
+    pkv_engine_params p;
+    llama_engine_params(&p, c);
+    p.kv_dtype = PKV_KV_F16;
+    p.backend = PKV_BACKEND_CPU;
+    p.max_num_seqs = MAX_NUM_SEQS;
+    p.max_batch_tokens = MAX_BATCH_TOKENS;
+    /* Room for MAX_NUM_SEQS sequences of about twice the mean length:
+     * preemption happens when long ones meet. */
+    p.num_blocks = MAX_NUM_SEQS * 12 + 1;
+    pkv_engine *e = NULL;
+    if (pkv_engine_create(&p, &e) != PKV_OK) {
+        fprintf(stderr, "serve: %s\n", pkv_last_error());
+        return 1;
+    }
+    llama_scratch s;
+    float *logits = malloc((size_t)MAX_BATCH_TOKENS * c->vocab_size *
+                           sizeof *logits);
+    int32_t *sampled = malloc(MAX_BATCH_TOKENS * sizeof *sampled);
+    trace_req **order = malloc(n * sizeof *order);
+    uint64_t rng = 99;
+    if (llama_scratch_init(&s, c, MAX_BATCH_TOKENS) != 0 || !logits ||
+        !sampled || !order)
+        return 1;
+    llama_pkv_attend actx = {e, c};
+    uint32_t added = 0;
+    uint64_t processed = 0, seqs_in_steps = 0, rows_steps = 0;
+    double util_sum = 0;
+    int rc = 0;
+    double t0 = now_s(), end = 0;
+    while (rc == 0 && (added < n || pkv_engine_has_work(e))) {
+        double now = now_s() - t0;
+        int idle = !pkv_engine_has_work(e);
+        if (idle && added < n && t[added].arrival > now) {
+            sleep_s(t[added].arrival - now);
+            continue;
+        }
+        /* Continuous: admit every arrival now. Static: only when idle,
+         * and at most one batch. */
+        uint32_t limit = is_static ? (idle ? MAX_NUM_SEQS : 0) : n;
+        for (uint32_t k = 0; k < limit && added < n &&
+                             t[added].arrival <= now;
+             k++) {
+            pkv_seq_params sp;
+            pkv_seq_params_init(&sp);
+            sp.prompt = t[added].prompt;
+            sp.prompt_len = t[added].prompt_len;
+            sp.max_new_tokens = t[added].output_len;
+            if (pkv_seq_add(e, &sp, &t[added].id) != PKV_OK) {
+                fprintf(stderr, "serve: add: %s\n", pkv_last_error());
+                rc = 1;
+                break;
+            }
+            order[added] = &t[added];
+            added++;
+        }
+        const pkv_batch *b;
+        if (rc != 0 || pkv_engine_step_begin(e, &b) != PKV_OK) {
+            rc = 1;
+            break;
+        }
+        if (llama_forward(m, &s, b->num_tokens, b->token_ids, b->positions,
+                          llama_attend_pkv, &actx, b->sample_rows,
+                          b->num_samples, logits) != 0) {
+            rc = 1;
+            break;
+        }
+        for (uint32_t j = 0; j < b->num_samples; j++)
+            sampled[j] = llama_sample(logits + (size_t)j * c->vocab_size,
+                                      c->vocab_size, 1.0f, &rng);
+        double when = now_s() - t0;
+        for (uint32_t j = 0; j < b->num_samples; j++) {
+            trace_req *r = find_req(t, added, order, b->sample_seq_ids[j]);
+            if (r->first_token < 0)
+                r->first_token = when;
+            else if (push_gap(res, 1e3 * (when - r->last_token)) != 0)
+                rc = 1;
+            r->last_token = when;
+            r->generated++;
+        }
+        if (b->num_tokens > 0) {
+            seqs_in_steps += b->num_seqs;
+            rows_steps++;
+        }
+        processed += b->num_tokens;
+        res->generated += b->num_samples;
+        if (pkv_engine_step_end(e, sampled, NULL, b->num_samples) != PKV_OK) {
+            rc = 1;
+            break;
+        }
+        pkv_engine_stats st;
+        st.struct_size = sizeof st;
+        pkv_engine_get_stats(e, &st);
+        if (st.slots_allocated > 0) {
+            double u = (double)st.tokens_stored / (double)st.slots_allocated;
+            util_sum += u;
+            if (push_util(res, when, u) != 0)
+                rc = 1;
+        }
+        end = when;
+    }
+    pkv_engine_stats st;
+    st.struct_size = sizeof st;
+    pkv_engine_get_stats(e, &st);
+    res->preemptions = st.preemptions;
+    res->steps = st.steps;
+    res->elapsed = end;
+    res->tokens_per_s = (double)res->generated / end;
+    res->processed_per_s = (double)processed / end;
+    res->kv_util_mean = res->util_n ? util_sum / (double)res->util_n : 0;
+    res->seqs_per_step = rows_steps ? (double)seqs_in_steps / (double)rows_steps : 0;
+    res->ttft = malloc(n * sizeof *res->ttft);
+    if (res->ttft == NULL)
+        rc = 1;
+    for (uint32_t i = 0; rc == 0 && i < n; i++)
+        res->ttft[i] = 1e3 * (t[i].first_token - t[i].arrival);
+    if (rc == 0) {
+        qsort(res->ttft, n, sizeof *res->ttft, compare_double);
+        res->ttft_p50 = percentile(res->ttft, n, 0.5);
+        res->ttft_p99 = percentile(res->ttft, n, 0.99);
+        qsort(res->itl, res->itl_n, sizeof *res->itl, compare_double);
+        res->itl_p50 = percentile(res->itl, res->itl_n, 0.5);
+        res->itl_p99 = percentile(res->itl, res->itl_n, 0.99);
+    }
+    llama_scratch_free(&s);
+    free(logits);
+    free(sampled);
+    free(order);
+    pkv_engine_destroy(e);
+    return rc;
+}
+
+static void free_result(serve_result *r)
+{
+    free(r->util_t);
+    free(r->util);
+    free(r->itl);
+    free(r->ttft);
+}
+
+static int gnuplot_installed(void)
+{
+    return system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
+/* KV utilisation over time and the latency CDFs, as PNGs in dir. */
+static void plot(const char *dir, const serve_result *res)
+{
+    if (!gnuplot_installed()) {
+        printf("serve: --plot skipped: gnuplot is not installed\n");
+        return;
+    }
+    mkdir(dir, 0777);
+    static const char *const modes[] = {"continuous", "static"};
+    char path[1024];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/serve_kv_%s.dat", dir, modes[k]);
+        FILE *f = fopen(path, "w");
+        for (uint32_t i = 0; f != NULL && i < res[k].util_n; i++)
+            fprintf(f, "%.4f %.4f\n", res[k].util_t[i], 100 * res[k].util[i]);
+        if (f != NULL)
+            fclose(f);
+        snprintf(path, sizeof path, "%s/serve_itl_%s.dat", dir, modes[k]);
+        f = fopen(path, "w");
+        for (size_t i = 0; f != NULL && i < res[k].itl_n; i++)
+            fprintf(f, "%.4f %.5f\n", res[k].itl[i],
+                    (double)(i + 1) / (double)res[k].itl_n);
+        if (f != NULL)
+            fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/serve.gp", dir);
+    FILE *g = fopen(path, "w");
+    if (g == NULL)
+        return;
+    fprintf(g,
+            "set terminal png size 900,500\n"
+            "set output '%s/serve_kv_utilization.png'\n"
+            "set xlabel 'seconds'; set ylabel 'KV utilisation (%%)'\n"
+            "set yrange [0:100]\n"
+            "plot '%s/serve_kv_continuous.dat' w l t 'continuous', "
+            "'%s/serve_kv_static.dat' w l t 'static'\n"
+            "set output '%s/serve_latency_cdf.png'\n"
+            "set xlabel 'inter-token latency (ms)'; set ylabel 'CDF'\n"
+            "set yrange [0:1]; set logscale x\n"
+            "plot '%s/serve_itl_continuous.dat' w l t 'continuous', "
+            "'%s/serve_itl_static.dat' w l t 'static'\n",
+            dir, dir, dir, dir, dir, dir);
+    fclose(g);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", path);
+    if (system(cmd) == 0)
+        printf("serve: plots in %s (serve_kv_utilization.png, "
+               "serve_latency_cdf.png)\n",
+               dir);
+    else
+        printf("serve: gnuplot failed on %s\n", path);
+}
+
+int bench_serve(const bench_options *opt)
+{
+    uint32_t n = opt->quick ? 48 : 160, calib_n = opt->quick ? 12 : 24;
+    llama_config c = llama_default_config();
+    llama_model m;
+    if (llama_model_init_random(&m, &c, 42) != 0)
+        return 1;
+    trace_req *t = make_trace(n, c.vocab_size, 2024);
+    if (t == NULL)
+        return 1;
+    /* Calibration: the first requests all at once, continuous. */
+    serve_result calib;
+    set_arrivals(t, calib_n, 1e9, 1);
+    if (serve(&m, t, calib_n, 0, &calib) != 0)
+        return 1;
+    double prompt_sum = 0, out_sum = 0;
+    uint32_t out_max = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        prompt_sum += t[i].prompt_len;
+        out_sum += t[i].output_len;
+        out_max = t[i].output_len > out_max ? t[i].output_len : out_max;
+    }
+    /* Requests per second the engine sustains: its processed rows per
+     * second over the rows (prompt + output) of a mean request. */
+    double rate =
+        LOAD_FACTOR * calib.processed_per_s / ((prompt_sum + out_sum) / n);
+    free_result(&calib);
+    set_arrivals(t, n, rate, 1);
+    printf("serve: %u requests, Poisson arrivals at %.1f/s (%.1fx the "
+           "calibrated capacity), prompts lognormal median 48 (mean %.0f), "
+           "outputs lognormal median 32 sigma 1 (mean %.0f, max %u);\n"
+           "       llama model dim %u, %u layers, %u heads (%u kv), vocab "
+           "%u; f16 KV, CPU backend, %d sequences at most, temperature 1\n",
+           n, rate, LOAD_FACTOR, prompt_sum / n, out_sum / n, out_max, c.dim,
+           c.num_layers, c.num_heads, c.num_kv_heads, c.vocab_size,
+           MAX_NUM_SEQS);
+    serve_result res[2];
+    static const char *const modes[] = {"continuous", "static"};
+    int rc = 0;
+    printf("%-11s %9s %10s %9s %9s %9s %9s %8s %9s %7s %10s\n", "mode",
+           "tokens/s", "processed", "ttft p50", "ttft p99", "itl p50",
+           "itl p99", "KV util", "seqs/step", "steps", "preemptions");
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        rc = serve(&m, t, n, k, &res[k]);
+        if (rc != 0)
+            break;
+        serve_result *r = &res[k];
+        printf("%-11s %9.1f %10.1f %7.0fms %7.0fms %7.1fms %7.1fms %7.1f%% "
+               "%9.1f %7llu %10llu\n",
+               modes[k], r->tokens_per_s, r->processed_per_s, r->ttft_p50,
+               r->ttft_p99, r->itl_p50, r->itl_p99, 100 * r->kv_util_mean,
+               r->seqs_per_step, (unsigned long long)r->steps,
+               (unsigned long long)r->preemptions);
+        if (opt->json)
+            fprintf(opt->json,
+                    "{\"bench\":\"serve\",\"mode\":\"%s\",\"requests\":%u,"
+                    "\"tokens_per_s\":%.2f,\"ttft_p50_ms\":%.2f,"
+                    "\"ttft_p99_ms\":%.2f,\"itl_p50_ms\":%.3f,"
+                    "\"itl_p99_ms\":%.3f,\"preemptions\":%llu,"
+                    "\"kv_utilization_mean\":%.4f,\"steps\":%llu,"
+                    "\"seqs_per_step\":%.2f}\n",
+                    modes[k], n, r->tokens_per_s, r->ttft_p50, r->ttft_p99,
+                    r->itl_p50, r->itl_p99,
+                    (unsigned long long)r->preemptions, r->kv_util_mean,
+                    (unsigned long long)r->steps, r->seqs_per_step);
+    }
+    if (rc == 0) {
+        printf("continuous / static: %.2fx tokens/s, %.2fx sequences per "
+               "step (%llu vs %llu steps for the same tokens)\n",
+               res[0].tokens_per_s / res[1].tokens_per_s,
+               res[0].seqs_per_step / res[1].seqs_per_step,
+               (unsigned long long)res[0].steps,
+               (unsigned long long)res[1].steps);
+        if (opt->plot != NULL)
+            plot(opt->plot, res);
+        free_result(&res[0]);
+        free_result(&res[1]);
+    }
+    free_trace(t, n);
+    llama_model_free(&m);
+    return rc;
+}

@@ -1,0 +1,545 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv-llama: a llama-architecture host serving many prompts at once through
+ * pkv. Requests arrive while the engine runs (a few per step), every step's
+ * batch mixes prompt chunks and decodes, and each sequence's tokens are
+ * printed as they are sampled, prefixed by its id.
+ *
+ *   pkv-llama [--checkpoint model.bin] [--prompts FILE] [--kv f32|f16|u8]
+ *             [--backend auto|cpu|opencl] [--requests N] [--max-new N]
+ *             [--temperature T] [--seed S] [--blocks N] [--stop ID]
+ *             [--dense] [--quiet]
+ *
+ * Without --checkpoint the model has seeded random weights and the prompts
+ * are synthetic: a shared 48-token system prompt, then a user part of
+ * lognormal length, so prefix caching shows. Token ids in, token ids out:
+ * there is no tokenizer. --prompts reads one prompt per line as ids.
+ * --dense runs the same requests with plain dense attention computed here,
+ * one after another, without pkv: the reference.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "attend.h"
+#include "model.h"
+
+#include <pkv/pkv.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SYSTEM_PROMPT_LEN 48
+#define ARRIVALS_PER_STEP 4
+
+typedef struct options {
+    const char *checkpoint;
+    const char *prompts;
+    int32_t kv_dtype;
+    int32_t backend;
+    uint32_t requests;
+    uint32_t max_new;
+    float temperature;
+    uint64_t seed;
+    uint32_t blocks;
+    int32_t stop;
+    int dense;
+    int quiet;
+} options;
+
+typedef struct request {
+    int32_t *prompt;
+    uint32_t prompt_len;
+    uint32_t max_new;
+    uint64_t rng; /* per request: sampling does not depend on batching */
+    pkv_seq_id id;
+    uint32_t generated;
+} request;
+
+typedef struct device_log {
+    char line[512]; /* the engine's line naming its backend */
+} device_log;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void on_log(void *user, int32_t level, const char *message)
+{
+    device_log *log = user;
+    if (level <= PKV_LOG_WARN)
+        fprintf(stderr, "pkv: %s\n", message);
+    if (strstr(message, " backend") != NULL && log->line[0] == '\0')
+        snprintf(log->line, sizeof log->line, "%s", message);
+}
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: pkv-llama [--checkpoint PATH] [--prompts FILE] "
+            "[--kv f32|f16|u8]\n"
+            "                 [--backend auto|cpu|opencl] [--requests N] "
+            "[--max-new N]\n"
+            "                 [--temperature T] [--seed S] [--blocks N] "
+            "[--stop ID]\n"
+            "                 [--dense] [--quiet]\n");
+    return 2;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || *end || end == s || v > UINT32_MAX)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->kv_dtype = PKV_KV_F16;
+    o->backend = PKV_BACKEND_AUTO;
+    o->requests = 32;
+    o->max_new = 64;
+    o->seed = 42;
+    o->stop = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint32_t u;
+        if (strcmp(a, "--dense") == 0) {
+            o->dense = 1;
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
+            continue;
+        }
+        if (v == NULL)
+            return -1;
+        i++;
+        if (strcmp(a, "--checkpoint") == 0) {
+            o->checkpoint = v;
+        } else if (strcmp(a, "--prompts") == 0) {
+            o->prompts = v;
+        } else if (strcmp(a, "--kv") == 0) {
+            if (strcmp(v, "f32") == 0)
+                o->kv_dtype = PKV_KV_F32;
+            else if (strcmp(v, "f16") == 0)
+                o->kv_dtype = PKV_KV_F16;
+            else if (strcmp(v, "u8") == 0)
+                o->kv_dtype = PKV_KV_U8;
+            else
+                return -1;
+        } else if (strcmp(a, "--backend") == 0) {
+            if (strcmp(v, "auto") == 0)
+                o->backend = PKV_BACKEND_AUTO;
+            else if (strcmp(v, "cpu") == 0)
+                o->backend = PKV_BACKEND_CPU;
+            else if (strcmp(v, "opencl") == 0)
+                o->backend = PKV_BACKEND_OPENCL;
+            else
+                return -1;
+        } else if (strcmp(a, "--requests") == 0 && parse_u32(v, &u) == 0 &&
+                   u > 0) {
+            o->requests = u;
+        } else if (strcmp(a, "--max-new") == 0 && parse_u32(v, &u) == 0 &&
+                   u > 0) {
+            o->max_new = u;
+        } else if (strcmp(a, "--blocks") == 0 && parse_u32(v, &u) == 0) {
+            o->blocks = u;
+        } else if (strcmp(a, "--seed") == 0 && parse_u32(v, &u) == 0) {
+            o->seed = u;
+        } else if (strcmp(a, "--stop") == 0 && parse_u32(v, &u) == 0) {
+            o->stop = (int32_t)u;
+        } else if (strcmp(a, "--temperature") == 0) {
+            char *end;
+            o->temperature = strtof(v, &end);
+            if (*end || end == v || !(o->temperature >= 0))
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Lognormal length with the given median, clipped to [lo, hi]. */
+static uint32_t lognormal_len(uint64_t *rng, double median, double sigma,
+                              uint32_t lo, uint32_t hi)
+{
+    double x = median * exp(sigma * llama_normal(rng));
+    if (x < lo)
+        return lo;
+    if (x > hi)
+        return hi;
+    return (uint32_t)x;
+}
+
+/* The synthetic prompt set: a shared system prompt, then a user part. */
+static int make_prompts(const options *o, const llama_config *c,
+                        request *reqs)
+{
+    uint64_t rng = o->seed * 0x2545f4914f6cdd1dull + 1;
+    int32_t system[SYSTEM_PROMPT_LEN];
+    for (uint32_t t = 0; t < SYSTEM_PROMPT_LEN; t++)
+        system[t] = (int32_t)(llama_rand(&rng) % c->vocab_size);
+    for (uint32_t i = 0; i < o->requests; i++) {
+        request *r = &reqs[i];
+        uint32_t user = lognormal_len(&rng, 40, 0.8, 4, 400);
+        r->prompt_len = SYSTEM_PROMPT_LEN + user;
+        r->prompt = malloc(r->prompt_len * sizeof *r->prompt);
+        if (r->prompt == NULL)
+            return -1;
+        memcpy(r->prompt, system, sizeof system);
+        for (uint32_t t = 0; t < user; t++)
+            r->prompt[SYSTEM_PROMPT_LEN + t] =
+                (int32_t)(llama_rand(&rng) % c->vocab_size);
+        r->max_new =
+            lognormal_len(&rng, o->max_new / 2.0, 0.6, 1, o->max_new);
+    }
+    return 0;
+}
+
+/* One prompt per line of token ids; *count is how many were read. */
+static int read_prompts(const options *o, const llama_config *c,
+                        request **out, uint32_t *count)
+{
+    FILE *f = fopen(o->prompts, "r");
+    if (f == NULL) {
+        fprintf(stderr, "pkv-llama: cannot open %s\n", o->prompts);
+        return -1;
+    }
+    request *reqs = NULL;
+    uint32_t n = 0;
+    char line[65536];
+    while (fgets(line, sizeof line, f) != NULL) {
+        request r;
+        memset(&r, 0, sizeof r);
+        r.prompt = malloc(sizeof line / 2 * sizeof *r.prompt);
+        char *p = line, *end;
+        while (r.prompt != NULL) {
+            long id = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (id < 0 || (unsigned long)id >= c->vocab_size) {
+                fprintf(stderr, "pkv-llama: token %ld out of range\n", id);
+                free(r.prompt);
+                r.prompt = NULL;
+                break;
+            }
+            r.prompt[r.prompt_len++] = (int32_t)id;
+            p = end;
+        }
+        if (r.prompt == NULL) {
+            fclose(f);
+            return -1;
+        }
+        if (r.prompt_len == 0) {
+            free(r.prompt);
+            continue;
+        }
+        r.max_new = o->max_new;
+        request *grown = realloc(reqs, (n + 1) * sizeof *reqs);
+        if (grown == NULL) {
+            free(r.prompt);
+            fclose(f);
+            return -1;
+        }
+        reqs = grown;
+        reqs[n++] = r;
+    }
+    fclose(f);
+    *out = reqs;
+    *count = n;
+    return n > 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ pkv serving */
+
+static request *find_request(request *reqs, uint32_t added, pkv_seq_id id)
+{
+    /* Ids ascend in the order requests were added. */
+    uint32_t lo = 0, hi = added;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (reqs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < added && reqs[lo].id == id ? &reqs[lo] : NULL;
+}
+
+static const char *reason_name(int32_t reason)
+{
+    switch (reason) {
+    case PKV_FINISH_STOP: return "stop";
+    case PKV_FINISH_LENGTH: return "length";
+    case PKV_FINISH_MAX_MODEL_LEN: return "max_model_len";
+    case PKV_FINISH_ABORTED: return "aborted";
+    default: return "failed";
+    }
+}
+
+/* The backend and device: what the engine's line "pkv 0.1.0: NAME backend,
+ * ..." says between ": " and the last " backend". */
+static void backend_name(const char *line, char *name, size_t size)
+{
+    const char *start = strstr(line, ": "), *end = NULL;
+    for (const char *p = line; (p = strstr(p, " backend")) != NULL; p++)
+        end = p;
+    if (start != NULL)
+        start += 2;
+    size_t n = start != NULL && end != NULL && end > start
+                   ? (size_t)(end - start)
+                   : 0;
+    if (n == 0 || n >= size) {
+        snprintf(name, size, "unknown");
+        return;
+    }
+    memcpy(name, start, n);
+    name[n] = '\0';
+}
+
+static int serve_pkv(const options *o, const llama_model *m, request *reqs,
+                     uint32_t n)
+{
+    const llama_config *c = &m->config;
+    device_log log;
+    memset(&log, 0, sizeof log);
+    pkv_engine_params p;
+    llama_engine_params(&p, c);
+    p.kv_dtype = o->kv_dtype;
+    p.backend = o->backend;
+    p.max_batch_tokens = 512;
+    p.max_num_seqs = 64;
+    if (o->blocks) {
+        p.num_blocks = o->blocks;
+    } else {
+        /* Room for about 8 average sequences besides one of the longest:
+         * a busy server, where the scheduler preempts and resumes. */
+        p.num_blocks = 8 * (SYSTEM_PROMPT_LEN + 40 + o->max_new / 2) / 16 +
+                       c->seq_len / 16 + 2;
+    }
+    p.log = on_log;
+    p.log_user = &log;
+    p.log_level = PKV_LOG_INFO;
+    pkv_engine *e = NULL;
+    if (pkv_engine_create(&p, &e) != PKV_OK) {
+        fprintf(stderr, "pkv-llama: engine: %s\n", pkv_last_error());
+        return 1;
+    }
+    llama_scratch s;
+    float *logits = malloc((size_t)p.max_batch_tokens * c->vocab_size *
+                           sizeof *logits);
+    int32_t *sampled = malloc(p.max_batch_tokens * sizeof *sampled);
+    uint8_t *stop = malloc(p.max_batch_tokens * sizeof *stop);
+    if (llama_scratch_init(&s, c, p.max_batch_tokens) != 0 || !logits ||
+        !sampled || !stop) {
+        fprintf(stderr, "pkv-llama: out of memory\n");
+        return 1;
+    }
+    llama_pkv_attend actx = {e, c};
+    uint32_t added = 0;
+    uint64_t generated = 0, processed = 0, util_samples = 0;
+    double util_sum = 0;
+    int rc = 0;
+    double t0 = now_s();
+    while (rc == 0 && (added < n || pkv_engine_has_work(e))) {
+        /* Requests arrive while the engine runs. */
+        for (uint32_t k = 0; k < ARRIVALS_PER_STEP && added < n; k++) {
+            pkv_seq_params sp;
+            pkv_seq_params_init(&sp);
+            sp.prompt = reqs[added].prompt;
+            sp.prompt_len = reqs[added].prompt_len;
+            sp.max_new_tokens = reqs[added].max_new;
+            if (pkv_seq_add(e, &sp, &reqs[added].id) != PKV_OK) {
+                fprintf(stderr, "pkv-llama: request %u: %s\n", added,
+                        pkv_last_error());
+                rc = 1;
+                break;
+            }
+            added++;
+        }
+        const pkv_batch *b;
+        if (rc != 0 || pkv_engine_step_begin(e, &b) != PKV_OK) {
+            if (rc == 0)
+                fprintf(stderr, "pkv-llama: step: %s\n",
+                        pkv_engine_last_error(e));
+            rc = 1;
+            break;
+        }
+        for (uint32_t i = 0; i < b->num_finished && !o->quiet; i++)
+            printf("[%llu] done: %s, %u tokens\n",
+                   (unsigned long long)b->finished[i].id,
+                   reason_name(b->finished[i].reason),
+                   b->finished[i].num_generated);
+        if (llama_forward(m, &s, b->num_tokens, b->token_ids, b->positions,
+                          llama_attend_pkv, &actx, b->sample_rows,
+                          b->num_samples, logits) != 0) {
+            rc = 1;
+            break;
+        }
+        processed += b->num_tokens;
+        for (uint32_t j = 0; j < b->num_samples; j++) {
+            request *r = find_request(reqs, added, b->sample_seq_ids[j]);
+            sampled[j] = llama_sample(logits + (size_t)j * c->vocab_size,
+                                      c->vocab_size, o->temperature, &r->rng);
+            stop[j] = sampled[j] == o->stop;
+            r->generated++;
+            generated++;
+            if (!o->quiet)
+                printf("[%llu] %d\n", (unsigned long long)r->id, sampled[j]);
+        }
+        if (pkv_engine_step_end(e, sampled, stop, b->num_samples) != PKV_OK) {
+            fprintf(stderr, "pkv-llama: step_end: %s\n",
+                    pkv_engine_last_error(e));
+            rc = 1;
+        }
+        pkv_engine_stats st;
+        st.struct_size = sizeof st;
+        if (pkv_engine_get_stats(e, &st) == PKV_OK && st.slots_allocated) {
+            util_sum += (double)st.tokens_stored / (double)st.slots_allocated;
+            util_samples++;
+        }
+    }
+    double elapsed = now_s() - t0;
+    pkv_engine_stats st;
+    st.struct_size = sizeof st;
+    pkv_engine_get_stats(e, &st);
+    char name[256];
+    backend_name(log.line, name, sizeof name);
+    static const char *const dtypes[] = {"f32", "f16", "u8"};
+    printf("\npkv-llama: %u requests, %llu tokens generated, %llu processed "
+           "in %.2f s (%llu steps)\n",
+           n, (unsigned long long)generated, (unsigned long long)processed,
+           elapsed, (unsigned long long)st.steps);
+    printf("tokens/s:         %.1f generated, %.1f processed\n",
+           (double)generated / elapsed, (double)processed / elapsed);
+    printf("KV utilisation:   %.1f%% (tokens stored / slots allocated, mean "
+           "over %llu steps; %u blocks of %u tokens, %s)\n",
+           util_samples ? 100.0 * util_sum / (double)util_samples : 0.0,
+           (unsigned long long)util_samples, p.num_blocks, st.block_size,
+           dtypes[o->kv_dtype]);
+    printf("preemptions:      %llu\n", (unsigned long long)st.preemptions);
+    printf("prefix hits:      %llu of %llu prompt tokens\n",
+           (unsigned long long)st.prefix_hit_tokens,
+           (unsigned long long)st.prefix_query_tokens);
+    printf("backend:          %s\n", name);
+    printf("engine log:       %s\n",
+           log.line[0] ? log.line : "(no line naming the backend)");
+    free(logits);
+    free(sampled);
+    free(stop);
+    llama_scratch_free(&s);
+    pkv_engine_destroy(e);
+    return rc;
+}
+
+/* ----------------------------------------------------------- dense serving */
+
+static int serve_dense(const options *o, const llama_model *m, request *reqs,
+                       uint32_t n)
+{
+    const llama_config *c = &m->config;
+    llama_dense_cache d;
+    llama_scratch s;
+    int32_t *out = malloc(o->max_new * sizeof *out);
+    if (out == NULL || llama_dense_cache_init(&d, c) != 0 ||
+        llama_scratch_init(&s, c, c->seq_len) != 0) {
+        fprintf(stderr, "pkv-llama: out of memory\n");
+        return 1;
+    }
+    uint64_t generated = 0, processed = 0;
+    int rc = 0;
+    double t0 = now_s();
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        request *r = &reqs[i];
+        int got = llama_dense_generate(m, &s, &d, r->prompt, r->prompt_len,
+                                       r->max_new, o->temperature, &r->rng,
+                                       o->stop, out, &processed);
+        if (got < 0) {
+            fprintf(stderr, "pkv-llama: request %u does not fit\n", i);
+            rc = 1;
+            break;
+        }
+        generated += (uint64_t)got;
+        for (int t = 0; t < got && !o->quiet; t++)
+            printf("[%u] %d\n", i + 1, out[t]);
+    }
+    double elapsed = now_s() - t0;
+    printf("\npkv-llama --dense: %u requests one after another, %llu tokens "
+           "generated, %llu processed in %.2f s\n",
+           n, (unsigned long long)generated, (unsigned long long)processed,
+           elapsed);
+    printf("tokens/s:         %.1f generated, %.1f processed\n",
+           (double)generated / elapsed, (double)processed / elapsed);
+    printf("backend:          none (dense attention in the host, no pkv)\n");
+    free(out);
+    llama_dense_cache_free(&d);
+    llama_scratch_free(&s);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (parse_options(argc, argv, &o) != 0)
+        return usage();
+    llama_model m;
+    if (o.checkpoint != NULL) {
+        char err[512];
+        if (llama_model_load(&m, o.checkpoint, err, sizeof err) != 0) {
+            fprintf(stderr, "pkv-llama: %s\n", err);
+            return 1;
+        }
+    } else {
+        llama_config c = llama_default_config();
+        if (llama_model_init_random(&m, &c, o.seed) != 0) {
+            fprintf(stderr, "pkv-llama: out of memory\n");
+            return 1;
+        }
+    }
+    const llama_config *c = &m.config;
+    if (llama_head_dim(c) % 4 != 0) {
+        fprintf(stderr, "pkv-llama: head_dim %u: pkv needs a multiple of 4\n",
+                llama_head_dim(c));
+        llama_model_free(&m);
+        return 1;
+    }
+    request *reqs = NULL;
+    uint32_t n = o.requests;
+    int rc = 1;
+    if (o.prompts != NULL) {
+        if (read_prompts(&o, c, &reqs, &n) != 0) {
+            fprintf(stderr, "pkv-llama: no prompts read from %s\n", o.prompts);
+            goto done;
+        }
+    } else {
+        reqs = calloc(n, sizeof *reqs);
+        if (reqs == NULL || make_prompts(&o, c, reqs) != 0)
+            goto done;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        reqs[i].rng = o.seed ^ (0x9e3779b97f4a7c15ull * (i + 1));
+    printf("pkv-llama: dim %u, %u layers, %u heads (%u kv), hidden %u, vocab "
+           "%u, %s weights; %u requests, temperature %.2f, seed %llu\n",
+           c->dim, c->num_layers, c->num_heads, c->num_kv_heads,
+           c->hidden_dim, c->vocab_size,
+           o.checkpoint ? o.checkpoint : "seeded random", n,
+           (double)o.temperature, (unsigned long long)o.seed);
+    rc = o.dense ? serve_dense(&o, &m, reqs, n) : serve_pkv(&o, &m, reqs, n);
+done:
+    for (uint32_t i = 0; reqs != NULL && i < n; i++)
+        free(reqs[i].prompt);
+    free(reqs);
+    llama_model_free(&m);
+    return rc;
+}
