@@ -22,3 +22,10 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPKV_WERROR=ON \
 cmake --build build-asan -j "$JOBS"
 OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd \
     ctest --test-dir build-asan --output-on-failure -j "$JOBS"
+
+echo "== ThreadSanitizer build (threads label only)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPKV_WERROR=ON \
+    -DPKV_SANITIZE=thread -DPKV_BUILD_BENCH=OFF -DPKV_BUILD_EXAMPLES=OFF
+cmake --build build-tsan -j "$JOBS"
+OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd \
+    ctest --test-dir build-tsan --output-on-failure -L threads

@@ -1,0 +1,678 @@
+/* SPDX-License-Identifier: MIT */
+#include "engine_host.h"
+
+#include "dense_ref.h"
+#include "test_model.h"
+
+#include "engine.h"
+#include "half.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void eh_failf(const eh_host *host, const char *fmt, ...)
+{
+    char msg[512];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(msg, sizeof msg, fmt, args);
+    va_end(args);
+    host->fail(msg);
+    abort(); /* fail must not return */
+}
+
+#define CHECK(host, cond)                                                \
+    do {                                                                 \
+        if (!(cond))                                                     \
+            eh_failf(host, "%s:%d: check failed: %s", __FILE__, __LINE__, \
+                     #cond);                                             \
+    } while (0)
+
+static void *xrealloc(const eh_host *host, void *p, size_t size)
+{
+    void *q = realloc(p, size ? size : 1);
+    if (q == NULL)
+        eh_failf(host, "out of host memory (%zu bytes)", size);
+    return q;
+}
+
+pkv_status eh_init(eh_host *host, const pkv_engine_params *params,
+                   double tolerance, void (*fail)(const char *message))
+{
+    memset(host, 0, sizeof *host);
+    host->tolerance = tolerance;
+    host->fail = fail;
+    pkv_status st = pkv_engine_create(params, &host->engine);
+    if (st == PKV_OK)
+        host->params = host->engine->params;
+    return st;
+}
+
+void eh_free(eh_host *host)
+{
+    pkv_engine_destroy(host->engine);
+    for (uint64_t i = 0; i < host->num_ids; i++)
+        free(host->seqs[i].tokens);
+    free(host->seqs);
+    free(host->q);
+    free(host->k);
+    free(host->v);
+    free(host->out);
+    free(host->hk);
+    free(host->hv);
+    free(host->q16);
+    free(host->k16);
+    free(host->v16);
+    free(host->out16);
+    free(host->ref);
+    free(host->rows);
+    memset(host, 0, sizeof *host);
+}
+
+eh_seq *eh_find(eh_host *host, uint64_t id)
+{
+    if (id == 0 || id > host->num_ids || !host->seqs[id - 1].known)
+        return NULL;
+    return &host->seqs[id - 1];
+}
+
+/* The record of id, created empty if needed. */
+static eh_seq *record(eh_host *host, uint64_t id)
+{
+    CHECK(host, id != 0 && id < (1u << 24));
+    if (id > host->num_ids) {
+        uint64_t n = host->num_ids ? host->num_ids : 64;
+        while (n < id)
+            n *= 2;
+        host->seqs = xrealloc(host, host->seqs, (size_t)n * sizeof *host->seqs);
+        memset(host->seqs + host->num_ids, 0,
+               (size_t)(n - host->num_ids) * sizeof *host->seqs);
+        host->num_ids = n;
+    }
+    eh_seq *s = &host->seqs[id - 1];
+    CHECK(host, !s->known);
+    s->known = 1;
+    if (id > host->last_id)
+        host->last_id = id;
+    return s;
+}
+
+static void push_token(eh_host *host, eh_seq *s, int32_t token)
+{
+    if (s->num_tokens == s->capacity) {
+        s->capacity = s->capacity ? s->capacity * 2 : 16;
+        s->tokens = xrealloc(host, s->tokens, s->capacity * sizeof *s->tokens);
+    }
+    s->tokens[s->num_tokens++] = token;
+}
+
+pkv_status eh_add(eh_host *host, const pkv_seq_params *params,
+                  pkv_seq_id *out_id)
+{
+    pkv_status st = pkv_seq_add(host->engine, params, out_id);
+    if (st != PKV_OK) {
+        CHECK(host, *out_id == 0);
+        return st;
+    }
+    /* Ids come from 1 upwards and are never reused. */
+    CHECK(host, *out_id == host->last_id + 1);
+    eh_seq *s = record(host, *out_id);
+    for (uint32_t i = 0; i < params->prompt_len; i++)
+        push_token(host, s, params->prompt[i]);
+    s->max_new_tokens = params->max_new_tokens;
+    s->complete = 1;
+    return PKV_OK;
+}
+
+void eh_abort(eh_host *host, pkv_seq_id id)
+{
+    pkv_status st = pkv_seq_abort(host->engine, id);
+    if (id == 0 || id > host->last_id) {
+        CHECK(host, st == PKV_ERR_NOT_FOUND);
+        return;
+    }
+    CHECK(host, st == PKV_OK);
+    eh_seq *s = eh_find(host, id);
+    if (s != NULL && !s->ended && s->expect == 0)
+        s->expect = PKV_FINISH_ABORTED;
+}
+
+pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
+                   pkv_seq_id *out_child)
+{
+    pkv_engine *e = host->engine;
+    const pkv__seq *p = e->in_step ? NULL : pkv__engine_find(e, parent);
+    uint32_t parent_blocks = p ? p->table.num_blocks : 0;
+    pkv_status st = pkv_seq_fork(e, parent, last_token, out_child);
+    if (e->in_step) {
+        CHECK(host, st == PKV_ERR_BAD_STATE);
+    } else if (p == NULL) {
+        CHECK(host, st == PKV_ERR_NOT_FOUND);
+    } else if (p->state != PKV__SEQ_RUNNING || p->num_generated == 0) {
+        CHECK(host, st == PKV_ERR_BAD_STATE);
+    } else if (last_token >= 0 && host->params.vocab_size != 0 &&
+               (uint32_t)last_token >= host->params.vocab_size) {
+        CHECK(host, st == PKV_ERR_INVALID_ARGUMENT ||
+                        st == PKV_ERR_BAD_STATE);
+    }
+    if (st != PKV_OK) {
+        CHECK(host, *out_child == 0);
+        CHECK(host, st == PKV_ERR_BAD_STATE || st == PKV_ERR_NOT_FOUND ||
+                        st == PKV_ERR_INVALID_ARGUMENT ||
+                        st == PKV_ERR_QUOTA);
+        return st;
+    }
+    CHECK(host, *out_child == host->last_id + 1);
+    eh_seq *ps = eh_find(host, parent);
+    CHECK(host, ps != NULL && !ps->ended);
+    eh_seq *c = record(host, *out_child);
+    ps = eh_find(host, parent); /* record may move the array */
+    for (uint32_t i = 0; i < ps->num_tokens; i++)
+        push_token(host, c, ps->tokens[i]);
+    if (last_token >= 0)
+        c->tokens[c->num_tokens - 1] = last_token;
+    c->generated = ps->generated;
+    c->max_new_tokens = ps->max_new_tokens;
+    c->complete = 1;
+    /* The child shares every block of its parent. */
+    const pkv__seq *cs = pkv__engine_find(e, *out_child);
+    CHECK(host, cs != NULL && cs->state == PKV__SEQ_RUNNING);
+    CHECK(host, cs->table.num_blocks == parent_blocks);
+    CHECK(host, memcmp(cs->table.blocks, p->table.blocks,
+                       parent_blocks * sizeof *p->table.blocks) == 0);
+    return PKV_OK;
+}
+
+/* ------------------------------------------------------------------ step */
+
+static void reserve(eh_host *host, size_t rows, size_t ctx)
+{
+    const pkv_engine_params *p = &host->params;
+    size_t hq = p->num_q_heads, hkv = p->num_kv_heads, d = p->head_dim;
+    if (rows > host->cap_rows) {
+        size_t n = rows * 2;
+        host->q = xrealloc(host, host->q, n * hq * d * sizeof(float));
+        host->out = xrealloc(host, host->out, n * hq * d * sizeof(float));
+        host->k = xrealloc(host, host->k, n * hkv * d * sizeof(float));
+        host->v = xrealloc(host, host->v, n * hkv * d * sizeof(float));
+        host->q16 = xrealloc(host, host->q16, n * hq * d * sizeof(uint16_t));
+        host->out16 =
+            xrealloc(host, host->out16, n * hq * d * sizeof(uint16_t));
+        host->k16 = xrealloc(host, host->k16, n * hkv * d * sizeof(uint16_t));
+        host->v16 = xrealloc(host, host->v16, n * hkv * d * sizeof(uint16_t));
+        host->ref = xrealloc(host, host->ref, n * hq * d * sizeof(double));
+        host->rows = xrealloc(host, host->rows, n * sizeof(uint32_t));
+        host->cap_rows = n;
+    }
+    if (ctx > host->cap_ctx) {
+        size_t n = ctx * 2;
+        host->hk = xrealloc(host, host->hk, n * hkv * d * sizeof(float));
+        host->hv = xrealloc(host, host->hv, n * hkv * d * sizeof(float));
+        host->cap_ctx = n;
+    }
+}
+
+/* A finished report: the id ends once, for the reason the host expects. */
+static void take_report(eh_host *host, const pkv_finished *f)
+{
+    eh_seq *s = eh_find(host, f->id);
+    if (s == NULL && host->learn && f->id != 0 && f->id < (1u << 24)) {
+        s = record(host, f->id);
+        s->max_new_tokens = host->learn_max_new_tokens;
+    }
+    if (s == NULL)
+        eh_failf(host, "seq %llu ended but was never issued",
+                 (unsigned long long)f->id);
+    if (s->ended)
+        eh_failf(host, "seq %llu reported as ended twice",
+                 (unsigned long long)f->id);
+    CHECK(host, f->reserved0 == 0);
+    CHECK(host, f->num_generated == s->generated);
+    CHECK(host, f->reason >= PKV_FINISH_STOP && f->reason <= PKV_FINISH_FAILED);
+    if (f->reason == PKV_FINISH_FAILED)
+        CHECK(host, f->status == PKV_ERR_NO_BLOCKS ||
+                        f->status == PKV_ERR_QUOTA ||
+                        f->status == PKV_ERR_NON_FINITE ||
+                        f->status == PKV_ERR_OUT_OF_MEMORY);
+    else
+        CHECK(host, f->status == PKV_OK);
+    if (s->expect != 0 && f->reason != s->expect)
+        eh_failf(host, "seq %llu ended with reason %d; expected %d",
+                 (unsigned long long)f->id, (int)f->reason, (int)s->expect);
+    /* Unforeseen ends: only failures, or aborts from other threads. */
+    if (s->expect == 0)
+        CHECK(host, f->reason == PKV_FINISH_FAILED ||
+                        (host->learn && f->reason == PKV_FINISH_ABORTED));
+    s->ended = 1;
+    s->reason = f->reason;
+    s->status = f->status;
+    host->ended++;
+}
+
+/* Check one sequence's rows of the batch against its history (learning
+ * tokens in learn mode). Returns its row count. */
+static uint32_t check_rows(eh_host *host, const pkv_batch *b, uint32_t i)
+{
+    const pkv_engine_params *p = &host->params;
+    uint64_t id = b->seq_ids[i];
+    eh_seq *s = eh_find(host, id);
+    if (s == NULL && host->learn) {
+        s = record(host, id);
+        s->max_new_tokens = host->learn_max_new_tokens;
+    }
+    if (s == NULL)
+        eh_failf(host, "batch holds unknown seq %llu", (unsigned long long)id);
+    if (s->ended || s->expect != 0)
+        eh_failf(host, "batch holds seq %llu, which should have ended",
+                 (unsigned long long)id);
+    uint32_t first = b->query_start[i], last = b->query_start[i + 1];
+    CHECK(host, first < last);
+    uint32_t n = last - first, ctx = b->context_lens[i];
+    CHECK(host, ctx >= n && ctx <= p->max_model_len);
+    if (n > 1 && p->long_prefill_threshold != 0)
+        CHECK(host, n <= p->long_prefill_threshold);
+    for (uint32_t r = first; r < last; r++) {
+        uint32_t pos = b->positions[r];
+        CHECK(host, pos == ctx - n + (r - first));
+        if (pos < s->num_tokens) {
+            if (b->token_ids[r] != s->tokens[pos])
+                eh_failf(host, "seq %llu position %u: token %d, history %d",
+                         (unsigned long long)id, pos, (int)b->token_ids[r],
+                         (int)s->tokens[pos]);
+        } else {
+            /* Only a sequence the host learns may show new tokens, and
+             * only in order. */
+            CHECK(host, host->learn && !s->complete && pos == s->num_tokens);
+            push_token(host, s, b->token_ids[r]);
+        }
+    }
+    CHECK(host, ctx <= s->num_tokens);
+    return n;
+}
+
+void eh_begin(eh_host *host)
+{
+    pkv_engine *e = host->engine;
+    const pkv_engine_params *p = &host->params;
+    const pkv_batch *b = NULL;
+    pkv_status st = pkv_engine_step_begin(e, &b);
+    if (st != PKV_OK)
+        eh_failf(host, "step_begin: %s", pkv_engine_last_error(e));
+    CHECK(host, b != NULL);
+    host->batch = b;
+    host->steps++;
+
+    for (uint32_t i = 0; i < b->num_finished; i++)
+        take_report(host, &b->finished[i]);
+    /* Everything the host ended or aborted is reported now. */
+    for (uint64_t id = 1; id <= host->num_ids; id++) {
+        const eh_seq *s = &host->seqs[id - 1];
+        if (s->known && !s->ended && s->expect != 0)
+            eh_failf(host, "seq %llu should have been reported (reason %d)",
+                     (unsigned long long)id, (int)s->expect);
+    }
+
+    CHECK(host, b->num_seqs <= p->max_num_seqs);
+    CHECK(host, b->num_tokens <= p->max_batch_tokens);
+    CHECK(host, b->num_seqs == 0 || b->query_start[0] == 0);
+    CHECK(host, b->num_seqs == 0 || b->query_start[b->num_seqs] == b->num_tokens);
+    uint32_t rows = 0, j = 0;
+    for (uint32_t i = 0; i < b->num_seqs; i++) {
+        for (uint32_t k = 0; k < i; k++)
+            CHECK(host, b->seq_ids[k] != b->seq_ids[i]);
+        rows += check_rows(host, b, i);
+        eh_seq *s = eh_find(host, b->seq_ids[i]);
+        s->bad = 0;
+        int sampled = j < b->num_samples &&
+                      b->sample_rows[j] == b->query_start[i + 1] - 1;
+        if (sampled) {
+            CHECK(host, b->sample_seq_ids[j] == b->seq_ids[i]);
+            CHECK(host, b->context_lens[i] == s->num_tokens);
+            s->complete = 1;
+            j++;
+        } else if (s->complete) {
+            CHECK(host, b->context_lens[i] < s->num_tokens);
+        }
+    }
+    CHECK(host, rows == b->num_tokens);
+    CHECK(host, j == b->num_samples);
+    for (uint32_t i = 0; i < b->num_preempted; i++) {
+        eh_seq *s = eh_find(host, b->preempted[i]);
+        CHECK(host, host->learn || s != NULL);
+        CHECK(host, s == NULL || !s->ended);
+        for (uint32_t k = 0; k < b->num_seqs; k++)
+            CHECK(host, b->seq_ids[k] != b->preempted[i]);
+    }
+    reserve(host, b->num_tokens + 1, 1);
+}
+
+static pkv_tensor tensor(const eh_host *host, float *f32, uint16_t *f16,
+                         uint32_t heads)
+{
+    pkv_tensor t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = sizeof t;
+    t.dtype = host->f16_tensors ? PKV_TENSOR_F16 : PKV_TENSOR_F32;
+    t.memory = PKV_MEMORY_HOST;
+    t.rows = host->batch->num_tokens;
+    t.heads = heads;
+    t.head_dim = host->params.head_dim;
+    t.data = host->f16_tensors ? (void *)f16 : (void *)f32;
+    return t;
+}
+
+/* Round through f16 in place, as the engine will see an f16 tensor. */
+static void to_f16(float *x, uint16_t *h, size_t n)
+{
+    pkv__f32_to_f16_n(x, h, (uint32_t)n);
+    pkv__f16_to_f32_n(h, x, (uint32_t)n);
+}
+
+/* Compare sequence i's output rows of one layer with the dense reference
+ * over its whole history. */
+static void check_outputs(eh_host *host, uint32_t i, uint32_t layer)
+{
+    const pkv_engine_params *p = &host->params;
+    const pkv_batch *b = host->batch;
+    uint32_t hq = p->num_q_heads, hkv = p->num_kv_heads, d = p->head_dim;
+    eh_seq *s = eh_find(host, b->seq_ids[i]);
+    uint32_t first = b->query_start[i], n = b->query_start[i + 1] - first;
+    uint32_t ctx = b->context_lens[i];
+    reserve(host, b->num_tokens + 1, ctx);
+    size_t row = (size_t)hkv * d;
+    for (uint32_t t = 0; t < ctx; t++) {
+        tm_row(TM_K, s->tokens[t], t, layer, hkv, d, host->hk + t * row);
+        tm_row(TM_V, s->tokens[t], t, layer, hkv, d, host->hv + t * row);
+    }
+    if (host->f16_tensors) {
+        uint16_t *h = host->k16;
+        for (uint32_t t = 0; t < ctx; t++) {
+            to_f16(host->hk + t * row, h, row);
+            to_f16(host->hv + t * row, h, row);
+        }
+    }
+    for (uint32_t r = 0; r < n; r++)
+        host->rows[r] = r;
+    const float *q = host->q + (size_t)first * hq * d;
+    dense_ref_attention(q, host->hk, host->hv, n, ctx, hq, hkv, d,
+                        (double)p->scale, p->sliding_window, host->rows, n,
+                        host->ref);
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t c = 0; c < hq * d; c++) {
+            double want = host->ref[(size_t)r * hq * d + c];
+            double got = host->out[((size_t)first + r) * hq * d + c];
+            double err = fabs(got - want);
+            if (err > host->max_error)
+                host->max_error = err;
+            if (!(err <= host->tolerance))
+                eh_failf(host,
+                         "seq %llu position %u layer %u element %u: %.9g, "
+                         "reference %.9g",
+                         (unsigned long long)b->seq_ids[i], ctx - n + r,
+                         (unsigned)layer, c, got, want);
+        }
+    host->rows_checked += n;
+}
+
+void eh_attend(eh_host *host, uint32_t poison_row, uint32_t poison_layer)
+{
+    pkv_engine *e = host->engine;
+    const pkv_engine_params *p = &host->params;
+    const pkv_batch *b = host->batch;
+    uint32_t T = b->num_tokens, hq = p->num_q_heads, hkv = p->num_kv_heads;
+    uint32_t d = p->head_dim;
+    size_t qn = (size_t)T * hq * d, kvn = (size_t)T * hkv * d;
+    for (uint32_t layer = 0; layer < p->num_layers; layer++) {
+        for (uint32_t r = 0; r < T; r++) {
+            int32_t tok = b->token_ids[r];
+            uint32_t pos = b->positions[r];
+            tm_row(TM_Q, tok, pos, layer, hq, d, host->q + (size_t)r * hq * d);
+            tm_row(TM_K, tok, pos, layer, hkv, d,
+                   host->k + (size_t)r * hkv * d);
+            tm_row(TM_V, tok, pos, layer, hkv, d,
+                   host->v + (size_t)r * hkv * d);
+        }
+        if (host->f16_tensors) {
+            to_f16(host->q, host->q16, qn);
+            to_f16(host->k, host->k16, kvn);
+            to_f16(host->v, host->v16, kvn);
+        }
+        int poison = poison_row < T && poison_layer == layer;
+        if (poison) {
+            host->k[(size_t)poison_row * hkv * d] = NAN;
+            if (host->f16_tensors)
+                pkv__f32_to_f16_n(host->k, host->k16, (uint32_t)kvn);
+            for (uint32_t i = 0; i < b->num_seqs; i++)
+                if (poison_row >= b->query_start[i] &&
+                    poison_row < b->query_start[i + 1])
+                    eh_find(host, b->seq_ids[i])->bad = 1;
+        }
+        pkv_tensor tq = tensor(host, host->q, host->q16, hq);
+        pkv_tensor tk = tensor(host, host->k, host->k16, hkv);
+        pkv_tensor tv = tensor(host, host->v, host->v16, hkv);
+        pkv_tensor to = tensor(host, host->out, host->out16, hq);
+        pkv_status st = pkv_engine_attend(e, layer, &tq, &tk, &tv, &to);
+        if (st != PKV_OK)
+            eh_failf(host, "attend layer %u: %s", (unsigned)layer,
+                     pkv_engine_last_error(e));
+        if (host->f16_tensors)
+            pkv__f16_to_f32_n(host->out16, host->out, (uint32_t)qn);
+        for (uint32_t i = 0; i < b->num_seqs; i++)
+            if (!eh_find(host, b->seq_ids[i])->bad)
+                check_outputs(host, i, layer);
+    }
+}
+
+void eh_end(eh_host *host, const uint8_t *stop)
+{
+    pkv_engine *e = host->engine;
+    const pkv_engine_params *p = &host->params;
+    const pkv_batch *b = host->batch;
+    uint32_t n = b->num_samples;
+    int32_t *sampled = xrealloc(host, NULL, (n + 1) * sizeof *sampled);
+    uint32_t vocab = p->vocab_size ? p->vocab_size : 1000;
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t r = b->sample_rows[j];
+        sampled[j] = tm_sample(b->token_ids[r], b->positions[r], vocab);
+    }
+    /* The batch is valid until the next step_begin: read it first. */
+    for (uint32_t i = 0, j = 0; i < b->num_seqs; i++) {
+        eh_seq *s = eh_find(host, b->seq_ids[i]);
+        int here = j < n && b->sample_rows[j] == b->query_start[i + 1] - 1;
+        uint32_t sample = j;
+        j += (uint32_t)here;
+        if (s->bad) {
+            s->expect = PKV_FINISH_FAILED;
+            s->bad = 0;
+            continue;
+        }
+        if (!here)
+            continue;
+        push_token(host, s, sampled[sample]);
+        s->generated++;
+        if (stop != NULL && stop[sample])
+            s->expect = PKV_FINISH_STOP;
+        else if (s->max_new_tokens != 0 &&
+                 s->generated >= s->max_new_tokens)
+            s->expect = PKV_FINISH_LENGTH;
+        else if (s->num_tokens >= p->max_model_len)
+            s->expect = PKV_FINISH_MAX_MODEL_LEN;
+    }
+    pkv_status st = pkv_engine_step_end(e, sampled, stop, n);
+    free(sampled);
+    if (st != PKV_OK)
+        eh_failf(host, "step_end: %s", pkv_engine_last_error(e));
+    host->batch = NULL;
+}
+
+void eh_step(eh_host *host)
+{
+    eh_begin(host);
+    eh_attend(host, UINT32_MAX, 0);
+    eh_end(host, NULL);
+}
+
+/* ------------------------------------------------------------ invariants */
+
+static uint32_t blocks_for(uint32_t tokens, uint32_t block_size)
+{
+    return (tokens + block_size - 1) / block_size;
+}
+
+/* One engine sequence against its list, its table and the host record. */
+static void check_seq(eh_host *host, const pkv__seq *s, int32_t state,
+                      uint32_t *holders)
+{
+    const pkv_engine *e = host->engine;
+    const pkv__pool *pool = &e->pool;
+    CHECK(host, s->state == state);
+    if (state != PKV__SEQ_RUNNING) {
+        CHECK(host, s->table.num_blocks == 0 && s->table.num_tokens == 0);
+        CHECK(host, s->stage == PKV__NO_STAGE);
+        CHECK(host, (s->swap_data != NULL) == (state == PKV__SEQ_SWAPPED));
+    } else {
+        uint32_t covered = s->num_computed + (e->in_step ? s->scheduled : 0);
+        if (s->table.num_tokens != covered)
+            eh_failf(host, "seq %llu: table covers %u tokens, computed %u "
+                           "(+%u scheduled)",
+                     (unsigned long long)s->id, s->table.num_tokens,
+                     s->num_computed, e->in_step ? s->scheduled : 0);
+        CHECK(host, s->table.num_blocks ==
+                        blocks_for(s->table.num_tokens, pool->block_size));
+        CHECK(host, (s->stage != PKV__NO_STAGE) ==
+                        (e->params.kv_dtype == PKV_KV_U8));
+        CHECK(host, s->swap_data == NULL);
+    }
+    CHECK(host, s->num_computed <= s->num_tokens);
+    CHECK(host, s->num_tokens < s->token_capacity + 1);
+    for (uint32_t i = 0; i < s->table.num_blocks; i++) {
+        uint32_t blk = s->table.blocks[i];
+        CHECK(host, blk != PKV__NULL_BLOCK && blk < pool->num_blocks);
+        holders[blk]++;
+    }
+    eh_seq *h = eh_find(host, s->id);
+    if (h == NULL && host->learn)
+        return;
+    if (h == NULL || h->ended)
+        eh_failf(host, "engine holds seq %llu, which the host %s",
+                 (unsigned long long)s->id,
+                 h == NULL ? "never saw" : "saw end");
+    CHECK(host, s->num_generated == h->generated);
+    if (h->complete) {
+        CHECK(host, s->num_tokens == h->num_tokens);
+        CHECK(host, memcmp(s->tokens, h->tokens,
+                           s->num_tokens * sizeof *s->tokens) == 0);
+    }
+}
+
+void eh_check(eh_host *host)
+{
+    pkv_engine *e = host->engine;
+    const pkv__pool *pool = &e->pool;
+    uint32_t nb = pool->num_blocks;
+    uint32_t *holders = calloc(nb, sizeof *holders);
+    CHECK(host, holders != NULL);
+
+    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped,
+                                    &e->ended};
+    const int32_t states[] = {PKV__SEQ_RUNNING, PKV__SEQ_WAITING,
+                              PKV__SEQ_SWAPPED, PKV__SEQ_FINISHED};
+    uint64_t swap_used = 0;
+    for (size_t l = 0; l < 4; l++)
+        for (uint32_t i = 0; i < lists[l]->count; i++) {
+            const pkv__seq *s = lists[l]->items[i];
+            if (states[l] == PKV__SEQ_FINISHED) {
+                CHECK(host, s->state == PKV__SEQ_FINISHED);
+                CHECK(host, s->table.num_blocks == 0 && s->swap_data == NULL);
+                continue;
+            }
+            check_seq(host, s, states[l], holders);
+            swap_used += s->swap_data != NULL ? s->swap_size : 0;
+        }
+    CHECK(host, swap_used == e->swap_used);
+    CHECK(host, e->swap_used <= e->params.swap_bytes);
+    if (e->params.kv_dtype == PKV_KV_U8)
+        CHECK(host, e->num_free_stages + e->running.count ==
+                        e->params.max_num_seqs);
+    CHECK(host, e->running.count <= e->params.max_num_seqs);
+
+    /* Every block is in the state its ref count and cache bit say, ref
+     * counts equal the tables that hold the block, the counters add up. */
+    uint32_t n_free = 0, n_cached = 0, n_used = 0;
+    uint64_t stored = 0;
+    for (uint32_t blk = 0; blk < nb; blk++) {
+        const pkv__block *k = &pool->blocks[blk];
+        if (k->ref_count != holders[blk])
+            eh_failf(host, "block %u: ref_count %u, held by %u tables",
+                     blk, k->ref_count, holders[blk]);
+        if (blk == PKV__NULL_BLOCK) {
+            CHECK(host, k->state == PKV__BLOCK_RESERVED);
+            n_used++;
+        } else if (k->ref_count > 0) {
+            CHECK(host, k->state == PKV__BLOCK_USED);
+            n_used++;
+            stored += k->fill;
+        } else if (k->cached) {
+            CHECK(host, k->state == PKV__BLOCK_CACHED_FREE);
+            n_cached++;
+        } else {
+            CHECK(host, k->state == PKV__BLOCK_FREE);
+            n_free++;
+        }
+    }
+    free(holders);
+    CHECK(host, n_free == pool->num_free && n_cached == pool->num_cached_free &&
+                    n_used == pool->num_used);
+    CHECK(host, n_free + n_cached + n_used == nb);
+    CHECK(host, stored == pool->tokens_stored);
+
+    pkv_engine_stats st;
+    st.struct_size = sizeof st;
+    CHECK(host, pkv_engine_get_stats(e, &st) == PKV_OK);
+    CHECK(host, st.blocks_total == nb);
+    CHECK(host, st.blocks_free + st.blocks_cached_free + st.blocks_used ==
+                    st.blocks_total);
+    CHECK(host, st.num_running == e->running.count &&
+                    st.num_waiting == e->waiting.count &&
+                    st.num_swapped == e->swapped.count);
+    CHECK(host, st.prefix_hit_tokens <= st.prefix_query_tokens);
+    CHECK(host, st.swap_ins <= st.swap_outs);
+    if (!host->learn) {
+        /* Live sequences: queued, in the lists, ended and not reported. */
+        uint64_t queued = 0;
+        for (const pkv__seq *s = e->inbox.adds_head; s; s = s->inbox_next)
+            queued++;
+        uint64_t live = queued + e->running.count + e->waiting.count +
+                        e->swapped.count + e->ended.count;
+        CHECK(host, live == e->inbox.live);
+        CHECK(host, (pkv_engine_has_work(e) != 0) == (live != 0));
+    }
+}
+
+void eh_drain(eh_host *host, uint64_t max_steps)
+{
+    uint64_t steps = 0;
+    while (pkv_engine_has_work(host->engine)) {
+        if (steps++ == max_steps)
+            eh_failf(host, "the engine still has work after %llu steps",
+                     (unsigned long long)max_steps);
+        eh_step(host);
+        eh_check(host);
+    }
+    for (uint64_t id = 1; id <= host->last_id; id++) {
+        const eh_seq *s = eh_find(host, id);
+        if (s != NULL && !s->ended)
+            eh_failf(host, "seq %llu never ended", (unsigned long long)id);
+    }
+    const pkv_engine *e = host->engine;
+    const pkv__pool *pool = &e->pool;
+    CHECK(host, e->running.count + e->waiting.count + e->swapped.count +
+                    e->ended.count == 0);
+    CHECK(host, pool->num_free + pool->num_cached_free == pool->num_blocks - 1);
+    for (uint32_t blk = 0; blk < pool->num_blocks; blk++)
+        CHECK(host, pool->blocks[blk].ref_count == 0);
+    CHECK(host, e->swap_used == 0);
+}

@@ -1,0 +1,638 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fuzz target for the public engine API on the CPU backend. The input picks
+ * a small engine (geometry, KV dtype, block size, a pool of a few blocks so
+ * that preemption happens, recompute or swap with a small host budget,
+ * FCFS or priority, quotas, chunking knobs) and then a sequence of
+ * operations: add (prompts over a tiny alphabet, often a prefix of an
+ * earlier one, so that prefix hits happen), abort (live, ended and
+ * never-issued ids), fork (at valid and invalid moments), full steps (with
+ * stop flags, NaN K/V, and bad calls in the middle of the step), bad calls
+ * between steps, block-table reads. At the end the engine is stepped until
+ * it has no work.
+ *
+ * Checked (engine_host.h): every batch against the host's record of each
+ * sequence; every output row against the dense reference (tight for f32
+ * KV, loose for f16 and u8); every id ends exactly once, for the expected
+ * reason, in the batch after it ended; after every operation, the pool's
+ * states and counters, ref counts equal to the number of tables holding
+ * each block, each running table covering exactly its computed tokens, the
+ * stats; a bad call returns its documented status and changes nothing; at
+ * the end the pool is idle.
+ */
+#include "fuzz_engine.h"
+
+#include "../engine_host.h"
+
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_OPS = 400, RING = 8, MAX_PROMPT = 64, MAX_DRAIN_STEPS = 20000 };
+
+uint64_t pkv_fuzz_ops;
+
+typedef struct reader {
+    const uint8_t *data;
+    size_t size;
+    size_t pos;
+} reader;
+
+typedef struct world {
+    reader in;
+    eh_host host;
+    uint32_t alpha; /* prompt tokens are 0 .. alpha - 1 */
+    int32_t ring[RING][MAX_PROMPT];
+    uint32_t ring_len[RING];
+    uint32_t ring_n, ring_next;
+    pkv__block *before; /* pool snapshot for "nothing changed" */
+} world;
+
+static world W;
+
+/* Totals over every input, printed at exit when PKV_FUZZ_SUMMARY is set:
+ * what the random inputs reached. */
+static struct totals {
+    uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
+        forks;
+    double max_error[3];
+} TOT;
+
+static void print_totals(void)
+{
+    fprintf(stderr,
+            "fuzz_engine: %llu inputs, %llu steps, %llu rows checked, %llu "
+            "ended, %llu preemptions, %llu swap-outs, %llu prefix hit "
+            "tokens, %llu forks; max error f32 %.3g f16 %.3g u8 %.3g\n",
+            (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
+            (unsigned long long)TOT.rows, (unsigned long long)TOT.ended,
+            (unsigned long long)TOT.preemptions,
+            (unsigned long long)TOT.swap_outs,
+            (unsigned long long)TOT.hit_tokens, (unsigned long long)TOT.forks,
+            TOT.max_error[0], TOT.max_error[1], TOT.max_error[2]);
+}
+
+/* What a failing input set up and where the sequences are, for triage. */
+static void dump(void)
+{
+    const pkv_engine *e = W.host.engine;
+    if (e == NULL)
+        return;
+    const pkv_engine_params *p = &e->params;
+    fprintf(stderr,
+            "fuzz_engine: layers %u heads %u/%u dim %u window %u bs %u "
+            "kv %d blocks %u (free %u cached %u) mode %d swap %llu policy %d "
+            "quota seq %u tenant %u threshold %u max_seqs %u budget %u "
+            "watermark %g (%u blocks) max_len %u vocab %u\n",
+            p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim,
+            p->sliding_window, p->block_size, (int)p->kv_dtype, p->num_blocks,
+            e->pool.num_free, e->pool.num_cached_free, (int)p->preempt_mode,
+            (unsigned long long)p->swap_bytes, (int)p->policy,
+            p->max_blocks_per_seq, p->max_blocks_per_tenant,
+            p->long_prefill_threshold, p->max_num_seqs, p->max_batch_tokens,
+            (double)p->watermark, e->watermark_blocks, p->max_model_len,
+            p->vocab_size);
+    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
+    const char *names[] = {"running", "waiting", "swapped"};
+    for (int l = 0; l < 3; l++)
+        for (uint32_t i = 0; i < lists[l]->count; i++) {
+            const pkv__seq *s = lists[l]->items[i];
+            fprintf(stderr,
+                    "  %s seq %llu: tokens %u (prompt %u) computed %u "
+                    "blocks %u tenant %u priority %d protect %u "
+                    "preemptions %u\n",
+                    names[l], (unsigned long long)s->id, s->num_tokens,
+                    s->prompt_len, s->num_computed, s->table.num_blocks,
+                    s->tenant, (int)s->priority, s->protect,
+                    s->num_preemptions);
+        }
+}
+
+static void fail(const char *message)
+{
+    fprintf(stderr, "fuzz_engine: %s\n", message);
+    dump();
+    abort();
+}
+
+#define CHECK(cond)                                                      \
+    do {                                                                 \
+        if (!(cond))                                                     \
+            eh_failf(&W.host, "fuzz_engine.c:%d: check failed: %s",      \
+                     __LINE__, #cond);                                   \
+    } while (0)
+
+static uint8_t next_byte(reader *r)
+{
+    return r->pos < r->size ? r->data[r->pos++] : 0;
+}
+
+/* --------------------------------------------------------------- snapshot */
+
+typedef struct snapshot {
+    pkv_engine_stats stats;
+    int in_step;
+    uint32_t layers_left;
+    uint64_t last_id, live;
+    uint8_t layer_done[4];
+} snapshot;
+
+static void take(world *w, snapshot *s)
+{
+    pkv_engine *e = w->host.engine;
+    memset(s, 0, sizeof *s);
+    s->stats.struct_size = sizeof s->stats;
+    CHECK(pkv_engine_get_stats(e, &s->stats) == PKV_OK);
+    s->in_step = e->in_step;
+    s->layers_left = e->layers_left;
+    s->last_id = e->inbox.last_id;
+    s->live = e->inbox.live;
+    memcpy(s->layer_done, e->layer_done, e->params.num_layers);
+    memcpy(w->before, e->pool.blocks, e->pool.num_blocks * sizeof *w->before);
+}
+
+/* A failed call changed nothing. */
+static void unchanged(world *w, const snapshot *s, const char *call)
+{
+    snapshot now;
+    pkv__block *saved = w->before;
+    pkv_engine *e = w->host.engine;
+    memset(&now, 0, sizeof now);
+    now.stats.struct_size = sizeof now.stats;
+    CHECK(pkv_engine_get_stats(e, &now.stats) == PKV_OK);
+    now.in_step = e->in_step;
+    now.layers_left = e->layers_left;
+    now.last_id = e->inbox.last_id;
+    now.live = e->inbox.live;
+    memcpy(now.layer_done, e->layer_done, e->params.num_layers);
+    if (memcmp(&now, s, sizeof now) != 0 ||
+        memcmp(saved, e->pool.blocks, e->pool.num_blocks * sizeof *saved) != 0)
+        eh_failf(&w->host, "a failed %s changed the engine", call);
+}
+
+/* Run a call expected to fail with `want`, then check nothing changed. */
+#define EXPECT_FAIL(w, want, call)                                        \
+    do {                                                                  \
+        snapshot snap_;                                                   \
+        take(w, &snap_);                                                  \
+        pkv_status got_ = (call);                                         \
+        if (got_ != (want))                                               \
+            eh_failf(&(w)->host, "%s returned %s; expected %s", #call,    \
+                     pkv_status_name(got_), pkv_status_name(want));       \
+        unchanged(w, &snap_, #call);                                      \
+    } while (0)
+
+/* ------------------------------------------------------------------ setup */
+
+static const float watermarks[4] = {0.0f, 0.01f, 0.1f, 0.3f};
+
+static int create(world *w)
+{
+    reader *r = &w->in;
+    pkv_engine_params p;
+    CHECK(pkv_engine_params_init(&p) == PKV_OK);
+    uint8_t g = next_byte(r);
+    p.num_layers = 1u + g % 2u;
+    p.num_kv_heads = 1u + (g >> 1) % 2u;
+    p.num_q_heads = p.num_kv_heads * (1u + (g >> 2) % 2u);
+    p.head_dim = 4u << ((g >> 3) % 2u);
+    p.sliding_window = (g >> 4) % 4u == 3 ? 1u + (uint32_t)(g >> 6) * 3u : 0;
+    p.block_size = 1u << (next_byte(r) % 5u);
+    uint8_t kv = next_byte(r);
+    p.kv_dtype = kv % 3;
+    p.key_quant = (kv >> 2) % 3;
+    p.value_quant = (kv >> 4) % 3;
+    w->host.f16_tensors = 0;
+    p.num_blocks = 2u + next_byte(r) % 40u;
+    uint8_t pre = next_byte(r);
+    p.preempt_mode = pre % 2;
+    p.swap_bytes = (uint64_t)((pre >> 1) % 8u) << (6u + (pre >> 4) % 8u);
+    p.policy = (pre >> 7) % 2;
+    uint8_t quota = next_byte(r);
+    p.max_blocks_per_seq = quota % 4 == 0 ? 1u + (quota >> 2) % 8u : 0;
+    p.max_blocks_per_tenant =
+        (quota >> 5) % 2 == 0 ? 0 : 1u + (uint32_t)(quota >> 6) * 3u;
+    uint8_t sched = next_byte(r);
+    p.long_prefill_threshold = sched % 4 == 0 ? 1u + (sched >> 2) % 8u : 0;
+    p.max_num_seqs = 1u + (sched >> 5) % 6u;
+    uint8_t budget = next_byte(r);
+    p.max_batch_tokens = 1u + budget % 24u;
+    p.watermark = watermarks[(budget >> 6) % 4u];
+    uint8_t len = next_byte(r);
+    p.max_model_len = 4u + len % 45u;
+    p.vocab_size = 2u + (len >> 2) % 14u;
+    p.backend = PKV_BACKEND_CPU;
+    w->alpha = 1u + next_byte(r) % 3u;
+    if (w->alpha > p.vocab_size)
+        w->alpha = p.vocab_size;
+
+    /* f32 KV: within 1e-4 of the dense reference; f16 rounds every element
+     * (tensors may then be f16 too); u8 quantizes each sealed block. */
+    double tolerance = p.kv_dtype == PKV_KV_F32   ? 1e-4
+                       : p.kv_dtype == PKV_KV_F16 ? 2e-3
+                                                  : 0.03;
+    if (eh_init(&w->host, &p, tolerance, fail) != PKV_OK)
+        eh_failf(&w->host, "create: %s", pkv_last_error());
+    w->host.f16_tensors = p.kv_dtype != PKV_KV_F32 && (kv >> 6) % 2 == 1;
+    w->before = malloc(p.num_blocks * sizeof *w->before);
+    CHECK(w->before != NULL);
+    w->ring_n = 0;
+    w->ring_next = 0;
+    return 1;
+}
+
+/* -------------------------------------------------------------------- ops */
+
+static void op_add(world *w)
+{
+    reader *r = &w->in;
+    const pkv_engine_params *p = &w->host.params;
+    int32_t prompt[MAX_PROMPT];
+    uint8_t how = next_byte(r), len = next_byte(r);
+    uint32_t limit = p->max_model_len - 1;
+    if (limit > MAX_PROMPT)
+        limit = MAX_PROMPT;
+    uint32_t n = 0;
+    if (how % 4 != 0 && w->ring_n > 0) {
+        uint32_t from = (uint32_t)(how >> 2) % w->ring_n;
+        n = (uint32_t)((uint64_t)w->ring_len[from] * len / 255u);
+        memcpy(prompt, w->ring[from], n * sizeof *prompt);
+        len = next_byte(r);
+    }
+    /* Mostly short, sometimes up to the limit. */
+    uint32_t extra = 1u + (len % 8 == 7 ? (uint32_t)len : len % 6u);
+    if (n + extra > limit)
+        extra = limit > n ? limit - n : 0;
+    uint32_t seed = 0x9e3779b9u * ((uint32_t)next_byte(r) + 1u);
+    for (uint32_t i = 0; i < extra; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        prompt[n + i] = (int32_t)((seed >> 16) % w->alpha);
+    }
+    n += extra;
+    if (n == 0)
+        return;
+    memcpy(w->ring[w->ring_next], prompt, n * sizeof *prompt);
+    w->ring_len[w->ring_next] = n;
+    w->ring_next = (w->ring_next + 1) % RING;
+    if (w->ring_n < RING)
+        w->ring_n++;
+
+    uint8_t k = next_byte(r);
+    pkv_seq_params sp;
+    CHECK(pkv_seq_params_init(&sp) == PKV_OK);
+    sp.prompt = prompt;
+    sp.prompt_len = n;
+    sp.max_new_tokens = k % 8u;
+    sp.priority = (int32_t)((k >> 3) % 5u) - 2;
+    sp.tenant = (k >> 5) % 3u;
+    sp.cache_salt = (k >> 7) % 2u;
+    pkv_seq_id id = 0;
+    pkv_status st = eh_add(&w->host, &sp, &id);
+    if (st != PKV_OK)
+        eh_failf(&w->host, "add of %u tokens: %s", n, pkv_last_error());
+}
+
+/* An id: often live or ended, sometimes never issued (0 or past the last). */
+static pkv_seq_id pick_id(world *w)
+{
+    uint8_t b = next_byte(&w->in);
+    uint64_t last = w->host.last_id;
+    if (b % 16 == 0)
+        return b % 32 == 0 ? 0 : last + 1 + b / 32;
+    if (last == 0)
+        return 1;
+    return last - (uint64_t)(b >> 1) % last;
+}
+
+static void op_abort(world *w)
+{
+    eh_abort(&w->host, pick_id(w));
+}
+
+static void op_fork(world *w)
+{
+    pkv_seq_id parent = pick_id(w);
+    uint8_t t = next_byte(&w->in);
+    uint32_t vocab = w->host.params.vocab_size;
+    int32_t last = t % 4 == 0   ? -1
+                   : t % 4 == 3 ? (int32_t)(vocab + t / 4)
+                                : (int32_t)((uint32_t)(t / 4) % vocab);
+    pkv_seq_id child = 0;
+    if (eh_fork(&w->host, parent, last, &child) == PKV_OK)
+        TOT.forks++;
+}
+
+static void op_block_table(world *w)
+{
+    pkv_engine *e = w->host.engine;
+    pkv_seq_id id = pick_id(w);
+    const uint32_t *blocks = NULL;
+    uint32_t nb = 7, nt = 7;
+    const pkv__seq *s = pkv__engine_find(e, id);
+    pkv_status st = pkv_engine_get_block_table(e, id, &blocks, &nb, &nt);
+    if (s == NULL) {
+        CHECK(st == PKV_ERR_NOT_FOUND);
+        CHECK(blocks == NULL && nb == 0 && nt == 0);
+        return;
+    }
+    CHECK(st == PKV_OK);
+    CHECK(nb == s->table.num_blocks && nt == s->table.num_tokens);
+    CHECK(nb == 0 || memcmp(blocks, s->table.blocks, nb * sizeof *blocks) == 0);
+}
+
+/* A well-formed host tensor over the host's scratch. */
+static pkv_tensor good_tensor(world *w, int kv)
+{
+    eh_host *h = &w->host;
+    pkv_tensor t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = sizeof t;
+    t.dtype = PKV_TENSOR_F32;
+    t.memory = PKV_MEMORY_HOST;
+    t.rows = h->batch != NULL ? h->batch->num_tokens : 0;
+    t.heads = kv ? h->params.num_kv_heads : h->params.num_q_heads;
+    t.head_dim = h->params.head_dim;
+    t.data = kv ? h->k : h->q;
+    if (t.data == NULL)
+        t.data = &W; /* never read: rows is 0 or the call fails first */
+    return t;
+}
+
+/* Bad calls between steps. */
+static void op_bad(world *w)
+{
+    pkv_engine *e = w->host.engine;
+    const pkv_engine_params *p = &w->host.params;
+    uint8_t b = next_byte(&w->in);
+    pkv_tensor q = good_tensor(w, 0), k = good_tensor(w, 1);
+    int32_t prompt[MAX_PROMPT + 1];
+    memset(prompt, 0, sizeof prompt);
+    pkv_seq_params sp;
+    CHECK(pkv_seq_params_init(&sp) == PKV_OK);
+    sp.prompt = prompt;
+    sp.prompt_len = 1u + (uint32_t)(b >> 4) % 3u;
+    pkv_seq_id id = 99;
+    pkv_engine_stats st;
+    memset(&st, 0, sizeof st);
+    const uint32_t *blocks;
+    uint32_t n1, n2;
+    switch (b % 12) {
+    case 0:
+        EXPECT_FAIL(w, PKV_ERR_BAD_STATE,
+                    pkv_engine_attend(e, 0, &q, &k, &k, &q));
+        break;
+    case 1:
+        EXPECT_FAIL(w, PKV_ERR_BAD_STATE, pkv_engine_step_end(e, NULL, NULL, 0));
+        break;
+    case 2:
+        prompt[sp.prompt_len - 1] = (b >> 6) % 2 ? -1 : (int32_t)p->vocab_size;
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT, pkv_seq_add(e, &sp, &id));
+        CHECK(id == 0);
+        break;
+    case 3:
+        sp.struct_size = (b >> 6) % 2 ? 0 : (uint32_t)sizeof sp + 8;
+        EXPECT_FAIL(w, PKV_ERR_STRUCT_SIZE, pkv_seq_add(e, &sp, &id));
+        CHECK(id == 0);
+        break;
+    case 4:
+        if ((b >> 6) % 3 == 0)
+            sp.prompt_len = 0;
+        else if ((b >> 6) % 3 == 1)
+            sp.prompt = NULL;
+        else
+            sp.prompt_len = p->max_model_len <= MAX_PROMPT + 1
+                                ? p->max_model_len
+                                : MAX_PROMPT + 1;
+        if (sp.prompt_len >= p->max_model_len || sp.prompt_len == 0 ||
+            sp.prompt == NULL) {
+            EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                        pkv_seq_add(e, &sp, &id));
+            CHECK(id == 0);
+        }
+        break;
+    case 5:
+        sp.flags = 1u << (b >> 4) % 32u;
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT, pkv_seq_add(e, &sp, &id));
+        break;
+    case 6:
+        st.struct_size = (b >> 6) % 2 ? 4 : (uint32_t)sizeof st + 4;
+        EXPECT_FAIL(w, PKV_ERR_STRUCT_SIZE, pkv_engine_get_stats(e, &st));
+        break;
+    case 7:
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT, pkv_engine_step_begin(e, NULL));
+        break;
+    case 8:
+        EXPECT_FAIL(w, PKV_ERR_NOT_FOUND,
+                    pkv_seq_abort(e, (b >> 4) % 2 ? 0
+                                                  : w->host.last_id + 1 +
+                                                        (b >> 5)));
+        break;
+    case 9:
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_get_block_table(e, w->host.last_id, NULL, &n1,
+                                               &n2));
+        (void)blocks;
+        break;
+    case 10:
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_seq_fork(e, w->host.last_id, -1, NULL));
+        break;
+    default:
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_attend(NULL, 0, &q, &k, &k, &q));
+        break;
+    }
+}
+
+/* Bad calls in the middle of a step, before any layer is attended. */
+static void bad_in_step(world *w, uint8_t b)
+{
+    eh_host *h = &w->host;
+    pkv_engine *e = h->engine;
+    uint32_t T = h->batch->num_tokens;
+    pkv_tensor q = good_tensor(w, 0), k = good_tensor(w, 1);
+    pkv_tensor o = q;
+    o.data = h->out;
+    const pkv_batch *again = h->batch;
+    pkv_seq_id child = 5;
+    switch (b % 11) {
+    case 0:
+        EXPECT_FAIL(w, PKV_ERR_BAD_STATE, pkv_engine_step_begin(e, &again));
+        CHECK(again == NULL);
+        break;
+    case 1:
+        EXPECT_FAIL(w, PKV_ERR_BAD_STATE, pkv_engine_step_end(e, NULL, NULL, 0));
+        break;
+    case 2:
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_attend(e, h->params.num_layers, &q, &k, &k, &o));
+        break;
+    case 3:
+        k.rows = T + 1u + (b >> 4) % 3u;
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_attend(e, 0, &q, &k, &k, &o));
+        break;
+    case 4:
+        o.heads = h->params.num_q_heads + 1;
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_attend(e, 0, &q, &k, &k, &o));
+        break;
+    case 5:
+        q.head_dim = h->params.head_dim + 4;
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_attend(e, 0, &q, &k, &k, &o));
+        break;
+    case 6:
+        k.struct_size = (b >> 4) % 2 ? 0 : (uint32_t)sizeof k - 8;
+        EXPECT_FAIL(w, PKV_ERR_STRUCT_SIZE,
+                    pkv_engine_attend(e, 0, &q, &k, &k, &o));
+        break;
+    case 7:
+        o.dtype = 2 + (b >> 4);
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_attend(e, 0, &q, &k, &k, &o));
+        break;
+    case 8:
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_attend(e, 0, (b >> 4) % 2 ? NULL : &q, &k,
+                                      (b >> 4) % 2 ? &k : NULL, &o));
+        break;
+    case 9:
+        if (T > 0) {
+            k.data = NULL;
+            EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                        pkv_engine_attend(e, 0, &q, &k, &k, &o));
+        }
+        break;
+    default:
+        if (h->last_id > 0)
+            EXPECT_FAIL(w, PKV_ERR_BAD_STATE,
+                        pkv_seq_fork(e, h->last_id, -1, &child));
+        CHECK(child == 0 || h->last_id == 0);
+        break;
+    }
+}
+
+/* Bad calls after every layer is attended, before step_end. */
+static void bad_after_attend(world *w, uint8_t b)
+{
+    eh_host *h = &w->host;
+    pkv_engine *e = h->engine;
+    uint32_t n = h->batch->num_samples;
+    int32_t sampled[MAX_PROMPT + 2];
+    memset(sampled, 0, sizeof sampled);
+    pkv_tensor q = good_tensor(w, 0), k = good_tensor(w, 1);
+    pkv_tensor o = q;
+    o.data = h->out;
+    if (n + 1 > MAX_PROMPT + 1)
+        return;
+    switch (b % 3) {
+    case 0:
+        EXPECT_FAIL(w, PKV_ERR_BAD_STATE,
+                    pkv_engine_attend(e, (uint32_t)(b >> 2) %
+                                             h->params.num_layers,
+                                      &q, &k, &k, &o));
+        break;
+    case 1:
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_step_end(e, sampled, NULL, n + 1));
+        break;
+    default:
+        if (n > 0) {
+            sampled[(b >> 2) % n] =
+                (b >> 7) ? -1 : (int32_t)h->params.vocab_size;
+            EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                        pkv_engine_step_end(e, sampled, NULL, n));
+        }
+        break;
+    }
+}
+
+static void op_step(world *w, int plain)
+{
+    eh_host *h = &w->host;
+    uint8_t v = plain ? 0xff : next_byte(&w->in);
+    uint8_t arg = plain ? 0 : next_byte(&w->in);
+    eh_begin(h);
+    eh_check(h);
+    if (v % 8 == 0)
+        bad_in_step(w, arg);
+    uint32_t poison = UINT32_MAX, layer = 0;
+    if ((v >> 3) % 8 == 0 && h->batch->num_tokens > 0) {
+        poison = (uint32_t)arg % h->batch->num_tokens;
+        layer = (uint32_t)(arg >> 4) % h->params.num_layers;
+    }
+    eh_attend(h, poison, layer);
+    eh_check(h);
+    if (v % 8 == 1)
+        bad_after_attend(w, arg);
+    uint8_t stop[256];
+    uint32_t n = h->batch->num_samples;
+    int stops = !plain && (v >> 6) == 1 && n <= sizeof stop;
+    for (uint32_t j = 0; stops && j < n; j++)
+        stop[j] = (uint8_t)((arg >> (j % 8)) & 1u);
+    eh_end(h, stops ? stop : NULL);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    world *w = &W;
+    if (size < 9)
+        return 0;
+    w->in.data = data;
+    w->in.size = size;
+    w->in.pos = 0;
+    create(w);
+    eh_check(&w->host);
+    for (uint32_t ops = 0; ops < MAX_OPS && w->in.pos < w->in.size; ops++) {
+        uint8_t op = next_byte(&w->in);
+        switch (op % 16) {
+        case 0: case 1: case 2: case 3:
+            op_add(w);
+            break;
+        case 4:
+            op_abort(w);
+            break;
+        case 5:
+            op_fork(w);
+            break;
+        case 6: case 7: case 8: case 9: case 10:
+            op_step(w, 0);
+            break;
+        case 11: case 12:
+            op_bad(w);
+            break;
+        case 13:
+            op_block_table(w);
+            break;
+        default:
+            op_step(w, 1);
+            break;
+        }
+        eh_check(&w->host);
+        pkv_fuzz_ops++;
+    }
+    eh_drain(&w->host, MAX_DRAIN_STEPS);
+    if (TOT.inputs++ == 0 && getenv("PKV_FUZZ_SUMMARY") != NULL)
+        atexit(print_totals);
+    pkv_engine_stats st;
+    st.struct_size = sizeof st;
+    CHECK(pkv_engine_get_stats(w->host.engine, &st) == PKV_OK);
+    TOT.rows += w->host.rows_checked;
+    TOT.steps += w->host.steps;
+    TOT.ended += w->host.ended;
+    TOT.preemptions += st.preemptions;
+    TOT.swap_outs += st.swap_outs;
+    TOT.hit_tokens += st.prefix_hit_tokens;
+    int dt = w->host.params.kv_dtype;
+    if (w->host.max_error > TOT.max_error[dt])
+        TOT.max_error[dt] = w->host.max_error;
+    free(w->before);
+    w->before = NULL;
+    eh_free(&w->host);
+    return 0;
+}

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv_seq_add and pkv_seq_abort from four threads while the main thread
+ * steps the engine (the host loop of DESIGN.md section 1), every output row
+ * checked against the dense reference (engine_host.h, learn mode: the main
+ * thread learns each sequence's tokens from the batches, and unique cache
+ * salts rule out prefix hits across sequences). At the end every added
+ * sequence has ended exactly once, only aborted ones as aborted, and the
+ * pool is idle. Run under ThreadSanitizer in CI (tests/run.sh).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine_host.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    NUM_THREADS = 4,
+    ADDS_PER_THREAD = 40,
+    MAX_NEW_TOKENS = 6,
+    MAX_PROMPT = 24,
+    VOCAB = 1000
+};
+
+typedef struct worker {
+    pkv_engine *engine;
+    uint32_t index;
+    uint64_t rng;
+    pkv_seq_id ids[ADDS_PER_THREAD];
+    uint32_t num_ids;
+    pkv_seq_id aborted[2 * ADDS_PER_THREAD];
+    uint32_t num_aborted;
+    int error; /* a call returned an unexpected status */
+} worker;
+
+static atomic_uint workers_done;
+/* Steps run by the main thread: workers pace their adds on it, so that adds
+ * and aborts land between and during steps, not all before the first. */
+static atomic_uint steps_done;
+
+static uint64_t next_rand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    for (uint32_t i = 0; i < ADDS_PER_THREAD; i++) {
+        for (uint32_t spin = 0;
+             atomic_load(&steps_done) < i / 2 && spin < 1000000; spin++)
+            sched_yield();
+        int32_t prompt[MAX_PROMPT];
+        uint32_t len = 1u + (uint32_t)(next_rand(&w->rng) % MAX_PROMPT);
+        for (uint32_t t = 0; t < len; t++)
+            prompt[t] = (int32_t)(next_rand(&w->rng) % VOCAB);
+        pkv_seq_params p;
+        pkv_seq_params_init(&p);
+        p.prompt = prompt;
+        p.prompt_len = len;
+        p.max_new_tokens = MAX_NEW_TOKENS;
+        p.tenant = w->index;
+        /* No prefix is shared between sequences: the main thread learns
+         * every sequence's tokens from its rows, from position 0. */
+        p.cache_salt = ((uint64_t)w->index << 32) | (i + 1u);
+        pkv_seq_id id = 0;
+        if (pkv_seq_add(w->engine, &p, &id) != PKV_OK || id == 0) {
+            w->error = 1;
+            break;
+        }
+        w->ids[w->num_ids++] = id;
+        uint64_t r = next_rand(&w->rng);
+        if (r % 3 == 0) {
+            /* One of its own, maybe long gone, maybe just added. */
+            pkv_seq_id victim = w->ids[(r >> 8) % w->num_ids];
+            if (pkv_seq_abort(w->engine, victim) != PKV_OK)
+                w->error = 1;
+            w->aborted[w->num_aborted++] = victim;
+        } else if (r % 3 == 1 && (r >> 8) % 2 == 0) {
+            /* Probably another thread's, maybe not issued yet. */
+            pkv_status st = pkv_seq_abort(w->engine, id + 1);
+            if (st == PKV_OK)
+                w->aborted[w->num_aborted++] = id + 1;
+            else if (st != PKV_ERR_NOT_FOUND)
+                w->error = 1;
+        } else if (r % 7 == 1) {
+            /* Never issued: nothing changes. */
+            if (pkv_seq_abort(w->engine, (pkv_seq_id)1 << 40) !=
+                PKV_ERR_NOT_FOUND)
+                w->error = 1;
+        }
+        if (r % 4 == 0)
+            sched_yield();
+    }
+    atomic_fetch_add(&workers_done, 1u);
+    return NULL;
+}
+
+static void fail_test(const char *message)
+{
+    fail_msg("%s", message);
+}
+
+static int was_aborted(const worker *workers, pkv_seq_id id)
+{
+    for (uint32_t t = 0; t < NUM_THREADS; t++)
+        for (uint32_t i = 0; i < workers[t].num_aborted; i++)
+            if (workers[t].aborted[i] == id)
+                return 1;
+    return 0;
+}
+
+static void run(int32_t preempt_mode, uint64_t swap_bytes)
+{
+    pkv_engine_params p;
+    assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
+    p.num_layers = 2;
+    p.num_q_heads = 4;
+    p.num_kv_heads = 2;
+    p.head_dim = 8;
+    p.block_size = 4;
+    p.num_blocks = 24; /* small: preemption happens */
+    p.kv_dtype = PKV_KV_F32;
+    p.vocab_size = VOCAB;
+    p.max_model_len = 64;
+    p.max_num_seqs = 6;
+    p.max_batch_tokens = 32;
+    p.long_prefill_threshold = 8;
+    p.preempt_mode = preempt_mode;
+    p.swap_bytes = swap_bytes;
+    p.backend = PKV_BACKEND_CPU;
+
+    static eh_host host;
+    assert_int_equal(eh_init(&host, &p, 1e-4, fail_test), PKV_OK);
+    host.learn = 1;
+    host.learn_max_new_tokens = MAX_NEW_TOKENS;
+
+    static worker workers[NUM_THREADS];
+    pthread_t threads[NUM_THREADS];
+    atomic_store(&workers_done, 0u);
+    atomic_store(&steps_done, 0u);
+    for (uint32_t t = 0; t < NUM_THREADS; t++) {
+        memset(&workers[t], 0, sizeof workers[t]);
+        workers[t].engine = host.engine;
+        workers[t].index = t;
+        workers[t].rng = 0x706b76u + t;
+        assert_int_equal(pthread_create(&threads[t], NULL, work, &workers[t]),
+                         0);
+    }
+    /* The host loop: step while anyone may still add, or work is left. */
+    uint64_t steps = 0;
+    while (atomic_load(&workers_done) < NUM_THREADS ||
+           pkv_engine_has_work(host.engine)) {
+        if (!pkv_engine_has_work(host.engine)) {
+            sched_yield();
+            continue;
+        }
+        eh_step(&host);
+        eh_check(&host);
+        atomic_fetch_add(&steps_done, 1u);
+        assert_true(++steps < 100000);
+    }
+    for (uint32_t t = 0; t < NUM_THREADS; t++)
+        assert_int_equal(pthread_join(threads[t], NULL), 0);
+    eh_drain(&host, 10000);
+
+    uint64_t added = 0;
+    for (uint32_t t = 0; t < NUM_THREADS; t++) {
+        const worker *w = &workers[t];
+        assert_int_equal(w->error, 0);
+        assert_int_equal(w->num_ids, ADDS_PER_THREAD);
+        added += w->num_ids;
+        for (uint32_t i = 0; i < w->num_ids; i++) {
+            const eh_seq *s = eh_find(&host, w->ids[i]);
+            assert_non_null(s);
+            assert_true(s->ended);
+            if (!was_aborted(workers, w->ids[i]))
+                assert_int_equal(s->reason, PKV_FINISH_LENGTH);
+        }
+    }
+    /* Ids are 1..added, each ended once (eh_host fails on a second end). */
+    assert_int_equal(host.last_id, added);
+    assert_int_equal(host.ended, added);
+    pkv_engine_stats st;
+    st.struct_size = sizeof st;
+    assert_int_equal(pkv_engine_get_stats(host.engine, &st), PKV_OK);
+    print_message("%llu sequences, %llu steps, %llu rows checked, %llu "
+                  "preemptions, %llu swap-outs\n",
+                  (unsigned long long)added, (unsigned long long)st.steps,
+                  (unsigned long long)host.rows_checked,
+                  (unsigned long long)st.preemptions,
+                  (unsigned long long)st.swap_outs);
+    assert_true(host.rows_checked > 0);
+    eh_free(&host);
+}
+
+static void test_threads_recompute(void **state)
+{
+    (void)state;
+    run(PKV_PREEMPT_RECOMPUTE, 0);
+}
+
+static void test_threads_swap(void **state)
+{
+    (void)state;
+    run(PKV_PREEMPT_SWAP, 1u << 16);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threads_recompute),
+        cmocka_unit_test(test_threads_swap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
