@@ -20,5 +20,6 @@ double bench_normal(uint64_t *state);
 int bench_memory(const bench_options *opt);
 int bench_scheduler(const bench_options *opt);
 int bench_serve(const bench_options *opt);
+int bench_kernels(const bench_options *opt);
 
 #endif

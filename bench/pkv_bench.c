@@ -38,6 +38,9 @@ static const subcommand SUBCOMMANDS[] = {
      "host microseconds per step at 1 to 1,024 running sequences"},
     {"serve", bench_serve,
      "llama model over an arrival trace: continuous vs static batching"},
+    {"kernels", bench_kernels,
+     "OpenCL decode attention: KV GB/s vs memory bandwidth, paged vs "
+     "contiguous"},
 };
 #define NUM_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
 

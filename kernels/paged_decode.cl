@@ -48,10 +48,15 @@
  *     global float *part_ml)       [num_seqs][num_q_heads][num_partitions]
  *                                  [2]: running max, denominator
  *
- *   NDRange: global (num_partitions * L, num_kv_heads, num_seqs), local
- *   (L, 1, 1) with L = 1 (generic) or 16 (PKV_INTEL_SUBGROUPS). With one
- *   partition the kernel writes normalised rows to out and leaves part_*
- *   alone (they may then be NULL); otherwise it writes part_* only.
+ *   NDRange: global (num_partitions * L, num_kv_heads, num_seqs), with
+ *     generic:              L = 1,  local (1, num_kv_heads, 1): the kv
+ *                           heads of one (partition, sequence) form a
+ *                           work-group and meet at a barrier after every
+ *                           block, so a CPU device walks each block's heads
+ *                           in address order (measured 2x over local 1);
+ *     PKV_INTEL_SUBGROUPS:  L = 16, local (16, 1, 1): one subgroup.
+ *   With one partition the kernel writes normalised rows to out and leaves
+ *   part_* alone (they may then be NULL); otherwise it writes part_* only.
  *
  *   Partitioning: the row sees [lo, ctx), lo = the window start (or 0).
  *   Partition p covers tokens [s + p * P, s + (p + 1) * P) of it, with
@@ -259,14 +264,22 @@ static void block_float(global const uchar *k, global const uchar *v,
     }
     mask_scores(s, t0, t1);
     block_softmax(s, st);
-    for (int t = t0; t < t1; t++) {
+    /* Channels outer, tokens inner: G accumulators stay in registers for
+     * the whole block (tokens outer spills G * NV of them on every token). */
+    for (int x = 0; x < NV; x++) {
+        floatV a[G];
 #pragma unroll
-        for (int x = 0; x < NV; x++) {
+        for (int g = 0; g < G; g++)
+            a[g] = st->acc[g][x];
+        for (int t = t0; t < t1; t++) {
             floatV vx = load_row(v, (size_t)(t * NV + x), f16);
 #pragma unroll
             for (int g = 0; g < G; g++)
-                st->acc[g][x] = fma((floatV)s[g * BS + t], vx, st->acc[g][x]);
+                a[g] = fma((floatV)s[g * BS + t], vx, a[g]);
         }
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            st->acc[g][x] = a[g];
     }
 }
 
@@ -352,18 +365,23 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
         }
         st->accl[g] += hsumS(al);
     }
-    for (int t = t0; t < t1; t++) {
+    for (int x = 0; x < NV; x++) {
+        floatV a[G];
 #pragma unroll
-        for (int x = 0; x < NV; x++) {
+        for (int g = 0; g < G; g++)
+            a[g] = st->acc[g][x];
+        for (int t = t0; t < t1; t++) {
             floatV cx = loadcodes(t * NV + x, v);
 #pragma unroll
             for (int g = 0; g < G; g++)
-                st->acc[g][x] = fma((floatV)s[g * BS + t], cx, st->acc[g][x]);
+                a[g] = fma((floatV)s[g * BS + t], cx, a[g]);
         }
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            st->acc[g][x] = a[g];
     }
 #else
     /* acc_c += sum_t p (lo_c + sc_c code) = sc_c sum_t p code + lo_c sum p */
-    floatV bsum[G][NV];
     float ps[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -371,26 +389,23 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
         for (int c = 0; c < BS / SW; c++)
             pv += vloadS(c, s + g * BS);
         ps[g] = hsumS(pv);
-#pragma unroll
-        for (int x = 0; x < NV; x++)
-            bsum[g][x] = 0.0f;
     }
-    for (int t = t0; t < t1; t++) {
+    for (int x = 0; x < NV; x++) {
+        floatV bsum[G];
 #pragma unroll
-        for (int x = 0; x < NV; x++) {
+        for (int g = 0; g < G; g++)
+            bsum[g] = 0.0f;
+        for (int t = t0; t < t1; t++) {
             floatV cx = loadcodes(t * NV + x, v);
 #pragma unroll
             for (int g = 0; g < G; g++)
-                bsum[g][x] = fma((floatV)s[g * BS + t], cx, bsum[g][x]);
+                bsum[g] = fma((floatV)s[g * BS + t], cx, bsum[g]);
         }
-    }
-#pragma unroll
-    for (int x = 0; x < NV; x++) {
         floatV lx = vload_halfV(x, vlo), sx = vload_halfV(x, vsc);
 #pragma unroll
         for (int g = 0; g < G; g++)
             st->acc[g][x] =
-                fma(sx, bsum[g][x], fma(lx, (floatV)ps[g], st->acc[g][x]));
+                fma(sx, bsum[g], fma(lx, (floatV)ps[g], st->acc[g][x]));
     }
 #endif
 }

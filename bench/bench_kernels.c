@@ -1,0 +1,783 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv-bench kernels: split-K decode attention (kernels/paged_decode.cl) on
+ * the OpenCL device, against the machine's own memory read bandwidth
+ * measured in the same run, and against the same kernel reading the same
+ * arena without a block table (kernels/decode_contiguous.cl).
+ *
+ * Own minimal OpenCL harness: the device named by PKV_OPENCL_DEVICE (a
+ * substring of the platform or device name), else the first one; kernels
+ * built from the source tree (PKV_KERNELS_DIR, PKV_SRC_DIR). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "bench.h"
+
+#ifndef PKV_BENCH_OPENCL
+
+int bench_kernels(const bench_options *opt)
+{
+    (void)opt;
+    printf("pkv-bench kernels: built without OpenCL (PKV_WITH_OPENCL=OFF)\n");
+    return 0;
+}
+
+#else
+
+#include "decode_plan.h"
+#include "half.h"
+#include "kv_layout.h"
+
+#include <CL/cl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HQ 32u
+#define HKV 8u
+#define HEAD_DIM 128u
+#define GROUP (HQ / HKV)
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ------------------------------------------------ memory read bandwidth */
+
+/* A vectorized read (sum) of 1 GiB on every core, in C with pthreads: each
+ * thread sums its slice with 8 independent 64-bit lanes, which GCC and
+ * Clang vectorize at -O2. Best of 5. */
+#define BW_BYTES (1ull << 30)
+
+typedef struct bw_slice {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} bw_slice;
+
+static void *bw_thread(void *arg)
+{
+    bw_slice *s = arg;
+    uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (size_t i = 0; i + 8 <= s->n; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += s->p[i + (size_t)k];
+    s->sum = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+    return NULL;
+}
+
+static double memory_read_gbps(int threads)
+{
+    size_t n = BW_BYTES / 8;
+    uint64_t *buf = aligned_alloc(64, BW_BYTES);
+    if (buf == NULL)
+        return 0.0;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
+    bw_slice sl[64];
+    pthread_t th[64];
+    if (threads > 64)
+        threads = 64;
+    double best = 0.0;
+    uint64_t sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        for (int i = 0; i < threads; i++) {
+            size_t a = n * (size_t)i / (size_t)threads;
+            size_t b = n * (size_t)(i + 1) / (size_t)threads;
+            sl[i].p = buf + a;
+            sl[i].n = b - a;
+            pthread_create(&th[i], NULL, bw_thread, &sl[i]);
+        }
+        for (int i = 0; i < threads; i++) {
+            pthread_join(th[i], NULL);
+            sink += sl[i].sum;
+        }
+        double gbps = (double)BW_BYTES / (now() - t0) / 1e9;
+        best = gbps > best ? gbps : best;
+    }
+    free(buf);
+    return sink == 42 ? best + 1e-12 : best;
+}
+
+/* ---------------------------------------------------------- OpenCL harness */
+
+typedef struct cl_env {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context ctx;
+    cl_command_queue queue;
+    cl_uint compute_units;
+    cl_ulong max_alloc;
+    char name[256];
+} cl_env;
+
+static int cl_check(cl_int err, const char *what)
+{
+    if (err != CL_SUCCESS)
+        fprintf(stderr, "pkv-bench kernels: %s failed (OpenCL error %d)\n",
+                what, (int)err);
+    return err != CL_SUCCESS;
+}
+
+static int cl_open(cl_env *e)
+{
+    const char *want = getenv("PKV_OPENCL_DEVICE");
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
+        fprintf(stderr, "pkv-bench kernels: no OpenCL platform\n");
+        return 1;
+    }
+    int found = 0;
+    for (cl_uint p = 0; p < np && !found; p++) {
+        cl_device_id devs[16];
+        cl_uint nd = 0;
+        char pname[256] = "";
+        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname,
+                          NULL);
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) !=
+            CL_SUCCESS)
+            continue;
+        for (cl_uint d = 0; d < nd && !found; d++) {
+            char dname[256] = "";
+            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname, dname,
+                            NULL);
+            if (want == NULL || strstr(pname, want) || strstr(dname, want)) {
+                e->platform = plats[p];
+                e->device = devs[d];
+                snprintf(e->name, sizeof e->name, "%s / %s", pname, dname);
+                found = 1;
+            }
+        }
+    }
+    if (!found) {
+        fprintf(stderr, "pkv-bench kernels: no OpenCL device matches %s\n",
+                want != NULL ? want : "(any)");
+        return 1;
+    }
+    cl_int err;
+    e->ctx = clCreateContext(NULL, 1, &e->device, NULL, NULL, &err);
+    if (cl_check(err, "clCreateContext"))
+        return 1;
+    e->queue = clCreateCommandQueue(e->ctx, e->device, 0, &err);
+    if (cl_check(err, "clCreateCommandQueue"))
+        return 1;
+    clGetDeviceInfo(e->device, CL_DEVICE_MAX_COMPUTE_UNITS,
+                    sizeof e->compute_units, &e->compute_units, NULL);
+    clGetDeviceInfo(e->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+                    sizeof e->max_alloc, &e->max_alloc, NULL);
+    return 0;
+}
+
+static void cl_close(cl_env *e)
+{
+    if (e->queue != NULL)
+        clReleaseCommandQueue(e->queue);
+    if (e->ctx != NULL)
+        clReleaseContext(e->ctx);
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s != NULL && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s != NULL)
+        s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Build kernels/<file> with the geometry as -D options. */
+static cl_program build(const cl_env *e, const char *file, int dtype,
+                        uint32_t block_size)
+{
+    char path[1024], opts[1024];
+    snprintf(path, sizeof path, "%s/%s", PKV_KERNELS_DIR, file);
+    char *src = read_text(path);
+    if (src == NULL) {
+        fprintf(stderr, "pkv-bench kernels: cannot read %s\n", path);
+        return NULL;
+    }
+    snprintf(opts, sizeof opts,
+             "-I %s -I %s -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u "
+             "-DPKV_GROUP=%u -DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d "
+             "-DPKV_VALUE_QUANT=%d",
+             PKV_KERNELS_DIR, PKV_SRC_DIR, HEAD_DIM, (unsigned)block_size,
+             GROUP, dtype, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN);
+    cl_int err;
+    const char *srcs[1] = {src};
+    cl_program p = clCreateProgramWithSource(e->ctx, 1, srcs, NULL, &err);
+    free(src);
+    if (cl_check(err, "clCreateProgramWithSource"))
+        return NULL;
+    err = clBuildProgram(p, 1, &e->device, opts, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[8192] = "";
+        clGetProgramBuildInfo(p, e->device, CL_PROGRAM_BUILD_LOG, sizeof log,
+                              log, NULL);
+        fprintf(stderr, "pkv-bench kernels: building %s (%s) failed:\n%s\n",
+                file, opts, log);
+        clReleaseProgram(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------ the data */
+
+static const char *const DTYPE_NAME[] = {"f32", "f16", "u8"};
+
+typedef struct decode_case {
+    int dtype;
+    uint32_t ctx_max, batch, block_size;
+    uint32_t window;
+    const uint32_t *ctx; /* [batch], or NULL: every sequence at ctx_max */
+} decode_case;
+
+/* Bytes of one kv head's K and V for one block (parameters included). */
+static size_t head_bytes(int dtype, uint32_t bs)
+{
+    return PKV_LAYOUT_HEAD_BYTES((size_t)dtype, (size_t)PKV_LAYOUT_PER_CHANNEL,
+                                 (size_t)PKV_LAYOUT_PER_TOKEN, (size_t)bs,
+                                 (size_t)HEAD_DIM);
+}
+
+static float rand_sym(uint64_t *rng)
+{
+    return (float)(2.0 * bench_uniform(rng) - 1.0);
+}
+
+/* Random contents for every block: f32/f16 in [-1, 1]; u8 random codes
+ * with lo in [-1, 0] and scale in [0, 2/255], as the quantizer would store
+ * for values of that range. */
+static void fill_arena(uint8_t *arena, size_t blocks, int dtype, uint32_t bs,
+                       uint64_t *rng)
+{
+    size_t hb = head_bytes(dtype, bs);
+    size_t kpart = PKV_LAYOUT_PART_BYTES((size_t)dtype,
+                                         (size_t)PKV_LAYOUT_PER_CHANNEL,
+                                         (size_t)bs, (size_t)HEAD_DIM);
+    for (size_t h = 0; h < blocks * HKV; h++) {
+        uint8_t *head = arena + h * hb;
+        for (int kv = 0; kv < 2; kv++) {
+            uint8_t *part = head + (kv ? kpart : 0);
+            size_t n = (size_t)bs * HEAD_DIM;
+            if (dtype == PKV_LAYOUT_F32) {
+                float *x = (float *)(void *)part;
+                for (size_t i = 0; i < n; i += 2) {
+                    uint64_t r = bench_rand(rng);
+                    x[i] = (float)(r >> 40) * 0x1p-23f - 1.0f;
+                    x[i + 1] = (float)(r & 0xffffff) * 0x1p-23f - 1.0f;
+                }
+            } else if (dtype == PKV_LAYOUT_F16) {
+                /* Random sign and mantissa, exponent 2^-3 to 2^-1. */
+                uint16_t *x = (uint16_t *)(void *)part;
+                for (size_t i = 0; i < n; i += 4) {
+                    uint64_t r = bench_rand(rng);
+                    for (size_t k = 0; k < 4; k++) {
+                        uint16_t b = (uint16_t)(r >> (16 * k));
+                        x[i + k] = (uint16_t)((b & 0x83ffu) |
+                                              ((12u + b % 3u) << 10));
+                    }
+                }
+            } else {
+                for (size_t i = 0; i < n; i += 8) {
+                    uint64_t r = bench_rand(rng);
+                    memcpy(part + i, &r, 8);
+                }
+                uint32_t groups = kv ? bs : HEAD_DIM;
+                uint16_t *lo = (uint16_t *)(void *)(part + n);
+                for (uint32_t g = 0; g < groups; g++) {
+                    lo[g] = pkv__f32_to_f16(-(float)bench_uniform(rng));
+                    lo[groups + g] = pkv__f32_to_f16(
+                        (float)bench_uniform(rng) * (2.0f / 255.0f));
+                }
+            }
+        }
+    }
+}
+
+/* K or V value (channel c, token t) of a head's part, as the kernels read
+ * it (u8: lo + code * scale in f32). */
+static float kv_value(const uint8_t *head, int dtype, uint32_t bs, int kv,
+                      uint32_t t, uint32_t c)
+{
+    size_t kpart = PKV_LAYOUT_PART_BYTES((size_t)dtype,
+                                         (size_t)PKV_LAYOUT_PER_CHANNEL,
+                                         (size_t)bs, (size_t)HEAD_DIM);
+    const uint8_t *part = head + (kv ? kpart : 0);
+    size_t i = (size_t)t * HEAD_DIM + c;
+    if (dtype == PKV_LAYOUT_F32) {
+        float x;
+        memcpy(&x, part + i * 4, 4);
+        return x;
+    }
+    if (dtype == PKV_LAYOUT_F16) {
+        uint16_t x;
+        memcpy(&x, part + i * 2, 2);
+        return pkv__f16_to_f32(x);
+    }
+    uint32_t groups = kv ? bs : HEAD_DIM, g = kv ? t : c;
+    uint16_t lo, sc;
+    memcpy(&lo, part + (size_t)bs * HEAD_DIM + 2 * g, 2);
+    memcpy(&sc, part + (size_t)bs * HEAD_DIM + 2 * (groups + g), 2);
+    return pkv__f16_to_f32(lo) + (float)part[i] * pkv__f16_to_f32(sc);
+}
+
+/* Plain C reference of one decode row, in double. The u8 tail block (ctx
+ * not a multiple of the block size) reads the staging tail. */
+static void reference(const uint8_t *arena, const float *stages,
+                      const uint32_t *table, const decode_case *c,
+                      uint32_t max_blocks, uint32_t seq, const float *q,
+                      float scale, float *out)
+{
+    uint32_t bs = c->block_size;
+    uint32_t ctx = c->ctx != NULL ? c->ctx[seq] : c->ctx_max;
+    uint32_t lo = c->window > 0 && ctx > c->window ? ctx - c->window : 0;
+    size_t hb = head_bytes(c->dtype, bs);
+    double *s = malloc(ctx * sizeof *s);
+    for (uint32_t h = 0; h < HQ; h++) {
+        uint32_t kh = h / GROUP;
+        const float *qr = q + ((size_t)seq * HQ + h) * HEAD_DIM;
+        double m = -INFINITY, l = 0.0;
+        double acc[HEAD_DIM];
+        for (uint32_t x = 0; x < HEAD_DIM; x++)
+            acc[x] = 0.0;
+        for (int pass = 0; pass < 2; pass++) {
+            for (uint32_t t = lo; t < ctx; t++) {
+                uint32_t j = t / bs, o = t % bs;
+                const uint8_t *head =
+                    arena + (size_t)table[(size_t)seq * max_blocks + j] *
+                                HKV * hb +
+                    kh * hb;
+                int tail = c->dtype == PKV_LAYOUT_U8 && (j + 1) * bs > ctx;
+                const float *tk =
+                    stages + ((size_t)seq * HKV + kh) * 2 * bs * HEAD_DIM;
+                if (pass == 0) {
+                    double d = 0.0;
+                    for (uint32_t x = 0; x < HEAD_DIM; x++)
+                        d += (double)qr[x] *
+                             (tail ? tk[(size_t)o * HEAD_DIM + x]
+                                   : kv_value(head, c->dtype, bs, 0, o, x));
+                    s[t] = d * scale;
+                    m = s[t] > m ? s[t] : m;
+                } else {
+                    double p = exp(s[t] - m);
+                    l += p;
+                    for (uint32_t x = 0; x < HEAD_DIM; x++)
+                        acc[x] +=
+                            p * (tail ? tk[((size_t)bs + o) * HEAD_DIM + x]
+                                      : kv_value(head, c->dtype, bs, 1, o, x));
+                }
+            }
+        }
+        for (uint32_t x = 0; x < HEAD_DIM; x++)
+            out[((size_t)seq * HQ + h) * HEAD_DIM + x] = (float)(acc[x] / l);
+    }
+    free(s);
+}
+
+/* ------------------------------------------------------------- a run */
+
+typedef struct decode_gpu {
+    cl_kernel partial, reduce;
+    cl_mem arena, stages, stage_ids, q, lens, table, out, part_acc, part_ml;
+    pkv__decode_plan plan;
+    uint32_t max_blocks;
+} decode_gpu;
+
+static int set_args(decode_gpu *g, const decode_case *c, float scale)
+{
+    cl_uint stage_floats = 2u * HKV * c->block_size * HEAD_DIM, zero = 0;
+    cl_uint hkv = HKV, window = c->window;
+    cl_uint psize = g->plan.partition_size, nparts = g->plan.num_partitions;
+    cl_int err = 0;
+    err |= clSetKernelArg(g->partial, 0, sizeof(cl_mem), &g->arena);
+    err |= clSetKernelArg(g->partial, 1, sizeof(cl_mem), &g->stages);
+    err |= clSetKernelArg(g->partial, 2, sizeof(cl_uint), &stage_floats);
+    err |= clSetKernelArg(g->partial, 3, sizeof(cl_uint), &zero);
+    err |= clSetKernelArg(g->partial, 4, sizeof(cl_mem), &g->stage_ids);
+    err |= clSetKernelArg(g->partial, 5, sizeof(cl_mem), &g->q);
+    err |= clSetKernelArg(g->partial, 6, sizeof(cl_mem), &g->lens);
+    err |= clSetKernelArg(g->partial, 7, sizeof(cl_mem), &g->table);
+    err |= clSetKernelArg(g->partial, 8, sizeof(cl_uint), &g->max_blocks);
+    err |= clSetKernelArg(g->partial, 9, sizeof(cl_uint), &hkv);
+    err |= clSetKernelArg(g->partial, 10, sizeof(float), &scale);
+    err |= clSetKernelArg(g->partial, 11, sizeof(cl_uint), &window);
+    err |= clSetKernelArg(g->partial, 12, sizeof(cl_uint), &psize);
+    err |= clSetKernelArg(g->partial, 13, sizeof(cl_mem), &g->out);
+    err |= clSetKernelArg(g->partial, 14, sizeof(cl_mem), &g->part_acc);
+    err |= clSetKernelArg(g->partial, 15, sizeof(cl_mem), &g->part_ml);
+    err |= clSetKernelArg(g->reduce, 0, sizeof(cl_mem), &g->part_acc);
+    err |= clSetKernelArg(g->reduce, 1, sizeof(cl_mem), &g->part_ml);
+    err |= clSetKernelArg(g->reduce, 2, sizeof(cl_uint), &nparts);
+    err |= clSetKernelArg(g->reduce, 3, sizeof(cl_mem), &g->out);
+    return cl_check(err, "clSetKernelArg");
+}
+
+static int enqueue(const cl_env *e, decode_gpu *g, uint32_t batch)
+{
+    size_t gp[3] = {g->plan.num_partitions, HKV, batch}, lp[3] = {1, HKV, 1};
+    cl_int err = clEnqueueNDRangeKernel(e->queue, g->partial, 3, NULL, gp, lp,
+                                        0, NULL, NULL);
+    if (err == CL_SUCCESS && g->plan.num_partitions > 1) {
+        size_t gr[2] = {HQ, batch};
+        err = clEnqueueNDRangeKernel(e->queue, g->reduce, 2, NULL, gr, NULL, 0,
+                                     NULL, NULL);
+    }
+    if (err == CL_SUCCESS)
+        err = clFinish(e->queue);
+    return cl_check(err, "decode kernels");
+}
+
+/* Median seconds of one decode step over reps runs (after a warm-up). */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Median seconds of one decode step over reps runs (after a warm-up), and
+ * the median CPU seconds the process spent on it (on a CPU device: the
+ * kernel's cost without the time other processes took from it). */
+static double time_decode(const cl_env *e, decode_gpu *g, uint32_t batch,
+                          int reps, double *cpu)
+{
+    double t[32], c[32];
+    if (enqueue(e, g, batch))
+        return -1.0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now(), c0 = cpu_now();
+        if (enqueue(e, g, batch))
+            return -1.0;
+        t[r] = now() - t0;
+        c[r] = cpu_now() - c0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    qsort(c, (size_t)reps, sizeof c[0], cmp_double);
+    *cpu = c[reps / 2];
+    return t[reps / 2];
+}
+
+static void release_gpu(decode_gpu *g)
+{
+    cl_mem *m[] = {&g->arena, &g->stages, &g->stage_ids, &g->q,
+                   &g->lens,  &g->table,  &g->out,       &g->part_acc,
+                   &g->part_ml};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (*m[i] != NULL)
+            clReleaseMemObject(*m[i]);
+    if (g->partial != NULL)
+        clReleaseKernel(g->partial);
+    if (g->reduce != NULL)
+        clReleaseKernel(g->reduce);
+}
+
+static cl_mem make_buffer(const cl_env *e, size_t bytes, const void *host)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(
+        e->ctx, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
+        bytes > 0 ? bytes : 16, (void *)(uintptr_t)host, &err);
+    return err == CL_SUCCESS ? m : NULL;
+}
+
+typedef struct decode_result {
+    double seconds, contiguous_seconds, cpu_seconds, max_error;
+    size_t kv_bytes;
+    int skipped;
+} decode_result;
+
+/* Set up the case on the device, time it paged and contiguous (reps > 0),
+ * or check it against the C reference (reps == 0). */
+static int run_case(const cl_env *e, const decode_case *c, int reps,
+                    decode_result *res)
+{
+    memset(res, 0, sizeof *res);
+    uint32_t bs = c->block_size, batch = c->batch;
+    uint32_t max_blocks = (c->ctx_max + bs - 1) / bs;
+    size_t blocks = (size_t)batch * max_blocks;
+    size_t arena_bytes = blocks * HKV * head_bytes(c->dtype, bs);
+    if (arena_bytes > e->max_alloc) {
+        res->skipped = 1;
+        return 0;
+    }
+    uint64_t rng = 1234567u + (uint64_t)c->dtype * 7919u + c->ctx_max + batch;
+    uint8_t *arena = malloc(arena_bytes);
+    size_t stage_floats = (size_t)2 * HKV * bs * HEAD_DIM;
+    float *stages = malloc(batch * stage_floats * sizeof(float));
+    uint32_t *table = malloc(blocks * sizeof *table);
+    uint32_t *lens = malloc(batch * sizeof *lens);
+    uint32_t *ids = malloc(batch * sizeof *ids);
+    float *q = malloc((size_t)batch * HQ * HEAD_DIM * sizeof *q);
+    float *out = malloc((size_t)batch * HQ * HEAD_DIM * sizeof *out);
+    float *ref = malloc((size_t)batch * HQ * HEAD_DIM * sizeof *ref);
+    decode_gpu g;
+    memset(&g, 0, sizeof g);
+    int rc = 1;
+    if (!arena || !stages || !table || !lens || !ids || !q || !out || !ref)
+        goto done;
+    fill_arena(arena, blocks, c->dtype, bs, &rng);
+    for (size_t i = 0; i < batch * stage_floats; i++)
+        stages[i] = rand_sym(&rng);
+    for (uint32_t i = 0; i < batch * HQ * HEAD_DIM; i++)
+        q[i] = rand_sym(&rng);
+    /* Random non-contiguous block tables: a shuffle of every block. */
+    for (size_t i = 0; i < blocks; i++)
+        table[i] = (uint32_t)i;
+    for (size_t i = blocks; i > 1; i--) {
+        size_t j = bench_rand(&rng) % i;
+        uint32_t tmp = table[i - 1];
+        table[i - 1] = table[j];
+        table[j] = tmp;
+    }
+    uint32_t longest = 0;
+    for (uint32_t i = 0; i < batch; i++) {
+        lens[i] = c->ctx != NULL ? c->ctx[i] : c->ctx_max;
+        longest = lens[i] > longest ? lens[i] : longest;
+        ids[i] = i;
+        res->kv_bytes += (size_t)lens[i] * HKV * head_bytes(c->dtype, bs) / bs;
+    }
+    g.plan = pkv__decode_plan_make(batch, HKV, longest, c->window, bs,
+                                   e->compute_units);
+    g.max_blocks = max_blocks;
+    size_t rows = (size_t)batch * HQ;
+    size_t parts = rows * g.plan.num_partitions;
+    g.arena = make_buffer(e, arena_bytes, arena);
+    g.stages = make_buffer(e, batch * stage_floats * sizeof(float), stages);
+    g.stage_ids = make_buffer(e, batch * sizeof *ids, ids);
+    g.q = make_buffer(e, rows * HEAD_DIM * sizeof *q, q);
+    g.lens = make_buffer(e, batch * sizeof *lens, lens);
+    g.table = make_buffer(e, blocks * sizeof *table, table);
+    g.out = make_buffer(e, rows * HEAD_DIM * sizeof *out, NULL);
+    g.part_acc = make_buffer(e, parts * HEAD_DIM * sizeof(float), NULL);
+    g.part_ml = make_buffer(e, parts * 2 * sizeof(float), NULL);
+    if (!g.arena || !g.stages || !g.stage_ids || !g.q || !g.lens ||
+        !g.table || !g.out || !g.part_acc || !g.part_ml) {
+        fprintf(stderr, "pkv-bench kernels: clCreateBuffer failed\n");
+        goto done;
+    }
+    float scale = 1.0f / sqrtf((float)HEAD_DIM);
+    const char *files[2] = {"paged_decode.cl", "decode_contiguous.cl"};
+    for (int which = 0; which < (reps > 0 ? 2 : 1); which++) {
+        cl_program p = build(e, files[which], c->dtype, bs);
+        if (p == NULL)
+            goto done;
+        cl_int err1, err2;
+        g.partial = clCreateKernel(p, "pkv_decode_partial", &err1);
+        g.reduce = clCreateKernel(p, "pkv_decode_reduce", &err2);
+        clReleaseProgram(p);
+        if (cl_check(err1 | err2, "clCreateKernel") || set_args(&g, c, scale))
+            goto done;
+        if (reps > 0) {
+            double cpu = 0.0;
+            double s = time_decode(e, &g, batch, reps, &cpu);
+            if (s < 0)
+                goto done;
+            *(which ? &res->contiguous_seconds : &res->seconds) = s;
+            if (which == 0)
+                res->cpu_seconds = cpu;
+        } else {
+            if (enqueue(e, &g, batch) ||
+                cl_check(clEnqueueReadBuffer(e->queue, g.out, CL_TRUE, 0,
+                                             rows * HEAD_DIM * sizeof *out,
+                                             out, 0, NULL, NULL),
+                         "clEnqueueReadBuffer"))
+                goto done;
+            for (uint32_t i = 0; i < batch; i++)
+                reference(arena, stages, table, c, max_blocks, i, q, scale,
+                          ref);
+            for (size_t i = 0; i < rows * HEAD_DIM; i++) {
+                double d = fabs((double)out[i] - (double)ref[i]);
+                res->max_error = d > res->max_error || d != d ? d
+                                                               : res->max_error;
+            }
+        }
+        clReleaseKernel(g.partial);
+        clReleaseKernel(g.reduce);
+        g.partial = g.reduce = NULL;
+    }
+    rc = 0;
+done:
+    release_gpu(&g);
+    free(arena);
+    free(stages);
+    free(table);
+    free(lens);
+    free(ids);
+    free(q);
+    free(out);
+    free(ref);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the report */
+
+static size_t llc_bytes(void)
+{
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    unsigned long kb = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%luK", &kb) != 1)
+            kb = 0;
+        fclose(f);
+    }
+    /* The machine this was tuned on reports 32 MiB per instance but about
+     * 105 MB behave as last-level cache: take the larger. */
+    size_t bytes = (size_t)kb * 1024;
+    return bytes > 105000000u ? bytes : 105000000u;
+}
+
+/* Correctness: every dtype against the plain C reference, with ragged
+ * contexts, a u8 tail block, split partitions and a sliding window. */
+static int check_all(const cl_env *e, const bench_options *opt)
+{
+    static const uint32_t lens[5] = {1000, 37, 517, 1, 4096};
+    int rc = 0;
+    for (int dt = 0; dt < 3; dt++) {
+        for (uint32_t w = 0; w <= 300; w += 300) {
+            decode_case c = {dt, 4096, 5, 16, w, lens};
+            decode_result r;
+            if (run_case(e, &c, 0, &r))
+                return 1;
+            /* f32 accumulation over up to 4096 tokens in a different order
+             * than the double reference; outputs are O(1). */
+            int ok = r.max_error < 1e-4;
+            printf("check %-3s window %3u: max |kernel - C reference| = "
+                   "%.2e %s\n",
+                   DTYPE_NAME[dt], (unsigned)w, r.max_error,
+                   ok ? "ok" : "FAILED (tolerance 1e-4)");
+            if (opt->json != NULL)
+                fprintf(opt->json,
+                        "{\"bench\":\"decode_check\",\"kv\":\"%s\","
+                        "\"window\":%u,\"max_error\":%.3e,\"ok\":%s}\n",
+                        DTYPE_NAME[dt], (unsigned)w, r.max_error,
+                        ok ? "true" : "false");
+            rc |= !ok;
+        }
+    }
+    return rc;
+}
+
+int bench_kernels(const bench_options *opt)
+{
+    cl_env e;
+    memset(&e, 0, sizeof e);
+    if (cl_open(&e)) {
+        cl_close(&e);
+        return 1;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = ncpu > 0 ? (int)ncpu : 1;
+    double bw = memory_read_gbps(threads);
+    size_t llc = llc_bytes();
+    printf("Decode attention, Hq %u, Hkv %u, head_dim %u; device: %s "
+           "(%u compute units)\n",
+           HQ, HKV, HEAD_DIM, e.name, (unsigned)e.compute_units);
+    printf("memory read bandwidth: %.1f GB/s (C, %d pthreads, vectorized "
+           "sum over 1 GiB, best of 5)\n\n",
+           bw, threads);
+    int rc = check_all(&e, opt);
+
+    static const uint32_t ctxs[4] = {512, 2048, 4096, 8192};
+    static const uint32_t batches[3] = {1, 16, 64};
+    static const uint32_t sweep[4] = {16, 32, 64, 128};
+    decode_case cases[64];
+    int n = 0;
+    for (int dt = 2; dt >= 0; dt--)
+        for (int ci = 0; ci < 4; ci++)
+            for (int bi = 0; bi < 3; bi++) {
+                if (opt->quick && !(ctxs[ci] == 4096 && batches[bi] == 16 &&
+                                    dt != PKV_LAYOUT_F32))
+                    continue;
+                decode_case c = {dt, ctxs[ci], batches[bi], 16, 0, NULL};
+                cases[n++] = c;
+            }
+    for (int si = 1; si < 4; si++) {
+        if (opt->quick && sweep[si] != 64)
+            continue;
+        decode_case c = {PKV_LAYOUT_U8, 4096, 16, sweep[si], 0, NULL};
+        cases[n++] = c;
+    }
+
+    printf("\n%-4s %5s %5s %4s %6s %9s %8s %7s %8s %8s %5s %s\n", "kv",
+           "ctx", "batch", "bs", "B/tok", "ms", "KV GB/s", "of bw", "paged/",
+           "CPU ms", "parts", "");
+    printf("%-4s %5s %5s %4s %6s %9s %8s %7s %8s %8s %5s %s\n", "", "", "",
+           "", "", "(median)", "", "", "contig", "", "", "");
+    for (int i = 0; i < n && rc == 0; i++) {
+        const decode_case *c = &cases[i];
+        decode_result r;
+        size_t bpt = HKV * head_bytes(c->dtype, c->block_size) /
+                     c->block_size;
+        int reps = opt->quick ? 5 : 7;
+        if (run_case(&e, c, reps, &r)) {
+            rc = 1;
+            break;
+        }
+        if (r.skipped) {
+            printf("%-4s %5u %5u %4u %6zu  skipped: KV exceeds "
+                   "CL_DEVICE_MAX_MEM_ALLOC_SIZE (%.0f MiB)\n",
+                   DTYPE_NAME[c->dtype], (unsigned)c->ctx_max,
+                   (unsigned)c->batch, (unsigned)c->block_size, bpt,
+                   (double)e.max_alloc / 1048576.0);
+            continue;
+        }
+        pkv__decode_plan plan = pkv__decode_plan_make(
+            c->batch, HKV, c->ctx_max, 0, c->block_size, e.compute_units);
+        double gbps = (double)r.kv_bytes / r.seconds / 1e9;
+        double ratio = r.seconds / r.contiguous_seconds;
+        int resident = r.kv_bytes <= llc;
+        printf("%-4s %5u %5u %4u %6zu %9.2f %8.2f %6.0f%% %8.3f %8.2f %5u "
+               "%s\n",
+               DTYPE_NAME[c->dtype], (unsigned)c->ctx_max, (unsigned)c->batch,
+               (unsigned)c->block_size, bpt, r.seconds * 1e3, gbps,
+               100.0 * gbps / bw, ratio, r.cpu_seconds * 1e3,
+               (unsigned)plan.num_partitions,
+               resident ? "cache-resident" : "");
+        if (opt->json != NULL)
+            fprintf(opt->json,
+                    "{\"bench\":\"decode\",\"kv\":\"%s\",\"ctx\":%u,"
+                    "\"batch\":%u,\"block_size\":%u,\"seconds\":%.6e,"
+                    "\"kv_gbps\":%.3f,\"mem_read_gbps\":%.3f,"
+                    "\"fraction_of_bandwidth\":%.4f,"
+                    "\"paged_over_contiguous\":%.4f,\"bytes_per_token\":%zu,"
+                    "\"cache_resident\":%s,\"partitions\":%u,"
+                    "\"cpu_seconds\":%.6e}\n",
+                    DTYPE_NAME[c->dtype], (unsigned)c->ctx_max,
+                    (unsigned)c->batch, (unsigned)c->block_size, r.seconds,
+                    gbps, bw, gbps / bw, ratio, bpt,
+                    resident ? "true" : "false",
+                    (unsigned)plan.num_partitions, r.cpu_seconds);
+        fflush(stdout);
+    }
+    printf("\nB/tok: KV bytes per token over all %u kv heads (K + V, u8 "
+           "parameters included);\nu8 keys per channel, values per token. "
+           "CPU ms: process CPU time per step (all\nthreads; on a CPU device "
+           "the kernel's own cost, whatever other processes take).\n",
+           HKV);
+    cl_close(&e);
+    return rc;
+}
+
+#endif
