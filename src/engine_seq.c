@@ -71,8 +71,8 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
     seq->priority = p.priority;
     seq->tenant = p.tenant;
     seq->salt = p.cache_salt;
-    pkv__inbox_add(&e->inbox, seq);
-    *out_id = seq->id;
+    /* The stepping thread may free seq as soon as it is queued. */
+    *out_id = pkv__inbox_add(&e->inbox, seq);
     return PKV_OK;
 }
 

@@ -25,10 +25,11 @@ void pkv__inbox_release(pkv__inbox *inbox, const pkv__allocator *alloc)
     memset(inbox, 0, sizeof *inbox);
 }
 
-void pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
+pkv_seq_id pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
 {
     mtx_lock(&inbox->lock);
-    seq->id = ++inbox->last_id;
+    pkv_seq_id id = ++inbox->last_id;
+    seq->id = id;
     seq->arrival = ++inbox->arrivals;
     seq->state = PKV__SEQ_QUEUED;
     seq->inbox_next = NULL;
@@ -39,6 +40,7 @@ void pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
     inbox->adds_tail = seq;
     inbox->live++;
     mtx_unlock(&inbox->lock);
+    return id;
 }
 
 pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,

@@ -25,8 +25,10 @@ pkv_status pkv__inbox_init(pkv__inbox *inbox);
 /* Frees queued sequences too. */
 void pkv__inbox_release(pkv__inbox *inbox, const pkv__allocator *alloc);
 
-/* Give seq an id and arrival and queue it. Thread-safe. */
-void pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq);
+/* Give seq an id and arrival and queue it; returns the id. Thread-safe.
+ * Once queued, seq belongs to the stepping thread, which may end and free
+ * it at any time: the caller must not touch it again. */
+pkv_seq_id pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq);
 
 /* Queue an abort. PKV_ERR_NOT_FOUND for an id never issued. Thread-safe. */
 pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,

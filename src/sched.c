@@ -248,6 +248,17 @@ static int plan_swap_in(pkv_engine *e, uint32_t *budget, uint32_t *num_seqs)
     uint32_t bs = e->pool.block_size;
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, *budget);
     uint32_t after = blocks_for(seq->num_computed + (uint64_t)rows, bs);
+    uint32_t seq_quota = e->params.max_blocks_per_seq;
+    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
+    if (after > e->pool.num_blocks - 1 || (seq_quota && after > seq_quota) ||
+        (tenant_quota && after > tenant_quota)) {
+        /* It can never come back: with nothing else running it would not
+         * fit either. */
+        pkv__engine_end(e, seq, PKV_FINISH_FAILED,
+                        after > e->pool.num_blocks - 1 ? PKV_ERR_NO_BLOCKS
+                                                       : PKV_ERR_QUOTA);
+        return 1;
+    }
     uint32_t watermark = e->running.count ? e->watermark_blocks : 0;
     if (after + watermark > pkv__pool_available(&e->pool))
         return 0;
@@ -284,8 +295,10 @@ static int plan_admit(pkv_engine *e, uint32_t index, uint32_t *budget,
     pkv__seq *seq = e->waiting.items[index];
     uint32_t bs = e->pool.block_size;
     uint32_t full = blocks_for(seq->num_tokens, bs);
-    if (full > e->pool.num_blocks - 1 ||
-        (e->params.max_blocks_per_seq && full > e->params.max_blocks_per_seq)) {
+    uint32_t seq_quota = e->params.max_blocks_per_seq;
+    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
+    if (full > e->pool.num_blocks - 1 || (seq_quota && full > seq_quota) ||
+        (tenant_quota && full > tenant_quota)) {
         pkv__engine_end(e, seq, PKV_FINISH_FAILED,
                         full > e->pool.num_blocks - 1 ? PKV_ERR_NO_BLOCKS
                                                       : PKV_ERR_QUOTA);

@@ -519,10 +519,18 @@ PKV_API pkv_status pkv_engine_step_begin(pkv_engine *engine,
  * step, grouped-query heads). q and out are [num_tokens][num_q_heads]
  * [head_dim]; k and v are [num_tokens][num_kv_heads][head_dim]. Call it for
  * layers 0 .. num_layers - 1, each once, in any order.
+ * Non-finite input: a sequence whose k or v rows hold a NaN, an infinity
+ * or (f16 and u8 caches) a value beyond the f16 range fails alone: its
+ * rows are stored as zeros in its own slots, the call still succeeds for
+ * every other sequence, and at step_end the sequence ends with
+ * PKV_FINISH_FAILED and status PKV_ERR_NON_FINITE, without adding any
+ * block to the prefix cache. Host-memory tensors only: cl_mem tensors are
+ * not scanned. q is not scanned (a NaN query poisons its own rows only).
  * Errors: PKV_ERR_BAD_STATE outside a step or for a layer already done,
- * PKV_ERR_INVALID_ARGUMENT for a tensor of the wrong shape, dtype or memory,
- * PKV_ERR_NON_FINITE for a NaN or infinity in k or v (nothing is written),
- * device errors.
+ * PKV_ERR_INVALID_ARGUMENT for a tensor of the wrong shape or dtype or a
+ * layer out of range, PKV_ERR_STRUCT_SIZE for a tensor's struct_size,
+ * PKV_ERR_UNSUPPORTED for a memory kind the backend does not take, device
+ * errors. A failed call writes nothing and may be repeated.
  * Thread-safety: the stepping thread only.
  * Ownership: tensors are borrowed for the call.
  */
