@@ -2,6 +2,10 @@
 /* pkv_engine_*: creation, destruction, messages and counters. */
 #include "engine.h"
 
+#ifdef PKV_HAVE_OPENCL
+#include "backend_opencl.h"
+#endif
+
 #include "kv_layout.h"
 
 #include <stdio.h>
@@ -254,9 +258,38 @@ static pkv_status create_backend(pkv_engine *e)
     c->key_quant = p->key_quant;
     c->value_quant = p->value_quant;
     c->num_stages = p->kv_dtype == PKV_KV_U8 ? p->max_num_seqs : 0;
+#ifdef PKV_HAVE_OPENCL
+    if (p->backend != PKV_BACKEND_CPU) {
+        pkv__opencl_options o;
+        memset(&o, 0, sizeof o);
+        o.device = p->opencl_device;
+        o.cache_dir = p->program_cache_dir;
+        o.context = (cl_context)p->opencl_context;
+        o.queue = (cl_command_queue)p->opencl_queue;
+        o.log = p->log;
+        o.log_user = p->log_user;
+        o.log_level = p->log_level;
+        pkv_status st = pkv__opencl_create(c, &e->alloc, &o, &e->backend);
+        if (st == PKV_OK) {
+            /* Named after the device: the engine's log line says which. */
+            e->ops = pkv__opencl_ops(e->backend);
+            return PKV_OK;
+        }
+        /* AUTO falls back unless the host handed its own queue, or host
+         * memory ran out (the CPU backend needs more of it). */
+        if (p->backend == PKV_BACKEND_OPENCL || o.context != NULL ||
+            o.queue != NULL || st == PKV_ERR_OUT_OF_MEMORY)
+            return st;
+        pkv__engine_log(e, PKV_LOG_WARN,
+                        "no usable OpenCL device (%s); using the CPU "
+                        "backend",
+                        pkv_last_error());
+    }
+#else
     if (p->backend == PKV_BACKEND_OPENCL)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the OpenCL backend is not built into this pkv");
+#endif
     e->ops = &pkv__backend_cpu;
     return e->ops->create(c, &e->alloc, &e->backend);
 }

@@ -3,6 +3,10 @@
  * loop, one call per step and one per layer. */
 #include "engine.h"
 
+#ifdef PKV_HAVE_OPENCL
+#include "backend_opencl.h"
+#endif
+
 #include "half.h"
 
 #include <math.h>
@@ -355,11 +359,20 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->dtype is %d; not a pkv_tensor_dtype",
                                 name, (int)t->dtype);
-    if (t->memory != PKV_MEMORY_HOST)
-        return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
-                                "%s->memory is %d; the %s backend takes host "
-                                "memory only",
-                                name, (int)t->memory, e->ops->name);
+    int device_ok = 0;
+#ifdef PKV_HAVE_OPENCL
+    device_ok = pkv__opencl_is(e->ops);
+#endif
+    if (t->memory != PKV_MEMORY_HOST &&
+        !(t->memory == PKV_MEMORY_OPENCL && device_ok))
+        return pkv__engine_fail(
+            e,
+            t->memory == PKV_MEMORY_OPENCL ? PKV_ERR_UNSUPPORTED
+                                           : PKV_ERR_INVALID_ARGUMENT,
+            "%s->memory is %d; the %s backend takes %s", name,
+            (int)t->memory, e->ops->name,
+            device_ok ? "PKV_MEMORY_HOST or PKV_MEMORY_OPENCL"
+                      : "host memory only");
     if (t->rows != rows || t->heads != heads ||
         t->head_dim != e->params.head_dim)
         return pkv__engine_fail(
@@ -432,11 +445,41 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         st = check_tensor(e, "out", out, rows, hq);
     if (st != PKV_OK)
         return st;
+    int device = q->memory == PKV_MEMORY_OPENCL;
+    if (k->memory != q->memory || v->memory != q->memory ||
+        out->memory != q->memory)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "q, k, v and out must all be host memory or "
+                                "all cl_mem");
     if (rows == 0) {
         e->layer_done[layer] = 1;
         e->layers_left--;
         return PKV_OK;
     }
+#ifdef PKV_HAVE_OPENCL
+    /* cl_mem tensors: enqueued on the engine's queue, not waited for, and
+     * not scanned for non-finite values (pkv_opencl.h). */
+    if (device) {
+        pkv__device_tensor t[4];
+        const pkv_tensor *in[4] = {q, k, v, out};
+        for (int i = 0; i < 4; i++) {
+            t[i].mem = (cl_mem)in[i]->data;
+            t[i].offset = in[i]->offset;
+            t[i].dtype = in[i]->dtype;
+        }
+        st = pkv__opencl_attend_device(e->backend, layer, &t[0], &t[1],
+                                       &t[2], &t[3], e->params.scale,
+                                       e->params.sliding_window);
+        if (st != PKV_OK)
+            return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
+                                    pkv_last_error());
+        e->layer_done[layer] = 1;
+        e->layers_left--;
+        return PKV_OK;
+    }
+#else
+    (void)device;
+#endif
 
     size_t d = e->params.head_dim;
     size_t q_count = rows * hq * d, kv_count = rows * hkv * d;

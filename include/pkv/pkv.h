@@ -258,13 +258,27 @@ typedef struct pkv_engine_params {
     pkv_log_fn log;
     void *log_user;
     int32_t log_level; /* highest pkv_log_level passed to log */
+
+    /* OpenCL backend (0.1.0; ignored by the CPU backend). */
+    const char *opencl_device; /* a substring of the platform or device
+                                  name, case-insensitive; NULL: the
+                                  environment variable PKV_OPENCL_DEVICE,
+                                  else the first GPU, else any device */
+    const char *program_cache_dir; /* compiled kernels are cached in this
+                                      existing directory; NULL: no cache */
+    void *opencl_context; /* the host's cl_context and in-order
+                             cl_command_queue, both or neither (set them
+                             with pkv_engine_params_set_opencl,
+                             pkv_opencl.h); NULL: pkv creates its own */
+    void *opencl_queue;
 } pkv_engine_params;
 
 /*
  * Fill *params with defaults: struct_size set, block_size 16, KV in f16,
  * default quantization groups, cache_bytes 256 MiB, max_model_len 4096,
  * max_num_seqs 256, max_batch_tokens 2048, FCFS, recompute, watermark 0.01,
- * no quotas, no swap, backend AUTO, malloc/free, no log.
+ * no quotas, no swap, backend AUTO, malloc/free, no log, no OpenCL device
+ * preference, no program cache, pkv's own OpenCL context.
  * Model geometry is left 0 and must be set by the caller.
  * Returns PKV_ERR_INVALID_ARGUMENT if params is NULL.
  * Thread-safety: safe from any thread. Ownership: writes *params only.

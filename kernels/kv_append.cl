@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kv_append: write one layer's K or V rows of a step into the cache.
+ *
+ * f32/f16 caches: each row goes to its slot (pkv_kv_append).
+ * u8 caches (DESIGN.md section 4): a block is quantized once, when it is
+ * full. The host lists the blocks this step fills (seals); pkv_kv_seal
+ * quantizes each from the tokens already in its sequence's staging tail
+ * plus this step's rows, and runs first; then pkv_kv_append writes the
+ * rows of blocks still partly filled into the tails. Doing it in that
+ * order lets a long prefill seal many blocks of one sequence at once
+ * without the rows of one block overwriting the tail another still needs.
+ *
+ * The seal follows src/quant.c exactly: lo rounded down and scale rounded
+ * up to f16 (scale the smallest f16 with lo + 255 * scale >= max, checked
+ * exactly), codes floor((x - lo) / scale + 0.5) against the stored values.
+ * With a correctly rounded f32 division (the host asks for it when the
+ * device has it) the sealed bytes equal the CPU backend's.
+ *
+ * One work-item per (row or sealed block, kv head), one launch for K and
+ * one for V. Each work-item streams one contiguous row (append) or one
+ * block part (seal).
+ */
+
+/* Value i of a K/V source tensor, f32 or f16. */
+static inline float pkv_load1(__global const float *t, ulong i, uint is_f16)
+{
+    if (is_f16)
+        return vload_half(0, (__global const half *)t + i);
+    return t[i];
+}
+
+/* lo + 255 * s >= hi, exactly: 255 * s is exact in f32 (an f16 mantissa
+ * times 8 bits), and TwoSum gives the rounding error of the sum. */
+static inline int pkv_covers(float lo, float s, float hi)
+{
+    float p = 255.0f * s;
+    float sum = lo + p;
+    float bb = sum - lo;
+    float err = (lo - (sum - bb)) + (p - bb);
+    return sum > hi || (sum == hi && err >= 0.0f);
+}
+
+/* src/quant.c pkv__quant_params: the smallest positive f16 scale that
+ * covers [lo16, hi]. */
+static inline void pkv_quant_params(float mn, float mx, uint *lo16,
+                                    uint *scale16)
+{
+    uint l = pkv_f16_down(mn);
+    float lf = pkv_f16_to_f32(l);
+    uint s = pkv_f16_up((mx - lf) / 255.0f);
+    if (s == 0u)
+        s = 1u;
+    while (!pkv_covers(lf, pkv_f16_to_f32(s), mx))
+        s++;
+    while (s > 1u && pkv_covers(lf, pkv_f16_to_f32(s - 1u), mx))
+        s--;
+    *lo16 = l;
+    *scale16 = s;
+}
+
+static inline uchar pkv_quant_code(float x, float lo, float scale)
+{
+    float t = floor((x - lo) / scale + 0.5f);
+    if (t <= 0.0f)
+        return (uchar)0;
+    if (t >= 255.0f)
+        return (uchar)255;
+    return (uchar)t;
+}
+
+/* Token t, channel c of the block being sealed. */
+#define PKV_SEAL_VALUE(t, c)                                                 \
+    ((t) < in_tail ? tail[(ulong)(t) * d + (c)]                              \
+                   : pkv_load1(src,                                          \
+                               src_off + ((ulong)(first_row + (t) - in_tail) \
+                                              * hkv + h) * d + (c),          \
+                               src_f16))
+
+__kernel void pkv_kv_seal(__global uchar *arena,
+                          __global const float *stages,
+                          __global const float *src, ulong src_off,
+                          uint src_f16, __global const uint *step,
+                          uint num_seals, uint kv, uint group, uint hkv,
+                          uint d, uint bs, uint head_bytes, uint k_part_bytes,
+                          uint layer_block_bytes, uint stage_floats,
+                          uint layer)
+{
+    uint s = (uint)get_global_id(0), h = (uint)get_global_id(1);
+    if (s >= num_seals || h >= hkv)
+        return;
+    __global const uint *seal =
+        step + step[PKV_STEP_SEALS] + s * PKV_SEAL_WORDS;
+    ulong blk = seal[PKV_SEAL_BLOCK];
+    ulong stage = seal[PKV_SEAL_STAGE];
+    uint in_tail = seal[PKV_SEAL_IN_TAIL];
+    uint first_row = seal[PKV_SEAL_FIRST_ROW];
+    __global uchar *part = arena + blk * layer_block_bytes +
+                           (ulong)h * head_bytes + (kv ? k_part_bytes : 0u);
+    __global const float *tail =
+        stages + stage * stage_floats +
+        ((ulong)(layer * hkv + h) * 2u + kv) * bs * d;
+    __global ushort *lo_p =
+        (__global ushort *)(part + PKV_LAYOUT_U8_LO_OFFSET(bs, d));
+    __global ushort *scale_p =
+        (__global ushort *)(part + PKV_LAYOUT_U8_SCALE_OFFSET(group, bs, d));
+    uint lo16, scale16;
+    if (group == PKV_LAYOUT_PER_CHANNEL) {
+        for (uint c = 0; c < d; c++) {
+            float mn = PKV_SEAL_VALUE(0u, c), mx = mn;
+            for (uint t = 1; t < bs; t++) {
+                float x = PKV_SEAL_VALUE(t, c);
+                mn = x < mn ? x : mn;
+                mx = x > mx ? x : mx;
+            }
+            pkv_quant_params(mn, mx, &lo16, &scale16);
+            lo_p[c] = (ushort)lo16;
+            scale_p[c] = (ushort)scale16;
+            float lo = pkv_f16_to_f32(lo16), sc = pkv_f16_to_f32(scale16);
+            for (uint t = 0; t < bs; t++)
+                part[(ulong)t * d + c] =
+                    pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc);
+        }
+    } else {
+        for (uint t = 0; t < bs; t++) {
+            float mn = PKV_SEAL_VALUE(t, 0u), mx = mn;
+            for (uint c = 1; c < d; c++) {
+                float x = PKV_SEAL_VALUE(t, c);
+                mn = x < mn ? x : mn;
+                mx = x > mx ? x : mx;
+            }
+            pkv_quant_params(mn, mx, &lo16, &scale16);
+            lo_p[t] = (ushort)lo16;
+            scale_p[t] = (ushort)scale16;
+            float lo = pkv_f16_to_f32(lo16), sc = pkv_f16_to_f32(scale16);
+            for (uint c = 0; c < d; c++)
+                part[(ulong)t * d + c] =
+                    pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc);
+        }
+    }
+}
+
+__kernel void pkv_kv_append(__global uchar *arena, __global float *stages,
+                            __global const float *src, ulong src_off,
+                            uint src_f16, __global const uint *step,
+                            uint num_tokens, uint kv, uint dtype, uint hkv,
+                            uint d, uint bs, uint head_bytes,
+                            uint k_part_bytes, uint layer_block_bytes,
+                            uint stage_floats, uint layer)
+{
+    uint r = (uint)get_global_id(0), h = (uint)get_global_id(1);
+    if (r >= num_tokens || h >= hkv)
+        return;
+    ulong in = src_off + ((ulong)r * hkv + h) * d;
+    __global const uint *slot2 = step + step[PKV_STEP_SLOTS] + 2u * r;
+    ulong slot = (ulong)slot2[0] | ((ulong)slot2[1] << 32);
+    ulong blk = slot / bs;
+    uint off = (uint)(slot % bs);
+    __global uchar *part = arena + blk * layer_block_bytes +
+                           (ulong)h * head_bytes + (kv ? k_part_bytes : 0u);
+    if (dtype == PKV_LAYOUT_F32) {
+        __global float *dst = (__global float *)part + (ulong)off * d;
+        for (uint c = 0; c < d; c += 4u)
+            vstore4(pkv_load4(src, in + c, src_f16), 0, dst + c);
+    } else if (dtype == PKV_LAYOUT_F16) {
+        __global ushort *dst = (__global ushort *)part + (ulong)off * d;
+        for (uint c = 0; c < d; c += 4u) {
+            float4 x = pkv_load4(src, in + c, src_f16);
+            ushort4 y = (ushort4)(
+                (ushort)pkv_f32_to_f16(x.x), (ushort)pkv_f32_to_f16(x.y),
+                (ushort)pkv_f32_to_f16(x.z), (ushort)pkv_f32_to_f16(x.w));
+            vstore4(y, 0, dst + c);
+        }
+    } else {
+        uint tail = step[step[PKV_STEP_ROW_TAIL] + r];
+        if (tail == PKV_STEP_NO_TAIL)
+            return;
+        __global float *dst =
+            stages + (ulong)tail * stage_floats +
+            (((ulong)(layer * hkv + h) * 2u + kv) * bs + off) * d;
+        for (uint c = 0; c < d; c += 4u)
+            vstore4(pkv_load4(src, in + c, src_f16), 0, dst + c);
+    }
+}

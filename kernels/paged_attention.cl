@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Paged attention over a ragged mixed batch: prefill chunks (causal within
+ * the step) and decode rows together, grouped-query heads, sliding window,
+ * f32 accumulation, online softmax updated once per block.
+ *
+ * One work-item per (query row, query head): it walks the blocks its row
+ * can see, computes all the visible scores of a block, rescales once, then
+ * adds the block's V rows. Every read of a work-item is a contiguous run:
+ * its query row, then each K row and V row of head_dim channels, as 4-wide
+ * vector loads; the work-items of one work-group are consecutive rows of
+ * the same head, mostly of the same sequence, so they read the same blocks
+ * at the same time. The arithmetic is that of the CPU reference
+ * (backend_cpu.c): the dot product in four lanes summed as (0 + 2) + (1 +
+ * 3), the same rescaling, 1 / l at the end.
+ *
+ * Masking is by index: a token beyond a row's causal end, before its
+ * window, or beyond its sequence's context is never read, so slots that
+ * were never written cannot leak NaN into a sum.
+ */
+
+#define PKV_MAX_D4 (PKV_LAYOUT_MAX_HEAD_DIM / 4)
+
+/* K/V row sources of one block part. */
+#define PKV_SRC_F32 0 /* f32 rows: an f32 arena or a u8 staging tail */
+#define PKV_SRC_F16 1
+#define PKV_SRC_U8 2 /* a sealed u8 part */
+
+/* Channels 4i..4i+3 of token t of a part. */
+static inline float4 pkv_part_row4(__global const uchar *part,
+                                   __global const float *rows, uint src,
+                                   uint group, uint t, uint i, uint d,
+                                   uint bs)
+{
+    if (src == PKV_SRC_F32)
+        return vload4(0, rows + (ulong)t * d + 4u * i);
+    if (src == PKV_SRC_F16)
+        return vload_half4(0, (__global const half *)part +
+                                  (ulong)t * d + 4u * i);
+    float4 q = convert_float4(vload4(0, part + (ulong)t * d + 4u * i));
+    __global const half *lo_p =
+        (__global const half *)(part + PKV_LAYOUT_U8_LO_OFFSET(bs, d));
+    __global const half *sc_p =
+        (__global const half *)(part +
+                                PKV_LAYOUT_U8_SCALE_OFFSET(group, bs, d));
+    if (group == PKV_LAYOUT_PER_CHANNEL)
+        return vload_half4(0, lo_p + 4u * i) +
+               q * vload_half4(0, sc_p + 4u * i);
+    float lo = vload_half(0, lo_p + t), sc = vload_half(0, sc_p + t);
+    return (float4)(lo) + q * (float4)(sc);
+}
+
+__kernel void pkv_paged_attention(
+    __global const uchar *arena, __global const float *stages,
+    __global const float *q, ulong q_off, __global float *out, ulong out_off,
+    uint flags, __global const uint *step, uint num_tokens,
+    uint max_blocks, uint hq, uint hkv, uint d, uint bs, uint dtype,
+    uint key_quant, uint value_quant, uint head_bytes, uint k_part_bytes,
+    uint layer_block_bytes, uint stage_floats, uint layer, float scale,
+    uint window)
+{
+    uint r = (uint)get_global_id(0), qh = (uint)get_global_id(1);
+    if (r >= num_tokens || qh >= hq)
+        return;
+    uint q_f16 = flags & 1u, out_f16 = (flags >> 1) & 1u;
+    uint seq = step[step[PKV_STEP_ROW_SEQ] + r];
+    __global const uint *qs = step + step[PKV_STEP_QUERY_START];
+    uint q0 = qs[seq], nq = qs[seq + 1u] - q0;
+    uint ctx = step[step[PKV_STEP_CONTEXT_LENS] + seq];
+    __global const uint *table =
+        step + step[PKV_STEP_BLOCK_TABLES] + (ulong)seq * max_blocks;
+    uint tok = ctx - nq + (r - q0);
+    uint lo = window > 0u && tok + 1u > window ? tok + 1u - window : 0u;
+    uint kvh = qh / (hq / hkv);
+    uint n4 = d / 4u;
+
+    float4 qv[PKV_MAX_D4], acc[PKV_MAX_D4];
+    ulong qrow = q_off + ((ulong)r * hq + qh) * d;
+    for (uint i = 0; i < n4; i++) {
+        qv[i] = pkv_load4(q, qrow + 4u * i, q_f16);
+        acc[i] = (float4)(0.0f);
+    }
+    __global const float *tail_k = stages, *tail_v = stages;
+    if (dtype == PKV_LAYOUT_U8) {
+        ulong stage = step[step[PKV_STEP_STAGES] + seq];
+        tail_k = stages + stage * stage_floats +
+                 (ulong)(layer * hkv + kvh) * 2u * bs * d;
+        tail_v = tail_k + (ulong)bs * d;
+    }
+
+    float sc[PKV_LAYOUT_MAX_BLOCK_SIZE];
+    float m = -INFINITY, l = 0.0f;
+    for (uint j = lo / bs; j * bs <= tok; j++) {
+        uint b0 = j * bs;
+        uint n = ctx - b0 < bs ? ctx - b0 : bs;
+        uint j0 = lo > b0 ? lo - b0 : 0u;
+        uint j1 = tok + 1u - b0 < n ? tok + 1u - b0 : n;
+        __global const uchar *kp = arena + (ulong)table[j] * layer_block_bytes +
+                                   (ulong)kvh * head_bytes;
+        __global const uchar *vp = kp + k_part_bytes;
+        __global const float *krows = (__global const float *)kp;
+        __global const float *vrows = (__global const float *)vp;
+        uint src = dtype == PKV_LAYOUT_F32   ? PKV_SRC_F32
+                   : dtype == PKV_LAYOUT_F16 ? PKV_SRC_F16
+                                             : PKV_SRC_U8;
+        if (dtype == PKV_LAYOUT_U8 && n < bs) {
+            /* Not sealed yet: the tokens are in the staging tail. */
+            src = PKV_SRC_F32;
+            krows = tail_k;
+            vrows = tail_v;
+        }
+        float mb = -INFINITY;
+        for (uint t = j0; t < j1; t++) {
+            float4 s4 = (float4)(0.0f);
+            for (uint i = 0; i < n4; i++)
+                s4 += qv[i] * pkv_part_row4(kp, krows, src, key_quant, t, i,
+                                            d, bs);
+            sc[t] = ((s4.x + s4.z) + (s4.y + s4.w)) * scale;
+            mb = sc[t] > mb ? sc[t] : mb;
+        }
+        if (mb > m) {
+            if (m != -INFINITY) {
+                float keep = exp(m - mb);
+                l *= keep;
+                for (uint i = 0; i < n4; i++)
+                    acc[i] *= keep;
+            }
+            m = mb;
+        }
+        for (uint t = j0; t < j1; t++) {
+            float p = exp(sc[t] - m);
+            l += p;
+            for (uint i = 0; i < n4; i++)
+                acc[i] += p * pkv_part_row4(vp, vrows, src, value_quant, t,
+                                            i, d, bs);
+        }
+    }
+    /* Every row sees at least its own token, so l >= 1. */
+    float inv = 1.0f / l;
+    ulong orow = out_off + ((ulong)r * hq + qh) * d;
+    for (uint i = 0; i < n4; i++)
+        pkv_store4(acc[i] * inv, out, orow + 4u * i, out_f16);
+}

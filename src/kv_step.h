@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * How the OpenCL backend hands a step to its kernels (valid C11 and OpenCL
+ * C 1.2: macros only). The step's arrays are packed into one uint buffer,
+ * uploaded once per step; its first PKV_STEP_HEADER uints hold the offset,
+ * in uints, of each array.
+ */
+#ifndef PKV_KV_STEP_H
+#define PKV_KV_STEP_H
+
+#define PKV_STEP_QUERY_START 0  /* [num_seqs + 1] */
+#define PKV_STEP_CONTEXT_LENS 1 /* [num_seqs] */
+#define PKV_STEP_BLOCK_TABLES 2 /* [num_seqs][max_blocks_per_seq] */
+#define PKV_STEP_STAGES 3       /* [num_seqs]: u8 staging tails */
+#define PKV_STEP_ROW_SEQ 4      /* [num_tokens]: the sequence of each row */
+#define PKV_STEP_ROW_TAIL 5     /* [num_tokens]: u8: the tail the row is
+                                   written to; PKV_STEP_NO_TAIL when its
+                                   block is sealed in this step */
+#define PKV_STEP_SLOTS 6        /* [num_tokens][2]: slot, low then high
+                                   32 bits */
+#define PKV_STEP_SEALS 7        /* [num_seals][PKV_SEAL_WORDS] */
+#define PKV_STEP_HEADER 8
+
+#define PKV_STEP_NO_TAIL 0xffffffffu
+
+/* One block sealed (quantized) by this step's append: its block id, its
+ * sequence's staging tail, the number of its tokens already in the tail
+ * (written by earlier steps), and the batch row holding its next token
+ * (the rest come from this step's K/V rows, in order). */
+#define PKV_SEAL_BLOCK 0
+#define PKV_SEAL_STAGE 1
+#define PKV_SEAL_IN_TAIL 2
+#define PKV_SEAL_FIRST_ROW 3
+#define PKV_SEAL_WORDS 4
+
+#endif

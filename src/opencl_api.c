@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/* The public functions of pkv_opencl.h. */
+#include "pkv/pkv_opencl.h"
+
+#include "backend_opencl.h"
+#include "engine.h"
+
+pkv_status pkv_engine_params_set_opencl(pkv_engine_params *params,
+                                        cl_context context,
+                                        cl_command_queue queue)
+{
+    if (params == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "params is NULL");
+    if ((context == NULL) != (queue == NULL))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "context and queue must be given together");
+    params->opencl_context = (void *)context;
+    params->opencl_queue = (void *)queue;
+    return PKV_OK;
+}
+
+pkv_status pkv_engine_get_opencl(const pkv_engine *engine,
+                                 cl_context *context, cl_command_queue *queue)
+{
+    if (context != NULL)
+        *context = NULL;
+    if (queue != NULL)
+        *queue = NULL;
+    if (engine == NULL || context == NULL || queue == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "engine, context or queue is NULL");
+    if (!pkv__opencl_is(engine->ops))
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "the engine runs on the %s backend",
+                         engine->ops->name);
+    pkv__opencl_handles(engine->backend, context, queue);
+    return PKV_OK;
+}

@@ -1,0 +1,546 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The OpenCL backend against the CPU reference backend, op by op, on
+ * identical inputs: the grid of the quantizer issue (head_dim 64/80/128/
+ * 256, (Hq, Hkv) (8,8)/(32,8)/(9,3), block size 8/16/32, mixed batches
+ * (seqs, rows) (1,1)/(1,1000)/(17,17)/(3,16)/(98,1145), random
+ * non-contiguous block tables), contexts up to 8192, f32/f16/u8 caches.
+ *
+ * Tolerances:
+ * - Cache contents (every block of every layer, read back with swap_out,
+ *   and the valid rows of u8 staging tails) must be byte-identical. f32
+ *   and f16 stores are exact copies or the same integer f16 rounding; the
+ *   u8 seal computes its parameters exactly as quant.c does and its codes
+ *   with a correctly rounded division (PoCL has one; a device without it
+ *   may move a code at an exact rounding tie by one, see docs/design.md).
+ * - Attention outputs: |ocl - cpu| <= 2e-5 (absolute; outputs are convex
+ *   combinations of V values, |v| < 6 here). Both backends read the same
+ *   stored values and perform the same f32 operations in the same order
+ *   (the dot product in four lanes, one softmax rescale per block, 1 / l at
+ *   the end); they differ only in exp(), which OpenCL allows 3 ulp. A
+ *   weight's relative error is then a few 1e-7 and the output's error a
+ *   few 1e-6 at most; 2e-5 leaves a margin without hiding an indexing or
+ *   masking bug, which shows as errors of order 0.1.
+ *
+ * To keep the run short (PoCL compiles kernels with LLVM), one program
+ * serves every case (geometry is passed as kernel arguments, and pkv
+ * shares its programs across the process), and the grid is sampled: every
+ * head_dim x heads x block size combination once, each with one batch
+ * shape and one dtype in rotation, so that every shape meets every dtype.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend.h"
+#include "backend_opencl.h"
+#include "kv_layout.h"
+#include "test_rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ATTEND_TOL 2e-5
+
+static double max_seen; /* the largest attend difference, reported */
+
+typedef struct geo {
+    uint32_t d, hq, hkv, bs;
+    int32_t dtype, kq, vq;
+    uint32_t layers;
+} geo;
+
+/* Both backends on one config. */
+typedef struct pair {
+    pkv__backend_config cfg;
+    pkv__allocator alloc;
+    pkv__backend *cpu, *ocl;
+} pair;
+
+static void pair_init(pair *p, const geo *g, uint32_t num_blocks,
+                      uint32_t num_stages)
+{
+    memset(p, 0, sizeof *p);
+    p->alloc = test_allocator();
+    p->cfg.num_layers = g->layers;
+    p->cfg.num_q_heads = g->hq;
+    p->cfg.num_kv_heads = g->hkv;
+    p->cfg.head_dim = g->d;
+    p->cfg.block_size = g->bs;
+    p->cfg.num_blocks = num_blocks;
+    p->cfg.kv_dtype = g->dtype;
+    p->cfg.key_quant = g->kq;
+    p->cfg.value_quant = g->vq;
+    p->cfg.num_stages = g->dtype == PKV_KV_U8 ? num_stages : 0;
+    assert_int_equal(pkv__backend_cpu.create(&p->cfg, &p->alloc, &p->cpu),
+                     PKV_OK);
+    pkv_status st = pkv__backend_opencl.create(&p->cfg, &p->alloc, &p->ocl);
+    if (st != PKV_OK)
+        fail_msg("opencl create: %s", pkv_last_error());
+}
+
+static void pair_free(pair *p)
+{
+    pkv__backend_cpu.destroy(p->cpu);
+    pkv__backend_opencl.destroy(p->ocl);
+}
+
+/* One step's arrays. */
+typedef struct batch {
+    uint32_t num_seqs, num_tokens, max_blocks;
+    uint32_t *query_start, *context_lens, *tables, *stages;
+    uint64_t *slots;
+} batch;
+
+static void batch_free(batch *b)
+{
+    free(b->query_start);
+    free(b->context_lens);
+    free(b->tables);
+    free(b->stages);
+    free(b->slots);
+    memset(b, 0, sizeof *b);
+}
+
+/* rows[i] new rows after prior[i] tokens for sequence i, whose blocks are
+ * tables[i * max_blocks ...]. */
+static void batch_make(batch *b, uint32_t n, const uint32_t *prior,
+                       const uint32_t *rows, const uint32_t *tables,
+                       uint32_t max_blocks, uint32_t bs)
+{
+    memset(b, 0, sizeof *b);
+    b->num_seqs = n;
+    b->max_blocks = max_blocks;
+    b->query_start = calloc(n + 1, sizeof *b->query_start);
+    b->context_lens = calloc(n, sizeof *b->context_lens);
+    b->stages = calloc(n, sizeof *b->stages);
+    b->tables = calloc((size_t)n * max_blocks, sizeof *b->tables);
+    uint32_t t = 0;
+    for (uint32_t i = 0; i < n; i++)
+        t += rows[i];
+    b->num_tokens = t;
+    b->slots = calloc(t + 1, sizeof *b->slots);
+    assert_true(b->query_start && b->context_lens && b->stages && b->tables &&
+                b->slots);
+    memcpy(b->tables, tables, (size_t)n * max_blocks * sizeof *tables);
+    t = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        b->query_start[i] = t;
+        b->context_lens[i] = prior[i] + rows[i];
+        b->stages[i] = i;
+        for (uint32_t r = 0; r < rows[i]; r++, t++) {
+            uint32_t tok = prior[i] + r;
+            b->slots[t] = (uint64_t)tables[(size_t)i * max_blocks + tok / bs] *
+                              bs +
+                          tok % bs;
+        }
+    }
+    b->query_start[n] = t;
+}
+
+static pkv__step batch_step(const batch *b, int u8)
+{
+    pkv__step s;
+    memset(&s, 0, sizeof s);
+    s.num_seqs = b->num_seqs;
+    s.num_tokens = b->num_tokens;
+    s.query_start = b->query_start;
+    s.context_lens = b->context_lens;
+    s.block_tables = b->tables;
+    s.max_blocks_per_seq = b->max_blocks;
+    s.slots = b->slots;
+    s.stages = u8 ? b->stages : NULL;
+    return s;
+}
+
+static float *normals(uint64_t *rng, size_t n)
+{
+    float *x = malloc((n + 1) * sizeof *x);
+    assert_non_null(x);
+    test_normal_fill(rng, x, n);
+    return x;
+}
+
+static void check_ok(pkv_status st, const char *what)
+{
+    if (st != PKV_OK)
+        fail_msg("%s: %s (%s)", what, pkv_status_name(st), pkv_last_error());
+}
+
+/* Run one step on both backends: append on `layer`, and attention when
+ * `attend`; compare the outputs. Returns the largest difference. */
+static double run_step(pair *p, const batch *b, uint32_t layer, int attend,
+                       uint32_t window, uint64_t *rng)
+{
+    const pkv__backend_config *c = &p->cfg;
+    pkv__step s = batch_step(b, c->kv_dtype == PKV_KV_U8);
+    check_ok(pkv__backend_cpu.begin_step(p->cpu, &s), "cpu begin_step");
+    check_ok(pkv__backend_opencl.begin_step(p->ocl, &s), "ocl begin_step");
+    size_t kvn = (size_t)b->num_tokens * c->num_kv_heads * c->head_dim;
+    size_t qn = (size_t)b->num_tokens * c->num_q_heads * c->head_dim;
+    float *k = normals(rng, kvn), *v = normals(rng, kvn);
+    check_ok(pkv__backend_cpu.append(p->cpu, layer, k, v), "cpu append");
+    check_ok(pkv__backend_opencl.append(p->ocl, layer, k, v), "ocl append");
+    double worst = 0;
+    if (attend) {
+        float *q = normals(rng, qn);
+        float *o1 = calloc(qn + 1, sizeof *o1), *o2 = calloc(qn + 1, 4);
+        assert_true(o1 && o2);
+        check_ok(pkv__backend_cpu.attend(p->cpu, layer, q, o1, 0.0f, window),
+                 "cpu attend");
+        check_ok(
+            pkv__backend_opencl.attend(p->ocl, layer, q, o2, 0.0f, window),
+            "ocl attend");
+        for (size_t i = 0; i < qn; i++) {
+            double e = fabs((double)o1[i] - (double)o2[i]);
+            if (!(e <= worst))
+                worst = e; /* NaN sticks */
+        }
+        max_seen = worst > max_seen ? worst : max_seen;
+        if (!(worst <= ATTEND_TOL))
+            fail_msg("attend differs by %g (tolerance %g)", worst,
+                     ATTEND_TOL);
+        free(q);
+        free(o1);
+        free(o2);
+    }
+    free(k);
+    free(v);
+    return worst;
+}
+
+/* Every used block of every layer, and the valid rows of every tail, must
+ * be byte-identical. */
+static void compare_caches(pair *p, const uint32_t *blocks, uint32_t nb,
+                           const uint32_t *ctx, uint32_t nseqs)
+{
+    const pkv__backend_config *c = &p->cfg;
+    size_t bytes = pkv__backend_swap_block_bytes(c) * nb;
+    uint8_t *h1 = malloc(bytes + 1), *h2 = malloc(bytes + 1);
+    assert_true(h1 && h2);
+    check_ok(pkv__backend_cpu.swap_out(p->cpu, blocks, nb, h1), "cpu swap");
+    check_ok(pkv__backend_opencl.swap_out(p->ocl, blocks, nb, h2),
+             "ocl swap");
+    for (size_t i = 0; i < bytes; i++)
+        if (h1[i] != h2[i])
+            fail_msg("cache byte %zu of %zu differs: %u vs %u", i, bytes,
+                     h1[i], h2[i]);
+    free(h1);
+    free(h2);
+    if (c->kv_dtype != PKV_KV_U8)
+        return;
+    size_t sb = pkv__backend_stage_bytes(c);
+    float *t1 = malloc(sb), *t2 = malloc(sb);
+    assert_true(t1 && t2);
+    size_t rows = (size_t)c->block_size * c->head_dim;
+    for (uint32_t i = 0; i < nseqs; i++) {
+        check_ok(pkv__backend_cpu.stage_out(p->cpu, i, t1), "cpu stage");
+        check_ok(pkv__backend_opencl.stage_out(p->ocl, i, t2), "ocl stage");
+        size_t valid = (size_t)(ctx[i] % c->block_size) * c->head_dim;
+        for (size_t part = 0; part < 2u * c->num_layers * c->num_kv_heads;
+             part++)
+            if (memcmp(t1 + part * rows, t2 + part * rows, valid * 4) != 0)
+                fail_msg("staging tail %u part %zu differs", i, part);
+    }
+    free(t1);
+    free(t2);
+}
+
+/* A mixed batch of `seqs` sequences and `rows` rows: one row each, the
+ * rest spread over about a tenth of them (prefill chunks); contexts before
+ * the step are random, some empty. Runs a step that writes the earlier
+ * context, then the batch, and compares. */
+static void run_case(const geo *g, uint32_t seqs, uint32_t rows,
+                     uint32_t max_prior, uint32_t window, uint64_t seed)
+{
+    uint64_t rng = seed;
+    uint32_t *prior = calloc(seqs, sizeof *prior);
+    uint32_t *nq = calloc(seqs, sizeof *nq);
+    assert_true(prior && nq);
+    uint32_t chunked = seqs / 10 ? seqs / 10 : 1;
+    for (uint32_t i = 0; i < seqs; i++) {
+        nq[i] = 1;
+        prior[i] = (uint32_t)(test_rand(&rng) % (max_prior + 1));
+    }
+    for (uint32_t left = rows - seqs; left > 0; left--)
+        nq[test_rand(&rng) % chunked]++;
+    uint32_t max_blocks = 1, total = 1;
+    for (uint32_t i = 0; i < seqs; i++) {
+        uint32_t nb = (prior[i] + nq[i] + g->bs - 1) / g->bs;
+        max_blocks = nb > max_blocks ? nb : max_blocks;
+        total += nb;
+    }
+    /* Random, non-contiguous placement: a shuffled pool twice the size. */
+    uint32_t num_blocks = 2 * total + 2;
+    uint32_t *perm = malloc(num_blocks * sizeof *perm);
+    uint32_t *tables = calloc((size_t)seqs * max_blocks, sizeof *tables);
+    uint32_t *used = malloc(total * sizeof *used);
+    assert_true(perm && tables && used);
+    for (uint32_t i = 0; i < num_blocks - 1; i++)
+        perm[i] = i + 1;
+    for (uint32_t i = num_blocks - 2; i > 0; i--) {
+        uint32_t j = (uint32_t)(test_rand(&rng) % (i + 1));
+        uint32_t x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    uint32_t nused = 0;
+    for (uint32_t i = 0; i < seqs; i++) {
+        uint32_t nb = (prior[i] + nq[i] + g->bs - 1) / g->bs;
+        for (uint32_t j = 0; j < nb; j++, nused++) {
+            tables[(size_t)i * max_blocks + j] = perm[nused];
+            used[nused] = perm[nused];
+        }
+    }
+    pair p;
+    pair_init(&p, g, num_blocks, seqs);
+    uint32_t layer = g->layers - 1;
+    uint32_t *zero = calloc(seqs, sizeof *zero);
+    uint32_t *ctx = calloc(seqs, sizeof *ctx);
+    assert_true(zero && ctx);
+    batch b;
+    /* The earlier context; attention too when it is cheap. */
+    uint64_t work = 0;
+    for (uint32_t i = 0; i < seqs; i++)
+        work += (uint64_t)prior[i] * prior[i] / 2;
+    batch_make(&b, seqs, zero, prior, tables, max_blocks, g->bs);
+    run_step(&p, &b, layer, work * g->hq * g->d < 50000000u, window, &rng);
+    batch_free(&b);
+    batch_make(&b, seqs, prior, nq, tables, max_blocks, g->bs);
+    run_step(&p, &b, layer, 1, window, &rng);
+    for (uint32_t i = 0; i < seqs; i++)
+        ctx[i] = prior[i] + nq[i];
+    compare_caches(&p, used, nused, ctx, seqs);
+    batch_free(&b);
+    pair_free(&p);
+    free(prior);
+    free(nq);
+    free(perm);
+    free(tables);
+    free(used);
+    free(zero);
+    free(ctx);
+}
+
+static const uint32_t dims[] = {64, 80, 128, 256};
+static const uint32_t heads[][2] = {{8, 8}, {32, 8}, {9, 3}};
+static const uint32_t sizes[] = {8, 16, 32};
+static const uint32_t shapes[][2] = {
+    {1, 1}, {1, 1000}, {17, 17}, {3, 16}, {98, 1145}};
+static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+
+static geo make_geo(uint32_t d, uint32_t hq, uint32_t hkv, uint32_t bs,
+                    int32_t dtype, int flip_quant)
+{
+    geo g = {d, hq, hkv, bs, dtype, PKV_QUANT_PER_CHANNEL,
+             PKV_QUANT_PER_TOKEN, 2};
+    if (flip_quant) {
+        g.kq = PKV_QUANT_PER_TOKEN;
+        g.vq = PKV_QUANT_PER_CHANNEL;
+    }
+    return g;
+}
+
+static void test_grid(void **state)
+{
+    (void)state;
+    unsigned idx = 0;
+    for (unsigned di = 0; di < 4; di++)
+        for (unsigned hi = 0; hi < 3; hi++)
+            for (unsigned si = 0; si < 3; si++, idx++) {
+                const uint32_t *shape = shapes[idx % 5];
+                int32_t dtype = dtypes[(idx / 5 + idx) % 3];
+                uint32_t hq = heads[hi][0], hkv = heads[hi][1];
+                uint32_t d = dims[di];
+                /* The long prefills with the widest heads would dominate
+                 * the run on the CPU reference (under ASan): narrow the
+                 * heads there, keeping the GQA ratio. */
+                while (shape[1] >= 1000 && hq * d > 1024) {
+                    if (hq > 9) {
+                        hq /= 4;
+                        hkv /= 4;
+                    } else {
+                        d /= 2;
+                    }
+                }
+                geo g = make_geo(d, hq, hkv, sizes[si], dtype, idx % 2);
+                uint32_t window = idx % 4 == 3 ? 37 : 0;
+                run_case(&g, shape[0], shape[1], 3 * sizes[si] + 5, window,
+                         1000 + idx);
+            }
+    print_message("grid: largest |opencl - cpu| attend difference %g\n",
+                  max_seen);
+}
+
+/* Long contexts: two decode rows over 8191 and 5000 tokens, and a short
+ * prefill chunk at the end of a 4000-token context, every dtype. */
+static void test_long_context(void **state)
+{
+    (void)state;
+    for (unsigned i = 0; i < 3; i++) {
+        geo g = make_geo(128, 32, 8, 16, dtypes[i], 0);
+        g.layers = 1;
+        uint64_t rng = 77 + i;
+        uint32_t prior[3] = {8191, 5000, 4000}, nq[3] = {1, 1, 9};
+        uint32_t max_blocks = (8192 + 15) / 16, total = 0;
+        uint32_t *tables = calloc(3 * (size_t)max_blocks, sizeof *tables);
+        uint32_t *used = malloc(3 * (size_t)max_blocks * sizeof *used);
+        assert_true(tables && used);
+        /* Blocks in reverse order with gaps: never contiguous. */
+        uint32_t next = 3 * max_blocks * 2;
+        for (uint32_t s = 0; s < 3; s++)
+            for (uint32_t j = 0; j * 16 < prior[s] + nq[s]; j++) {
+                tables[(size_t)s * max_blocks + j] = next;
+                used[total++] = next;
+                next -= 2;
+            }
+        pair p;
+        pair_init(&p, &g, 3 * max_blocks * 2 + 1, 3);
+        uint32_t zero[3] = {0, 0, 0}, ctx[3];
+        batch b;
+        batch_make(&b, 3, zero, prior, tables, max_blocks, 16);
+        run_step(&p, &b, 0, 0, 0, &rng);
+        batch_free(&b);
+        batch_make(&b, 3, prior, nq, tables, max_blocks, 16);
+        run_step(&p, &b, 0, 1, 0, &rng);
+        batch_free(&b);
+        /* And the next decode step, with a sliding window. */
+        for (uint32_t s = 0; s < 3; s++) {
+            prior[s] += nq[s];
+            nq[s] = s < 2 ? 0 : 1;
+            ctx[s] = prior[s] + nq[s];
+        }
+        prior[0] -= 1; /* sequence 0 ends at 8192: re-attend its last row */
+        nq[0] = 1;
+        ctx[0] = 8192;
+        batch_make(&b, 3, prior, nq, tables, max_blocks, 16);
+        /* Row 0 rewrites token 8191 with new values: the same on both. */
+        run_step(&p, &b, 0, 1, 1000, &rng);
+        batch_free(&b);
+        compare_caches(&p, used, total, ctx, 3);
+        pair_free(&p);
+        free(tables);
+        free(used);
+    }
+}
+
+/* copy_blocks, copy_stages, swap and stage round trips: the OpenCL cache
+ * must follow the CPU cache through each. */
+static void test_copy_and_swap(void **state)
+{
+    (void)state;
+    for (unsigned i = 0; i < 3; i++) {
+        geo g = make_geo(64, 8, 4, 8, dtypes[i], 0);
+        uint64_t rng = 5 + i;
+        pair p;
+        pair_init(&p, &g, 32, 4);
+        uint32_t prior[2] = {0, 0}, nq[2] = {21, 13}, max_blocks = 3;
+        uint32_t tables[6] = {5, 9, 2, 11, 3, 0};
+        batch b;
+        batch_make(&b, 2, prior, nq, tables, max_blocks, 8);
+        run_step(&p, &b, 0, 1, 0, &rng);
+        run_step(&p, &b, 1, 1, 0, &rng);
+        batch_free(&b);
+        pkv__block_copy pairs[2] = {{5, 20}, {9, 21}};
+        check_ok(pkv__backend_cpu.copy_blocks(p.cpu, pairs, 2), "cpu copy");
+        check_ok(pkv__backend_opencl.copy_blocks(p.ocl, pairs, 2),
+                 "ocl copy");
+        pkv__block_copy tails[1] = {{1, 3}};
+        if (g.dtype == PKV_KV_U8) {
+            check_ok(pkv__backend_cpu.copy_stages(p.cpu, tails, 1), "cpu");
+            check_ok(pkv__backend_opencl.copy_stages(p.ocl, tails, 1),
+                     "ocl copy stages");
+        }
+        /* Swap blocks 11 and 3 out of the OpenCL cache and into 25, 26 of
+         * both; stage 0 out and into stage 2. */
+        uint32_t out_ids[2] = {11, 3}, in_ids[2] = {25, 26};
+        size_t sbb = pkv__backend_swap_block_bytes(&p.cfg);
+        uint8_t *host = malloc(2 * sbb);
+        assert_non_null(host);
+        check_ok(pkv__backend_opencl.swap_out(p.ocl, out_ids, 2, host),
+                 "ocl swap out");
+        check_ok(pkv__backend_opencl.swap_in(p.ocl, host, in_ids, 2),
+                 "ocl swap in");
+        check_ok(pkv__backend_cpu.swap_in(p.cpu, host, in_ids, 2),
+                 "cpu swap in");
+        free(host);
+        if (g.dtype == PKV_KV_U8) {
+            float *t = malloc(pkv__backend_stage_bytes(&p.cfg));
+            assert_non_null(t);
+            check_ok(pkv__backend_opencl.stage_out(p.ocl, 0, t), "stage out");
+            check_ok(pkv__backend_opencl.stage_in(p.ocl, t, 2), "stage in");
+            check_ok(pkv__backend_cpu.stage_in(p.cpu, t, 2), "stage in");
+            free(t);
+        }
+        uint32_t all[31];
+        for (uint32_t j = 0; j < 31; j++)
+            all[j] = j + 1;
+        uint32_t ctx[4] = {21, 13, 21, 13};
+        compare_caches(&p, all, 31, ctx, g.dtype == PKV_KV_U8 ? 4 : 0);
+        /* Bad ids: the same status as the CPU backend, nothing written. */
+        pkv__block_copy bad = {1, 0};
+        assert_int_equal(pkv__backend_opencl.copy_blocks(p.ocl, &bad, 1),
+                         PKV_ERR_INVALID_ARGUMENT);
+        uint32_t bad_id = 32;
+        assert_int_equal(pkv__backend_opencl.swap_out(p.ocl, &bad_id, 1,
+                                                      all),
+                         PKV_ERR_INVALID_ARGUMENT);
+        pair_free(&p);
+    }
+}
+
+/* The checks every backend shares: the same statuses as the CPU backend. */
+static void test_validation(void **state)
+{
+    (void)state;
+    geo g = make_geo(64, 8, 8, 16, PKV_KV_F16, 0);
+    pair p;
+    pair_init(&p, &g, 16, 0);
+    float x[8 * 64];
+    memset(x, 0, sizeof x);
+    assert_int_equal(pkv__backend_opencl.append(p.ocl, 0, x, x),
+                     PKV_ERR_BAD_STATE);
+    uint32_t prior = 0, nq = 1, table[2] = {3, 0};
+    batch b;
+    batch_make(&b, 1, &prior, &nq, table, 2, 16);
+    b.slots[0] = 99; /* not where the table puts the token */
+    pkv__step s = batch_step(&b, 0);
+    assert_int_equal(pkv__backend_opencl.begin_step(p.ocl, &s),
+                     PKV_ERR_INVALID_ARGUMENT);
+    b.slots[0] = 3 * 16;
+    check_ok(pkv__backend_opencl.begin_step(p.ocl, &s), "begin_step");
+    x[5] = NAN;
+    assert_int_equal(pkv__backend_opencl.append(p.ocl, 0, x, x),
+                     PKV_ERR_NON_FINITE);
+    x[5] = 1e6f;
+    assert_int_equal(pkv__backend_opencl.append(p.ocl, 0, x, x),
+                     PKV_ERR_UNSUPPORTED);
+    x[5] = 0;
+    assert_int_equal(pkv__backend_opencl.append(p.ocl, 2, x, x),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv__backend_opencl.attend(p.ocl, 0, x, x + 1, -1.0f, 0),
+                     PKV_ERR_INVALID_ARGUMENT);
+    batch_free(&b);
+    pair_free(&p);
+    /* A geometry the backends refuse, refused alike. */
+    pkv__backend_config c = p.cfg;
+    c.head_dim = 66;
+    pkv__backend *bk = (pkv__backend *)&c;
+    assert_int_equal(pkv__backend_opencl.create(&c, &p.alloc, &bk),
+                     PKV_ERR_UNSUPPORTED);
+    assert_null(bk);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_copy_and_swap),
+        cmocka_unit_test(test_grid),
+        cmocka_unit_test(test_long_context),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
