@@ -305,22 +305,28 @@ static void dot4(const float *x, const float *w0, const float *w1,
     }
 }
 
-/* out[r][o] = x[r] . w[o] for rows x of width in: each weight row is read
- * once per batch, not once per row. */
+/* Rows per tile of matmul: a tile of x stays in L1 while the weights
+ * stream past it, once per tile. */
+#define ROW_TILE 16
+
+/* out[r][o] = x[r] . w[o] for rows x of width in. */
 static void matmul(float *out, const float *x, const float *w, uint32_t rows,
                    uint32_t in, uint32_t outs)
 {
-    uint32_t o = 0;
-    for (; o + 4 <= outs; o += 4) {
-        const float *wo = w + (size_t)o * in;
-        for (uint32_t r = 0; r < rows; r++)
-            dot4(x + (size_t)r * in, wo, wo + in, wo + 2 * (size_t)in,
-                 wo + 3 * (size_t)in, in, out + (size_t)r * outs + o, 1);
-    }
-    for (; o < outs; o++) {
-        const float *wo = w + (size_t)o * in;
-        for (uint32_t r = 0; r < rows; r++)
-            out[(size_t)r * outs + o] = dot(x + (size_t)r * in, wo, in);
+    for (uint32_t r0 = 0; r0 < rows; r0 += ROW_TILE) {
+        uint32_t r1 = rows - r0 < ROW_TILE ? rows : r0 + ROW_TILE;
+        uint32_t o = 0;
+        for (; o + 4 <= outs; o += 4) {
+            const float *wo = w + (size_t)o * in;
+            for (uint32_t r = r0; r < r1; r++)
+                dot4(x + (size_t)r * in, wo, wo + in, wo + 2 * (size_t)in,
+                     wo + 3 * (size_t)in, in, out + (size_t)r * outs + o, 1);
+        }
+        for (; o < outs; o++) {
+            const float *wo = w + (size_t)o * in;
+            for (uint32_t r = r0; r < r1; r++)
+                out[(size_t)r * outs + o] = dot(x + (size_t)r * in, wo, in);
+        }
     }
 }
 
