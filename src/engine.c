@@ -281,7 +281,7 @@ static pkv_status create_backend(pkv_engine *e)
             o.queue != NULL || st == PKV_ERR_OUT_OF_MEMORY)
             return st;
         pkv__engine_log(e, PKV_LOG_WARN,
-                        "no usable OpenCL device (%s); using the CPU "
+                        "OpenCL backend unavailable (%s); using the CPU "
                         "backend",
                         pkv_last_error());
     }

@@ -1,0 +1,725 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The engine loop on the OpenCL backend with the deterministic test model
+ * (test_model.h), every output row checked against the dense f64
+ * reference, through prefix hits, forks, and preemption by recompute and
+ * by swap; host cl_mem tensors and the host's own queue; and the faults:
+ * a program that does not build, a cache larger than the device allows,
+ * invalid interop cl_mem tensors, a corrupt program-cache file.
+ *
+ * Tolerances against the dense reference are those the CPU backend meets
+ * (test_sched.c): 1e-4 for f32 caches, 5e-3 for f16 (storage rounding of
+ * K and V), 0.05 for u8 (quantization, |x - x'| <= scale / 2). The OpenCL
+ * backend is within 2e-5 of the CPU backend on identical inputs
+ * (test_opencl.c), far inside each of them. Where the two engines are
+ * compared directly (cl_mem tensors against host tensors) the bound is
+ * that 2e-5, or one f16 ulp (1e-3 here) for f16 outputs.
+ */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+#define CL_TARGET_OPENCL_VERSION 120
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "pkv/pkv_opencl.h"
+#include "test_model.h"
+
+#include "backend_opencl.h"
+#include "half.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static pkv_engine_params base_params(void)
+{
+    pkv_engine_params p;
+    assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
+    p.num_layers = 2;
+    p.num_q_heads = 4;
+    p.num_kv_heads = 2;
+    p.head_dim = 8;
+    p.block_size = 4;
+    p.num_blocks = 256;
+    p.kv_dtype = PKV_KV_F32;
+    p.vocab_size = 1000;
+    p.max_model_len = 1024;
+    p.backend = PKV_BACKEND_OPENCL;
+    return p;
+}
+
+static int32_t *make_prompt(uint32_t len, uint32_t seed)
+{
+    int32_t *t = malloc(len * sizeof *t);
+    assert_non_null(t);
+    for (uint32_t i = 0; i < len; i++)
+        t[i] = (int32_t)((seed * 7919u + i * 104729u) % 1000u);
+    return t;
+}
+
+static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+static const float tols[] = {1e-4f, 5e-3f, 0.05f};
+
+/* Counts bytes the engine allocates, to check that failures leak none. */
+typedef struct counter {
+    long long live;
+} counter;
+
+static void *count_alloc(void *user, size_t size)
+{
+    void *p = malloc(size);
+    if (p != NULL)
+        ((counter *)user)->live += (long long)size;
+    return p;
+}
+
+static void count_free(void *user, void *ptr, size_t size)
+{
+    if (ptr != NULL)
+        ((counter *)user)->live -= (long long)size;
+    free(ptr);
+}
+
+typedef struct log_capture {
+    int warnings;
+    char last[512];
+} log_capture;
+
+static void capture_log(void *user, int32_t level, const char *message)
+{
+    log_capture *l = user;
+    if (level <= PKV_LOG_WARN)
+        l->warnings++;
+    strncpy(l->last, message, sizeof l->last - 1);
+    l->last[sizeof l->last - 1] = '\0';
+}
+
+/* ---------------------------------------------------------- engine loop */
+
+static void test_decode_and_prefix_hit(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        pkv_engine_params p = base_params();
+        p.kv_dtype = dtypes[k];
+        tm_host h;
+        tm_host_init(&h, &p, tols[k]);
+        int32_t *prompt = make_prompt(19, 4);
+        tm_add(&h, prompt, 19, 6, 0, 0);
+        tm_run(&h, 100);
+        /* The same prompt again: 4 full blocks hit, 3 tokens computed. */
+        tm_add(&h, prompt, 19, 6, 0, 0);
+        const pkv_batch *b;
+        tm_step(&h, &b);
+        assert_int_equal(b->num_tokens, 3);
+        tm_run(&h, 100);
+        pkv_engine_stats s;
+        s.struct_size = sizeof s;
+        assert_int_equal(pkv_engine_get_stats(h.engine, &s), PKV_OK);
+        assert_int_equal(s.prefix_hit_tokens, 16);
+        assert_true(h.rows_checked > 0);
+        tm_check_idle(&h);
+        free(prompt);
+        tm_host_free(&h);
+    }
+}
+
+static void test_fork_then_diverge(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        pkv_engine_params p = base_params();
+        p.kv_dtype = dtypes[k];
+        tm_host h;
+        tm_host_init(&h, &p, tols[k]);
+        int32_t *prompt = make_prompt(10, 50);
+        pkv_seq_id parent = tm_add(&h, prompt, 10, 8, 0, 0);
+        tm_step(&h, NULL);
+        for (int i = 0; i < 3; i++) {
+            pkv_seq_id kid;
+            assert_int_equal(pkv_seq_fork(h.engine, parent, 100 + i, &kid),
+                             PKV_OK);
+            tm_record_fork(&h, parent, kid, 100 + i);
+        }
+        tm_run(&h, 100);
+        tm_check_idle(&h);
+        free(prompt);
+        tm_host_free(&h);
+    }
+}
+
+/* A pool too small for everyone: preemption, resumption, every row equal
+ * to the dense reference. */
+static void run_tiny_pool(int32_t mode, int k)
+{
+    pkv_engine_params p = base_params();
+    p.num_blocks = 13;
+    p.watermark = 0;
+    p.preempt_mode = mode;
+    p.kv_dtype = dtypes[k];
+    p.swap_bytes = 1 << 20;
+    tm_host h;
+    tm_host_init(&h, &p, tols[k]);
+    int32_t *prompts[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        prompts[i] = make_prompt(9, 20 + i);
+        tm_add(&h, prompts[i], 9, 12, 0, 0);
+    }
+    tm_run(&h, 500);
+    pkv_engine_stats st;
+    st.struct_size = sizeof st;
+    assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
+    assert_true(st.preemptions > 0);
+    if (mode == PKV_PREEMPT_SWAP)
+        assert_true(st.swap_outs > 0 && st.swap_ins == st.swap_outs);
+    tm_check_idle(&h);
+    for (uint32_t i = 0; i < 4; i++)
+        free(prompts[i]);
+    tm_host_free(&h);
+}
+
+static void test_preemption(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        run_tiny_pool(PKV_PREEMPT_RECOMPUTE, k);
+        run_tiny_pool(PKV_PREEMPT_SWAP, k);
+    }
+}
+
+/* Many sequences of mixed lengths at once, a wider geometry, a window. */
+static void test_mixed_load(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        pkv_engine_params p = base_params();
+        p.kv_dtype = dtypes[k];
+        p.num_q_heads = 6;
+        p.num_kv_heads = 2;
+        p.head_dim = 64;
+        p.block_size = 16;
+        p.sliding_window = k == 1 ? 40 : 0;
+        p.max_batch_tokens = 128;
+        p.num_blocks = 64;
+        tm_host h;
+        tm_host_init(&h, &p, tols[k]);
+        h.check_stride = 3;
+        int32_t *prompts[12];
+        for (uint32_t i = 0; i < 12; i++) {
+            uint32_t len = 5 + 23 * i % 90;
+            prompts[i] = make_prompt(len, 300 + i % 4);
+            tm_add(&h, prompts[i], len, 4 + i % 5, 0, 0);
+        }
+        tm_run(&h, 1000);
+        tm_check_idle(&h);
+        for (uint32_t i = 0; i < 12; i++)
+            free(prompts[i]);
+        tm_host_free(&h);
+    }
+}
+
+/* ------------------------------------------------------- cl_mem tensors */
+
+static cl_mem new_buffer(cl_context ctx, size_t bytes)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes ? bytes : 16,
+                              NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    return m;
+}
+
+/* Fill q, k, v of a layer with the test model's rows. */
+static void model_rows(const pkv_engine_params *p, const pkv_batch *b,
+                       uint32_t layer, float *q, float *k, float *v)
+{
+    uint32_t hq = p->num_q_heads, hkv = p->num_kv_heads, d = p->head_dim;
+    for (uint32_t r = 0; r < b->num_tokens; r++) {
+        tm_row(TM_Q, b->token_ids[r], b->positions[r], layer, hq, d,
+               q + (size_t)r * hq * d);
+        tm_row(TM_K, b->token_ids[r], b->positions[r], layer, hkv, d,
+               k + (size_t)r * hkv * d);
+        tm_row(TM_V, b->token_ids[r], b->positions[r], layer, hkv, d,
+               v + (size_t)r * hkv * d);
+    }
+}
+
+static pkv_tensor host_tensor(void *data, int32_t dtype, uint32_t rows,
+                              uint32_t heads, uint32_t d)
+{
+    pkv_tensor t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = sizeof t;
+    t.dtype = dtype;
+    t.memory = PKV_MEMORY_HOST;
+    t.rows = rows;
+    t.heads = heads;
+    t.head_dim = d;
+    t.data = data;
+    return t;
+}
+
+/* Two engines with the same params: one on host tensors (the CPU
+ * backend), one on cl_mem tensors on the host's own queue. Each step's
+ * outputs must agree. */
+static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
+                        cl_context ctx, cl_command_queue queue)
+{
+    pkv_engine_params p = base_params();
+    p.kv_dtype = kv_dtype;
+    p.head_dim = 16;
+    pkv_engine_params pc = p;
+    pc.backend = PKV_BACKEND_CPU;
+    assert_int_equal(pkv_engine_params_set_opencl(&p, ctx, queue), PKV_OK);
+    pkv_engine *eo = NULL, *ec = NULL;
+    assert_int_equal(pkv_engine_create(&p, &eo), PKV_OK);
+    assert_int_equal(pkv_engine_create(&pc, &ec), PKV_OK);
+    cl_context gctx;
+    cl_command_queue gq;
+    assert_int_equal(pkv_engine_get_opencl(eo, &gctx, &gq), PKV_OK);
+    assert_ptr_equal(gctx, ctx);
+    assert_ptr_equal(gq, queue);
+    assert_int_equal(pkv_engine_get_opencl(ec, &gctx, &gq),
+                     PKV_ERR_UNSUPPORTED);
+    for (uint32_t i = 0; i < 3; i++) {
+        int32_t *prompt = make_prompt(7 + 5 * i, 60 + i);
+        pkv_seq_params sp;
+        pkv_seq_params_init(&sp);
+        sp.prompt = prompt;
+        sp.prompt_len = 7 + 5 * i;
+        sp.max_new_tokens = 5;
+        pkv_seq_id id;
+        assert_int_equal(pkv_seq_add(eo, &sp, &id), PKV_OK);
+        assert_int_equal(pkv_seq_add(ec, &sp, &id), PKV_OK);
+        free(prompt);
+    }
+    uint32_t hq = p.num_q_heads, hkv = p.num_kv_heads, d = p.head_dim;
+    size_t es = tensor_dtype == PKV_TENSOR_F16 ? 2 : 4;
+    double tol = tensor_dtype == PKV_TENSOR_F16 ? 1e-3 : 2e-5;
+    for (int step = 0; pkv_engine_has_work(ec); step++) {
+        assert_true(step < 100);
+        const pkv_batch *bo, *bc;
+        assert_int_equal(pkv_engine_step_begin(eo, &bo), PKV_OK);
+        assert_int_equal(pkv_engine_step_begin(ec, &bc), PKV_OK);
+        uint32_t T = bc->num_tokens;
+        assert_int_equal(bo->num_tokens, T);
+        size_t qn = (size_t)T * hq * d, kn = (size_t)T * hkv * d;
+        float *q = calloc(qn + 1, 4), *k = calloc(kn + 1, 4);
+        float *v = calloc(kn + 1, 4), *out = calloc(qn + 1, 4);
+        void *hbuf[4];
+        for (int i = 0; i < 4; i++)
+            hbuf[i] = calloc((i == 1 || i == 2 ? kn : qn) + 1, es);
+        float *dev_out = calloc(qn + 1, 4);
+        assert_true(q && k && v && out && dev_out);
+        /* One buffer for all four tensors, at offsets: nothing but the
+         * offset tells them apart. */
+        size_t off[4] = {64, 0, 0, 0};
+        off[1] = off[0] + qn * es + 64;
+        off[2] = off[1] + kn * es + 64;
+        off[3] = off[2] + kn * es + 64;
+        cl_mem buf = new_buffer(ctx, off[3] + qn * es + 64);
+        for (uint32_t layer = 0; layer < p.num_layers; layer++) {
+            model_rows(&p, bc, layer, q, k, v);
+            float *src[3] = {q, k, v};
+            size_t cnt[4] = {qn, kn, kn, qn};
+            for (int i = 0; i < 3; i++) {
+                if (es == 2)
+                    pkv__f32_to_f16_n(src[i], hbuf[i], (uint32_t)cnt[i]);
+                else
+                    memcpy(hbuf[i], src[i], cnt[i] * 4);
+                if (cnt[i] > 0)
+                    assert_int_equal(
+                        clEnqueueWriteBuffer(queue, buf, CL_TRUE, off[i],
+                                             cnt[i] * es, hbuf[i], 0, NULL,
+                                             NULL),
+                        CL_SUCCESS);
+            }
+            pkv_tensor tq = host_tensor(hbuf[0], tensor_dtype, T, hq, d);
+            pkv_tensor tk = host_tensor(hbuf[1], tensor_dtype, T, hkv, d);
+            pkv_tensor tv = host_tensor(hbuf[2], tensor_dtype, T, hkv, d);
+            pkv_tensor to = host_tensor(hbuf[3], tensor_dtype, T, hq, d);
+            assert_int_equal(pkv_engine_attend(ec, layer, &tq, &tk, &tv, &to),
+                             PKV_OK);
+            pkv_tensor dq = pkv_tensor_opencl(buf, off[0], tensor_dtype, T,
+                                              hq, d);
+            pkv_tensor dk = pkv_tensor_opencl(buf, off[1], tensor_dtype, T,
+                                              hkv, d);
+            pkv_tensor dv = pkv_tensor_opencl(buf, off[2], tensor_dtype, T,
+                                              hkv, d);
+            pkv_tensor dout = pkv_tensor_opencl(buf, off[3], tensor_dtype, T,
+                                                hq, d);
+            pkv_status st = pkv_engine_attend(eo, layer, &dq, &dk, &dv, &dout);
+            if (st != PKV_OK)
+                fail_msg("cl_mem attend: %s", pkv_engine_last_error(eo));
+            /* attend only enqueued: read on the same in-order queue. */
+            if (qn > 0)
+                assert_int_equal(clEnqueueReadBuffer(queue, buf, CL_TRUE,
+                                                     off[3], qn * es, dev_out,
+                                                     0, NULL, NULL),
+                                 CL_SUCCESS);
+            for (size_t i = 0; i < qn; i++) {
+                float a = es == 2
+                              ? pkv__f16_to_f32(((uint16_t *)(void *)dev_out)[i])
+                              : dev_out[i];
+                float c = es == 2
+                              ? pkv__f16_to_f32(((uint16_t *)hbuf[3])[i])
+                              : ((float *)hbuf[3])[i];
+                if (!(fabs((double)a - (double)c) <= tol))
+                    fail_msg("step %d layer %u element %zu: cl_mem %g, host "
+                             "%g",
+                             step, layer, i, (double)a, (double)c);
+            }
+        }
+        clReleaseMemObject(buf);
+        int32_t *sampled = calloc(bc->num_samples + 1, sizeof *sampled);
+        for (uint32_t j = 0; j < bc->num_samples; j++)
+            sampled[j] = tm_sample(bc->token_ids[bc->sample_rows[j]],
+                                   bc->positions[bc->sample_rows[j]], 1000);
+        assert_int_equal(
+            pkv_engine_step_end(eo, sampled, NULL, bc->num_samples), PKV_OK);
+        assert_int_equal(
+            pkv_engine_step_end(ec, sampled, NULL, bc->num_samples), PKV_OK);
+        free(sampled);
+        free(q);
+        free(k);
+        free(v);
+        free(out);
+        free(dev_out);
+        for (int i = 0; i < 4; i++)
+            free(hbuf[i]);
+    }
+    assert_false(pkv_engine_has_work(eo));
+    pkv_engine_destroy(eo);
+    pkv_engine_destroy(ec);
+}
+
+/* The host's own context and queue, on the first device pkv would pick. */
+static void host_queue(cl_context *ctx, cl_command_queue *queue)
+{
+    cl_platform_id plat;
+    cl_device_id dev;
+    cl_uint n = 0;
+    assert_int_equal(clGetPlatformIDs(1, &plat, &n), CL_SUCCESS);
+    assert_int_equal(clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, &n),
+                     CL_SUCCESS);
+    cl_int err;
+    *ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    *queue = clCreateCommandQueue(*ctx, dev, 0, &err);
+    assert_int_equal(err, CL_SUCCESS);
+}
+
+static void test_interop(void **state)
+{
+    (void)state;
+    cl_context ctx;
+    cl_command_queue queue;
+    host_queue(&ctx, &queue);
+    run_interop(PKV_TENSOR_F32, PKV_KV_F32, ctx, queue);
+    run_interop(PKV_TENSOR_F16, PKV_KV_U8, ctx, queue);
+    run_interop(PKV_TENSOR_F32, PKV_KV_F16, ctx, queue);
+    clReleaseCommandQueue(queue);
+    clReleaseContext(ctx);
+}
+
+/* Bad cl_mem tensors: a clear status each, the engine usable after. */
+static void test_invalid_cl_mem(void **state)
+{
+    (void)state;
+    pkv_engine_params p = base_params();
+    tm_host h;
+    tm_host_init(&h, &p, 1e-4f);
+    int32_t *prompt = make_prompt(6, 1);
+    tm_add(&h, prompt, 6, 2, 0, 0);
+    const pkv_batch *b;
+    assert_int_equal(pkv_engine_step_begin(h.engine, &b), PKV_OK);
+    cl_context ctx;
+    cl_command_queue queue;
+    assert_int_equal(pkv_engine_get_opencl(h.engine, &ctx, &queue), PKV_OK);
+    uint32_t T = b->num_tokens, hq = 4, hkv = 2, d = 8;
+    cl_mem big = new_buffer(ctx, 4096), small = new_buffer(ctx, 16);
+    cl_context other;
+    cl_command_queue other_q;
+    host_queue(&other, &other_q);
+    cl_mem foreign = new_buffer(other, 4096);
+    pkv_tensor q = pkv_tensor_opencl(big, 0, PKV_TENSOR_F32, T, hq, d);
+    pkv_tensor k = pkv_tensor_opencl(big, 1024, PKV_TENSOR_F32, T, hkv, d);
+    pkv_tensor v = pkv_tensor_opencl(big, 2048, PKV_TENSOR_F32, T, hkv, d);
+    pkv_tensor o = pkv_tensor_opencl(big, 3072, PKV_TENSOR_F32, T, hq, d);
+    struct {
+        pkv_tensor *t;
+        cl_mem mem;
+        uint64_t offset;
+        pkv_status want;
+        const char *says;
+    } cases[] = {
+        {&q, NULL, 0, PKV_ERR_INVALID_ARGUMENT, "data is NULL"},
+        {&k, small, 0, PKV_ERR_INVALID_ARGUMENT, "needs"},
+        {&v, big, 4000, PKV_ERR_INVALID_ARGUMENT, "needs"},
+        {&v, big, 2050, PKV_ERR_INVALID_ARGUMENT, "multiple"},
+        {&o, foreign, 0, PKV_ERR_INVALID_ARGUMENT, "another context"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pkv_tensor saved = *cases[i].t;
+        cases[i].t->data = (void *)cases[i].mem;
+        cases[i].t->offset = cases[i].offset;
+        assert_int_equal(pkv_engine_attend(h.engine, 0, &q, &k, &v, &o),
+                         cases[i].want);
+        if (strstr(pkv_engine_last_error(h.engine), cases[i].says) == NULL)
+            fail_msg("case %zu: '%s' does not say '%s'", i,
+                     pkv_engine_last_error(h.engine), cases[i].says);
+        *cases[i].t = saved;
+    }
+    /* Host and cl_mem tensors mixed. */
+    float hostbuf[6 * 4 * 8];
+    pkv_tensor hq_t = host_tensor(hostbuf, PKV_TENSOR_F32, T, hq, d);
+    assert_int_equal(pkv_engine_attend(h.engine, 0, &hq_t, &k, &v, &o),
+                     PKV_ERR_INVALID_ARGUMENT);
+    /* Still usable: the step runs with good tensors. */
+    assert_int_equal(pkv_engine_attend(h.engine, 0, &q, &k, &v, &o), PKV_OK);
+    assert_int_equal(pkv_engine_attend(h.engine, 1, &q, &k, &v, &o), PKV_OK);
+    int32_t tok = 1;
+    assert_int_equal(pkv_engine_step_end(h.engine, &tok, NULL, 1), PKV_OK);
+    clReleaseMemObject(big);
+    clReleaseMemObject(small);
+    clReleaseMemObject(foreign);
+    clReleaseCommandQueue(other_q);
+    clReleaseContext(other);
+    free(prompt);
+    tm_host_free(&h);
+
+    /* A CPU engine takes no cl_mem. */
+    p.backend = PKV_BACKEND_CPU;
+    tm_host_init(&h, &p, 1e-4f);
+    tm_add(&h, (const int32_t[]){1, 2, 3}, 3, 1, 0, 0);
+    assert_int_equal(pkv_engine_step_begin(h.engine, &b), PKV_OK);
+    q.rows = k.rows = v.rows = o.rows = 3;
+    assert_int_equal(pkv_engine_attend(h.engine, 0, &q, &k, &v, &o),
+                     PKV_ERR_UNSUPPORTED);
+    tm_host_free(&h);
+}
+
+/* --------------------------------------------------------------- faults */
+
+/* Create must fail with `want`, leave *out NULL, leak nothing. */
+static void expect_create_fails(pkv_engine_params p, pkv_status want,
+                                const char *says)
+{
+    counter c = {0};
+    p.allocator.alloc = count_alloc;
+    p.allocator.free = count_free;
+    p.allocator.user = &c;
+    pkv_engine *e = (pkv_engine *)&p;
+    assert_int_equal(pkv_engine_create(&p, &e), want);
+    assert_null(e);
+    if (strstr(pkv_last_error(), says) == NULL)
+        fail_msg("'%s' does not say '%s'", pkv_last_error(), says);
+    assert_int_equal(c.live, 0);
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A kernel tree in a temporary directory: the embedded files, with
+ * `broken` appended to the last one. */
+static void kernel_tree(char *dir, const char *broken)
+{
+    strcpy(dir, "/tmp/pkv-kernels-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/src", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/kernels", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    for (unsigned i = 0; i < pkv__kernel_num_files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, pkv__kernel_files[i].name);
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        fwrite(pkv__kernel_files[i].data, 1, pkv__kernel_files[i].size, f);
+        if (i + 1 == pkv__kernel_num_files)
+            fputs(broken, f);
+        fclose(f);
+    }
+}
+
+static void remove_tree(const char *dir)
+{
+    char path[512];
+    for (unsigned i = 0; i < pkv__kernel_num_files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, pkv__kernel_files[i].name);
+        remove(path);
+    }
+    snprintf(path, sizeof path, "%s/src", dir);
+    rmdir(path);
+    snprintf(path, sizeof path, "%s/kernels", dir);
+    rmdir(path);
+    rmdir(dir);
+}
+
+static void test_program_fails_to_build(void **state)
+{
+    (void)state;
+    const char *saved = pkv__opencl_kernel_dir;
+    char dir[64];
+    kernel_tree(dir, "\n__kernel void broken(void) { this is not C; }\n");
+    pkv__opencl_kernel_dir = dir;
+    pkv_engine_params p = base_params();
+    expect_create_fails(p, PKV_ERR_BUILD, "clBuildProgram");
+    /* AUTO falls back to the CPU backend and says so. */
+    log_capture l;
+    memset(&l, 0, sizeof l);
+    p.backend = PKV_BACKEND_AUTO;
+    p.log = capture_log;
+    p.log_user = &l;
+    p.log_level = PKV_LOG_WARN;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_int_equal(l.warnings, 1);
+    assert_non_null(strstr(l.last, "CPU backend"));
+    cl_context c;
+    cl_command_queue q;
+    assert_int_equal(pkv_engine_get_opencl(e, &c, &q), PKV_ERR_UNSUPPORTED);
+    pkv_engine_destroy(e);
+    remove_tree(dir);
+    /* A kernel directory that does not exist. */
+    pkv__opencl_kernel_dir = "/nonexistent/pkv";
+    p = base_params();
+    expect_create_fails(p, PKV_ERR_BUILD, "cannot be read");
+    pkv__opencl_kernel_dir = saved;
+}
+
+static void test_cache_too_large(void **state)
+{
+    (void)state;
+    pkv_engine_params p = base_params();
+    p.head_dim = 512;
+    p.num_kv_heads = 8;
+    p.num_q_heads = 8;
+    p.block_size = 256;
+    p.num_blocks = 1u << 16; /* 64 Ki blocks of 8 MiB per layer */
+    expect_create_fails(p, PKV_ERR_DEVICE_MEMORY, "lower num_blocks");
+    /* A device that is not there. */
+    p = base_params();
+    p.opencl_device = "no such device anywhere";
+    expect_create_fails(p, PKV_ERR_DEVICE, "no OpenCL device matches");
+    /* Only one of the two host handles. */
+    p = base_params();
+    p.opencl_queue = (void *)&p;
+    expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT, "together");
+}
+
+/* The only program-cache file in dir, or "" */
+static void cache_file(const char *dir, char *path, size_t size)
+{
+    path[0] = '\0';
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *ent;
+    int n = 0;
+    while ((ent = readdir(d)) != NULL)
+        if (strstr(ent->d_name, ".clbin") != NULL) {
+            snprintf(path, size, "%s/%s", dir, ent->d_name);
+            n++;
+        }
+    closedir(d);
+    assert_true(n <= 1);
+}
+
+static void create_with_cache(const char *dir, cl_context ctx,
+                              cl_command_queue queue, log_capture *l)
+{
+    pkv_engine_params p = base_params();
+    p.program_cache_dir = dir;
+    p.log = capture_log;
+    p.log_user = l;
+    p.log_level = PKV_LOG_DEBUG;
+    assert_int_equal(pkv_engine_params_set_opencl(&p, ctx, queue), PKV_OK);
+    memset(l, 0, sizeof *l);
+    tm_host h;
+    tm_host_init(&h, &p, 1e-4f);
+    int32_t prompt[5] = {1, 2, 3, 4, 5};
+    tm_add(&h, prompt, 5, 3, 0, 0);
+    tm_run(&h, 20);
+    tm_host_free(&h);
+}
+
+static void test_program_cache(void **state)
+{
+    (void)state;
+    char dir[64];
+    strcpy(dir, "/tmp/pkv-cache-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    cl_context ctx;
+    cl_command_queue queue;
+    host_queue(&ctx, &queue);
+    log_capture l;
+    create_with_cache(dir, ctx, queue, &l);
+    char path[512];
+    cache_file(dir, path, sizeof path);
+    assert_true(path[0] != '\0');
+    /* Warm: a hit, no warning. */
+    create_with_cache(dir, ctx, queue, &l);
+    assert_int_equal(l.warnings, 0);
+    /* Corrupt: a flipped payload byte, then a truncated file, then a bad
+     * header. Each is rebuilt (one warning), never trusted, and rewritten
+     * whole. */
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static unsigned char bin[64 << 20];
+    size_t n = fread(bin, 1, sizeof bin, f);
+    fclose(f);
+    assert_true(n > 64);
+    for (int mode = 0; mode < 3; mode++) {
+        unsigned char saved = bin[n / 2];
+        if (mode == 0)
+            bin[n / 2] ^= 0x5a;
+        write_file(path, bin, mode == 1 ? n / 3 : n);
+        if (mode == 2)
+            write_file(path, "garbage", 7);
+        create_with_cache(dir, ctx, queue, &l);
+        assert_int_equal(l.warnings, 1);
+        bin[n / 2] = saved;
+        f = fopen(path, "rb");
+        assert_non_null(f);
+        static unsigned char again[64 << 20];
+        size_t m = fread(again, 1, sizeof again, f);
+        fclose(f);
+        assert_int_equal(m, n);
+        create_with_cache(dir, ctx, queue, &l);
+        assert_int_equal(l.warnings, 0);
+    }
+    remove(path);
+    rmdir(dir);
+    /* A directory that cannot be written costs a rebuild, nothing else. */
+    create_with_cache("/nonexistent/pkv-cache", ctx, queue, &l);
+    clReleaseCommandQueue(queue);
+    clReleaseContext(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_and_prefix_hit),
+        cmocka_unit_test(test_fork_then_diverge),
+        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_mixed_load),
+        cmocka_unit_test(test_interop),
+        cmocka_unit_test(test_invalid_cl_mem),
+        cmocka_unit_test(test_program_fails_to_build),
+        cmocka_unit_test(test_cache_too_large),
+        cmocka_unit_test(test_program_cache),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
