@@ -91,10 +91,6 @@
 #define BS PKV_BLOCK_SIZE
 #define G PKV_GROUP
 
-#ifdef PKV_INTEL_SUBGROUPS
-#include "intel_decode.cl"
-#else
-
 #if D % 16 == 0
 #define VW 16
 #define floatV float16
@@ -133,6 +129,300 @@ static float hsum(float4 x)
 #endif
 #define K_PART_BYTES PKV_LAYOUT_PART_BYTES(PKV_KV_DTYPE, KQ, BS, D)
 #define HEAD_BYTES PKV_LAYOUT_HEAD_BYTES(PKV_KV_DTYPE, KQ, VQ, BS, D)
+
+#ifdef PKV_INTEL_SUBGROUPS
+/*
+ * Intel GPU path: one subgroup of 16 work-items per (partition, kv head,
+ * sequence). Lane l owns the channel pairs (2u, 2u + 1), u = l + 16 i,
+ * i < NP: a u8 row is then one subgroup block read of NP ushorts per lane
+ * (cl_intel_subgroups_short), an f16 row NP uints (cl_intel_subgroups).
+ * Scores are reduced across the subgroup; every lane keeps the block's
+ * scores, so the softmax needs no shared memory. Needs head_dim a multiple
+ * of 32 up to 256 (the host uses the generic path otherwise).
+ */
+#pragma OPENCL EXTENSION cl_intel_subgroups : enable
+#pragma OPENCL EXTENSION cl_intel_subgroups_short : enable
+#ifdef PKV_INTEL_FP16
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#endif
+
+#define NP (D / 32)
+#if NP == 1
+#define block_read_us(p) intel_sub_group_block_read_us(p)
+#define block_read_ui(p) intel_sub_group_block_read(p)
+#define ushortP ushort
+#define uintP uint
+#elif NP == 2
+#define block_read_us(p) intel_sub_group_block_read_us2(p)
+#define block_read_ui(p) intel_sub_group_block_read2(p)
+#define ushortP ushort2
+#define uintP uint2
+#elif NP == 4
+#define block_read_us(p) intel_sub_group_block_read_us4(p)
+#define block_read_ui(p) intel_sub_group_block_read4(p)
+#define ushortP ushort4
+#define uintP uint4
+#elif NP == 8
+#define block_read_us(p) intel_sub_group_block_read_us8(p)
+#define block_read_ui(p) intel_sub_group_block_read8(p)
+#define ushortP ushort8
+#define uintP uint8
+#else
+#error "PKV_INTEL_SUBGROUPS needs head_dim 32, 64, 128 or 256"
+#endif
+
+/* Element i of an NP-vector (NP == 1: the scalar itself). */
+#if NP == 1
+#define EL(v, i) (v)
+#else
+#define EL(v, i) ((v)[i])
+#endif
+
+/* Two f16 bits in a uint, as float2. */
+static float2 half2_bits(uint u)
+{
+#ifdef PKV_INTEL_FP16
+    return convert_float2(as_half2(u));
+#else
+    return (float2)(vload_half(0, (const private half *)&u),
+                    vload_half(1, (const private half *)&u));
+#endif
+}
+
+/* The lane's pairs of one row of K or V: u8 codes as floats, f16, f32. */
+static void row_pairs(global const uchar *row, int dtype, float2 *out)
+{
+    uint lane = get_sub_group_local_id();
+    if (dtype == PKV_LAYOUT_U8) {
+        ushortP c = block_read_us((const global ushort *)row);
+        for (int i = 0; i < NP; i++)
+            out[i] = (float2)((float)(EL(c, i) & 0xff),
+                              (float)(EL(c, i) >> 8));
+    } else if (dtype == PKV_LAYOUT_F16) {
+        uintP c = block_read_ui((const global uint *)row);
+        for (int i = 0; i < NP; i++)
+            out[i] = half2_bits(EL(c, i));
+    } else {
+        for (int i = 0; i < NP; i++)
+            out[i] = vload2(lane + 16 * i, (global const float *)row);
+    }
+}
+
+/* The lane's pairs of a per-channel f16 parameter array. */
+static void param_pairs(global const half *p, float2 *out)
+{
+    uint lane = get_sub_group_local_id();
+    for (int i = 0; i < NP; i++)
+        out[i] = vload_half2(lane + 16 * i, p);
+}
+
+typedef struct sg_state {
+    float m[G], l[G], accl[G];
+    float2 acc[G][NP];
+} sg_state;
+
+/* Rescale to the block's max, then s := exp(s - m) over [t0, t1). */
+static void sg_softmax(float *s, int t0, int t1, sg_state *st)
+{
+    for (int g = 0; g < G; g++) {
+        float mb = -INFINITY;
+        for (int t = t0; t < t1; t++)
+            mb = fmax(mb, s[g * BS + t]);
+        if (mb > st->m[g]) {
+            if (st->m[g] != -INFINITY) {
+                float keep = exp(st->m[g] - mb);
+                st->l[g] *= keep;
+                st->accl[g] *= keep;
+                for (int i = 0; i < NP; i++)
+                    st->acc[g][i] *= keep;
+            }
+            st->m[g] = mb;
+        }
+        for (int t = t0; t < t1; t++) {
+            float p = exp(s[g * BS + t] - st->m[g]);
+            s[g * BS + t] = p;
+            st->l[g] += p;
+        }
+    }
+}
+
+/* Fold tokens [t0, t1) of one block. dtype is the part's storage: the u8
+ * tail block comes from the f32 staging tail. */
+static void sg_block(global const uchar *k, global const uchar *v, int dtype,
+                     int t0, int t1, const float2 *qv, const float *qsum,
+                     sg_state *st)
+{
+    int ebytes = dtype == PKV_LAYOUT_U8 ? 1 : dtype == PKV_LAYOUT_F16 ? 2 : 4;
+    int u8 = dtype == PKV_LAYOUT_U8;
+    global const half *klo = (global const half *)(k + BS * D);
+    global const half *ksc = klo + PKV_LAYOUT_U8_GROUPS(KQ, BS, D);
+    global const half *vlo = (global const half *)(v + BS * D);
+    global const half *vsc = vlo + PKV_LAYOUT_U8_GROUPS(VQ, BS, D);
+    float2 qs[G * NP];
+    float qlo[G];
+    for (int g = 0; g < G; g++) {
+        qlo[g] = 0.0f;
+        for (int i = 0; i < NP; i++)
+            qs[g * NP + i] = qv[g * NP + i];
+    }
+    if (u8 && KQ == PKV_LAYOUT_PER_CHANNEL) {
+        float2 lo[NP], sc[NP];
+        param_pairs(klo, lo);
+        param_pairs(ksc, sc);
+        for (int g = 0; g < G; g++) {
+            float part = 0.0f;
+            for (int i = 0; i < NP; i++) {
+                qs[g * NP + i] = qv[g * NP + i] * sc[i];
+                part += dot(qv[g * NP + i], lo[i]);
+            }
+            qlo[g] = sub_group_reduce_add(part);
+        }
+    }
+    float s[G * BS];
+    for (int t = t0; t < t1; t++) {
+        float2 r[NP];
+        row_pairs(k + t * D * ebytes, dtype, r);
+        for (int g = 0; g < G; g++) {
+            float part = 0.0f;
+            for (int i = 0; i < NP; i++)
+                part = fma(qs[g * NP + i].x, r[i].x,
+                           fma(qs[g * NP + i].y, r[i].y, part));
+            float d = sub_group_reduce_add(part);
+            if (u8 && KQ == PKV_LAYOUT_PER_TOKEN)
+                d = fma(vload_half(t, ksc), d, vload_half(t, klo) * qsum[g]);
+            s[g * BS + t] = d + qlo[g];
+        }
+    }
+    sg_softmax(s, t0, t1, st);
+    if (u8 && VQ == PKV_LAYOUT_PER_CHANNEL) {
+        float2 bsum[G * NP];
+        float ps[G];
+        for (int g = 0; g < G; g++) {
+            ps[g] = 0.0f;
+            for (int i = 0; i < NP; i++)
+                bsum[g * NP + i] = 0.0f;
+        }
+        for (int t = t0; t < t1; t++) {
+            float2 r[NP];
+            row_pairs(v + t * D, dtype, r);
+            for (int g = 0; g < G; g++) {
+                ps[g] += s[g * BS + t];
+                for (int i = 0; i < NP; i++)
+                    bsum[g * NP + i] =
+                        fma((float2)s[g * BS + t], r[i], bsum[g * NP + i]);
+            }
+        }
+        float2 lo[NP], sc[NP];
+        param_pairs(vlo, lo);
+        param_pairs(vsc, sc);
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < NP; i++)
+                st->acc[g][i] = fma(sc[i], bsum[g * NP + i],
+                                    fma(lo[i], (float2)ps[g], st->acc[g][i]));
+        return;
+    }
+    for (int t = t0; t < t1; t++) {
+        float2 r[NP];
+        row_pairs(v + t * D * ebytes, dtype, r);
+        float lt = u8 ? vload_half(t, vlo) : 0.0f;
+        float sct = u8 ? vload_half(t, vsc) : 1.0f;
+        for (int g = 0; g < G; g++) {
+            float p = s[g * BS + t];
+            st->accl[g] = fma(p, lt, st->accl[g]);
+            for (int i = 0; i < NP; i++)
+                st->acc[g][i] = fma((float2)(p * sct), r[i], st->acc[g][i]);
+        }
+    }
+}
+
+__attribute__((intel_reqd_sub_group_size(16)))
+kernel void pkv_decode_partial(
+    global const uchar *arena, global const float *stages, uint stage_floats,
+    uint stage_layer_offset, global const uint *stage_ids,
+    global const float *q, global const uint *context_lens,
+    global const uint *block_tables, uint max_blocks_per_seq,
+    uint num_kv_heads, float scale, uint sliding_window,
+    uint partition_size, global float *out, global float *part_acc,
+    global float *part_ml)
+{
+    uint lane = get_sub_group_local_id();
+    uint part = get_group_id(0), h = get_global_id(1);
+    uint seq = get_global_id(2);
+    uint num_parts = get_num_groups(0);
+    uint hq = num_kv_heads * G;
+    uint ctx = context_lens[seq];
+    uint lo = sliding_window > 0 && ctx > sliding_window
+                  ? ctx - sliding_window
+                  : 0;
+    uint start = lo / BS * BS + part * partition_size;
+    uint t_begin = max(start, lo);
+    uint t_end = min(start + partition_size, ctx);
+
+    float2 qv[G * NP];
+    float qsum[G];
+    global const float *qrow = q + ((size_t)seq * hq + h * G) * D;
+    for (int g = 0; g < G; g++) {
+        float part_sum = 0.0f;
+        for (int i = 0; i < NP; i++) {
+            qv[g * NP + i] = vload2(lane + 16 * i, qrow + g * D) * scale;
+            part_sum += qv[g * NP + i].x + qv[g * NP + i].y;
+        }
+        qsum[g] = sub_group_reduce_add(part_sum);
+    }
+    sg_state st;
+    for (int g = 0; g < G; g++) {
+        st.m[g] = -INFINITY;
+        st.l[g] = 0.0f;
+        st.accl[g] = 0.0f;
+        for (int i = 0; i < NP; i++)
+            st.acc[g][i] = 0.0f;
+    }
+
+    size_t layer_block_bytes = (size_t)num_kv_heads * HEAD_BYTES;
+    for (uint b0 = t_begin / BS * BS; b0 < t_end; b0 += BS) {
+        int t0 = (int)(max(b0, t_begin) - b0);
+        int t1 = (int)(min(b0 + BS, t_end) - b0);
+        uint j = b0 / BS;
+#ifdef PKV_DECODE_CONTIGUOUS
+        size_t blk = (size_t)seq * max_blocks_per_seq + j;
+#else
+        size_t blk = block_tables[(size_t)seq * max_blocks_per_seq + j];
+#endif
+        global const uchar *kp =
+            arena + blk * layer_block_bytes + (size_t)h * HEAD_BYTES;
+        if (PKV_KV_DTYPE == PKV_LAYOUT_U8 && b0 + BS > ctx) {
+            global const float *tk =
+                stages + (size_t)stage_ids[seq] * stage_floats +
+                stage_layer_offset + (size_t)h * 2 * BS * D;
+            sg_block((global const uchar *)tk,
+                     (global const uchar *)(tk + BS * D), PKV_LAYOUT_F32, t0,
+                     t1, qv, qsum, &st);
+        } else {
+            sg_block(kp, kp + K_PART_BYTES, PKV_KV_DTYPE, t0, t1, qv, qsum,
+                     &st);
+        }
+    }
+
+    size_t row0 = (size_t)seq * hq + h * G;
+    for (int g = 0; g < G; g++) {
+        if (num_parts == 1) {
+            float inv = 1.0f / st.l[g];
+            global float *o = out + (row0 + g) * D;
+            for (int i = 0; i < NP; i++)
+                vstore2((st.acc[g][i] + st.accl[g]) * inv, lane + 16 * i, o);
+        } else {
+            size_t r = (row0 + g) * num_parts + part;
+            global float *o = part_acc + r * D;
+            for (int i = 0; i < NP; i++)
+                vstore2(st.acc[g][i] + st.accl[g], lane + 16 * i, o);
+            if (lane == 0) {
+                part_ml[r * 2] = st.m[g];
+                part_ml[r * 2 + 1] = st.l[g];
+            }
+        }
+    }
+}
+#else
 
 /* Scores of a block are handled a vector of SW tokens at a time. */
 #if BS % 16 == 0
@@ -505,6 +795,8 @@ kernel void pkv_decode_partial(
     }
 }
 
+#endif
+
 kernel void pkv_decode_reduce(global const float *part_acc,
                               global const float *part_ml,
                               uint num_partitions, global float *out)
@@ -534,4 +826,3 @@ kernel void pkv_decode_reduce(global const float *part_acc,
     for (int x = 0; x < NV; x++)
         vstoreV(o[x] * inv, x, out + row * D);
 }
-#endif

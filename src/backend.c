@@ -146,6 +146,20 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
     return PKV_OK;
 }
 
+pkv_status pkv__backend_layer_check(const pkv__backend_config *c,
+                                    const pkv__step *step, uint32_t layer,
+                                    const void *in, const void *out)
+{
+    if (step == NULL)
+        return pkv__fail(PKV_ERR_BAD_STATE, "no step: call begin_step first");
+    if (layer >= c->num_layers)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "layer %u of %u",
+                         (unsigned)layer, (unsigned)c->num_layers);
+    if (step->num_tokens > 0 && (in == NULL || out == NULL))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "a tensor is NULL");
+    return PKV_OK;
+}
+
 pkv_status pkv__backend_kv_check(const pkv__backend_config *c,
                                  uint32_t num_tokens, const float *k,
                                  const float *v)

@@ -175,6 +175,12 @@ size_t pkv__backend_stage_bytes(const pkv__backend_config *config);
 pkv_status pkv__backend_step_check(const pkv__backend_config *config,
                                    const pkv__step *step);
 
+/* The append/attend check: a step has begun (step is the one begin_step
+ * took, NULL if none), the layer exists, the tensors are set. */
+pkv_status pkv__backend_layer_check(const pkv__backend_config *config,
+                                    const pkv__step *step, uint32_t layer,
+                                    const void *in, const void *out);
+
 /* The append check of one layer's K and V (non-finite, f16 range). */
 pkv_status pkv__backend_kv_check(const pkv__backend_config *config,
                                  uint32_t num_tokens, const float *k,

@@ -110,19 +110,6 @@ static pkv_status cpu_begin_step(pkv__backend *b, const pkv__step *step)
     return PKV_OK;
 }
 
-static pkv_status layer_check(const pkv__backend *b, uint32_t layer,
-                              const void *in, const void *out)
-{
-    if (!b->have_step)
-        return pkv__fail(PKV_ERR_BAD_STATE, "no step: call begin_step first");
-    if (layer >= b->cfg.num_layers)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "layer %u of %u",
-                         (unsigned)layer, (unsigned)b->cfg.num_layers);
-    if (b->step.num_tokens > 0 && (in == NULL || out == NULL))
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "a tensor is NULL");
-    return PKV_OK;
-}
-
 /* The K (kv 0) or V (kv 1) part of kv head h of block blk. */
 static uint8_t *part_at(const pkv__backend *b, uint32_t layer, uint64_t blk,
                         uint32_t h, int kv)
@@ -169,7 +156,8 @@ static void store_row(pkv__backend *b, uint32_t layer, uint32_t seq,
 static pkv_status cpu_append(pkv__backend *b, uint32_t layer, const float *k,
                              const float *v)
 {
-    pkv_status st = layer_check(b, layer, k, v);
+    pkv_status st = pkv__backend_layer_check(
+        &b->cfg, b->have_step ? &b->step : NULL, layer, k, v);
     if (st == PKV_OK)
         st = pkv__backend_kv_check(&b->cfg, b->step.num_tokens, k, v);
     if (st != PKV_OK)
@@ -335,7 +323,8 @@ static void attend_seq(pkv__backend *b, uint32_t layer, uint32_t seq,
 static pkv_status cpu_attend(pkv__backend *b, uint32_t layer, const float *q,
                              float *out, float scale, uint32_t sliding_window)
 {
-    pkv_status st = layer_check(b, layer, q, out);
+    pkv_status st = pkv__backend_layer_check(
+        &b->cfg, b->have_step ? &b->step : NULL, layer, q, out);
     if (st != PKV_OK)
         return st;
     if (!(scale >= 0.0f) || isinf(scale))

@@ -1,0 +1,101 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Compile every OpenCL kernel file with Intel's offline compiler for real
+# Intel GPUs (tgllp, adl-p, dg2-g10), with the Intel fast paths enabled
+# (-cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS [-DPKV_INTEL_FP16]) and without them
+# (-cl-std=CL1.2), failing on any build error.
+#
+# Usage: sh tests/ocloc_check.sh SOURCE_DIR [PROGRAM_FILE...]
+#   PROGRAM_FILEs (relative to SOURCE_DIR) are the files the backend
+#   concatenates, in order, into its main program (CMake's
+#   PKV_KERNEL_FILES); they are compiled the same way. paged_decode.cl and
+#   decode_contiguous.cl are their own programs, built with -I src and
+#   their -D geometry. Any other kernels/*.cl is compiled alone after
+#   src/kv_layout.h. Exit 77 (ctest: skipped) when ocloc is not installed.
+set -u
+root=$1
+shift
+if ! command -v ocloc >/dev/null 2>&1; then
+    echo "ocloc_check: SKIPPED: Intel's offline compiler 'ocloc' is not" \
+         "installed (Debian package intel-opencl-icd); the Intel kernel" \
+         "builds were not checked"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+devices="tgllp adl-p dg2-g10"
+fails=0
+builds=0
+start=$(date +%s)
+
+# build NAME FILE OPTIONS: one ocloc compile per device.
+build() {
+    name=$1 file=$2 opts=$3
+    for dev in $devices; do
+        t0=$(date +%s.%N)
+        if ocloc compile -file "$file" -device "$dev" -options "$opts" \
+            -output_no_suffix -output "$tmp/out" >"$tmp/log" 2>&1; then
+            status=ok
+        else
+            status=FAILED
+            fails=$((fails + 1))
+        fi
+        builds=$((builds + 1))
+        t1=$(date +%s.%N)
+        printf '%-6s %-7s %5.1fs  %s [%s]\n' "$status" "$dev" \
+            "$(echo "$t1 - $t0" | bc)" "$name" "$opts"
+        if [ "$status" = FAILED ]; then
+            sed 's/^/    /' "$tmp/log"
+        fi
+    done
+}
+
+plain="-cl-std=CL1.2"
+intel="-cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS"
+inc="-I $root/src -I $root/kernels"
+
+# The backend's main program, concatenated as the backend does.
+covered=" "
+if [ $# -gt 0 ]; then
+    : >"$tmp/program.cl"
+    for f in "$@"; do
+        cat "$root/$f" >>"$tmp/program.cl"
+        echo >>"$tmp/program.cl"
+        covered="$covered$(basename "$f") "
+    done
+    build "program: $*" "$tmp/program.cl" "$plain"
+    build "program: $*" "$tmp/program.cl" "$intel -DPKV_INTEL_FP16"
+fi
+
+# The decode kernels: every dtype; u8 with both quantization groupings.
+geom="-DPKV_HEAD_DIM=128 -DPKV_BLOCK_SIZE=16 -DPKV_GROUP=4"
+for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1"; do
+    set -- $variant
+    d="$geom -DPKV_KV_DTYPE=$1 -DPKV_KEY_QUANT=$2 -DPKV_VALUE_QUANT=$3"
+    build paged_decode.cl "$root/kernels/paged_decode.cl" "$plain $inc $d"
+    build paged_decode.cl "$root/kernels/paged_decode.cl" \
+        "$intel -DPKV_INTEL_FP16 $inc $d"
+done
+# f16 on an Intel device without cl_khr_fp16; another geometry.
+build paged_decode.cl "$root/kernels/paged_decode.cl" \
+    "$intel $inc $geom -DPKV_KV_DTYPE=1 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
+build paged_decode.cl "$root/kernels/paged_decode.cl" \
+    "$intel -DPKV_INTEL_FP16 $inc -DPKV_HEAD_DIM=64 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
+d="$geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
+build decode_contiguous.cl "$root/kernels/decode_contiguous.cl" \
+    "$plain $inc $d"
+build decode_contiguous.cl "$root/kernels/decode_contiguous.cl" \
+    "$intel -DPKV_INTEL_FP16 $inc $d"
+covered="${covered}paged_decode.cl decode_contiguous.cl "
+
+# Any other kernel file, alone after kv_layout.h.
+for f in "$root"/kernels/*.cl; do
+    base=$(basename "$f")
+    case "$covered" in *" $base "*) continue ;; esac
+    cat "$root/src/kv_layout.h" "$f" >"$tmp/alone.cl"
+    build "$base (alone)" "$tmp/alone.cl" "$plain $inc"
+    build "$base (alone)" "$tmp/alone.cl" "$intel -DPKV_INTEL_FP16 $inc"
+done
+
+echo "ocloc_check: $builds builds, $fails failed, $(($(date +%s) - start))s"
+[ "$fails" -eq 0 ]
