@@ -574,7 +574,7 @@ static void op_step(world *w, int plain)
     uint32_t n = h->batch->num_samples;
     int stops = !plain && (v >> 6) == 1 && n <= sizeof stop;
     for (uint32_t j = 0; stops && j < n; j++)
-        stop[j] = (uint8_t)((arg >> (j % 8)) & 1u);
+        stop[j] = (uint8_t)(((unsigned)arg >> (j % 8)) & 1u);
     eh_end(h, stops ? stop : NULL);
 }
 
