@@ -276,56 +276,130 @@ static float dot(const float *a, const float *b, uint32_t n)
     return sum;
 }
 
-/* dot() of one x against four weight rows at once: x is loaded once for
- * four products. Each result is summed exactly as dot() sums it. */
-static void dot4(const float *x, const float *w0, const float *w1,
-                 const float *w2, const float *w3, uint32_t n, float *out,
-                 size_t stride)
+/*
+ * The batched matmul: out[r][o] = x[r] . w[o] for rows x of width in.
+ *
+ * Weight-stationary: the outer loop walks W's output rows, MM_O at a time,
+ * and the inner loop runs every batch row of a block against them, so a
+ * step of T <= MM_ROWS rows reads each weight from memory once, whatever T
+ * is (as a GPU's decode does). Beyond MM_ROWS rows (prompt chunks) the
+ * weights are read once per block of MM_ROWS rows, which keep the x panel
+ * in L2.
+ *
+ * Every product x[r] . w[o] is summed the same way whatever the tile it
+ * falls in: MM_LANES partial sums over i, reduced in a fixed tree, then the
+ * tail. A row's result therefore never depends on the batch (the test
+ * compares pkv against dense attention token for token). The micro-tile is
+ * MM_R x MM_O products, whose MM_LANES-wide accumulators fit the vector
+ * registers; edge tiles repeat their last row or weight row and drop the
+ * extra results.
+ */
+#define MM_LANES 16
+#define MM_R 4
+#define MM_O 4
+#define MM_ROWS 64
+
+/* On x86-64 GCC builds the kernel is compiled for AVX-512, AVX2 and the
+ * baseline, picked at load time: the same C, wider vectors. ISO C mode
+ * does not contract a * b + c into an FMA, so every variant rounds alike. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    defined(__linux__) && !defined(PKV_NO_TARGET_CLONES)
+#define MM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MM_CLONES
+#endif
+/* Unrolled, the tile's accumulators live in registers. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MM_UNROLL _Pragma("GCC unroll 16")
+#else
+#define MM_UNROLL
+#endif
+
+_Static_assert(MM_LANES == 16, "reduce_lanes sums 16 lanes");
+
+static float reduce_lanes(const float *a)
 {
-    float a0[8] = {0}, a1[8] = {0}, a2[8] = {0}, a3[8] = {0};
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (uint32_t j = 0; j < 8; j++) {
-            float xv = x[i + j];
-            a0[j] += xv * w0[i + j];
-            a1[j] += xv * w1[i + j];
-            a2[j] += xv * w2[i + j];
-            a3[j] += xv * w3[i + j];
-        }
-    }
-    float *acc[4] = {a0, a1, a2, a3};
-    const float *w[4] = {w0, w1, w2, w3};
-    for (int k = 0; k < 4; k++) {
-        const float *a = acc[k];
-        float sum = ((a[0] + a[4]) + (a[1] + a[5])) +
-                    ((a[2] + a[6]) + (a[3] + a[7]));
-        for (uint32_t t = i; t < n; t++)
-            sum += x[t] * w[k][t];
-        out[(size_t)k * stride] = sum;
-    }
+    return (((a[0] + a[8]) + (a[4] + a[12])) +
+            ((a[2] + a[10]) + (a[6] + a[14]))) +
+           (((a[1] + a[9]) + (a[5] + a[13])) +
+            ((a[3] + a[11]) + (a[7] + a[15])));
 }
 
-/* Rows per tile of matmul: a tile of x stays in L1 while the weights
- * stream past it, once per tile. */
-#define ROW_TILE 16
+/* MM_LANES floats in one value: a vector register on GCC and Clang, an
+ * array elsewhere. Lane j of an accumulator sums products i = j mod
+ * MM_LANES in either case, so both round alike. */
+#if defined(__GNUC__)
+typedef float mm_vec __attribute__((vector_size(MM_LANES * sizeof(float))));
+#define MM_MAC(acc, a, b) ((acc) += (a) * (b))
+#define MM_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define MM_PREFETCH(p) ((void)(p))
+typedef struct mm_vec {
+    float v[MM_LANES];
+} mm_vec;
+#define MM_MAC(acc, a, b)                                                   \
+    do {                                                                    \
+        for (uint32_t j_ = 0; j_ < MM_LANES; j_++)                          \
+            (acc).v[j_] += (a).v[j_] * (b).v[j_];                           \
+    } while (0)
+#endif
 
-/* out[r][o] = x[r] . w[o] for rows x of width in. */
+/* out[r * ostride + o] for MM_R rows x and MM_O weight rows w. With pf,
+ * the MM_O * in floats from pf on (the next weight rows) are prefetched:
+ * the rows of w jump from page to page, where hardware prefetchers stop. */
+MM_CLONES
+static void mm_tile(const float *const *x, const float *const *w, uint32_t in,
+                    float *out, size_t ostride, uint32_t nr, uint32_t no,
+                    const float *pf)
+{
+    mm_vec acc[MM_R][MM_O];
+    memset(acc, 0, sizeof acc);
+    uint32_t i = 0;
+    for (; i + MM_LANES <= in; i += MM_LANES) {
+        if (pf != NULL)
+            MM_UNROLL for (uint32_t o = 0; o < MM_O; o++)
+                MM_PREFETCH(pf + (size_t)i * MM_O + o * MM_LANES);
+        mm_vec wv[MM_O];
+        MM_UNROLL for (uint32_t o = 0; o < MM_O; o++)
+            memcpy(&wv[o], w[o] + i, sizeof wv[o]);
+        MM_UNROLL for (uint32_t r = 0; r < MM_R; r++) {
+            mm_vec xv;
+            memcpy(&xv, x[r] + i, sizeof xv);
+            MM_UNROLL for (uint32_t o = 0; o < MM_O; o++)
+                MM_MAC(acc[r][o], xv, wv[o]);
+        }
+    }
+    for (uint32_t r = 0; r < nr; r++)
+        for (uint32_t o = 0; o < no; o++) {
+            float lanes[MM_LANES];
+            memcpy(lanes, &acc[r][o], sizeof lanes);
+            float sum = reduce_lanes(lanes);
+            for (uint32_t t = i; t < in; t++)
+                sum += x[r][t] * w[o][t];
+            out[(size_t)r * ostride + o] = sum;
+        }
+}
+
 static void matmul(float *out, const float *x, const float *w, uint32_t rows,
                    uint32_t in, uint32_t outs)
 {
-    for (uint32_t r0 = 0; r0 < rows; r0 += ROW_TILE) {
-        uint32_t r1 = rows - r0 < ROW_TILE ? rows : r0 + ROW_TILE;
-        uint32_t o = 0;
-        for (; o + 4 <= outs; o += 4) {
-            const float *wo = w + (size_t)o * in;
-            for (uint32_t r = r0; r < r1; r++)
-                dot4(x + (size_t)r * in, wo, wo + in, wo + 2 * (size_t)in,
-                     wo + 3 * (size_t)in, in, out + (size_t)r * outs + o, 1);
-        }
-        for (; o < outs; o++) {
-            const float *wo = w + (size_t)o * in;
-            for (uint32_t r = r0; r < r1; r++)
-                out[(size_t)r * outs + o] = dot(x + (size_t)r * in, wo, in);
+    for (uint32_t r0 = 0; r0 < rows; r0 += MM_ROWS) {
+        uint32_t r1 = rows - r0 < MM_ROWS ? rows : r0 + MM_ROWS;
+        for (uint32_t o = 0; o < outs; o += MM_O) {
+            uint32_t no = outs - o < MM_O ? outs - o : MM_O;
+            const float *wp[MM_O];
+            for (uint32_t k = 0; k < MM_O; k++)
+                wp[k] = w + (size_t)(o + (k < no ? k : no - 1)) * in;
+            const float *pf =
+                outs - o > MM_O ? w + (size_t)(o + MM_O) * in : NULL;
+            for (uint32_t r = r0; r < r1; r += MM_R) {
+                uint32_t nr = r1 - r < MM_R ? r1 - r : MM_R;
+                const float *xp[MM_R];
+                for (uint32_t k = 0; k < MM_R; k++)
+                    xp[k] = x + (size_t)(r + (k < nr ? k : nr - 1)) * in;
+                mm_tile(xp, wp, in, out + (size_t)r * outs + o, outs, nr, no,
+                        r == r0 ? pf : NULL);
+            }
         }
     }
 }
@@ -400,9 +474,14 @@ int llama_forward(const llama_model *m, llama_scratch *s, uint32_t rows,
         for (size_t i = 0; i < (size_t)rows * d; i++)
             s->x[i] += s->xb[i];
     }
-    for (uint32_t j = 0; j < num_logits; j++) {
-        rmsnorm(s->xb, s->x + (size_t)logit_rows[j] * d, w->rms_final, d);
-        matmul(logits + (size_t)j * c->vocab_size, s->xb, w->classifier, 1,
+    /* The classifier over every sampled row at once, max_rows at a time. */
+    for (uint32_t j0 = 0; j0 < num_logits; j0 += s->max_rows) {
+        uint32_t n = num_logits - j0 < s->max_rows ? num_logits - j0
+                                                   : s->max_rows;
+        for (uint32_t j = 0; j < n; j++)
+            rmsnorm(s->xb + (size_t)j * d,
+                    s->x + (size_t)logit_rows[j0 + j] * d, w->rms_final, d);
+        matmul(logits + (size_t)j0 * c->vocab_size, s->xb, w->classifier, n,
                d, c->vocab_size);
     }
     return 0;
