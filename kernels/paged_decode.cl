@@ -130,6 +130,42 @@ static float hsum(float4 x)
 #define K_PART_BYTES PKV_LAYOUT_PART_BYTES(PKV_KV_DTYPE, KQ, BS, D)
 #define HEAD_BYTES PKV_LAYOUT_HEAD_BYTES(PKV_KV_DTYPE, KQ, VQ, BS, D)
 
+/* Tokens [x, y) of the row's context that partition part covers. */
+static uint2 part_range(uint ctx, uint part, uint sliding_window,
+                        uint partition_size)
+{
+    uint lo = sliding_window > 0 && ctx > sliding_window
+                  ? ctx - sliding_window
+                  : 0;
+    uint start = lo / BS * BS + part * partition_size;
+    return (uint2)(max(start, lo), min(start + partition_size, ctx));
+}
+
+/* The K part of kv head h of the sequence's logical block j (V follows at
+ * K_PART_BYTES). */
+static global const uchar *head_part(global const uchar *arena,
+                                     global const uint *block_tables,
+                                     uint max_blocks_per_seq,
+                                     uint num_kv_heads, uint seq, uint j,
+                                     uint h)
+{
+#ifdef PKV_DECODE_CONTIGUOUS
+    size_t blk = (size_t)seq * max_blocks_per_seq + j;
+#else
+    size_t blk = block_tables[(size_t)seq * max_blocks_per_seq + j];
+#endif
+    return arena + (blk * num_kv_heads + h) * HEAD_BYTES;
+}
+
+/* The f32 K rows of kv head h in a staging tail (V rows follow). */
+static global const float *tail_rows(global const float *stages, uint stage,
+                                     uint stage_floats,
+                                     uint stage_layer_offset, uint h)
+{
+    return stages + (size_t)stage * stage_floats + stage_layer_offset +
+           (size_t)h * 2 * BS * D;
+}
+
 #ifdef PKV_INTEL_SUBGROUPS
 /*
  * Intel GPU path: one subgroup of 16 work-items per (partition, kv head,
@@ -351,12 +387,8 @@ kernel void pkv_decode_partial(
     uint num_parts = get_num_groups(0);
     uint hq = num_kv_heads * G;
     uint ctx = context_lens[seq];
-    uint lo = sliding_window > 0 && ctx > sliding_window
-                  ? ctx - sliding_window
-                  : 0;
-    uint start = lo / BS * BS + part * partition_size;
-    uint t_begin = max(start, lo);
-    uint t_end = min(start + partition_size, ctx);
+    uint2 range = part_range(ctx, part, sliding_window, partition_size);
+    uint t_begin = range.x, t_end = range.y;
 
     float2 qv[G * NP];
     float qsum[G];
@@ -378,22 +410,15 @@ kernel void pkv_decode_partial(
             st.acc[g][i] = 0.0f;
     }
 
-    size_t layer_block_bytes = (size_t)num_kv_heads * HEAD_BYTES;
     for (uint b0 = t_begin / BS * BS; b0 < t_end; b0 += BS) {
         int t0 = (int)(max(b0, t_begin) - b0);
         int t1 = (int)(min(b0 + BS, t_end) - b0);
-        uint j = b0 / BS;
-#ifdef PKV_DECODE_CONTIGUOUS
-        size_t blk = (size_t)seq * max_blocks_per_seq + j;
-#else
-        size_t blk = block_tables[(size_t)seq * max_blocks_per_seq + j];
-#endif
-        global const uchar *kp =
-            arena + blk * layer_block_bytes + (size_t)h * HEAD_BYTES;
+        global const uchar *kp = head_part(arena, block_tables,
+                                           max_blocks_per_seq, num_kv_heads,
+                                           seq, b0 / BS, h);
         if (PKV_KV_DTYPE == PKV_LAYOUT_U8 && b0 + BS > ctx) {
-            global const float *tk =
-                stages + (size_t)stage_ids[seq] * stage_floats +
-                stage_layer_offset + (size_t)h * 2 * BS * D;
+            global const float *tk = tail_rows(
+                stages, stage_ids[seq], stage_floats, stage_layer_offset, h);
             sg_block((global const uchar *)tk,
                      (global const uchar *)(tk + BS * D), PKV_LAYOUT_F32, t0,
                      t1, qv, qsum, &st);
@@ -715,12 +740,8 @@ kernel void pkv_decode_partial(
     uint num_parts = get_global_size(0);
     uint hq = num_kv_heads * G;
     uint ctx = context_lens[seq];
-    uint lo = sliding_window > 0 && ctx > sliding_window
-                  ? ctx - sliding_window
-                  : 0;
-    uint start = lo / BS * BS + part * partition_size;
-    uint t_begin = max(start, lo);
-    uint t_end = min(start + partition_size, ctx);
+    uint2 range = part_range(ctx, part, sliding_window, partition_size);
+    uint t_begin = range.x, t_end = range.y;
 
     /* The query rows, pre-scaled. */
     floatV qv[G * NV];
@@ -744,27 +765,20 @@ kernel void pkv_decode_partial(
             st.acc[g][x] = 0.0f;
     }
 
-    size_t layer_block_bytes = (size_t)num_kv_heads * HEAD_BYTES;
     for (uint b0 = t_begin / BS * BS; b0 < t_end; b0 += BS) {
         int t0 = (int)(max(b0, t_begin) - b0);
         int t1 = (int)(min(b0 + BS, t_end) - b0);
-        uint j = b0 / BS;
-#ifdef PKV_DECODE_CONTIGUOUS
-        size_t blk = (size_t)seq * max_blocks_per_seq + j;
-#else
-        size_t blk = block_tables[(size_t)seq * max_blocks_per_seq + j];
-#endif
-        global const uchar *kp =
-            arena + blk * layer_block_bytes + (size_t)h * HEAD_BYTES;
+        global const uchar *kp = head_part(arena, block_tables,
+                                           max_blocks_per_seq, num_kv_heads,
+                                           seq, b0 / BS, h);
         global const uchar *vp = kp + K_PART_BYTES;
 #if PKV_KV_DTYPE != PKV_LAYOUT_U8
         block_float(kp, vp, PKV_KV_DTYPE == PKV_LAYOUT_F16, t0, t1, qv, &st);
 #else
         if (b0 + BS > ctx) {
             /* Not sealed: the tokens are in the sequence's staging tail. */
-            global const float *tk =
-                stages + (size_t)stage_ids[seq] * stage_floats +
-                stage_layer_offset + (size_t)h * 2 * BS * D;
+            global const float *tk = tail_rows(
+                stages, stage_ids[seq], stage_floats, stage_layer_offset, h);
             block_float((global const uchar *)tk,
                         (global const uchar *)(tk + BS * D), 0, t0, t1, qv,
                         &st);

@@ -7,14 +7,21 @@
 #
 # Usage: sh tests/ocloc_check.sh SOURCE_DIR [PROGRAM_FILE...]
 #   PROGRAM_FILEs (relative to SOURCE_DIR) are the files the backend
-#   concatenates, in order, into its main program (CMake's
-#   PKV_KERNEL_FILES); they are compiled the same way. paged_decode.cl and
-#   decode_contiguous.cl are their own programs, built with -I src and
-#   their -D geometry. Any other kernels/*.cl is compiled alone after
-#   src/kv_layout.h. Exit 77 (ctest: skipped) when ocloc is not installed.
+#   embeds (CMake's PKV_KERNEL_FILES, read from SOURCE_DIR/CMakeLists.txt
+#   when none are given); all but the decode kernels are concatenated, in
+#   order, into the generic program, as the backend does. paged_decode.cl
+#   is its own program: src/kv_layout.h then the file, with its -D geometry
+#   (as the backend builds it); decode_contiguous.cl (benchmark only) is
+#   built with -I, as pkv-bench does. Any other kernels/*.cl is compiled
+#   alone after src/kv_layout.h. Exit 77 (ctest: skipped) when ocloc is not
+#   installed.
 set -u
 root=$1
 shift
+if [ $# -eq 0 ]; then
+    set -- $(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$root/CMakeLists.txt" |
+        sed 's/set(PKV_KERNEL_FILES//; s/)//')
+fi
 if ! command -v ocloc >/dev/null 2>&1; then
     echo "ocloc_check: SKIPPED: Intel's offline compiler 'ocloc' is not" \
          "installed (Debian package intel-opencl-icd); the Intel kernel" \
@@ -59,34 +66,36 @@ covered=" "
 if [ $# -gt 0 ]; then
     : >"$tmp/program.cl"
     for f in "$@"; do
+        case "$f" in *paged_decode.cl | *decode_contiguous.cl) continue ;; esac
         cat "$root/$f" >>"$tmp/program.cl"
         echo >>"$tmp/program.cl"
+        names="${names:-}$f "
         covered="$covered$(basename "$f") "
     done
-    build "program: $*" "$tmp/program.cl" "$plain"
-    build "program: $*" "$tmp/program.cl" "$intel -DPKV_INTEL_FP16"
+    build "program: ${names:-}" "$tmp/program.cl" "$plain"
+    build "program: ${names:-}" "$tmp/program.cl" "$intel -DPKV_INTEL_FP16"
 fi
 
 # The decode kernels: every dtype; u8 with both quantization groupings.
+cat "$root/src/kv_layout.h" "$root/kernels/paged_decode.cl" >"$tmp/decode.cl"
 geom="-DPKV_HEAD_DIM=128 -DPKV_BLOCK_SIZE=16 -DPKV_GROUP=4"
 for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1"; do
     set -- $variant
     d="$geom -DPKV_KV_DTYPE=$1 -DPKV_KEY_QUANT=$2 -DPKV_VALUE_QUANT=$3"
-    build paged_decode.cl "$root/kernels/paged_decode.cl" "$plain $inc $d"
-    build paged_decode.cl "$root/kernels/paged_decode.cl" \
-        "$intel -DPKV_INTEL_FP16 $inc $d"
+    build paged_decode.cl "$tmp/decode.cl" "$plain $d"
+    build paged_decode.cl "$tmp/decode.cl" "$intel -DPKV_INTEL_FP16 $d"
 done
 # f16 on an Intel device without cl_khr_fp16; another geometry.
-build paged_decode.cl "$root/kernels/paged_decode.cl" \
-    "$intel $inc $geom -DPKV_KV_DTYPE=1 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
-build paged_decode.cl "$root/kernels/paged_decode.cl" \
-    "$intel -DPKV_INTEL_FP16 $inc -DPKV_HEAD_DIM=64 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
+build paged_decode.cl "$tmp/decode.cl" \
+    "$intel $geom -DPKV_KV_DTYPE=1 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
+build paged_decode.cl "$tmp/decode.cl" \
+    "$intel -DPKV_INTEL_FP16 -DPKV_HEAD_DIM=64 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
 d="$geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
 build decode_contiguous.cl "$root/kernels/decode_contiguous.cl" \
     "$plain $inc $d"
 build decode_contiguous.cl "$root/kernels/decode_contiguous.cl" \
     "$intel -DPKV_INTEL_FP16 $inc $d"
-covered="${covered}paged_decode.cl decode_contiguous.cl "
+covered="$covered paged_decode.cl decode_contiguous.cl "
 
 # Any other kernel file, alone after kv_layout.h.
 for f in "$root"/kernels/*.cl; do
