@@ -95,7 +95,8 @@ __kernel void pkv_paged_attention(
         uint n = ctx - b0 < bs ? ctx - b0 : bs;
         uint j0 = lo > b0 ? lo - b0 : 0u;
         uint j1 = tok + 1u - b0 < n ? tok + 1u - b0 : n;
-        __global const uchar *kp = arena + (ulong)table[j] * layer_block_bytes +
+        __global const uchar *kp = arena +
+                                   (ulong)table[j] * layer_block_bytes +
                                    (ulong)kvh * head_bytes;
         __global const uchar *vp = kp + k_part_bytes;
         __global const float *krows = (__global const float *)kp;

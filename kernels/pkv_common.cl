@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Helpers shared by the pkv kernels (OpenCL C 1.2, no extension). The host
- * builds one program from src/kv_layout.h, src/kv_step.h, this file, kv_append.cl,
- * paged_attention.cl and block_copy.cl, in that order.
+ * builds one program from src/kv_layout.h, src/kv_step.h, this file,
+ * kv_append.cl, paged_attention.cl and block_copy.cl, in that order.
  *
  * Contraction is off for the whole program: the kernels then round every
  * product and sum as the CPU reference (src/backend_cpu.c, src/quant.c)

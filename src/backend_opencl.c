@@ -18,6 +18,7 @@
 
 #include "error.h"
 #include "kv_layout.h"
+#include "decode_plan.h"
 #include "kv_step.h"
 
 #include <ctype.h>
@@ -167,6 +168,23 @@ struct pkv__backend {
     size_t step_mem_cap; /* uints */
     cl_event upload;
 
+    /* The split-K decode kernels (kernels/paged_decode.cl) for steps whose
+     * rows are one per sequence: specialised by -D on the geometry, built
+     * on the first such step. decode_state: 0 not built yet, 1 ready, -1
+     * not used (PKV_OPENCL_DECODE_KERNEL=0, or it did not build). */
+    int decode_state;
+    int step_is_decode;
+    int own_context;
+    char cache_dir[1024]; /* "" for none */
+    cl_uint compute_units;
+    cl_program decode_program;
+    cl_kernel k_partial, k_reduce;
+    cl_mem dec_lens, dec_tables, dec_stages; /* this step's arrays */
+    size_t dec_cap[3];                       /* uints */
+    cl_mem part_acc, part_ml;
+    size_t part_cap[2]; /* bytes */
+    uint32_t max_context;
+
     /* Device copies of host tensors where no wrap is possible. */
     cl_mem tensor_mem[4];
     size_t tensor_cap[4];
@@ -198,7 +216,7 @@ typedef struct shared_program {
     cl_program program;
 } shared_program;
 
-#define MAX_SHARED 16u
+#define MAX_SHARED 64u
 static shared_program shared[MAX_SHARED];
 static unsigned num_shared;
 static mtx_t shared_lock;
@@ -316,31 +334,59 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 
 #define FNV_START 0xcbf29ce484222325ull
 
-/* The program source: every kernel file, concatenated, embedded or read
- * from pkv__opencl_kernel_dir. */
-static pkv_status load_source(pkv__backend *b, char **out, size_t *out_size)
+/* The files of the generic program and of the decode program. */
+static const char *const generic_files[] = {
+    "src/kv_layout.h",       "src/kv_step.h",
+    "kernels/pkv_common.cl", "kernels/kv_append.cl",
+    "kernels/paged_attention.cl", "kernels/block_copy.cl"};
+static const char *const decode_files[] = {"src/kv_layout.h",
+                                           "kernels/paged_decode.cl"};
+#define NUM_FILES(list) ((unsigned)(sizeof list / sizeof list[0]))
+
+/* Read a kernel file from pkv__opencl_kernel_dir into dst (size bytes), or
+ * only measure it (dst NULL). */
+static pkv_status read_kernel_file(const char *name, char *dst, size_t *size)
 {
-    const char *dir = pkv__opencl_kernel_dir;
-    size_t total = 1;
-    size_t sizes[16];
-    if (pkv__kernel_num_files > 16)
-        return pkv__fail(PKV_ERR_INTERNAL, "too many kernel files");
     char path[1024];
-    for (unsigned i = 0; i < pkv__kernel_num_files; i++) {
-        sizes[i] = pkv__kernel_files[i].size;
-        if (dir != NULL) {
-            snprintf(path, sizeof path, "%s/%s", dir,
-                     pkv__kernel_files[i].name);
-            FILE *f = fopen(path, "rb");
-            long n = -1;
-            if (f != NULL && fseek(f, 0, SEEK_END) == 0)
-                n = ftell(f);
-            if (f != NULL)
-                fclose(f);
-            if (n < 0)
-                return pkv__fail(PKV_ERR_BUILD,
-                                 "kernel source %s cannot be read", path);
-            sizes[i] = (size_t)n;
+    snprintf(path, sizeof path, "%s/%s", pkv__opencl_kernel_dir, name);
+    FILE *f = fopen(path, "rb");
+    long n = -1;
+    if (f != NULL && dst == NULL && fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (f != NULL && dst != NULL)
+        n = fread(dst, 1, *size, f) == *size ? (long)*size : -1;
+    if (f != NULL)
+        fclose(f);
+    if (n < 0)
+        return pkv__fail(PKV_ERR_BUILD, "kernel source %s cannot be read",
+                         path);
+    *size = (size_t)n;
+    return PKV_OK;
+}
+
+/* A program's source: its kernel files, concatenated, embedded or read
+ * from pkv__opencl_kernel_dir. */
+static pkv_status load_source(pkv__backend *b, const char *const *names,
+                              unsigned n, char **out, size_t *out_size)
+{
+    const pkv__kernel_file *files[8];
+    size_t sizes[8];
+    size_t total = 1;
+    if (n > 8)
+        return pkv__fail(PKV_ERR_INTERNAL, "too many kernel files");
+    for (unsigned i = 0; i < n; i++) {
+        files[i] = NULL;
+        for (unsigned j = 0; j < pkv__kernel_num_files; j++)
+            if (strcmp(pkv__kernel_files[j].name, names[i]) == 0)
+                files[i] = &pkv__kernel_files[j];
+        if (files[i] == NULL)
+            return pkv__fail(PKV_ERR_INTERNAL, "kernel %s is not embedded",
+                             names[i]);
+        sizes[i] = files[i]->size;
+        if (pkv__opencl_kernel_dir != NULL) {
+            pkv_status st = read_kernel_file(names[i], NULL, &sizes[i]);
+            if (st != PKV_OK)
+                return st;
         }
         total += sizes[i] + 1;
     }
@@ -348,20 +394,14 @@ static pkv_status load_source(pkv__backend *b, char **out, size_t *out_size)
     if (src == NULL)
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "kernel source: no memory");
     size_t at = 0;
-    for (unsigned i = 0; i < pkv__kernel_num_files; i++) {
-        if (dir == NULL) {
-            memcpy(src + at, pkv__kernel_files[i].data, sizes[i]);
+    for (unsigned i = 0; i < n; i++) {
+        if (pkv__opencl_kernel_dir == NULL) {
+            memcpy(src + at, files[i]->data, sizes[i]);
         } else {
-            snprintf(path, sizeof path, "%s/%s", dir,
-                     pkv__kernel_files[i].name);
-            FILE *f = fopen(path, "rb");
-            size_t got = f ? fread(src + at, 1, sizes[i], f) : 0;
-            if (f != NULL)
-                fclose(f);
-            if (got != sizes[i]) {
+            pkv_status st = read_kernel_file(names[i], src + at, &sizes[i]);
+            if (st != PKV_OK) {
                 pkv__free(&b->alloc, src, total, 1);
-                return pkv__fail(PKV_ERR_BUILD,
-                                 "kernel source %s cannot be read", path);
+                return st;
             }
         }
         at += sizes[i];
@@ -373,17 +413,19 @@ static pkv_status load_source(pkv__backend *b, char **out, size_t *out_size)
     return PKV_OK;
 }
 
-static void build_options(const pkv__backend *b, char *buf, size_t size)
+static void build_options(const pkv__backend *b, const char *extra,
+                          char *buf, size_t size)
 {
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(b->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp,
                     NULL);
     /* A correctly rounded division makes the u8 seal's codes equal the
      * CPU backend's (kv_append.cl). */
-    snprintf(buf, size, "-cl-std=CL1.2%s",
+    snprintf(buf, size, "-cl-std=CL1.2%s%s",
              (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
                  ? " -cl-fp32-correctly-rounded-divide-sqrt"
-                 : "");
+                 : "",
+             extra);
 }
 
 /* The key of a build: sources, device, driver and options. */
@@ -554,22 +596,24 @@ static pkv_status build_program(pkv__backend *b, const char *cache_dir,
     return PKV_OK;
 }
 
-/* The context (unless the host gave one) and program: shared per device
- * and build when pkv owns the context. */
-static pkv_status setup_program(pkv__backend *b, const char *cache_dir,
-                                int own_context)
+/* A program from the given files and extra options, for b->device. When
+ * pkv owns the context (own), programs are shared process-wide: the first
+ * one fixes the context (created here when b->context is NULL), later ones
+ * are looked up in the same context. */
+static pkv_status get_program(pkv__backend *b, const char *const *names,
+                              unsigned n, const char *extra,
+                              const char *cache_dir, int own, cl_program *out)
 {
     char *src = NULL;
     size_t src_size = 0;
-    pkv_status st = load_source(b, &src, &src_size);
+    pkv_status st = load_source(b, names, n, &src, &src_size);
     if (st != PKV_OK)
         return st;
-    char options[256];
-    build_options(b, options, sizeof options);
+    char options[512];
+    build_options(b, extra, options, sizeof options);
     uint64_t key = build_key(b, src, src_size, options);
-    if (!own_context) {
-        st = build_program(b, cache_dir, src, src_size, options, key,
-                           &b->program);
+    if (!own) {
+        st = build_program(b, cache_dir, src, src_size, options, key, out);
         pkv__free(&b->alloc, src, src_size, 1);
         return st;
     }
@@ -579,46 +623,52 @@ static pkv_status setup_program(pkv__backend *b, const char *cache_dir,
         return pkv__fail(PKV_ERR_INTERNAL, "program table lock");
     }
     mtx_lock(&shared_lock);
-    st = PKV_OK;
     unsigned i = 0;
     while (i < num_shared &&
-           (shared[i].device != b->device || shared[i].key != key))
+           (shared[i].device != b->device || shared[i].key != key ||
+            (b->context != NULL && shared[i].context != b->context)))
         i++;
-    if (i == num_shared) {
-        cl_int err;
-        b->context = clCreateContext(NULL, 1, &b->device, NULL, NULL, &err);
-        if (err != CL_SUCCESS) {
-            b->context = NULL;
-            st = cl_fail(err, "clCreateContext");
+    if (i < num_shared) {
+        if (b->context == NULL) {
+            b->context = shared[i].context;
+            clRetainContext(b->context);
+        }
+        *out = shared[i].program;
+        clRetainProgram(*out);
+    } else {
+        cl_int err = CL_SUCCESS;
+        if (b->context == NULL) {
+            b->context =
+                clCreateContext(NULL, 1, &b->device, NULL, NULL, &err);
+            if (err != CL_SUCCESS) {
+                b->context = NULL;
+                st = cl_fail(err, "clCreateContext");
+            }
         }
         if (st == PKV_OK)
             st = build_program(b, cache_dir, src, src_size, options, key,
-                               &b->program);
+                               out);
         if (st == PKV_OK && num_shared < MAX_SHARED) {
             shared_program *s = &shared[num_shared++];
             s->device = b->device;
             s->key = key;
             s->context = b->context;
-            s->program = b->program;
+            s->program = *out;
             clRetainContext(s->context);
             clRetainProgram(s->program);
         }
-    } else {
-        b->context = shared[i].context;
-        b->program = shared[i].program;
-        clRetainContext(b->context);
-        clRetainProgram(b->program);
     }
     mtx_unlock(&shared_lock);
     pkv__free(&b->alloc, src, src_size, 1);
     return st;
 }
 
-static pkv_status make_kernel(pkv__backend *b, const char *name,
-                              cl_kernel *out, size_t *local, size_t want)
+static pkv_status make_kernel(pkv__backend *b, cl_program prog,
+                              const char *name, cl_kernel *out, size_t *local,
+                              size_t want)
 {
     cl_int err;
-    *out = clCreateKernel(b->program, name, &err);
+    *out = clCreateKernel(prog, name, &err);
     if (err != CL_SUCCESS) {
         *out = NULL;
         char call[96];
@@ -647,6 +697,17 @@ static void ocl_destroy(pkv__backend *b)
             clReleaseMemObject(b->tensor_mem[i]);
     if (b->step_mem != NULL)
         clReleaseMemObject(b->step_mem);
+    cl_mem decode_mems[] = {b->dec_lens, b->dec_tables, b->dec_stages,
+                            b->part_acc, b->part_ml};
+    for (size_t i = 0; i < 5; i++)
+        if (decode_mems[i] != NULL)
+            clReleaseMemObject(decode_mems[i]);
+    if (b->k_partial != NULL)
+        clReleaseKernel(b->k_partial);
+    if (b->k_reduce != NULL)
+        clReleaseKernel(b->k_reduce);
+    if (b->decode_program != NULL)
+        clReleaseProgram(b->decode_program);
     if (b->stages != NULL)
         clReleaseMemObject(b->stages);
     if (b->arenas != NULL) {
@@ -789,6 +850,11 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     b->log_user = o->log_user;
     b->log_level = o->log_level;
     int own = o->context == NULL && o->queue == NULL;
+    b->own_context = own;
+    if (o->cache_dir != NULL)
+        snprintf(b->cache_dir, sizeof b->cache_dir, "%s", o->cache_dir);
+    const char *dk = getenv("PKV_OPENCL_DECODE_KERNEL");
+    b->decode_state = dk != NULL && strcmp(dk, "0") == 0 ? -1 : 0;
     if (own) {
         const char *want = o->device;
         if (want == NULL)
@@ -816,11 +882,15 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         clGetDeviceInfo(b->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN,
                         sizeof align_bits, &align_bits, NULL);
         b->unified = unified == CL_TRUE;
+        clGetDeviceInfo(b->device, CL_DEVICE_MAX_COMPUTE_UNITS,
+                        sizeof b->compute_units, &b->compute_units, NULL);
         b->host_align = align_bits >= 8 ? align_bits / 8 : 128;
         st = check_fit(b);
     }
     if (st == PKV_OK)
-        st = setup_program(b, o->cache_dir, own);
+        st = get_program(b, generic_files, NUM_FILES(generic_files), "",
+                         b->cache_dir[0] ? b->cache_dir : NULL, own,
+                         &b->program);
     if (st == PKV_OK && own) {
         cl_int err;
         b->queue = clCreateCommandQueue(b->context, b->device, 0, &err);
@@ -830,15 +900,17 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         }
     }
     if (st == PKV_OK)
-        st = make_kernel(b, "pkv_kv_append", &b->k_append, &b->local_append,
-                         LOCAL_ROWS);
+        st = make_kernel(b, b->program, "pkv_kv_append", &b->k_append,
+                         &b->local_append, LOCAL_ROWS);
     if (st == PKV_OK)
-        st = make_kernel(b, "pkv_kv_seal", &b->k_seal, &b->local_seal, 1);
+        st = make_kernel(b, b->program, "pkv_kv_seal", &b->k_seal,
+                         &b->local_seal, 1);
     if (st == PKV_OK)
-        st = make_kernel(b, "pkv_paged_attention", &b->k_attend,
+        st = make_kernel(b, b->program, "pkv_paged_attention", &b->k_attend,
                          &b->local_attend, LOCAL_ROWS);
     if (st == PKV_OK)
-        st = make_kernel(b, "pkv_block_copy", &b->k_copy, &b->local_copy, 64);
+        st = make_kernel(b, b->program, "pkv_block_copy", &b->k_copy,
+                         &b->local_copy, 64);
     if (st == PKV_OK) {
         b->arenas = pkv__calloc(alloc, config->num_layers, sizeof *b->arenas);
         if (b->arenas == NULL)
@@ -898,6 +970,31 @@ void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
 }
 
 /* ------------------------------------------------------------- the step */
+
+/* Make *mem hold at least `bytes` (contents not kept). */
+static pkv_status grow_buffer(pkv__backend *b, cl_mem *mem, size_t *cap,
+                              size_t bytes, cl_mem_flags flags,
+                              const char *what)
+{
+    if (bytes <= *cap && *mem != NULL)
+        return PKV_OK;
+    size_t want = *cap ? *cap : 256;
+    while (want < bytes)
+        want *= 2;
+    cl_int err;
+    cl_mem m = clCreateBuffer(b->context, flags, want, NULL, &err);
+    if (err != CL_SUCCESS) {
+        char call[96];
+        snprintf(call, sizeof call, "clCreateBuffer(%s, %zu bytes)", what,
+                 want);
+        return cl_fail(err, call);
+    }
+    if (*mem != NULL)
+        clReleaseMemObject(*mem);
+    *mem = m;
+    *cap = want;
+    return PKV_OK;
+}
 
 static pkv_status grow_step(pkv__backend *b, size_t words)
 {
@@ -1004,6 +1101,32 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
             seal += PKV_SEAL_WORDS;
         }
     }
+    int decode = n > 0 && t == n && b->decode_state >= 0;
+    uint32_t longest = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        decode &= s->query_start[i + 1] - s->query_start[i] == 1;
+        longest = s->context_lens[i] > longest ? s->context_lens[i] : longest;
+    }
+    if (decode) {
+        /* The decode kernels take these arrays as separate buffers. The
+         * main upload below comes last on the in-order queue: its event
+         * covers these writes too. */
+        const int which[3] = {PKV_STEP_CONTEXT_LENS, PKV_STEP_BLOCK_TABLES,
+                              PKV_STEP_STAGES};
+        cl_mem *mems[3] = {&b->dec_lens, &b->dec_tables, &b->dec_stages};
+        for (int i = 0; i < 3; i++) {
+            st = grow_buffer(b, mems[i], &b->dec_cap[i], lens[which[i]] * 4,
+                             CL_MEM_READ_ONLY, "decode step arrays");
+            if (st != PKV_OK)
+                return st;
+            cl_int err = clEnqueueWriteBuffer(b->queue, *mems[i], CL_FALSE, 0,
+                                              lens[which[i]] * 4,
+                                              w + off[which[i]], 0, NULL,
+                                              NULL);
+            if (err != CL_SUCCESS)
+                return cl_fail(err, "clEnqueueWriteBuffer(decode arrays)");
+        }
+    }
     cl_int err = clEnqueueWriteBuffer(b->queue, b->step_mem, CL_FALSE, 0,
                                       at * 4, w, 0, NULL, &b->upload);
     if (err != CL_SUCCESS) {
@@ -1013,6 +1136,8 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
     }
     b->step = *s;
     b->num_seals = seals;
+    b->step_is_decode = decode;
+    b->max_context = longest;
     b->have_step = 1;
     return PKV_OK;
 }
@@ -1113,6 +1238,108 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
                 KA(b->stage_floats), KA(lyr), KA(sc), KA(win)};
     return launch(b, b->k_attend, "pkv_paged_attention", a,
                   sizeof a / sizeof a[0], ntok, hq, b->local_attend);
+}
+
+/* Build the decode program for this geometry on its first use. A build
+ * failure is not an error: the generic kernel serves decode steps too. */
+static void decode_prepare(pkv__backend *b)
+{
+    if (b->decode_state != 0)
+        return;
+    const pkv__backend_config *c = &b->cfg;
+    int u8 = c->kv_dtype == PKV_KV_U8;
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
+             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d",
+             (unsigned)c->head_dim, (unsigned)c->block_size,
+             (unsigned)(c->num_q_heads / c->num_kv_heads), (int)c->kv_dtype,
+             u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
+             u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL);
+    size_t local = 0;
+    pkv_status st = get_program(b, decode_files, NUM_FILES(decode_files),
+                                extra, b->cache_dir[0] ? b->cache_dir : NULL,
+                                b->own_context, &b->decode_program);
+    if (st == PKV_OK)
+        st = make_kernel(b, b->decode_program, "pkv_decode_partial",
+                         &b->k_partial, &local, c->num_kv_heads);
+    if (st == PKV_OK && local < c->num_kv_heads)
+        st = pkv__fail(PKV_ERR_UNSUPPORTED,
+                       "%u kv heads exceed the work-group size %zu",
+                       (unsigned)c->num_kv_heads, local);
+    if (st == PKV_OK)
+        st = make_kernel(b, b->decode_program, "pkv_decode_reduce",
+                         &b->k_reduce, &local, 1);
+    if (st == PKV_OK) {
+        b->decode_state = 1;
+        return;
+    }
+    blog(b, PKV_LOG_WARN,
+         "opencl: the decode kernel is unavailable (%s); the generic kernel "
+         "serves decode steps",
+         pkv_last_error());
+    b->decode_state = -1;
+}
+
+/* The split-K decode of an all-decode step: kernels/paged_decode.cl's
+ * partial kernel over (partition, kv head, sequence), then its reduction
+ * when there is more than one partition. */
+static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, cl_mem q,
+                                 cl_mem out, float scale, uint32_t window)
+{
+    const pkv__backend_config *c = &b->cfg;
+    cl_uint n = b->step.num_seqs, hq = c->num_q_heads, hkv = c->num_kv_heads;
+    pkv__decode_plan plan =
+        pkv__decode_plan_make(n, hkv, b->max_context, window, c->block_size,
+                              b->compute_units);
+    cl_uint parts = plan.num_partitions, psize = plan.partition_size;
+    if (parts > 1) {
+        size_t rows = (size_t)n * hq * parts;
+        pkv_status st = grow_buffer(b, &b->part_acc, &b->part_cap[0],
+                                    rows * c->head_dim * 4, CL_MEM_READ_WRITE,
+                                    "decode partitions");
+        if (st == PKV_OK)
+            st = grow_buffer(b, &b->part_ml, &b->part_cap[1], rows * 2 * 4,
+                             CL_MEM_READ_WRITE, "decode partitions");
+        if (st != PKV_OK)
+            return st;
+    }
+    cl_uint layer_off = layer * hkv * 2u * c->block_size * c->head_dim;
+    cl_uint maxb = b->step.max_blocks_per_seq, win = window;
+    cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)c->head_dim) : scale;
+    cl_mem acc = parts > 1 ? b->part_acc : NULL;
+    cl_mem ml = parts > 1 ? b->part_ml : NULL;
+    karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(b->stage_floats),
+                KA(layer_off), KA(b->dec_stages), KA(q), KA(b->dec_lens),
+                KA(b->dec_tables), KA(maxb), KA(hkv), KA(sc), KA(win),
+                KA(psize), KA(out), KA(acc), KA(ml)};
+    pkv_status st = launch(b, b->k_partial, "pkv_decode_partial", a,
+                           sizeof a / sizeof a[0], 0, 0, 1);
+    if (st != PKV_OK)
+        return st;
+    size_t global[3] = {parts, hkv, n}, local[3] = {1, hkv, 1};
+    cl_int err = clEnqueueNDRangeKernel(b->queue, b->k_partial, 3, NULL,
+                                        global, local, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return cl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_partial)");
+    if (parts == 1)
+        return PKV_OK;
+    karg r[] = {KA(acc), KA(ml), KA(parts), KA(out)};
+    return launch(b, b->k_reduce, "pkv_decode_reduce", r, 4, hq, n, 1);
+}
+
+/* Attention of one layer: the decode kernels when the step is all
+ * decodes and q and out are plain f32 rows, else the generic kernel. */
+static pkv_status enqueue_attention(pkv__backend *b, uint32_t layer, kt q,
+                                    kt out, float scale, uint32_t window)
+{
+    if (b->step_is_decode && q.off == 0 && !q.f16 && out.off == 0 &&
+        !out.f16) {
+        decode_prepare(b);
+        if (b->decode_state == 1)
+            return enqueue_decode(b, layer, q.mem, out.mem, scale, window);
+    }
+    return enqueue_attend(b, layer, q, out, scale, window);
 }
 
 static pkv_status layer_check(const pkv__backend *b, uint32_t layer,
@@ -1231,7 +1458,7 @@ static pkv_status ocl_attend(pkv__backend *b, uint32_t layer, const float *q,
         st = host_in(b, 3, out, bytes, 1, &om);
     if (st == PKV_OK) {
         kt qq = {qm.mem, 0, 0}, oo = {om.mem, 0, 0};
-        st = enqueue_attend(b, layer, qq, oo, scale, window);
+        st = enqueue_attention(b, layer, qq, oo, scale, window);
     }
     if (st == PKV_OK && om.wrapped) {
         /* Mapping makes the device's writes visible in the host memory. */
@@ -1321,7 +1548,7 @@ pkv_status pkv__opencl_attend_device(pkv__backend *b, uint32_t layer,
     if (st == PKV_OK)
         st = enqueue_append(b, layer, tk, tv);
     if (st == PKV_OK)
-        st = enqueue_attend(b, layer, tq, to, scale, window);
+        st = enqueue_attention(b, layer, tq, to, scale, window);
     return st;
 }
 
