@@ -158,10 +158,23 @@ static pkv__step batch_step(const batch *b, int u8)
     return s;
 }
 
+/* n floats, 4 KiB aligned on every other call: the OpenCL backend then
+ * wraps them (CL_MEM_USE_HOST_PTR) on a device sharing host memory, and
+ * copies them otherwise; both paths run. */
+static float *tensor_alloc(size_t n)
+{
+    static unsigned calls;
+    size_t bytes = (n + 1) * sizeof(float);
+    float *x = calls++ % 2 ? malloc(bytes)
+                           : aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    assert_non_null(x);
+    memset(x, 0, bytes);
+    return x;
+}
+
 static float *normals(uint64_t *rng, size_t n)
 {
-    float *x = malloc((n + 1) * sizeof *x);
-    assert_non_null(x);
+    float *x = tensor_alloc(n);
     test_normal_fill(rng, x, n);
     return x;
 }
@@ -189,7 +202,7 @@ static double run_step(pair *p, const batch *b, uint32_t layer, int attend,
     double worst = 0;
     if (attend) {
         float *q = normals(rng, qn);
-        float *o1 = calloc(qn + 1, sizeof *o1), *o2 = calloc(qn + 1, 4);
+        float *o1 = tensor_alloc(qn), *o2 = tensor_alloc(qn);
         assert_true(o1 && o2);
         check_ok(pkv__backend_cpu.attend(p->cpu, layer, q, o1, 0.0f, window),
                  "cpu attend");
