@@ -628,10 +628,14 @@ static void block_float(global const uchar *k, global const uchar *v,
 }
 
 #if PKV_KV_DTYPE == PKV_LAYOUT_U8
+/* Code rows are VW-byte aligned (parts are 16-byte aligned, head_dim a
+ * multiple of VW): an aligned vector load. vload16 on uchar promises only
+ * byte alignment, and PoCL's LLVM then assembles the 16 codes from eight
+ * 16-bit inserts, which cost more than the arithmetic on them. */
 #if VW == 16
-#define loadcodes(i, p) convert_float16(vload16((i), (p)))
+#define loadcodes(i, p) convert_float16(((global const uchar16 *)(p))[i])
 #else
-#define loadcodes(i, p) convert_float4(vload4((i), (p)))
+#define loadcodes(i, p) convert_float4(((global const uchar4 *)(p))[i])
 #endif
 
 /* Fold tokens [t0, t1) of a sealed u8 block: codes [token][ch], then f16
