@@ -9,10 +9,10 @@
  * wrapped with CL_MEM_USE_HOST_PTR instead of copied. cl_mem tensors
  * (pkv__opencl_attend_device) are only enqueued.
  *
- * Programs: one program per device holds every kernel; geometry and dtype
- * are kernel arguments, so one build serves every engine on the device.
- * pkv's own contexts are shared by the engines of a process (one context
- * and program per device and build), and binaries can be cached on disk.
+ * Programs (opencl_program.c): one generic program per device holds every
+ * kernel but decode, with geometry and dtype as kernel arguments, so one
+ * build serves every engine on the device; the decode kernels are
+ * specialised per geometry and built on the first all-decode step.
  */
 #include "backend_opencl.h"
 
@@ -20,107 +20,15 @@
 #include "kv_layout.h"
 #include "decode_plan.h"
 #include "kv_step.h"
+#include "opencl_program.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <threads.h>
 
 #define LOCAL_ROWS 16u /* work-group width of the per-row kernels */
-#define NAME_MAX_LEN 256
-#define MAX_PLATFORMS 16u
-#define MAX_DEVICES 32u
-#define CACHE_MAGIC "PKVCLB01"
-#define CACHE_MAX_BYTES (256u << 20)
-
-#ifdef PKV_KERNELS_DIR
-const char *pkv__opencl_kernel_dir = PKV_KERNELS_DIR;
-#else
-const char *pkv__opencl_kernel_dir = NULL;
-#endif
-
-/* ------------------------------------------------------------ CL errors */
-
-static const char *cl_error_name(cl_int e)
-{
-    switch (e) {
-#define N(x) \
-    case x:  \
-        return #x;
-        N(CL_SUCCESS) N(CL_DEVICE_NOT_FOUND) N(CL_DEVICE_NOT_AVAILABLE)
-        N(CL_COMPILER_NOT_AVAILABLE) N(CL_MEM_OBJECT_ALLOCATION_FAILURE)
-        N(CL_OUT_OF_RESOURCES) N(CL_OUT_OF_HOST_MEMORY)
-        N(CL_PROFILING_INFO_NOT_AVAILABLE) N(CL_MEM_COPY_OVERLAP)
-        N(CL_IMAGE_FORMAT_MISMATCH) N(CL_IMAGE_FORMAT_NOT_SUPPORTED)
-        N(CL_BUILD_PROGRAM_FAILURE) N(CL_MAP_FAILURE)
-        N(CL_MISALIGNED_SUB_BUFFER_OFFSET)
-        N(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
-        N(CL_COMPILE_PROGRAM_FAILURE) N(CL_LINKER_NOT_AVAILABLE)
-        N(CL_LINK_PROGRAM_FAILURE) N(CL_DEVICE_PARTITION_FAILED)
-        N(CL_KERNEL_ARG_INFO_NOT_AVAILABLE) N(CL_INVALID_VALUE)
-        N(CL_INVALID_DEVICE_TYPE) N(CL_INVALID_PLATFORM) N(CL_INVALID_DEVICE)
-        N(CL_INVALID_CONTEXT) N(CL_INVALID_QUEUE_PROPERTIES)
-        N(CL_INVALID_COMMAND_QUEUE) N(CL_INVALID_HOST_PTR)
-        N(CL_INVALID_MEM_OBJECT) N(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR)
-        N(CL_INVALID_IMAGE_SIZE) N(CL_INVALID_SAMPLER) N(CL_INVALID_BINARY)
-        N(CL_INVALID_BUILD_OPTIONS) N(CL_INVALID_PROGRAM)
-        N(CL_INVALID_PROGRAM_EXECUTABLE) N(CL_INVALID_KERNEL_NAME)
-        N(CL_INVALID_KERNEL_DEFINITION) N(CL_INVALID_KERNEL)
-        N(CL_INVALID_ARG_INDEX) N(CL_INVALID_ARG_VALUE) N(CL_INVALID_ARG_SIZE)
-        N(CL_INVALID_KERNEL_ARGS) N(CL_INVALID_WORK_DIMENSION)
-        N(CL_INVALID_WORK_GROUP_SIZE) N(CL_INVALID_WORK_ITEM_SIZE)
-        N(CL_INVALID_GLOBAL_OFFSET) N(CL_INVALID_EVENT_WAIT_LIST)
-        N(CL_INVALID_EVENT) N(CL_INVALID_OPERATION) N(CL_INVALID_GL_OBJECT)
-        N(CL_INVALID_BUFFER_SIZE) N(CL_INVALID_MIP_LEVEL)
-        N(CL_INVALID_GLOBAL_WORK_SIZE) N(CL_INVALID_PROPERTY)
-        N(CL_INVALID_IMAGE_DESCRIPTOR) N(CL_INVALID_COMPILER_OPTIONS)
-        N(CL_INVALID_LINKER_OPTIONS) N(CL_INVALID_DEVICE_PARTITION_COUNT)
-#undef N
-    case -1001:
-        return "CL_PLATFORM_NOT_FOUND_KHR";
-    default:
-        return "unknown OpenCL error";
-    }
-}
-
-static pkv_status cl_status(cl_int e)
-{
-    switch (e) {
-    case CL_OUT_OF_HOST_MEMORY:
-        return PKV_ERR_OUT_OF_MEMORY;
-    case CL_MEM_OBJECT_ALLOCATION_FAILURE:
-    case CL_OUT_OF_RESOURCES:
-    case CL_INVALID_BUFFER_SIZE:
-        return PKV_ERR_DEVICE_MEMORY;
-    case CL_BUILD_PROGRAM_FAILURE:
-    case CL_COMPILE_PROGRAM_FAILURE:
-    case CL_LINK_PROGRAM_FAILURE:
-    case CL_COMPILER_NOT_AVAILABLE:
-    case CL_LINKER_NOT_AVAILABLE:
-    case CL_INVALID_BINARY:
-    case CL_INVALID_BUILD_OPTIONS:
-    case CL_INVALID_PROGRAM_EXECUTABLE:
-    case CL_INVALID_KERNEL_NAME:
-        return PKV_ERR_BUILD;
-    case CL_INVALID_MEM_OBJECT:
-    case CL_INVALID_CONTEXT:
-    case CL_INVALID_COMMAND_QUEUE:
-        /* Only the host's handles can be invalid: pkv's own are not. */
-        return PKV_ERR_INVALID_ARGUMENT;
-    default:
-        return PKV_ERR_DEVICE;
-    }
-}
-
-/* Fail with the call and the CL error's name in the message. */
-static pkv_status cl_fail(cl_int err, const char *call)
-{
-    return pkv__fail(cl_status(err), "%s: %s (%d)", call, cl_error_name(err),
-                     (int)err);
-}
 
 /* -------------------------------------------------------------- backend */
 
@@ -133,22 +41,17 @@ typedef struct host_mem {
 struct pkv__backend {
     pkv__backend_config cfg;
     pkv__allocator alloc;
-    pkv_log_fn log;
-    void *log_user;
-    int32_t log_level;
-
-    cl_device_id device;
-    cl_context context;
+    pkv__cl_target cl; /* device, context, log, program cache */
     cl_command_queue queue;
     cl_program program;
     cl_kernel k_append, k_seal, k_attend, k_copy;
     size_t local_append, local_seal, local_attend, local_copy;
     int unified;         /* CL_DEVICE_HOST_UNIFIED_MEMORY */
     size_t host_align;   /* alignment a USE_HOST_PTR wrap needs */
-    char device_name[4 * NAME_MAX_LEN];
+    char device_name[4 * PKV__CL_NAME_MAX];
     /* pkv__backend_opencl named after the device, for the engine's log. */
     pkv__backend_ops ops;
-    char ops_name[4 * NAME_MAX_LEN + 16];
+    char ops_name[4 * PKV__CL_NAME_MAX + 16];
 
     uint32_t layer_block_bytes;
     uint32_t head_bytes;
@@ -174,8 +77,7 @@ struct pkv__backend {
      * not used (PKV_OPENCL_DECODE_KERNEL=0, or it did not build). */
     int decode_state;
     int step_is_decode;
-    int own_context;
-    char cache_dir[1024]; /* "" for none */
+    char cache_dir[1024]; /* cl.cache_dir points here when set */
     cl_uint compute_units;
     cl_program decode_program;
     cl_kernel k_partial, k_reduce;
@@ -190,478 +92,6 @@ struct pkv__backend {
     size_t tensor_cap[4];
 };
 
-static void blog(const pkv__backend *b, int32_t level, const char *fmt, ...)
-    PKV__PRINTF(3, 4);
-static void blog(const pkv__backend *b, int32_t level, const char *fmt, ...)
-{
-    if (b->log == NULL || level > b->log_level)
-        return;
-    char line[PKV__ERROR_MAX];
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(line, sizeof line, fmt, args);
-    va_end(args);
-    b->log(b->log_user, level, line);
-}
-
-/* --------------------------------------------- process-wide programs */
-
-/* pkv's own contexts and programs, one per (device, build key), shared by
- * every engine of the process and kept until it exits: building a program
- * takes seconds on some drivers, creating an engine should not. */
-typedef struct shared_program {
-    cl_device_id device;
-    uint64_t key;
-    cl_context context;
-    cl_program program;
-} shared_program;
-
-#define MAX_SHARED 64u
-static shared_program shared[MAX_SHARED];
-static unsigned num_shared;
-static mtx_t shared_lock;
-static once_flag shared_once = ONCE_FLAG_INIT;
-static int shared_lock_ok;
-
-static void shared_init(void)
-{
-    shared_lock_ok = mtx_init(&shared_lock, mtx_plain) == thrd_success;
-}
-
-/* ------------------------------------------------------ device choice */
-
-static int contains_nocase(const char *hay, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (; *hay != '\0'; hay++) {
-        size_t i = 0;
-        while (i < n && hay[i] != '\0' &&
-               tolower((unsigned char)hay[i]) ==
-                   tolower((unsigned char)needle[i]))
-            i++;
-        if (i == n)
-            return 1;
-    }
-    return n == 0;
-}
-
-static void info_string(cl_device_id d, cl_device_info what, char *buf,
-                        size_t size)
-{
-    buf[0] = '\0';
-    if (clGetDeviceInfo(d, what, size - 1, buf, NULL) != CL_SUCCESS)
-        buf[0] = '\0';
-    buf[size - 1] = '\0';
-}
-
-static void platform_name(cl_platform_id p, char *buf, size_t size)
-{
-    buf[0] = '\0';
-    if (clGetPlatformInfo(p, CL_PLATFORM_NAME, size - 1, buf, NULL) !=
-        CL_SUCCESS)
-        buf[0] = '\0';
-    buf[size - 1] = '\0';
-}
-
-/* The device named by `want` (a substring of platform or device name), or
- * the first GPU, or the first device. */
-static pkv_status pick_device(const char *want, cl_device_id *out)
-{
-    cl_platform_id plats[MAX_PLATFORMS];
-    cl_uint np = 0;
-    cl_int err = clGetPlatformIDs(MAX_PLATFORMS, plats, &np);
-    if (err == -1001 || (err == CL_SUCCESS && np == 0))
-        return pkv__fail(PKV_ERR_DEVICE, "no OpenCL platform is installed");
-    if (err != CL_SUCCESS)
-        return cl_fail(err, "clGetPlatformIDs");
-    if (np > MAX_PLATFORMS)
-        np = MAX_PLATFORMS;
-    cl_device_id first = NULL, gpu = NULL, named = NULL;
-    char seen[PKV__ERROR_MAX / 2] = "";
-    for (cl_uint p = 0; p < np; p++) {
-        cl_device_id devs[MAX_DEVICES];
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devs,
-                           &nd) != CL_SUCCESS)
-            continue;
-        if (nd > MAX_DEVICES)
-            nd = MAX_DEVICES;
-        char pname[NAME_MAX_LEN];
-        platform_name(plats[p], pname, sizeof pname);
-        for (cl_uint i = 0; i < nd; i++) {
-            char dname[NAME_MAX_LEN];
-            info_string(devs[i], CL_DEVICE_NAME, dname, sizeof dname);
-            size_t used = strlen(seen);
-            snprintf(seen + used, sizeof seen - used, "%s'%s / %s'",
-                     used ? ", " : "", pname, dname);
-            cl_device_type type = 0;
-            clGetDeviceInfo(devs[i], CL_DEVICE_TYPE, sizeof type, &type,
-                            NULL);
-            if (first == NULL)
-                first = devs[i];
-            if (gpu == NULL && (type & CL_DEVICE_TYPE_GPU))
-                gpu = devs[i];
-            if (want != NULL && named == NULL &&
-                (contains_nocase(pname, want) || contains_nocase(dname, want)))
-                named = devs[i];
-        }
-    }
-    if (want != NULL) {
-        if (named == NULL)
-            return pkv__fail(PKV_ERR_DEVICE,
-                             "no OpenCL device matches '%s' (devices: %s)",
-                             want, first ? seen : "none");
-        *out = named;
-        return PKV_OK;
-    }
-    if (first == NULL)
-        return pkv__fail(PKV_ERR_DEVICE, "no OpenCL device found");
-    *out = gpu != NULL ? gpu : first;
-    return PKV_OK;
-}
-
-/* ------------------------------------------------------------ program */
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-#define FNV_START 0xcbf29ce484222325ull
-
-/* The files of the generic program and of the decode program. */
-static const char *const generic_files[] = {
-    "src/kv_layout.h",       "src/kv_step.h",
-    "kernels/pkv_common.cl", "kernels/kv_append.cl",
-    "kernels/paged_attention.cl", "kernels/block_copy.cl"};
-static const char *const decode_files[] = {"src/kv_layout.h",
-                                           "kernels/paged_decode.cl"};
-#define NUM_FILES(list) ((unsigned)(sizeof list / sizeof list[0]))
-
-/* Read a kernel file from pkv__opencl_kernel_dir into dst (size bytes), or
- * only measure it (dst NULL). */
-static pkv_status read_kernel_file(const char *name, char *dst, size_t *size)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", pkv__opencl_kernel_dir, name);
-    FILE *f = fopen(path, "rb");
-    long n = -1;
-    if (f != NULL && dst == NULL && fseek(f, 0, SEEK_END) == 0)
-        n = ftell(f);
-    if (f != NULL && dst != NULL)
-        n = fread(dst, 1, *size, f) == *size ? (long)*size : -1;
-    if (f != NULL)
-        fclose(f);
-    if (n < 0)
-        return pkv__fail(PKV_ERR_BUILD, "kernel source %s cannot be read",
-                         path);
-    *size = (size_t)n;
-    return PKV_OK;
-}
-
-/* A program's source: its kernel files, concatenated, embedded or read
- * from pkv__opencl_kernel_dir. */
-static pkv_status load_source(pkv__backend *b, const char *const *names,
-                              unsigned n, char **out, size_t *out_size)
-{
-    const pkv__kernel_file *files[8];
-    size_t sizes[8];
-    size_t total = 1;
-    if (n > 8)
-        return pkv__fail(PKV_ERR_INTERNAL, "too many kernel files");
-    for (unsigned i = 0; i < n; i++) {
-        files[i] = NULL;
-        for (unsigned j = 0; j < pkv__kernel_num_files; j++)
-            if (strcmp(pkv__kernel_files[j].name, names[i]) == 0)
-                files[i] = &pkv__kernel_files[j];
-        if (files[i] == NULL)
-            return pkv__fail(PKV_ERR_INTERNAL, "kernel %s is not embedded",
-                             names[i]);
-        sizes[i] = files[i]->size;
-        if (pkv__opencl_kernel_dir != NULL) {
-            pkv_status st = read_kernel_file(names[i], NULL, &sizes[i]);
-            if (st != PKV_OK)
-                return st;
-        }
-        total += sizes[i] + 1;
-    }
-    char *src = pkv__calloc(&b->alloc, total, 1);
-    if (src == NULL)
-        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "kernel source: no memory");
-    size_t at = 0;
-    for (unsigned i = 0; i < n; i++) {
-        if (pkv__opencl_kernel_dir == NULL) {
-            memcpy(src + at, files[i]->data, sizes[i]);
-        } else {
-            pkv_status st = read_kernel_file(names[i], src + at, &sizes[i]);
-            if (st != PKV_OK) {
-                pkv__free(&b->alloc, src, total, 1);
-                return st;
-            }
-        }
-        at += sizes[i];
-        src[at++] = '\n';
-    }
-    src[at] = '\0';
-    *out = src;
-    *out_size = total;
-    return PKV_OK;
-}
-
-static void build_options(const pkv__backend *b, const char *extra,
-                          char *buf, size_t size)
-{
-    cl_device_fp_config fp = 0;
-    clGetDeviceInfo(b->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp,
-                    NULL);
-    /* A correctly rounded division makes the u8 seal's codes equal the
-     * CPU backend's (kv_append.cl). */
-    snprintf(buf, size, "-cl-std=CL1.2%s%s",
-             (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
-                 ? " -cl-fp32-correctly-rounded-divide-sqrt"
-                 : "",
-             extra);
-}
-
-/* The key of a build: sources, device, driver and options. */
-static uint64_t build_key(const pkv__backend *b, const char *src,
-                          size_t src_size, const char *options)
-{
-    char buf[NAME_MAX_LEN];
-    uint64_t h = fnv1a(FNV_START, src, src_size);
-    h = fnv1a(h, options, strlen(options) + 1);
-    const cl_device_info infos[] = {CL_DEVICE_NAME, CL_DEVICE_VENDOR,
-                                    CL_DEVICE_VERSION, CL_DRIVER_VERSION};
-    for (size_t i = 0; i < sizeof infos / sizeof infos[0]; i++) {
-        info_string(b->device, infos[i], buf, sizeof buf);
-        h = fnv1a(h, buf, strlen(buf) + 1);
-    }
-    return h;
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-/* A program from a cache file, or NULL when there is none or it does not
- * pass: magic, key, size and checksum (FNV-1a) checked, then the driver
- * must accept and build the binary. A bad file is logged and rebuilt. */
-static cl_program cache_load(pkv__backend *b, const char *path, uint64_t key,
-                             const char *options)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    unsigned char head[32];
-    const char *why = NULL;
-    unsigned char *bin = NULL;
-    uint64_t size = 0;
-    cl_program prog = NULL;
-    if (fread(head, 1, sizeof head, f) != sizeof head ||
-        memcmp(head, CACHE_MAGIC, 8) != 0 || get_u64(head + 8) != key)
-        why = "bad header";
-    if (why == NULL) {
-        size = get_u64(head + 16);
-        if (size == 0 || size > CACHE_MAX_BYTES)
-            why = "bad size";
-    }
-    if (why == NULL) {
-        bin = pkv__calloc(&b->alloc, (size_t)size, 1);
-        if (bin == NULL)
-            why = "no memory";
-        else if (fread(bin, 1, (size_t)size, f) != size)
-            why = "truncated";
-        else if (fnv1a(FNV_START, bin, (size_t)size) != get_u64(head + 24))
-            why = "checksum mismatch";
-    }
-    fclose(f);
-    if (why == NULL) {
-        size_t n = (size_t)size;
-        const unsigned char *bins[1] = {bin};
-        cl_int bstatus = CL_SUCCESS, err;
-        prog = clCreateProgramWithBinary(b->context, 1, &b->device, &n, bins,
-                                         &bstatus, &err);
-        if (err != CL_SUCCESS || bstatus != CL_SUCCESS) {
-            why = "rejected by the driver";
-            if (prog != NULL)
-                clReleaseProgram(prog);
-            prog = NULL;
-        } else if (clBuildProgram(prog, 1, &b->device, options, NULL, NULL) !=
-                   CL_SUCCESS) {
-            why = "does not build";
-            clReleaseProgram(prog);
-            prog = NULL;
-        }
-    }
-    if (bin != NULL)
-        pkv__free(&b->alloc, bin, (size_t)size, 1);
-    if (why != NULL)
-        blog(b, PKV_LOG_WARN, "program cache %s: %s; rebuilding", path, why);
-    else
-        blog(b, PKV_LOG_DEBUG, "program cache hit: %s", path);
-    return prog;
-}
-
-/* Write the built program's binary (best effort: a cache that cannot be
- * written costs a rebuild next time, nothing else). */
-static void cache_store(pkv__backend *b, const char *path, uint64_t key,
-                        cl_program prog)
-{
-    size_t size = 0;
-    if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size,
-                         NULL) != CL_SUCCESS ||
-        size == 0 || size > CACHE_MAX_BYTES)
-        return;
-    unsigned char *bin = pkv__calloc(&b->alloc, size, 1);
-    if (bin == NULL)
-        return;
-    unsigned char *bins[1] = {bin};
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.%p.tmp", path, (void *)b);
-    FILE *f = NULL;
-    int ok = clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins,
-                              NULL) == CL_SUCCESS;
-    if (ok)
-        f = fopen(tmp, "wb");
-    if (f != NULL) {
-        unsigned char head[32];
-        memcpy(head, CACHE_MAGIC, 8);
-        put_u64(head + 8, key);
-        put_u64(head + 16, size);
-        put_u64(head + 24, fnv1a(FNV_START, bin, size));
-        ok = fwrite(head, 1, sizeof head, f) == sizeof head &&
-             fwrite(bin, 1, size, f) == size;
-        ok &= fclose(f) == 0;
-        ok = ok && rename(tmp, path) == 0;
-        if (!ok)
-            remove(tmp);
-        blog(b, ok ? PKV_LOG_DEBUG : PKV_LOG_WARN, "program cache %s: %s",
-             path, ok ? "written" : "cannot be written");
-    }
-    pkv__free(&b->alloc, bin, size, 1);
-}
-
-/* Build the program for b->context/b->device, through the disk cache. */
-static pkv_status build_program(pkv__backend *b, const char *cache_dir,
-                                const char *src, size_t src_size,
-                                const char *options, uint64_t key,
-                                cl_program *out)
-{
-    char path[1024] = "";
-    if (cache_dir != NULL) {
-        snprintf(path, sizeof path, "%s/pkv-%016llx.clbin", cache_dir,
-                 (unsigned long long)key);
-        *out = cache_load(b, path, key, options);
-        if (*out != NULL)
-            return PKV_OK;
-    }
-    cl_int err;
-    const char *srcs[1] = {src};
-    size_t lens[1] = {src_size - 1};
-    cl_program prog =
-        clCreateProgramWithSource(b->context, 1, srcs, lens, &err);
-    if (err != CL_SUCCESS)
-        return cl_fail(err, "clCreateProgramWithSource");
-    err = clBuildProgram(prog, 1, &b->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[PKV__ERROR_MAX];
-        log[0] = '\0';
-        clGetProgramBuildInfo(prog, b->device, CL_PROGRAM_BUILD_LOG,
-                              sizeof log - 1, log, NULL);
-        log[sizeof log - 1] = '\0';
-        clReleaseProgram(prog);
-        return pkv__fail(cl_status(err) == PKV_ERR_DEVICE ? PKV_ERR_BUILD
-                                                          : cl_status(err),
-                         "clBuildProgram: %s (%d): %s", cl_error_name(err),
-                         (int)err, log);
-    }
-    if (cache_dir != NULL)
-        cache_store(b, path, key, prog);
-    *out = prog;
-    return PKV_OK;
-}
-
-/* A program from the given files and extra options, for b->device. When
- * pkv owns the context (own), programs are shared process-wide: the first
- * one fixes the context (created here when b->context is NULL), later ones
- * are looked up in the same context. */
-static pkv_status get_program(pkv__backend *b, const char *const *names,
-                              unsigned n, const char *extra,
-                              const char *cache_dir, int own, cl_program *out)
-{
-    char *src = NULL;
-    size_t src_size = 0;
-    pkv_status st = load_source(b, names, n, &src, &src_size);
-    if (st != PKV_OK)
-        return st;
-    char options[512];
-    build_options(b, extra, options, sizeof options);
-    uint64_t key = build_key(b, src, src_size, options);
-    if (!own) {
-        st = build_program(b, cache_dir, src, src_size, options, key, out);
-        pkv__free(&b->alloc, src, src_size, 1);
-        return st;
-    }
-    call_once(&shared_once, shared_init);
-    if (!shared_lock_ok) {
-        pkv__free(&b->alloc, src, src_size, 1);
-        return pkv__fail(PKV_ERR_INTERNAL, "program table lock");
-    }
-    mtx_lock(&shared_lock);
-    unsigned i = 0;
-    while (i < num_shared &&
-           (shared[i].device != b->device || shared[i].key != key ||
-            (b->context != NULL && shared[i].context != b->context)))
-        i++;
-    if (i < num_shared) {
-        if (b->context == NULL) {
-            b->context = shared[i].context;
-            clRetainContext(b->context);
-        }
-        *out = shared[i].program;
-        clRetainProgram(*out);
-    } else {
-        cl_int err = CL_SUCCESS;
-        if (b->context == NULL) {
-            b->context =
-                clCreateContext(NULL, 1, &b->device, NULL, NULL, &err);
-            if (err != CL_SUCCESS) {
-                b->context = NULL;
-                st = cl_fail(err, "clCreateContext");
-            }
-        }
-        if (st == PKV_OK)
-            st = build_program(b, cache_dir, src, src_size, options, key,
-                               out);
-        if (st == PKV_OK && num_shared < MAX_SHARED) {
-            shared_program *s = &shared[num_shared++];
-            s->device = b->device;
-            s->key = key;
-            s->context = b->context;
-            s->program = *out;
-            clRetainContext(s->context);
-            clRetainProgram(s->program);
-        }
-    }
-    mtx_unlock(&shared_lock);
-    pkv__free(&b->alloc, src, src_size, 1);
-    return st;
-}
 
 static pkv_status make_kernel(pkv__backend *b, cl_program prog,
                               const char *name, cl_kernel *out, size_t *local,
@@ -673,11 +103,12 @@ static pkv_status make_kernel(pkv__backend *b, cl_program prog,
         *out = NULL;
         char call[96];
         snprintf(call, sizeof call, "clCreateKernel(%s)", name);
-        return cl_fail(err, call);
+        return pkv__cl_fail(err, call);
     }
     size_t max = 0;
-    err = clGetKernelWorkGroupInfo(*out, b->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                   sizeof max, &max, NULL);
+    err = clGetKernelWorkGroupInfo(*out, b->cl.device,
+                                   CL_KERNEL_WORK_GROUP_SIZE, sizeof max, &max,
+                                   NULL);
     *local = err == CL_SUCCESS && max < want && max > 0 ? max : want;
     return PKV_OK;
 }
@@ -725,8 +156,8 @@ static void ocl_destroy(pkv__backend *b)
         clReleaseProgram(b->program);
     if (b->queue != NULL)
         clReleaseCommandQueue(b->queue);
-    if (b->context != NULL)
-        clReleaseContext(b->context);
+    if (b->cl.context != NULL)
+        clReleaseContext(b->cl.context);
     pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof(uint32_t));
     pkv__allocator a = b->alloc;
     pkv__free(&a, b, 1, sizeof *b);
@@ -745,7 +176,7 @@ static pkv_status adopt_host_queue(pkv__backend *b, cl_context ctx,
     cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx,
                                        &qctx, NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(err, "clGetCommandQueueInfo(host queue)");
+        return pkv__cl_fail(err, "clGetCommandQueueInfo(host queue)");
     if (qctx != ctx)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "the host's queue does not belong to its context");
@@ -753,16 +184,16 @@ static pkv_status adopt_host_queue(pkv__backend *b, cl_context ctx,
     err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props,
                                 &props, NULL);
     if (err == CL_SUCCESS)
-        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof b->device,
-                                    &b->device, NULL);
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE,
+                                    sizeof b->cl.device, &b->cl.device, NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(err, "clGetCommandQueueInfo(host queue)");
+        return pkv__cl_fail(err, "clGetCommandQueueInfo(host queue)");
     if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the host's queue is out of order; pkv needs an "
                          "in-order queue");
     clRetainContext(ctx);
-    b->context = ctx;
+    b->cl.context = ctx;
     clRetainCommandQueue(queue);
     b->queue = queue;
     return PKV_OK;
@@ -773,9 +204,9 @@ static pkv_status check_fit(pkv__backend *b)
 {
     const pkv__backend_config *c = &b->cfg;
     cl_ulong max_alloc = 0, global = 0;
-    clGetDeviceInfo(b->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc,
-                    &max_alloc, NULL);
-    clGetDeviceInfo(b->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global,
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+                    sizeof max_alloc, &max_alloc, NULL);
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global,
                     &global, NULL);
     size_t lbb = pkv__backend_layer_block_bytes(c);
     size_t stage_bytes = pkv__backend_stage_bytes(c);
@@ -814,20 +245,20 @@ static pkv_status new_zeroed(pkv__backend *b, size_t bytes, cl_mem *out,
                              const char *what)
 {
     cl_int err;
-    *out = clCreateBuffer(b->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    *out = clCreateBuffer(b->cl.context, CL_MEM_READ_WRITE, bytes, NULL, &err);
     char call[96];
     if (err != CL_SUCCESS) {
         *out = NULL;
         snprintf(call, sizeof call, "clCreateBuffer(%s, %zu bytes)", what,
                  bytes);
-        return cl_fail(err, call);
+        return pkv__cl_fail(err, call);
     }
     cl_uint zero = 0;
     err = clEnqueueFillBuffer(b->queue, *out, &zero, sizeof zero, 0, bytes, 0,
                               NULL, NULL);
     if (err != CL_SUCCESS) {
         snprintf(call, sizeof call, "clEnqueueFillBuffer(%s)", what);
-        return cl_fail(err, call);
+        return pkv__cl_fail(err, call);
     }
     return PKV_OK;
 }
@@ -846,13 +277,16 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");
     b->cfg = *config;
     b->alloc = *alloc;
-    b->log = o->log;
-    b->log_user = o->log_user;
-    b->log_level = o->log_level;
+    b->cl.alloc = *alloc;
+    b->cl.log = o->log;
+    b->cl.log_user = o->log_user;
+    b->cl.log_level = o->log_level;
     int own = o->context == NULL && o->queue == NULL;
-    b->own_context = own;
-    if (o->cache_dir != NULL)
+    b->cl.own_context = own;
+    if (o->cache_dir != NULL) {
         snprintf(b->cache_dir, sizeof b->cache_dir, "%s", o->cache_dir);
+        b->cl.cache_dir = b->cache_dir;
+    }
     const char *dk = getenv("PKV_OPENCL_DECODE_KERNEL");
     b->decode_state = dk != NULL && strcmp(dk, "0") == 0 ? -1 : 0;
     if (own) {
@@ -861,42 +295,43 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
             want = getenv("PKV_OPENCL_DEVICE");
         if (want != NULL && want[0] == '\0')
             want = NULL;
-        st = pick_device(want, &b->device);
+        st = pkv__cl_pick_device(want, &b->cl.device);
     } else {
         st = adopt_host_queue(b, o->context, o->queue);
     }
     if (st == PKV_OK) {
-        char dname[NAME_MAX_LEN], driver[NAME_MAX_LEN], pname[NAME_MAX_LEN];
+        char dname[PKV__CL_NAME_MAX], driver[PKV__CL_NAME_MAX];
+        char pname[PKV__CL_NAME_MAX];
         cl_platform_id plat = NULL;
-        clGetDeviceInfo(b->device, CL_DEVICE_PLATFORM, sizeof plat, &plat,
+        clGetDeviceInfo(b->cl.device, CL_DEVICE_PLATFORM, sizeof plat, &plat,
                         NULL);
-        platform_name(plat, pname, sizeof pname);
-        info_string(b->device, CL_DEVICE_NAME, dname, sizeof dname);
-        info_string(b->device, CL_DRIVER_VERSION, driver, sizeof driver);
+        pkv__cl_platform_name(plat, pname, sizeof pname);
+        pkv__cl_device_string(b->cl.device, CL_DEVICE_NAME, dname,
+                              sizeof dname);
+        pkv__cl_device_string(b->cl.device, CL_DRIVER_VERSION, driver,
+                              sizeof driver);
         snprintf(b->device_name, sizeof b->device_name, "%s / %s (driver %s)",
                  pname, dname, driver);
         cl_bool unified = CL_FALSE;
         cl_uint align_bits = 0;
-        clGetDeviceInfo(b->device, CL_DEVICE_HOST_UNIFIED_MEMORY,
+        clGetDeviceInfo(b->cl.device, CL_DEVICE_HOST_UNIFIED_MEMORY,
                         sizeof unified, &unified, NULL);
-        clGetDeviceInfo(b->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN,
+        clGetDeviceInfo(b->cl.device, CL_DEVICE_MEM_BASE_ADDR_ALIGN,
                         sizeof align_bits, &align_bits, NULL);
         b->unified = unified == CL_TRUE;
-        clGetDeviceInfo(b->device, CL_DEVICE_MAX_COMPUTE_UNITS,
+        clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_COMPUTE_UNITS,
                         sizeof b->compute_units, &b->compute_units, NULL);
         b->host_align = align_bits >= 8 ? align_bits / 8 : 128;
         st = check_fit(b);
     }
     if (st == PKV_OK)
-        st = get_program(b, generic_files, NUM_FILES(generic_files), "",
-                         b->cache_dir[0] ? b->cache_dir : NULL, own,
-                         &b->program);
+        st = pkv__cl_program(&b->cl, PKV__CL_GENERIC, "", &b->program);
     if (st == PKV_OK && own) {
         cl_int err;
-        b->queue = clCreateCommandQueue(b->context, b->device, 0, &err);
+        b->queue = clCreateCommandQueue(b->cl.context, b->cl.device, 0, &err);
         if (err != CL_SUCCESS) {
             b->queue = NULL;
-            st = cl_fail(err, "clCreateCommandQueue");
+            st = pkv__cl_fail(err, "clCreateCommandQueue");
         }
     }
     if (st == PKV_OK)
@@ -926,7 +361,7 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
          * has a clear place. */
         cl_int err = clFinish(b->queue);
         if (err != CL_SUCCESS)
-            st = cl_fail(err, "clFinish(zero the arenas)");
+            st = pkv__cl_fail(err, "clFinish(zero the arenas)");
     }
     if (st != PKV_OK) {
         char why[PKV__ERROR_MAX];
@@ -934,9 +369,10 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         ocl_destroy(b);
         return pkv__fail(st, "%s", why);
     }
-    blog(b, PKV_LOG_DEBUG, "opencl: %s%s, %u layer arenas of %zu bytes",
-         b->device_name, b->unified ? ", unified memory" : "",
-         (unsigned)config->num_layers, b->arena_bytes);
+    pkv__cl_log(&b->cl, PKV_LOG_DEBUG,
+                "opencl: %s%s, %u layer arenas of %zu bytes",
+                b->device_name, b->unified ? ", unified memory" : "",
+                (unsigned)config->num_layers, b->arena_bytes);
     *out = b;
     return PKV_OK;
 }
@@ -965,7 +401,7 @@ int pkv__opencl_is(const pkv__backend_ops *ops)
 void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
                          cl_command_queue *queue)
 {
-    *context = b->context;
+    *context = b->cl.context;
     *queue = b->queue;
 }
 
@@ -982,12 +418,12 @@ static pkv_status grow_buffer(pkv__backend *b, cl_mem *mem, size_t *cap,
     while (want < bytes)
         want *= 2;
     cl_int err;
-    cl_mem m = clCreateBuffer(b->context, flags, want, NULL, &err);
+    cl_mem m = clCreateBuffer(b->cl.context, flags, want, NULL, &err);
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clCreateBuffer(%s, %zu bytes)", what,
                  want);
-        return cl_fail(err, call);
+        return pkv__cl_fail(err, call);
     }
     if (*mem != NULL)
         clReleaseMemObject(*mem);
@@ -1012,10 +448,10 @@ static pkv_status grow_step(pkv__backend *b, size_t words)
     if (words > b->step_mem_cap) {
         size_t cap = b->step_host_cap;
         cl_int err;
-        cl_mem m = clCreateBuffer(b->context, CL_MEM_READ_ONLY,
+        cl_mem m = clCreateBuffer(b->cl.context, CL_MEM_READ_ONLY,
                                   cap * sizeof(uint32_t), NULL, &err);
         if (err != CL_SUCCESS)
-            return cl_fail(err, "clCreateBuffer(step arrays)");
+            return pkv__cl_fail(err, "clCreateBuffer(step arrays)");
         if (b->step_mem != NULL)
             clReleaseMemObject(b->step_mem);
         b->step_mem = m;
@@ -1035,7 +471,7 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
         clReleaseEvent(b->upload);
         b->upload = NULL;
         if (err != CL_SUCCESS)
-            return cl_fail(err, "clWaitForEvents(step upload)");
+            return pkv__cl_fail(err, "clWaitForEvents(step upload)");
     }
     const pkv__backend_config *c = &b->cfg;
     uint32_t n = s->num_seqs, t = s->num_tokens, bs = c->block_size;
@@ -1124,7 +560,8 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
                                               w + off[which[i]], 0, NULL,
                                               NULL);
             if (err != CL_SUCCESS)
-                return cl_fail(err, "clEnqueueWriteBuffer(decode arrays)");
+                return pkv__cl_fail(err,
+                                    "clEnqueueWriteBuffer(decode arrays)");
         }
     }
     cl_int err = clEnqueueWriteBuffer(b->queue, b->step_mem, CL_FALSE, 0,
@@ -1132,7 +569,7 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
     if (err != CL_SUCCESS) {
         b->upload = NULL;
         b->have_step = 0;
-        return cl_fail(err, "clEnqueueWriteBuffer(step arrays)");
+        return pkv__cl_fail(err, "clEnqueueWriteBuffer(step arrays)");
     }
     b->step = *s;
     b->num_seals = seals;
@@ -1159,7 +596,7 @@ static pkv_status launch(pkv__backend *b, cl_kernel k, const char *name,
         cl_int err = clSetKernelArg(k, i, args[i].size, args[i].value);
         if (err != CL_SUCCESS) {
             snprintf(call, sizeof call, "clSetKernelArg(%s, %u)", name, i);
-            return cl_fail(err, call);
+            return pkv__cl_fail(err, call);
         }
     }
     if (g0 == 0 || g1 == 0)
@@ -1171,7 +608,7 @@ static pkv_status launch(pkv__backend *b, cl_kernel k, const char *name,
                                NULL);
     if (err != CL_SUCCESS) {
         snprintf(call, sizeof call, "clEnqueueNDRangeKernel(%s)", name);
-        return cl_fail(err, call);
+        return pkv__cl_fail(err, call);
     }
     return PKV_OK;
 }
@@ -1257,9 +694,8 @@ static void decode_prepare(pkv__backend *b)
              u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
              u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL);
     size_t local = 0;
-    pkv_status st = get_program(b, decode_files, NUM_FILES(decode_files),
-                                extra, b->cache_dir[0] ? b->cache_dir : NULL,
-                                b->own_context, &b->decode_program);
+    pkv_status st =
+        pkv__cl_program(&b->cl, PKV__CL_DECODE, extra, &b->decode_program);
     if (st == PKV_OK)
         st = make_kernel(b, b->decode_program, "pkv_decode_partial",
                          &b->k_partial, &local, c->num_kv_heads);
@@ -1274,10 +710,10 @@ static void decode_prepare(pkv__backend *b)
         b->decode_state = 1;
         return;
     }
-    blog(b, PKV_LOG_WARN,
-         "opencl: the decode kernel is unavailable (%s); the generic kernel "
-         "serves decode steps",
-         pkv_last_error());
+    pkv__cl_log(&b->cl, PKV_LOG_WARN,
+                "opencl: the decode kernel is unavailable (%s); the generic "
+                "kernel serves decode steps",
+                pkv_last_error());
     b->decode_state = -1;
 }
 
@@ -1321,7 +757,7 @@ static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, cl_mem q,
     cl_int err = clEnqueueNDRangeKernel(b->queue, b->k_partial, 3, NULL,
                                         global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_partial)");
+        return pkv__cl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_partial)");
     if (parts == 1)
         return PKV_OK;
     karg r[] = {KA(acc), KA(ml), KA(parts), KA(out)};
@@ -1366,8 +802,8 @@ static pkv_status host_in(pkv__backend *b, int slot, const void *p,
     if (b->unified && (uintptr_t)p % b->host_align == 0) {
         cl_mem_flags f = CL_MEM_USE_HOST_PTR |
                          (output ? CL_MEM_WRITE_ONLY : CL_MEM_READ_ONLY);
-        out->mem = clCreateBuffer(b->context, f, bytes, (void *)(uintptr_t)p,
-                                  &err);
+        out->mem = clCreateBuffer(b->cl.context, f, bytes,
+                                  (void *)(uintptr_t)p, &err);
         if (err == CL_SUCCESS) {
             out->wrapped = out->temporary = 1;
             return PKV_OK;
@@ -1375,10 +811,10 @@ static pkv_status host_in(pkv__backend *b, int slot, const void *p,
         out->mem = NULL;
     }
     if (bytes > b->tensor_cap[slot]) {
-        cl_mem m = clCreateBuffer(b->context, CL_MEM_READ_WRITE, bytes, NULL,
-                                  &err);
+        cl_mem m = clCreateBuffer(b->cl.context, CL_MEM_READ_WRITE, bytes,
+                                  NULL, &err);
         if (err != CL_SUCCESS)
-            return cl_fail(err, "clCreateBuffer(tensor)");
+            return pkv__cl_fail(err, "clCreateBuffer(tensor)");
         if (b->tensor_mem[slot] != NULL)
             clReleaseMemObject(b->tensor_mem[slot]);
         b->tensor_mem[slot] = m;
@@ -1389,7 +825,7 @@ static pkv_status host_in(pkv__backend *b, int slot, const void *p,
         err = clEnqueueWriteBuffer(b->queue, out->mem, CL_FALSE, 0, bytes, p,
                                    0, NULL, NULL);
         if (err != CL_SUCCESS)
-            return cl_fail(err, "clEnqueueWriteBuffer(tensor)");
+            return pkv__cl_fail(err, "clEnqueueWriteBuffer(tensor)");
     }
     return PKV_OK;
 }
@@ -1407,7 +843,7 @@ static pkv_status finish(pkv__backend *b, const char *what)
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clFinish(%s)", what);
-        return cl_fail(err, call);
+        return pkv__cl_fail(err, call);
     }
     return PKV_OK;
 }
@@ -1466,15 +902,15 @@ static pkv_status ocl_attend(pkv__backend *b, uint32_t layer, const float *q,
         void *p = clEnqueueMapBuffer(b->queue, om.mem, CL_TRUE, CL_MAP_READ,
                                      0, bytes, 0, NULL, NULL, &err);
         if (err != CL_SUCCESS)
-            st = cl_fail(err, "clEnqueueMapBuffer(out)");
+            st = pkv__cl_fail(err, "clEnqueueMapBuffer(out)");
         else if ((err = clEnqueueUnmapMemObject(b->queue, om.mem, p, 0, NULL,
                                                 NULL)) != CL_SUCCESS)
-            st = cl_fail(err, "clEnqueueUnmapMemObject(out)");
+            st = pkv__cl_fail(err, "clEnqueueUnmapMemObject(out)");
     } else if (st == PKV_OK) {
         cl_int err = clEnqueueReadBuffer(b->queue, om.mem, CL_TRUE, 0, bytes,
                                          out, 0, NULL, NULL);
         if (err != CL_SUCCESS)
-            st = cl_fail(err, "clEnqueueReadBuffer(out)");
+            st = pkv__cl_fail(err, "clEnqueueReadBuffer(out)");
     }
     pkv_status fin = finish(b, "attend");
     host_release(&qm);
@@ -1501,8 +937,8 @@ static pkv_status device_tensor_check(const pkv__backend *b, const char *name,
         err = clGetMemObjectInfo(t->mem, CL_MEM_SIZE, sizeof size, &size,
                                  NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(err, call);
-    if (ctx != b->context)
+        return pkv__cl_fail(err, call);
+    if (ctx != b->cl.context)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "%s: the cl_mem belongs to another context than "
                          "the engine's (pkv_engine_get_opencl)",
@@ -1604,7 +1040,7 @@ static pkv_status ocl_swap(pkv__backend *b, const uint32_t *blocks,
                                          bytes, host, 0, NULL, NULL);
             if (err != CL_SUCCESS) {
                 finish(b, "swap");
-                return cl_fail(err, in ? "clEnqueueWriteBuffer(swap in)"
+                return pkv__cl_fail(err, in ? "clEnqueueWriteBuffer(swap in)"
                                        : "clEnqueueReadBuffer(swap out)");
             }
         }
@@ -1637,7 +1073,7 @@ static pkv_status ocl_stage(pkv__backend *b, uint32_t stage, void *host,
                                           stage * bytes, bytes, host, 0, NULL,
                                           NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(err, in ? "clEnqueueWriteBuffer(stage in)"
+        return pkv__cl_fail(err, in ? "clEnqueueWriteBuffer(stage in)"
                                : "clEnqueueReadBuffer(stage out)");
     return PKV_OK;
 }

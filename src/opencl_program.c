@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * OpenCL errors, device choice and programs for the OpenCL backend.
+ *
+ * Programs are built from the kernel files embedded at build time
+ * (cmake/embed.cmake), or read from pkv__opencl_kernel_dir. When pkv owns
+ * the context, contexts and programs are shared by every engine of the
+ * process, one per (device, build key), and kept until it exits: building
+ * takes seconds on some drivers, creating an engine should not. Binaries
+ * can be cached on disk, keyed by the sources, the options and the device
+ * and driver; a cache file is checked (magic, key, size, checksum) and
+ * never trusted: a bad one is rebuilt and rewritten.
+ */
+#include "opencl_program.h"
+
+#include "backend_opencl.h"
+#include "error.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <threads.h>
+
+#define MAX_PLATFORMS 16u
+#define MAX_DEVICES 32u
+#define CACHE_MAGIC "PKVCLB01"
+#define CACHE_MAX_BYTES (256u << 20)
+
+#ifdef PKV_KERNELS_DIR
+const char *pkv__opencl_kernel_dir = PKV_KERNELS_DIR;
+#else
+const char *pkv__opencl_kernel_dir = NULL;
+#endif
+
+/* ------------------------------------------------------------ CL errors */
+
+const char *pkv__cl_error_name(cl_int e)
+{
+    switch (e) {
+#define N(x) \
+    case x:  \
+        return #x;
+        N(CL_SUCCESS) N(CL_DEVICE_NOT_FOUND) N(CL_DEVICE_NOT_AVAILABLE)
+        N(CL_COMPILER_NOT_AVAILABLE) N(CL_MEM_OBJECT_ALLOCATION_FAILURE)
+        N(CL_OUT_OF_RESOURCES) N(CL_OUT_OF_HOST_MEMORY)
+        N(CL_PROFILING_INFO_NOT_AVAILABLE) N(CL_MEM_COPY_OVERLAP)
+        N(CL_IMAGE_FORMAT_MISMATCH) N(CL_IMAGE_FORMAT_NOT_SUPPORTED)
+        N(CL_BUILD_PROGRAM_FAILURE) N(CL_MAP_FAILURE)
+        N(CL_MISALIGNED_SUB_BUFFER_OFFSET)
+        N(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+        N(CL_COMPILE_PROGRAM_FAILURE) N(CL_LINKER_NOT_AVAILABLE)
+        N(CL_LINK_PROGRAM_FAILURE) N(CL_DEVICE_PARTITION_FAILED)
+        N(CL_KERNEL_ARG_INFO_NOT_AVAILABLE) N(CL_INVALID_VALUE)
+        N(CL_INVALID_DEVICE_TYPE) N(CL_INVALID_PLATFORM) N(CL_INVALID_DEVICE)
+        N(CL_INVALID_CONTEXT) N(CL_INVALID_QUEUE_PROPERTIES)
+        N(CL_INVALID_COMMAND_QUEUE) N(CL_INVALID_HOST_PTR)
+        N(CL_INVALID_MEM_OBJECT) N(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR)
+        N(CL_INVALID_IMAGE_SIZE) N(CL_INVALID_SAMPLER) N(CL_INVALID_BINARY)
+        N(CL_INVALID_BUILD_OPTIONS) N(CL_INVALID_PROGRAM)
+        N(CL_INVALID_PROGRAM_EXECUTABLE) N(CL_INVALID_KERNEL_NAME)
+        N(CL_INVALID_KERNEL_DEFINITION) N(CL_INVALID_KERNEL)
+        N(CL_INVALID_ARG_INDEX) N(CL_INVALID_ARG_VALUE) N(CL_INVALID_ARG_SIZE)
+        N(CL_INVALID_KERNEL_ARGS) N(CL_INVALID_WORK_DIMENSION)
+        N(CL_INVALID_WORK_GROUP_SIZE) N(CL_INVALID_WORK_ITEM_SIZE)
+        N(CL_INVALID_GLOBAL_OFFSET) N(CL_INVALID_EVENT_WAIT_LIST)
+        N(CL_INVALID_EVENT) N(CL_INVALID_OPERATION) N(CL_INVALID_GL_OBJECT)
+        N(CL_INVALID_BUFFER_SIZE) N(CL_INVALID_MIP_LEVEL)
+        N(CL_INVALID_GLOBAL_WORK_SIZE) N(CL_INVALID_PROPERTY)
+        N(CL_INVALID_IMAGE_DESCRIPTOR) N(CL_INVALID_COMPILER_OPTIONS)
+        N(CL_INVALID_LINKER_OPTIONS) N(CL_INVALID_DEVICE_PARTITION_COUNT)
+#undef N
+    case -1001:
+        return "CL_PLATFORM_NOT_FOUND_KHR";
+    default:
+        return "unknown OpenCL error";
+    }
+}
+
+static pkv_status cl_status(cl_int e)
+{
+    switch (e) {
+    case CL_OUT_OF_HOST_MEMORY:
+        return PKV_ERR_OUT_OF_MEMORY;
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+    case CL_OUT_OF_RESOURCES:
+    case CL_INVALID_BUFFER_SIZE:
+        return PKV_ERR_DEVICE_MEMORY;
+    case CL_BUILD_PROGRAM_FAILURE:
+    case CL_COMPILE_PROGRAM_FAILURE:
+    case CL_LINK_PROGRAM_FAILURE:
+    case CL_COMPILER_NOT_AVAILABLE:
+    case CL_LINKER_NOT_AVAILABLE:
+    case CL_INVALID_BINARY:
+    case CL_INVALID_BUILD_OPTIONS:
+    case CL_INVALID_PROGRAM_EXECUTABLE:
+    case CL_INVALID_KERNEL_NAME:
+        return PKV_ERR_BUILD;
+    case CL_INVALID_MEM_OBJECT:
+    case CL_INVALID_CONTEXT:
+    case CL_INVALID_COMMAND_QUEUE:
+        /* Only the host's handles can be invalid: pkv's own are not. */
+        return PKV_ERR_INVALID_ARGUMENT;
+    default:
+        return PKV_ERR_DEVICE;
+    }
+}
+
+/* Fail with the call and the CL error's name in the message. */
+pkv_status pkv__cl_fail(cl_int err, const char *call)
+{
+    return pkv__fail(cl_status(err), "%s: %s (%d)", call,
+                     pkv__cl_error_name(err), (int)err);
+}
+
+/* --------------------------------------------- process-wide programs */
+
+/* pkv's own contexts and programs, one per (device, build key), shared by
+ * every engine of the process and kept until it exits: building a program
+ * takes seconds on some drivers, creating an engine should not. */
+typedef struct shared_program {
+    cl_device_id device;
+    uint64_t key;
+    cl_context context;
+    cl_program program;
+} shared_program;
+
+#define MAX_SHARED 64u
+static shared_program shared[MAX_SHARED];
+static unsigned num_shared;
+static mtx_t shared_lock;
+static once_flag shared_once = ONCE_FLAG_INIT;
+static int shared_lock_ok;
+
+static void shared_init(void)
+{
+    shared_lock_ok = mtx_init(&shared_lock, mtx_plain) == thrd_success;
+}
+
+/* ------------------------------------------------------ device choice */
+
+static int contains_nocase(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay != '\0'; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] != '\0' &&
+               tolower((unsigned char)hay[i]) ==
+                   tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return n == 0;
+}
+
+void pkv__cl_device_string(cl_device_id d, cl_device_info what, char *buf,
+                           size_t size)
+{
+    buf[0] = '\0';
+    if (clGetDeviceInfo(d, what, size - 1, buf, NULL) != CL_SUCCESS)
+        buf[0] = '\0';
+    buf[size - 1] = '\0';
+}
+
+void pkv__cl_platform_name(cl_platform_id p, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (clGetPlatformInfo(p, CL_PLATFORM_NAME, size - 1, buf, NULL) !=
+        CL_SUCCESS)
+        buf[0] = '\0';
+    buf[size - 1] = '\0';
+}
+
+/* The device named by `want` (a substring of platform or device name), or
+ * the first GPU, or the first device. */
+pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out)
+{
+    cl_platform_id plats[MAX_PLATFORMS];
+    cl_uint np = 0;
+    cl_int err = clGetPlatformIDs(MAX_PLATFORMS, plats, &np);
+    if (err == -1001 || (err == CL_SUCCESS && np == 0))
+        return pkv__fail(PKV_ERR_DEVICE, "no OpenCL platform is installed");
+    if (err != CL_SUCCESS)
+        return pkv__cl_fail(err, "clGetPlatformIDs");
+    if (np > MAX_PLATFORMS)
+        np = MAX_PLATFORMS;
+    cl_device_id first = NULL, gpu = NULL, named = NULL;
+    char seen[PKV__ERROR_MAX / 2] = "";
+    for (cl_uint p = 0; p < np; p++) {
+        cl_device_id devs[MAX_DEVICES];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devs,
+                           &nd) != CL_SUCCESS)
+            continue;
+        if (nd > MAX_DEVICES)
+            nd = MAX_DEVICES;
+        char pname[PKV__CL_NAME_MAX];
+        pkv__cl_platform_name(plats[p], pname, sizeof pname);
+        for (cl_uint i = 0; i < nd; i++) {
+            char dname[PKV__CL_NAME_MAX];
+            pkv__cl_device_string(devs[i], CL_DEVICE_NAME, dname,
+                                  sizeof dname);
+            size_t used = strlen(seen);
+            snprintf(seen + used, sizeof seen - used, "%s'%s / %s'",
+                     used ? ", " : "", pname, dname);
+            cl_device_type type = 0;
+            clGetDeviceInfo(devs[i], CL_DEVICE_TYPE, sizeof type, &type,
+                            NULL);
+            if (first == NULL)
+                first = devs[i];
+            if (gpu == NULL && (type & CL_DEVICE_TYPE_GPU))
+                gpu = devs[i];
+            if (want != NULL && named == NULL &&
+                (contains_nocase(pname, want) || contains_nocase(dname, want)))
+                named = devs[i];
+        }
+    }
+    if (want != NULL) {
+        if (named == NULL)
+            return pkv__fail(PKV_ERR_DEVICE,
+                             "no OpenCL device matches '%s' (devices: %s)",
+                             want, first ? seen : "none");
+        *out = named;
+        return PKV_OK;
+    }
+    if (first == NULL)
+        return pkv__fail(PKV_ERR_DEVICE, "no OpenCL device found");
+    *out = gpu != NULL ? gpu : first;
+    return PKV_OK;
+}
+
+/* ------------------------------------------------------------ program */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+#define FNV_START 0xcbf29ce484222325ull
+
+/* The files of the generic program and of the decode program. */
+static const char *const generic_files[] = {
+    "src/kv_layout.h",       "src/kv_step.h",
+    "kernels/pkv_common.cl", "kernels/kv_append.cl",
+    "kernels/paged_attention.cl", "kernels/block_copy.cl"};
+static const char *const decode_files[] = {"src/kv_layout.h",
+                                           "kernels/paged_decode.cl"};
+#define NUM_FILES(list) ((unsigned)(sizeof list / sizeof list[0]))
+
+/* Read a kernel file from pkv__opencl_kernel_dir into dst (size bytes), or
+ * only measure it (dst NULL). */
+static pkv_status read_kernel_file(const char *name, char *dst, size_t *size)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", pkv__opencl_kernel_dir, name);
+    FILE *f = fopen(path, "rb");
+    long n = -1;
+    if (f != NULL && dst == NULL && fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (f != NULL && dst != NULL)
+        n = fread(dst, 1, *size, f) == *size ? (long)*size : -1;
+    if (f != NULL)
+        fclose(f);
+    if (n < 0)
+        return pkv__fail(PKV_ERR_BUILD, "kernel source %s cannot be read",
+                         path);
+    *size = (size_t)n;
+    return PKV_OK;
+}
+
+/* A program's source: its kernel files, concatenated, embedded or read
+ * from pkv__opencl_kernel_dir. */
+static pkv_status load_source(pkv__cl_target *t, const char *const *names,
+                              unsigned n, char **out, size_t *out_size)
+{
+    const pkv__kernel_file *files[8];
+    size_t sizes[8];
+    size_t total = 1;
+    if (n > 8)
+        return pkv__fail(PKV_ERR_INTERNAL, "too many kernel files");
+    for (unsigned i = 0; i < n; i++) {
+        files[i] = NULL;
+        for (unsigned j = 0; j < pkv__kernel_num_files; j++)
+            if (strcmp(pkv__kernel_files[j].name, names[i]) == 0)
+                files[i] = &pkv__kernel_files[j];
+        if (files[i] == NULL)
+            return pkv__fail(PKV_ERR_INTERNAL, "kernel %s is not embedded",
+                             names[i]);
+        sizes[i] = files[i]->size;
+        if (pkv__opencl_kernel_dir != NULL) {
+            pkv_status st = read_kernel_file(names[i], NULL, &sizes[i]);
+            if (st != PKV_OK)
+                return st;
+        }
+        total += sizes[i] + 1;
+    }
+    char *src = pkv__calloc(&t->alloc, total, 1);
+    if (src == NULL)
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "kernel source: no memory");
+    size_t at = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (pkv__opencl_kernel_dir == NULL) {
+            memcpy(src + at, files[i]->data, sizes[i]);
+        } else {
+            pkv_status st = read_kernel_file(names[i], src + at, &sizes[i]);
+            if (st != PKV_OK) {
+                pkv__free(&t->alloc, src, total, 1);
+                return st;
+            }
+        }
+        at += sizes[i];
+        src[at++] = '\n';
+    }
+    src[at] = '\0';
+    *out = src;
+    *out_size = total;
+    return PKV_OK;
+}
+
+static void build_options(const pkv__cl_target *t, const char *extra,
+                          char *buf, size_t size)
+{
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(t->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp,
+                    NULL);
+    /* A correctly rounded division makes the u8 seal's codes equal the
+     * CPU backend's (kv_append.cl). */
+    snprintf(buf, size, "-cl-std=CL1.2%s%s",
+             (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
+                 ? " -cl-fp32-correctly-rounded-divide-sqrt"
+                 : "",
+             extra);
+}
+
+/* The key of a build: sources, device, driver and options. */
+static uint64_t build_key(const pkv__cl_target *t, const char *src,
+                          size_t src_size, const char *options)
+{
+    char buf[PKV__CL_NAME_MAX];
+    uint64_t h = fnv1a(FNV_START, src, src_size);
+    h = fnv1a(h, options, strlen(options) + 1);
+    const cl_device_info infos[] = {CL_DEVICE_NAME, CL_DEVICE_VENDOR,
+                                    CL_DEVICE_VERSION, CL_DRIVER_VERSION};
+    for (size_t i = 0; i < sizeof infos / sizeof infos[0]; i++) {
+        pkv__cl_device_string(t->device, infos[i], buf, sizeof buf);
+        h = fnv1a(h, buf, strlen(buf) + 1);
+    }
+    return h;
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* A program from a cache file, or NULL when there is none or it does not
+ * pass: magic, key, size and checksum (FNV-1a) checked, then the driver
+ * must accept and build the binary. A bad file is logged and rebuilt. */
+static cl_program cache_load(pkv__cl_target *t, const char *path, uint64_t key,
+                             const char *options)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    unsigned char head[32];
+    const char *why = NULL;
+    unsigned char *bin = NULL;
+    uint64_t size = 0;
+    cl_program prog = NULL;
+    if (fread(head, 1, sizeof head, f) != sizeof head ||
+        memcmp(head, CACHE_MAGIC, 8) != 0 || get_u64(head + 8) != key)
+        why = "bad header";
+    if (why == NULL) {
+        size = get_u64(head + 16);
+        if (size == 0 || size > CACHE_MAX_BYTES)
+            why = "bad size";
+    }
+    if (why == NULL) {
+        bin = pkv__calloc(&t->alloc, (size_t)size, 1);
+        if (bin == NULL)
+            why = "no memory";
+        else if (fread(bin, 1, (size_t)size, f) != size)
+            why = "truncated";
+        else if (fnv1a(FNV_START, bin, (size_t)size) != get_u64(head + 24))
+            why = "checksum mismatch";
+    }
+    fclose(f);
+    if (why == NULL) {
+        size_t n = (size_t)size;
+        const unsigned char *bins[1] = {bin};
+        cl_int bstatus = CL_SUCCESS, err;
+        prog = clCreateProgramWithBinary(t->context, 1, &t->device, &n, bins,
+                                         &bstatus, &err);
+        if (err != CL_SUCCESS || bstatus != CL_SUCCESS) {
+            why = "rejected by the driver";
+            if (prog != NULL)
+                clReleaseProgram(prog);
+            prog = NULL;
+        } else if (clBuildProgram(prog, 1, &t->device, options, NULL, NULL) !=
+                   CL_SUCCESS) {
+            why = "does not build";
+            clReleaseProgram(prog);
+            prog = NULL;
+        }
+    }
+    if (bin != NULL)
+        pkv__free(&t->alloc, bin, (size_t)size, 1);
+    if (why != NULL)
+        pkv__cl_log(t, PKV_LOG_WARN, "program cache %s: %s; rebuilding",
+                    path, why);
+    else
+        pkv__cl_log(t, PKV_LOG_DEBUG, "program cache hit: %s", path);
+    return prog;
+}
+
+/* Write the built program's binary (best effort: a cache that cannot be
+ * written costs a rebuild next time, nothing else). */
+static void cache_store(pkv__cl_target *t, const char *path, uint64_t key,
+                        cl_program prog)
+{
+    size_t size = 0;
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size,
+                         NULL) != CL_SUCCESS ||
+        size == 0 || size > CACHE_MAX_BYTES)
+        return;
+    unsigned char *bin = pkv__calloc(&t->alloc, size, 1);
+    if (bin == NULL)
+        return;
+    unsigned char *bins[1] = {bin};
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.%p.tmp", path, (void *)t);
+    FILE *f = NULL;
+    int ok = clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins,
+                              NULL) == CL_SUCCESS;
+    if (ok)
+        f = fopen(tmp, "wb");
+    if (f != NULL) {
+        unsigned char head[32];
+        memcpy(head, CACHE_MAGIC, 8);
+        put_u64(head + 8, key);
+        put_u64(head + 16, size);
+        put_u64(head + 24, fnv1a(FNV_START, bin, size));
+        ok = fwrite(head, 1, sizeof head, f) == sizeof head &&
+             fwrite(bin, 1, size, f) == size;
+        ok &= fclose(f) == 0;
+        ok = ok && rename(tmp, path) == 0;
+        if (!ok)
+            remove(tmp);
+        pkv__cl_log(t, ok ? PKV_LOG_DEBUG : PKV_LOG_WARN,
+                    "program cache %s: %s", path,
+                    ok ? "written" : "cannot be written");
+    }
+    pkv__free(&t->alloc, bin, size, 1);
+}
+
+/* Build the program for t->context/t->device, through the disk cache. */
+static pkv_status build_program(pkv__cl_target *t, const char *cache_dir,
+                                const char *src, size_t src_size,
+                                const char *options, uint64_t key,
+                                cl_program *out)
+{
+    char path[1024] = "";
+    if (cache_dir != NULL) {
+        snprintf(path, sizeof path, "%s/pkv-%016llx.clbin", cache_dir,
+                 (unsigned long long)key);
+        *out = cache_load(t, path, key, options);
+        if (*out != NULL)
+            return PKV_OK;
+    }
+    cl_int err;
+    const char *srcs[1] = {src};
+    size_t lens[1] = {src_size - 1};
+    cl_program prog =
+        clCreateProgramWithSource(t->context, 1, srcs, lens, &err);
+    if (err != CL_SUCCESS)
+        return pkv__cl_fail(err, "clCreateProgramWithSource");
+    err = clBuildProgram(prog, 1, &t->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[PKV__ERROR_MAX];
+        log[0] = '\0';
+        clGetProgramBuildInfo(prog, t->device, CL_PROGRAM_BUILD_LOG,
+                              sizeof log - 1, log, NULL);
+        log[sizeof log - 1] = '\0';
+        clReleaseProgram(prog);
+        return pkv__fail(cl_status(err) == PKV_ERR_DEVICE ? PKV_ERR_BUILD
+                                                          : cl_status(err),
+                         "clBuildProgram: %s (%d): %s",
+                         pkv__cl_error_name(err), (int)err, log);
+    }
+    if (cache_dir != NULL)
+        cache_store(t, path, key, prog);
+    *out = prog;
+    return PKV_OK;
+}
+
+/* A program from the given files and extra options, for t->device. When
+ * pkv owns the context (own), programs are shared process-wide: the first
+ * one fixes the context (created here when t->context is NULL), later ones
+ * are looked up in the same context. */
+static pkv_status get_program(pkv__cl_target *t, const char *const *names,
+                              unsigned n, const char *extra,
+                              const char *cache_dir, int own, cl_program *out)
+{
+    char *src = NULL;
+    size_t src_size = 0;
+    pkv_status st = load_source(t, names, n, &src, &src_size);
+    if (st != PKV_OK)
+        return st;
+    char options[512];
+    build_options(t, extra, options, sizeof options);
+    uint64_t key = build_key(t, src, src_size, options);
+    if (!own) {
+        st = build_program(t, cache_dir, src, src_size, options, key, out);
+        pkv__free(&t->alloc, src, src_size, 1);
+        return st;
+    }
+    call_once(&shared_once, shared_init);
+    if (!shared_lock_ok) {
+        pkv__free(&t->alloc, src, src_size, 1);
+        return pkv__fail(PKV_ERR_INTERNAL, "program table lock");
+    }
+    mtx_lock(&shared_lock);
+    unsigned i = 0;
+    while (i < num_shared &&
+           (shared[i].device != t->device || shared[i].key != key ||
+            (t->context != NULL && shared[i].context != t->context)))
+        i++;
+    if (i < num_shared) {
+        if (t->context == NULL) {
+            t->context = shared[i].context;
+            clRetainContext(t->context);
+        }
+        *out = shared[i].program;
+        clRetainProgram(*out);
+    } else {
+        cl_int err = CL_SUCCESS;
+        if (t->context == NULL) {
+            t->context =
+                clCreateContext(NULL, 1, &t->device, NULL, NULL, &err);
+            if (err != CL_SUCCESS) {
+                t->context = NULL;
+                st = pkv__cl_fail(err, "clCreateContext");
+            }
+        }
+        if (st == PKV_OK)
+            st = build_program(t, cache_dir, src, src_size, options, key,
+                               out);
+        if (st == PKV_OK && num_shared < MAX_SHARED) {
+            shared_program *s = &shared[num_shared++];
+            s->device = t->device;
+            s->key = key;
+            s->context = t->context;
+            s->program = *out;
+            clRetainContext(s->context);
+            clRetainProgram(s->program);
+        }
+    }
+    mtx_unlock(&shared_lock);
+    pkv__free(&t->alloc, src, src_size, 1);
+    return st;
+}
+
+void pkv__cl_log(const pkv__cl_target *t, int32_t level, const char *fmt,
+                 ...)
+{
+    if (t->log == NULL || level > t->log_level)
+        return;
+    char line[PKV__ERROR_MAX];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(line, sizeof line, fmt, args);
+    va_end(args);
+    t->log(t->log_user, level, line);
+}
+
+pkv_status pkv__cl_program(pkv__cl_target *t, int kind, const char *extra,
+                           cl_program *out)
+{
+    if (kind == PKV__CL_DECODE)
+        return get_program(t, decode_files, NUM_FILES(decode_files), extra,
+                           t->cache_dir, t->own_context, out);
+    return get_program(t, generic_files, NUM_FILES(generic_files), extra,
+                       t->cache_dir, t->own_context, out);
+}
