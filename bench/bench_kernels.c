@@ -155,7 +155,7 @@ static int cl_open(cl_env *e)
             if (want == NULL || strstr(pname, want) || strstr(dname, want)) {
                 e->platform = plats[p];
                 e->device = devs[d];
-                snprintf(e->name, sizeof e->name, "%s / %s", pname, dname);
+                snprintf(e->name, sizeof e->name, "%.120s / %.120s", pname, dname);
                 found = 1;
             }
         }
