@@ -529,7 +529,20 @@ typedef struct state {
     float m[G], l[G];
     float accl[G]; /* u8 per-token values: sum of p * lo, every channel */
     floatV acc[G][NV];
+    uint sink; /* see touch_row */
 } state;
+
+/* The V sums walk a block's rows channel-chunk by channel-chunk, so their
+ * first loads of each row miss one after the other. Touching every cache
+ * line of V row t while the K loop is at row t starts those misses early,
+ * under the K arithmetic (PoCL's prefetch() is empty). */
+static void touch_row(global const uchar *row, int row_bytes, state *st)
+{
+    uint sum = 0;
+    for (int i = 0; i < row_bytes; i += 64)
+        sum += row[i];
+    st->sink += sum;
+}
 
 /* s[g * BS + t] holds the block's scores of head g, -inf where masked.
  * Rescale each head's state to the block's max once, then turn the scores
@@ -590,6 +603,7 @@ static void block_float(global const uchar *k, global const uchar *v,
     float s[G * BS];
     for (int t = t0; t < t1; t++) {
         floatV sa[G];
+        touch_row(v + t * D * (f16 ? 2 : 4), D * (f16 ? 2 : 4), st);
 #pragma unroll
         for (int g = 0; g < G; g++)
             sa[g] = 0.0f;
@@ -673,6 +687,7 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
 #endif
     for (int t = t0; t < t1; t++) {
         floatV sa[G];
+        touch_row(v + t * D, D, st);
 #pragma unroll
         for (int g = 0; g < G; g++)
             sa[g] = 0.0f;
@@ -799,6 +814,7 @@ kernel void pkv_decode_partial(
         for (int x = 0; x < NV; x++)
             st.acc[g][x] = 0.0f;
     }
+    st.sink = 0;
 
     for (uint b0 = t_begin / BS * BS; b0 < t_end; b0 += BS) {
         int t0 = (int)(max(b0, t_begin) - b0);
@@ -824,6 +840,9 @@ kernel void pkv_decode_partial(
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
+    /* Never true (partition_size > 0): keeps the touches alive. */
+    if (partition_size == 0 && st.sink == 1)
+        part_ml[0] = 0.0f;
     size_t row0 = (size_t)seq * hq + h * G;
     for (int g = 0; g < G; g++) {
         if (num_parts == 1) {
