@@ -377,6 +377,11 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     return PKV_OK;
 }
 
+int pkv__opencl_available(void)
+{
+    return pkv__cl_any_device();
+}
+
 static pkv_status ocl_create(const pkv__backend_config *config,
                              const pkv__allocator *alloc, pkv__backend **out)
 {

@@ -31,6 +31,10 @@ typedef struct pkv__opencl_options {
     int32_t log_level;
 } pkv__opencl_options;
 
+/* Nonzero when an OpenCL device exists at all (PKV_BACKEND_AUTO tries
+ * OpenCL only then, and falls back quietly otherwise). */
+int pkv__opencl_available(void);
+
 /* ops->create with options. */
 pkv_status pkv__opencl_create(const pkv__backend_config *config,
                               const pkv__allocator *alloc,

@@ -259,7 +259,12 @@ static pkv_status create_backend(pkv_engine *e)
     c->value_quant = p->value_quant;
     c->num_stages = p->kv_dtype == PKV_KV_U8 ? p->max_num_seqs : 0;
 #ifdef PKV_HAVE_OPENCL
-    if (p->backend != PKV_BACKEND_CPU) {
+    /* AUTO on a machine without any OpenCL device: the CPU backend, as a
+     * matter of course (the creation log line names it). */
+    if (p->backend == PKV_BACKEND_AUTO && p->opencl_context == NULL &&
+        p->opencl_queue == NULL && !pkv__opencl_available())
+        pkv__engine_log(e, PKV_LOG_DEBUG, "no OpenCL device; CPU backend");
+    else if (p->backend != PKV_BACKEND_CPU) {
         pkv__opencl_options o;
         memset(&o, 0, sizeof o);
         o.device = p->opencl_device;

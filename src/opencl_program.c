@@ -230,6 +230,22 @@ pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out)
     return PKV_OK;
 }
 
+int pkv__cl_any_device(void)
+{
+    cl_platform_id plats[MAX_PLATFORMS];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(MAX_PLATFORMS, plats, &np) != CL_SUCCESS)
+        return 0;
+    for (cl_uint p = 0; p < np && p < MAX_PLATFORMS; p++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) ==
+                CL_SUCCESS &&
+            nd > 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------ program */
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n)

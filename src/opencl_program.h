@@ -46,6 +46,9 @@ pkv_status pkv__cl_fail(cl_int err, const char *call);
  * insensitive), or with want NULL the first GPU, else the first device. */
 pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out);
 
+/* Nonzero when some OpenCL platform has a device. */
+int pkv__cl_any_device(void);
+
 /* A device's or a platform's name string ("" when the query fails). */
 void pkv__cl_device_string(cl_device_id device, cl_device_info what,
                            char *buf, size_t size);

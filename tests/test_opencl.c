@@ -559,6 +559,10 @@ static void test_validation(void **state)
 
 int main(void)
 {
+    if (!pkv__opencl_available()) {
+        print_message("no OpenCL device: skipped\n");
+        return 77;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_copy_and_swap),

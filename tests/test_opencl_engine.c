@@ -716,6 +716,10 @@ static void test_program_cache(void **state)
 
 int main(void)
 {
+    if (!pkv__opencl_available()) {
+        print_message("no OpenCL device: skipped\n");
+        return 77;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_and_prefix_hit),
         cmocka_unit_test(test_fork_then_diverge),
