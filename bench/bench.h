@@ -12,6 +12,14 @@ typedef struct bench_options {
     const char *plot; /* directory for gnuplot PNGs, or NULL */
 } bench_options;
 
+/* --plot: bench_plot_open gives a file for NAME's data columns in the plot
+ * directory (NULL when not plotting, or when gnuplot is missing: it then
+ * says so once). bench_plot_close renders DIR/NAME.png with gnuplot from
+ * `body`, gnuplot commands in which the variable `data` names the file. */
+FILE *bench_plot_open(const bench_options *opt, const char *name);
+void bench_plot_close(const bench_options *opt, FILE *data, const char *name,
+                      const char *body);
+
 /* splitmix64 and the distributions the workloads draw from. */
 uint64_t bench_rand(uint64_t *state);
 double bench_uniform(uint64_t *state); /* (0, 1) */

@@ -145,6 +145,7 @@ int bench_memory(const bench_options *opt)
            "used GiB", "static GiB", "paged GiB", "static%", "paged%",
            "static fit", "paged fit", "ratio");
     const uint32_t sizes[] = {100, 10000};
+    FILE *plot = bench_plot_open(opt, "memory");
     for (size_t k = 0; k < 2; k++) {
         memory_result r;
         if (run_lognormal(sizes[k], &r) != 0) {
@@ -159,6 +160,9 @@ int bench_memory(const bench_options *opt)
                sizes[k], (double)r.tokens * gib,
                (double)r.static_slots * gib, (double)r.paged_slots * gib,
                100 * su, 100 * pu, r.static_fit, r.paged_fit, ratio);
+        if (plot != NULL)
+            fprintf(plot, "\"%u requests\" %.2f %.2f\n", sizes[k], 100 * su,
+                    100 * pu);
         if (opt->json)
             fprintf(opt->json,
                     "{\"bench\":\"memory\",\"workload\":\"lognormal\","
@@ -172,6 +176,13 @@ int bench_memory(const bench_options *opt)
                     r.paged_fit, ratio);
     }
 
+    bench_plot_close(opt, plot, "memory",
+                     "set style data histograms\n"
+                     "set style fill solid 0.8\n"
+                     "set yrange [0:100]\n"
+                     "set ylabel 'KV utilisation (% of allocated slots)'\n"
+                     "plot data using 2:xtic(1) title 'static max-length', "
+                     "'' using 3 title 'paged (block 16)'");
     const uint32_t n = 8, prompt = 1000, gen = 200;
     uint64_t used, unshared, bound;
     if (run_parallel_samples(n, prompt, gen, &used, &unshared, &bound)) {

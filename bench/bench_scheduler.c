@@ -110,16 +110,24 @@ int bench_scheduler(const bench_options *opt)
            "(median of %d), attention excluded\n",
            MEASURED_STEPS);
     printf("%9s %12s %14s\n", "running", "us/step", "us/seq/step");
+    FILE *plot = bench_plot_open(opt, "scheduler");
     for (size_t i = 0; i < count; i++) {
         double us;
         if (measure(sizes[i], &us) != 0)
             return 1;
         printf("%9u %12.1f %14.3f\n", sizes[i], us, us / sizes[i]);
+        if (plot != NULL)
+            fprintf(plot, "%u %.3f\n", sizes[i], us);
         if (opt->json)
             fprintf(opt->json,
                     "{\"bench\":\"scheduler\",\"running\":%u,"
                     "\"us_per_step\":%.2f}\n",
                     sizes[i], us);
     }
+    bench_plot_close(opt, plot, "scheduler",
+                     "set logscale xy\n"
+                     "set xlabel 'running sequences'\n"
+                     "set ylabel 'host us per step (step_begin + step_end)'\n"
+                     "plot data using 1:2 with linespoints title 'pkv'");
     return 0;
 }

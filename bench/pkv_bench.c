@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-bench: figures that back every performance claim in docs/.
  * Usage: pkv-bench SUBCOMMAND [--quick] [--json FILE|-] [--plot DIR] */
+#define _POSIX_C_SOURCE 200809L /* mkdir */
 #include "bench.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 uint64_t bench_rand(uint64_t *state)
 {
@@ -23,6 +26,53 @@ double bench_normal(uint64_t *state)
 {
     double u1 = bench_uniform(state), u2 = bench_uniform(state);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+FILE *bench_plot_open(const bench_options *opt, const char *name)
+{
+    static int gnuplot = -1;
+    if (opt->plot == NULL)
+        return NULL;
+    if (gnuplot < 0) {
+        gnuplot = system("command -v gnuplot >/dev/null 2>&1") == 0;
+        if (!gnuplot)
+            printf("--plot skipped: gnuplot is not installed\n");
+    }
+    if (!gnuplot)
+        return NULL;
+    mkdir(opt->plot, 0777);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.dat", opt->plot, name);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        printf("--plot: cannot write %s\n", path);
+    return f;
+}
+
+void bench_plot_close(const bench_options *opt, FILE *data, const char *name,
+                      const char *body)
+{
+    if (data == NULL)
+        return;
+    fclose(data);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.gp", opt->plot, name);
+    FILE *g = fopen(path, "w");
+    if (g == NULL)
+        return;
+    fprintf(g,
+            "set terminal png size 900,500\n"
+            "set output '%s/%s.png'\n"
+            "data = '%s/%s.dat'\n"
+            "set grid\n%s\n",
+            opt->plot, name, opt->plot, name, body);
+    fclose(g);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", path);
+    if (system(cmd) == 0)
+        printf("plot: %s/%s.png\n", opt->plot, name);
+    else
+        printf("plot: gnuplot failed on %s\n", path);
 }
 
 typedef struct subcommand {
