@@ -64,7 +64,7 @@ void bench_plot_close(const bench_options *opt, FILE *data, const char *name,
             "set terminal png size 900,500\n"
             "set output '%s/%s.png'\n"
             "data = '%s/%s.dat'\n"
-            "set grid\n%s\n",
+            "set grid\nset termoption noenhanced\n%s\n",
             opt->plot, name, opt->plot, name, body);
     fclose(g);
     char cmd[1200];
