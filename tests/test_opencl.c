@@ -13,14 +13,17 @@
  *   u8 seal computes its parameters exactly as quant.c does and its codes
  *   with a correctly rounded division (PoCL has one; a device without it
  *   may move a code at an exact rounding tie by one, see docs/design.md).
- * - Attention outputs: |ocl - cpu| <= 2e-5 (absolute; outputs are convex
- *   combinations of V values, |v| < 6 here). Both backends read the same
- *   stored values and perform the same f32 operations in the same order
- *   (the dot product in four lanes, one softmax rescale per block, 1 / l at
- *   the end); they differ only in exp(), which OpenCL allows 3 ulp. A
- *   weight's relative error is then a few 1e-7 and the output's error a
- *   few 1e-6 at most; 2e-5 leaves a margin without hiding an indexing or
- *   masking bug, which shows as errors of order 0.1.
+ * - Attention outputs, absolute (outputs are convex combinations of V
+ *   values, |v| < 6 here): the generic kernel within 2e-5. Both backends
+ *   read the same stored values and perform the same f32 operations in the
+ *   same order (the dot product in four lanes, one softmax rescale per
+ *   block, 1 / l at the end); they differ only in exp(), which OpenCL
+ *   allows 3 ulp: a weight's relative error is a few 1e-7, an output's a
+ *   few 1e-6 at most (observed 5e-7). All-decode steps run on the split-K
+ *   decode kernels (paged_decode.cl), which sum in another order and fold
+ *   the u8 parameters into the query: within 1e-4, the bound their author
+ *   gives for u8 at |v| <= 1, and 20x what they reach here (observed 5e-6
+ *   at 8192 tokens). An indexing or masking bug shows as 1e-2 or more.
  *
  * To keep the run short (PoCL compiles kernels with LLVM), one program
  * serves every case (geometry is passed as kernel arguments, and pkv
@@ -45,7 +48,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATTEND_TOL 2e-5
+#define ATTEND_TOL 2e-5        /* the generic kernel */
+#define ATTEND_TOL_DECODE 1e-4 /* the split-K decode kernels */
 
 static double max_seen; /* the largest attend difference, reported */
 
@@ -214,10 +218,17 @@ static double run_step(pair *p, const batch *b, uint32_t layer, int attend,
             if (!(e <= worst))
                 worst = e; /* NaN sticks */
         }
+        /* A step of one row per sequence runs on the decode kernels
+         * unless they are turned off. */
+        const char *off = getenv("PKV_OPENCL_DECODE_KERNEL");
+        int decode = b->num_tokens == b->num_seqs &&
+                     (off == NULL || strcmp(off, "0") != 0);
+        for (uint32_t i = 0; i < b->num_seqs; i++)
+            decode &= b->query_start[i + 1] - b->query_start[i] == 1;
+        double tol = decode ? ATTEND_TOL_DECODE : ATTEND_TOL;
         max_seen = worst > max_seen ? worst : max_seen;
-        if (!(worst <= ATTEND_TOL))
-            fail_msg("attend differs by %g (tolerance %g)", worst,
-                     ATTEND_TOL);
+        if (!(worst <= tol))
+            fail_msg("attend differs by %g (tolerance %g)", worst, tol);
         free(q);
         free(o1);
         free(o2);
