@@ -20,6 +20,7 @@
 #include "kv_layout.h"
 #include "decode_plan.h"
 #include "kv_step.h"
+#include "opencl_features.h"
 #include "opencl_program.h"
 
 #include <math.h>
@@ -80,6 +81,7 @@ struct pkv__backend {
     char cache_dir[1024]; /* cl.cache_dir points here when set */
     cl_uint compute_units;
     cl_program decode_program;
+    uint32_t decode_lanes; /* 1: generic decode; 16: Intel subgroups */
     cl_kernel k_partial, k_reduce;
     cl_mem dec_lens, dec_tables, dec_stages; /* this step's arrays */
     size_t dec_cap[3];                       /* uints */
@@ -690,21 +692,30 @@ static void decode_prepare(pkv__backend *b)
         return;
     const pkv__backend_config *c = &b->cfg;
     int u8 = c->kv_dtype == PKV_KV_U8;
-    char extra[256];
+    /* The Intel GPU variant (subgroups, block reads) when the device has
+     * the extensions for it; chosen here, at build time, from the device. */
+    char extensions[4096], intel[96];
+    pkv__cl_device_string(b->cl.device, CL_DEVICE_EXTENSIONS, extensions,
+                          sizeof extensions);
+    b->decode_lanes = pkv__decode_variant(extensions, c->head_dim, intel,
+                                          sizeof intel);
+    char extra[384];
     snprintf(extra, sizeof extra,
              " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
-             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d",
+             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d%s",
              (unsigned)c->head_dim, (unsigned)c->block_size,
              (unsigned)(c->num_q_heads / c->num_kv_heads), (int)c->kv_dtype,
              u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
-             u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL);
+             u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL, intel);
     size_t local = 0;
     pkv_status st =
         pkv__cl_program(&b->cl, PKV__CL_DECODE, extra, &b->decode_program);
     if (st == PKV_OK)
         st = make_kernel(b, b->decode_program, "pkv_decode_partial",
                          &b->k_partial, &local, c->num_kv_heads);
-    if (st == PKV_OK && local < c->num_kv_heads)
+    /* The generic variant puts a sequence's kv heads in one work-group;
+     * the Intel one a subgroup of 16 lanes per (partition, head). */
+    if (st == PKV_OK && b->decode_lanes == 1 && local < c->num_kv_heads)
         st = pkv__fail(PKV_ERR_UNSUPPORTED,
                        "%u kv heads exceed the work-group size %zu",
                        (unsigned)c->num_kv_heads, local);
@@ -758,7 +769,9 @@ static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, cl_mem q,
                            sizeof a / sizeof a[0], 0, 0, 1);
     if (st != PKV_OK)
         return st;
-    size_t global[3] = {parts, hkv, n}, local[3] = {1, hkv, 1};
+    size_t lanes = b->decode_lanes;
+    size_t global[3] = {parts * lanes, hkv, n};
+    size_t local[3] = {lanes, lanes == 1 ? hkv : 1, 1};
     cl_int err = clEnqueueNDRangeKernel(b->queue, b->k_partial, 3, NULL,
                                         global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS)
