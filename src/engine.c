@@ -404,6 +404,11 @@ const char *pkv_engine_last_error(const pkv_engine *engine)
     return engine->last_error;
 }
 
+const char *pkv_engine_backend_name(const pkv_engine *engine)
+{
+    return engine == NULL ? "" : engine->ops->name;
+}
+
 pkv_status pkv__engine_fail(pkv_engine *engine, pkv_status status,
                             const char *fmt, ...)
 {

@@ -241,6 +241,12 @@ static void test_log_callback(void **state)
     assert_int_equal(l.lines, 1);
     assert_int_equal(l.level, PKV_LOG_INFO);
     assert_non_null(strstr(l.last, "64 blocks of 16 tokens"));
+    /* The creation line names the backend that pkv_engine_backend_name
+     * reports. */
+    assert_non_null(strstr(l.last, pkv_engine_backend_name(e)));
+    assert_true(strncmp(pkv_engine_backend_name(e), "cpu", 3) == 0 ||
+                strncmp(pkv_engine_backend_name(e), "opencl (", 8) == 0);
+    assert_string_equal(pkv_engine_backend_name(NULL), "");
     pkv_engine_destroy(e);
 
     /* Below the threshold: silent. */

@@ -57,10 +57,6 @@ typedef struct request {
     uint32_t generated;
 } request;
 
-typedef struct device_log {
-    char line[512]; /* the engine's line naming its backend */
-} device_log;
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -68,13 +64,12 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* pkv's warnings and errors go to stderr. */
 static void on_log(void *user, int32_t level, const char *message)
 {
-    device_log *log = user;
+    (void)user;
     if (level <= PKV_LOG_WARN)
         fprintf(stderr, "pkv: %s\n", message);
-    if (strstr(message, " backend") != NULL && log->line[0] == '\0')
-        snprintf(log->line, sizeof log->line, "%s", message);
 }
 
 static int usage(void)
@@ -288,32 +283,10 @@ static const char *reason_name(int32_t reason)
     }
 }
 
-/* The backend and device: what the engine's line "pkv 0.1.0: NAME backend,
- * ..." says between ": " and the last " backend". */
-static void backend_name(const char *line, char *name, size_t size)
-{
-    const char *start = strstr(line, ": "), *end = NULL;
-    for (const char *p = line; (p = strstr(p, " backend")) != NULL; p++)
-        end = p;
-    if (start != NULL)
-        start += 2;
-    size_t n = start != NULL && end != NULL && end > start
-                   ? (size_t)(end - start)
-                   : 0;
-    if (n == 0 || n >= size) {
-        snprintf(name, size, "unknown");
-        return;
-    }
-    memcpy(name, start, n);
-    name[n] = '\0';
-}
-
 static int serve_pkv(const options *o, const llama_model *m, request *reqs,
                      uint32_t n)
 {
     const llama_config *c = &m->config;
-    device_log log;
-    memset(&log, 0, sizeof log);
     pkv_engine_params p;
     llama_engine_params(&p, c);
     p.kv_dtype = o->kv_dtype;
@@ -329,8 +302,7 @@ static int serve_pkv(const options *o, const llama_model *m, request *reqs,
                        c->seq_len / 16 + 2;
     }
     p.log = on_log;
-    p.log_user = &log;
-    p.log_level = PKV_LOG_INFO;
+    p.log_level = PKV_LOG_WARN;
     pkv_engine *e = NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         fprintf(stderr, "pkv-llama: engine: %s\n", pkv_last_error());
@@ -414,8 +386,7 @@ static int serve_pkv(const options *o, const llama_model *m, request *reqs,
     pkv_engine_stats st;
     st.struct_size = sizeof st;
     pkv_engine_get_stats(e, &st);
-    char name[256];
-    backend_name(log.line, name, sizeof name);
+    const char *name = pkv_engine_backend_name(e);
     static const char *const dtypes[] = {"f32", "f16", "u8"};
     printf("\npkv-llama: %u requests, %llu tokens generated, %llu processed "
            "in %.2f s (%llu steps)\n",
@@ -433,8 +404,6 @@ static int serve_pkv(const options *o, const llama_model *m, request *reqs,
            (unsigned long long)st.prefix_hit_tokens,
            (unsigned long long)st.prefix_query_tokens);
     printf("backend:          %s\n", name);
-    printf("engine log:       %s\n",
-           log.line[0] ? log.line : "(no line naming the backend)");
     free(logits);
     free(sampled);
     free(stop);

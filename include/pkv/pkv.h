@@ -311,6 +311,14 @@ PKV_API void pkv_engine_destroy(pkv_engine *engine);
  */
 PKV_API const char *pkv_engine_last_error(const pkv_engine *engine);
 
+/*
+ * The backend the engine runs on: "cpu", or "opencl (<platform> / <device>
+ * (driver <version>))". A NULL engine gives "".
+ * Thread-safety: as any engine call.
+ * Ownership: owned by the engine, valid until its destruction.
+ */
+PKV_API const char *pkv_engine_backend_name(const pkv_engine *engine);
+
 /* Counters of one engine. Fields are append-only. */
 typedef struct pkv_engine_stats {
     uint32_t struct_size; /* set by the caller to sizeof(pkv_engine_stats) */
