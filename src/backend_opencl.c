@@ -379,6 +379,36 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     return PKV_OK;
 }
 
+pkv_status pkv__opencl_device_is_gpu(const pkv__opencl_options *o,
+                                     int *is_gpu)
+{
+    *is_gpu = 0;
+    cl_device_id device = NULL;
+    pkv_status st = PKV_OK;
+    if (o->queue != NULL) {
+        cl_int err = clGetCommandQueueInfo(o->queue, CL_QUEUE_DEVICE,
+                                           sizeof device, &device, NULL);
+        if (err != CL_SUCCESS)
+            return pkv__cl_fail(err, "clGetCommandQueueInfo(host queue)");
+    } else {
+        const char *want = o->device;
+        if (want == NULL)
+            want = getenv("PKV_OPENCL_DEVICE");
+        if (want != NULL && want[0] == '\0')
+            want = NULL;
+        st = pkv__cl_pick_device(want, &device);
+        if (st != PKV_OK)
+            return st;
+    }
+    cl_device_type type = 0;
+    cl_int err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type,
+                                 NULL);
+    if (err != CL_SUCCESS)
+        return pkv__cl_fail(err, "clGetDeviceInfo(CL_DEVICE_TYPE)");
+    *is_gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+    return PKV_OK;
+}
+
 int pkv__opencl_available(void)
 {
     return pkv__cl_any_device();

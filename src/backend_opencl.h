@@ -35,6 +35,12 @@ typedef struct pkv__opencl_options {
  * OpenCL only then, and falls back quietly otherwise). */
 int pkv__opencl_available(void);
 
+/* Whether the device that pkv__opencl_create would pick with these options
+ * (the host's queue's device, or the named or first-GPU-else-any one) is a
+ * GPU: *is_gpu 1 or 0. Errors as device choice reports them. */
+pkv_status pkv__opencl_device_is_gpu(const pkv__opencl_options *options,
+                                     int *is_gpu);
+
 /* ops->create with options. */
 pkv_status pkv__opencl_create(const pkv__backend_config *config,
                               const pkv__allocator *alloc,

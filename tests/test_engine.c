@@ -61,6 +61,7 @@ static pkv_engine_params small_params(void)
     p.num_q_heads = 8;
     p.num_kv_heads = 2;
     p.head_dim = 64;
+    p.block_size = 16;
     p.num_blocks = 64;
     return p;
 }
@@ -86,7 +87,7 @@ static void test_params_init_defaults(void **state)
     memset(&p, 0xff, sizeof p);
     assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
     assert_int_equal(p.struct_size, sizeof p);
-    assert_int_equal(p.block_size, 16);
+    assert_int_equal(p.block_size, 0); /* follow the device */
     assert_int_equal(p.kv_dtype, PKV_KV_F16);
     assert_null(p.allocator.alloc);
     assert_null(p.log);
@@ -182,6 +183,28 @@ static void test_blocks_from_cache_bytes(void **state)
     pkv_engine_destroy(e);
 }
 
+/* block_size 0 follows the device: 64 on the CPU backend and on CPU
+ * OpenCL devices (PoCL), 16 on GPUs. */
+static void test_block_size_follows_the_device(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    p.block_size = 0;
+    p.backend = PKV_BACKEND_CPU;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    pkv_engine_stats s;
+    s.struct_size = sizeof s;
+    assert_int_equal(pkv_engine_get_stats(e, &s), PKV_OK);
+    assert_int_equal(s.block_size, 64);
+    pkv_engine_destroy(e);
+    p.backend = PKV_BACKEND_AUTO;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_int_equal(pkv_engine_get_stats(e, &s), PKV_OK);
+    assert_true(s.block_size == 16 || s.block_size == 64);
+    pkv_engine_destroy(e);
+}
+
 static void test_stats_bad_input(void **state)
 {
     (void)state;
@@ -266,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_create_rejects_bad_params),
         cmocka_unit_test(test_destroy_null_is_noop),
         cmocka_unit_test(test_blocks_from_cache_bytes),
+        cmocka_unit_test(test_block_size_follows_the_device),
         cmocka_unit_test(test_stats_bad_input),
         cmocka_unit_test(test_allocator_is_used_and_balanced),
         cmocka_unit_test(test_log_callback),

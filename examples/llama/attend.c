@@ -30,6 +30,9 @@ void llama_engine_params(pkv_engine_params *p, const llama_config *c)
     p->head_dim = llama_head_dim(c);
     p->max_model_len = c->seq_len;
     p->vocab_size = c->vocab_size;
+    /* 16-token blocks on every device: the demo's 48-token system prompt
+     * then spans three shareable blocks, and its pool sizes count them. */
+    p->block_size = 16;
 }
 
 int llama_attend_pkv(void *user, uint32_t layer, uint32_t rows,

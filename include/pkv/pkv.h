@@ -229,7 +229,9 @@ typedef struct pkv_engine_params {
     uint32_t sliding_window; /* a row sees its last w tokens; 0: all */
 
     /* KV cache. */
-    uint32_t block_size;    /* tokens per block, a power of two 1..256 */
+    uint32_t block_size;    /* tokens per block, a power of two 1..256;
+                               0 (the default): follow the device, 16 on a
+                               GPU, 64 on a CPU device or the CPU backend */
     int32_t kv_dtype;       /* pkv_kv_dtype, default PKV_KV_F16 */
     int32_t key_quant;      /* pkv_quant_group for U8 keys */
     int32_t value_quant;    /* pkv_quant_group for U8 values */
@@ -274,7 +276,8 @@ typedef struct pkv_engine_params {
 } pkv_engine_params;
 
 /*
- * Fill *params with defaults: struct_size set, block_size 16, KV in f16,
+ * Fill *params with defaults: struct_size set, block_size 0 (follow the
+ * device; pkv_engine_get_stats reports the size chosen), KV in f16,
  * default quantization groups, cache_bytes 256 MiB, max_model_len 4096,
  * max_num_seqs 256, max_batch_tokens 2048, FCFS, recompute, watermark 0.01,
  * no quotas, no swap, backend AUTO, malloc/free, no log, no OpenCL device
