@@ -333,9 +333,8 @@ static void engine_free(pkv_engine *e)
 
 /* block_size 0 follows the device: 16 tokens on a GPU, where a block
  * matches the subgroup width; 64 on a CPU device or the CPU backend, where
- * long runs of contiguous memory keep the prefetchers busy (a paged decode
- * at block 16 runs about 1.2x the time of the contiguous one on PoCL, at
- * block 64 and more about the same: docs/performance.md). */
+ * long runs of contiguous memory keep the prefetchers busy (docs/design.md,
+ * "Block size", has the measured trade-off). */
 static uint32_t default_block_size(const pkv_engine_params *p)
 {
     enum { GPU_BLOCK = 16, CPU_BLOCK = 64 };
