@@ -142,6 +142,19 @@ static float hsum(float4 x)
 #define K_PART_BYTES PKV_LAYOUT_PART_BYTES(PKV_KV_DTYPE, KQ, BS, D)
 #define HEAD_BYTES PKV_LAYOUT_HEAD_BYTES(PKV_KV_DTYPE, KQ, VQ, BS, D)
 
+/* Software prefetch. PoCL's prefetch() is empty, but its compiler (clang,
+ * for x86-64 or AArch64 CPUs) lowers __builtin_prefetch to a prefetch
+ * instruction; elsewhere it is nothing. */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_prefetch) && \
+    (defined(__x86_64__) || defined(__aarch64__))
+#define PKV_PREFETCH(p) __builtin_prefetch(p)
+#endif
+#endif
+#ifndef PKV_PREFETCH
+#define PKV_PREFETCH(p) ((void)(p))
+#endif
+
 /* Tokens [x, y) of the row's context that partition part covers. */
 static uint2 part_range(uint ctx, uint part, uint sliding_window,
                         uint partition_size)
@@ -541,19 +554,23 @@ typedef struct state {
     float m[G], l[G];
     float accl[G]; /* u8 per-token values: sum of p * lo, every channel */
     floatV acc[G][NV];
-    uint sink; /* see touch_row */
 } state;
 
-/* The V sums walk a block's rows channel-chunk by channel-chunk, so their
- * first loads of each row miss one after the other. Touching every cache
- * line of V row t while the K loop is at row t starts those misses early,
- * under the K arithmetic (PoCL's prefetch() is empty). */
-static void touch_row(global const uchar *row, int row_bytes, state *st)
+/* A block is a jump that the CPU's prefetchers cannot follow: while the
+ * K loop is at token t of this block, prefetch the t-th share of the
+ * cache lines of the next block's head part (nxt; NULL: none), so its
+ * misses overlap this block's arithmetic instead of stalling the next
+ * (PoCL, ctx 4096, batch 16: about half the CPU time per step for u8, a
+ * third less for f16). A prefetch never faults, whatever the address. */
+#define PF_LINES ((HEAD_BYTES + 63) / 64)
+#define PF_PER_TOKEN ((PF_LINES + BS - 1) / BS)
+static void prefetch_share(global const uchar *nxt, int t)
 {
-    uint sum = 0;
-    for (int i = 0; i < row_bytes; i += 64)
-        sum += row[i];
-    st->sink += sum;
+    if (nxt != NULL)
+#pragma unroll
+        for (int i = 0; i < PF_PER_TOKEN; i++)
+            if (t * PF_PER_TOKEN + i < PF_LINES)
+                PKV_PREFETCH(nxt + (t * PF_PER_TOKEN + i) * 64);
 }
 
 /* s[g * BS + t] holds the block's scores of head g, -inf where masked.
@@ -610,12 +627,13 @@ static floatV load_row(global const uchar *p, size_t i, int f16)
 
 /* Fold tokens [t0, t1) of an f32 or f16 block ([token][ch] K and V). */
 static void block_float(global const uchar *k, global const uchar *v,
-                        int f16, int t0, int t1, const floatV *qv, state *st)
+                        int f16, int t0, int t1, const floatV *qv,
+                        global const uchar *nxt, state *st)
 {
     float s[G * BS];
     for (int t = t0; t < t1; t++) {
         floatV sa[G];
-        touch_row(v + t * D * (f16 ? 2 : 4), D * (f16 ? 2 : 4), st);
+        prefetch_share(nxt, t);
 #pragma unroll
         for (int g = 0; g < G; g++)
             sa[g] = 0.0f;
@@ -667,7 +685,8 @@ static void block_float(global const uchar *k, global const uchar *v,
 /* Fold tokens [t0, t1) of a sealed u8 block: codes [token][ch], then f16
  * lo[groups], scale[groups] (kv_layout.h). */
 static void block_u8(global const uchar *k, global const uchar *v, int t0,
-                     int t1, const floatV *qv, const float *qsum, state *st)
+                     int t1, const floatV *qv, const float *qsum,
+                     global const uchar *nxt, state *st)
 {
     global const half *klo = (global const half *)(k + BS * D);
     global const half *ksc = klo + PKV_LAYOUT_U8_GROUPS(KQ, BS, D);
@@ -699,7 +718,7 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
 #endif
     for (int t = t0; t < t1; t++) {
         floatV sa[G];
-        touch_row(v + t * D, D, st);
+        prefetch_share(nxt, t);
 #pragma unroll
         for (int g = 0; g < G; g++)
             sa[g] = 0.0f;
@@ -826,7 +845,6 @@ kernel void pkv_decode_partial(
         for (int x = 0; x < NV; x++)
             st.acc[g][x] = 0.0f;
     }
-    st.sink = 0;
 
     for (uint b0 = t_begin / BS * BS; b0 < t_end; b0 += BS) {
         int t0 = (int)(max(b0, t_begin) - b0);
@@ -835,8 +853,14 @@ kernel void pkv_decode_partial(
                                            max_blocks_per_seq, num_kv_heads,
                                            seq, b0 / BS, h);
         global const uchar *vp = kp + K_PART_BYTES;
+        global const uchar *nxt =
+            b0 + BS < t_end ? head_part(arena, block_tables,
+                                        max_blocks_per_seq, num_kv_heads,
+                                        seq, b0 / BS + 1, h)
+                            : NULL;
 #if PKV_KV_DTYPE != PKV_LAYOUT_U8
-        block_float(kp, vp, PKV_KV_DTYPE == PKV_LAYOUT_F16, t0, t1, qv, &st);
+        block_float(kp, vp, PKV_KV_DTYPE == PKV_LAYOUT_F16, t0, t1, qv, nxt,
+                    &st);
 #else
         if (b0 + BS > ctx) {
             /* Not sealed: the tokens are in the sequence's staging tail. */
@@ -844,17 +868,14 @@ kernel void pkv_decode_partial(
                 stages, stage_ids[seq], stage_floats, stage_layer_offset, h);
             block_float((global const uchar *)tk,
                         (global const uchar *)(tk + BS * D), 0, t0, t1, qv,
-                        &st);
+                        NULL, &st);
         } else {
-            block_u8(kp, vp, t0, t1, qv, qsum, &st);
+            block_u8(kp, vp, t0, t1, qv, qsum, nxt, &st);
         }
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    /* Never true (partition_size > 0): keeps the touches alive. */
-    if (partition_size == 0 && st.sink == 1)
-        part_ml[0] = 0.0f;
     size_t row0 = (size_t)seq * hq + h * G;
     for (int g = 0; g < G; g++) {
         if (num_parts == 1) {
