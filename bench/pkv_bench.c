@@ -91,6 +91,10 @@ static const subcommand SUBCOMMANDS[] = {
     {"kernels", bench_kernels,
      "OpenCL decode attention: KV GB/s vs memory bandwidth, paged vs "
      "contiguous"},
+#ifdef PKV_BENCH_OPENCL
+    {"interop", bench_interop,
+     "attend with host tensors wrapped (zero copy), copied, and cl_mem"},
+#endif
 };
 #define NUM_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
 
