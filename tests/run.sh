@@ -13,6 +13,8 @@ cmake --build build -j "$JOBS"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 echo "== install, then build examples/minimal.c with find_package and pkg-config"
 sh tests/check_install.sh build
+echo "== ABI against the committed baseline (tests/abi/libpkv.abi)"
+sh tests/check_abi.sh build/libpkv.so
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
 # Intel's OpenCL runtime aborts ASan processes at platform enumeration (it
