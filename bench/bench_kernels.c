@@ -720,6 +720,7 @@ int bench_kernels(const bench_options *opt)
         cases[n++] = c;
     }
 
+    FILE *plot = bench_plot_open(opt, "kernels");
     printf("\n%-4s %5s %5s %4s %6s %9s %8s %7s %8s %8s %5s %s\n", "kv",
            "ctx", "batch", "bs", "B/tok", "ms", "KV GB/s", "of bw", "paged/",
            "CPU ms", "parts", "");
@@ -755,6 +756,11 @@ int bench_kernels(const bench_options *opt)
                100.0 * gbps / bw, ratio, r.cpu_seconds * 1e3,
                (unsigned)plan.num_partitions,
                resident ? "cache-resident" : "");
+        if (plot != NULL)
+            fprintf(plot, "\"%s %u x%u bs%u\" %.2f %.3f\n",
+                    DTYPE_NAME[c->dtype], (unsigned)c->ctx_max,
+                    (unsigned)c->batch, (unsigned)c->block_size,
+                    100.0 * gbps / bw, ratio);
         if (opt->json != NULL)
             fprintf(opt->json,
                     "{\"bench\":\"decode\",\"kv\":\"%s\",\"ctx\":%u,"
@@ -771,6 +777,19 @@ int bench_kernels(const bench_options *opt)
                     (unsigned)plan.num_partitions, r.cpu_seconds);
         fflush(stdout);
     }
+    bench_plot_close(opt, plot, "kernels",
+                     "set style data histograms\n"
+                     "set style fill solid 0.8\n"
+                     "set xtics rotate by -60\n"
+                     "set bmargin 8\n"
+                     "set ylabel '% of measured read bandwidth'\n"
+                     "set y2label 'paged / contiguous time'\n"
+                     "set y2tics\n"
+                     "set yrange [0:*]\n"
+                     "set y2range [0:*]\n"
+                     "plot data using 2:xtic(1) title 'KV GB/s, % of bandwidth', "
+                     "'' using 0:3 axes x1y2 with points pt 7 "
+                     "title 'paged / contiguous'");
     printf("\nB/tok: KV bytes per token over all %u kv heads (K + V, u8 "
            "parameters included);\nu8 keys per channel, values per token. "
            "CPU ms: process CPU time per step (all\nthreads; on a CPU device "
