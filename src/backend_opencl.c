@@ -826,17 +826,13 @@ static pkv_status enqueue_attention(pkv__backend *b, uint32_t layer, kt q,
     return enqueue_attend(b, layer, q, out, scale, window);
 }
 
+/* The shared check, with the step the backend holds (none before
+ * begin_step). */
 static pkv_status layer_check(const pkv__backend *b, uint32_t layer,
                               const void *in, const void *out)
 {
-    if (!b->have_step)
-        return pkv__fail(PKV_ERR_BAD_STATE, "no step: call begin_step first");
-    if (layer >= b->cfg.num_layers)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "layer %u of %u",
-                         (unsigned)layer, (unsigned)b->cfg.num_layers);
-    if (b->step.num_tokens > 0 && (in == NULL || out == NULL))
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "a tensor is NULL");
-    return PKV_OK;
+    return pkv__backend_layer_check(&b->cfg, b->have_step ? &b->step : NULL,
+                                    layer, in, out);
 }
 
 /* A host tensor for the kernels: wrapped where the device shares host
