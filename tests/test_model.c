@@ -48,6 +48,32 @@ int32_t tm_sample(int32_t last_token, uint32_t position, uint32_t vocab)
                      vocab);
 }
 
+pkv_engine_params tm_params(int32_t backend)
+{
+    pkv_engine_params p;
+    assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
+    p.num_layers = 2;
+    p.num_q_heads = 4;
+    p.num_kv_heads = 2;
+    p.head_dim = 8;
+    p.block_size = 4;
+    p.num_blocks = 256;
+    p.kv_dtype = PKV_KV_F32;
+    p.vocab_size = 1000;
+    p.max_model_len = 1024;
+    p.backend = backend;
+    return p;
+}
+
+int32_t *tm_prompt(uint32_t len, uint32_t seed)
+{
+    int32_t *t = malloc(len * sizeof *t);
+    assert_non_null(t);
+    for (uint32_t i = 0; i < len; i++)
+        t[i] = (int32_t)((seed * 7919u + i * 104729u) % 1000u);
+    return t;
+}
+
 void tm_host_init(tm_host *host, const pkv_engine_params *params,
                   float tolerance)
 {

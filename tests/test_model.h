@@ -27,6 +27,14 @@ void tm_row(int kind, int32_t token, uint32_t position, uint32_t layer,
  * function of the sequence's last token and position, below vocab. */
 int32_t tm_sample(int32_t last_token, uint32_t position, uint32_t vocab);
 
+/* The small geometry the engine-loop tests start from (2 layers, 4 query
+ * heads over 2 kv heads, head_dim 8, 4-token blocks, 256 blocks, f32 KV,
+ * vocabulary 1000, max_model_len 1024) on the given backend. */
+pkv_engine_params tm_params(int32_t backend);
+
+/* A prompt of len tokens below 1000, a fixed function of seed (malloc'd). */
+int32_t *tm_prompt(uint32_t len, uint32_t seed);
+
 /* A live sequence as the test host sees it: its whole token history. */
 typedef struct tm_seq {
     pkv_seq_id id;

@@ -38,32 +38,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static pkv_engine_params base_params(void)
-{
-    pkv_engine_params p;
-    assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
-    p.num_layers = 2;
-    p.num_q_heads = 4;
-    p.num_kv_heads = 2;
-    p.head_dim = 8;
-    p.block_size = 4;
-    p.num_blocks = 256;
-    p.kv_dtype = PKV_KV_F32;
-    p.vocab_size = 1000;
-    p.max_model_len = 1024;
-    p.backend = PKV_BACKEND_OPENCL;
-    return p;
-}
-
-static int32_t *make_prompt(uint32_t len, uint32_t seed)
-{
-    int32_t *t = malloc(len * sizeof *t);
-    assert_non_null(t);
-    for (uint32_t i = 0; i < len; i++)
-        t[i] = (int32_t)((seed * 7919u + i * 104729u) % 1000u);
-    return t;
-}
-
 static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
 static const float tols[] = {1e-4f, 5e-3f, 0.05f};
 
@@ -107,11 +81,11 @@ static void test_decode_and_prefix_hit(void **state)
 {
     (void)state;
     for (int k = 0; k < 3; k++) {
-        pkv_engine_params p = base_params();
+        pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
         tm_host h;
         tm_host_init(&h, &p, tols[k]);
-        int32_t *prompt = make_prompt(19, 4);
+        int32_t *prompt = tm_prompt(19, 4);
         tm_add(&h, prompt, 19, 6, 0, 0);
         tm_run(&h, 100);
         /* The same prompt again: 4 full blocks hit, 3 tokens computed. */
@@ -135,11 +109,11 @@ static void test_fork_then_diverge(void **state)
 {
     (void)state;
     for (int k = 0; k < 3; k++) {
-        pkv_engine_params p = base_params();
+        pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
         tm_host h;
         tm_host_init(&h, &p, tols[k]);
-        int32_t *prompt = make_prompt(10, 50);
+        int32_t *prompt = tm_prompt(10, 50);
         pkv_seq_id parent = tm_add(&h, prompt, 10, 8, 0, 0);
         tm_step(&h, NULL);
         for (int i = 0; i < 3; i++) {
@@ -159,7 +133,7 @@ static void test_fork_then_diverge(void **state)
  * to the dense reference. */
 static void run_tiny_pool(int32_t mode, int k)
 {
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
     p.num_blocks = 13;
     p.watermark = 0;
     p.preempt_mode = mode;
@@ -169,7 +143,7 @@ static void run_tiny_pool(int32_t mode, int k)
     tm_host_init(&h, &p, tols[k]);
     int32_t *prompts[4];
     for (uint32_t i = 0; i < 4; i++) {
-        prompts[i] = make_prompt(9, 20 + i);
+        prompts[i] = tm_prompt(9, 20 + i);
         tm_add(&h, prompts[i], 9, 12, 0, 0);
     }
     tm_run(&h, 500);
@@ -199,7 +173,7 @@ static void test_mixed_load(void **state)
 {
     (void)state;
     for (int k = 0; k < 3; k++) {
-        pkv_engine_params p = base_params();
+        pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
         p.num_q_heads = 6;
         p.num_kv_heads = 2;
@@ -214,7 +188,7 @@ static void test_mixed_load(void **state)
         int32_t *prompts[12];
         for (uint32_t i = 0; i < 12; i++) {
             uint32_t len = 5 + 23 * i % 90;
-            prompts[i] = make_prompt(len, 300 + i % 4);
+            prompts[i] = tm_prompt(len, 300 + i % 4);
             tm_add(&h, prompts[i], len, 4 + i % 5, 0, 0);
         }
         tm_run(&h, 1000);
@@ -272,7 +246,7 @@ static pkv_tensor host_tensor(void *data, int32_t dtype, uint32_t rows,
 static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
                         cl_context ctx, cl_command_queue queue)
 {
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
     p.kv_dtype = kv_dtype;
     p.head_dim = 16;
     pkv_engine_params pc = p;
@@ -289,7 +263,7 @@ static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
     assert_int_equal(pkv_engine_get_opencl(ec, &gctx, &gq),
                      PKV_ERR_UNSUPPORTED);
     for (uint32_t i = 0; i < 3; i++) {
-        int32_t *prompt = make_prompt(7 + 5 * i, 60 + i);
+        int32_t *prompt = tm_prompt(7 + 5 * i, 60 + i);
         pkv_seq_params sp;
         pkv_seq_params_init(&sp);
         sp.prompt = prompt;
@@ -432,10 +406,10 @@ static void test_interop(void **state)
 static void test_invalid_cl_mem(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = make_prompt(6, 1);
+    int32_t *prompt = tm_prompt(6, 1);
     tm_add(&h, prompt, 6, 2, 0, 0);
     const pkv_batch *b;
     assert_int_equal(pkv_engine_step_begin(h.engine, &b), PKV_OK);
@@ -574,7 +548,7 @@ static void test_program_fails_to_build(void **state)
     char dir[64];
     kernel_tree(dir, "\n__kernel void broken(void) { this is not C; }\n");
     pkv__opencl_kernel_dir = dir;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
     expect_create_fails(p, PKV_ERR_BUILD, "clBuildProgram");
     /* AUTO falls back to the CPU backend and says so. */
     log_capture l;
@@ -594,7 +568,7 @@ static void test_program_fails_to_build(void **state)
     remove_tree(dir);
     /* A kernel directory that does not exist. */
     pkv__opencl_kernel_dir = "/nonexistent/pkv";
-    p = base_params();
+    p = tm_params(PKV_BACKEND_OPENCL);
     expect_create_fails(p, PKV_ERR_BUILD, "cannot be read");
     pkv__opencl_kernel_dir = saved;
 }
@@ -602,7 +576,7 @@ static void test_program_fails_to_build(void **state)
 static void test_cache_too_large(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
     p.head_dim = 512;
     p.num_kv_heads = 8;
     p.num_q_heads = 8;
@@ -610,11 +584,11 @@ static void test_cache_too_large(void **state)
     p.num_blocks = 1u << 16; /* 64 Ki blocks of 8 MiB per layer */
     expect_create_fails(p, PKV_ERR_DEVICE_MEMORY, "lower num_blocks");
     /* A device that is not there. */
-    p = base_params();
+    p = tm_params(PKV_BACKEND_OPENCL);
     p.opencl_device = "no such device anywhere";
     expect_create_fails(p, PKV_ERR_DEVICE, "no OpenCL device matches");
     /* Only one of the two host handles. */
-    p = base_params();
+    p = tm_params(PKV_BACKEND_OPENCL);
     p.opencl_queue = (void *)&p;
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT, "together");
 }
@@ -647,7 +621,7 @@ static size_t read_file(const char *path, unsigned char *buf, size_t cap)
 static void create_with_cache(const char *dir, cl_context ctx,
                               cl_command_queue queue, log_capture *l)
 {
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
     p.program_cache_dir = dir;
     p.log = capture_log;
     p.log_user = l;

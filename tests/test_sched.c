@@ -13,39 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pkv_engine_params base_params(void)
-{
-    pkv_engine_params p;
-    assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
-    p.num_layers = 2;
-    p.num_q_heads = 4;
-    p.num_kv_heads = 2;
-    p.head_dim = 8;
-    p.block_size = 4;
-    p.num_blocks = 256;
-    p.kv_dtype = PKV_KV_F32;
-    p.vocab_size = 1000;
-    p.max_model_len = 1024;
-    p.backend = PKV_BACKEND_CPU;
-    return p;
-}
-
-static int32_t *make_prompt(uint32_t len, uint32_t seed)
-{
-    int32_t *t = malloc(len * sizeof *t);
-    assert_non_null(t);
-    for (uint32_t i = 0; i < len; i++)
-        t[i] = (int32_t)((seed * 7919u + i * 104729u) % 1000u);
-    return t;
-}
-
 static void test_single_sequence_decodes(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = make_prompt(10, 1);
+    int32_t *prompt = tm_prompt(10, 1);
     pkv_seq_id id = tm_add(&h, prompt, 10, 5, 0, 0);
     tm_run(&h, 100);
     tm_seq *s = tm_find(&h, id);
@@ -65,7 +39,7 @@ static void test_single_sequence_decodes(void **state)
 static void test_long_prefill_threshold(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.num_layers = 1;
     p.max_batch_tokens = 1024;
     p.long_prefill_threshold = 400;
@@ -75,7 +49,7 @@ static void test_long_prefill_threshold(void **state)
     tm_host_init(&h, &p, 1e-4f);
     int32_t *prompts[3];
     for (uint32_t i = 0; i < 3; i++) {
-        prompts[i] = make_prompt(1000, 10 + i);
+        prompts[i] = tm_prompt(1000, 10 + i);
         tm_add(&h, prompts[i], 1000, 2, 0, 0);
     }
     const pkv_batch *b;
@@ -95,11 +69,11 @@ static void test_long_prefill_threshold(void **state)
 static void test_fcfs_order_and_max_num_seqs(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.max_num_seqs = 2;
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = make_prompt(6, 3);
+    int32_t *prompt = tm_prompt(6, 3);
     pkv_seq_id ids[4];
     for (int i = 0; i < 4; i++)
         ids[i] = tm_add(&h, prompt, 6, 3, 0, 0);
@@ -119,10 +93,10 @@ static void test_fcfs_order_and_max_num_seqs(void **state)
 static void test_prefix_hit_is_used_and_correct(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = make_prompt(19, 4);
+    int32_t *prompt = tm_prompt(19, 4);
     tm_add(&h, prompt, 19, 2, 0, 0);
     tm_run(&h, 100);
     /* The same prompt again: 4 full blocks (16 tokens) hit, 3 computed. */
@@ -149,7 +123,7 @@ static void test_prefix_hit_is_used_and_correct(void **state)
  * every row stays equal to the dense reference. */
 static void run_tiny_pool(int32_t mode, int32_t kv_dtype, float tol)
 {
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.num_blocks = 13; /* 12 usable blocks of 4 tokens */
     p.watermark = 0;
     p.preempt_mode = mode;
@@ -160,7 +134,7 @@ static void run_tiny_pool(int32_t mode, int32_t kv_dtype, float tol)
     int32_t *prompts[4];
     pkv_seq_id ids[4];
     for (uint32_t i = 0; i < 4; i++) {
-        prompts[i] = make_prompt(9, 20 + i);
+        prompts[i] = tm_prompt(9, 20 + i);
         ids[i] = tm_add(&h, prompts[i], 9, 12, 0, 0);
     }
     tm_run(&h, 500);
@@ -215,13 +189,13 @@ static void test_preempt_recompute_f16(void **state)
 static void test_priority_preemption(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.policy = PKV_POLICY_PRIORITY;
     p.num_blocks = 9; /* 8 usable */
     p.watermark = 0;
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *a = make_prompt(8, 30), *b = make_prompt(8, 31);
+    int32_t *a = tm_prompt(8, 30), *b = tm_prompt(8, 31);
     pkv_seq_id low = tm_add(&h, a, 8, 12, 5, 0);
     pkv_seq_id high = tm_add(&h, b, 8, 12, 1, 0);
     const pkv_batch *batch;
@@ -249,7 +223,7 @@ static void test_priority_preemption(void **state)
 static void test_abort_every_state(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.long_prefill_threshold = 4;
     p.max_batch_tokens = 8;
     p.num_blocks = 11;
@@ -258,7 +232,7 @@ static void test_abort_every_state(void **state)
     p.swap_bytes = 1 << 20;
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = make_prompt(12, 40);
+    int32_t *prompt = tm_prompt(12, 40);
 
     /* Queued: aborted before any step sees it. */
     pkv_seq_id queued = tm_add(&h, prompt, 12, 4, 0, 0);
@@ -326,11 +300,11 @@ static void test_fork_then_diverge(void **state)
     const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
     const float tols[] = {1e-4f, 5e-3f, 0.05f};
     for (int k = 0; k < 3; k++) {
-        pkv_engine_params p = base_params();
+        pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
         p.kv_dtype = dtypes[k];
         tm_host h;
         tm_host_init(&h, &p, tols[k]);
-        int32_t *prompt = make_prompt(10, 50);
+        int32_t *prompt = tm_prompt(10, 50);
         pkv_seq_id parent = tm_add(&h, prompt, 10, 8, 0, 0);
         tm_step(&h, NULL); /* prefill and first sample */
         pkv_seq_id kids[3];
@@ -366,11 +340,11 @@ static void test_fork_then_diverge(void **state)
 static void test_fork_bad_input(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.max_num_seqs = 2;
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = make_prompt(10, 60);
+    int32_t *prompt = tm_prompt(10, 60);
     pkv_seq_id id = tm_add(&h, prompt, 10, 8, 0, 0);
     pkv_seq_id child = 7;
     /* Not admitted yet: waiting. */
@@ -442,7 +416,7 @@ static void test_workload_three_times_the_pool(void **state)
     (void)state;
     const int32_t modes[] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
     for (int m = 0; m < 2; m++) {
-        pkv_engine_params p = base_params();
+        pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
         p.num_blocks = 65; /* 64 usable blocks = 256 tokens */
         p.max_num_seqs = 16;
         p.preempt_mode = modes[m];
@@ -455,7 +429,7 @@ static void test_workload_three_times_the_pool(void **state)
         int32_t *prompts[N];
         for (uint32_t i = 0; i < N; i++) {
             uint32_t len = 10 + (i * 5) % 17, gen = 10 + (i * 3) % 11;
-            prompts[i] = make_prompt(len, 70 + i);
+            prompts[i] = tm_prompt(len, 70 + i);
             counts[i].id = tm_add(&h, prompts[i], len, gen, 0, 0);
             counts[i].count = 0;
             final_blocks += (len + gen + 3) / 4;
@@ -489,14 +463,14 @@ static void test_workload_three_times_the_pool(void **state)
  * from its add to its first sampled token. */
 static uint32_t squeeze(uint32_t tenant_quota, uint32_t *short_done)
 {
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.num_blocks = 65; /* 64 usable */
     p.max_num_seqs = 32;
     p.max_blocks_per_tenant = tenant_quota;
     p.num_layers = 1;
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *flood = make_prompt(40, 80), *shorty = make_prompt(4, 81);
+    int32_t *flood = tm_prompt(40, 80), *shorty = tm_prompt(4, 81);
     for (int i = 0; i < 30; i++)
         tm_add(&h, flood, 40, 60, 0, 1);
     uint32_t worst = 0;
@@ -549,7 +523,7 @@ static void test_fill_and_squeeze(void **state)
 static void test_long_context(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.num_layers = 1;
     p.num_q_heads = 1;
     p.num_kv_heads = 1;
@@ -565,7 +539,7 @@ static void test_long_context(void **state)
     st.struct_size = sizeof st;
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_int_equal(st.blocks_used, 1); /* nothing per max_model_len */
-    int32_t *prompt = make_prompt(32760, 90);
+    int32_t *prompt = tm_prompt(32760, 90);
     pkv_seq_id id = tm_add(&h, prompt, 32760, 16, 0, 0);
     tm_run(&h, 100);
     tm_seq *s = tm_find(&h, id);
@@ -582,12 +556,12 @@ static void test_long_context(void **state)
 static void test_limits_end_sequences(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.max_model_len = 16;
     p.num_blocks = 4; /* 3 usable blocks = 12 tokens */
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = make_prompt(14, 91);
+    int32_t *prompt = tm_prompt(14, 91);
     pkv_seq_id too_big = tm_add(&h, prompt, 14, 0, 0, 0);
     pkv_seq_id ok = tm_add(&h, prompt, 6, 0, 0, 0);
     tm_run(&h, 100);
@@ -617,11 +591,11 @@ static void test_limits_end_sequences(void **state)
 static void test_sequence_quota(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.max_blocks_per_seq = 4; /* 16 tokens */
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = make_prompt(10, 92);
+    int32_t *prompt = tm_prompt(10, 92);
     pkv_seq_id big = tm_add(&h, prompt, 10, 20, 0, 0);
     pkv_seq_id small = tm_add(&h, prompt, 10, 4, 0, 0);
     tm_run(&h, 100);
@@ -651,7 +625,7 @@ static void expect_unchanged(pkv_engine *e, const pkv_engine_stats *before)
 static void test_bad_input_everywhere(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
     pkv_engine *e = h.engine;
@@ -803,7 +777,7 @@ static void test_bad_input_everywhere(void **state)
 static void test_non_finite_fails_one_sequence(void **state)
 {
     (void)state;
-    pkv_engine_params p = base_params();
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.num_layers = 1;
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
