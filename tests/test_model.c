@@ -178,9 +178,7 @@ static void dense_row(const tm_host *host, const tm_seq *s, uint32_t position,
         first = position + 1 - p->sliding_window;
     uint32_t n = position + 1 - first;
     double *scores = malloc(n * sizeof *scores);
-    float *krow = malloc(hkv * d * sizeof *krow);
-    float *vrow = malloc(hkv * d * sizeof *vrow);
-    assert_true(scores && krow && vrow);
+    assert_non_null(scores);
     for (uint32_t h = 0; h < hq; h++) {
         uint32_t kvh = h / group;
         double m = -INFINITY;
@@ -210,8 +208,6 @@ static void dense_row(const tm_host *host, const tm_seq *s, uint32_t position,
         }
     }
     free(scores);
-    free(krow);
-    free(vrow);
 }
 
 static pkv_tensor host_tensor(float *data, uint32_t rows, uint32_t heads,
