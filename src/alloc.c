@@ -47,6 +47,26 @@ void *pkv__calloc(const pkv__allocator *a, size_t count, size_t size)
     return p;
 }
 
+pkv_status pkv__grow(const pkv__allocator *a, void *array, size_t *capacity,
+                     size_t count, size_t needed, size_t size, void **out)
+{
+    *out = array;
+    if (needed <= *capacity)
+        return PKV_OK;
+    size_t cap = *capacity ? *capacity : 4;
+    while (cap < needed)
+        cap = cap > SIZE_MAX / 2 ? needed : cap * 2;
+    void *grown = pkv__calloc(a, cap, size);
+    if (grown == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    if (count)
+        memcpy(grown, array, count * size);
+    pkv__free(a, array, *capacity, size);
+    *capacity = cap;
+    *out = grown;
+    return PKV_OK;
+}
+
 void pkv__free(const pkv__allocator *a, void *ptr, size_t count, size_t size)
 {
     if (ptr == NULL)

@@ -21,6 +21,15 @@ pkv_status pkv__allocator_resolve(const pkv_allocator *in, pkv__allocator *out);
 /* count * size bytes, zeroed; NULL on overflow or failure. */
 void *pkv__calloc(const pkv__allocator *a, size_t count, size_t size);
 
+/* Room for at least `needed` elements of `size` bytes in `array` (count
+ * live elements, *capacity allocated): when it is too small, a new array
+ * (capacity doubling from 4) gets the live elements, the rest zeroed, the
+ * old one is freed and *capacity updated. *out is the array to use from now
+ * on (`array` itself when it was big enough). PKV_ERR_OUT_OF_MEMORY
+ * changes nothing. */
+pkv_status pkv__grow(const pkv__allocator *a, void *array, size_t *capacity,
+                     size_t count, size_t needed, size_t size, void **out);
+
 /* Release what pkv__calloc returned for the same count and size. NULL is a
  * no-op. */
 void pkv__free(const pkv__allocator *a, void *ptr, size_t count, size_t size);

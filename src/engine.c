@@ -245,7 +245,8 @@ static void free_step_arrays(pkv_engine *e)
               sizeof *e->block_tables);
     pkv__free(a, e->finished, e->finished_capacity, sizeof *e->finished);
     pkv__free(a, e->links, e->links_capacity, sizeof *e->links);
-    pkv__free(a, e->hit_blocks, e->links_capacity, sizeof *e->hit_blocks);
+    pkv__free(a, e->hit_blocks, e->hit_blocks_capacity,
+              sizeof *e->hit_blocks);
     pkv__free(a, e->scratch, e->scratch_capacity, sizeof *e->scratch);
 }
 

@@ -66,10 +66,11 @@ struct pkv_engine {
     uint32_t *block_tables;     /* grown on demand */
     size_t block_tables_capacity;
     pkv_finished *finished;     /* grown on demand */
-    uint32_t finished_capacity;
+    size_t finished_capacity;
     pkv__chain_link *links;     /* prefix lookup results, grown on demand */
-    uint32_t *hit_blocks;       /* their block ids, same capacity */
-    uint32_t links_capacity;
+    size_t links_capacity;
+    uint32_t *hit_blocks;       /* their block ids */
+    size_t hit_blocks_capacity;
     float *scratch;             /* attend: f32 q, k, v, out */
     size_t scratch_capacity;
     uint8_t *row_bad;           /* [max_batch_tokens]: non-finite K/V */

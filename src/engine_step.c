@@ -61,24 +61,6 @@ static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
     return (uint32_t)((tokens + block_size - 1) / block_size);
 }
 
-/* Grow a scratch array to at least `needed` elements. */
-static pkv_status grow_array(const pkv__allocator *alloc, void **array,
-                             size_t *capacity, size_t needed, size_t size)
-{
-    if (needed <= *capacity)
-        return PKV_OK;
-    size_t cap = *capacity ? *capacity : 64;
-    while (cap < needed)
-        cap *= 2;
-    void *grown = pkv__calloc(alloc, cap, size);
-    if (grown == NULL)
-        return PKV_ERR_OUT_OF_MEMORY;
-    pkv__free(alloc, *array, *capacity, size);
-    *array = grown;
-    *capacity = cap;
-    return PKV_OK;
-}
-
 /* Every sequence list gets room for every live sequence, so that moving
  * sequences between lists never allocates. */
 pkv_status pkv__engine_reserve_lists(pkv_engine *e, uint64_t live)
@@ -102,7 +84,8 @@ static pkv_status drain_inbox(pkv_engine *e)
 {
     pkv__seq *adds;
     pkv_seq_id *aborts;
-    uint32_t num_aborts, abort_capacity;
+    uint32_t num_aborts;
+    size_t abort_capacity;
     for (;;) {
         /* More may arrive between the count and the take: then again. */
         uint64_t live = pkv__inbox_live_count(&e->inbox) + 16;
@@ -144,35 +127,32 @@ static pkv_status reserve_step(pkv_engine *e)
     uint32_t live = e->running.count + e->waiting.count + e->swapped.count;
     uint32_t seqs = live < e->params.max_num_seqs ? live
                                                   : e->params.max_num_seqs;
-    size_t table_cap = e->block_tables_capacity;
-    pkv_status st = grow_array(&e->alloc, (void **)&e->block_tables,
-                               &table_cap,
-                               (size_t)seqs * blocks_for(longest, bs) + 1,
-                               sizeof *e->block_tables);
-    e->block_tables_capacity = table_cap;
-    if (st != PKV_OK)
-        return st;
-    size_t fin_cap = e->finished_capacity;
-    st = grow_array(&e->alloc, (void **)&e->finished, &fin_cap,
-                    (size_t)e->ended.count + live + 1, sizeof *e->finished);
-    e->finished_capacity = (uint32_t)fin_cap;
-    if (st != PKV_OK)
-        return st;
-    size_t links_cap = e->links_capacity;
-    size_t hits_cap = e->links_capacity;
+    /* Scratch arrays: nothing in them survives a step, nothing to copy. */
+    void *tables, *finished, *links, *hits;
     size_t links_needed = longest / bs + 1;
-    st = grow_array(&e->alloc, (void **)&e->links, &links_cap, links_needed,
-                    sizeof *e->links);
-    if (st == PKV_OK)
-        st = grow_array(&e->alloc, (void **)&e->hit_blocks, &hits_cap,
-                        links_needed, sizeof *e->hit_blocks);
-    if (st != PKV_OK) {
-        /* Keep the two arrays' capacities equal: the smaller one counts. */
-        e->links_capacity = (uint32_t)(links_cap < hits_cap ? links_cap
-                                                            : hits_cap);
+    pkv_status st = pkv__grow(&e->alloc, e->block_tables,
+                              &e->block_tables_capacity, 0,
+                              (size_t)seqs * blocks_for(longest, bs) + 1,
+                              sizeof *e->block_tables, &tables);
+    if (st != PKV_OK)
         return st;
-    }
-    e->links_capacity = (uint32_t)links_cap;
+    e->block_tables = tables;
+    st = pkv__grow(&e->alloc, e->finished, &e->finished_capacity, 0,
+                   (size_t)e->ended.count + live + 1, sizeof *e->finished,
+                   &finished);
+    if (st != PKV_OK)
+        return st;
+    e->finished = finished;
+    st = pkv__grow(&e->alloc, e->links, &e->links_capacity, 0, links_needed,
+                   sizeof *e->links, &links);
+    if (st != PKV_OK)
+        return st;
+    e->links = links;
+    st = pkv__grow(&e->alloc, e->hit_blocks, &e->hit_blocks_capacity, 0,
+                   links_needed, sizeof *e->hit_blocks, &hits);
+    if (st != PKV_OK)
+        return st;
+    e->hit_blocks = hits;
     return PKV_OK;
 }
 
@@ -484,15 +464,12 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     size_t d = e->params.head_dim;
     size_t q_count = rows * hq * d, kv_count = rows * hkv * d;
     size_t needed = 2 * q_count + 2 * kv_count;
-    if (needed > e->scratch_capacity) {
-        float *grown = pkv__calloc(&e->alloc, needed, sizeof *grown);
-        if (grown == NULL)
-            return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
-                                    "attend scratch of %zu floats", needed);
-        pkv__free(&e->alloc, e->scratch, e->scratch_capacity, sizeof *grown);
-        e->scratch = grown;
-        e->scratch_capacity = needed;
-    }
+    void *scratch;
+    if (pkv__grow(&e->alloc, e->scratch, &e->scratch_capacity, 0, needed,
+                  sizeof *e->scratch, &scratch) != PKV_OK)
+        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+                                "attend scratch of %zu floats", needed);
+    e->scratch = scratch;
     float *q_buf = e->scratch, *out_buf = q_buf + q_count;
     float *k_buf = out_buf + q_count, *v_buf = k_buf + kv_count;
     const float *qf = as_f32(q, q_buf, q_count);

@@ -51,32 +51,22 @@ pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,
     if (id == 0 || id > inbox->last_id) {
         st = PKV_ERR_NOT_FOUND;
     } else {
-        if (inbox->num_aborts == inbox->abort_capacity) {
-            uint32_t cap = inbox->abort_capacity ? inbox->abort_capacity * 2
-                                                 : 16;
-            pkv_seq_id *grown = pkv__calloc(alloc, cap, sizeof *grown);
-            if (grown == NULL) {
-                st = PKV_ERR_OUT_OF_MEMORY;
-                goto out;
-            }
-            if (inbox->num_aborts)
-                memcpy(grown, inbox->aborts,
-                       inbox->num_aborts * sizeof *grown);
-            pkv__free(alloc, inbox->aborts, inbox->abort_capacity,
-                      sizeof *grown);
-            inbox->aborts = grown;
-            inbox->abort_capacity = cap;
+        void *aborts;
+        st = pkv__grow(alloc, inbox->aborts, &inbox->abort_capacity,
+                       inbox->num_aborts, (size_t)inbox->num_aborts + 1,
+                       sizeof *inbox->aborts, &aborts);
+        if (st == PKV_OK) {
+            inbox->aborts = aborts;
+            inbox->aborts[inbox->num_aborts++] = id;
         }
-        inbox->aborts[inbox->num_aborts++] = id;
     }
-out:
     mtx_unlock(&inbox->lock);
     return st;
 }
 
 int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
                     pkv_seq_id **aborts, uint32_t *num_aborts,
-                    uint32_t *abort_capacity)
+                    size_t *abort_capacity)
 {
     mtx_lock(&inbox->lock);
     if (inbox->live > max_live) {

@@ -15,7 +15,7 @@ typedef struct pkv__inbox {
     pkv__seq *adds_tail;
     pkv_seq_id *aborts;
     uint32_t num_aborts;
-    uint32_t abort_capacity;
+    size_t abort_capacity;
     pkv_seq_id last_id;  /* ids issued: 1 .. last_id */
     uint64_t arrivals;   /* arrival counter */
     uint64_t live;       /* added and not yet reported as ended */
@@ -40,7 +40,7 @@ pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,
  * caller frees (abort_capacity entries). Thread-safe. */
 int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
                     pkv_seq_id **aborts, uint32_t *num_aborts,
-                    uint32_t *abort_capacity);
+                    size_t *abort_capacity);
 
 /* Sequences live now (added and not yet reported as ended). Thread-safe. */
 uint64_t pkv__inbox_live_count(pkv__inbox *inbox);

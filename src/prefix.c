@@ -151,20 +151,12 @@ void pkv__prefix_chain_release(pkv__prefix_chain *chain,
 static pkv_status chain_reserve(pkv__prefix_chain *chain,
                                 const pkv__pool *pool, uint32_t needed)
 {
-    if (needed <= chain->capacity)
-        return PKV_OK;
-    uint32_t cap = chain->capacity ? chain->capacity : 4;
-    while (cap < needed)
-        cap = cap > UINT32_MAX / 2 ? needed : cap * 2;
-    pkv__chain_link *grown = pkv__calloc(&pool->alloc, cap, sizeof *grown);
-    if (grown == NULL)
-        return PKV_ERR_OUT_OF_MEMORY;
-    if (chain->num_links)
-        memcpy(grown, chain->links, chain->num_links * sizeof *grown);
-    pkv__free(&pool->alloc, chain->links, chain->capacity, sizeof *grown);
-    chain->links = grown;
-    chain->capacity = cap;
-    return PKV_OK;
+    void *links;
+    pkv_status st = pkv__grow(&pool->alloc, chain->links, &chain->capacity,
+                              chain->num_links, needed, sizeof *chain->links,
+                              &links);
+    chain->links = links;
+    return st;
 }
 
 pkv_status pkv__prefix_chain_adopt(pkv__prefix_chain *chain,

@@ -31,7 +31,7 @@ typedef struct pkv__chain_link {
 typedef struct pkv__prefix_chain {
     pkv__chain_link *links;
     uint32_t num_links;
-    uint32_t capacity;
+    size_t capacity;
 } pkv__prefix_chain;
 
 typedef struct pkv__prefix_entry {

@@ -7,20 +7,12 @@ pkv_status pkv__seq_list_reserve(pkv__seq_list *list,
                                  const pkv__allocator *alloc,
                                  uint32_t needed)
 {
-    if (needed <= list->capacity)
-        return PKV_OK;
-    uint32_t cap = list->capacity ? list->capacity : 16;
-    while (cap < needed)
-        cap = cap > UINT32_MAX / 2 ? needed : cap * 2;
-    pkv__seq **grown = pkv__calloc(alloc, cap, sizeof *grown);
-    if (grown == NULL)
-        return PKV_ERR_OUT_OF_MEMORY;
-    if (list->count)
-        memcpy(grown, list->items, list->count * sizeof *grown);
-    pkv__free(alloc, list->items, list->capacity, sizeof *grown);
-    list->items = grown;
-    list->capacity = cap;
-    return PKV_OK;
+    void *items;
+    pkv_status st = pkv__grow(alloc, list->items, &list->capacity,
+                              list->count, needed, sizeof *list->items,
+                              &items);
+    list->items = items;
+    return st;
 }
 
 void pkv__seq_list_release(pkv__seq_list *list, const pkv__allocator *alloc)
@@ -75,17 +67,12 @@ pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
 
 pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc)
 {
-    if (seq->num_tokens < seq->token_capacity)
-        return PKV_OK;
-    uint32_t cap = seq->token_capacity * 2;
-    int32_t *grown = pkv__calloc(alloc, cap, sizeof *grown);
-    if (grown == NULL)
-        return PKV_ERR_OUT_OF_MEMORY;
-    memcpy(grown, seq->tokens, seq->num_tokens * sizeof *grown);
-    pkv__free(alloc, seq->tokens, seq->token_capacity, sizeof *grown);
-    seq->tokens = grown;
-    seq->token_capacity = cap;
-    return PKV_OK;
+    void *tokens;
+    pkv_status st = pkv__grow(alloc, seq->tokens, &seq->token_capacity,
+                              seq->num_tokens, (size_t)seq->num_tokens + 1,
+                              sizeof *seq->tokens, &tokens);
+    seq->tokens = tokens;
+    return st;
 }
 
 void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)

@@ -29,7 +29,7 @@ typedef struct pkv__seq {
      * room for one more token, so step_end never allocates. */
     int32_t *tokens;
     uint32_t num_tokens;
-    uint32_t token_capacity;
+    size_t token_capacity;
     uint32_t prompt_len;
     uint32_t max_new_tokens;
     uint32_t num_generated;
@@ -61,7 +61,7 @@ typedef struct pkv__seq {
 typedef struct pkv__seq_list {
     pkv__seq **items;
     uint32_t count;
-    uint32_t capacity;
+    size_t capacity;
 } pkv__seq_list;
 
 /* Room for `needed` items; nothing changes on failure. */

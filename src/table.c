@@ -18,20 +18,12 @@ static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
 static pkv_status reserve(pkv__table *table, const pkv__pool *pool,
                           uint32_t needed)
 {
-    if (needed <= table->capacity)
-        return PKV_OK;
-    uint32_t cap = table->capacity ? table->capacity : 4;
-    while (cap < needed)
-        cap = cap > UINT32_MAX / 2 ? needed : cap * 2;
-    uint32_t *grown = pkv__calloc(&pool->alloc, cap, sizeof *grown);
-    if (grown == NULL)
-        return PKV_ERR_OUT_OF_MEMORY;
-    if (table->num_blocks)
-        memcpy(grown, table->blocks, table->num_blocks * sizeof *grown);
-    pkv__free(&pool->alloc, table->blocks, table->capacity, sizeof *grown);
-    table->blocks = grown;
-    table->capacity = cap;
-    return PKV_OK;
+    void *blocks;
+    pkv_status st = pkv__grow(&pool->alloc, table->blocks, &table->capacity,
+                              table->num_blocks, needed,
+                              sizeof *table->blocks, &blocks);
+    table->blocks = blocks;
+    return st;
 }
 
 void pkv__table_release(pkv__table *table, pkv__pool *pool)

@@ -16,7 +16,7 @@
 typedef struct pkv__table {
     uint32_t *blocks;
     uint32_t num_blocks;
-    uint32_t capacity;
+    size_t capacity;
     uint32_t num_tokens; /* tokens that have slots */
 } pkv__table;
 
