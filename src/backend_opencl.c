@@ -82,6 +82,7 @@ struct pkv__backend {
     cl_uint compute_units;
     cl_program decode_program;
     uint32_t decode_lanes; /* 1: generic decode; 16: Intel subgroups */
+    char decode_variant[PKV__ERROR_MAX]; /* what was chosen, and why */
     cl_kernel k_partial, k_reduce;
     cl_mem dec_lens, dec_tables, dec_stages; /* this step's arrays */
     size_t dec_cap[3];                       /* uints */
@@ -92,6 +93,9 @@ struct pkv__backend {
     /* Device copies of host tensors where no wrap is possible. */
     cl_mem tensor_mem[4];
     size_t tensor_cap[4];
+    /* Swap-in and stage-in bytes from the host, copied on by kernels. */
+    cl_mem transfer;
+    size_t transfer_cap;
 };
 
 
@@ -130,6 +134,8 @@ static void ocl_destroy(pkv__backend *b)
             clReleaseMemObject(b->tensor_mem[i]);
     if (b->step_mem != NULL)
         clReleaseMemObject(b->step_mem);
+    if (b->transfer != NULL)
+        clReleaseMemObject(b->transfer);
     cl_mem decode_mems[] = {b->dec_lens, b->dec_tables, b->dec_stages,
                             b->part_acc, b->part_ml};
     for (size_t i = 0; i < 5; i++)
@@ -243,23 +249,34 @@ static pkv_status check_fit(pkv__backend *b)
     return PKV_OK;
 }
 
-static pkv_status new_zeroed(pkv__backend *b, size_t bytes, cl_mem *out,
-                             const char *what)
+/* A new buffer of `bytes` zeros. Written through one map of the whole
+ * buffer rather than clEnqueueFillBuffer: the pages are committed now,
+ * where a failure has a clear place, and a simulator that tracks
+ * uninitialized memory (oclgrind) sees one host write of the whole
+ * buffer; it forgets what it knew of a buffer at any host write that
+ * covers only part of it, so pkv makes none (swap-in and stage-in go
+ * through the transfer buffer and pkv_block_copy). */
+static pkv_status new_zeroed(pkv__backend *b, size_t bytes,
+                             cl_mem_flags flags, cl_mem *out, const char *what)
 {
     cl_int err;
-    *out = clCreateBuffer(b->cl.context, CL_MEM_READ_WRITE, bytes, NULL, &err);
     char call[96];
+    *out = clCreateBuffer(b->cl.context, flags, bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         *out = NULL;
         snprintf(call, sizeof call, "clCreateBuffer(%s, %zu bytes)", what,
                  bytes);
         return pkv__cl_fail(err, call);
     }
-    cl_uint zero = 0;
-    err = clEnqueueFillBuffer(b->queue, *out, &zero, sizeof zero, 0, bytes, 0,
-                              NULL, NULL);
+    void *p = clEnqueueMapBuffer(b->queue, *out, CL_TRUE,
+                                 CL_MAP_WRITE_INVALIDATE_REGION, 0, bytes, 0,
+                                 NULL, NULL, &err);
+    if (err == CL_SUCCESS) {
+        memset(p, 0, bytes);
+        err = clEnqueueUnmapMemObject(b->queue, *out, p, 0, NULL, NULL);
+    }
     if (err != CL_SUCCESS) {
-        snprintf(call, sizeof call, "clEnqueueFillBuffer(%s)", what);
+        snprintf(call, sizeof call, "zero %s (map, %zu bytes)", what, bytes);
         return pkv__cl_fail(err, call);
     }
     return PKV_OK;
@@ -291,6 +308,10 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     }
     const char *dk = getenv("PKV_OPENCL_DECODE_KERNEL");
     b->decode_state = dk != NULL && strcmp(dk, "0") == 0 ? -1 : 0;
+    if (b->decode_state < 0)
+        snprintf(b->decode_variant, sizeof b->decode_variant,
+                 "off: the generic paged-attention kernel "
+                 "(PKV_OPENCL_DECODE_KERNEL=0)");
     if (own) {
         const char *want = o->device;
         if (want == NULL)
@@ -348,15 +369,18 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     if (st == PKV_OK)
         st = make_kernel(b, b->program, "pkv_block_copy", &b->k_copy,
                          &b->local_copy, 64);
+
     if (st == PKV_OK) {
         b->arenas = pkv__calloc(alloc, config->num_layers, sizeof *b->arenas);
         if (b->arenas == NULL)
             st = pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");
     }
     for (uint32_t l = 0; st == PKV_OK && l < config->num_layers; l++)
-        st = new_zeroed(b, b->arena_bytes, &b->arenas[l], "arena");
+        st = new_zeroed(b, b->arena_bytes, CL_MEM_READ_WRITE, &b->arenas[l],
+                        "arena");
     if (st == PKV_OK && config->num_stages > 0)
         st = new_zeroed(b, (size_t)b->stage_floats * 4 * config->num_stages,
+                        CL_MEM_READ_WRITE,
                         &b->stages, "staging tails");
     if (st == PKV_OK) {
         /* Allocation is often lazy: make it happen now, where a failure
@@ -435,6 +459,11 @@ int pkv__opencl_is(const pkv__backend_ops *ops)
     return ops != NULL && ops->begin_step == pkv__backend_opencl.begin_step;
 }
 
+const char *pkv__opencl_decode_variant(const pkv__backend *b)
+{
+    return b->decode_variant[0] != '\0' ? b->decode_variant : NULL;
+}
+
 void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
                          cl_command_queue *queue)
 {
@@ -444,7 +473,8 @@ void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
 
 /* ------------------------------------------------------------- the step */
 
-/* Make *mem hold at least `bytes` (contents not kept). */
+/* Make *mem hold at least `bytes` (contents not kept; a new buffer starts
+ * zeroed, see new_zeroed). */
 static pkv_status grow_buffer(pkv__backend *b, cl_mem *mem, size_t *cap,
                               size_t bytes, cl_mem_flags flags,
                               const char *what)
@@ -454,13 +484,12 @@ static pkv_status grow_buffer(pkv__backend *b, cl_mem *mem, size_t *cap,
     size_t want = *cap ? *cap : 256;
     while (want < bytes)
         want *= 2;
-    cl_int err;
-    cl_mem m = clCreateBuffer(b->cl.context, flags, want, NULL, &err);
-    if (err != CL_SUCCESS) {
-        char call[96];
-        snprintf(call, sizeof call, "clCreateBuffer(%s, %zu bytes)", what,
-                 want);
-        return pkv__cl_fail(err, call);
+    cl_mem m;
+    pkv_status st = new_zeroed(b, want, flags, &m, what);
+    if (st != PKV_OK) {
+        if (m != NULL)
+            clReleaseMemObject(m);
+        return st;
     }
     if (*mem != NULL)
         clReleaseMemObject(*mem);
@@ -754,12 +783,23 @@ static void decode_prepare(pkv__backend *b)
                          &b->k_reduce, &local, 1);
     if (st == PKV_OK) {
         b->decode_state = 1;
+        snprintf(b->decode_variant, sizeof b->decode_variant, "%s",
+                 b->decode_lanes == 16
+                     ? "intel: a 16-lane subgroup per (partition, kv head), "
+                       "block reads (cl_intel_subgroups, "
+                       "cl_intel_subgroups_short)"
+                     : "generic: one work-item per (partition, kv head), a "
+                       "sequence's kv heads in one work-group");
+        pkv__cl_log(&b->cl, PKV_LOG_INFO, "opencl: decode kernel %s%s",
+                    b->decode_variant, intel);
         return;
     }
-    pkv__cl_log(&b->cl, PKV_LOG_WARN,
-                "opencl: the decode kernel is unavailable (%s); the generic "
-                "kernel serves decode steps",
-                pkv_last_error());
+    snprintf(b->decode_variant, sizeof b->decode_variant,
+             "off: the generic paged-attention kernel (the decode kernel is "
+             "unavailable: %s)",
+             pkv_last_error());
+    pkv__cl_log(&b->cl, PKV_LOG_WARN, "opencl: decode kernel %s",
+                b->decode_variant);
     b->decode_state = -1;
 }
 
@@ -1034,13 +1074,15 @@ pkv_status pkv__opencl_attend_device(pkv__backend *b, uint32_t layer,
 
 /* --------------------------------------------------------- copies, swap */
 
-static pkv_status copy_units(pkv__backend *b, cl_mem buf, uint64_t src,
-                             uint64_t dst, size_t unit_bytes)
+/* Copy unit src_unit of src to unit dst_unit of dst (units of unit_bytes,
+ * a multiple of 16). */
+static pkv_status copy_unit(pkv__backend *b, cl_mem dst, uint64_t dst_unit,
+                            cl_mem src, uint64_t src_unit, size_t unit_bytes)
 {
-    cl_ulong s = src, d = dst;
+    cl_ulong d = dst_unit, s = src_unit;
     cl_uint words4 = (cl_uint)(unit_bytes / 16);
-    karg a[] = {KA(buf), KA(s), KA(d), KA(words4)};
-    return launch(b, b->k_copy, "pkv_block_copy", a, 4, words4, 1,
+    karg a[] = {KA(dst), KA(d), KA(src), KA(s), KA(words4)};
+    return launch(b, b->k_copy, "pkv_block_copy", a, 5, words4, 1,
                   b->local_copy);
 }
 
@@ -1051,8 +1093,8 @@ static pkv_status ocl_copy_blocks(pkv__backend *b,
     for (uint32_t i = 0; st == PKV_OK && i < n; i++)
         for (uint32_t l = 0; st == PKV_OK && l < b->cfg.num_layers; l++)
             if (pairs[i].src != pairs[i].dst)
-                st = copy_units(b, b->arenas[l], pairs[i].src, pairs[i].dst,
-                                b->layer_block_bytes);
+                st = copy_unit(b, b->arenas[l], pairs[i].dst, b->arenas[l],
+                               pairs[i].src, b->layer_block_bytes);
     return st;
 }
 
@@ -1062,75 +1104,98 @@ static pkv_status ocl_copy_stages(pkv__backend *b,
     pkv_status st = pkv__backend_pairs_check(&b->cfg, pairs, n, 0);
     for (uint32_t i = 0; st == PKV_OK && i < n; i++)
         if (pairs[i].src != pairs[i].dst)
-            st = copy_units(b, b->stages, pairs[i].src, pairs[i].dst,
-                            (size_t)b->stage_floats * 4);
+            st = copy_unit(b, b->stages, pairs[i].dst, b->stages,
+                           pairs[i].src, (size_t)b->stage_floats * 4);
     return st;
 }
 
-static pkv_status ocl_swap(pkv__backend *b, const uint32_t *blocks,
-                           uint32_t n, uint8_t *host, int in)
+/* Host bytes into the transfer buffer, whole, from its start; the caller
+ * then copies them on with pkv_block_copy. */
+static pkv_status to_transfer(pkv__backend *b, const void *host, size_t bytes)
 {
-    pkv_status st = pkv__backend_ids_check(&b->cfg, blocks, n, in);
+    pkv_status st = grow_buffer(b, &b->transfer, &b->transfer_cap, bytes,
+                                CL_MEM_READ_ONLY, "transfer");
     if (st != PKV_OK)
         return st;
-    size_t bytes = b->layer_block_bytes;
-    for (uint32_t i = 0; i < n; i++)
-        for (uint32_t l = 0; l < b->cfg.num_layers; l++, host += bytes) {
-            size_t at = (size_t)blocks[i] * bytes;
-            cl_int err =
-                in ? clEnqueueWriteBuffer(b->queue, b->arenas[l], CL_FALSE,
-                                          at, bytes, host, 0, NULL, NULL)
-                   : clEnqueueReadBuffer(b->queue, b->arenas[l], CL_FALSE, at,
-                                         bytes, host, 0, NULL, NULL);
-            if (err != CL_SUCCESS) {
-                finish(b, "swap");
-                return pkv__cl_fail(err, in ? "clEnqueueWriteBuffer(swap in)"
-                                       : "clEnqueueReadBuffer(swap out)");
-            }
-        }
-    return finish(b, in ? "swap in" : "swap out");
+    cl_int err = clEnqueueWriteBuffer(b->queue, b->transfer, CL_FALSE, 0,
+                                      bytes, host, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return pkv__cl_fail(err, "clEnqueueWriteBuffer(transfer)");
+    return PKV_OK;
 }
 
 static pkv_status ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
                                uint32_t n, void *host)
 {
-    return ocl_swap(b, blocks, n, host, 0);
+    pkv_status st = pkv__backend_ids_check(&b->cfg, blocks, n, 0);
+    if (st != PKV_OK)
+        return st;
+    size_t bytes = b->layer_block_bytes;
+    uint8_t *at = host;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t l = 0; l < b->cfg.num_layers; l++, at += bytes) {
+            cl_int err = clEnqueueReadBuffer(b->queue, b->arenas[l], CL_FALSE,
+                                             (size_t)blocks[i] * bytes, bytes,
+                                             at, 0, NULL, NULL);
+            if (err != CL_SUCCESS) {
+                finish(b, "swap out");
+                return pkv__cl_fail(err, "clEnqueueReadBuffer(swap out)");
+            }
+        }
+    return finish(b, "swap out");
 }
 
+/* Every block's layers in one host write, then one copy per (block,
+ * layer) from the transfer buffer (its units follow the host layout). */
 static pkv_status ocl_swap_in(pkv__backend *b, const void *host,
                               const uint32_t *blocks, uint32_t n)
 {
-    return ocl_swap(b, blocks, n, (uint8_t *)(uintptr_t)host, 1);
+    pkv_status st = pkv__backend_ids_check(&b->cfg, blocks, n, 1);
+    if (st != PKV_OK || n == 0)
+        return st;
+    uint32_t layers = b->cfg.num_layers;
+    st = to_transfer(b, host, (size_t)n * layers * b->layer_block_bytes);
+    for (uint32_t i = 0; st == PKV_OK && i < n; i++)
+        for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
+            st = copy_unit(b, b->arenas[l], blocks[i], b->transfer,
+                           (uint64_t)i * layers + l, b->layer_block_bytes);
+    pkv_status fin = finish(b, "swap in");
+    return st != PKV_OK ? st : fin;
 }
 
-static pkv_status ocl_stage(pkv__backend *b, uint32_t stage, void *host,
-                            int in)
+static pkv_status stage_check(const pkv__backend *b, uint32_t stage)
 {
     if (stage >= b->cfg.num_stages)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "staging tail %u of %u",
                          (unsigned)stage, (unsigned)b->cfg.num_stages);
-    size_t bytes = (size_t)b->stage_floats * 4;
-    cl_int err = in ? clEnqueueWriteBuffer(b->queue, b->stages, CL_TRUE,
-                                           stage * bytes, bytes, host, 0,
-                                           NULL, NULL)
-                    : clEnqueueReadBuffer(b->queue, b->stages, CL_TRUE,
-                                          stage * bytes, bytes, host, 0, NULL,
-                                          NULL);
-    if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, in ? "clEnqueueWriteBuffer(stage in)"
-                               : "clEnqueueReadBuffer(stage out)");
     return PKV_OK;
 }
 
 static pkv_status ocl_stage_out(pkv__backend *b, uint32_t stage, void *host)
 {
-    return ocl_stage(b, stage, host, 0);
+    pkv_status st = stage_check(b, stage);
+    if (st != PKV_OK)
+        return st;
+    size_t bytes = (size_t)b->stage_floats * 4;
+    cl_int err = clEnqueueReadBuffer(b->queue, b->stages, CL_TRUE,
+                                     stage * bytes, bytes, host, 0, NULL,
+                                     NULL);
+    if (err != CL_SUCCESS)
+        return pkv__cl_fail(err, "clEnqueueReadBuffer(stage out)");
+    return PKV_OK;
 }
 
 static pkv_status ocl_stage_in(pkv__backend *b, const void *host,
                                uint32_t stage)
 {
-    return ocl_stage(b, stage, (void *)(uintptr_t)host, 1);
+    pkv_status st = stage_check(b, stage);
+    size_t bytes = (size_t)b->stage_floats * 4;
+    if (st == PKV_OK)
+        st = to_transfer(b, host, bytes);
+    if (st == PKV_OK)
+        st = copy_unit(b, b->stages, stage, b->transfer, 0, bytes);
+    pkv_status fin = finish(b, "stage in");
+    return st != PKV_OK ? st : fin;
 }
 
 const pkv__backend_ops pkv__backend_opencl = {

@@ -55,6 +55,11 @@ const pkv__backend_ops *pkv__opencl_ops(pkv__backend *backend);
 /* Whether an ops table is the OpenCL backend's (or a copy of it). */
 int pkv__opencl_is(const pkv__backend_ops *ops);
 
+/* The decode kernel variant the backend chose, and why: set at the first
+ * all-decode step (NULL before it). Borrowed, valid while the backend
+ * lives. */
+const char *pkv__opencl_decode_variant(const pkv__backend *backend);
+
 /* The backend's context and queue (borrowed). */
 void pkv__opencl_handles(const pkv__backend *backend, cl_context *context,
                          cl_command_queue *queue);
