@@ -45,6 +45,7 @@
 #include "test_rng.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,9 @@
 #define ATTEND_TOL_DECODE 1e-4 /* the split-K decode kernels */
 
 static double max_seen; /* the largest attend difference, reported */
+/* The device of the last run_case and the decode kernel variant of the
+ * last one that ran a decode step, for the log. */
+static char last_device[512], last_variant[512];
 
 typedef struct geo {
     uint32_t d, hq, hkv, bs;
@@ -341,6 +345,11 @@ static void run_case(const geo *g, uint32_t seqs, uint32_t rows,
         ctx[i] = prior[i] + nq[i];
     compare_caches(&p, used, nused, ctx, seqs);
     batch_free(&b);
+    snprintf(last_device, sizeof last_device, "%s",
+             pkv__opencl_ops(p.ocl)->name);
+    if (pkv__opencl_decode_variant(p.ocl) != NULL)
+        snprintf(last_variant, sizeof last_variant, "%s",
+                 pkv__opencl_decode_variant(p.ocl));
     pair_free(&p);
     free(prior);
     free(nq);
@@ -370,7 +379,7 @@ static geo make_geo(uint32_t d, uint32_t hq, uint32_t hkv, uint32_t bs,
     return g;
 }
 
-static void test_grid(void **state)
+static void test_large_grid(void **state)
 {
     (void)state;
     unsigned idx = 0;
@@ -401,11 +410,44 @@ static void test_grid(void **state)
                   max_seen);
 }
 
+/* Small shapes over the kernel variants' axes: head_dim 64/96/128, block
+ * size 8/16/32/64, GQA group 1/4/8, every dtype and u8 grouping, sliding
+ * window; each geometry a decode-only step (the split-K decode kernels)
+ * and a mixed prefill + decode step (the generic kernel). Small enough for
+ * oclgrind (tests/run.sh). */
+static void test_small_variants(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t d, hq, hkv, bs;
+        int32_t dtype;
+        int flip;
+        uint32_t window;
+    } cases[] = {
+        {64, 4, 4, 8, PKV_KV_F32, 0, 0},   {96, 8, 2, 16, PKV_KV_F16, 0, 0},
+        {128, 8, 1, 32, PKV_KV_U8, 0, 0},  {64, 8, 2, 64, PKV_KV_U8, 1, 0},
+        {128, 4, 1, 16, PKV_KV_U8, 0, 21}, {96, 8, 1, 8, PKV_KV_U8, 1, 0},
+        {128, 8, 8, 64, PKV_KV_F16, 0, 9}, {64, 16, 2, 32, PKV_KV_F32, 0, 0},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        geo g = make_geo(cases[i].d, cases[i].hq, cases[i].hkv, cases[i].bs,
+                         cases[i].dtype, cases[i].flip);
+        uint32_t prior = 2 * cases[i].bs + 5;
+        run_case(&g, 5, 5, prior, cases[i].window, 300 + i);
+        run_case(&g, 3, 16, prior, cases[i].window, 400 + i);
+        if (i == 0 || i + 1 == sizeof cases / sizeof cases[0])
+            print_message("%s, head_dim %u: decode kernel %s\n",
+                          last_device, (unsigned)cases[i].d, last_variant);
+    }
+    print_message("small variants: largest attend difference so far %g\n",
+                  max_seen);
+}
+
 /* Long contexts: two decode rows over 8191 and 5000 tokens, and a short
  * prefill chunk at the end of a 4000-token context, every dtype; then a
  * decode step (with a window), on the decode kernels, and for u8 on the
  * generic kernel too (PKV_OPENCL_DECODE_KERNEL=0). */
-static void test_long_context(void **state)
+static void test_large_contexts(void **state)
 {
     (void)state;
     for (unsigned run = 0; run < 4; run++) {
@@ -574,11 +616,17 @@ int main(void)
         print_message("no OpenCL device: skipped\n");
         return 77;
     }
+    /* PKV_TEST_FILTER: run only the tests whose names match (cmocka's
+     * pattern, * and ?), as the oclgrind pass in tests/run.sh does. */
+    const char *filter = getenv("PKV_TEST_FILTER");
+    if (filter != NULL)
+        cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_copy_and_swap),
-        cmocka_unit_test(test_grid),
-        cmocka_unit_test(test_long_context),
+        cmocka_unit_test(test_small_variants),
+        cmocka_unit_test(test_large_grid),
+        cmocka_unit_test(test_large_contexts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
