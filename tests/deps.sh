@@ -1,10 +1,17 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Install the Debian packages pkv builds, tests and runs with, when missing.
+# Install what pkv builds, tests and runs with, when missing:
+# - Debian packages (compilers, OpenCL loader and headers, PoCL, Intel's
+#   GPU compiler ocloc, cmocka, the oclgrind simulator, ...);
+# - Intel's OpenCL runtime for CPUs, from PyPI into a virtual environment
+#   under $PKV_CACHE (default ~/.cache/pkv), with an ICD file of our own in
+#   $PKV_CACHE/intel-icd (the wheel's names a path that does not exist).
+#   Downloaded once (about 700 MB), then reused. PKV_NO_INTEL_RUNTIME=1
+#   skips it.
 set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
 opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang
-abigail-tools"
+abigail-tools oclgrind python3 python3-venv"
 missing=""
 for p in $PKV_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
@@ -17,3 +24,18 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
 fi
+
+[ "${PKV_NO_INTEL_RUNTIME:-0}" = 1 ] && exit 0
+cache=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
+venv=$cache/intel-opencl
+# Pinned: the version the tests were last checked with.
+INTEL_VERSION=2026.2.0
+if [ ! -f "$venv/lib/libintelocl.so" ]; then
+    echo "installing Intel's OpenCL CPU runtime $INTEL_VERSION into $venv"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check \
+        "intel-opencl-rt==$INTEL_VERSION" "intel-cmplr-lib-rt==$INTEL_VERSION"
+fi
+mkdir -p "$cache/intel-icd"
+echo "$venv/lib/libintelocl.so" >"$cache/intel-icd/intel-cpu.icd"
