@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv-bench kernels: split-K decode attention (kernels/paged_decode.cl) on
- * the OpenCL device, against the machine's own memory read bandwidth
- * measured in the same run, and against the same kernel reading the same
- * arena without a block table (kernels/decode_contiguous.cl).
+/* pkv-bench kernels: split-K decode attention (kernels/decode_common.cl)
+ * on the OpenCL device, in the variant pkv would choose there or the one
+ * PKV_OPENCL_DECODE names (cpu, gpu, intel), against the machine's own
+ * memory read bandwidth measured in the same run, and against the same
+ * kernel reading the same arena without a block table
+ * (PKV_DECODE_CONTIGUOUS).
  *
  * Own minimal OpenCL harness: the device named by PKV_OPENCL_DEVICE (a
  * substring of the platform or device name), else the first one; kernels
@@ -24,6 +26,7 @@ int bench_kernels(const bench_options *opt)
 #include "decode_plan.h"
 #include "half.h"
 #include "kv_layout.h"
+#include "opencl_features.h"
 
 #include <CL/cl.h>
 #include <math.h>
@@ -119,6 +122,13 @@ typedef struct cl_env {
     cl_uint compute_units;
     cl_ulong max_alloc;
     char name[256];
+    /* The decode variant, as the OpenCL backend chooses it. */
+    pkv__decode_kind variant;
+    char variant_why[256];
+    char variant_opts[256]; /* -D options beyond the geometry */
+    const char *variant_file;
+    uint32_t lanes;     /* work-group size along dimension 0 */
+    uint32_t partition; /* the variant's longest partition; 0: any */
 } cl_env;
 
 static int cl_check(cl_int err, const char *what)
@@ -127,6 +137,62 @@ static int cl_check(cl_int err, const char *what)
         fprintf(stderr, "pkv-bench kernels: %s failed (OpenCL error %d)\n",
                 what, (int)err);
     return err != CL_SUCCESS;
+}
+
+/* The decode variant for this device, as src/backend_opencl.c picks it
+ * (PKV_OPENCL_DECODE or the device's type and extensions). */
+static int choose_variant(cl_env *e)
+{
+    char ext[4096] = "";
+    cl_device_type type = 0;
+    cl_ulong local_mem = 0;
+    size_t max_group = 0;
+    clGetDeviceInfo(e->device, CL_DEVICE_EXTENSIONS, sizeof ext, ext, NULL);
+    clGetDeviceInfo(e->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
+                    &local_mem, NULL);
+    clGetDeviceInfo(e->device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
+                    sizeof max_group, &max_group, NULL);
+    int request = pkv__decode_parse(getenv("PKV_OPENCL_DECODE"));
+    if (request < 0) {
+        fprintf(stderr, "pkv-bench kernels: PKV_OPENCL_DECODE: expected "
+                        "auto, cpu, gpu or intel\n");
+        return 1;
+    }
+    e->variant = pkv__decode_choose(request, (type & CL_DEVICE_TYPE_CPU) != 0,
+                                    ext, HEAD_DIM, e->variant_why,
+                                    sizeof e->variant_why);
+    e->variant_file = "paged_decode.cl";
+    e->variant_opts[0] = '\0';
+    e->lanes = 1;
+    e->partition = 0;
+    if (e->variant == PKV__DECODE_INTEL) {
+        pkv__decode_intel_options(ext, e->variant_opts,
+                                  sizeof e->variant_opts);
+        e->lanes = 16;
+    } else if (e->variant == PKV__DECODE_GPU) {
+        /* The largest block size of the sweep decides the partition. */
+        pkv__decode_gpu_shape sh;
+        if (pkv__decode_gpu_shape_make(HEAD_DIM, GROUP, 128, local_mem,
+                                       max_group, &sh) != 0) {
+            fprintf(stderr, "pkv-bench kernels: the gpu variant does not fit "
+                            "the device\n");
+            return 1;
+        }
+        snprintf(e->variant_opts, sizeof e->variant_opts,
+                 " -DPKV_GPU_CHUNKS=%u -DPKV_GPU_TOKENS=%u "
+                 "-DPKV_GPU_PARTITION=%u",
+                 (unsigned)sh.chunks, (unsigned)sh.tokens,
+                 (unsigned)sh.partition);
+        e->variant_file = "decode_gpu.cl";
+        e->lanes = sh.lanes;
+        e->partition = sh.partition;
+    } else if (e->variant != PKV__DECODE_CPU) {
+        fprintf(stderr, "pkv-bench kernels: no decode variant (%s)\n",
+                e->variant_why);
+        return 1;
+    }
+    return 0;
 }
 
 static int cl_open(cl_env *e)
@@ -176,7 +242,7 @@ static int cl_open(cl_env *e)
                     sizeof e->compute_units, &e->compute_units, NULL);
     clGetDeviceInfo(e->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE,
                     sizeof e->max_alloc, &e->max_alloc, NULL);
-    return 0;
+    return choose_variant(e);
 }
 
 static void cl_close(cl_env *e)
@@ -187,46 +253,28 @@ static void cl_close(cl_env *e)
         clReleaseContext(e->ctx);
 }
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s != NULL && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s != NULL)
-        s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
-/* Build kernels/<file> with the geometry as -D options. */
-static cl_program build(const cl_env *e, const char *file, int dtype,
+/* Build the device's decode variant for the geometry, reading arena
+ * blocks through the block tables, or (contiguous) sequence i's block j at
+ * i * max_blocks + j. */
+static cl_program build(const cl_env *e, int contiguous, int dtype,
                         uint32_t block_size)
 {
-    char path[1024], opts[1024];
-    snprintf(path, sizeof path, "%s/%s", PKV_KERNELS_DIR, file);
-    char *src = read_text(path);
-    if (src == NULL) {
-        fprintf(stderr, "pkv-bench kernels: cannot read %s\n", path);
-        return NULL;
-    }
+    char src[512], opts[1024];
+    snprintf(src, sizeof src,
+             "%s#include \"tensor_io.cl\"\n#include \"decode_common.cl\"\n"
+             "#include \"%s\"\n",
+             contiguous ? "#define PKV_DECODE_CONTIGUOUS 1\n" : "",
+             e->variant_file);
     snprintf(opts, sizeof opts,
              "-I %s -I %s -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u "
              "-DPKV_GROUP=%u -DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d "
-             "-DPKV_VALUE_QUANT=%d",
+             "-DPKV_VALUE_QUANT=%d%s",
              PKV_KERNELS_DIR, PKV_SRC_DIR, HEAD_DIM, (unsigned)block_size,
-             GROUP, dtype, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN);
+             GROUP, dtype, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN,
+             e->variant_opts);
     cl_int err;
     const char *srcs[1] = {src};
     cl_program p = clCreateProgramWithSource(e->ctx, 1, srcs, NULL, &err);
-    free(src);
     if (cl_check(err, "clCreateProgramWithSource"))
         return NULL;
     err = clBuildProgram(p, 1, &e->device, opts, NULL, NULL);
@@ -235,7 +283,7 @@ static cl_program build(const cl_env *e, const char *file, int dtype,
         clGetProgramBuildInfo(p, e->device, CL_PROGRAM_BUILD_LOG, sizeof log,
                               log, NULL);
         fprintf(stderr, "pkv-bench kernels: building %s (%s) failed:\n%s\n",
-                file, opts, log);
+                e->variant_file, opts, log);
         clReleaseProgram(p);
         return NULL;
     }
@@ -245,6 +293,7 @@ static cl_program build(const cl_env *e, const char *file, int dtype,
 /* ------------------------------------------------------------ the data */
 
 static const char *const DTYPE_NAME[] = {"f32", "f16", "u8"};
+static const char *const VARIANT_NAME[] = {"off", "cpu", "gpu", "intel"};
 
 typedef struct decode_case {
     int dtype;
@@ -410,6 +459,7 @@ static int set_args(decode_gpu *g, const decode_case *c, float scale)
     cl_uint stage_floats = 2u * HKV * c->block_size * HEAD_DIM, zero = 0;
     cl_uint hkv = HKV, window = c->window;
     cl_uint psize = g->plan.partition_size, nparts = g->plan.num_partitions;
+    cl_ulong off = 0;
     cl_int err = 0;
     err |= clSetKernelArg(g->partial, 0, sizeof(cl_mem), &g->arena);
     err |= clSetKernelArg(g->partial, 1, sizeof(cl_mem), &g->stages);
@@ -417,26 +467,33 @@ static int set_args(decode_gpu *g, const decode_case *c, float scale)
     err |= clSetKernelArg(g->partial, 3, sizeof(cl_uint), &zero);
     err |= clSetKernelArg(g->partial, 4, sizeof(cl_mem), &g->stage_ids);
     err |= clSetKernelArg(g->partial, 5, sizeof(cl_mem), &g->q);
-    err |= clSetKernelArg(g->partial, 6, sizeof(cl_mem), &g->lens);
-    err |= clSetKernelArg(g->partial, 7, sizeof(cl_mem), &g->table);
-    err |= clSetKernelArg(g->partial, 8, sizeof(cl_uint), &g->max_blocks);
-    err |= clSetKernelArg(g->partial, 9, sizeof(cl_uint), &hkv);
-    err |= clSetKernelArg(g->partial, 10, sizeof(float), &scale);
-    err |= clSetKernelArg(g->partial, 11, sizeof(cl_uint), &window);
-    err |= clSetKernelArg(g->partial, 12, sizeof(cl_uint), &psize);
-    err |= clSetKernelArg(g->partial, 13, sizeof(cl_mem), &g->out);
-    err |= clSetKernelArg(g->partial, 14, sizeof(cl_mem), &g->part_acc);
-    err |= clSetKernelArg(g->partial, 15, sizeof(cl_mem), &g->part_ml);
+    err |= clSetKernelArg(g->partial, 6, sizeof off, &off);
+    err |= clSetKernelArg(g->partial, 7, sizeof(cl_mem), &g->lens);
+    err |= clSetKernelArg(g->partial, 8, sizeof(cl_mem), &g->table);
+    err |= clSetKernelArg(g->partial, 9, sizeof(cl_uint), &g->max_blocks);
+    err |= clSetKernelArg(g->partial, 10, sizeof(cl_uint), &hkv);
+    err |= clSetKernelArg(g->partial, 11, sizeof(float), &scale);
+    err |= clSetKernelArg(g->partial, 12, sizeof(cl_uint), &window);
+    err |= clSetKernelArg(g->partial, 13, sizeof(cl_uint), &psize);
+    err |= clSetKernelArg(g->partial, 14, sizeof(cl_mem), &g->out);
+    err |= clSetKernelArg(g->partial, 15, sizeof off, &off);
+    err |= clSetKernelArg(g->partial, 16, sizeof(cl_uint), &zero);
+    err |= clSetKernelArg(g->partial, 17, sizeof(cl_mem), &g->part_acc);
+    err |= clSetKernelArg(g->partial, 18, sizeof(cl_mem), &g->part_ml);
     err |= clSetKernelArg(g->reduce, 0, sizeof(cl_mem), &g->part_acc);
     err |= clSetKernelArg(g->reduce, 1, sizeof(cl_mem), &g->part_ml);
     err |= clSetKernelArg(g->reduce, 2, sizeof(cl_uint), &nparts);
     err |= clSetKernelArg(g->reduce, 3, sizeof(cl_mem), &g->out);
+    err |= clSetKernelArg(g->reduce, 4, sizeof off, &off);
+    err |= clSetKernelArg(g->reduce, 5, sizeof(cl_uint), &zero);
     return cl_check(err, "clSetKernelArg");
 }
 
 static int enqueue(const cl_env *e, decode_gpu *g, uint32_t batch)
 {
-    size_t gp[3] = {g->plan.num_partitions, HKV, batch}, lp[3] = {1, HKV, 1};
+    size_t lanes = e->lanes;
+    size_t gp[3] = {g->plan.num_partitions * lanes, HKV, batch};
+    size_t lp[3] = {lanes, lanes == 1 ? HKV : 1, 1};
     cl_int err = clEnqueueNDRangeKernel(e->queue, g->partial, 3, NULL, gp, lp,
                                         0, NULL, NULL);
     if (err == CL_SUCCESS && g->plan.num_partitions > 1) {
@@ -559,7 +616,7 @@ static int run_case(const cl_env *e, const decode_case *c, int reps,
         res->kv_bytes += (size_t)lens[i] * HKV * head_bytes(c->dtype, bs) / bs;
     }
     g.plan = pkv__decode_plan_make(batch, HKV, longest, c->window, bs,
-                                   e->compute_units);
+                                   e->compute_units, e->partition);
     g.max_blocks = max_blocks;
     size_t rows = (size_t)batch * HQ;
     size_t parts = rows * g.plan.num_partitions;
@@ -578,9 +635,8 @@ static int run_case(const cl_env *e, const decode_case *c, int reps,
         goto done;
     }
     float scale = 1.0f / sqrtf((float)HEAD_DIM);
-    const char *files[2] = {"paged_decode.cl", "decode_contiguous.cl"};
     for (int which = 0; which < (reps > 0 ? 2 : 1); which++) {
-        cl_program p = build(e, files[which], c->dtype, bs);
+        cl_program p = build(e, which, c->dtype, bs);
         if (p == NULL)
             goto done;
         cl_int err1, err2;
@@ -669,9 +725,11 @@ static int check_all(const cl_env *e, const bench_options *opt)
                    ok ? "ok" : "FAILED (tolerance 1e-4)");
             if (opt->json != NULL)
                 fprintf(opt->json,
-                        "{\"bench\":\"decode_check\",\"kv\":\"%s\","
-                        "\"window\":%u,\"max_error\":%.3e,\"ok\":%s}\n",
-                        DTYPE_NAME[dt], (unsigned)w, r.max_error,
+                        "{\"bench\":\"decode_check\",\"variant\":\"%s\","
+                        "\"kv\":\"%s\",\"window\":%u,\"max_error\":%.3e,"
+                        "\"ok\":%s}\n",
+                        VARIANT_NAME[e->variant], DTYPE_NAME[dt], (unsigned)w,
+                        r.max_error,
                         ok ? "true" : "false");
             rc |= !ok;
         }
@@ -692,8 +750,9 @@ int bench_kernels(const bench_options *opt)
     double bw = memory_read_gbps(threads);
     size_t llc = llc_bytes();
     printf("Decode attention, Hq %u, Hkv %u, head_dim %u; device: %s "
-           "(%u compute units)\n",
-           HQ, HKV, HEAD_DIM, e.name, (unsigned)e.compute_units);
+           "(%u compute units)\ndecode variant: %s (%s)\n",
+           HQ, HKV, HEAD_DIM, e.name, (unsigned)e.compute_units,
+           e.variant_file, e.variant_why);
     printf("memory read bandwidth: %.1f GB/s (C, %d pthreads, vectorized "
            "sum over 1 GiB, best of 5)\n\n",
            bw, threads);
@@ -744,8 +803,9 @@ int bench_kernels(const bench_options *opt)
                    (double)e.max_alloc / 1048576.0);
             continue;
         }
-        pkv__decode_plan plan = pkv__decode_plan_make(
-            c->batch, HKV, c->ctx_max, 0, c->block_size, e.compute_units);
+        pkv__decode_plan plan =
+            pkv__decode_plan_make(c->batch, HKV, c->ctx_max, 0,
+                                  c->block_size, e.compute_units, e.partition);
         double gbps = (double)r.kv_bytes / r.seconds / 1e9;
         double ratio = r.seconds / r.contiguous_seconds;
         int resident = r.kv_bytes <= llc;
@@ -763,16 +823,18 @@ int bench_kernels(const bench_options *opt)
                     100.0 * gbps / bw, ratio);
         if (opt->json != NULL)
             fprintf(opt->json,
-                    "{\"bench\":\"decode\",\"kv\":\"%s\",\"ctx\":%u,"
+                    "{\"bench\":\"decode\",\"variant\":\"%s\","
+                    "\"device\":\"%s\",\"kv\":\"%s\",\"ctx\":%u,"
                     "\"batch\":%u,\"block_size\":%u,\"seconds\":%.6e,"
                     "\"kv_gbps\":%.3f,\"mem_read_gbps\":%.3f,"
                     "\"fraction_of_bandwidth\":%.4f,"
                     "\"paged_over_contiguous\":%.4f,\"bytes_per_token\":%zu,"
                     "\"cache_resident\":%s,\"partitions\":%u,"
                     "\"cpu_seconds\":%.6e}\n",
-                    DTYPE_NAME[c->dtype], (unsigned)c->ctx_max,
-                    (unsigned)c->batch, (unsigned)c->block_size, r.seconds,
-                    gbps, bw, gbps / bw, ratio, bpt,
+                    VARIANT_NAME[e.variant], e.name, DTYPE_NAME[c->dtype],
+                    (unsigned)c->ctx_max, (unsigned)c->batch,
+                    (unsigned)c->block_size, r.seconds, gbps, bw, gbps / bw,
+                    ratio, bpt,
                     resident ? "true" : "false",
                     (unsigned)plan.num_partitions, r.cpu_seconds);
         fflush(stdout);

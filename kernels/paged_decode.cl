@@ -1,107 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Split-K paged decode attention: one query row per sequence (all-decode
- * steps), every query head of a kv-head group sharing each KV read.
+ * Two variants of pkv_decode_partial (decode_common.cl has the contract,
+ * the shared helpers and the reduce kernel):
  *
- * Build options (-D), all required unless marked optional:
- *   PKV_HEAD_DIM    head_dim, a multiple of 4 (16 is fastest)
- *   PKV_BLOCK_SIZE  tokens per block
- *   PKV_GROUP       query heads per kv head (num_q_heads / num_kv_heads)
- *   PKV_KV_DTYPE    PKV_LAYOUT_F32 (0), _F16 (1) or _U8 (2)
- *   PKV_KEY_QUANT, PKV_VALUE_QUANT
- *                   u8 only: PKV_LAYOUT_PER_CHANNEL (1) or _PER_TOKEN (2)
- *   PKV_INTEL_SUBGROUPS  optional: the Intel GPU path (needs
- *                   cl_intel_subgroups, cl_intel_subgroups_short; uses
- *                   cl_khr_fp16 when PKV_INTEL_FP16 is also set), built with
- *                   -cl-std=CL2.0. Same kernels and arguments; one subgroup
- *                   of 16 work-items per (partition, kv head, sequence);
- *                   head_dim 32, 64, 128 or 256 (else build error: use the
- *                   generic path). Compiled by tests/ocloc_check.sh, never
- *                   run here.
- *   PKV_DECODE_CONTIGUOUS optional, set by decode_contiguous.cl only.
- * kv_layout.h must be visible: build with -I <src dir>, or prepend its text
- * to this file (its include guard then skips the #include below).
+ *   CPU-shaped (default): one work-item per (partition, kv head,
+ *     sequence); L = 1, local (1, num_kv_heads, 1): the kv heads of one
+ *     (partition, sequence) form a work-group and meet at a barrier after
+ *     every block, so a CPU device walks each block's heads in address
+ *     order (PoCL: 20-25% less CPU time than local size 1). A work-item
+ *     streams its blocks with 16-wide vector loads; the online softmax is
+ *     updated once per block (all of the block's scores, one rescale, then
+ *     the V sums), as the CPU backend does. U8 blocks are never
+ *     dequantised: per-channel keys fold the block's scale into the query
+ *     once per block (qs = q * scale, plus q . lo), so a score costs one fma
+ *     per code; per-token values fold their scale into the softmax weight
+ *     (p * scale) and their lo into a scalar sum; per-token keys and
+ *     per-channel values fold the other way round.
  *
- * Kernel 1: partial attention over one context partition.
- *
- *   kernel void pkv_decode_partial(
- *     global const uchar *arena,   this layer's arena (kv_layout.h)
- *     global const float *stages,  u8: the staging tails, laid out
- *                                  [stage][layer][kv head][K, V][token][ch]
- *                                  f32; f32/f16: unused (may be NULL)
- *     uint stage_floats,           u8: floats of one tail (all layers)
- *     uint stage_layer_offset,     u8: layer * num_kv_heads * 2 *
- *                                  block_size * head_dim
- *     global const uint *stage_ids,   u8: [num_seqs] tail of each sequence
- *     global const float *q,       [num_seqs][num_q_heads][head_dim]: row i
- *                                  is sequence i's query
- *     global const uint *context_lens,  [num_seqs], each >= 1
- *     global const uint *block_tables,  [num_seqs][max_blocks_per_seq]
- *     uint max_blocks_per_seq,
- *     uint num_kv_heads,
- *     float scale,                 softmax scale (host resolves 0 to
- *                                  1/sqrt(head_dim))
- *     uint sliding_window,         0: none; w: the query (token ctx - 1)
- *                                  sees tokens [ctx - w, ctx - 1]
- *     uint partition_size,         tokens, a multiple of block_size, > 0
- *     global float *out,           [num_seqs][num_q_heads][head_dim]:
- *                                  written when num_partitions == 1
- *     global float *part_acc,      [num_seqs][num_q_heads][num_partitions]
- *                                  [head_dim], unnormalised sums
- *     global float *part_ml)       [num_seqs][num_q_heads][num_partitions]
- *                                  [2]: running max, denominator
- *
- *   NDRange: global (num_partitions * L, num_kv_heads, num_seqs), with
- *     generic:              L = 1,  local (1, num_kv_heads, 1): the kv
- *                           heads of one (partition, sequence) form a
- *                           work-group and meet at a barrier after every
- *                           block, so a CPU device walks each block's heads
- *                           in address order (PoCL: 20-25% less CPU time
- *                           than local size 1);
- *     PKV_INTEL_SUBGROUPS:  L = 16, local (16, 1, 1): one subgroup.
- *   With one partition the kernel writes normalised rows to out and leaves
- *   part_* alone (they may then be NULL); otherwise it writes part_* only.
- *
- *   Partitioning: the row sees [lo, ctx), lo = the window start (or 0).
- *   Partition p covers tokens [s + p * P, s + (p + 1) * P) of it, with
- *   s = lo rounded down to a block and P = partition_size: partitions are
- *   block-aligned and partition 0 is never empty. num_partitions and P come
- *   from pkv__decode_plan (src/decode_plan.h); sequences shorter than the
- *   longest leave their trailing partitions empty (m = -inf, l = 0).
- *
- * Kernel 2: combine the partitions.
- *
- *   kernel void pkv_decode_reduce(
- *     global const float *part_acc, global const float *part_ml,
- *     uint num_partitions, global float *out)
- *
- *   NDRange: global (num_q_heads, num_seqs), any local size.
- *
- * Math: f32 accumulation; the online softmax is updated once per block (all
- * of the block's scores, one rescale, then the V sums), as the CPU backend
- * does. U8 blocks are never dequantised: per-channel keys fold the block's
- * scale into the query once per block (qs = q * scale, plus q . lo), so a
- * score costs one fma per code; per-token values fold their scale into the
- * softmax weight (p * scale) and their lo into a scalar sum; per-token keys
- * and per-channel values fold the other way round. The U8 tail block that
- * is not full is read in f32 from the sequence's staging tail. Slots past
- * the context length and before the window are never read.
- *
- * Tolerance: the kernels sum in another order than the CPU backend and,
- * for u8, fold the parameters instead of dequantising first. Against a
- * double-precision reference on the same stored KV (values and queries in
- * [-1, 1], contexts up to 4096) pkv-bench kernels measures max |error|
- * 1.3e-7 (f32), 7.5e-8 (f16), 1.8e-6 (u8); a test against the CPU backend
- * on such data can allow 1e-5 for f32/f16 and 1e-4 for u8, scaled by the
- * largest |v| for larger values.
+ *   PKV_INTEL_SUBGROUPS (optional -D): the Intel GPU path (needs
+ *     cl_intel_subgroups, cl_intel_subgroups_short; uses cl_khr_fp16 when
+ *     PKV_INTEL_FP16 is also set), built with -cl-std=CL2.0. One subgroup
+ *     of 16 work-items per (partition, kv head, sequence): L = 16, local
+ *     (16, 1, 1); head_dim 32, 64, 128 or 256 (else a build error).
  */
-#ifndef PKV_KV_LAYOUT_H
-#include "kv_layout.h"
-#endif
-
-#define D PKV_HEAD_DIM
-#define BS PKV_BLOCK_SIZE
-#define G PKV_GROUP
 
 #if D % 16 == 0
 #define VW 16
@@ -109,6 +30,7 @@
 #define vloadV vload16
 #define vstoreV vstore16
 #define vload_halfV vload_half16
+#define vstore_halfV_rte vstore_half16_rte
 #define convert_floatV convert_float16
 static float hsum(float16 x)
 {
@@ -123,6 +45,7 @@ static float hsum(float16 x)
 #define vloadV vload4
 #define vstoreV vstore4
 #define vload_halfV vload_half4
+#define vstore_halfV_rte vstore_half4_rte
 #define convert_floatV convert_float4
 static float hsum(float4 x)
 {
@@ -131,16 +54,6 @@ static float hsum(float4 x)
 }
 #endif
 #define NV (D / VW)
-
-#if PKV_KV_DTYPE == PKV_LAYOUT_U8
-#define KQ PKV_KEY_QUANT
-#define VQ PKV_VALUE_QUANT
-#else
-#define KQ PKV_LAYOUT_PER_CHANNEL
-#define VQ PKV_LAYOUT_PER_CHANNEL
-#endif
-#define K_PART_BYTES PKV_LAYOUT_PART_BYTES(PKV_KV_DTYPE, KQ, BS, D)
-#define HEAD_BYTES PKV_LAYOUT_HEAD_BYTES(PKV_KV_DTYPE, KQ, VQ, BS, D)
 
 /* Software prefetch. PoCL's prefetch() is empty, but its compiler (clang,
  * for x86-64 or AArch64 CPUs) lowers __builtin_prefetch to a prefetch
@@ -154,42 +67,6 @@ static float hsum(float4 x)
 #ifndef PKV_PREFETCH
 #define PKV_PREFETCH(p) ((void)(p))
 #endif
-
-/* Tokens [x, y) of the row's context that partition part covers. */
-static uint2 part_range(uint ctx, uint part, uint sliding_window,
-                        uint partition_size)
-{
-    uint lo = sliding_window > 0 && ctx > sliding_window
-                  ? ctx - sliding_window
-                  : 0;
-    uint start = lo / BS * BS + part * partition_size;
-    return (uint2)(max(start, lo), min(start + partition_size, ctx));
-}
-
-/* The K part of kv head h of the sequence's logical block j (V follows at
- * K_PART_BYTES). */
-static global const uchar *head_part(global const uchar *arena,
-                                     global const uint *block_tables,
-                                     uint max_blocks_per_seq,
-                                     uint num_kv_heads, uint seq, uint j,
-                                     uint h)
-{
-#ifdef PKV_DECODE_CONTIGUOUS
-    size_t blk = (size_t)seq * max_blocks_per_seq + j;
-#else
-    size_t blk = block_tables[(size_t)seq * max_blocks_per_seq + j];
-#endif
-    return arena + (blk * num_kv_heads + h) * HEAD_BYTES;
-}
-
-/* The f32 K rows of kv head h in a staging tail (V rows follow). */
-static global const float *tail_rows(global const float *stages, uint stage,
-                                     uint stage_floats,
-                                     uint stage_layer_offset, uint h)
-{
-    return stages + (size_t)stage * stage_floats + stage_layer_offset +
-           (size_t)h * 2 * BS * D;
-}
 
 #ifdef PKV_INTEL_SUBGROUPS
 /*
@@ -397,31 +274,25 @@ static void sg_block(global const uchar *k, global const uchar *v, int dtype,
 }
 
 __attribute__((intel_reqd_sub_group_size(16)))
-kernel void pkv_decode_partial(
-    global const uchar *arena, global const float *stages, uint stage_floats,
-    uint stage_layer_offset, global const uint *stage_ids,
-    global const float *q, global const uint *context_lens,
-    global const uint *block_tables, uint max_blocks_per_seq,
-    uint num_kv_heads, float scale, uint sliding_window,
-    uint partition_size, global float *out, global float *part_acc,
-    global float *part_ml)
+kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 {
     uint lane = get_sub_group_local_id();
-    uint part = get_group_id(0), h = get_global_id(1);
-    uint seq = get_global_id(2);
-    uint num_parts = get_num_groups(0);
+    decode_unit w = this_unit(context_lens, sliding_window, partition_size);
+    uint part = w.part, num_parts = w.num_parts, h = w.h, seq = w.seq;
+    uint ctx = w.ctx, t_begin = w.range.x, t_end = w.range.y;
     uint hq = num_kv_heads * G;
-    uint ctx = context_lens[seq];
-    uint2 range = part_range(ctx, part, sliding_window, partition_size);
-    uint t_begin = range.x, t_end = range.y;
 
     float2 qv[G * NP];
     float qsum[G];
-    global const float *qrow = q + ((size_t)seq * hq + h * G) * D;
+    ulong qrow = q_off + ((size_t)seq * hq + h * G) * D;
     for (int g = 0; g < G; g++) {
         float part_sum = 0.0f;
         for (int i = 0; i < NP; i++) {
-            qv[g * NP + i] = vload2(lane + 16 * i, qrow + g * D) * scale;
+            ulong e = qrow + g * D + 2 * (lane + 16 * i);
+            qv[g * NP + i] =
+                (Q_F16(flags) ? vload_half2(0, (global const half *)q + e)
+                              : vload2(0, q + e)) *
+                scale;
             part_sum += qv[g * NP + i].x + qv[g * NP + i].y;
         }
         qsum[g] = sub_group_reduce_add(part_sum);
@@ -457,9 +328,15 @@ kernel void pkv_decode_partial(
     for (int g = 0; g < G; g++) {
         if (num_parts == 1) {
             float inv = 1.0f / st.l[g];
-            global float *o = out + (row0 + g) * D;
-            for (int i = 0; i < NP; i++)
-                vstore2((st.acc[g][i] + st.accl[g]) * inv, lane + 16 * i, o);
+            ulong o = out_off + (row0 + g) * D;
+            for (int i = 0; i < NP; i++) {
+                float2 x = (st.acc[g][i] + st.accl[g]) * inv;
+                ulong e = o + 2 * (lane + 16 * i);
+                if (OUT_F16(flags))
+                    vstore_half2_rte(x, 0, (global half *)out + e);
+                else
+                    vstore2(x, 0, out + e);
+            }
         } else {
             size_t r = (row0 + g) * num_parts + part;
             global float *o = part_acc + r * D;
@@ -807,31 +684,25 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
 }
 #endif
 
-kernel void pkv_decode_partial(
-    global const uchar *arena, global const float *stages, uint stage_floats,
-    uint stage_layer_offset, global const uint *stage_ids,
-    global const float *q, global const uint *context_lens,
-    global const uint *block_tables, uint max_blocks_per_seq,
-    uint num_kv_heads, float scale, uint sliding_window,
-    uint partition_size, global float *out, global float *part_acc,
-    global float *part_ml)
+kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 {
-    uint part = get_global_id(0), h = get_global_id(1);
-    uint seq = get_global_id(2);
-    uint num_parts = get_global_size(0);
+    decode_unit w = this_unit(context_lens, sliding_window, partition_size);
+    uint part = w.part, num_parts = w.num_parts, h = w.h, seq = w.seq;
+    uint ctx = w.ctx, t_begin = w.range.x, t_end = w.range.y;
     uint hq = num_kv_heads * G;
-    uint ctx = context_lens[seq];
-    uint2 range = part_range(ctx, part, sliding_window, partition_size);
-    uint t_begin = range.x, t_end = range.y;
 
     /* The query rows, pre-scaled. */
     floatV qv[G * NV];
     float qsum[G];
-    global const float *qrow = q + ((size_t)seq * hq + h * G) * D;
+    ulong qrow = q_off + ((size_t)seq * hq + h * G) * D;
     for (int g = 0; g < G; g++) {
         floatV sum = 0.0f;
         for (int x = 0; x < NV; x++) {
-            qv[g * NV + x] = vloadV(g * NV + x, qrow) * scale;
+            ulong e = qrow + (ulong)(g * NV + x) * VW;
+            qv[g * NV + x] =
+                (Q_F16(flags) ? vload_halfV(0, (global const half *)q + e)
+                              : vloadV(0, q + e)) *
+                scale;
             sum += qv[g * NV + x];
         }
         qsum[g] = hsum(sum);
@@ -882,9 +753,15 @@ kernel void pkv_decode_partial(
             /* Partition 0 is never empty: l >= 1. */
             float inv = 1.0f / st.l[g];
             float addl = st.accl[g];
-            global float *o = out + (row0 + g) * D;
-            for (int x = 0; x < NV; x++)
-                vstoreV((st.acc[g][x] + addl) * inv, x, o);
+            ulong o = out_off + (row0 + g) * D;
+            for (int x = 0; x < NV; x++) {
+                floatV y = (st.acc[g][x] + addl) * inv;
+                ulong e = o + (ulong)x * VW;
+                if (OUT_F16(flags))
+                    vstore_halfV_rte(y, 0, (global half *)out + e);
+                else
+                    vstoreV(y, 0, out + e);
+            }
         } else {
             size_t r = (row0 + g) * num_parts + part;
             global float *o = part_acc + r * D;
@@ -897,33 +774,3 @@ kernel void pkv_decode_partial(
 }
 
 #endif
-
-kernel void pkv_decode_reduce(global const float *part_acc,
-                              global const float *part_ml,
-                              uint num_partitions, global float *out)
-{
-    size_t row = (size_t)get_global_id(1) * get_global_size(0) +
-                 get_global_id(0);
-    global const float *ml = part_ml + row * num_partitions * 2;
-    float m = -INFINITY;
-    for (uint p = 0; p < num_partitions; p++)
-        if (ml[p * 2 + 1] > 0.0f)
-            m = fmax(m, ml[p * 2]);
-    floatV o[NV];
-    for (int x = 0; x < NV; x++)
-        o[x] = 0.0f;
-    float l = 0.0f;
-    for (uint p = 0; p < num_partitions; p++) {
-        /* An empty partition (l = 0) has m = -inf: skip, never 0 * NaN. */
-        if (ml[p * 2 + 1] > 0.0f) {
-            float w = exp(ml[p * 2] - m);
-            l = fma(w, ml[p * 2 + 1], l);
-            global const float *a = part_acc + (row * num_partitions + p) * D;
-            for (int x = 0; x < NV; x++)
-                o[x] = fma((floatV)w, vloadV(x, a), o[x]);
-        }
-    }
-    float inv = 1.0f / l;
-    for (int x = 0; x < NV; x++)
-        vstoreV(o[x] * inv, x, out + row * D);
-}

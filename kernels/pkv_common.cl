@@ -2,7 +2,8 @@
 /*
  * Helpers shared by the pkv kernels (OpenCL C 1.2, no extension). The host
  * builds one program from src/kv_layout.h, src/kv_step.h, this file,
- * kv_append.cl, paged_attention.cl and block_copy.cl, in that order.
+ * tensor_io.cl, kv_append.cl, paged_attention.cl and block_copy.cl, in that
+ * order.
  *
  * Contraction is off for the whole program: the kernels then round every
  * product and sum as the CPU reference (src/backend_cpu.c, src/quant.c)
@@ -77,22 +78,3 @@ static inline uint pkv_f16_up(float x)
         h = h == 0x8000u ? 0x0001u : ((h & 0x8000u) ? h - 1u : h + 1u);
     return h;
 }
-
-/* Element i of an attend tensor: f32, or f16 when is_f16 (the host's
- * cl_mem tensors may be either; host tensors arrive as f32). */
-static inline float4 pkv_load4(__global const float *t, ulong i, uint is_f16)
-{
-    if (is_f16)
-        return vload_half4(0, (__global const half *)t + i);
-    return vload4(0, t + i);
-}
-
-static inline void pkv_store4(float4 x, __global float *t, ulong i,
-                              uint is_f16)
-{
-    if (is_f16)
-        vstore_half4_rte(x, 0, (__global half *)t + i);
-    else
-        vstore4(x, 0, t + i);
-}
-

@@ -72,16 +72,19 @@ struct pkv__backend {
     size_t step_mem_cap; /* uints */
     cl_event upload;
 
-    /* The split-K decode kernels (kernels/paged_decode.cl) for steps whose
-     * rows are one per sequence: specialised by -D on the geometry, built
-     * on the first such step. decode_state: 0 not built yet, 1 ready, -1
-     * not used (PKV_OPENCL_DECODE_KERNEL=0, or it did not build). */
+    /* The split-K decode kernels (kernels/decode_common.cl) for steps whose
+     * rows are one per sequence: the variant asked for by
+     * PKV_OPENCL_DECODE (decode_request, a pkv__decode_kind), specialised
+     * by -D on the geometry, built on the first such step. decode_state: 0
+     * not built yet, 1 ready, -1 not used (off, or it did not build). */
+    int decode_request;
     int decode_state;
     int step_is_decode;
     char cache_dir[1024]; /* cl.cache_dir points here when set */
     cl_uint compute_units;
     cl_program decode_program;
-    uint32_t decode_lanes; /* 1: generic decode; 16: Intel subgroups */
+    uint32_t decode_lanes;     /* 1: CPU; 16: Intel; the GPU work-group */
+    uint32_t decode_partition; /* the variant's longest partition; 0: any */
     char decode_variant[PKV__ERROR_MAX]; /* what was chosen, and why */
     cl_kernel k_partial, k_reduce;
     cl_mem dec_lens, dec_tables, dec_stages; /* this step's arrays */
@@ -306,12 +309,15 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         snprintf(b->cache_dir, sizeof b->cache_dir, "%s", o->cache_dir);
         b->cl.cache_dir = b->cache_dir;
     }
-    const char *dk = getenv("PKV_OPENCL_DECODE_KERNEL");
-    b->decode_state = dk != NULL && strcmp(dk, "0") == 0 ? -1 : 0;
-    if (b->decode_state < 0)
-        snprintf(b->decode_variant, sizeof b->decode_variant,
-                 "off: the generic paged-attention kernel "
-                 "(PKV_OPENCL_DECODE_KERNEL=0)");
+    const char *dk = getenv("PKV_OPENCL_DECODE");
+    b->decode_request = pkv__decode_parse(dk);
+    if (b->decode_request < 0) {
+        pkv__free(alloc, b, 1, sizeof *b);
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "PKV_OPENCL_DECODE=%s: expected auto, cpu, gpu, "
+                         "intel or off",
+                         dk);
+    }
     if (own) {
         const char *want = o->device;
         if (want == NULL)
@@ -743,6 +749,58 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
                   sizeof a / sizeof a[0], ntok, hq, b->local_attend);
 }
 
+/* The -D options and program of the decode variant `kind` (not OFF) for
+ * this geometry, into opts; sets decode_lanes and decode_partition. */
+static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
+                                 const char *extensions, char *opts,
+                                 size_t size, int *program)
+{
+    const pkv__backend_config *c = &b->cfg;
+    int u8 = c->kv_dtype == PKV_KV_U8;
+    uint32_t group = c->num_q_heads / c->num_kv_heads;
+    int n = snprintf(opts, size,
+                     " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
+                     "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d "
+                     "-DPKV_VALUE_QUANT=%d",
+                     (unsigned)c->head_dim, (unsigned)c->block_size,
+                     (unsigned)group, (int)c->kv_dtype,
+                     u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
+                     u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL);
+    size_t used = n > 0 && (size_t)n < size ? (size_t)n : size - 1;
+    *program = PKV__CL_DECODE;
+    b->decode_partition = 0;
+    if (kind == PKV__DECODE_CPU) {
+        b->decode_lanes = 1;
+        return PKV_OK;
+    }
+    if (kind == PKV__DECODE_INTEL) {
+        b->decode_lanes = 16;
+        pkv__decode_intel_options(extensions, opts + used, size - used);
+        return PKV_OK;
+    }
+    cl_ulong local_mem = 0;
+    size_t max_group = 0;
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
+                    &local_mem, NULL);
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
+                    sizeof max_group, &max_group, NULL);
+    pkv__decode_gpu_shape shape;
+    if (pkv__decode_gpu_shape_make(c->head_dim, group, c->block_size,
+                                   local_mem, max_group, &shape) != 0)
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "the GPU variant does not fit the device: %llu "
+                         "bytes of local memory, work-groups of %zu",
+                         (unsigned long long)local_mem, max_group);
+    b->decode_lanes = shape.lanes;
+    b->decode_partition = shape.partition;
+    *program = PKV__CL_DECODE_GPU;
+    snprintf(opts + used, size - used,
+             " -DPKV_GPU_CHUNKS=%u -DPKV_GPU_TOKENS=%u -DPKV_GPU_PARTITION=%u",
+             (unsigned)shape.chunks, (unsigned)shape.tokens,
+             (unsigned)shape.partition);
+    return PKV_OK;
+}
+
 /* Build the decode program for this geometry on its first use. A build
  * failure is not an error: the generic kernel serves decode steps too. */
 static void decode_prepare(pkv__backend *b)
@@ -750,70 +808,79 @@ static void decode_prepare(pkv__backend *b)
     if (b->decode_state != 0)
         return;
     const pkv__backend_config *c = &b->cfg;
-    int u8 = c->kv_dtype == PKV_KV_U8;
-    /* The Intel GPU variant (subgroups, block reads) when the device has
-     * the extensions for it; chosen here, at build time, from the device. */
-    char extensions[4096], intel[96];
+    char extensions[4096], why[256], opts[512];
     pkv__cl_device_string(b->cl.device, CL_DEVICE_EXTENSIONS, extensions,
                           sizeof extensions);
-    b->decode_lanes = pkv__decode_variant(extensions, c->head_dim, intel,
-                                          sizeof intel);
-    char extra[384];
-    snprintf(extra, sizeof extra,
-             " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
-             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d%s",
-             (unsigned)c->head_dim, (unsigned)c->block_size,
-             (unsigned)(c->num_q_heads / c->num_kv_heads), (int)c->kv_dtype,
-             u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
-             u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL, intel);
+    cl_device_type type = 0;
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    pkv__decode_kind kind = pkv__decode_choose(
+        b->decode_request, (type & CL_DEVICE_TYPE_CPU) != 0, extensions,
+        c->head_dim, why, sizeof why);
+    pkv_status st = PKV_OK;
+    if (kind == PKV__DECODE_OFF) {
+        snprintf(b->decode_variant, sizeof b->decode_variant,
+                 "off: the generic paged-attention kernel (%s)", why);
+        pkv__cl_log(&b->cl,
+                    b->decode_request == PKV__DECODE_OFF ? PKV_LOG_INFO
+                                                         : PKV_LOG_WARN,
+                    "opencl: decode kernel %s", b->decode_variant);
+        b->decode_state = -1;
+        return;
+    }
+    int program = PKV__CL_DECODE;
+    st = decode_options(b, kind, extensions, opts, sizeof opts, &program);
     size_t local = 0;
-    pkv_status st =
-        pkv__cl_program(&b->cl, PKV__CL_DECODE, extra, &b->decode_program);
+    if (st == PKV_OK)
+        st = pkv__cl_program(&b->cl, program, opts, &b->decode_program);
+    size_t want = kind == PKV__DECODE_CPU ? c->num_kv_heads : b->decode_lanes;
     if (st == PKV_OK)
         st = make_kernel(b, b->decode_program, "pkv_decode_partial",
-                         &b->k_partial, &local, c->num_kv_heads);
-    /* The generic variant puts a sequence's kv heads in one work-group;
-     * the Intel one a subgroup of 16 lanes per (partition, head). */
-    if (st == PKV_OK && b->decode_lanes == 1 && local < c->num_kv_heads)
+                         &b->k_partial, &local, want);
+    /* The CPU variant puts a sequence's kv heads in one work-group, the
+     * others a fixed number of lanes per (partition, head). */
+    if (st == PKV_OK && local < want)
         st = pkv__fail(PKV_ERR_UNSUPPORTED,
-                       "%u kv heads exceed the work-group size %zu",
-                       (unsigned)c->num_kv_heads, local);
+                       "the kernel's work-groups hold %zu items, %zu needed",
+                       local, want);
     if (st == PKV_OK)
         st = make_kernel(b, b->decode_program, "pkv_decode_reduce",
                          &b->k_reduce, &local, 1);
+    static const char *const name[] = {"off", "cpu", "gpu", "intel"};
+    static const char *const what[] = {
+        "",
+        "one work-item per (partition, kv head), a sequence's kv heads in "
+        "one work-group",
+        "a work-group per (partition, kv head), lanes over channels and "
+        "tokens, local-memory reductions",
+        "a 16-lane subgroup per (partition, kv head), block reads"};
     if (st == PKV_OK) {
         b->decode_state = 1;
-        snprintf(b->decode_variant, sizeof b->decode_variant, "%s",
-                 b->decode_lanes == 16
-                     ? "intel: a 16-lane subgroup per (partition, kv head), "
-                       "block reads (cl_intel_subgroups, "
-                       "cl_intel_subgroups_short)"
-                     : "generic: one work-item per (partition, kv head), a "
-                       "sequence's kv heads in one work-group");
-        pkv__cl_log(&b->cl, PKV_LOG_INFO, "opencl: decode kernel %s%s",
-                    b->decode_variant, intel);
+        snprintf(b->decode_variant, sizeof b->decode_variant, "%s: %s (%s)",
+                 name[kind], what[kind], why);
+        pkv__cl_log(&b->cl, PKV_LOG_INFO, "opencl: decode kernel %s;%s",
+                    b->decode_variant, opts);
         return;
     }
     snprintf(b->decode_variant, sizeof b->decode_variant,
-             "off: the generic paged-attention kernel (the decode kernel is "
-             "unavailable: %s)",
-             pkv_last_error());
+             "off: the generic paged-attention kernel (the %s decode "
+             "variant is unavailable: %s)",
+             name[kind], pkv_last_error());
     pkv__cl_log(&b->cl, PKV_LOG_WARN, "opencl: decode kernel %s",
                 b->decode_variant);
     b->decode_state = -1;
 }
 
-/* The split-K decode of an all-decode step: kernels/paged_decode.cl's
- * partial kernel over (partition, kv head, sequence), then its reduction
- * when there is more than one partition. */
-static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, cl_mem q,
-                                 cl_mem out, float scale, uint32_t window)
+/* The split-K decode of an all-decode step: the variant's partial kernel
+ * over (partition, kv head, sequence), then the reduction when there is
+ * more than one partition. */
+static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
+                                 kt out, float scale, uint32_t window)
 {
     const pkv__backend_config *c = &b->cfg;
     cl_uint n = b->step.num_seqs, hq = c->num_q_heads, hkv = c->num_kv_heads;
-    pkv__decode_plan plan =
-        pkv__decode_plan_make(n, hkv, b->max_context, window, c->block_size,
-                              b->compute_units);
+    pkv__decode_plan plan = pkv__decode_plan_make(
+        n, hkv, b->max_context, window, c->block_size, b->compute_units,
+        b->decode_partition);
     cl_uint parts = plan.num_partitions, psize = plan.partition_size;
     if (parts > 1) {
         size_t rows = (size_t)n * hq * parts;
@@ -828,13 +895,15 @@ static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, cl_mem q,
     }
     cl_uint layer_off = layer * hkv * 2u * c->block_size * c->head_dim;
     cl_uint maxb = b->step.max_blocks_per_seq, win = window;
+    cl_uint flags = q.f16 | out.f16 << 1;
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)c->head_dim) : scale;
     cl_mem acc = parts > 1 ? b->part_acc : NULL;
     cl_mem ml = parts > 1 ? b->part_ml : NULL;
     karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(b->stage_floats),
-                KA(layer_off), KA(b->dec_stages), KA(q), KA(b->dec_lens),
-                KA(b->dec_tables), KA(maxb), KA(hkv), KA(sc), KA(win),
-                KA(psize), KA(out), KA(acc), KA(ml)};
+                KA(layer_off), KA(b->dec_stages), KA(q.mem), KA(q.off),
+                KA(b->dec_lens), KA(b->dec_tables), KA(maxb), KA(hkv), KA(sc),
+                KA(win), KA(psize), KA(out.mem), KA(out.off), KA(flags),
+                KA(acc), KA(ml)};
     pkv_status st = launch(b, b->k_partial, "pkv_decode_partial", a,
                            sizeof a / sizeof a[0], 0, 0, 1);
     if (st != PKV_OK)
@@ -848,20 +917,21 @@ static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, cl_mem q,
         return pkv__cl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_partial)");
     if (parts == 1)
         return PKV_OK;
-    karg r[] = {KA(acc), KA(ml), KA(parts), KA(out)};
-    return launch(b, b->k_reduce, "pkv_decode_reduce", r, 4, hq, n, 1);
+    karg r[] = {KA(acc), KA(ml), KA(parts), KA(out.mem), KA(out.off),
+                KA(flags)};
+    return launch(b, b->k_reduce, "pkv_decode_reduce", r,
+                  sizeof r / sizeof r[0], hq, n, 1);
 }
 
 /* Attention of one layer: the decode kernels when the step is all
- * decodes and q and out are plain f32 rows, else the generic kernel. */
+ * decodes (and they built), else the generic kernel. */
 static pkv_status enqueue_attention(pkv__backend *b, uint32_t layer, kt q,
                                     kt out, float scale, uint32_t window)
 {
-    if (b->step_is_decode && q.off == 0 && !q.f16 && out.off == 0 &&
-        !out.f16) {
+    if (b->step_is_decode) {
         decode_prepare(b);
         if (b->decode_state == 1)
-            return enqueue_decode(b, layer, q.mem, out.mem, scale, window);
+            return enqueue_decode(b, layer, q, out, scale, window);
     }
     return enqueue_attend(b, layer, q, out, scale, window);
 }

@@ -11,7 +11,8 @@ pkv__decode_plan pkv__decode_plan_make(uint32_t num_seqs,
                                        uint32_t max_context,
                                        uint32_t sliding_window,
                                        uint32_t block_size,
-                                       uint32_t compute_units)
+                                       uint32_t compute_units,
+                                       uint32_t max_partition)
 {
     uint32_t bs = block_size > 0 ? block_size : 1;
     uint64_t span = max_context > 0 ? max_context : 1;
@@ -29,6 +30,8 @@ pkv__decode_plan pkv__decode_plan_make(uint32_t num_seqs,
     uint32_t min_blocks = div_up(PKV__DECODE_MIN_PARTITION, bs);
     if (part_blocks < min_blocks)
         part_blocks = min_blocks;
+    if (max_partition > 0 && part_blocks > max_partition / bs)
+        part_blocks = max_partition / bs > 0 ? max_partition / bs : 1;
     if (part_blocks > span_blocks)
         part_blocks = span_blocks;
     pkv__decode_plan plan;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * How the split-K decode kernel (kernels/paged_decode.cl) divides the
- * context: one work-item (or subgroup) per (partition, kv head, sequence).
+ * How the split-K decode kernels (kernels/decode_common.cl) divide the
+ * context: one work-item, subgroup or work-group per (partition, kv head,
+ * sequence).
  *
  * The rule: a device wants at least PKV__DECODE_ITEMS_PER_CU work units
  * per compute unit so that every unit stays busy and a late one does not
@@ -26,13 +27,16 @@ typedef struct pkv__decode_plan {
 } pkv__decode_plan;
 
 /* The plan for num_seqs decode rows over num_kv_heads kv heads, the longest
- * context max_context (>= 1), sliding_window (0: none), block_size and the
- * device's CL_DEVICE_MAX_COMPUTE_UNITS. Pure arithmetic, never fails. */
+ * context max_context (>= 1), sliding_window (0: none), block_size, the
+ * device's CL_DEVICE_MAX_COMPUTE_UNITS and the variant's longest partition
+ * (tokens; 0: none; it overrides the minimum). Pure arithmetic, never
+ * fails. */
 pkv__decode_plan pkv__decode_plan_make(uint32_t num_seqs,
                                        uint32_t num_kv_heads,
                                        uint32_t max_context,
                                        uint32_t sliding_window,
                                        uint32_t block_size,
-                                       uint32_t compute_units);
+                                       uint32_t compute_units,
+                                       uint32_t max_partition);
 
 #endif

@@ -16,18 +16,117 @@ int pkv__cl_has_extension(const char *extensions, const char *name)
     return 0;
 }
 
-uint32_t pkv__decode_variant(const char *extensions, uint32_t head_dim,
-                             char *buf, size_t size)
+int pkv__decode_parse(const char *value)
 {
-    buf[0] = '\0';
+    static const char *const names[] = {"off", "cpu", "gpu", "intel",
+                                        "auto"};
+    if (value == NULL || value[0] == '\0')
+        return PKV__DECODE_AUTO;
+    for (int i = 0; i < 5; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int intel_capable(const char *extensions, uint32_t head_dim)
+{
     int dims_ok = head_dim == 32 || head_dim == 64 || head_dim == 128 ||
                   head_dim == 256;
-    if (!dims_ok || !pkv__cl_has_extension(extensions, "cl_intel_subgroups") ||
-        !pkv__cl_has_extension(extensions, "cl_intel_subgroups_short"))
-        return 1;
+    return dims_ok &&
+           pkv__cl_has_extension(extensions, "cl_intel_subgroups") &&
+           pkv__cl_has_extension(extensions, "cl_intel_subgroups_short");
+}
+
+pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
+                                    const char *extensions, uint32_t head_dim,
+                                    char *why, size_t why_size)
+{
+    int intel = intel_capable(extensions, head_dim);
+    if (request == PKV__DECODE_INTEL && !intel) {
+        if (intel_capable(extensions, 128))
+            snprintf(why, why_size,
+                     "PKV_OPENCL_DECODE=intel, but head_dim %u is not 32, "
+                     "64, 128 or 256",
+                     (unsigned)head_dim);
+        else
+            snprintf(why, why_size,
+                     "PKV_OPENCL_DECODE=intel, but the device lacks "
+                     "cl_intel_subgroups or cl_intel_subgroups_short");
+        return PKV__DECODE_OFF;
+    }
+    if (request != PKV__DECODE_AUTO) {
+        static const char *const names[] = {"off", "cpu", "gpu", "intel"};
+        snprintf(why, why_size, "PKV_OPENCL_DECODE=%s", names[request]);
+        return (pkv__decode_kind)request;
+    }
+    if (cpu_device) {
+        snprintf(why, why_size,
+                 "auto: a CPU device, where one work-item streaming a "
+                 "partition is fastest");
+        return PKV__DECODE_CPU;
+    }
+    if (intel) {
+        snprintf(why, why_size,
+                 "auto: the device has cl_intel_subgroups and "
+                 "cl_intel_subgroups_short");
+        return PKV__DECODE_INTEL;
+    }
+    snprintf(why, why_size,
+             "auto: a GPU or accelerator without Intel subgroups (or "
+             "head_dim %u is not 32, 64, 128 or 256)",
+             (unsigned)head_dim);
+    return PKV__DECODE_GPU;
+}
+
+void pkv__decode_intel_options(const char *extensions, char *buf,
+                               size_t size)
+{
     snprintf(buf, size, " -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS%s",
              pkv__cl_has_extension(extensions, "cl_khr_fp16")
                  ? " -DPKV_INTEL_FP16"
                  : "");
-    return 16;
+}
+
+uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *s,
+                                     uint32_t group)
+{
+    /* Per-lane score partials, the partition's scores, per-lane V sums
+     * (kernels/decode_gpu.cl: red, lg, vred). */
+    return 4ull * group * s->lanes + 4ull * group * s->partition +
+           16ull * s->lanes * s->chunks;
+}
+
+#define GPU_TARGET_LANES 64u
+#define GPU_MAX_PARTITION 256u
+
+int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
+                               uint32_t block_size, uint64_t local_mem,
+                               size_t max_group, pkv__decode_gpu_shape *out)
+{
+    pkv__decode_gpu_shape s;
+    /* Up to 16 bytes of f32 per lane and load, with the G * chunks float4
+     * accumulators of a lane kept to 16 (64 registers). */
+    s.chunks = group <= 4 && head_dim % 16 == 0   ? 4u
+               : group <= 8 && head_dim % 8 == 0 ? 2u
+                                                  : 1u;
+    s.row_lanes = head_dim / (4 * s.chunks);
+    if (s.row_lanes == 0 || s.row_lanes > max_group)
+        return -1;
+    s.tokens = s.row_lanes >= GPU_TARGET_LANES
+                   ? 1u
+                   : GPU_TARGET_LANES / s.row_lanes;
+    if ((size_t)s.row_lanes * s.tokens > max_group)
+        s.tokens = (uint32_t)(max_group / s.row_lanes);
+    s.lanes = s.row_lanes * s.tokens;
+    uint32_t bs = block_size > 0 ? block_size : 1;
+    uint32_t blocks = GPU_MAX_PARTITION > bs ? GPU_MAX_PARTITION / bs : 1u;
+    for (; blocks > 0; blocks--) {
+        s.partition = blocks * bs;
+        if (pkv__decode_gpu_local_bytes(&s, group) <= local_mem)
+            break;
+    }
+    if (blocks == 0)
+        return -1;
+    *out = s;
+    return 0;
 }

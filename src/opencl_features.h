@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Which kernel variant a device gets, from its extension string. Pure
- * functions, so the choice is tested without the device. */
+/* Which decode kernel variant a device gets, and its shape, from what the
+ * device reports. Pure functions, so the choice is tested without the
+ * device. */
 #ifndef PKV_OPENCL_FEATURES_H
 #define PKV_OPENCL_FEATURES_H
 
@@ -10,13 +11,56 @@
 /* Whether the space-separated extension list holds exactly `name`. */
 int pkv__cl_has_extension(const char *extensions, const char *name);
 
-/* Build options of the decode program's Intel GPU path
- * (kernels/paged_decode.cl): "-cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS", plus
- * "-DPKV_INTEL_FP16" with cl_khr_fp16, written to buf when the device has
+/* The variants of kernels/decode_common.cl's pkv_decode_partial. OFF means
+ * decode steps run on the generic paged-attention kernel. */
+typedef enum pkv__decode_kind {
+    PKV__DECODE_OFF = 0,
+    PKV__DECODE_CPU = 1,   /* paged_decode.cl: a work-item per partition */
+    PKV__DECODE_GPU = 2,   /* decode_gpu.cl: a work-group per partition */
+    PKV__DECODE_INTEL = 3, /* paged_decode.cl with PKV_INTEL_SUBGROUPS */
+    PKV__DECODE_AUTO = 4   /* a request only: choose from the device */
+} pkv__decode_kind;
+
+/* The request in PKV_OPENCL_DECODE's value: NULL or "" is AUTO; "auto",
+ * "cpu", "gpu", "intel", "off"; anything else -1. */
+int pkv__decode_parse(const char *value);
+
+/* The variant for `request` on a device (cpu_device: CL_DEVICE_TYPE_CPU;
+ * its extension string; the model's head_dim), with the reason written to
+ * why. AUTO: CPU on a CPU device, else INTEL where the device has
  * cl_intel_subgroups and cl_intel_subgroups_short and head_dim is 32, 64,
- * 128 or 256; "" otherwise. Returns the launch's subgroup width: 16 on
- * the Intel path (local size (16, 1, 1)), 1 on the generic one. */
-uint32_t pkv__decode_variant(const char *extensions, uint32_t head_dim,
-                             char *buf, size_t size);
+ * 128 or 256, else GPU. A forced INTEL the device cannot run gives OFF. */
+pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
+                                    const char *extensions, uint32_t head_dim,
+                                    char *why, size_t why_size);
+
+/* Build options of the INTEL variant: "-cl-std=CL2.0
+ * -DPKV_INTEL_SUBGROUPS", plus "-DPKV_INTEL_FP16" with cl_khr_fp16. */
+void pkv__decode_intel_options(const char *extensions, char *buf,
+                               size_t size);
+
+/* The GPU variant's work-group (kernels/decode_gpu.cl). */
+typedef struct pkv__decode_gpu_shape {
+    uint32_t chunks;    /* float4 chunks of a row per lane: 1, 2 or 4 */
+    uint32_t row_lanes; /* lanes per K/V row: head_dim / (4 * chunks) */
+    uint32_t tokens;    /* tokens in flight: lanes = row_lanes * tokens */
+    uint32_t lanes;     /* the work-group size */
+    uint32_t partition; /* the longest partition, tokens, a multiple of
+                           block_size */
+} pkv__decode_gpu_shape;
+
+/* The shape for head_dim (a multiple of 4), group query heads per kv head
+ * and block_size on a device with local_mem bytes of local memory and
+ * work-groups of up to max_group items: about 64 lanes, 16 bytes of a row
+ * per lane per load, partitions of up to 256 tokens (fewer where the
+ * scores of `group` heads would not fit local memory). Returns 0, or -1
+ * when even one block's scores do not fit. */
+int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
+                               uint32_t block_size, uint64_t local_mem,
+                               size_t max_group, pkv__decode_gpu_shape *out);
+
+/* Local memory bytes the GPU variant uses with `shape` and `group`. */
+uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *shape,
+                                     uint32_t group);
 
 #endif

@@ -262,11 +262,16 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 
 /* The files of the generic program and of the decode program. */
 static const char *const generic_files[] = {
-    "src/kv_layout.h",       "src/kv_step.h",
-    "kernels/pkv_common.cl", "kernels/kv_append.cl",
-    "kernels/paged_attention.cl", "kernels/block_copy.cl"};
-static const char *const decode_files[] = {"src/kv_layout.h",
-                                           "kernels/paged_decode.cl"};
+    "src/kv_layout.h",         "src/kv_step.h",
+    "kernels/pkv_common.cl",   "kernels/tensor_io.cl",
+    "kernels/kv_append.cl",    "kernels/paged_attention.cl",
+    "kernels/block_copy.cl"};
+static const char *const decode_files[] = {
+    "src/kv_layout.h", "kernels/tensor_io.cl", "kernels/decode_common.cl",
+    "kernels/paged_decode.cl"};
+static const char *const decode_gpu_files[] = {
+    "src/kv_layout.h", "kernels/tensor_io.cl", "kernels/decode_common.cl",
+    "kernels/decode_gpu.cl"};
 #define NUM_FILES(list) ((unsigned)(sizeof list / sizeof list[0]))
 
 /* Read a kernel file from pkv__opencl_kernel_dir into dst (size bytes), or
@@ -610,6 +615,9 @@ pkv_status pkv__cl_program(pkv__cl_target *t, int kind, const char *extra,
     if (kind == PKV__CL_DECODE)
         return get_program(t, decode_files, NUM_FILES(decode_files), extra,
                            t->cache_dir, t->own_context, out);
+    if (kind == PKV__CL_DECODE_GPU)
+        return get_program(t, decode_gpu_files, NUM_FILES(decode_gpu_files),
+                           extra, t->cache_dir, t->own_context, out);
     return get_program(t, generic_files, NUM_FILES(generic_files), extra,
                        t->cache_dir, t->own_context, out);
 }

@@ -9,12 +9,13 @@
 #   PROGRAM_FILEs (relative to SOURCE_DIR) are the files the backend
 #   embeds (CMake's PKV_KERNEL_FILES, read from SOURCE_DIR/CMakeLists.txt
 #   when none are given); all but the decode kernels are concatenated, in
-#   order, into the generic program, as the backend does. paged_decode.cl
-#   is its own program: src/kv_layout.h then the file, with its -D geometry
-#   (as the backend builds it); decode_contiguous.cl (benchmark only) is
-#   built with -I, as pkv-bench does. Any other kernels/*.cl is compiled
-#   alone after src/kv_layout.h. Exit 77 (ctest: skipped) when ocloc is not
-#   installed.
+#   order, into the generic program, as the backend does. The decode
+#   programs are src/kv_layout.h, tensor_io.cl, decode_common.cl, then
+#   paged_decode.cl (the CPU-shaped and Intel variants) or decode_gpu.cl,
+#   with their -D geometry (as the backend builds them), and paged_decode.cl
+#   once more with -DPKV_DECODE_CONTIGUOUS (pkv-bench's baseline). Any other
+#   kernels/*.cl is compiled alone after src/kv_layout.h. Exit 77 (ctest:
+#   skipped) when ocloc is not installed.
 set -u
 root=$1
 shift
@@ -66,7 +67,7 @@ covered=" "
 if [ $# -gt 0 ]; then
     : >"$tmp/program.cl"
     for f in "$@"; do
-        case "$f" in *paged_decode.cl | *decode_contiguous.cl) continue ;; esac
+        case "$f" in *decode*.cl) continue ;; esac
         cat "$root/$f" >>"$tmp/program.cl"
         echo >>"$tmp/program.cl"
         names="${names:-}$f "
@@ -77,25 +78,34 @@ if [ $# -gt 0 ]; then
 fi
 
 # The decode kernels: every dtype; u8 with both quantization groupings.
-cat "$root/src/kv_layout.h" "$root/kernels/paged_decode.cl" >"$tmp/decode.cl"
+decode_src() { # variant file -> the program source
+    cat "$root/src/kv_layout.h" "$root/kernels/tensor_io.cl" \
+        "$root/kernels/decode_common.cl" "$root/kernels/$1"
+}
+decode_src paged_decode.cl >"$tmp/decode.cl"
+decode_src decode_gpu.cl >"$tmp/decode_gpu.cl"
 geom="-DPKV_HEAD_DIM=128 -DPKV_BLOCK_SIZE=16 -DPKV_GROUP=4"
+gpu="-DPKV_GPU_CHUNKS=4 -DPKV_GPU_TOKENS=8 -DPKV_GPU_PARTITION=256"
 for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1"; do
     set -- $variant
     d="$geom -DPKV_KV_DTYPE=$1 -DPKV_KEY_QUANT=$2 -DPKV_VALUE_QUANT=$3"
     build paged_decode.cl "$tmp/decode.cl" "$plain $d"
     build paged_decode.cl "$tmp/decode.cl" "$intel -DPKV_INTEL_FP16 $d"
+    build decode_gpu.cl "$tmp/decode_gpu.cl" "$plain $d $gpu"
 done
 # f16 on an Intel device without cl_khr_fp16; another geometry.
 build paged_decode.cl "$tmp/decode.cl" \
     "$intel $geom -DPKV_KV_DTYPE=1 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
 build paged_decode.cl "$tmp/decode.cl" \
     "$intel -DPKV_INTEL_FP16 -DPKV_HEAD_DIM=64 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
+build decode_gpu.cl "$tmp/decode_gpu.cl" \
+    "$plain -DPKV_HEAD_DIM=96 -DPKV_BLOCK_SIZE=8 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=2 -DPKV_VALUE_QUANT=1 -DPKV_GPU_CHUNKS=1 -DPKV_GPU_TOKENS=2 -DPKV_GPU_PARTITION=256"
 d="$geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
-build decode_contiguous.cl "$root/kernels/decode_contiguous.cl" \
-    "$plain $inc $d"
-build decode_contiguous.cl "$root/kernels/decode_contiguous.cl" \
-    "$intel -DPKV_INTEL_FP16 $inc $d"
-covered="$covered paged_decode.cl decode_contiguous.cl "
+build "paged_decode.cl (contiguous)" "$tmp/decode.cl" \
+    "$plain -DPKV_DECODE_CONTIGUOUS $d"
+build "paged_decode.cl (contiguous)" "$tmp/decode.cl" \
+    "$intel -DPKV_INTEL_FP16 -DPKV_DECODE_CONTIGUOUS $d"
+covered="$covered decode_common.cl paged_decode.cl decode_gpu.cl "
 
 # Any other kernel file, alone after kv_layout.h.
 for f in "$root"/kernels/*.cl; do

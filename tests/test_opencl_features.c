@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The kernel variant a device gets from its extension string: the Intel
- * decode path is chosen only with every extension it needs. Runs without
- * a device. */
+/* The decode variant a device gets from its type and extension string
+ * (the Intel path only with every extension it needs), the requests that
+ * force one, and the GPU variant's work-group shape. Runs without a
+ * device. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,37 +26,121 @@ static void test_extension_tokens(void **state)
     assert_false(pkv__cl_has_extension("", "cl_khr_fp16"));
 }
 
-static void test_decode_variant(void **state)
+static void test_decode_choice(void **state)
 {
     (void)state;
-    char buf[96];
+    char why[256], opts[96];
     const char *intel = "cl_khr_global_int32_base_atomics cl_intel_subgroups "
                         "cl_intel_subgroups_short cl_khr_fp16 ";
-    assert_int_equal(pkv__decode_variant(intel, 128, buf, sizeof buf), 16);
-    assert_non_null(strstr(buf, "-cl-std=CL2.0"));
-    assert_non_null(strstr(buf, "-DPKV_INTEL_SUBGROUPS"));
-    assert_non_null(strstr(buf, "-DPKV_INTEL_FP16"));
-
-    const char *no_fp16 = "cl_intel_subgroups cl_intel_subgroups_short";
-    assert_int_equal(pkv__decode_variant(no_fp16, 64, buf, sizeof buf), 16);
-    assert_null(strstr(buf, "FP16"));
-
-    /* PoCL on a CPU, a missing block-read extension, an odd head_dim: the
-     * portable kernel. */
     const char *pocl = "cl_khr_byte_addressable_store cl_khr_fp64";
-    assert_int_equal(pkv__decode_variant(pocl, 128, buf, sizeof buf), 1);
-    assert_string_equal(buf, "");
-    assert_int_equal(
-        pkv__decode_variant("cl_intel_subgroups", 128, buf, sizeof buf), 1);
-    assert_int_equal(pkv__decode_variant(intel, 80, buf, sizeof buf), 1);
-    assert_string_equal(buf, "");
+    int a = PKV__DECODE_AUTO;
+
+    assert_int_equal(pkv__decode_parse(NULL), PKV__DECODE_AUTO);
+    assert_int_equal(pkv__decode_parse(""), PKV__DECODE_AUTO);
+    assert_int_equal(pkv__decode_parse("auto"), PKV__DECODE_AUTO);
+    assert_int_equal(pkv__decode_parse("cpu"), PKV__DECODE_CPU);
+    assert_int_equal(pkv__decode_parse("gpu"), PKV__DECODE_GPU);
+    assert_int_equal(pkv__decode_parse("intel"), PKV__DECODE_INTEL);
+    assert_int_equal(pkv__decode_parse("off"), PKV__DECODE_OFF);
+    assert_int_equal(pkv__decode_parse("0"), -1);
+    assert_int_equal(pkv__decode_parse("GPU"), -1);
+
+    /* Auto: a CPU device streams; an Intel GPU uses subgroups for the head
+     * sizes its kernel handles; any other device the portable GPU one. */
+    assert_int_equal(pkv__decode_choose(a, 1, intel, 128, why, sizeof why),
+                     PKV__DECODE_CPU);
+    assert_non_null(strstr(why, "CPU device"));
+    assert_int_equal(pkv__decode_choose(a, 0, intel, 128, why, sizeof why),
+                     PKV__DECODE_INTEL);
+    assert_int_equal(pkv__decode_choose(a, 0, intel, 80, why, sizeof why),
+                     PKV__DECODE_GPU);
+    assert_int_equal(pkv__decode_choose(a, 0, pocl, 128, why, sizeof why),
+                     PKV__DECODE_GPU);
+    assert_int_equal(pkv__decode_choose(a, 0, "cl_intel_subgroups", 128, why,
+                                        sizeof why),
+                     PKV__DECODE_GPU);
+
+    /* Forced: obeyed, except Intel without what it needs. */
+    assert_int_equal(pkv__decode_choose(PKV__DECODE_GPU, 1, pocl, 128, why,
+                                        sizeof why),
+                     PKV__DECODE_GPU);
+    assert_string_equal(why, "PKV_OPENCL_DECODE=gpu");
+    assert_int_equal(pkv__decode_choose(PKV__DECODE_CPU, 0, intel, 128, why,
+                                        sizeof why),
+                     PKV__DECODE_CPU);
+    assert_int_equal(pkv__decode_choose(PKV__DECODE_INTEL, 1, intel, 64, why,
+                                        sizeof why),
+                     PKV__DECODE_INTEL);
+    assert_int_equal(pkv__decode_choose(PKV__DECODE_INTEL, 0, pocl, 64, why,
+                                        sizeof why),
+                     PKV__DECODE_OFF);
+    assert_non_null(strstr(why, "lacks"));
+    assert_int_equal(pkv__decode_choose(PKV__DECODE_INTEL, 0, intel, 96, why,
+                                        sizeof why),
+                     PKV__DECODE_OFF);
+    assert_non_null(strstr(why, "head_dim 96"));
+    assert_int_equal(pkv__decode_choose(PKV__DECODE_OFF, 0, intel, 64, why,
+                                        sizeof why),
+                     PKV__DECODE_OFF);
+
+    pkv__decode_intel_options(intel, opts, sizeof opts);
+    assert_non_null(strstr(opts, "-cl-std=CL2.0"));
+    assert_non_null(strstr(opts, "-DPKV_INTEL_SUBGROUPS"));
+    assert_non_null(strstr(opts, "-DPKV_INTEL_FP16"));
+    pkv__decode_intel_options("cl_intel_subgroups cl_intel_subgroups_short",
+                              opts, sizeof opts);
+    assert_null(strstr(opts, "FP16"));
+}
+
+static void test_gpu_shape(void **state)
+{
+    (void)state;
+    pkv__decode_gpu_shape s;
+    /* head_dim 128, GQA 4: 16-byte loads of 4 chunks, 8 lanes a row, 8
+     * tokens in flight, partitions of 256 tokens. */
+    assert_int_equal(pkv__decode_gpu_shape_make(128, 4, 16, 65536, 1024, &s),
+                     0);
+    assert_int_equal(s.chunks, 4);
+    assert_int_equal(s.row_lanes, 8);
+    assert_int_equal(s.tokens, 8);
+    assert_int_equal(s.lanes, 64);
+    assert_int_equal(s.partition, 256);
+    /* GQA 8 keeps the accumulators to 16 float4: 2 chunks. */
+    assert_int_equal(pkv__decode_gpu_shape_make(128, 8, 16, 65536, 1024, &s),
+                     0);
+    assert_int_equal(s.chunks, 2);
+    assert_int_equal(s.lanes, 64);
+    /* head_dim 96 (not a multiple of 16 floats per lane-row): 6 lanes a
+     * row, 10 tokens, 60 lanes; block 24 rounds the partition down. */
+    assert_int_equal(pkv__decode_gpu_shape_make(96, 1, 24, 65536, 1024, &s),
+                     0);
+    assert_int_equal(s.row_lanes, 6);
+    assert_int_equal(s.lanes, 60);
+    assert_int_equal(s.partition, 240);
+    /* Little local memory: shorter partitions, still whole blocks. */
+    assert_int_equal(pkv__decode_gpu_shape_make(128, 32, 16, 16384, 1024, &s),
+                     0);
+    assert_int_equal(s.partition % 16, 0);
+    assert_true(pkv__decode_gpu_local_bytes(&s, 32) <= 16384);
+    assert_true(s.partition < 256);
+    /* Small work-groups cap the tokens in flight; too little for a row or
+     * for one block's scores is refused. */
+    assert_int_equal(pkv__decode_gpu_shape_make(512, 1, 16, 65536, 32, &s),
+                     0);
+    assert_int_equal(s.row_lanes, 32);
+    assert_int_equal(s.lanes, 32);
+    assert_int_equal(pkv__decode_gpu_shape_make(512, 16, 16, 65536, 64, &s),
+                     -1);
+    assert_int_equal(pkv__decode_gpu_shape_make(128, 64, 64, 4096, 1024, &s),
+                     -1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_extension_tokens),
-        cmocka_unit_test(test_decode_variant),
+        cmocka_unit_test(test_decode_choice),
+        cmocka_unit_test(test_gpu_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -261,7 +261,20 @@ typedef struct pkv_engine_params {
     void *log_user;
     int32_t log_level; /* highest pkv_log_level passed to log */
 
-    /* OpenCL backend (0.1.0; ignored by the CPU backend). */
+    /* OpenCL backend (0.1.0; ignored by the CPU backend).
+     * Steps where every sequence has one query row run on a split-K decode
+     * kernel, in a variant chosen per device and logged at PKV_LOG_INFO
+     * with the reason: "cpu" on CPU devices (a work-item streams a context
+     * partition), "intel" where the device has cl_intel_subgroups and
+     * cl_intel_subgroups_short and head_dim is 32, 64, 128 or 256 (16-lane
+     * subgroups, block reads), else "gpu" (a work-group per partition, lanes
+     * over channels and tokens). The environment variable
+     * PKV_OPENCL_DECODE, read when the engine is created, forces one: cpu,
+     * gpu, intel, off (the generic attention kernel for every step) or auto
+     * (the default). A variant the device cannot build or run falls back to
+     * the generic kernel with a warning; any other value makes the OpenCL
+     * backend fail with PKV_ERR_INVALID_ARGUMENT (AUTO then takes the CPU
+     * backend, with a warning). */
     const char *opencl_device; /* a substring of the platform or device
                                   name, case-insensitive; NULL: the
                                   environment variable PKV_OPENCL_DEVICE,
