@@ -224,9 +224,9 @@ static double run_step(pair *p, const batch *b, uint32_t layer, int attend,
         }
         /* A step of one row per sequence runs on the decode kernels
          * unless they are turned off. */
-        const char *off = getenv("PKV_OPENCL_DECODE_KERNEL");
+        const char *variant = getenv("PKV_OPENCL_DECODE");
         int decode = b->num_tokens == b->num_seqs &&
-                     (off == NULL || strcmp(off, "0") != 0);
+                     (variant == NULL || strcmp(variant, "off") != 0);
         for (uint32_t i = 0; i < b->num_seqs; i++)
             decode &= b->query_start[i + 1] - b->query_start[i] == 1;
         double tol = decode ? ATTEND_TOL_DECODE : ATTEND_TOL;
@@ -332,12 +332,14 @@ static void run_case(const geo *g, uint32_t seqs, uint32_t rows,
     uint32_t *ctx = calloc(seqs, sizeof *ctx);
     assert_true(zero && ctx);
     batch b;
-    /* The earlier context; attention too when it is cheap. */
+    /* The earlier context; attention too when it is cheap and the case
+     * is about more than the decode kernels. */
     uint64_t work = 0;
     for (uint32_t i = 0; i < seqs; i++)
         work += (uint64_t)prior[i] * prior[i] / 2;
     batch_make(&b, seqs, zero, prior, tables, max_blocks, g->bs);
-    run_step(&p, &b, layer, work * g->hq * g->d < 50000000u, window, &rng);
+    run_step(&p, &b, layer,
+             rows > seqs && work * g->hq * g->d < 50000000u, window, &rng);
     batch_free(&b);
     batch_make(&b, seqs, prior, nq, tables, max_blocks, g->bs);
     run_step(&p, &b, layer, 1, window, &rng);
@@ -347,9 +349,9 @@ static void run_case(const geo *g, uint32_t seqs, uint32_t rows,
     batch_free(&b);
     snprintf(last_device, sizeof last_device, "%s",
              pkv__opencl_ops(p.ocl)->name);
-    if (pkv__opencl_decode_variant(p.ocl) != NULL)
-        snprintf(last_variant, sizeof last_variant, "%s",
-                 pkv__opencl_decode_variant(p.ocl));
+    const char *variant = pkv__opencl_decode_variant(p.ocl);
+    snprintf(last_variant, sizeof last_variant, "%s",
+             variant != NULL ? variant : "(no decode step)");
     pair_free(&p);
     free(prior);
     free(nq);
@@ -422,22 +424,60 @@ static void test_small_variants(void **state)
         uint32_t d, hq, hkv, bs;
         int32_t dtype;
         int flip;
-        uint32_t window;
+        uint32_t window, prior; /* prior 0: 2 * bs + 5 */
     } cases[] = {
-        {64, 4, 4, 8, PKV_KV_F32, 0, 0},   {96, 8, 2, 16, PKV_KV_F16, 0, 0},
-        {128, 8, 1, 32, PKV_KV_U8, 0, 0},  {64, 8, 2, 64, PKV_KV_U8, 1, 0},
-        {128, 4, 1, 16, PKV_KV_U8, 0, 21}, {96, 8, 1, 8, PKV_KV_U8, 1, 0},
-        {128, 8, 8, 64, PKV_KV_F16, 0, 9}, {64, 16, 2, 32, PKV_KV_F32, 0, 0},
+        {64, 4, 4, 8, PKV_KV_F32, 0, 0, 0},
+        {96, 8, 2, 16, PKV_KV_F16, 0, 0, 0},
+        {128, 8, 1, 32, PKV_KV_U8, 0, 0, 0},
+        {64, 8, 2, 64, PKV_KV_U8, 1, 0, 0},
+        {128, 4, 1, 16, PKV_KV_U8, 0, 21, 0},
+        {96, 8, 1, 8, PKV_KV_U8, 1, 0, 0},
+        {128, 8, 8, 64, PKV_KV_F16, 0, 9, 0},
+        {64, 16, 2, 32, PKV_KV_F32, 0, 0, 0},
+        /* Up to three partitions of 256 tokens, and the reduce kernel. */
+        {64, 2, 1, 8, PKV_KV_U8, 0, 0, 600},
     };
-    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    /* Each decode variant the device can run: the CPU-shaped and the
+     * portable GPU-shaped ones everywhere, Intel's where its extensions
+     * are (forced through PKV_OPENCL_DECODE). PKV_TEST_DECODE, a list such
+     * as "gpu" or "cpu,intel", runs fewer (tests/run.sh under oclgrind). */
+    static const char *const variants[] = {"cpu", "gpu", "intel"};
+    const char *only = getenv("PKV_TEST_DECODE");
+    for (unsigned v = 0; v < 3; v++) {
+        if (only != NULL && strstr(only, variants[v]) == NULL)
+            continue;
+        setenv("PKV_OPENCL_DECODE", variants[v], 1);
+        for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            geo g = make_geo(cases[i].d, cases[i].hq, cases[i].hkv,
+                             cases[i].bs, cases[i].dtype, cases[i].flip);
+            uint32_t prior =
+                cases[i].prior > 0 ? cases[i].prior : 2 * cases[i].bs + 5;
+            run_case(&g, 5, 5, prior, cases[i].window, 300 + i);
+            if (strncmp(last_variant, "off:", 4) == 0 &&
+                strstr(last_variant, ", but ") != NULL) {
+                print_message("%s, head_dim %u: no %s decode variant: %s\n",
+                              last_device, (unsigned)cases[i].d,
+                              variants[v], last_variant);
+                continue;
+            }
+            if (strncmp(last_variant, variants[v], strlen(variants[v])) != 0)
+                fail_msg("asked for the %s decode variant, got %s",
+                         variants[v], last_variant);
+            if (i == 0)
+                print_message("%s, head_dim %u: decode kernel %s\n",
+                              last_device, (unsigned)cases[i].d,
+                              last_variant);
+        }
+    }
+    unsetenv("PKV_OPENCL_DECODE");
+    /* Mixed steps run on the generic kernel, whatever the variant. */
+    for (unsigned i = 0; only == NULL && i < sizeof cases / sizeof cases[0];
+         i++) {
         geo g = make_geo(cases[i].d, cases[i].hq, cases[i].hkv, cases[i].bs,
                          cases[i].dtype, cases[i].flip);
-        uint32_t prior = 2 * cases[i].bs + 5;
-        run_case(&g, 5, 5, prior, cases[i].window, 300 + i);
+        uint32_t prior =
+            cases[i].prior > 0 ? cases[i].prior : 2 * cases[i].bs + 5;
         run_case(&g, 3, 16, prior, cases[i].window, 400 + i);
-        if (i == 0 || i + 1 == sizeof cases / sizeof cases[0])
-            print_message("%s, head_dim %u: decode kernel %s\n",
-                          last_device, (unsigned)cases[i].d, last_variant);
     }
     print_message("small variants: largest attend difference so far %g\n",
                   max_seen);
@@ -445,17 +485,16 @@ static void test_small_variants(void **state)
 
 /* Long contexts: two decode rows over 8191 and 5000 tokens, and a short
  * prefill chunk at the end of a 4000-token context, every dtype; then a
- * decode step (with a window), on the decode kernels, and for u8 on the
- * generic kernel too (PKV_OPENCL_DECODE_KERNEL=0). */
+ * decode step (with a window), on the device's own decode variant, and for
+ * u8 (to keep the run short) on the generic kernel and the GPU-shaped
+ * variant too. */
 static void test_large_contexts(void **state)
 {
     (void)state;
-    for (unsigned run = 0; run < 4; run++) {
-        unsigned i = run % 3 + run / 3;
-        /* The decode steps on the split-K decode kernels, then (u8 only,
-         * to keep the run short) on the generic kernel. */
-        if (run == 3)
-            setenv("PKV_OPENCL_DECODE_KERNEL", "0", 1);
+    for (unsigned run = 0; run < 5; run++) {
+        unsigned i = run < 3 ? run : 2;
+        if (run >= 3)
+            setenv("PKV_OPENCL_DECODE", run == 3 ? "off" : "gpu", 1);
         geo g = make_geo(128, 32, 8, 16, dtypes[i], 0);
         g.layers = 1;
         uint64_t rng = 77 + i;
@@ -498,7 +537,7 @@ static void test_large_contexts(void **state)
         free(tables);
         free(used);
     }
-    unsetenv("PKV_OPENCL_DECODE_KERNEL");
+    unsetenv("PKV_OPENCL_DECODE");
     print_message("long contexts: largest attend difference so far %g\n",
                   max_seen);
 }

@@ -395,9 +395,16 @@ static void test_interop(void **state)
     cl_context ctx;
     cl_command_queue queue;
     host_queue(&ctx, &queue);
-    run_interop(PKV_TENSOR_F32, PKV_KV_F32, ctx, queue);
-    run_interop(PKV_TENSOR_F16, PKV_KV_U8, ctx, queue);
-    run_interop(PKV_TENSOR_F32, PKV_KV_F16, ctx, queue);
+    /* Every decode variant (Intel's turns itself off where the device
+     * lacks its extensions) takes f16 and f32 tensors at offsets. */
+    static const char *const variants[] = {"cpu", "gpu", "intel"};
+    for (int i = 0; i < 3; i++) {
+        setenv("PKV_OPENCL_DECODE", variants[i], 1);
+        run_interop(PKV_TENSOR_F32, PKV_KV_F32, ctx, queue);
+        run_interop(PKV_TENSOR_F16, PKV_KV_U8, ctx, queue);
+        run_interop(PKV_TENSOR_F32, PKV_KV_F16, ctx, queue);
+    }
+    unsetenv("PKV_OPENCL_DECODE");
     clReleaseCommandQueue(queue);
     clReleaseContext(ctx);
 }
@@ -591,6 +598,12 @@ static void test_cache_too_large(void **state)
     p = tm_params(PKV_BACKEND_OPENCL);
     p.opencl_queue = (void *)&p;
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT, "together");
+    /* A decode variant that does not exist. */
+    setenv("PKV_OPENCL_DECODE", "fast", 1);
+    p = tm_params(PKV_BACKEND_OPENCL);
+    expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT,
+                        "PKV_OPENCL_DECODE=fast: expected auto, cpu, gpu");
+    unsetenv("PKV_OPENCL_DECODE");
 }
 
 /* The program-cache files in dir (at most 4). */
