@@ -50,6 +50,78 @@ static inline float4 pkv_part_row4(__global const uchar *part,
     return (float4)(lo) + q * (float4)(sc);
 }
 
+/* Row r's query for head qh (into qv), and a zeroed accumulator. */
+static inline void pkv_query_row(float4 *qv, float4 *acc,
+                                 __global const float *q, ulong q_off,
+                                 uint q_f16, uint r, uint hq, uint qh, uint d)
+{
+    ulong qrow = q_off + ((ulong)r * hq + qh) * d;
+    for (uint i = 0; i < d / 4u; i++) {
+        qv[i] = pkv_load4(q, qrow + 4u * i, q_f16);
+        acc[i] = (float4)(0.0f);
+    }
+}
+
+/* The f32 K rows of kv head kvh in sequence seq's staging tail (its V rows
+ * follow at bs * d); u8 only, else stages itself (never read). */
+static inline __global const float *
+pkv_tail_rows(__global const float *stages, __global const uint *step,
+              uint seq, uint dtype, uint stage_floats, uint layer, uint hkv,
+              uint kvh, uint bs, uint d)
+{
+    if (dtype != PKV_LAYOUT_U8)
+        return stages;
+    ulong stage = step[step[PKV_STEP_STAGES] + seq];
+    return stages + stage * stage_floats +
+           (ulong)(layer * hkv + kvh) * 2u * bs * d;
+}
+
+/* Where kv head kvh of a block holding n tokens keeps its K and V rows:
+ * the block's parts, or for a u8 block not sealed yet (n < bs) the f32
+ * rows of the staging tail. */
+typedef struct pkv_block_rows {
+    __global const uchar *kp, *vp;
+    __global const float *krows, *vrows;
+    uint src;
+} pkv_block_rows;
+
+static inline pkv_block_rows
+pkv_block_source(__global const uchar *arena, uint block, uint kvh, uint n,
+                 __global const float *tail, uint dtype, uint bs, uint d,
+                 uint head_bytes, uint k_part_bytes, uint layer_block_bytes)
+{
+    pkv_block_rows b;
+    b.kp = arena + (ulong)block * layer_block_bytes + (ulong)kvh * head_bytes;
+    b.vp = b.kp + k_part_bytes;
+    b.krows = (__global const float *)b.kp;
+    b.vrows = (__global const float *)b.vp;
+    b.src = dtype == PKV_LAYOUT_F32   ? PKV_SRC_F32
+            : dtype == PKV_LAYOUT_F16 ? PKV_SRC_F16
+                                      : PKV_SRC_U8;
+    if (dtype == PKV_LAYOUT_U8 && n < bs) {
+        b.src = PKV_SRC_F32;
+        b.krows = tail;
+        b.vrows = tail + (ulong)bs * d;
+    }
+    return b;
+}
+
+/* The online softmax meets a block (or chunk) whose largest score is mb:
+ * rescale l and acc to the new max once. */
+static inline void pkv_rescale(float mb, float *m, float *l, float4 *acc,
+                               uint n4)
+{
+    if (mb > *m) {
+        if (*m != -INFINITY) {
+            float keep = exp(*m - mb);
+            *l *= keep;
+            for (uint i = 0; i < n4; i++)
+                acc[i] *= keep;
+        }
+        *m = mb;
+    }
+}
+
 __kernel void pkv_paged_attention(
     __global const uchar *arena, __global const float *stages,
     __global const float *q, ulong q_off, __global float *out, ulong out_off,
@@ -75,18 +147,9 @@ __kernel void pkv_paged_attention(
     uint n4 = d / 4u;
 
     float4 qv[PKV_MAX_D4], acc[PKV_MAX_D4];
-    ulong qrow = q_off + ((ulong)r * hq + qh) * d;
-    for (uint i = 0; i < n4; i++) {
-        qv[i] = pkv_load4(q, qrow + 4u * i, q_f16);
-        acc[i] = (float4)(0.0f);
-    }
-    __global const float *tail_k = stages, *tail_v = stages;
-    if (dtype == PKV_LAYOUT_U8) {
-        ulong stage = step[step[PKV_STEP_STAGES] + seq];
-        tail_k = stages + stage * stage_floats +
-                 (ulong)(layer * hkv + kvh) * 2u * bs * d;
-        tail_v = tail_k + (ulong)bs * d;
-    }
+    pkv_query_row(qv, acc, q, q_off, q_f16, r, hq, qh, d);
+    __global const float *tail = pkv_tail_rows(
+        stages, step, seq, dtype, stage_floats, layer, hkv, kvh, bs, d);
 
     float sc[PKV_LAYOUT_MAX_BLOCK_SIZE];
     float m = -INFINITY, l = 0.0f;
@@ -95,45 +158,25 @@ __kernel void pkv_paged_attention(
         uint n = ctx - b0 < bs ? ctx - b0 : bs;
         uint j0 = lo > b0 ? lo - b0 : 0u;
         uint j1 = tok + 1u - b0 < n ? tok + 1u - b0 : n;
-        __global const uchar *kp = arena +
-                                   (ulong)table[j] * layer_block_bytes +
-                                   (ulong)kvh * head_bytes;
-        __global const uchar *vp = kp + k_part_bytes;
-        __global const float *krows = (__global const float *)kp;
-        __global const float *vrows = (__global const float *)vp;
-        uint src = dtype == PKV_LAYOUT_F32   ? PKV_SRC_F32
-                   : dtype == PKV_LAYOUT_F16 ? PKV_SRC_F16
-                                             : PKV_SRC_U8;
-        if (dtype == PKV_LAYOUT_U8 && n < bs) {
-            /* Not sealed yet: the tokens are in the staging tail. */
-            src = PKV_SRC_F32;
-            krows = tail_k;
-            vrows = tail_v;
-        }
+        pkv_block_rows br =
+            pkv_block_source(arena, table[j], kvh, n, tail, dtype, bs, d,
+                             head_bytes, k_part_bytes, layer_block_bytes);
         float mb = -INFINITY;
         for (uint t = j0; t < j1; t++) {
             float4 s4 = (float4)(0.0f);
             for (uint i = 0; i < n4; i++)
-                s4 += qv[i] * pkv_part_row4(kp, krows, src, key_quant, t, i,
-                                            d, bs);
+                s4 += qv[i] * pkv_part_row4(br.kp, br.krows, br.src,
+                                            key_quant, t, i, d, bs);
             sc[t] = ((s4.x + s4.z) + (s4.y + s4.w)) * scale;
             mb = sc[t] > mb ? sc[t] : mb;
         }
-        if (mb > m) {
-            if (m != -INFINITY) {
-                float keep = exp(m - mb);
-                l *= keep;
-                for (uint i = 0; i < n4; i++)
-                    acc[i] *= keep;
-            }
-            m = mb;
-        }
+        pkv_rescale(mb, &m, &l, acc, n4);
         for (uint t = j0; t < j1; t++) {
             float p = exp(sc[t] - m);
             l += p;
             for (uint i = 0; i < n4; i++)
-                acc[i] += p * pkv_part_row4(vp, vrows, src, value_quant, t,
-                                            i, d, bs);
+                acc[i] += p * pkv_part_row4(br.vp, br.vrows, br.src,
+                                            value_quant, t, i, d, bs);
         }
     }
     /* Every row sees at least its own token, so l >= 1. */

@@ -2,8 +2,8 @@
 /*
  * Helpers shared by the pkv kernels (OpenCL C 1.2, no extension). The host
  * builds one program from src/kv_layout.h, src/kv_step.h, this file,
- * tensor_io.cl, kv_append.cl, paged_attention.cl and block_copy.cl, in that
- * order.
+ * tensor_io.cl, kv_append.cl, paged_attention.cl, paged_attention_tiled.cl
+ * and block_copy.cl, in that order.
  *
  * Contraction is off for the whole program: the kernels then round every
  * product and sum as the CPU reference (src/backend_cpu.c, src/quant.c)

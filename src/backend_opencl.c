@@ -45,7 +45,10 @@ struct pkv__backend {
     pkv__cl_target cl; /* device, context, log, program cache */
     cl_command_queue queue;
     cl_program program;
-    cl_kernel k_append, k_seal, k_attend, k_copy;
+    cl_kernel k_append, k_seal, k_attend, k_copy, k_tiled;
+    /* Steps with more rows than sequences: pkv_paged_attention, or with
+     * tile_rows > 0 the tiled kernel (chunk tokens staged at a time). */
+    uint32_t tile_rows, tile_chunk, num_tiles;
     size_t local_append, local_seal, local_attend, local_copy;
     int unified;         /* CL_DEVICE_HOST_UNIFIED_MEMORY */
     size_t host_align;   /* alignment a USE_HOST_PTR wrap needs */
@@ -122,6 +125,44 @@ static pkv_status make_kernel(pkv__backend *b, cl_program prog,
     return PKV_OK;
 }
 
+/* The attention kernel of steps with more rows than sequences: the tiled
+ * one where PKV_OPENCL_PREFILL (value pf) or the device type asks for it
+ * and it fits, else pkv_paged_attention. */
+static pkv_status prefill_prepare(pkv__backend *b, const char *pf)
+{
+    const pkv__backend_config *c = &b->cfg;
+    cl_device_type type = 0;
+    cl_ulong local_mem = 0;
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
+                    &local_mem, NULL);
+    b->tile_rows = 0;
+    if (pkv__prefill_choose(pf, (type & CL_DEVICE_TYPE_CPU) != 0) !=
+        PKV__PREFILL_TILES)
+        return PKV_OK;
+    size_t max_group = 0;
+    pkv_status st = make_kernel(b, b->program, "pkv_paged_attention_tiled",
+                                &b->k_tiled, &max_group, 1024);
+    uint32_t group = c->num_q_heads / c->num_kv_heads, rows = 0, chunk = 0;
+    if (st == PKV_OK &&
+        pkv__prefill_tile_shape(group, c->head_dim, c->block_size, local_mem,
+                                max_group, &rows, &chunk) == 0) {
+        b->tile_rows = rows;
+        b->tile_chunk = chunk;
+        pkv__cl_log(&b->cl, PKV_LOG_INFO,
+                    "opencl: prefill kernel tiled: %u rows x %u query heads "
+                    "per work-group, %u tokens staged at a time",
+                    (unsigned)rows, (unsigned)group, (unsigned)chunk);
+    } else if (st == PKV_OK) {
+        pkv__cl_log(&b->cl, PKV_LOG_WARN,
+                    "opencl: prefill kernel rows: the tiled kernel does not "
+                    "fit the device (%llu bytes of local memory, work-groups "
+                    "of %zu)",
+                    (unsigned long long)local_mem, max_group);
+    }
+    return st;
+}
+
 /* ------------------------------------------------------- create/destroy */
 
 static void ocl_destroy(pkv__backend *b)
@@ -159,8 +200,9 @@ static void ocl_destroy(pkv__backend *b)
         pkv__free(&b->alloc, b->arenas, b->cfg.num_layers,
                   sizeof *b->arenas);
     }
-    cl_kernel ks[] = {b->k_append, b->k_seal, b->k_attend, b->k_copy};
-    for (size_t i = 0; i < 4; i++)
+    cl_kernel ks[] = {b->k_append, b->k_seal, b->k_attend, b->k_copy,
+                      b->k_tiled};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i] != NULL)
             clReleaseKernel(ks[i]);
     if (b->program != NULL)
@@ -311,12 +353,18 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     }
     const char *dk = getenv("PKV_OPENCL_DECODE");
     b->decode_request = pkv__decode_parse(dk);
-    if (b->decode_request < 0) {
+    const char *pf = getenv("PKV_OPENCL_PREFILL");
+    if (b->decode_request < 0 || pkv__prefill_choose(pf, 0) < 0) {
         pkv__free(alloc, b, 1, sizeof *b);
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "PKV_OPENCL_DECODE=%s: expected auto, cpu, gpu, "
-                         "intel or off",
-                         dk);
+        return b->decode_request < 0
+                   ? pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                               "PKV_OPENCL_DECODE=%s: expected auto, cpu, "
+                               "gpu, intel or off",
+                               dk)
+                   : pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                               "PKV_OPENCL_PREFILL=%s: expected auto, rows "
+                               "or tiles",
+                               pf);
     }
     if (own) {
         const char *want = o->device;
@@ -375,6 +423,8 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     if (st == PKV_OK)
         st = make_kernel(b, b->program, "pkv_block_copy", &b->k_copy,
                          &b->local_copy, 64);
+    if (st == PKV_OK)
+        st = prefill_prepare(b, pf);
 
     if (st == PKV_OK) {
         b->arenas = pkv__calloc(alloc, config->num_layers, sizeof *b->arenas);
@@ -555,11 +605,17 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
         /* Blocks whose last token is one of this step's rows. */
         seals += ctx / bs - first / bs;
     }
+    /* The tiled kernel's tiles: each sequence's rows, tile_rows at a time. */
+    uint32_t tiles = 0;
+    for (uint32_t i = 0; b->tile_rows > 0 && i < n; i++) {
+        uint32_t rows = s->query_start[i + 1] - s->query_start[i];
+        tiles += (rows + b->tile_rows - 1) / b->tile_rows;
+    }
     size_t off[PKV_STEP_HEADER];
     size_t at = PKV_STEP_HEADER;
     size_t lens[PKV_STEP_HEADER] = {
         (size_t)n + 1, n, (size_t)n * s->max_blocks_per_seq, n, t, t,
-        2 * (size_t)t, (size_t)seals * PKV_SEAL_WORDS};
+        2 * (size_t)t, (size_t)seals * PKV_SEAL_WORDS, tiles};
     for (int i = 0; i < PKV_STEP_HEADER; i++) {
         off[i] = at;
         at += lens[i];
@@ -584,11 +640,14 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
             memset(w + off[PKV_STEP_STAGES], 0, (size_t)n * 4);
     }
     uint32_t *seal = w + off[PKV_STEP_SEALS];
+    uint32_t *tile = w + off[PKV_STEP_TILES];
     for (uint32_t i = 0; i < n; i++) {
         uint32_t q0 = s->query_start[i], q1 = s->query_start[i + 1];
         uint32_t ctx = s->context_lens[i], first = ctx - (q1 - q0);
         const uint32_t *table =
             s->block_tables + (size_t)i * s->max_blocks_per_seq;
+        for (uint32_t r = q0; b->tile_rows > 0 && r < q1; r += b->tile_rows)
+            *tile++ = r;
         for (uint32_t r = q0; r < q1; r++) {
             uint32_t tok = first + (r - q0);
             w[off[PKV_STEP_ROW_SEQ] + r] = i;
@@ -646,6 +705,7 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
     b->step = *s;
     b->num_seals = seals;
     b->step_is_decode = decode;
+    b->num_tiles = tiles;
     b->max_context = longest;
     b->have_step = 1;
     return PKV_OK;
@@ -739,6 +799,30 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     cl_uint flags = q.f16 | out.f16 << 1, lyr = layer, win = window;
     cl_uint ntok = b->step.num_tokens, maxb = b->step.max_blocks_per_seq;
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)d) : scale;
+    if (b->tile_rows > 0 && ntok > 0) {
+        /* The tiled kernel: a work-group per (tile, kv head). */
+        cl_uint rows = b->tile_rows, chunk = b->tile_chunk;
+        karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(q.mem),
+                    KA(q.off), KA(out.mem), KA(out.off), KA(flags),
+                    KA(b->step_mem), KA(rows), KA(chunk), KA(maxb), KA(hq),
+                    KA(hkv), KA(d), KA(bs), KA(dtype), KA(kq), KA(vq),
+                    KA(b->head_bytes), KA(b->k_part_bytes),
+                    KA(b->layer_block_bytes), KA(b->stage_floats), KA(lyr),
+                    KA(sc), KA(win), {(size_t)2 * chunk * d * 4, NULL}};
+        pkv_status st = launch(b, b->k_tiled, "pkv_paged_attention_tiled", a,
+                               sizeof a / sizeof a[0], 0, 0, 1);
+        if (st != PKV_OK)
+            return st;
+        size_t lanes = (size_t)rows * (hq / hkv);
+        size_t global[2] = {b->num_tiles * lanes, hkv};
+        size_t local[2] = {lanes, 1};
+        cl_int err = clEnqueueNDRangeKernel(b->queue, b->k_tiled, 2, NULL,
+                                            global, local, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return pkv__cl_fail(
+                err, "clEnqueueNDRangeKernel(pkv_paged_attention_tiled)");
+        return PKV_OK;
+    }
     karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(q.mem), KA(q.off),
                 KA(out.mem), KA(out.off), KA(flags), KA(b->step_mem),
                 KA(ntok), KA(maxb), KA(hq), KA(hkv), KA(d), KA(bs),

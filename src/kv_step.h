@@ -19,7 +19,10 @@
 #define PKV_STEP_SLOTS 6        /* [num_tokens][2]: slot, low then high
                                    32 bits */
 #define PKV_STEP_SEALS 7        /* [num_seals][PKV_SEAL_WORDS] */
-#define PKV_STEP_HEADER 8
+#define PKV_STEP_TILES 8        /* [num_tiles]: the tiled attention kernel's
+                                   tiles, the first row of each (up to
+                                   tile_rows rows of one sequence) */
+#define PKV_STEP_HEADER 9
 
 #define PKV_STEP_NO_TAIL 0xffffffffu
 

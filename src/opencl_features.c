@@ -130,3 +130,38 @@ int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
     *out = s;
     return 0;
 }
+
+int pkv__prefill_choose(const char *value, int cpu_device)
+{
+    if (value == NULL || value[0] == '\0' || strcmp(value, "auto") == 0)
+        return cpu_device ? PKV__PREFILL_ROWS : PKV__PREFILL_TILES;
+    if (strcmp(value, "rows") == 0)
+        return PKV__PREFILL_ROWS;
+    if (strcmp(value, "tiles") == 0)
+        return PKV__PREFILL_TILES;
+    return -1;
+}
+
+#define TILE_TARGET_LANES 64u
+#define TILE_CHUNK_MAX 16u /* kernels/paged_attention_tiled.cl */
+
+int pkv__prefill_tile_shape(uint32_t group, uint32_t head_dim,
+                            uint32_t block_size, uint64_t local_mem,
+                            size_t max_group, uint32_t *tile_rows,
+                            uint32_t *chunk)
+{
+    if (group == 0 || head_dim == 0 || group > max_group)
+        return -1;
+    uint32_t rows = group >= TILE_TARGET_LANES ? 1u : TILE_TARGET_LANES / group;
+    if ((size_t)rows * group > max_group)
+        rows = (uint32_t)(max_group / group);
+    uint64_t fit = local_mem / (8ull * head_dim);
+    uint32_t c = TILE_CHUNK_MAX < block_size ? TILE_CHUNK_MAX : block_size;
+    if (fit < c)
+        c = (uint32_t)fit;
+    if (c == 0)
+        return -1;
+    *tile_rows = rows;
+    *chunk = c;
+    return 0;
+}

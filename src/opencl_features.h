@@ -59,6 +59,24 @@ int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
                                uint32_t block_size, uint64_t local_mem,
                                size_t max_group, pkv__decode_gpu_shape *out);
 
+/* The attention kernel of steps with more than one row per sequence:
+ * ROWS (paged_attention.cl, a work-item per row and head) or TILES
+ * (paged_attention_tiled.cl, a work-group per tile of rows). From
+ * PKV_OPENCL_PREFILL's value: "rows", "tiles", or NULL, "" or "auto" for
+ * ROWS on a CPU device and TILES elsewhere; anything else -1. */
+enum { PKV__PREFILL_ROWS = 0, PKV__PREFILL_TILES = 1 };
+int pkv__prefill_choose(const char *value, int cpu_device);
+
+/* The tiled kernel's shape for `group` query heads per kv head, head_dim,
+ * block_size, the device's local memory and largest work-group: tile_rows
+ * rows per tile (local size tile_rows * group, about 64) and chunk tokens
+ * staged at a time (at most 16 and block_size, 2 * chunk * head_dim floats
+ * within local memory). Returns 0, or -1 when it does not fit. */
+int pkv__prefill_tile_shape(uint32_t group, uint32_t head_dim,
+                            uint32_t block_size, uint64_t local_mem,
+                            size_t max_group, uint32_t *tile_rows,
+                            uint32_t *chunk);
+
 /* Local memory bytes the GPU variant uses with `shape` and `group`. */
 uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *shape,
                                      uint32_t group);

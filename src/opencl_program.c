@@ -265,7 +265,7 @@ static const char *const generic_files[] = {
     "src/kv_layout.h",         "src/kv_step.h",
     "kernels/pkv_common.cl",   "kernels/tensor_io.cl",
     "kernels/kv_append.cl",    "kernels/paged_attention.cl",
-    "kernels/block_copy.cl"};
+    "kernels/paged_attention_tiled.cl", "kernels/block_copy.cl"};
 static const char *const decode_files[] = {
     "src/kv_layout.h", "kernels/tensor_io.cl", "kernels/decode_common.cl",
     "kernels/paged_decode.cl"};

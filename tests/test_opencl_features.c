@@ -135,12 +135,49 @@ static void test_gpu_shape(void **state)
                      -1);
 }
 
+static void test_prefill_choice(void **state)
+{
+    (void)state;
+    /* Auto: rows on a CPU device, tiles elsewhere; forced either way. */
+    assert_int_equal(pkv__prefill_choose(NULL, 1), PKV__PREFILL_ROWS);
+    assert_int_equal(pkv__prefill_choose("", 0), PKV__PREFILL_TILES);
+    assert_int_equal(pkv__prefill_choose("auto", 0), PKV__PREFILL_TILES);
+    assert_int_equal(pkv__prefill_choose("tiles", 1), PKV__PREFILL_TILES);
+    assert_int_equal(pkv__prefill_choose("rows", 0), PKV__PREFILL_ROWS);
+    assert_int_equal(pkv__prefill_choose("tile", 0), -1);
+
+    uint32_t rows = 0, chunk = 0;
+    /* GQA 4, head_dim 128, block 16: 16 rows x 4 heads, 16 tokens. */
+    assert_int_equal(
+        pkv__prefill_tile_shape(4, 128, 16, 65536, 1024, &rows, &chunk), 0);
+    assert_int_equal(rows, 16);
+    assert_int_equal(chunk, 16);
+    /* Block 8 caps the chunk; head_dim 512 in 16 KiB holds 4 tokens. */
+    assert_int_equal(
+        pkv__prefill_tile_shape(1, 64, 8, 65536, 1024, &rows, &chunk), 0);
+    assert_int_equal(rows, 64);
+    assert_int_equal(chunk, 8);
+    assert_int_equal(
+        pkv__prefill_tile_shape(8, 512, 64, 16384, 1024, &rows, &chunk), 0);
+    assert_int_equal(chunk, 4);
+    /* Work-groups of 32 take 4 rows of GQA 8; a group wider than the
+     * work-group, or no room for one token, does not fit. */
+    assert_int_equal(
+        pkv__prefill_tile_shape(8, 128, 16, 65536, 32, &rows, &chunk), 0);
+    assert_int_equal(rows, 4);
+    assert_int_equal(
+        pkv__prefill_tile_shape(64, 128, 16, 65536, 32, &rows, &chunk), -1);
+    assert_int_equal(
+        pkv__prefill_tile_shape(4, 512, 16, 2048, 1024, &rows, &chunk), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_extension_tokens),
         cmocka_unit_test(test_decode_choice),
         cmocka_unit_test(test_gpu_shape),
+        cmocka_unit_test(test_prefill_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

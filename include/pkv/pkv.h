@@ -272,9 +272,13 @@ typedef struct pkv_engine_params {
      * PKV_OPENCL_DECODE, read when the engine is created, forces one: cpu,
      * gpu, intel, off (the generic attention kernel for every step) or auto
      * (the default). A variant the device cannot build or run falls back to
-     * the generic kernel with a warning; any other value makes the OpenCL
-     * backend fail with PKV_ERR_INVALID_ARGUMENT (AUTO then takes the CPU
-     * backend, with a warning). */
+     * the generic kernel with a warning. Other steps (prefill, mixed) run
+     * on a kernel with a work-item per (row, query head) on CPU devices and
+     * a work-group per tile of rows of one sequence elsewhere, KV staged
+     * through local memory; PKV_OPENCL_PREFILL=rows, tiles or auto forces
+     * one. Any other value of either variable makes the OpenCL backend fail
+     * with PKV_ERR_INVALID_ARGUMENT (AUTO then takes the CPU backend, with
+     * a warning). */
     const char *opencl_device; /* a substring of the platform or device
                                   name, case-insensitive; NULL: the
                                   environment variable PKV_OPENCL_DEVICE,
