@@ -405,58 +405,79 @@ static void test_large_grid(void **state)
                 }
                 geo g = make_geo(d, hq, hkv, sizes[si], dtype, idx % 2);
                 uint32_t window = idx % 4 == 3 ? 37 : 0;
+                /* A third of the cases on the tiled prefill kernel. */
+                setenv("PKV_OPENCL_PREFILL", idx % 3 == 1 ? "tiles" : "rows",
+                       1);
                 run_case(&g, shape[0], shape[1], 3 * sizes[si] + 5, window,
                          1000 + idx);
             }
+    unsetenv("PKV_OPENCL_PREFILL");
     print_message("grid: largest |opencl - cpu| attend difference %g\n",
                   max_seen);
 }
 
+/* test_small_variants' geometries. */
+static const struct {
+    uint32_t d, hq, hkv, bs;
+    int32_t dtype;
+    int flip;
+    uint32_t window, prior; /* prior 0: 2 * bs + 5 */
+} small_cases[] = {
+    {64, 4, 4, 8, PKV_KV_F32, 0, 0, 0},
+    {96, 8, 2, 16, PKV_KV_F16, 0, 0, 0},
+    {128, 8, 1, 32, PKV_KV_U8, 0, 0, 0},
+    {64, 8, 2, 64, PKV_KV_U8, 1, 0, 0},
+    {128, 4, 1, 16, PKV_KV_U8, 0, 21, 0},
+    {96, 8, 1, 8, PKV_KV_U8, 1, 0, 0},
+    {128, 8, 8, 64, PKV_KV_F16, 0, 9, 0},
+    {64, 16, 2, 32, PKV_KV_F32, 0, 0, 0},
+    /* Up to three partitions of 256 tokens, and the reduce kernel. */
+    {64, 2, 1, 8, PKV_KV_U8, 0, 0, 600},
+};
+
+#define NUM_SMALL (sizeof small_cases / sizeof small_cases[0])
+
+static geo small_geo(unsigned i)
+{
+    return make_geo(small_cases[i].d, small_cases[i].hq, small_cases[i].hkv,
+                    small_cases[i].bs, small_cases[i].dtype,
+                    small_cases[i].flip);
+}
+
 /* Small shapes over the kernel variants' axes: head_dim 64/96/128, block
  * size 8/16/32/64, GQA group 1/4/8, every dtype and u8 grouping, sliding
- * window; each geometry a decode-only step (the split-K decode kernels)
- * and a mixed prefill + decode step (the generic kernel). Small enough for
+ * window; each geometry a decode-only step on every decode variant and a
+ * mixed prefill + decode step on both prefill kernels. Small enough for
  * oclgrind (tests/run.sh). */
 static void test_small_variants(void **state)
 {
     (void)state;
-    static const struct {
-        uint32_t d, hq, hkv, bs;
-        int32_t dtype;
-        int flip;
-        uint32_t window, prior; /* prior 0: 2 * bs + 5 */
-    } cases[] = {
-        {64, 4, 4, 8, PKV_KV_F32, 0, 0, 0},
-        {96, 8, 2, 16, PKV_KV_F16, 0, 0, 0},
-        {128, 8, 1, 32, PKV_KV_U8, 0, 0, 0},
-        {64, 8, 2, 64, PKV_KV_U8, 1, 0, 0},
-        {128, 4, 1, 16, PKV_KV_U8, 0, 21, 0},
-        {96, 8, 1, 8, PKV_KV_U8, 1, 0, 0},
-        {128, 8, 8, 64, PKV_KV_F16, 0, 9, 0},
-        {64, 16, 2, 32, PKV_KV_F32, 0, 0, 0},
-        /* Up to three partitions of 256 tokens, and the reduce kernel. */
-        {64, 2, 1, 8, PKV_KV_U8, 0, 0, 600},
-    };
     /* Each decode variant the device can run: the CPU-shaped and the
      * portable GPU-shaped ones everywhere, Intel's where its extensions
      * are (forced through PKV_OPENCL_DECODE). PKV_TEST_DECODE, a list such
      * as "gpu" or "cpu,intel", runs fewer (tests/run.sh under oclgrind). */
     static const char *const variants[] = {"cpu", "gpu", "intel"};
     const char *only = getenv("PKV_TEST_DECODE");
+    const char *only_prefill = getenv("PKV_TEST_PREFILL");
+    /* Either list alone runs its kernels only. */
+    if (only == NULL && only_prefill != NULL)
+        only = "";
+    if (only_prefill == NULL && only != NULL)
+        only_prefill = "";
     for (unsigned v = 0; v < 3; v++) {
         if (only != NULL && strstr(only, variants[v]) == NULL)
             continue;
         setenv("PKV_OPENCL_DECODE", variants[v], 1);
-        for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            geo g = make_geo(cases[i].d, cases[i].hq, cases[i].hkv,
-                             cases[i].bs, cases[i].dtype, cases[i].flip);
-            uint32_t prior =
-                cases[i].prior > 0 ? cases[i].prior : 2 * cases[i].bs + 5;
-            run_case(&g, 5, 5, prior, cases[i].window, 300 + i);
+        for (unsigned i = 0; i < NUM_SMALL; i++) {
+            geo g = small_geo(i);
+            uint32_t prior = small_cases[i].prior > 0
+                                 ? small_cases[i].prior
+                                 : 2 * small_cases[i].bs + 5;
+            run_case(&g, 5, 5, prior, small_cases[i].window, 300 + i);
             if (strncmp(last_variant, "off:", 4) == 0 &&
                 strstr(last_variant, ", but ") != NULL) {
                 print_message("%s, head_dim %u: no %s decode variant: %s\n",
-                              last_device, (unsigned)cases[i].d,
+                              last_device, (unsigned)small_cases[i].d,
                               variants[v], last_variant);
                 continue;
             }
@@ -465,20 +486,27 @@ static void test_small_variants(void **state)
                          variants[v], last_variant);
             if (i == 0)
                 print_message("%s, head_dim %u: decode kernel %s\n",
-                              last_device, (unsigned)cases[i].d,
+                              last_device, (unsigned)small_cases[i].d,
                               last_variant);
         }
     }
     unsetenv("PKV_OPENCL_DECODE");
-    /* Mixed steps run on the generic kernel, whatever the variant. */
-    for (unsigned i = 0; only == NULL && i < sizeof cases / sizeof cases[0];
-         i++) {
-        geo g = make_geo(cases[i].d, cases[i].hq, cases[i].hkv, cases[i].bs,
-                         cases[i].dtype, cases[i].flip);
-        uint32_t prior =
-            cases[i].prior > 0 ? cases[i].prior : 2 * cases[i].bs + 5;
-        run_case(&g, 3, 16, prior, cases[i].window, 400 + i);
+    /* Mixed steps run on the prefill kernels, whatever the decode variant:
+     * the CPU-shaped rows kernel and the GPU-shaped tiled one (forced
+     * through PKV_OPENCL_PREFILL). PKV_TEST_PREFILL, a list such as
+     * "tiles", runs fewer. */
+    static const char *const prefills[] = {"rows", "tiles"};
+    for (unsigned v = 0; v < 2; v++) {
+        if (only_prefill != NULL && strstr(only_prefill, prefills[v]) == NULL)
+            continue;
+        setenv("PKV_OPENCL_PREFILL", prefills[v], 1);
+        for (unsigned i = 0; i < NUM_SMALL; i++) {
+            geo g = small_geo(i);
+            run_case(&g, 3, 16, 2 * small_cases[i].bs + 5,
+                     small_cases[i].window, 400 + i);
+        }
     }
+    unsetenv("PKV_OPENCL_PREFILL");
     print_message("small variants: largest attend difference so far %g\n",
                   max_seen);
 }

@@ -604,6 +604,11 @@ static void test_cache_too_large(void **state)
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT,
                         "PKV_OPENCL_DECODE=fast: expected auto, cpu, gpu");
     unsetenv("PKV_OPENCL_DECODE");
+    setenv("PKV_OPENCL_PREFILL", "wide", 1);
+    expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT,
+                        "PKV_OPENCL_PREFILL=wide: expected auto, rows or "
+                        "tiles");
+    unsetenv("PKV_OPENCL_PREFILL");
 }
 
 /* The program-cache files in dir (at most 4). */
