@@ -355,16 +355,18 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     b->decode_request = pkv__decode_parse(dk);
     const char *pf = getenv("PKV_OPENCL_PREFILL");
     if (b->decode_request < 0 || pkv__prefill_choose(pf, 0) < 0) {
+        pkv_status bad =
+            b->decode_request < 0
+                ? pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                            "PKV_OPENCL_DECODE=%s: expected auto, cpu, gpu, "
+                            "intel or off",
+                            dk)
+                : pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                            "PKV_OPENCL_PREFILL=%s: expected auto, rows or "
+                            "tiles",
+                            pf);
         pkv__free(alloc, b, 1, sizeof *b);
-        return b->decode_request < 0
-                   ? pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                               "PKV_OPENCL_DECODE=%s: expected auto, cpu, "
-                               "gpu, intel or off",
-                               dk)
-                   : pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                               "PKV_OPENCL_PREFILL=%s: expected auto, rows "
-                               "or tiles",
-                               pf);
+        return bad;
     }
     if (own) {
         const char *want = o->device;
