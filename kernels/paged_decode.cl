@@ -414,10 +414,15 @@ static float hmaxS(floatS x)
 #endif
 }
 
+/* (Not hsum: that one takes the channel vector, float4 when head_dim is
+ * not a multiple of 16, while a block of 16 tokens gives float16.) */
 static float hsumS(floatS x)
 {
 #if SW == 16
-    return hsum(x);
+    float8 a = x.lo + x.hi;
+    float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
 #elif SW == 4
     float2 c = x.lo + x.hi;
     return c.x + c.y;

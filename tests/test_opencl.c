@@ -431,6 +431,9 @@ static const struct {
     {96, 8, 1, 8, PKV_KV_U8, 1, 0, 0},
     {128, 8, 8, 64, PKV_KV_F16, 0, 9, 0},
     {64, 16, 2, 32, PKV_KV_F32, 0, 0, 0},
+    /* The smallest and the largest head_dim the header allows. */
+    {8, 4, 2, 16, PKV_KV_U8, 0, 0, 0},
+    {512, 2, 1, 8, PKV_KV_F16, 0, 0, 0},
     /* Up to three partitions of 256 tokens, and the reduce kernel. */
     {64, 2, 1, 8, PKV_KV_U8, 0, 0, 600},
 };
