@@ -170,6 +170,7 @@ static int choose_variant(cl_env *e)
         pkv__decode_intel_options(ext, e->variant_opts,
                                   sizeof e->variant_opts);
         e->lanes = 16;
+        e->partition = PKV__DECODE_INTEL_PARTITION;
     } else if (e->variant == PKV__DECODE_GPU) {
         /* The largest block size of the sweep decides the partition. */
         pkv__decode_gpu_shape sh;

@@ -861,6 +861,7 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
     }
     if (kind == PKV__DECODE_INTEL) {
         b->decode_lanes = 16;
+        b->decode_partition = PKV__DECODE_INTEL_PARTITION;
         pkv__decode_intel_options(extensions, opts + used, size - used);
         return PKV_OK;
     }

@@ -35,7 +35,11 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
                                     char *why, size_t why_size);
 
 /* Build options of the INTEL variant: "-cl-std=CL2.0
- * -DPKV_INTEL_SUBGROUPS", plus "-DPKV_INTEL_FP16" with cl_khr_fp16. */
+ * -DPKV_INTEL_SUBGROUPS", plus "-DPKV_INTEL_FP16" with cl_khr_fp16. Its
+ * partitions are at most PKV__DECODE_INTEL_PARTITION tokens, as in
+ * OpenVINO's paged attention for Intel GPUs: many short partitions keep
+ * every subgroup of the GPU busy. */
+#define PKV__DECODE_INTEL_PARTITION 256u
 void pkv__decode_intel_options(const char *extensions, char *buf,
                                size_t size);
 
