@@ -172,13 +172,26 @@ static pkv_status size_pool(pkv_engine_params *p)
                              (unsigned long long)n,
                              (unsigned long long)block_bytes);
         if (n >= UINT32_MAX)
-            n = UINT32_MAX - 1;
+            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                             "cache_bytes %llu holds %llu blocks of %llu "
+                             "bytes; at most %u are addressable (32-bit "
+                             "block ids, 0xffffffff is no block)",
+                             (unsigned long long)p->cache_bytes,
+                             (unsigned long long)n,
+                             (unsigned long long)block_bytes,
+                             (unsigned)(UINT32_MAX - 1));
         p->num_blocks = (uint32_t)n;
-    } else if (p->num_blocks < 2 || p->num_blocks == UINT32_MAX) {
+    } else if (p->num_blocks < 2) {
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->num_blocks is %u; must be at least 2 "
                          "(block 0 is reserved)",
                          (unsigned)p->num_blocks);
+    } else if (p->num_blocks == UINT32_MAX) {
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->num_blocks is %u; at most %u (32-bit "
+                         "block ids, 0xffffffff is no block)",
+                         (unsigned)p->num_blocks,
+                         (unsigned)(UINT32_MAX - 1));
     }
     p->cache_bytes = block_bytes * p->num_blocks;
     return PKV_OK;

@@ -97,8 +97,9 @@ static void test_create_rejects_bad_params(void **state)
 {
     (void)state;
     pkv_engine_params p = small_params();
-    pkv_engine *e = NULL;
+    pkv_engine *e = (pkv_engine *)&p; /* must come back NULL */
     assert_int_equal(pkv_engine_create(NULL, &e), PKV_ERR_INVALID_ARGUMENT);
+    assert_null(e);
     assert_int_equal(pkv_engine_create(&p, NULL), PKV_ERR_INVALID_ARGUMENT);
 
     p.struct_size = 12;
@@ -134,9 +135,19 @@ static void test_create_rejects_bad_params(void **state)
     p.num_blocks = 1;
     expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "num_blocks");
     p = small_params();
+    p.num_blocks = UINT32_MAX; /* 0xffffffff is no block */
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "at most 4294967294");
+    p = small_params();
     p.num_blocks = 0;
     p.cache_bytes = 1000;
     expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "cache_bytes");
+    /* A derived count is checked as an explicit one, naming cache_bytes,
+     * before any metadata is allocated. */
+    p = small_params();
+    p.num_blocks = 0;
+    p.cache_bytes = 1ull << 63;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT,
+                        "cache_bytes 9223372036854775808 holds");
     p = small_params();
     p.allocator.alloc = counting_alloc; /* free left NULL */
     expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "allocator");

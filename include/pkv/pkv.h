@@ -235,10 +235,11 @@ typedef struct pkv_engine_params {
     int32_t kv_dtype;       /* pkv_kv_dtype, default PKV_KV_F16 */
     int32_t key_quant;      /* pkv_quant_group for U8 keys */
     int32_t value_quant;    /* pkv_quant_group for U8 values */
-    uint32_t num_blocks;    /* blocks in the pool, null block included;
-                               0: derive from cache_bytes */
+    uint32_t num_blocks;    /* blocks in the pool, null block included:
+                               2 to 0xfffffffe; 0: derive from cache_bytes */
     uint64_t cache_bytes;   /* KV budget in bytes over all layers, used when
-                               num_blocks is 0 */
+                               num_blocks is 0; the blocks it holds must
+                               fall in the same range */
     uint64_t swap_bytes;    /* host memory for swapped-out sequences */
 
     /* Scheduler. */
