@@ -6,7 +6,7 @@
 pkv_status pkv__inbox_init(pkv__inbox *inbox)
 {
     memset(inbox, 0, sizeof *inbox);
-    if (mtx_init(&inbox->lock, mtx_plain) != thrd_success)
+    if (pkv__lock_init(&inbox->lock) != 0)
         return PKV_ERR_OUT_OF_MEMORY;
     return PKV_OK;
 }
@@ -21,13 +21,13 @@ void pkv__inbox_release(pkv__inbox *inbox, const pkv__allocator *alloc)
     }
     pkv__free(alloc, inbox->aborts, inbox->abort_capacity,
               sizeof *inbox->aborts);
-    mtx_destroy(&inbox->lock);
+    pkv__lock_destroy(&inbox->lock);
     memset(inbox, 0, sizeof *inbox);
 }
 
 pkv_seq_id pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
 {
-    mtx_lock(&inbox->lock);
+    pkv__lock_take(&inbox->lock);
     pkv_seq_id id = ++inbox->last_id;
     seq->id = id;
     seq->arrival = ++inbox->arrivals;
@@ -39,7 +39,7 @@ pkv_seq_id pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
         inbox->adds_head = seq;
     inbox->adds_tail = seq;
     inbox->live++;
-    mtx_unlock(&inbox->lock);
+    pkv__lock_give(&inbox->lock);
     return id;
 }
 
@@ -47,7 +47,7 @@ pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,
                             pkv_seq_id id)
 {
     pkv_status st = PKV_OK;
-    mtx_lock(&inbox->lock);
+    pkv__lock_take(&inbox->lock);
     if (id == 0 || id > inbox->last_id) {
         st = PKV_ERR_NOT_FOUND;
     } else {
@@ -60,7 +60,7 @@ pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,
             inbox->aborts[inbox->num_aborts++] = id;
         }
     }
-    mtx_unlock(&inbox->lock);
+    pkv__lock_give(&inbox->lock);
     return st;
 }
 
@@ -68,9 +68,9 @@ int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
                     pkv_seq_id **aborts, uint32_t *num_aborts,
                     size_t *abort_capacity)
 {
-    mtx_lock(&inbox->lock);
+    pkv__lock_take(&inbox->lock);
     if (inbox->live > max_live) {
-        mtx_unlock(&inbox->lock);
+        pkv__lock_give(&inbox->lock);
         return 0;
     }
     *adds = inbox->adds_head;
@@ -82,30 +82,30 @@ int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
     inbox->aborts = NULL;
     inbox->num_aborts = 0;
     inbox->abort_capacity = 0;
-    mtx_unlock(&inbox->lock);
+    pkv__lock_give(&inbox->lock);
     return 1;
 }
 
 void pkv__inbox_issue(pkv__inbox *inbox, pkv__seq *seq)
 {
-    mtx_lock(&inbox->lock);
+    pkv__lock_take(&inbox->lock);
     seq->id = ++inbox->last_id;
     seq->arrival = ++inbox->arrivals;
     inbox->live++;
-    mtx_unlock(&inbox->lock);
+    pkv__lock_give(&inbox->lock);
 }
 
 void pkv__inbox_retire(pkv__inbox *inbox, uint64_t n)
 {
-    mtx_lock(&inbox->lock);
+    pkv__lock_take(&inbox->lock);
     inbox->live -= n;
-    mtx_unlock(&inbox->lock);
+    pkv__lock_give(&inbox->lock);
 }
 
 uint64_t pkv__inbox_live_count(pkv__inbox *inbox)
 {
-    mtx_lock(&inbox->lock);
+    pkv__lock_take(&inbox->lock);
     uint64_t live = inbox->live;
-    mtx_unlock(&inbox->lock);
+    pkv__lock_give(&inbox->lock);
     return live;
 }

@@ -5,12 +5,11 @@
 #ifndef PKV_INBOX_H
 #define PKV_INBOX_H
 
+#include "lock.h"
 #include "seq.h"
 
-#include <threads.h>
-
 typedef struct pkv__inbox {
-    mtx_t lock;
+    pkv__lock lock;
     pkv__seq *adds_head;
     pkv__seq *adds_tail;
     pkv_seq_id *aborts;

@@ -15,12 +15,12 @@
 
 #include "backend_opencl.h"
 #include "error.h"
+#include "lock.h"
 
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <threads.h>
 
 #define MAX_PLATFORMS 16u
 #define MAX_DEVICES 32u
@@ -128,13 +128,13 @@ typedef struct shared_program {
 #define MAX_SHARED 64u
 static shared_program shared[MAX_SHARED];
 static unsigned num_shared;
-static mtx_t shared_lock;
-static once_flag shared_once = ONCE_FLAG_INIT;
+static pkv__lock shared_lock;
+static pkv__once shared_once = PKV__ONCE_INIT;
 static int shared_lock_ok;
 
 static void shared_init(void)
 {
-    shared_lock_ok = mtx_init(&shared_lock, mtx_plain) == thrd_success;
+    shared_lock_ok = pkv__lock_init(&shared_lock) == 0;
 }
 
 /* ------------------------------------------------------ device choice */
@@ -550,12 +550,12 @@ static pkv_status get_program(pkv__cl_target *t, const char *const *names,
         pkv__free(&t->alloc, src, src_size, 1);
         return st;
     }
-    call_once(&shared_once, shared_init);
+    pkv__call_once(&shared_once, shared_init);
     if (!shared_lock_ok) {
         pkv__free(&t->alloc, src, src_size, 1);
         return pkv__fail(PKV_ERR_INTERNAL, "program table lock");
     }
-    mtx_lock(&shared_lock);
+    pkv__lock_take(&shared_lock);
     unsigned i = 0;
     while (i < num_shared &&
            (shared[i].device != t->device || shared[i].key != key ||
@@ -591,7 +591,7 @@ static pkv_status get_program(pkv__cl_target *t, const char *const *names,
             clRetainProgram(s->program);
         }
     }
-    mtx_unlock(&shared_lock);
+    pkv__lock_give(&shared_lock);
     pkv__free(&t->alloc, src, src_size, 1);
     return st;
 }
