@@ -9,6 +9,7 @@
 
 #include "half.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -383,7 +384,8 @@ static const float *as_f32(const pkv_tensor *t, float *dst, size_t count)
 static int mark_bad_rows(const pkv_engine *e, const float *x, uint32_t rows,
                          size_t row_size)
 {
-    float limit = e->params.kv_dtype == PKV_KV_F32 ? INFINITY : 65504.0f;
+    /* FLT_MAX, not INFINITY: |inf| <= INFINITY would pass as finite. */
+    float limit = e->params.kv_dtype == PKV_KV_F32 ? FLT_MAX : 65504.0f;
     int any = 0;
     for (uint32_t r = 0; r < rows; r++) {
         const float *row = x + r * row_size;

@@ -772,15 +772,15 @@ static void test_bad_input_everywhere(void **state)
     assert_int_equal(pkv_engine_has_work(NULL), 0);
 }
 
-/* A NaN in one sequence's K fails that sequence alone; the others'
- * outputs stay exact and nothing it wrote is cached. */
-static void test_non_finite_fails_one_sequence(void **state)
+/* A NaN or an infinity in one sequence's K fails that sequence alone; the
+ * others' outputs stay exact and nothing it wrote is cached. */
+static void non_finite_case(float bad_value, int32_t kv_dtype, float tol)
 {
-    (void)state;
     pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.num_layers = 1;
+    p.kv_dtype = kv_dtype;
     tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
+    tm_host_init(&h, &p, tol);
     pkv_engine *e = h.engine;
     int32_t prompt[8] = {5, 6, 7, 8, 9, 10, 11, 12};
     pkv_seq_id good = tm_add(&h, prompt, 8, 2, 0, 0);
@@ -798,7 +798,7 @@ static void test_non_finite_fails_one_sequence(void **state)
         tm_row(TM_V, b->token_ids[r], b->positions[r], 0, hkv, d,
                v + r * hkv * d);
     }
-    k[12 * hkv * d + 3] = (float)NAN; /* row 12: the second sequence */
+    k[12 * hkv * d + 3] = bad_value; /* row 12: the second sequence */
     pkv_tensor tq = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
                      T, hq, d, q, 0};
     pkv_tensor tk = tq, tv = tq, to = tq;
@@ -826,6 +826,17 @@ static void test_non_finite_fails_one_sequence(void **state)
     tm_run(&h, 10);
     tm_check_idle(&h);
     tm_host_free(&h);
+}
+
+static void test_non_finite_fails_one_sequence(void **state)
+{
+    (void)state;
+    const float bad[3] = {(float)NAN, (float)INFINITY, -(float)INFINITY};
+    const int32_t dtypes[3] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const float tols[3] = {1e-4f, 5e-3f, 0.05f};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            non_finite_case(bad[i], dtypes[j], tols[j]);
 }
 
 int main(void)
