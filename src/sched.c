@@ -14,10 +14,11 @@
  *     it; a sequence resumed after preemption is spared until it samples a
  *     token, except by the oldest running sequence, which always makes
  *     progress. With no victim it preempts itself, or waits if spared.
- *  3. Only when nobody was preempted: swapped sequences come back first,
- *     then waiting ones are admitted in policy order, each after a prefix
- *     lookup, while max_num_seqs, the budget and the free blocks above the
- *     watermark allow.
+ *  3. Only when nobody was preempted: swapped sequences come back first
+ *     (one whose tenant is at its quota is passed over; one short of
+ *     blocks stops all that follow), then waiting ones are admitted in
+ *     policy order, each after a prefix lookup, while max_num_seqs, the
+ *     budget and the free blocks above the watermark allow.
  *  4. Quotas: a sequence never holds more than max_blocks_per_seq blocks, a
  *     tenant never more than max_blocks_per_tenant; a tenant at its quota
  *     preempts only its own sequences and does not hold up other tenants'
@@ -241,10 +242,14 @@ static int plan_running(pkv_engine *e, uint32_t i, uint32_t *budget,
     }
 }
 
-/* Rule 3, swapped sequences: bring back the first in order if it fits. */
-static int plan_swap_in(pkv_engine *e, uint32_t *budget, uint32_t *num_seqs)
+/* Rule 3, swapped sequences: bring back swapped[index] if it fits.
+ * Returns 1 swapped in or ended (the list shrank), 0 skipped (its tenant is
+ * at quota: look further), -1 stop (blocks: nobody after it may take
+ * them). */
+static int plan_swap_in(pkv_engine *e, uint32_t index, uint32_t *budget,
+                        uint32_t *num_seqs)
 {
-    pkv__seq *seq = e->swapped.items[0];
+    pkv__seq *seq = e->swapped.items[index];
     uint32_t bs = e->pool.block_size;
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, *budget);
     uint32_t after = blocks_for(seq->num_computed + (uint64_t)rows, bs);
@@ -259,18 +264,18 @@ static int plan_swap_in(pkv_engine *e, uint32_t *budget, uint32_t *num_seqs)
                                                        : PKV_ERR_QUOTA);
         return 1;
     }
-    uint32_t watermark = e->running.count ? e->watermark_blocks : 0;
-    if (after + watermark > pkv__pool_available(&e->pool))
-        return 0;
     if (e->params.max_blocks_per_tenant != 0 &&
         tenant_blocks(e, seq->tenant) + after > e->params.max_blocks_per_tenant)
         return 0;
+    uint32_t watermark = e->running.count ? e->watermark_blocks : 0;
+    if (after + watermark > pkv__pool_available(&e->pool))
+        return -1;
     pkv__block_copy copy;
     pkv_status st = pkv__table_append(&seq->table, &e->pool,
                                       seq->num_computed, &copy);
     if (st == PKV_OK)
         st = grow(e, seq, rows);
-    pkv__seq_list_remove_at(&e->swapped, 0);
+    pkv__seq_list_remove_at(&e->swapped, index);
     if (st != PKV_OK) {
         pkv__engine_end(e, seq, PKV_FINISH_FAILED, st);
         return 1;
@@ -360,11 +365,20 @@ pkv_status pkv__sched_plan(pkv_engine *e, uint32_t *num_seqs_out)
         i += (uint32_t)plan_running(e, i, &budget, &num_seqs, &num_preempted);
 
     if (num_preempted == 0) {
-        while (e->swapped.count > 0 && budget > 0 &&
-               e->running.count < e->params.max_num_seqs &&
-               plan_swap_in(e, &budget, &num_seqs))
-            ;
-        for (uint32_t i = 0; e->swapped.count == 0 && i < e->waiting.count &&
+        /* Swapped sequences first; one whose tenant is at its quota waits
+         * without holding up anybody else, one short of blocks stops every
+         * admission after it. */
+        int blocked = 0;
+        for (uint32_t i = 0; i < e->swapped.count && budget > 0 &&
+                             e->running.count < e->params.max_num_seqs;) {
+            int r = plan_swap_in(e, i, &budget, &num_seqs);
+            if (r < 0) {
+                blocked = 1;
+                break;
+            }
+            i += r == 0;
+        }
+        for (uint32_t i = 0; !blocked && i < e->waiting.count &&
                              budget > 0 &&
                              e->running.count < e->params.max_num_seqs;) {
             int r = plan_admit(e, i, &budget, &num_seqs);

@@ -461,12 +461,15 @@ static void test_workload_three_times_the_pool(void **state)
 /* Fill and squeeze: tenant 1 floods long requests, tenant 2 sends short
  * ones one at a time. Returns the worst number of steps tenant 2 waited
  * from its add to its first sampled token. */
-static uint32_t squeeze(uint32_t tenant_quota, uint32_t *short_done)
+static uint32_t squeeze(uint32_t tenant_quota, int32_t preempt_mode,
+                        uint32_t *short_done)
 {
     pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.num_blocks = 65; /* 64 usable */
     p.max_num_seqs = 32;
     p.max_blocks_per_tenant = tenant_quota;
+    p.preempt_mode = preempt_mode;
+    p.swap_bytes = 1 << 24;
     p.num_layers = 1;
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
@@ -504,18 +507,24 @@ static uint32_t squeeze(uint32_t tenant_quota, uint32_t *short_done)
 static void test_fill_and_squeeze(void **state)
 {
     (void)state;
-    uint32_t done_with, done_without;
-    uint32_t with_quota = squeeze(48, &done_with);
-    uint32_t without = squeeze(0, &done_without);
-    print_message("fill-and-squeeze: steps to first token of the short "
-                  "tenant: %u with a 48-block tenant quota, %u without; "
-                  "short requests done within 6 more steps: %u/12 vs "
-                  "%u/12\n",
-                  with_quota, without, done_with, done_without);
-    /* With the quota the short tenant's requests start at once. */
-    assert_true(with_quota <= 2);
-    assert_int_equal(done_with, 12);
-    assert_true(without > 10 * with_quota);
+    /* In both preemption modes: a flooding tenant's sequence swapped out
+     * and unable to come back under its quota must not hold up others. */
+    const int32_t modes[2] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
+    for (int m = 0; m < 2; m++) {
+        uint32_t done_with, done_without;
+        uint32_t with_quota = squeeze(48, modes[m], &done_with);
+        uint32_t without = squeeze(0, modes[m], &done_without);
+        print_message("fill-and-squeeze (%s): steps to first token of the "
+                      "short tenant: %u with a 48-block tenant quota, %u "
+                      "without; short requests done within 6 more steps: "
+                      "%u/12 vs %u/12\n",
+                      m ? "swap" : "recompute", with_quota, without,
+                      done_with, done_without);
+        /* With the quota the short tenant's requests start at once. */
+        assert_true(with_quota <= 2);
+        assert_int_equal(done_with, 12);
+        assert_true(without > 10 * with_quota);
+    }
 }
 
 /* max_model_len well past 32,768 with nothing reserved for it up front:
