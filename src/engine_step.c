@@ -463,8 +463,10 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     (void)device;
 #endif
 
+    /* In size_t from the first factor: rows (up to 2^20) times hq (up to
+     * 4096) alone can wrap 32 bits. */
     size_t d = e->params.head_dim;
-    size_t q_count = rows * hq * d, kv_count = rows * hkv * d;
+    size_t q_count = (size_t)rows * hq * d, kv_count = (size_t)rows * hkv * d;
     size_t needed = 2 * q_count + 2 * kv_count;
     void *scratch;
     if (pkv__grow(&e->alloc, e->scratch, &e->scratch_capacity, 0, needed,
@@ -482,8 +484,8 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
      * replaced by zeros (written only to its own, private slots of this
      * step), and it ends at step_end without registering any prefix. */
     memset(e->row_bad, 0, rows);
-    int bad = mark_bad_rows(e, kf, rows, hkv * d);
-    bad |= mark_bad_rows(e, vf, rows, hkv * d);
+    int bad = mark_bad_rows(e, kf, rows, (size_t)hkv * d);
+    bad |= mark_bad_rows(e, vf, rows, (size_t)hkv * d);
     if (bad) {
         if (kf != k_buf)
             kf = memcpy(k_buf, kf, kv_count * sizeof *k_buf);
@@ -500,8 +502,9 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         for (uint32_t i = 0; i < e->batch.num_seqs; i++) {
             if (!e->seq_bad[i])
                 continue;
-            size_t first = e->query_start[i] * hkv * d;
-            size_t count = (e->query_start[i + 1] - e->query_start[i]) * hkv * d;
+            size_t first = (size_t)e->query_start[i] * hkv * d;
+            size_t count =
+                (size_t)(e->query_start[i + 1] - e->query_start[i]) * hkv * d;
             memset(k_buf + first, 0, count * sizeof *k_buf);
             memset(v_buf + first, 0, count * sizeof *v_buf);
         }
