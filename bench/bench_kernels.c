@@ -162,37 +162,21 @@ static int choose_variant(cl_env *e)
     e->variant = pkv__decode_choose(request, (type & CL_DEVICE_TYPE_CPU) != 0,
                                     ext, HEAD_DIM, e->variant_why,
                                     sizeof e->variant_why);
-    e->variant_file = "paged_decode.cl";
-    e->variant_opts[0] = '\0';
-    e->lanes = 1;
-    e->partition = 0;
-    if (e->variant == PKV__DECODE_INTEL) {
-        pkv__decode_intel_options(ext, e->variant_opts,
-                                  sizeof e->variant_opts);
-        e->lanes = 16;
-        e->partition = PKV__DECODE_INTEL_PARTITION;
-    } else if (e->variant == PKV__DECODE_GPU) {
-        /* The largest block size of the sweep decides the partition. */
-        pkv__decode_gpu_shape sh;
-        if (pkv__decode_gpu_shape_make(HEAD_DIM, GROUP, 128, local_mem,
-                                       max_group, &sh) != 0) {
-            fprintf(stderr, "pkv-bench kernels: the gpu variant does not fit "
-                            "the device\n");
-            return 1;
-        }
-        snprintf(e->variant_opts, sizeof e->variant_opts,
-                 " -DPKV_GPU_CHUNKS=%u -DPKV_GPU_TOKENS=%u "
-                 "-DPKV_GPU_PARTITION=%u",
-                 (unsigned)sh.chunks, (unsigned)sh.tokens,
-                 (unsigned)sh.partition);
-        e->variant_file = "decode_gpu.cl";
-        e->lanes = sh.lanes;
-        e->partition = sh.partition;
-    } else if (e->variant != PKV__DECODE_CPU) {
+    /* The largest block size of the sweep decides the partition. */
+    pkv__decode_setup su;
+    if (e->variant == PKV__DECODE_OFF ||
+        pkv__decode_setup_make(e->variant, ext, HEAD_DIM, GROUP, 128,
+                               local_mem, max_group, &su) != 0) {
         fprintf(stderr, "pkv-bench kernels: no decode variant (%s)\n",
-                e->variant_why);
+                e->variant == PKV__DECODE_OFF
+                    ? e->variant_why
+                    : "the gpu variant does not fit the device");
         return 1;
     }
+    e->variant_file = su.gpu_file ? "decode_gpu.cl" : "paged_decode.cl";
+    snprintf(e->variant_opts, sizeof e->variant_opts, "%s", su.options);
+    e->lanes = su.lanes;
+    e->partition = su.partition;
     return 0;
 }
 

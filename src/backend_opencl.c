@@ -811,19 +811,10 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
                     KA(b->head_bytes), KA(b->k_part_bytes),
                     KA(b->layer_block_bytes), KA(b->stage_floats), KA(lyr),
                     KA(sc), KA(win), {(size_t)2 * chunk * d * 4, NULL}};
-        pkv_status st = launch(b, b->k_tiled, "pkv_paged_attention_tiled", a,
-                               sizeof a / sizeof a[0], 0, 0, 1);
-        if (st != PKV_OK)
-            return st;
         size_t lanes = (size_t)rows * (hq / hkv);
-        size_t global[2] = {b->num_tiles * lanes, hkv};
-        size_t local[2] = {lanes, 1};
-        cl_int err = clEnqueueNDRangeKernel(b->queue, b->k_tiled, 2, NULL,
-                                            global, local, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
-            return pkv__cl_fail(
-                err, "clEnqueueNDRangeKernel(pkv_paged_attention_tiled)");
-        return PKV_OK;
+        return launch(b, b->k_tiled, "pkv_paged_attention_tiled", a,
+                      sizeof a / sizeof a[0], b->num_tiles * lanes, hkv,
+                      lanes);
     }
     karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(q.mem), KA(q.off),
                 KA(out.mem), KA(out.off), KA(flags), KA(b->step_mem),
@@ -844,47 +835,30 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
     const pkv__backend_config *c = &b->cfg;
     int u8 = c->kv_dtype == PKV_KV_U8;
     uint32_t group = c->num_q_heads / c->num_kv_heads;
-    int n = snprintf(opts, size,
-                     " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
-                     "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d "
-                     "-DPKV_VALUE_QUANT=%d",
-                     (unsigned)c->head_dim, (unsigned)c->block_size,
-                     (unsigned)group, (int)c->kv_dtype,
-                     u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
-                     u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL);
-    size_t used = n > 0 && (size_t)n < size ? (size_t)n : size - 1;
-    *program = PKV__CL_DECODE;
-    b->decode_partition = 0;
-    if (kind == PKV__DECODE_CPU) {
-        b->decode_lanes = 1;
-        return PKV_OK;
-    }
-    if (kind == PKV__DECODE_INTEL) {
-        b->decode_lanes = 16;
-        b->decode_partition = PKV__DECODE_INTEL_PARTITION;
-        pkv__decode_intel_options(extensions, opts + used, size - used);
-        return PKV_OK;
-    }
     cl_ulong local_mem = 0;
     size_t max_group = 0;
     clGetDeviceInfo(b->cl.device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
                     &local_mem, NULL);
     clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
                     sizeof max_group, &max_group, NULL);
-    pkv__decode_gpu_shape shape;
-    if (pkv__decode_gpu_shape_make(c->head_dim, group, c->block_size,
-                                   local_mem, max_group, &shape) != 0)
+    pkv__decode_setup su;
+    if (pkv__decode_setup_make(kind, extensions, c->head_dim, group,
+                               c->block_size, local_mem, max_group,
+                               &su) != 0)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the GPU variant does not fit the device: %llu "
                          "bytes of local memory, work-groups of %zu",
                          (unsigned long long)local_mem, max_group);
-    b->decode_lanes = shape.lanes;
-    b->decode_partition = shape.partition;
-    *program = PKV__CL_DECODE_GPU;
-    snprintf(opts + used, size - used,
-             " -DPKV_GPU_CHUNKS=%u -DPKV_GPU_TOKENS=%u -DPKV_GPU_PARTITION=%u",
-             (unsigned)shape.chunks, (unsigned)shape.tokens,
-             (unsigned)shape.partition);
+    b->decode_lanes = su.lanes;
+    b->decode_partition = su.partition;
+    *program = su.gpu_file ? PKV__CL_DECODE_GPU : PKV__CL_DECODE;
+    snprintf(opts, size,
+             " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
+             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d%s",
+             (unsigned)c->head_dim, (unsigned)c->block_size, (unsigned)group,
+             (int)c->kv_dtype,
+             u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
+             u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL, su.options);
     return PKV_OK;
 }
 

@@ -78,13 +78,36 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
     return PKV__DECODE_GPU;
 }
 
-void pkv__decode_intel_options(const char *extensions, char *buf,
-                               size_t size)
+int pkv__decode_setup_make(pkv__decode_kind kind, const char *extensions,
+                           uint32_t head_dim, uint32_t group,
+                           uint32_t block_size, uint64_t local_mem,
+                           size_t max_group, pkv__decode_setup *out)
 {
-    snprintf(buf, size, " -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS%s",
-             pkv__cl_has_extension(extensions, "cl_khr_fp16")
-                 ? " -DPKV_INTEL_FP16"
-                 : "");
+    memset(out, 0, sizeof *out);
+    out->lanes = 1;
+    if (kind == PKV__DECODE_INTEL) {
+        out->lanes = 16;
+        out->partition = PKV__DECODE_INTEL_PARTITION;
+        snprintf(out->options, sizeof out->options,
+                 " -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS%s",
+                 pkv__cl_has_extension(extensions, "cl_khr_fp16")
+                     ? " -DPKV_INTEL_FP16"
+                     : "");
+    } else if (kind == PKV__DECODE_GPU) {
+        pkv__decode_gpu_shape s;
+        if (pkv__decode_gpu_shape_make(head_dim, group, block_size, local_mem,
+                                       max_group, &s) != 0)
+            return -1;
+        out->gpu_file = 1;
+        out->lanes = s.lanes;
+        out->partition = s.partition;
+        snprintf(out->options, sizeof out->options,
+                 " -DPKV_GPU_CHUNKS=%u -DPKV_GPU_TOKENS=%u "
+                 "-DPKV_GPU_PARTITION=%u",
+                 (unsigned)s.chunks, (unsigned)s.tokens,
+                 (unsigned)s.partition);
+    }
+    return 0;
 }
 
 uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *s,

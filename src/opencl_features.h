@@ -34,14 +34,10 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
                                     const char *extensions, uint32_t head_dim,
                                     char *why, size_t why_size);
 
-/* Build options of the INTEL variant: "-cl-std=CL2.0
- * -DPKV_INTEL_SUBGROUPS", plus "-DPKV_INTEL_FP16" with cl_khr_fp16. Its
- * partitions are at most PKV__DECODE_INTEL_PARTITION tokens, as in
+/* The INTEL variant's partitions are at most this many tokens, as in
  * OpenVINO's paged attention for Intel GPUs: many short partitions keep
  * every subgroup of the GPU busy. */
 #define PKV__DECODE_INTEL_PARTITION 256u
-void pkv__decode_intel_options(const char *extensions, char *buf,
-                               size_t size);
 
 /* The GPU variant's work-group (kernels/decode_gpu.cl). */
 typedef struct pkv__decode_gpu_shape {
@@ -84,5 +80,24 @@ int pkv__prefill_tile_shape(uint32_t group, uint32_t head_dim,
 /* Local memory bytes the GPU variant uses with `shape` and `group`. */
 uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *shape,
                                      uint32_t group);
+
+/* How to build and launch decode variant `kind` (CPU, GPU or INTEL). */
+typedef struct pkv__decode_setup {
+    int gpu_file;      /* 1: kernels/decode_gpu.cl, 0: paged_decode.cl */
+    uint32_t lanes;    /* work-group size along dimension 0; 1: the CPU
+                          variant's (1, num_kv_heads, 1) */
+    uint32_t partition; /* the longest partition, tokens; 0: any */
+    char options[160];  /* -D options beyond the geometry */
+} pkv__decode_setup;
+
+/* The setup of `kind` on a device with this extension string, local
+ * memory and largest work-group, for the geometry. INTEL: "-cl-std=CL2.0
+ * -DPKV_INTEL_SUBGROUPS" (plus "-DPKV_INTEL_FP16" with cl_khr_fp16), 16
+ * lanes; GPU: the shape of pkv__decode_gpu_shape_make. Returns 0, or -1
+ * when the GPU variant does not fit the device. */
+int pkv__decode_setup_make(pkv__decode_kind kind, const char *extensions,
+                           uint32_t head_dim, uint32_t group,
+                           uint32_t block_size, uint64_t local_mem,
+                           size_t max_group, pkv__decode_setup *out);
 
 #endif

@@ -29,7 +29,7 @@ static void test_extension_tokens(void **state)
 static void test_decode_choice(void **state)
 {
     (void)state;
-    char why[256], opts[96];
+    char why[256];
     const char *intel = "cl_khr_global_int32_base_atomics cl_intel_subgroups "
                         "cl_intel_subgroups_short cl_khr_fp16 ";
     const char *pocl = "cl_khr_byte_addressable_store cl_khr_fp64";
@@ -83,12 +83,19 @@ static void test_decode_choice(void **state)
                                         sizeof why),
                      PKV__DECODE_OFF);
 
-    pkv__decode_intel_options(intel, opts, sizeof opts);
+    pkv__decode_setup su;
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, intel, 128, 4,
+                                            16, 65536, 1024, &su),
+                     0);
+    const char *opts = su.options;
     assert_non_null(strstr(opts, "-cl-std=CL2.0"));
     assert_non_null(strstr(opts, "-DPKV_INTEL_SUBGROUPS"));
     assert_non_null(strstr(opts, "-DPKV_INTEL_FP16"));
-    pkv__decode_intel_options("cl_intel_subgroups cl_intel_subgroups_short",
-                              opts, sizeof opts);
+    assert_int_equal(pkv__decode_setup_make(
+                         PKV__DECODE_INTEL,
+                         "cl_intel_subgroups cl_intel_subgroups_short", 128, 4,
+                         16, 65536, 1024, &su),
+                     0);
     assert_null(strstr(opts, "FP16"));
 }
 
