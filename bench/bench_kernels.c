@@ -173,7 +173,7 @@ static int choose_variant(cl_env *e)
                     : "the gpu variant does not fit the device");
         return 1;
     }
-    e->variant_file = su.gpu_file ? "decode_gpu.cl" : "paged_decode.cl";
+    e->variant_file = su.file;
     snprintf(e->variant_opts, sizeof e->variant_opts, "%s", su.options);
     e->lanes = su.lanes;
     e->partition = su.partition;

@@ -2,9 +2,9 @@
 /*
  * Split-K paged decode attention: what every decode variant shares. A
  * decode program is src/kv_layout.h, tensor_io.cl, this file, then one
- * variant: paged_decode.cl (the CPU-shaped and the Intel subgroup
- * variants) or decode_gpu.cl (the portable GPU-shaped variant). The host
- * picks the variant per device (src/opencl_features.c).
+ * variant: paged_decode.cl (CPU-shaped), decode_gpu.cl (the portable
+ * GPU-shaped variant) or decode_intel.cl (Intel subgroups). The host picks
+ * the variant per device (src/opencl_features.c).
  *
  * Build options (-D), all required unless marked optional:
  *   PKV_HEAD_DIM    head_dim, a multiple of 4

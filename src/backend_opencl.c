@@ -851,7 +851,9 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
                          (unsigned long long)local_mem, max_group);
     b->decode_lanes = su.lanes;
     b->decode_partition = su.partition;
-    *program = su.gpu_file ? PKV__CL_DECODE_GPU : PKV__CL_DECODE;
+    *program = kind == PKV__DECODE_GPU     ? PKV__CL_DECODE_GPU
+               : kind == PKV__DECODE_INTEL ? PKV__CL_DECODE_INTEL
+                                           : PKV__CL_DECODE;
     snprintf(opts, size,
              " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
              "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d%s",

@@ -84,8 +84,10 @@ int pkv__decode_setup_make(pkv__decode_kind kind, const char *extensions,
                            size_t max_group, pkv__decode_setup *out)
 {
     memset(out, 0, sizeof *out);
+    out->file = "paged_decode.cl";
     out->lanes = 1;
     if (kind == PKV__DECODE_INTEL) {
+        out->file = "decode_intel.cl";
         out->lanes = 16;
         out->partition = PKV__DECODE_INTEL_PARTITION;
         snprintf(out->options, sizeof out->options,
@@ -98,7 +100,7 @@ int pkv__decode_setup_make(pkv__decode_kind kind, const char *extensions,
         if (pkv__decode_gpu_shape_make(head_dim, group, block_size, local_mem,
                                        max_group, &s) != 0)
             return -1;
-        out->gpu_file = 1;
+        out->file = "decode_gpu.cl";
         out->lanes = s.lanes;
         out->partition = s.partition;
         snprintf(out->options, sizeof out->options,

@@ -17,7 +17,7 @@ typedef enum pkv__decode_kind {
     PKV__DECODE_OFF = 0,
     PKV__DECODE_CPU = 1,   /* paged_decode.cl: a work-item per partition */
     PKV__DECODE_GPU = 2,   /* decode_gpu.cl: a work-group per partition */
-    PKV__DECODE_INTEL = 3, /* paged_decode.cl with PKV_INTEL_SUBGROUPS */
+    PKV__DECODE_INTEL = 3, /* decode_intel.cl: a subgroup per partition */
     PKV__DECODE_AUTO = 4   /* a request only: choose from the device */
 } pkv__decode_kind;
 
@@ -83,7 +83,8 @@ uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *shape,
 
 /* How to build and launch decode variant `kind` (CPU, GPU or INTEL). */
 typedef struct pkv__decode_setup {
-    int gpu_file;      /* 1: kernels/decode_gpu.cl, 0: paged_decode.cl */
+    const char *file;  /* the kernel file: "paged_decode.cl",
+                          "decode_gpu.cl" or "decode_intel.cl" */
     uint32_t lanes;    /* work-group size along dimension 0; 1: the CPU
                           variant's (1, num_kv_heads, 1) */
     uint32_t partition; /* the longest partition, tokens; 0: any */

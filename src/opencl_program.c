@@ -272,6 +272,9 @@ static const char *const decode_files[] = {
 static const char *const decode_gpu_files[] = {
     "src/kv_layout.h", "kernels/tensor_io.cl", "kernels/decode_common.cl",
     "kernels/decode_gpu.cl"};
+static const char *const decode_intel_files[] = {
+    "src/kv_layout.h", "kernels/tensor_io.cl", "kernels/decode_common.cl",
+    "kernels/decode_intel.cl"};
 #define NUM_FILES(list) ((unsigned)(sizeof list / sizeof list[0]))
 
 /* Read a kernel file from pkv__opencl_kernel_dir into dst (size bytes), or
@@ -618,6 +621,10 @@ pkv_status pkv__cl_program(pkv__cl_target *t, int kind, const char *extra,
     if (kind == PKV__CL_DECODE_GPU)
         return get_program(t, decode_gpu_files, NUM_FILES(decode_gpu_files),
                            extra, t->cache_dir, t->own_context, out);
+    if (kind == PKV__CL_DECODE_INTEL)
+        return get_program(t, decode_intel_files,
+                           NUM_FILES(decode_intel_files), extra, t->cache_dir,
+                           t->own_context, out);
     return get_program(t, generic_files, NUM_FILES(generic_files), extra,
                        t->cache_dir, t->own_context, out);
 }

@@ -32,9 +32,10 @@ typedef struct pkv__cl_target {
 
 /* The programs pkv builds. */
 enum pkv__cl_program_kind {
-    PKV__CL_GENERIC = 0,   /* kv_append, paged_attention, block_copy */
-    PKV__CL_DECODE = 1,    /* paged_decode.cl, specialised by -D options */
-    PKV__CL_DECODE_GPU = 2 /* decode_gpu.cl, specialised by -D options */
+    PKV__CL_GENERIC = 0,     /* kv_append, paged_attention, block_copy */
+    PKV__CL_DECODE = 1,      /* paged_decode.cl, specialised by -D options */
+    PKV__CL_DECODE_GPU = 2,  /* decode_gpu.cl, specialised by -D options */
+    PKV__CL_DECODE_INTEL = 3 /* decode_intel.cl, specialised by -D options */
 };
 
 /* The name of an OpenCL error code, e.g. "CL_OUT_OF_RESOURCES". */

@@ -11,9 +11,10 @@
 #   when none are given); all but the decode kernels are concatenated, in
 #   order, into the generic program, as the backend does. The decode
 #   programs are src/kv_layout.h, tensor_io.cl, decode_common.cl, then
-#   paged_decode.cl (the CPU-shaped and Intel variants) or decode_gpu.cl,
-#   with their -D geometry (as the backend builds them), and paged_decode.cl
-#   once more with -DPKV_DECODE_CONTIGUOUS (pkv-bench's baseline). Any other
+#   paged_decode.cl, decode_gpu.cl or decode_intel.cl, with their -D
+#   geometry (as the backend builds them), and paged_decode.cl and
+#   decode_intel.cl once more with -DPKV_DECODE_CONTIGUOUS (pkv-bench's
+#   baseline). Any other
 #   kernels/*.cl is compiled alone after src/kv_layout.h. Exit 77 (ctest:
 #   skipped) when ocloc is not installed.
 set -u
@@ -84,28 +85,29 @@ decode_src() { # variant file -> the program source
 }
 decode_src paged_decode.cl >"$tmp/decode.cl"
 decode_src decode_gpu.cl >"$tmp/decode_gpu.cl"
+decode_src decode_intel.cl >"$tmp/decode_intel.cl"
 geom="-DPKV_HEAD_DIM=128 -DPKV_BLOCK_SIZE=16 -DPKV_GROUP=4"
 gpu="-DPKV_GPU_CHUNKS=4 -DPKV_GPU_TOKENS=8 -DPKV_GPU_PARTITION=256"
 for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1"; do
     set -- $variant
     d="$geom -DPKV_KV_DTYPE=$1 -DPKV_KEY_QUANT=$2 -DPKV_VALUE_QUANT=$3"
     build paged_decode.cl "$tmp/decode.cl" "$plain $d"
-    build paged_decode.cl "$tmp/decode.cl" "$intel -DPKV_INTEL_FP16 $d"
+    build decode_intel.cl "$tmp/decode_intel.cl" "$intel -DPKV_INTEL_FP16 $d"
     build decode_gpu.cl "$tmp/decode_gpu.cl" "$plain $d $gpu"
 done
 # f16 on an Intel device without cl_khr_fp16; another geometry.
-build paged_decode.cl "$tmp/decode.cl" \
+build decode_intel.cl "$tmp/decode_intel.cl" \
     "$intel $geom -DPKV_KV_DTYPE=1 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
-build paged_decode.cl "$tmp/decode.cl" \
+build decode_intel.cl "$tmp/decode_intel.cl" \
     "$intel -DPKV_INTEL_FP16 -DPKV_HEAD_DIM=64 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
 build decode_gpu.cl "$tmp/decode_gpu.cl" \
     "$plain -DPKV_HEAD_DIM=96 -DPKV_BLOCK_SIZE=8 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=2 -DPKV_VALUE_QUANT=1 -DPKV_GPU_CHUNKS=1 -DPKV_GPU_TOKENS=2 -DPKV_GPU_PARTITION=256"
 d="$geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
 build "paged_decode.cl (contiguous)" "$tmp/decode.cl" \
     "$plain -DPKV_DECODE_CONTIGUOUS $d"
-build "paged_decode.cl (contiguous)" "$tmp/decode.cl" \
+build "decode_intel.cl (contiguous)" "$tmp/decode_intel.cl" \
     "$intel -DPKV_INTEL_FP16 -DPKV_DECODE_CONTIGUOUS $d"
-covered="$covered decode_common.cl paged_decode.cl decode_gpu.cl "
+covered="$covered decode_common.cl paged_decode.cl decode_gpu.cl decode_intel.cl "
 
 # Any other kernel file, alone after kv_layout.h.
 for f in "$root"/kernels/*.cl; do
