@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv_engine_*: creation, destruction, messages and counters. */
 #include "engine.h"
+#include "struct_sizes.h"
 
 #ifdef PKV_HAVE_OPENCL
 #include "backend_opencl.h"
@@ -13,8 +14,6 @@
 
 /* The struct sizes this library accepts: from its first published layout
  * to the one it was built with (fields are append-only). */
-#define PARAMS_MIN_SIZE sizeof(pkv_engine_params)
-#define STATS_MIN_SIZE sizeof(pkv_engine_stats)
 
 #define DEFAULT_CACHE_BYTES (256ull << 20)
 #define MAX_HEAD_DIM 512
@@ -69,7 +68,8 @@ uint64_t pkv__block_bytes(const pkv_engine_params *p)
 static pkv_status resolve_params(const pkv_engine_params *in,
                                  pkv_engine_params *p)
 {
-    if (in->struct_size < PARAMS_MIN_SIZE || in->struct_size > sizeof *p)
+    if (in->struct_size < PKV__ENGINE_PARAMS_MIN_SIZE ||
+        in->struct_size > sizeof *p)
         return pkv__fail(PKV_ERR_STRUCT_SIZE,
                          "params->struct_size is %u; this library knows %u",
                          (unsigned)in->struct_size, (unsigned)sizeof *p);
@@ -206,6 +206,7 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
     e->step_seqs = pkv__calloc(a, seqs, sizeof *e->step_seqs);
     e->actions = pkv__calloc(a, 3 * seqs, sizeof *e->actions);
     e->seq_ids = pkv__calloc(a, seqs, sizeof *e->seq_ids);
+    e->seq_user_data = pkv__calloc(a, seqs, sizeof *e->seq_user_data);
     e->query_start = pkv__calloc(a, seqs + 1, sizeof *e->query_start);
     e->context_lens = pkv__calloc(a, seqs, sizeof *e->context_lens);
     e->stages = pkv__calloc(a, seqs, sizeof *e->stages);
@@ -226,7 +227,7 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
         e->num_free_stages = (uint32_t)seqs;
     }
     if (!e->layer_done || !e->step_seqs || !e->actions || !e->seq_ids ||
-        !e->query_start || !e->context_lens || !e->stages ||
+        !e->seq_user_data || !e->query_start || !e->context_lens || !e->stages ||
         !e->sample_rows || !e->sample_seq_ids || !e->preempted ||
         !e->seq_bad || !e->token_ids || !e->positions || !e->slots ||
         !e->row_bad)
@@ -242,6 +243,7 @@ static void free_step_arrays(pkv_engine *e)
     pkv__free(a, e->step_seqs, seqs, sizeof *e->step_seqs);
     pkv__free(a, e->actions, 3 * seqs, sizeof *e->actions);
     pkv__free(a, e->seq_ids, seqs, sizeof *e->seq_ids);
+    pkv__free(a, e->seq_user_data, seqs, sizeof *e->seq_user_data);
     pkv__free(a, e->query_start, seqs + 1, sizeof *e->query_start);
     pkv__free(a, e->context_lens, seqs, sizeof *e->context_lens);
     pkv__free(a, e->stages, seqs, sizeof *e->stages);
@@ -257,6 +259,8 @@ static void free_step_arrays(pkv_engine *e)
     pkv__free(a, e->block_tables, e->block_tables_capacity,
               sizeof *e->block_tables);
     pkv__free(a, e->finished, e->finished_capacity, sizeof *e->finished);
+    pkv__free(a, e->finished_user_data, e->finished_user_data_capacity,
+              sizeof *e->finished_user_data);
     pkv__free(a, e->links, e->links_capacity, sizeof *e->links);
     pkv__free(a, e->hit_blocks, e->hit_blocks_capacity,
               sizeof *e->hit_blocks);
@@ -492,7 +496,7 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     if (engine == NULL || stats == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
                          engine == NULL ? "engine" : "stats");
-    if (stats->struct_size < STATS_MIN_SIZE ||
+    if (stats->struct_size < PKV__ENGINE_STATS_MIN_SIZE ||
         stats->struct_size > sizeof(pkv_engine_stats))
         return pkv__fail(PKV_ERR_STRUCT_SIZE,
                          "stats->struct_size is %u; this library knows %u",

@@ -54,6 +54,7 @@ struct pkv_engine {
     pkv__step step;
     pkv_batch batch;
     pkv_seq_id *seq_ids;        /* [max_num_seqs] */
+    void **seq_user_data;       /* [max_num_seqs] */
     uint32_t *query_start;      /* [max_num_seqs + 1] */
     uint32_t *context_lens;     /* [max_num_seqs] */
     uint32_t *stages;           /* [max_num_seqs] */
@@ -67,6 +68,8 @@ struct pkv_engine {
     size_t block_tables_capacity;
     pkv_finished *finished;     /* grown on demand */
     size_t finished_capacity;
+    void **finished_user_data;  /* parallel to finished */
+    size_t finished_user_data_capacity;
     pkv__chain_link *links;     /* prefix lookup results, grown on demand */
     size_t links_capacity;
     uint32_t *hit_blocks;       /* their block ids */

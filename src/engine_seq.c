@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv_seq_*: adding, aborting and forking sequences; block-table
  * introspection; has_work. */
+#include "check.h"
 #include "engine.h"
+#include "struct_sizes.h"
 
 #include <string.h>
 
-#define SEQ_PARAMS_MIN_SIZE sizeof(pkv_seq_params)
 
 pkv_status pkv_seq_params_init(pkv_seq_params *params)
 {
@@ -34,7 +35,7 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
                          e == NULL ? "engine"
                          : params == NULL ? "params"
                                           : "out_id");
-    if (params->struct_size < SEQ_PARAMS_MIN_SIZE ||
+    if (params->struct_size < PKV__SEQ_PARAMS_MIN_SIZE ||
         params->struct_size > sizeof(pkv_seq_params))
         return pkv__fail(PKV_ERR_STRUCT_SIZE,
                          "params->struct_size is %u; this library knows %u",
@@ -71,6 +72,7 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
     seq->priority = p.priority;
     seq->tenant = p.tenant;
     seq->salt = p.cache_salt;
+    seq->user_data = p.user_data;
     /* The stepping thread may free seq as soon as it is queued. */
     *out_id = pkv__inbox_add(&e->inbox, seq);
     return PKV_OK;
@@ -170,6 +172,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->priority = parent->priority;
     child->tenant = parent->tenant;
     child->salt = parent->salt;
+    child->user_data = parent->user_data;
     if (last_token >= 0)
         child->tokens[child->num_tokens - 1] = last_token;
     pkv__inbox_issue(&e->inbox, child);
@@ -177,6 +180,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->admitted = ++e->admissions;
     pkv__seq_list_insert(&e->running, e->running.count, child);
     *out_child = child->id;
+    PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv_engine_step_begin, pkv_engine_attend, pkv_engine_step_end: the host's
  * loop, one call per step and one per layer. */
+#include "check.h"
 #include "engine.h"
+#include "struct_sizes.h"
 
 #ifdef PKV_HAVE_OPENCL
 #include "backend_opencl.h"
@@ -129,7 +131,7 @@ static pkv_status reserve_step(pkv_engine *e)
     uint32_t seqs = live < e->params.max_num_seqs ? live
                                                   : e->params.max_num_seqs;
     /* Scratch arrays: nothing in them survives a step, nothing to copy. */
-    void *tables, *finished, *links, *hits;
+    void *tables, *finished, *finished_user_data, *links, *hits;
     size_t links_needed = longest / bs + 1;
     pkv_status st = pkv__grow(&e->alloc, e->block_tables,
                               &e->block_tables_capacity, 0,
@@ -144,6 +146,13 @@ static pkv_status reserve_step(pkv_engine *e)
     if (st != PKV_OK)
         return st;
     e->finished = finished;
+    st = pkv__grow(&e->alloc, e->finished_user_data,
+                   &e->finished_user_data_capacity, 0,
+                   (size_t)e->ended.count + live + 1,
+                   sizeof *e->finished_user_data, &finished_user_data);
+    if (st != PKV_OK)
+        return st;
+    e->finished_user_data = finished_user_data;
     st = pkv__grow(&e->alloc, e->links, &e->links_capacity, 0, links_needed,
                    sizeof *e->links, &links);
     if (st != PKV_OK)
@@ -215,6 +224,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = e->step_seqs[i];
         e->seq_ids[i] = s->id;
+        e->seq_user_data[i] = s->user_data;
         e->query_start[i] = rows;
         uint32_t end = s->num_computed + s->scheduled;
         e->context_lens[i] = end;
@@ -237,6 +247,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
     b->num_seqs = num_seqs;
     b->num_tokens = rows;
     b->seq_ids = e->seq_ids;
+    b->seq_user_data = e->seq_user_data;
     b->query_start = e->query_start;
     b->context_lens = e->context_lens;
     b->token_ids = e->token_ids;
@@ -264,11 +275,13 @@ static void report_ended(pkv_engine *e)
     for (uint32_t i = 0; i < n; i++) {
         pkv__seq *s = e->ended.items[i];
         e->finished[i] = s->finish;
+        e->finished_user_data[i] = s->user_data;
         pkv__seq_free(s, &e->alloc);
     }
     e->ended.count = 0;
     e->batch.num_finished = n;
     e->batch.finished = e->finished;
+    e->batch.finished_user_data = e->finished_user_data;
     if (n)
         pkv__inbox_retire(&e->inbox, n);
 }
@@ -320,6 +333,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
     e->in_step = 1;
     e->totals.steps++;
     *out = &e->batch;
+    PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }
 
@@ -331,7 +345,8 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
     if (t == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
                                 name);
-    if (t->struct_size != sizeof(pkv_tensor))
+    if (t->struct_size < PKV__TENSOR_MIN_SIZE ||
+        t->struct_size > sizeof(pkv_tensor))
         return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE,
                                 "%s->struct_size is %u; this library knows %u",
                                 name, (unsigned)t->struct_size,
@@ -590,5 +605,6 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
             pkv__engine_end(e, s, PKV_FINISH_MAX_MODEL_LEN, PKV_OK);
     }
     e->in_step = 0;
+    PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }

@@ -54,6 +54,7 @@ typedef struct pkv__seq {
     uint32_t *swap_blocks; /* the blocks to copy out, until the copy */
 
     pkv_finished finish;
+    void *user_data; /* the host's, from pkv_seq_params; never read */
     struct pkv__seq *inbox_next;
 } pkv__seq;
 

@@ -4,6 +4,7 @@
 #include "dense_ref.h"
 #include "test_model.h"
 
+#include "check.h"
 #include "engine.h"
 #include "half.h"
 
@@ -517,42 +518,9 @@ void eh_step(eh_host *host)
 
 /* ------------------------------------------------------------ invariants */
 
-static uint32_t blocks_for(uint32_t tokens, uint32_t block_size)
+/* The engine's record of a live sequence agrees with the host's. */
+static void check_seq(eh_host *host, const pkv__seq *s)
 {
-    return (tokens + block_size - 1) / block_size;
-}
-
-/* One engine sequence against its list, its table and the host record. */
-static void check_seq(eh_host *host, const pkv__seq *s, int32_t state,
-                      uint32_t *holders)
-{
-    const pkv_engine *e = host->engine;
-    const pkv__pool *pool = &e->pool;
-    CHECK(host, s->state == state);
-    if (state != PKV__SEQ_RUNNING) {
-        CHECK(host, s->table.num_blocks == 0 && s->table.num_tokens == 0);
-        CHECK(host, s->stage == PKV__NO_STAGE);
-        CHECK(host, (s->swap_data != NULL) == (state == PKV__SEQ_SWAPPED));
-    } else {
-        uint32_t covered = s->num_computed + (e->in_step ? s->scheduled : 0);
-        if (s->table.num_tokens != covered)
-            eh_failf(host, "seq %llu: table covers %u tokens, computed %u "
-                           "(+%u scheduled)",
-                     (unsigned long long)s->id, s->table.num_tokens,
-                     s->num_computed, e->in_step ? s->scheduled : 0);
-        CHECK(host, s->table.num_blocks ==
-                        blocks_for(s->table.num_tokens, pool->block_size));
-        CHECK(host, (s->stage != PKV__NO_STAGE) ==
-                        (e->params.kv_dtype == PKV_KV_U8));
-        CHECK(host, s->swap_data == NULL);
-    }
-    CHECK(host, s->num_computed <= s->num_tokens);
-    CHECK(host, s->num_tokens < s->token_capacity + 1);
-    for (uint32_t i = 0; i < s->table.num_blocks; i++) {
-        uint32_t blk = s->table.blocks[i];
-        CHECK(host, blk != PKV__NULL_BLOCK && blk < pool->num_blocks);
-        holders[blk]++;
-    }
     eh_seq *h = eh_find(host, s->id);
     if (h == NULL && host->learn)
         return;
@@ -571,64 +539,18 @@ static void check_seq(eh_host *host, const pkv__seq *s, int32_t state,
 void eh_check(eh_host *host)
 {
     pkv_engine *e = host->engine;
-    const pkv__pool *pool = &e->pool;
-    uint32_t nb = pool->num_blocks;
-    uint32_t *holders = calloc(nb, sizeof *holders);
-    CHECK(host, holders != NULL);
+    /* The pool, tables, lists and tails: the engine's own check (check.h),
+     * which debug builds also run after every step. */
+    char why[256];
+    if (pkv__engine_check(e, why, sizeof why) != NULL)
+        eh_failf(host, "engine invariant: %s", why);
 
-    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped,
-                                    &e->ended};
-    const int32_t states[] = {PKV__SEQ_RUNNING, PKV__SEQ_WAITING,
-                              PKV__SEQ_SWAPPED, PKV__SEQ_FINISHED};
-    uint64_t swap_used = 0;
-    for (size_t l = 0; l < 4; l++)
-        for (uint32_t i = 0; i < lists[l]->count; i++) {
-            const pkv__seq *s = lists[l]->items[i];
-            if (states[l] == PKV__SEQ_FINISHED) {
-                CHECK(host, s->state == PKV__SEQ_FINISHED);
-                CHECK(host, s->table.num_blocks == 0 && s->swap_data == NULL);
-                continue;
-            }
-            check_seq(host, s, states[l], holders);
-            swap_used += s->swap_data != NULL ? s->swap_size : 0;
-        }
-    CHECK(host, swap_used == e->swap_used);
-    CHECK(host, e->swap_used <= e->params.swap_bytes);
-    if (e->params.kv_dtype == PKV_KV_U8)
-        CHECK(host, e->num_free_stages + e->running.count ==
-                        e->params.max_num_seqs);
-    CHECK(host, e->running.count <= e->params.max_num_seqs);
+    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
+    for (size_t l = 0; l < 3; l++)
+        for (uint32_t i = 0; i < lists[l]->count; i++)
+            check_seq(host, lists[l]->items[i]);
 
-    /* Every block is in the state its ref count and cache bit say, ref
-     * counts equal the tables that hold the block, the counters add up. */
-    uint32_t n_free = 0, n_cached = 0, n_used = 0;
-    uint64_t stored = 0;
-    for (uint32_t blk = 0; blk < nb; blk++) {
-        const pkv__block *k = &pool->blocks[blk];
-        if (k->ref_count != holders[blk])
-            eh_failf(host, "block %u: ref_count %u, held by %u tables",
-                     blk, k->ref_count, holders[blk]);
-        if (blk == PKV__NULL_BLOCK) {
-            CHECK(host, k->state == PKV__BLOCK_RESERVED);
-            n_used++;
-        } else if (k->ref_count > 0) {
-            CHECK(host, k->state == PKV__BLOCK_USED);
-            n_used++;
-            stored += k->fill;
-        } else if (k->cached) {
-            CHECK(host, k->state == PKV__BLOCK_CACHED_FREE);
-            n_cached++;
-        } else {
-            CHECK(host, k->state == PKV__BLOCK_FREE);
-            n_free++;
-        }
-    }
-    free(holders);
-    CHECK(host, n_free == pool->num_free && n_cached == pool->num_cached_free &&
-                    n_used == pool->num_used);
-    CHECK(host, n_free + n_cached + n_used == nb);
-    CHECK(host, stored == pool->tokens_stored);
-
+    uint32_t nb = e->pool.num_blocks;
     pkv_engine_stats st;
     st.struct_size = sizeof st;
     CHECK(host, pkv_engine_get_stats(e, &st) == PKV_OK);

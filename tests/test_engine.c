@@ -291,6 +291,114 @@ static void test_log_callback(void **state)
     pkv_engine_destroy(e);
 }
 
+/* pkv_seq_params exactly as pkv 0.1.0 laid it out, before user_data was
+ * appended: what a program built against that header passes. */
+typedef struct seq_params_0_1_0 {
+    uint32_t struct_size;
+    uint32_t flags;
+    const int32_t *prompt;
+    uint32_t prompt_len;
+    uint32_t max_new_tokens;
+    int32_t priority;
+    uint32_t tenant;
+    uint64_t cache_salt;
+} seq_params_0_1_0;
+
+/* Attend every layer with zero tensors, then end the step sampling token 1
+ * for every sample row. */
+static void run_step(pkv_engine *e, const pkv_batch *b)
+{
+    const pkv_engine_params p = small_params();
+    size_t rows = b->num_tokens;
+    float *zeros = calloc(rows * p.num_q_heads * p.head_dim + 1, 4);
+    float *out = calloc(rows * p.num_q_heads * p.head_dim + 1, 4);
+    assert_non_null(zeros);
+    assert_non_null(out);
+    pkv_tensor q = {sizeof q, PKV_TENSOR_F32, PKV_MEMORY_HOST,
+                    (uint32_t)rows, p.num_q_heads, p.head_dim, zeros, 0};
+    pkv_tensor kv = q, o = q;
+    kv.heads = p.num_kv_heads;
+    o.data = out;
+    for (uint32_t l = 0; l < p.num_layers; l++)
+        assert_int_equal(pkv_engine_attend(e, l, &q, &kv, &kv, &o), PKV_OK);
+    int32_t sampled[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    assert_true(b->num_samples <= 8);
+    assert_int_equal(
+        pkv_engine_step_end(e, b->num_samples ? sampled : NULL, NULL,
+                            b->num_samples),
+        PKV_OK);
+    free(zeros);
+    free(out);
+}
+
+/* user_data comes back with the sequence in every batch, a fork inherits
+ * it, and a caller built against 0.1.0 (no user_data) still adds
+ * sequences, which then carry NULL. */
+static void test_user_data_and_older_seq_params(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    p.backend = PKV_BACKEND_CPU;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    int32_t prompt[5] = {1, 2, 3, 4, 5};
+    int host_a = 0, host_b = 0;
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = 5;
+    sp.max_new_tokens = 3;
+    sp.user_data = &host_a;
+    pkv_seq_id a, b, old, child;
+    assert_int_equal(pkv_seq_add(e, &sp, &a), PKV_OK);
+    sp.user_data = &host_b;
+    assert_int_equal(pkv_seq_add(e, &sp, &b), PKV_OK);
+    seq_params_0_1_0 v0;
+    memset(&v0, 0, sizeof v0);
+    v0.struct_size = sizeof v0;
+    v0.prompt = prompt;
+    v0.prompt_len = 5;
+    v0.max_new_tokens = 3;
+    assert_true(sizeof v0 < sizeof(pkv_seq_params));
+    assert_int_equal(pkv_seq_add(e, (const pkv_seq_params *)(void *)&v0,
+                                 &old),
+                     PKV_OK);
+
+    const pkv_batch *batch;
+    assert_int_equal(pkv_engine_step_begin(e, &batch), PKV_OK);
+    assert_int_equal(batch->num_seqs, 3);
+    for (uint32_t i = 0; i < batch->num_seqs; i++) {
+        pkv_seq_id id = batch->seq_ids[i];
+        void *want = id == a ? (void *)&host_a
+                     : id == b ? (void *)&host_b
+                               : NULL;
+        assert_ptr_equal(batch->seq_user_data[i], want);
+    }
+    run_step(e, batch);
+    assert_int_equal(pkv_seq_fork(e, b, -1, &child), PKV_OK);
+    int children = 0, ends = 0;
+    for (int step = 0; step < 10 && pkv_engine_has_work(e); step++) {
+        assert_int_equal(pkv_engine_step_begin(e, &batch), PKV_OK);
+        for (uint32_t i = 0; i < batch->num_seqs; i++)
+            if (batch->seq_ids[i] == child) {
+                assert_ptr_equal(batch->seq_user_data[i], &host_b);
+                children++;
+            }
+        for (uint32_t i = 0; i < batch->num_finished; i++) {
+            pkv_seq_id id = batch->finished[i].id;
+            void *want = id == a ? (void *)&host_a
+                         : id == b || id == child ? (void *)&host_b
+                                                  : NULL;
+            assert_ptr_equal(batch->finished_user_data[i], want);
+            ends++;
+        }
+        run_step(e, batch);
+    }
+    assert_true(children > 0);
+    assert_int_equal(ends, 4);
+    pkv_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_stats_bad_input),
         cmocka_unit_test(test_allocator_is_used_and_balanced),
         cmocka_unit_test(test_log_callback),
+        cmocka_unit_test(test_user_data_and_older_seq_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -397,11 +397,15 @@ typedef struct pkv_seq_params {
     uint32_t tenant;       /* the block quota this sequence counts against */
     uint64_t cache_salt;   /* prefixes are shared only between sequences
                               with equal salts (isolate tenants) */
+    /* Appended after 0.1.0 (a caller built against 0.1.0 gets NULL). */
+    void *user_data; /* the host's pointer for this sequence, never read by
+                        pkv: echoed in every batch that lists the sequence
+                        (pkv_batch.seq_user_data, finished_user_data) */
 } pkv_seq_params;
 
 /*
  * Fill *params with defaults: struct_size set, no prompt, max_new_tokens 0,
- * priority 0, tenant 0, cache_salt 0.
+ * priority 0, tenant 0, cache_salt 0, user_data NULL.
  * Thread-safety: safe from any thread. Ownership: writes *params only.
  */
 PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *params);
@@ -436,8 +440,8 @@ PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
  * sampling, beam search). The child shares every block of the parent
  * (copy-on-write) and has the same tokens, except that its last, sampled
  * token, whose KV is not computed yet, is last_token (or the parent's when
- * last_token < 0). It inherits max_new_tokens, priority, tenant and salt,
- * and counts the parent's sampled tokens as its own.
+ * last_token < 0). It inherits max_new_tokens, priority, tenant, salt and
+ * user_data, and counts the parent's sampled tokens as its own.
  * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, or when the
  * parent has not sampled yet or max_num_seqs sequences are running;
  * PKV_ERR_NOT_FOUND, PKV_ERR_INVALID_ARGUMENT (token out of range),
@@ -516,6 +520,10 @@ typedef struct pkv_batch {
      * later (their generated tokens are kept). */
     uint32_t num_preempted;
     const pkv_seq_id *preempted;
+    /* Appended after 0.1.0: each sequence's pkv_seq_params.user_data,
+     * parallel to seq_ids and to finished. */
+    void *const *seq_user_data;      /* [num_seqs] */
+    void *const *finished_user_data; /* [num_finished] */
 } pkv_batch;
 
 /* Element type of an attend tensor. */

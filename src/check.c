@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: MIT */
+/* Debug-build invariant check of the engine (check.h). */
+#include "check.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *broken(char *buf, size_t size, const char *fmt, ...)
+    PKV__PRINTF(3, 4);
+
+static const char *broken(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(buf, size, fmt, args);
+    va_end(args);
+    return buf;
+}
+
+/* Walk a queue of the pool; 0 if it holds exactly `count` blocks, all in
+ * `state`, linked both ways. */
+static int queue_ok(const pkv__pool *p, const pkv__queue *q, uint32_t count,
+                    uint8_t state)
+{
+    uint32_t n = 0, prev = PKV__NO_BLOCK;
+    for (uint32_t b = q->head; b != PKV__NO_BLOCK; b = p->blocks[b].next) {
+        if (b >= p->num_blocks || n >= count || p->blocks[b].state != state ||
+            p->blocks[b].prev != prev)
+            return -1;
+        prev = b;
+        n++;
+    }
+    return n == count && q->tail == prev ? 0 : -1;
+}
+
+static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
+{
+    uint32_t by_state[4] = {0, 0, 0, 0};
+    uint64_t fills = 0;
+    for (uint32_t b = 0; b < p->num_blocks; b++) {
+        const pkv__block *k = &p->blocks[b];
+        int reserved = k->state == PKV__BLOCK_RESERVED;
+        if (reserved != (b == PKV__NULL_BLOCK) || k->state > PKV__BLOCK_USED)
+            return broken(buf, size, "block %u: state %u", (unsigned)b,
+                          (unsigned)k->state);
+        by_state[k->state]++;
+        if (k->state == PKV__BLOCK_USED) {
+            if (k->ref_count == 0)
+                return broken(buf, size, "block %u: used with no reference",
+                              (unsigned)b);
+            fills += k->fill;
+        } else if (!reserved && k->ref_count != 0) {
+            return broken(buf, size, "block %u: %u references but not used",
+                          (unsigned)b, (unsigned)k->ref_count);
+        }
+        if (k->state == PKV__BLOCK_FREE && k->cached)
+            return broken(buf, size, "block %u: free but cached",
+                          (unsigned)b);
+        if (k->state == PKV__BLOCK_CACHED_FREE && !k->cached)
+            return broken(buf, size, "block %u: cached-free, not cached",
+                          (unsigned)b);
+    }
+    if (by_state[PKV__BLOCK_FREE] != p->num_free ||
+        by_state[PKV__BLOCK_CACHED_FREE] != p->num_cached_free ||
+        by_state[PKV__BLOCK_USED] + 1 != p->num_used)
+        return broken(buf, size,
+                      "pool counts free %u, cached-free %u, used %u; blocks "
+                      "say %u, %u, %u",
+                      (unsigned)p->num_free, (unsigned)p->num_cached_free,
+                      (unsigned)p->num_used,
+                      (unsigned)by_state[PKV__BLOCK_FREE],
+                      (unsigned)by_state[PKV__BLOCK_CACHED_FREE],
+                      (unsigned)by_state[PKV__BLOCK_USED] + 1);
+    if (queue_ok(p, &p->free_queue, p->num_free, PKV__BLOCK_FREE) != 0)
+        return broken(buf, size, "free queue does not hold the %u free "
+                      "blocks", (unsigned)p->num_free);
+    if (queue_ok(p, &p->lru_queue, p->num_cached_free,
+                 PKV__BLOCK_CACHED_FREE) != 0)
+        return broken(buf, size, "LRU queue does not hold the %u cached-free "
+                      "blocks", (unsigned)p->num_cached_free);
+    if (fills != p->tokens_stored)
+        return broken(buf, size, "tokens_stored %llu, used blocks hold %llu",
+                      (unsigned long long)p->tokens_stored,
+                      (unsigned long long)fills);
+    return NULL;
+}
+
+/* A running sequence's table against its tokens and the pool; counts its
+ * references into refs. */
+static const char *check_table(const pkv_engine *e, const pkv__seq *s,
+                               uint32_t *refs, char *buf, size_t size)
+{
+    const pkv__table *t = &s->table;
+    uint32_t bs = e->pool.block_size;
+    if (t->num_blocks != (t->num_tokens + bs - 1) / bs)
+        return broken(buf, size, "seq %llu: %u blocks for %u tokens",
+                      (unsigned long long)s->id, (unsigned)t->num_blocks,
+                      (unsigned)t->num_tokens);
+    /* Slots cover exactly the computed tokens, plus the step's rows. */
+    uint32_t covered = s->num_computed + (e->in_step ? s->scheduled : 0);
+    if (t->num_tokens != covered || covered > s->num_tokens)
+        return broken(buf, size,
+                      "seq %llu: slots for %u tokens, computed %u (+%u "
+                      "scheduled), tokens %u",
+                      (unsigned long long)s->id, (unsigned)t->num_tokens,
+                      (unsigned)s->num_computed,
+                      (unsigned)(e->in_step ? s->scheduled : 0),
+                      (unsigned)s->num_tokens);
+    for (uint32_t i = 0; i < t->num_blocks; i++) {
+        uint32_t b = t->blocks[i];
+        if (b == PKV__NULL_BLOCK || b >= e->pool.num_blocks)
+            return broken(buf, size, "seq %llu: block %u is %u",
+                          (unsigned long long)s->id, (unsigned)i,
+                          (unsigned)b);
+        uint32_t want = t->num_tokens - i * bs < bs ? t->num_tokens - i * bs
+                                                    : bs;
+        if (e->pool.blocks[b].fill != want)
+            return broken(buf, size, "seq %llu: block %u (%u) holds %u "
+                          "tokens, the table says %u",
+                          (unsigned long long)s->id, (unsigned)i,
+                          (unsigned)b, (unsigned)e->pool.blocks[b].fill,
+                          (unsigned)want);
+        refs[b]++;
+    }
+    return NULL;
+}
+
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (const pkv__seq *const *)a;
+    uintptr_t y = (uintptr_t) * (const pkv__seq *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
+                              const pkv__seq **all, char *buf, size_t size)
+{
+    const pkv__seq_list *lists[] = {&e->waiting, &e->running, &e->swapped,
+                                    &e->ended};
+    const int32_t states[] = {PKV__SEQ_WAITING, PKV__SEQ_RUNNING,
+                              PKV__SEQ_SWAPPED, PKV__SEQ_FINISHED};
+    size_t n = 0;
+    uint64_t swap = 0;
+    uint32_t stages_held = 0;
+    int u8 = e->params.kv_dtype == PKV_KV_U8;
+    for (size_t l = 0; l < 4; l++) {
+        for (uint32_t i = 0; i < lists[l]->count; i++) {
+            const pkv__seq *s = lists[l]->items[i];
+            all[n++] = s;
+            if (s->num_tokens > s->token_capacity)
+                return broken(buf, size, "seq %llu: %u tokens, room for %zu",
+                              (unsigned long long)s->id,
+                              (unsigned)s->num_tokens, s->token_capacity);
+            if (s->state != states[l])
+                return broken(buf, size, "seq %llu: state %d in list %d",
+                              (unsigned long long)s->id, (int)s->state,
+                              (int)states[l]);
+            if (states[l] == PKV__SEQ_RUNNING) {
+                const char *why = check_table(e, s, refs, buf, size);
+                if (why != NULL)
+                    return why;
+                if (u8 != (s->stage != PKV__NO_STAGE))
+                    return broken(buf, size, "seq %llu: running with stage "
+                                  "%u", (unsigned long long)s->id,
+                                  (unsigned)s->stage);
+                stages_held += (uint32_t)u8;
+                continue;
+            }
+            if (s->table.num_blocks != 0 || s->stage != PKV__NO_STAGE)
+                return broken(buf, size, "seq %llu (state %d) holds %u "
+                              "blocks, stage %u",
+                              (unsigned long long)s->id, (int)s->state,
+                              (unsigned)s->table.num_blocks,
+                              (unsigned)s->stage);
+            if ((states[l] == PKV__SEQ_SWAPPED) != (s->swap_data != NULL))
+                return broken(buf, size, "seq %llu (state %d): swap data %p",
+                              (unsigned long long)s->id, (int)s->state,
+                              s->swap_data);
+            if (s->swap_data != NULL)
+                swap += s->swap_size;
+        }
+    }
+    if (swap != e->swap_used || swap > e->params.swap_bytes)
+        return broken(buf, size,
+                      "swap_used %llu, swapped sequences hold %llu, of %llu",
+                      (unsigned long long)e->swap_used,
+                      (unsigned long long)swap,
+                      (unsigned long long)e->params.swap_bytes);
+    if (e->running.count > e->params.max_num_seqs)
+        return broken(buf, size, "%u running, max_num_seqs %u",
+                      (unsigned)e->running.count,
+                      (unsigned)e->params.max_num_seqs);
+    qsort(all, n, sizeof *all, by_address);
+    for (size_t i = 1; i < n; i++)
+        if (all[i] == all[i - 1])
+            return broken(buf, size, "seq %llu is listed twice",
+                          (unsigned long long)all[i]->id);
+    if (u8 && stages_held + e->num_free_stages != e->params.max_num_seqs)
+        return broken(buf, size, "%u staging tails held, %u free, of %u",
+                      (unsigned)stages_held, (unsigned)e->num_free_stages,
+                      (unsigned)e->params.max_num_seqs);
+    return NULL;
+}
+
+const char *pkv__engine_check(const pkv_engine *e, char *buf, size_t size)
+{
+    const char *why = check_pool(&e->pool, buf, size);
+    if (why != NULL)
+        return why;
+    size_t seqs = (size_t)e->waiting.count + e->running.count +
+                  e->swapped.count + e->ended.count;
+    uint32_t *refs = calloc(e->pool.num_blocks, sizeof *refs);
+    const pkv__seq **all = calloc(seqs ? seqs : 1, sizeof *all);
+    if (refs != NULL && all != NULL) { /* else: not checked */
+        why = check_seqs(e, refs, all, buf, size);
+        for (uint32_t b = 1; why == NULL && b < e->pool.num_blocks; b++)
+            if (refs[b] != e->pool.blocks[b].ref_count)
+                why = broken(buf, size,
+                             "block %u: ref_count %u, held by %u tables",
+                             (unsigned)b,
+                             (unsigned)e->pool.blocks[b].ref_count,
+                             (unsigned)refs[b]);
+    }
+    free(refs);
+    free(all);
+    return why;
+}
+
+#ifndef NDEBUG
+void pkv__engine_check_or_abort(const pkv_engine *e, const char *where)
+{
+    char buf[256];
+    const char *why = pkv__engine_check(e, buf, sizeof buf);
+    if (why == NULL)
+        return;
+    fprintf(stderr, "pkv: engine invariant broken after %s: %s\n", where,
+            why);
+    abort();
+}
+#endif

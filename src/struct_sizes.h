@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The smallest struct_size each size-prefixed public struct accepts: its
+ * size in pkv 0.1.0, the first release, up to the end of its last field
+ * then (docs/abi.md). A program built against 0.1.0 passes at least this
+ * much; fields appended later keep their defaults for it, so code reads an
+ * appended field only from a copy made over the defaults (as the params
+ * are) or after checking that struct_size covers it. Never change these
+ * lines: append a field to the struct instead.
+ */
+#ifndef PKV_STRUCT_SIZES_H
+#define PKV_STRUCT_SIZES_H
+
+#include "pkv/pkv.h"
+
+#include <stddef.h>
+
+#define PKV__END_OF(type, field)                                              \
+    (offsetof(type, field) + sizeof(((type *)0)->field))
+
+#define PKV__ENGINE_PARAMS_MIN_SIZE PKV__END_OF(pkv_engine_params, opencl_queue)
+#define PKV__ENGINE_STATS_MIN_SIZE PKV__END_OF(pkv_engine_stats, seqs_finished)
+#define PKV__SEQ_PARAMS_MIN_SIZE PKV__END_OF(pkv_seq_params, cache_salt)
+#define PKV__TENSOR_MIN_SIZE PKV__END_OF(pkv_tensor, offset)
+
+#endif

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine's invariant check (src/check.h) holds on a live engine and
+ * names each kind of corruption. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "check.h"
+
+#include <string.h>
+
+/* The check's verdict must mention `what`. */
+static void expect_broken(const pkv_engine *e, const char *what)
+{
+    char buf[256];
+    const char *why = pkv__engine_check(e, buf, sizeof buf);
+    if (why == NULL || strstr(why, what) == NULL)
+        fail_msg("expected a broken invariant about \"%s\", got %s", what,
+                 why == NULL ? "none" : why);
+}
+
+static void test_check_names_corruption(void **state)
+{
+    (void)state;
+    pkv_engine_params p;
+    assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
+    p.backend = PKV_BACKEND_CPU;
+    p.num_layers = 1;
+    p.num_q_heads = 2;
+    p.num_kv_heads = 1;
+    p.head_dim = 8;
+    p.block_size = 16;
+    p.num_blocks = 16;
+    p.kv_dtype = PKV_KV_U8;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = i;
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = 40;
+    pkv_seq_id id;
+    assert_int_equal(pkv_seq_add(e, &sp, &id), PKV_OK);
+    const pkv_batch *b;
+    assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
+    assert_int_equal(b->num_tokens, 40);
+    char buf[256];
+    assert_null(pkv__engine_check(e, buf, sizeof buf));
+
+    pkv__seq *s = pkv__engine_find(e, id);
+    assert_non_null(s);
+    uint32_t blk = s->table.blocks[0];
+    e->pool.blocks[blk].ref_count++;
+    expect_broken(e, "ref_count");
+    e->pool.blocks[blk].ref_count--;
+
+    /* The pool's sum stays right: only the table sees the wrong fill. */
+    e->pool.blocks[s->table.blocks[2]].fill = 16;
+    e->pool.tokens_stored += 8;
+    expect_broken(e, "holds 16 tokens, the table says 8");
+    e->pool.blocks[s->table.blocks[2]].fill = 8;
+    e->pool.tokens_stored -= 8;
+
+    e->pool.tokens_stored++;
+    expect_broken(e, "tokens_stored");
+    e->pool.tokens_stored--;
+
+    e->pool.num_free--;
+    expect_broken(e, "pool counts");
+    e->pool.num_free++;
+
+    s->table.num_tokens--;
+    expect_broken(e, "slots for 39 tokens");
+    s->table.num_tokens++;
+
+    s->state = PKV__SEQ_WAITING;
+    expect_broken(e, "state");
+    s->state = PKV__SEQ_RUNNING;
+
+    e->num_free_stages--;
+    expect_broken(e, "staging tails");
+    e->num_free_stages++;
+
+    e->swap_used = 1;
+    expect_broken(e, "swap_used");
+    e->swap_used = 0;
+
+    assert_null(pkv__engine_check(e, buf, sizeof buf));
+    pkv_engine_destroy(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_check_names_corruption),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
