@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-bench scheduler: host time of one step (step_begin + step_end) at 1
  * to 1,024 running sequences, attention excluded: what pkv adds to a host's
- * step besides the kernels. CPU backend, a one-layer toy geometry. */
+ * step besides the kernels. CPU backend, a one-layer toy geometry; rows
+ * with 64 tenants under quotas and 10,000 waiting sequences show what
+ * the bookkeeping costs when the engine is full. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench.h"
 
@@ -27,9 +29,21 @@ static int compare_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median host microseconds per decode step with n running sequences. */
-static int measure(uint32_t n, double *median_us)
+/* One measured configuration: n running sequences, spread over `tenants`
+ * tenants (with a block quota each when tenants > 1), `waiting` more
+ * sequences queued behind max_num_seqs. Prompts share their first half,
+ * so admissions hit the prefix cache. */
+typedef struct sched_case {
+    uint32_t running;
+    uint32_t tenants;
+    uint32_t waiting;
+} sched_case;
+
+/* Median host microseconds per decode step of case c. */
+static int measure(const sched_case *c, double *median_us)
 {
+    uint32_t n = c->running;
+    uint32_t blocks_per_seq = (PROMPT_LEN + MEASURED_STEPS + 32) / 16 + 1;
     pkv_engine_params p;
     pkv_engine_params_init(&p);
     p.num_layers = 1;
@@ -38,9 +52,11 @@ static int measure(uint32_t n, double *median_us)
     p.head_dim = 4;
     p.kv_dtype = PKV_KV_F32;
     p.block_size = 16;
-    p.num_blocks = n * ((PROMPT_LEN + MEASURED_STEPS + 32) / 16 + 1) + 1;
+    p.num_blocks = n * blocks_per_seq + 1;
     p.max_num_seqs = n;
     p.max_batch_tokens = n * PROMPT_LEN;
+    if (c->tenants > 1) /* binding only if a tenant outgrew its share */
+        p.max_blocks_per_tenant = (n / c->tenants + 1) * blocks_per_seq;
     p.backend = PKV_BACKEND_CPU;
     pkv_engine *e;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
@@ -48,13 +64,14 @@ static int measure(uint32_t n, double *median_us)
         return 1;
     }
     int32_t prompt[PROMPT_LEN];
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n + c->waiting; i++) {
         for (uint32_t t = 0; t < PROMPT_LEN; t++)
-            prompt[t] = (int32_t)(i * 131 + t);
+            prompt[t] = (int32_t)(t < PROMPT_LEN / 2 ? t : i * 131 + t);
         pkv_seq_params sp;
         pkv_seq_params_init(&sp);
         sp.prompt = prompt;
         sp.prompt_len = PROMPT_LEN;
+        sp.tenant = i % c->tenants;
         pkv_seq_id id;
         if (pkv_seq_add(e, &sp, &id) != PKV_OK)
             return 1;
@@ -102,27 +119,37 @@ static int measure(uint32_t n, double *median_us)
 
 int bench_scheduler(const bench_options *opt)
 {
-    static const uint32_t full[] = {1, 4, 16, 64, 256, 1024};
-    static const uint32_t quick[] = {1, 256};
-    const uint32_t *sizes = opt->quick ? quick : full;
-    size_t count = opt->quick ? 2 : 6;
+    /* A tenant each, nothing waiting; then issue 11's loaded rows: 64
+     * tenants with quotas and 10,000 sequences waiting. */
+    static const sched_case full[] = {
+        {1, 1, 0},       {4, 1, 0},         {16, 1, 0},
+        {64, 1, 0},      {256, 1, 0},       {1024, 1, 0},
+        {256, 64, 10000}, {1024, 64, 10000}};
+    static const sched_case quick[] = {{1, 1, 0}, {256, 1, 0},
+                                       {256, 64, 10000}};
+    const sched_case *cases = opt->quick ? quick : full;
+    size_t count = opt->quick ? 3 : 8;
     printf("scheduler: host time of step_begin + step_end per decode step "
            "(median of %d), attention excluded\n",
            MEASURED_STEPS);
-    printf("%9s %12s %14s\n", "running", "us/step", "us/seq/step");
+    printf("%9s %8s %8s %12s %14s\n", "running", "tenants", "waiting",
+           "us/step", "us/seq/step");
     FILE *plot = bench_plot_open(opt, "scheduler");
     for (size_t i = 0; i < count; i++) {
+        const sched_case *c = &cases[i];
         double us;
-        if (measure(sizes[i], &us) != 0)
+        if (measure(c, &us) != 0)
             return 1;
-        printf("%9u %12.1f %14.3f\n", sizes[i], us, us / sizes[i]);
-        if (plot != NULL)
-            fprintf(plot, "%u %.3f\n", sizes[i], us);
+        printf("%9u %8u %8u %12.1f %14.3f\n", c->running, c->tenants,
+               c->waiting, us, us / c->running);
+        if (plot != NULL && c->tenants == 1)
+            fprintf(plot, "%u %.3f\n", c->running, us);
         if (opt->json)
             fprintf(opt->json,
                     "{\"bench\":\"scheduler\",\"running\":%u,"
+                    "\"tenants\":%u,\"waiting\":%u,"
                     "\"us_per_step\":%.2f}\n",
-                    sizes[i], us);
+                    c->running, c->tenants, c->waiting, us);
     }
     bench_plot_close(opt, plot, "scheduler",
                      "set logscale xy\n"

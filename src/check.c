@@ -133,6 +133,42 @@ static int by_address(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int by_tenant(const void *a, const void *b)
+{
+    uint32_t x = (*(const pkv__seq *const *)a)->tenant;
+    uint32_t y = (*(const pkv__seq *const *)b)->tenant;
+    return x < y ? -1 : x > y;
+}
+
+/* The tenant map against a recount over the running sequences (sorted by
+ * tenant in place), the only ones with blocks. */
+static const char *check_tenants(const pkv_engine *e, const pkv__seq **run,
+                                 uint32_t n, char *buf, size_t size)
+{
+    qsort(run, n, sizeof *run, by_tenant);
+    uint32_t tenants = 0;
+    for (uint32_t i = 0; i < n;) {
+        uint32_t t = run[i]->tenant;
+        uint64_t sum = 0;
+        for (; i < n && run[i]->tenant == t; i++)
+            sum += run[i]->table.num_blocks;
+        if (pkv__tenant_blocks(&e->tenants, t) != sum)
+            return broken(buf, size, "tenant %u: counted %llu blocks, holds "
+                          "%llu", (unsigned)t,
+                          (unsigned long long)pkv__tenant_blocks(&e->tenants,
+                                                                 t),
+                          (unsigned long long)sum);
+        tenants += sum != 0;
+    }
+    uint32_t entries = 0;
+    for (uint32_t i = 0; i <= e->tenants.mask; i++)
+        entries += e->tenants.blocks[i] != 0;
+    if (entries != tenants)
+        return broken(buf, size, "tenant map holds %u tenants, %u hold "
+                      "blocks", (unsigned)entries, (unsigned)tenants);
+    return NULL;
+}
+
 static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                               const pkv__seq **all, char *buf, size_t size)
 {
@@ -148,6 +184,11 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
         for (uint32_t i = 0; i < lists[l]->count; i++) {
             const pkv__seq *s = lists[l]->items[i];
             all[n++] = s;
+            if (s->num_tokens > e->longest_tokens)
+                return broken(buf, size, "seq %llu: %u tokens, longest_tokens "
+                              "%u", (unsigned long long)s->id,
+                              (unsigned)s->num_tokens,
+                              (unsigned)e->longest_tokens);
             if (s->num_tokens > s->token_capacity)
                 return broken(buf, size, "seq %llu: %u tokens, room for %zu",
                               (unsigned long long)s->id,
@@ -191,6 +232,11 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
         return broken(buf, size, "%u running, max_num_seqs %u",
                       (unsigned)e->running.count,
                       (unsigned)e->params.max_num_seqs);
+    /* running's pointers come first in `all` after waiting's. */
+    const char *why = check_tenants(e, all + e->waiting.count,
+                                    e->running.count, buf, size);
+    if (why != NULL)
+        return why;
     qsort(all, n, sizeof *all, by_address);
     for (size_t i = 1; i < n; i++)
         if (all[i] == all[i - 1])

@@ -9,9 +9,11 @@
  *   - pool: every block in exactly one state; free and cached-free queues
  *     as long as their counts; used count; tokens_stored = sum of fills;
  *   - each block's ref_count equals the number of tables that hold it;
+ *   - each tenant's block count equals a recount over its sequences;
  *   - tables: blocks_for(num_tokens) blocks, every full block filled,
  *     the last one holding the rest; slots for exactly the computed
- *     tokens plus the current step's rows; tokens within their array;
+ *     tokens plus the current step's rows; tokens within their array and
+ *     within longest_tokens;
  *   - lists: a sequence's state matches its list, no sequence twice;
  *     waiting, swapped and ended sequences hold no blocks; swapped ones
  *     hold swap data, and swap_used is its sum (within swap_bytes); at

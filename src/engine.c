@@ -341,6 +341,7 @@ static void engine_free(pkv_engine *e)
     if (e->ops != NULL)
         e->ops->destroy(e->backend);
     free_step_arrays(e);
+    pkv__tenant_map_release(&e->tenants, &e->alloc);
     if (e->prefix.pool != NULL)
         pkv__prefix_release(&e->prefix);
     if (e->pool.blocks != NULL)
@@ -420,6 +421,10 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (st == PKV_OK) {
         what = "step arrays";
         st = alloc_step_arrays(e);
+    }
+    if (st == PKV_OK) {
+        what = "tenant map";
+        st = pkv__tenant_map_init(&e->tenants, &alloc, p.max_num_seqs);
     }
     if (st == PKV_OK) {
         what = "backend";

@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "error.h"
 #include "inbox.h"
+#include "tenant.h"
 
 /* A device operation decided by the scheduler, run in order before the
  * step's first layer. */
@@ -38,7 +39,10 @@ struct pkv_engine {
     pkv__seq_list running;
     pkv__seq_list swapped;
     pkv__seq_list ended;
+    pkv__tenant_map tenants; /* blocks held per tenant */
     uint32_t watermark_blocks;
+    uint32_t longest_tokens; /* most tokens any sequence ever held: sizes
+                                the step arrays without a scan */
     uint64_t admissions;
     uint64_t swap_used; /* host bytes held by swapped sequences */
     uint32_t *free_stages; /* U8 staging tails not in use */

@@ -123,10 +123,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
                                 (int)last_token);
     uint32_t quota = e->params.max_blocks_per_tenant;
     if (quota != 0) {
-        uint64_t used = 0;
-        for (uint32_t i = 0; i < e->running.count; i++)
-            if (e->running.items[i]->tenant == parent->tenant)
-                used += e->running.items[i]->table.num_blocks;
+        uint64_t used = pkv__tenant_blocks(&e->tenants, parent->tenant);
         if (used + parent->table.num_blocks > quota)
             return pkv__engine_fail(e, PKV_ERR_QUOTA,
                                     "tenant %u holds %llu of %u blocks",
@@ -173,6 +170,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->tenant = parent->tenant;
     child->salt = parent->salt;
     child->user_data = parent->user_data;
+    pkv__tenant_add(&e->tenants, child->tenant, child->table.num_blocks);
     if (last_token >= 0)
         child->tokens[child->num_tokens - 1] = last_token;
     pkv__inbox_issue(&e->inbox, child);

@@ -43,6 +43,8 @@ void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
     if (at != UINT32_MAX)
         pkv__seq_list_remove_at(list, at);
     pkv__engine_release_stage(e, seq);
+    pkv__tenant_add(&e->tenants, seq->tenant,
+                    -(int64_t)seq->table.num_blocks);
     pkv__table_release(&seq->table, &e->pool);
     pkv__prefix_chain_release(&seq->chain, &e->pool);
     if (seq->swap_data != NULL) {
@@ -104,6 +106,8 @@ static pkv_status drain_inbox(pkv_engine *e)
         adds = s->inbox_next;
         s->inbox_next = NULL;
         s->state = PKV__SEQ_WAITING;
+        if (s->num_tokens > e->longest_tokens)
+            e->longest_tokens = s->num_tokens;
         pkv__sched_enqueue(e, &e->waiting, s);
     }
     for (uint32_t i = 0; i < num_aborts; i++) {
@@ -119,14 +123,7 @@ static pkv_status drain_inbox(pkv_engine *e)
 static pkv_status reserve_step(pkv_engine *e)
 {
     uint32_t bs = e->pool.block_size;
-    uint32_t longest = 0;
-    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
-    for (size_t l = 0; l < 3; l++)
-        for (uint32_t i = 0; i < lists[l]->count; i++) {
-            pkv__seq *s = lists[l]->items[i];
-            if (s->num_tokens > longest)
-                longest = s->num_tokens;
-        }
+    uint32_t longest = e->longest_tokens;
     uint32_t live = e->running.count + e->waiting.count + e->swapped.count;
     uint32_t seqs = live < e->params.max_num_seqs ? live
                                                   : e->params.max_num_seqs;
@@ -302,17 +299,18 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
         st = reserve_step(e);
     if (st != PKV_OK)
         return pkv__engine_fail(e, st, "step arrays");
-    /* Room for the token each sequence may sample at step_end. */
-    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
-    for (size_t l = 0; l < 3; l++)
-        for (uint32_t i = 0; i < lists[l]->count;) {
-            pkv__seq *s = lists[l]->items[i];
-            if (pkv__seq_reserve_tokens(s, &e->alloc) == PKV_OK) {
-                i++;
-                continue;
-            }
-            pkv__engine_end(e, s, PKV_FINISH_FAILED, PKV_ERR_OUT_OF_MEMORY);
+    /* Room for the token each sequence may sample at step_end. Only the
+     * running ones can lack it: a new sequence gets room with its prompt,
+     * and one leaves running only by a preemption in the plan, after this
+     * loop gave it room and before it could sample again. */
+    for (uint32_t i = 0; i < e->running.count;) {
+        pkv__seq *s = e->running.items[i];
+        if (pkv__seq_reserve_tokens(s, &e->alloc) == PKV_OK) {
+            i++;
+            continue;
         }
+        pkv__engine_end(e, s, PKV_FINISH_FAILED, PKV_ERR_OUT_OF_MEMORY);
+    }
 
     uint32_t num_seqs = 0;
     pkv__sched_plan(e, &num_seqs);
@@ -594,6 +592,8 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         if (!samples_here)
             continue;
         s->tokens[s->num_tokens++] = sampled[sample];
+        if (s->num_tokens > e->longest_tokens)
+            e->longest_tokens = s->num_tokens;
         s->num_generated++;
         s->protect = 0;
         if (stop != NULL && stop[sample])

@@ -55,11 +55,14 @@ void pkv__sched_enqueue(const pkv_engine *e, pkv__seq_list *list,
 
 static uint64_t tenant_blocks(const pkv_engine *e, uint32_t tenant)
 {
-    uint64_t n = 0;
-    for (uint32_t i = 0; i < e->running.count; i++)
-        if (e->running.items[i]->tenant == tenant)
-            n += e->running.items[i]->table.num_blocks;
-    return n;
+    return pkv__tenant_blocks(&e->tenants, tenant);
+}
+
+/* Count the blocks seq's table gained since it held `before`. */
+static void count_blocks(pkv_engine *e, const pkv__seq *seq, uint32_t before)
+{
+    pkv__tenant_add(&e->tenants, seq->tenant,
+                    (int64_t)seq->table.num_blocks - (int64_t)before);
 }
 
 static void push_action(pkv_engine *e, int32_t kind, pkv__seq *seq,
@@ -131,6 +134,8 @@ static void preempt(pkv_engine *e, uint32_t index, uint32_t *num_preempted)
     /* The tail and blocks may be handed to others this step: their new
      * owners write them only after the actions, swap-outs first, ran. */
     pkv__engine_release_stage(e, seq);
+    pkv__tenant_add(&e->tenants, seq->tenant,
+                    -(int64_t)seq->table.num_blocks);
     pkv__table_release(&seq->table, &e->pool);
     pkv__prefix_chain_release(&seq->chain, &e->pool);
     if (swapped) {
@@ -178,7 +183,9 @@ static void schedule(pkv_engine *e, pkv__seq *seq, uint32_t rows,
 static pkv_status grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 {
     pkv__block_copy copy;
+    uint32_t before = seq->table.num_blocks;
     pkv_status st = pkv__table_append(&seq->table, &e->pool, rows, &copy);
+    count_blocks(e, seq, before);
     if (st == PKV_OK && copy.dst != PKV__NULL_BLOCK &&
         e->params.kv_dtype != PKV_KV_U8)
         push_action(e, PKV__ACTION_COPY_BLOCK, seq, copy);
@@ -273,6 +280,7 @@ static int plan_swap_in(pkv_engine *e, uint32_t index, uint32_t *budget,
     pkv__block_copy copy;
     pkv_status st = pkv__table_append(&seq->table, &e->pool,
                                       seq->num_computed, &copy);
+    count_blocks(e, seq, 0);
     if (st == PKV_OK)
         st = grow(e, seq, rows);
     pkv__seq_list_remove_at(&e->swapped, index);
@@ -333,6 +341,7 @@ static int plan_admit(pkv_engine *e, uint32_t index, uint32_t *budget,
         for (uint32_t h = 0; h < hits; h++)
             e->hit_blocks[h] = e->links[h].block;
         st = pkv__table_adopt(&seq->table, &e->pool, e->hit_blocks, hits);
+        count_blocks(e, seq, 0);
         if (st == PKV_OK)
             st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, e->links,
                                          hits);

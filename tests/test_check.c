@@ -89,6 +89,13 @@ static void test_check_names_corruption(void **state)
     expect_broken(e, "swap_used");
     e->swap_used = 0;
 
+    pkv__tenant_add(&e->tenants, s->tenant, 1);
+    expect_broken(e, "counted 4 blocks, holds 3");
+    pkv__tenant_add(&e->tenants, s->tenant, -1);
+    pkv__tenant_add(&e->tenants, 77, 2);
+    expect_broken(e, "tenant map holds 2 tenants, 1 hold");
+    pkv__tenant_add(&e->tenants, 77, -2);
+
     assert_null(pkv__engine_check(e, buf, sizeof buf));
     pkv_engine_destroy(e);
 }
