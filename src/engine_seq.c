@@ -211,6 +211,5 @@ int pkv_engine_has_work(const pkv_engine *e)
 {
     if (e == NULL)
         return 0;
-    /* The inbox lock is the engine's only mutable shared state. */
-    return pkv__inbox_live_count((pkv__inbox *)&e->inbox) > 0;
+    return pkv__inbox_live_count(&e->inbox) > 0;
 }

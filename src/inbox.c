@@ -3,11 +3,17 @@
 
 #include <string.h>
 
-pkv_status pkv__inbox_init(pkv__inbox *inbox)
+pkv_status pkv__inbox_init(pkv__inbox *inbox, const pkv__allocator *alloc)
 {
     memset(inbox, 0, sizeof *inbox);
-    if (pkv__lock_init(&inbox->lock) != 0)
+    inbox->lock = pkv__calloc(alloc, 1, sizeof *inbox->lock);
+    if (inbox->lock == NULL)
         return PKV_ERR_OUT_OF_MEMORY;
+    if (pkv__lock_init(inbox->lock) != 0) {
+        pkv__free(alloc, inbox->lock, 1, sizeof *inbox->lock);
+        inbox->lock = NULL;
+        return PKV_ERR_OUT_OF_MEMORY;
+    }
     return PKV_OK;
 }
 
@@ -21,13 +27,16 @@ void pkv__inbox_release(pkv__inbox *inbox, const pkv__allocator *alloc)
     }
     pkv__free(alloc, inbox->aborts, inbox->abort_capacity,
               sizeof *inbox->aborts);
-    pkv__lock_destroy(&inbox->lock);
+    if (inbox->lock != NULL) {
+        pkv__lock_destroy(inbox->lock);
+        pkv__free(alloc, inbox->lock, 1, sizeof *inbox->lock);
+    }
     memset(inbox, 0, sizeof *inbox);
 }
 
 pkv_seq_id pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
 {
-    pkv__lock_take(&inbox->lock);
+    pkv__lock_take(inbox->lock);
     pkv_seq_id id = ++inbox->last_id;
     seq->id = id;
     seq->arrival = ++inbox->arrivals;
@@ -39,7 +48,7 @@ pkv_seq_id pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
         inbox->adds_head = seq;
     inbox->adds_tail = seq;
     inbox->live++;
-    pkv__lock_give(&inbox->lock);
+    pkv__lock_give(inbox->lock);
     return id;
 }
 
@@ -47,7 +56,7 @@ pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,
                             pkv_seq_id id)
 {
     pkv_status st = PKV_OK;
-    pkv__lock_take(&inbox->lock);
+    pkv__lock_take(inbox->lock);
     if (id == 0 || id > inbox->last_id) {
         st = PKV_ERR_NOT_FOUND;
     } else {
@@ -60,7 +69,7 @@ pkv_status pkv__inbox_abort(pkv__inbox *inbox, const pkv__allocator *alloc,
             inbox->aborts[inbox->num_aborts++] = id;
         }
     }
-    pkv__lock_give(&inbox->lock);
+    pkv__lock_give(inbox->lock);
     return st;
 }
 
@@ -68,9 +77,9 @@ int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
                     pkv_seq_id **aborts, uint32_t *num_aborts,
                     size_t *abort_capacity)
 {
-    pkv__lock_take(&inbox->lock);
+    pkv__lock_take(inbox->lock);
     if (inbox->live > max_live) {
-        pkv__lock_give(&inbox->lock);
+        pkv__lock_give(inbox->lock);
         return 0;
     }
     *adds = inbox->adds_head;
@@ -82,30 +91,30 @@ int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
     inbox->aborts = NULL;
     inbox->num_aborts = 0;
     inbox->abort_capacity = 0;
-    pkv__lock_give(&inbox->lock);
+    pkv__lock_give(inbox->lock);
     return 1;
 }
 
 void pkv__inbox_issue(pkv__inbox *inbox, pkv__seq *seq)
 {
-    pkv__lock_take(&inbox->lock);
+    pkv__lock_take(inbox->lock);
     seq->id = ++inbox->last_id;
     seq->arrival = ++inbox->arrivals;
     inbox->live++;
-    pkv__lock_give(&inbox->lock);
+    pkv__lock_give(inbox->lock);
 }
 
 void pkv__inbox_retire(pkv__inbox *inbox, uint64_t n)
 {
-    pkv__lock_take(&inbox->lock);
+    pkv__lock_take(inbox->lock);
     inbox->live -= n;
-    pkv__lock_give(&inbox->lock);
+    pkv__lock_give(inbox->lock);
 }
 
-uint64_t pkv__inbox_live_count(pkv__inbox *inbox)
+uint64_t pkv__inbox_live_count(const pkv__inbox *inbox)
 {
-    pkv__lock_take(&inbox->lock);
+    pkv__lock_take(inbox->lock);
     uint64_t live = inbox->live;
-    pkv__lock_give(&inbox->lock);
+    pkv__lock_give(inbox->lock);
     return live;
 }

@@ -9,7 +9,9 @@
 #include "seq.h"
 
 typedef struct pkv__inbox {
-    pkv__lock lock;
+    /* Behind a pointer, so that a reader of a const engine (has_work) can
+     * take it. */
+    pkv__lock *lock;
     pkv__seq *adds_head;
     pkv__seq *adds_tail;
     pkv_seq_id *aborts;
@@ -20,8 +22,8 @@ typedef struct pkv__inbox {
     uint64_t live;       /* added and not yet reported as ended */
 } pkv__inbox;
 
-pkv_status pkv__inbox_init(pkv__inbox *inbox);
-/* Frees queued sequences too. */
+pkv_status pkv__inbox_init(pkv__inbox *inbox, const pkv__allocator *alloc);
+/* Frees queued sequences too. Safe after a failed init. */
 void pkv__inbox_release(pkv__inbox *inbox, const pkv__allocator *alloc);
 
 /* Give seq an id and arrival and queue it; returns the id. Thread-safe.
@@ -42,7 +44,7 @@ int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
                     size_t *abort_capacity);
 
 /* Sequences live now (added and not yet reported as ended). Thread-safe. */
-uint64_t pkv__inbox_live_count(pkv__inbox *inbox);
+uint64_t pkv__inbox_live_count(const pkv__inbox *inbox);
 
 /* An id and arrival for a sequence created on the stepping thread (fork). */
 void pkv__inbox_issue(pkv__inbox *inbox, pkv__seq *seq);

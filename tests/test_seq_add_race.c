@@ -69,7 +69,7 @@ int pthread_mutex_unlock(pthread_mutex_t *m)
     if (real_unlock == NULL)
         find_real_unlock();
     int st = real_unlock(m);
-    if (armed && engine != NULL && m == &engine->inbox.lock &&
+    if (armed && engine != NULL && m == engine->inbox.lock &&
         engine->inbox.adds_head != NULL) {
         armed = 0;
         step_now();
