@@ -117,7 +117,8 @@ pkv_status pkv__cl_fail(cl_int err, const char *call)
 
 /* pkv's own contexts and programs, one per (device, build key), shared by
  * every engine of the process and kept until it exits: building a program
- * takes seconds on some drivers, creating an engine should not. */
+ * takes seconds on some drivers, creating an engine should not. shared_lock
+ * guards the table, never a build. */
 typedef struct shared_program {
     cl_device_id device;
     uint64_t key;
@@ -536,6 +537,26 @@ static pkv_status build_program(pkv__cl_target *t, const char *cache_dir,
  * pkv owns the context (own), programs are shared process-wide: the first
  * one fixes the context (created here when t->context is NULL), later ones
  * are looked up in the same context. */
+/* Under shared_lock: the shared program for t's device and key (in t's
+ * context, or any when t has none yet, which t then adopts), retained into
+ * *out. Returns 1 if found. */
+static int find_shared(pkv__cl_target *t, uint64_t key, cl_program *out)
+{
+    for (unsigned i = 0; i < num_shared; i++) {
+        if (shared[i].device != t->device || shared[i].key != key ||
+            (t->context != NULL && shared[i].context != t->context))
+            continue;
+        if (t->context == NULL) {
+            t->context = shared[i].context;
+            clRetainContext(t->context);
+        }
+        *out = shared[i].program;
+        clRetainProgram(*out);
+        return 1;
+    }
+    return 0;
+}
+
 static pkv_status get_program(pkv__cl_target *t, const char *const *names,
                               unsigned n, const char *extra,
                               const char *cache_dir, int own, cl_program *out)
@@ -558,20 +579,13 @@ static pkv_status get_program(pkv__cl_target *t, const char *const *names,
         pkv__free(&t->alloc, src, src_size, 1);
         return pkv__fail(PKV_ERR_INTERNAL, "program table lock");
     }
+    /* The lock guards the table only: a build can take seconds and must
+     * not hold up other engines. Two engines that miss at once both build;
+     * the second to finish keeps the first one's program. */
     pkv__lock_take(&shared_lock);
-    unsigned i = 0;
-    while (i < num_shared &&
-           (shared[i].device != t->device || shared[i].key != key ||
-            (t->context != NULL && shared[i].context != t->context)))
-        i++;
-    if (i < num_shared) {
-        if (t->context == NULL) {
-            t->context = shared[i].context;
-            clRetainContext(t->context);
-        }
-        *out = shared[i].program;
-        clRetainProgram(*out);
-    } else {
+    int hit = find_shared(t, key, out);
+    pkv__lock_give(&shared_lock);
+    if (!hit) {
         cl_int err = CL_SUCCESS;
         if (t->context == NULL) {
             t->context =
@@ -584,17 +598,23 @@ static pkv_status get_program(pkv__cl_target *t, const char *const *names,
         if (st == PKV_OK)
             st = build_program(t, cache_dir, src, src_size, options, key,
                                out);
-        if (st == PKV_OK && num_shared < MAX_SHARED) {
-            shared_program *s = &shared[num_shared++];
-            s->device = t->device;
-            s->key = key;
-            s->context = t->context;
-            s->program = *out;
-            clRetainContext(s->context);
-            clRetainProgram(s->program);
+        if (st == PKV_OK) {
+            cl_program built = *out;
+            pkv__lock_take(&shared_lock);
+            if (find_shared(t, key, out)) {
+                clReleaseProgram(built);
+            } else if (num_shared < MAX_SHARED) {
+                shared_program *s = &shared[num_shared++];
+                s->device = t->device;
+                s->key = key;
+                s->context = t->context;
+                s->program = built;
+                clRetainContext(s->context);
+                clRetainProgram(s->program);
+            }
+            pkv__lock_give(&shared_lock);
         }
     }
-    pkv__lock_give(&shared_lock);
     pkv__free(&t->alloc, src, src_size, 1);
     return st;
 }
