@@ -152,20 +152,17 @@ static const char *check_tenants(const pkv_engine *e, const pkv__seq **run,
         uint64_t sum = 0;
         for (; i < n && run[i]->tenant == t; i++)
             sum += run[i]->table.num_blocks;
-        if (pkv__tenant_blocks(&e->tenants, t) != sum)
+        uint64_t counted = pkv__engine_tenant_blocks(e, t);
+        if (counted != sum)
             return broken(buf, size, "tenant %u: counted %llu blocks, holds "
-                          "%llu", (unsigned)t,
-                          (unsigned long long)pkv__tenant_blocks(&e->tenants,
-                                                                 t),
+                          "%llu", (unsigned)t, (unsigned long long)counted,
                           (unsigned long long)sum);
         tenants += sum != 0;
     }
-    uint32_t entries = 0;
-    for (uint32_t i = 0; i <= e->tenants.mask; i++)
-        entries += e->tenants.blocks[i] != 0;
-    if (entries != tenants)
+    if (e->tenant_blocks.count != tenants)
         return broken(buf, size, "tenant map holds %u tenants, %u hold "
-                      "blocks", (unsigned)entries, (unsigned)tenants);
+                      "blocks", (unsigned)e->tenant_blocks.count,
+                      (unsigned)tenants);
     return NULL;
 }
 
@@ -184,6 +181,9 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
         for (uint32_t i = 0; i < lists[l]->count; i++) {
             const pkv__seq *s = lists[l]->items[i];
             all[n++] = s;
+            if (pkv__map_get(&e->seqs_by_id, s->id) != (uintptr_t)s)
+                return broken(buf, size, "seq %llu: not in the id map",
+                              (unsigned long long)s->id);
             if (s->num_tokens > e->longest_tokens)
                 return broken(buf, size, "seq %llu: %u tokens, longest_tokens "
                               "%u", (unsigned long long)s->id,
@@ -222,6 +222,9 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                 swap += s->swap_size;
         }
     }
+    if (e->seqs_by_id.count != n)
+        return broken(buf, size, "id map holds %u sequences, the lists %zu",
+                      (unsigned)e->seqs_by_id.count, n);
     if (swap != e->swap_used || swap > e->params.swap_bytes)
         return broken(buf, size,
                       "swap_used %llu, swapped sequences hold %llu, of %llu",

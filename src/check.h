@@ -14,7 +14,8 @@
  *     the last one holding the rest; slots for exactly the computed
  *     tokens plus the current step's rows; tokens within their array and
  *     within longest_tokens;
- *   - lists: a sequence's state matches its list, no sequence twice;
+ *   - lists: a sequence's state matches its list, no sequence twice, the
+ *     id map holds exactly the listed sequences;
  *     waiting, swapped and ended sequences hold no blocks; swapped ones
  *     hold swap data, and swap_used is its sum (within swap_bytes); at
  *     most max_num_seqs running;

@@ -323,6 +323,17 @@ static pkv_status create_backend(pkv_engine *e)
     return e->ops->create(c, &e->alloc, &e->backend);
 }
 
+uint64_t pkv__engine_tenant_blocks(const pkv_engine *e, uint32_t tenant)
+{
+    return pkv__map_get(&e->tenant_blocks, tenant);
+}
+
+void pkv__engine_tenant_add(pkv_engine *e, uint32_t tenant, int64_t delta)
+{
+    uint64_t n = pkv__map_get(&e->tenant_blocks, tenant);
+    pkv__map_put(&e->tenant_blocks, tenant, (uint64_t)((int64_t)n + delta));
+}
+
 /* Release everything create may have made; fields not made are NULL. */
 static void engine_free(pkv_engine *e)
 {
@@ -341,7 +352,8 @@ static void engine_free(pkv_engine *e)
     if (e->ops != NULL)
         e->ops->destroy(e->backend);
     free_step_arrays(e);
-    pkv__tenant_map_release(&e->tenants, &e->alloc);
+    pkv__map_release(&e->tenant_blocks, &e->alloc);
+    pkv__map_release(&e->seqs_by_id, &e->alloc);
     if (e->prefix.pool != NULL)
         pkv__prefix_release(&e->prefix);
     if (e->pool.blocks != NULL)
@@ -424,7 +436,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     }
     if (st == PKV_OK) {
         what = "tenant map";
-        st = pkv__tenant_map_init(&e->tenants, &alloc, p.max_num_seqs);
+        st = pkv__map_reserve(&e->tenant_blocks, &alloc, p.max_num_seqs);
     }
     if (st == PKV_OK) {
         what = "backend";

@@ -6,7 +6,7 @@
 #include "backend.h"
 #include "error.h"
 #include "inbox.h"
-#include "tenant.h"
+#include "map.h"
 
 /* A device operation decided by the scheduler, run in order before the
  * step's first layer. */
@@ -39,7 +39,10 @@ struct pkv_engine {
     pkv__seq_list running;
     pkv__seq_list swapped;
     pkv__seq_list ended;
-    pkv__tenant_map tenants; /* blocks held per tenant */
+    pkv__map seqs_by_id;    /* id -> pkv__seq *, every sequence in the
+                               lists (reserved with them) */
+    pkv__map tenant_blocks; /* tenant -> blocks its tables hold, tenants
+                               with blocks only (at most max_num_seqs) */
     uint32_t watermark_blocks;
     uint32_t longest_tokens; /* most tokens any sequence ever held: sizes
                                 the step arrays without a scan */
@@ -98,7 +101,7 @@ void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
 /* Bytes of one block over all layers for validated params; 0 on overflow. */
 uint64_t pkv__block_bytes(const pkv_engine_params *params);
 
-/* The live sequence with this id, or NULL. */
+/* The live sequence with this id (ended ones excluded), or NULL. O(1). */
 pkv__seq *pkv__engine_find(const pkv_engine *engine, pkv_seq_id id);
 
 /* End a sequence (any state but queued): release its blocks, tail and swap
@@ -109,7 +112,13 @@ void pkv__engine_end(pkv_engine *engine, pkv__seq *seq, int32_t reason,
 /* Release a running sequence's staging tail (U8). */
 void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
 
-/* Give every sequence list room for `live` sequences. */
+/* Blocks the tenant's tables hold; change that count by delta (at every
+ * change to a table). */
+uint64_t pkv__engine_tenant_blocks(const pkv_engine *engine, uint32_t tenant);
+void pkv__engine_tenant_add(pkv_engine *engine, uint32_t tenant,
+                            int64_t delta);
+
+/* Give every sequence list, and the id map, room for `live` sequences. */
 pkv_status pkv__engine_reserve_lists(pkv_engine *engine, uint64_t live);
 
 /* Insert into a waiting or swapped list in policy order (sched.c). The

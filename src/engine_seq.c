@@ -123,7 +123,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
                                 (int)last_token);
     uint32_t quota = e->params.max_blocks_per_tenant;
     if (quota != 0) {
-        uint64_t used = pkv__tenant_blocks(&e->tenants, parent->tenant);
+        uint64_t used = pkv__engine_tenant_blocks(e, parent->tenant);
         if (used + parent->table.num_blocks > quota)
             return pkv__engine_fail(e, PKV_ERR_QUOTA,
                                     "tenant %u holds %llu of %u blocks",
@@ -170,10 +170,11 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->tenant = parent->tenant;
     child->salt = parent->salt;
     child->user_data = parent->user_data;
-    pkv__tenant_add(&e->tenants, child->tenant, child->table.num_blocks);
+    pkv__engine_tenant_add(e, child->tenant, child->table.num_blocks);
     if (last_token >= 0)
         child->tokens[child->num_tokens - 1] = last_token;
     pkv__inbox_issue(&e->inbox, child);
+    pkv__map_put(&e->seqs_by_id, child->id, (uint64_t)(uintptr_t)child);
     child->state = PKV__SEQ_RUNNING;
     child->admitted = ++e->admissions;
     pkv__seq_list_insert(&e->running, e->running.count, child);

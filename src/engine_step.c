@@ -17,12 +17,8 @@
 
 pkv__seq *pkv__engine_find(const pkv_engine *e, pkv_seq_id id)
 {
-    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
-    for (size_t l = 0; l < 3; l++)
-        for (uint32_t i = 0; i < lists[l]->count; i++)
-            if (lists[l]->items[i]->id == id)
-                return lists[l]->items[i];
-    return NULL;
+    pkv__seq *s = (pkv__seq *)(uintptr_t)pkv__map_get(&e->seqs_by_id, id);
+    return s != NULL && s->state != PKV__SEQ_FINISHED ? s : NULL;
 }
 
 void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
@@ -43,7 +39,7 @@ void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
     if (at != UINT32_MAX)
         pkv__seq_list_remove_at(list, at);
     pkv__engine_release_stage(e, seq);
-    pkv__tenant_add(&e->tenants, seq->tenant,
+    pkv__engine_tenant_add(e, seq->tenant,
                     -(int64_t)seq->table.num_blocks);
     pkv__table_release(&seq->table, &e->pool);
     pkv__prefix_chain_release(&seq->chain, &e->pool);
@@ -80,7 +76,7 @@ pkv_status pkv__engine_reserve_lists(pkv_engine *e, uint64_t live)
         if (st != PKV_OK)
             return st;
     }
-    return PKV_OK;
+    return pkv__map_reserve(&e->seqs_by_id, &e->alloc, live);
 }
 
 /* Move queued sequences into waiting and apply queued aborts. On failure
@@ -106,6 +102,7 @@ static pkv_status drain_inbox(pkv_engine *e)
         adds = s->inbox_next;
         s->inbox_next = NULL;
         s->state = PKV__SEQ_WAITING;
+        pkv__map_put(&e->seqs_by_id, s->id, (uint64_t)(uintptr_t)s);
         if (s->num_tokens > e->longest_tokens)
             e->longest_tokens = s->num_tokens;
         pkv__sched_enqueue(e, &e->waiting, s);
@@ -273,6 +270,7 @@ static void report_ended(pkv_engine *e)
         pkv__seq *s = e->ended.items[i];
         e->finished[i] = s->finish;
         e->finished_user_data[i] = s->user_data;
+        pkv__map_put(&e->seqs_by_id, s->id, 0);
         pkv__seq_free(s, &e->alloc);
     }
     e->ended.count = 0;

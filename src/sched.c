@@ -53,15 +53,10 @@ void pkv__sched_enqueue(const pkv_engine *e, pkv__seq_list *list,
     pkv__seq_list_insert(list, at, seq);
 }
 
-static uint64_t tenant_blocks(const pkv_engine *e, uint32_t tenant)
-{
-    return pkv__tenant_blocks(&e->tenants, tenant);
-}
-
 /* Count the blocks seq's table gained since it held `before`. */
 static void count_blocks(pkv_engine *e, const pkv__seq *seq, uint32_t before)
 {
-    pkv__tenant_add(&e->tenants, seq->tenant,
+    pkv__engine_tenant_add(e, seq->tenant,
                     (int64_t)seq->table.num_blocks - (int64_t)before);
 }
 
@@ -134,7 +129,7 @@ static void preempt(pkv_engine *e, uint32_t index, uint32_t *num_preempted)
     /* The tail and blocks may be handed to others this step: their new
      * owners write them only after the actions, swap-outs first, ran. */
     pkv__engine_release_stage(e, seq);
-    pkv__tenant_add(&e->tenants, seq->tenant,
+    pkv__engine_tenant_add(e, seq->tenant,
                     -(int64_t)seq->table.num_blocks);
     pkv__table_release(&seq->table, &e->pool);
     pkv__prefix_chain_release(&seq->chain, &e->pool);
@@ -210,7 +205,8 @@ static int plan_running(pkv_engine *e, uint32_t i, uint32_t *budget,
             return 0;
         }
         if (tenant_quota != 0 &&
-            tenant_blocks(e, seq->tenant) + grow_by > tenant_quota) {
+            pkv__engine_tenant_blocks(e, seq->tenant) + grow_by >
+                tenant_quota) {
             uint32_t v = pick_victim(e, i, 1, seq->tenant, i != 0);
             if (v != NONE) {
                 preempt(e, v, num_preempted);
@@ -271,8 +267,8 @@ static int plan_swap_in(pkv_engine *e, uint32_t index, uint32_t *budget,
                                                        : PKV_ERR_QUOTA);
         return 1;
     }
-    if (e->params.max_blocks_per_tenant != 0 &&
-        tenant_blocks(e, seq->tenant) + after > e->params.max_blocks_per_tenant)
+    if (tenant_quota != 0 &&
+        pkv__engine_tenant_blocks(e, seq->tenant) + after > tenant_quota)
         return 0;
     uint32_t watermark = e->running.count ? e->watermark_blocks : 0;
     if (after + watermark > pkv__pool_available(&e->pool))
@@ -327,8 +323,8 @@ static int plan_admit(pkv_engine *e, uint32_t index, uint32_t *budget,
     uint32_t rows = rows_wanted(e, seq, computed, *budget);
     uint32_t after = blocks_for(computed + (uint64_t)rows, bs);
     uint32_t need = after - hits + revived;
-    if (e->params.max_blocks_per_tenant != 0 &&
-        tenant_blocks(e, seq->tenant) + after > e->params.max_blocks_per_tenant)
+    if (tenant_quota != 0 &&
+        pkv__engine_tenant_blocks(e, seq->tenant) + after > tenant_quota)
         return 0;
     /* The watermark keeps blocks for running sequences to grow into; with
      * none running it would only stop the first admission forever. */

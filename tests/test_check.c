@@ -89,12 +89,16 @@ static void test_check_names_corruption(void **state)
     expect_broken(e, "swap_used");
     e->swap_used = 0;
 
-    pkv__tenant_add(&e->tenants, s->tenant, 1);
+    pkv__engine_tenant_add(e, s->tenant, 1);
     expect_broken(e, "counted 4 blocks, holds 3");
-    pkv__tenant_add(&e->tenants, s->tenant, -1);
-    pkv__tenant_add(&e->tenants, 77, 2);
+    pkv__engine_tenant_add(e, s->tenant, -1);
+    pkv__engine_tenant_add(e, 77, 2);
     expect_broken(e, "tenant map holds 2 tenants, 1 hold");
-    pkv__tenant_add(&e->tenants, 77, -2);
+    pkv__engine_tenant_add(e, 77, -2);
+
+    pkv__map_put(&e->seqs_by_id, 999, 1);
+    expect_broken(e, "id map holds 2 sequences, the lists 1");
+    pkv__map_put(&e->seqs_by_id, 999, 0);
 
     assert_null(pkv__engine_check(e, buf, sizeof buf));
     pkv_engine_destroy(e);
