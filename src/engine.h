@@ -109,6 +109,10 @@ pkv__seq *pkv__engine_find(const pkv_engine *engine, pkv_seq_id id);
 void pkv__engine_end(pkv_engine *engine, pkv__seq *seq, int32_t reason,
                      pkv_status status);
 
+/* Release a sequence's staging tail, blocks (counted off its tenant) and
+ * prefix chain. */
+void pkv__engine_drop_blocks(pkv_engine *engine, pkv__seq *seq);
+
 /* Release a running sequence's staging tail (U8). */
 void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
 

@@ -29,6 +29,14 @@ void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
     seq->stage = PKV__NO_STAGE;
 }
 
+void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
+{
+    pkv__engine_release_stage(e, seq);
+    pkv__engine_tenant_add(e, seq->tenant, -(int64_t)seq->table.num_blocks);
+    pkv__table_release(&seq->table, &e->pool);
+    pkv__prefix_chain_release(&seq->chain, &e->pool);
+}
+
 void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
                      pkv_status status)
 {
@@ -38,11 +46,7 @@ void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
     uint32_t at = pkv__seq_list_find(list, seq);
     if (at != UINT32_MAX)
         pkv__seq_list_remove_at(list, at);
-    pkv__engine_release_stage(e, seq);
-    pkv__engine_tenant_add(e, seq->tenant,
-                    -(int64_t)seq->table.num_blocks);
-    pkv__table_release(&seq->table, &e->pool);
-    pkv__prefix_chain_release(&seq->chain, &e->pool);
+    pkv__engine_drop_blocks(e, seq);
     if (seq->swap_data != NULL) {
         e->swap_used -= seq->swap_size;
         pkv__free(&e->alloc, seq->swap_data, seq->swap_size, 1);
@@ -160,8 +164,70 @@ static pkv_status reserve_step(pkv_engine *e)
     return PKV_OK;
 }
 
-/* Run the planner's device actions in order. */
-static pkv_status run_actions(pkv_engine *e)
+/* Take seq out of the step's plan (step_seqs[0 .. *num_seqs)). */
+static void unschedule(pkv_engine *e, pkv__seq *seq, uint32_t *num_seqs)
+{
+    for (uint32_t i = 0; i < *num_seqs; i++)
+        if (e->step_seqs[i] == seq) {
+            memmove(e->step_seqs + i, e->step_seqs + i + 1,
+                    (*num_seqs - i - 1) * sizeof *e->step_seqs);
+            (*num_seqs)--;
+            break;
+        }
+    seq->scheduled = 0;
+}
+
+static void list_remove(pkv__seq_list *list, const pkv__seq *seq)
+{
+    uint32_t at = pkv__seq_list_find(list, seq);
+    if (at != UINT32_MAX)
+        pkv__seq_list_remove_at(list, at);
+}
+
+/* A device action failed: undo what the plan did for its sequence, so
+ * that nothing is lost and the sequence runs again later.
+ *   swap-out: its blocks are gone but its tokens are not: recompute;
+ *   copy-on-write: its private block is garbage: recompute;
+ *   swap-in: its host copy is intact: back to the swapped list. */
+static void action_failed(pkv_engine *e, const pkv__action *a,
+                          uint32_t *num_seqs, pkv_status st)
+{
+    pkv__seq *s = a->seq;
+    pkv__engine_log(e, PKV_LOG_WARN,
+                    "seq %llu: device action %d failed (%s: %s); %s",
+                    (unsigned long long)s->id, (int)a->kind,
+                    pkv_status_name(st), pkv_last_error(),
+                    a->kind == PKV__ACTION_SWAP_IN ? "it stays swapped out"
+                                                   : "it will be recomputed");
+    if (a->kind == PKV__ACTION_SWAP_OUT) {
+        list_remove(&e->swapped, s);
+        e->swap_used -= s->swap_size;
+        pkv__free(&e->alloc, s->swap_data, s->swap_size, 1);
+        s->swap_data = NULL;
+        s->swap_size = 0;
+        e->totals.swap_outs--;
+    } else {
+        unschedule(e, s, num_seqs);
+        list_remove(&e->running, s);
+        pkv__engine_drop_blocks(e, s);
+        if (a->kind == PKV__ACTION_SWAP_IN) {
+            e->totals.swap_ins--;
+            s->state = PKV__SEQ_SWAPPED;
+            pkv__sched_enqueue(e, &e->swapped, s);
+            return;
+        }
+        e->preempted[e->batch.num_preempted++] = s->id;
+        e->totals.preemptions++;
+        s->num_preemptions++;
+    }
+    s->num_computed = 0;
+    s->state = PKV__SEQ_WAITING;
+    pkv__sched_enqueue(e, &e->waiting, s);
+}
+
+/* Run the planner's device actions in order. One that fails costs its
+ * sequence this step, never the step or the sequence's tokens. */
+static void run_actions(pkv_engine *e, uint32_t *num_seqs)
 {
     const pkv__backend_ops *ops = e->ops;
     for (uint32_t i = 0; i < e->num_actions; i++) {
@@ -192,19 +258,34 @@ static pkv_status run_actions(pkv_engine *e)
             if (st == PKV_OK && a->copy.dst != PKV__NO_STAGE)
                 st = ops->stage_in(e->backend, host + blocks_bytes,
                                    a->copy.dst);
-            e->swap_used -= s->swap_size;
-            pkv__free(&e->alloc, s->swap_data, s->swap_size, 1);
-            s->swap_data = NULL;
-            s->swap_size = 0;
+            if (st == PKV_OK) {
+                e->swap_used -= s->swap_size;
+                pkv__free(&e->alloc, s->swap_data, s->swap_size, 1);
+                s->swap_data = NULL;
+                s->swap_size = 0;
+            }
             break;
         default:
             st = PKV_ERR_INTERNAL;
         }
         if (st != PKV_OK)
-            return pkv__engine_fail(e, st, "device action %u failed: %s",
-                                    (unsigned)a->kind, pkv_last_error());
+            action_failed(e, a, num_seqs, st);
     }
-    return PKV_OK;
+}
+
+/* The backend refused the step: give back the slots the plan gave the
+ * step's rows, as if it had scheduled none. What the actions did (swaps,
+ * copies) stands: it left every sequence consistent. */
+static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
+{
+    for (uint32_t i = 0; i < num_seqs; i++) {
+        pkv__seq *s = e->step_seqs[i];
+        uint32_t before = s->table.num_blocks;
+        pkv__table_truncate(&s->table, &e->pool, s->num_computed);
+        pkv__engine_tenant_add(e, s->tenant,
+                               (int64_t)s->table.num_blocks - before);
+        s->scheduled = 0;
+    }
 }
 
 /* Lay the planned step out as the batch and the backend's step. */
@@ -312,15 +393,16 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
 
     uint32_t num_seqs = 0;
     pkv__sched_plan(e, &num_seqs);
-    st = run_actions(e);
-    if (st != PKV_OK)
-        return st;
+    run_actions(e, &num_seqs);
     build_batch(e, num_seqs);
     if (num_seqs > 0) {
         st = e->ops->begin_step(e->backend, &e->step);
-        if (st != PKV_OK)
+        if (st != PKV_OK) {
+            unplan_rows(e, num_seqs);
+            PKV__ENGINE_CHECK(e);
             return pkv__engine_fail(e, st, "backend step: %s",
                                     pkv_last_error());
+        }
     }
     report_ended(e);
     memset(e->layer_done, 0, e->params.num_layers);

@@ -128,11 +128,7 @@ static void preempt(pkv_engine *e, uint32_t index, uint32_t *num_preempted)
     }
     /* The tail and blocks may be handed to others this step: their new
      * owners write them only after the actions, swap-outs first, ran. */
-    pkv__engine_release_stage(e, seq);
-    pkv__engine_tenant_add(e, seq->tenant,
-                    -(int64_t)seq->table.num_blocks);
-    pkv__table_release(&seq->table, &e->pool);
-    pkv__prefix_chain_release(&seq->chain, &e->pool);
+    pkv__engine_drop_blocks(e, seq);
     if (swapped) {
         seq->state = PKV__SEQ_SWAPPED;
         e->totals.swap_outs++;

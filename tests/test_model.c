@@ -225,11 +225,24 @@ static pkv_tensor host_tensor(float *data, uint32_t rows, uint32_t heads,
     return t;
 }
 
+/* A call failed: fail the test, or (host->retry) count the fault and let
+ * the caller call again, at most 3 times in a row. */
+static void retried(tm_host *host, pkv_status st, int *tries)
+{
+    if (!host->retry || ++*tries > 3)
+        fail_msg("engine call failed: %s: %s", pkv_status_name(st),
+                 pkv_engine_last_error(host->engine));
+    host->faults++;
+}
+
 void tm_step(tm_host *host, const pkv_batch **batch_out)
 {
     const pkv_engine_params *p = &host->params;
     const pkv_batch *b = NULL;
-    assert_int_equal(pkv_engine_step_begin(host->engine, &b), PKV_OK);
+    pkv_status st;
+    int tries = 0;
+    while ((st = pkv_engine_step_begin(host->engine, &b)) != PKV_OK)
+        retried(host, st, &tries);
     assert_non_null(b);
     host->steps++;
     host->preempted_reports += b->num_preempted;
@@ -260,10 +273,10 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
         }
         pkv_tensor tq = host_tensor(q, T, hq, d), tk = host_tensor(k, T, hkv, d);
         pkv_tensor tv = host_tensor(v, T, hkv, d), to = host_tensor(out, T, hq, d);
-        pkv_status st = pkv_engine_attend(host->engine, layer, &tq, &tk, &tv,
-                                          &to);
-        if (st != PKV_OK)
-            fail_msg("attend: %s", pkv_engine_last_error(host->engine));
+        tries = 0;
+        while ((st = pkv_engine_attend(host->engine, layer, &tq, &tk, &tv,
+                                       &to)) != PKV_OK)
+            retried(host, st, &tries);
         for (uint32_t i = 0; i < b->num_seqs; i++) {
             tm_seq *s = tm_find(host, b->seq_ids[i]);
             assert_non_null(s);
@@ -302,9 +315,10 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
     /* Record the samples before step_end: the batch stays valid. */
     for (uint32_t j = 0; j < b->num_samples; j++)
         push_token(tm_find(host, b->sample_seq_ids[j]), sampled[j]);
-    assert_int_equal(
-        pkv_engine_step_end(host->engine, sampled, NULL, b->num_samples),
-        PKV_OK);
+    tries = 0;
+    while ((st = pkv_engine_step_end(host->engine, sampled, NULL,
+                                     b->num_samples)) != PKV_OK)
+        retried(host, st, &tries);
     free(sampled);
     free(q);
     free(k);

@@ -54,6 +54,9 @@ typedef struct tm_host {
     float tolerance; /* max |out - dense reference| accepted */
     uint32_t check_stride; /* check rows at positions % stride == 0 and
                               the last row of each sequence; 1: all */
+    int retry; /* a failed step_begin, attend or step_end is called again
+                  (at most 3 times in a row), counted in faults */
+    uint32_t faults;
     tm_seq *seqs;
     uint32_t num_seqs;
     uint32_t capacity;

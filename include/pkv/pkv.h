@@ -556,7 +556,15 @@ typedef struct pkv_tensor {
  * which may hold no rows (everything waiting on an abort or nothing left
  * but finished reports); call pkv_engine_attend for every layer and then
  * pkv_engine_step_end all the same.
- * Errors: PKV_ERR_BAD_STATE if a step is already begun.
+ * Errors: PKV_ERR_BAD_STATE if a step is already begun;
+ * PKV_ERR_OUT_OF_MEMORY with nothing scheduled; a device error
+ * (PKV_ERR_DEVICE, PKV_ERR_DEVICE_MEMORY) when the backend refuses the
+ * step: no step is begun and no sequence loses a token or a written KV
+ * row (admissions, preemptions and swaps the call made stand, and the
+ * preemptions are not reported); call it again. A device copy that fails
+ * for one sequence (swap-out, swap-in, copy-on-write) does not fail the
+ * call: that sequence sits the step out, recomputed later or still
+ * swapped out, with a PKV_LOG_WARN line.
  * Thread-safety: the stepping thread only.
  * Ownership: the batch and its arrays are owned by the engine, valid until
  * the next pkv_engine_step_begin.
