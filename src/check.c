@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Debug-build invariant check of the engine (check.h). */
 #include "check.h"
+#include "lifecycle.h"
 
 #include <stdarg.h>
 #include <stdio.h>

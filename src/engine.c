@@ -323,17 +323,6 @@ static pkv_status create_backend(pkv_engine *e)
     return e->ops->create(c, &e->alloc, &e->backend);
 }
 
-uint64_t pkv__engine_tenant_blocks(const pkv_engine *e, uint32_t tenant)
-{
-    return pkv__map_get(&e->tenant_blocks, tenant);
-}
-
-void pkv__engine_tenant_add(pkv_engine *e, uint32_t tenant, int64_t delta)
-{
-    uint64_t n = pkv__map_get(&e->tenant_blocks, tenant);
-    pkv__map_put(&e->tenant_blocks, tenant, (uint64_t)((int64_t)n + delta));
-}
-
 /* Release everything create may have made; fields not made are NULL. */
 static void engine_free(pkv_engine *e)
 {

@@ -101,35 +101,6 @@ void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
 /* Bytes of one block over all layers for validated params; 0 on overflow. */
 uint64_t pkv__block_bytes(const pkv_engine_params *params);
 
-/* The live sequence with this id (ended ones excluded), or NULL. O(1). */
-pkv__seq *pkv__engine_find(const pkv_engine *engine, pkv_seq_id id);
-
-/* End a sequence (any state but queued): release its blocks, tail and swap
- * memory, and queue its report. */
-void pkv__engine_end(pkv_engine *engine, pkv__seq *seq, int32_t reason,
-                     pkv_status status);
-
-/* Release a sequence's staging tail, blocks (counted off its tenant) and
- * prefix chain. */
-void pkv__engine_drop_blocks(pkv_engine *engine, pkv__seq *seq);
-
-/* Release a running sequence's staging tail (U8). */
-void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
-
-/* Blocks the tenant's tables hold; change that count by delta (at every
- * change to a table). */
-uint64_t pkv__engine_tenant_blocks(const pkv_engine *engine, uint32_t tenant);
-void pkv__engine_tenant_add(pkv_engine *engine, uint32_t tenant,
-                            int64_t delta);
-
-/* Give every sequence list, and the id map, room for `live` sequences. */
-pkv_status pkv__engine_reserve_lists(pkv_engine *engine, uint64_t live);
-
-/* Insert into a waiting or swapped list in policy order (sched.c). The
- * list has room: every list is reserved for every live sequence. */
-void pkv__sched_enqueue(const pkv_engine *engine, pkv__seq_list *list,
-                        pkv__seq *seq);
-
 /* Plan the step (sched.c): admit, chunk, preempt, allocate. Fills
  * step_seqs/scheduled and the actions; never touches device memory. */
 pkv_status pkv__sched_plan(pkv_engine *engine, uint32_t *num_seqs);

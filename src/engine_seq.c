@@ -3,6 +3,7 @@
  * introspection; has_work. */
 #include "check.h"
 #include "engine.h"
+#include "lifecycle.h"
 #include "struct_sizes.h"
 
 #include <string.h>

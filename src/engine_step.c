@@ -3,6 +3,7 @@
  * loop, one call per step and one per layer. */
 #include "check.h"
 #include "engine.h"
+#include "lifecycle.h"
 #include "struct_sizes.h"
 
 #ifdef PKV_HAVE_OPENCL
@@ -15,72 +16,9 @@
 #include <math.h>
 #include <string.h>
 
-pkv__seq *pkv__engine_find(const pkv_engine *e, pkv_seq_id id)
-{
-    pkv__seq *s = (pkv__seq *)(uintptr_t)pkv__map_get(&e->seqs_by_id, id);
-    return s != NULL && s->state != PKV__SEQ_FINISHED ? s : NULL;
-}
-
-void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
-{
-    if (seq->stage == PKV__NO_STAGE)
-        return;
-    e->free_stages[e->num_free_stages++] = seq->stage;
-    seq->stage = PKV__NO_STAGE;
-}
-
-void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
-{
-    pkv__engine_release_stage(e, seq);
-    pkv__engine_tenant_add(e, seq->tenant, -(int64_t)seq->table.num_blocks);
-    pkv__table_release(&seq->table, &e->pool);
-    pkv__prefix_chain_release(&seq->chain, &e->pool);
-}
-
-void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
-                     pkv_status status)
-{
-    pkv__seq_list *list = seq->state == PKV__SEQ_RUNNING   ? &e->running
-                          : seq->state == PKV__SEQ_SWAPPED ? &e->swapped
-                                                           : &e->waiting;
-    uint32_t at = pkv__seq_list_find(list, seq);
-    if (at != UINT32_MAX)
-        pkv__seq_list_remove_at(list, at);
-    pkv__engine_drop_blocks(e, seq);
-    if (seq->swap_data != NULL) {
-        e->swap_used -= seq->swap_size;
-        pkv__free(&e->alloc, seq->swap_data, seq->swap_size, 1);
-        seq->swap_data = NULL;
-    }
-    seq->state = PKV__SEQ_FINISHED;
-    seq->finish.id = seq->id;
-    seq->finish.reason = reason;
-    seq->finish.status = status;
-    seq->finish.num_generated = seq->num_generated;
-    pkv__seq_list_insert(&e->ended, e->ended.count, seq);
-    e->totals.seqs_finished++;
-}
-
 static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
 {
     return (uint32_t)((tokens + block_size - 1) / block_size);
-}
-
-/* Every sequence list gets room for every live sequence, so that moving
- * sequences between lists never allocates. */
-pkv_status pkv__engine_reserve_lists(pkv_engine *e, uint64_t live)
-{
-    if (live > UINT32_MAX)
-        return PKV_ERR_OUT_OF_MEMORY;
-    pkv__seq_list *lists[] = {&e->waiting, &e->running, &e->swapped,
-                              &e->ended};
-    for (size_t l = 0; l < 4; l++) {
-        pkv_status st =
-            pkv__seq_list_reserve(lists[l], &e->alloc, (uint32_t)live);
-        if (st != PKV_OK)
-            return st;
-    }
-    return pkv__map_reserve(&e->seqs_by_id, &e->alloc, live);
 }
 
 /* Move queued sequences into waiting and apply queued aborts. On failure
@@ -109,7 +47,7 @@ static pkv_status drain_inbox(pkv_engine *e)
         pkv__map_put(&e->seqs_by_id, s->id, (uint64_t)(uintptr_t)s);
         if (s->num_tokens > e->longest_tokens)
             e->longest_tokens = s->num_tokens;
-        pkv__sched_enqueue(e, &e->waiting, s);
+        pkv__engine_enqueue(e, &e->waiting, s);
     }
     for (uint32_t i = 0; i < num_aborts; i++) {
         pkv__seq *s = pkv__engine_find(e, aborts[i]);
@@ -213,7 +151,7 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
         if (a->kind == PKV__ACTION_SWAP_IN) {
             e->totals.swap_ins--;
             s->state = PKV__SEQ_SWAPPED;
-            pkv__sched_enqueue(e, &e->swapped, s);
+            pkv__engine_enqueue(e, &e->swapped, s);
             return;
         }
         e->preempted[e->batch.num_preempted++] = s->id;
@@ -222,7 +160,7 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
     }
     s->num_computed = 0;
     s->state = PKV__SEQ_WAITING;
-    pkv__sched_enqueue(e, &e->waiting, s);
+    pkv__engine_enqueue(e, &e->waiting, s);
 }
 
 /* Run the planner's device actions in order. One that fails costs its

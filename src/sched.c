@@ -25,6 +25,7 @@
  *     admissions.
  */
 #include "engine.h"
+#include "lifecycle.h"
 
 #include <string.h>
 
@@ -33,24 +34,6 @@
 static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
 {
     return (uint32_t)((tokens + block_size - 1) / block_size);
-}
-
-/* Policy order of waiting and swapped sequences. */
-static int comes_before(const pkv_engine *e, const pkv__seq *a,
-                        const pkv__seq *b)
-{
-    if (e->params.policy == PKV_POLICY_PRIORITY && a->priority != b->priority)
-        return a->priority < b->priority;
-    return a->arrival < b->arrival;
-}
-
-void pkv__sched_enqueue(const pkv_engine *e, pkv__seq_list *list,
-                        pkv__seq *seq)
-{
-    uint32_t at = list->count;
-    while (at > 0 && comes_before(e, seq, list->items[at - 1]))
-        at--;
-    pkv__seq_list_insert(list, at, seq);
 }
 
 /* Count the blocks seq's table gained since it held `before`. */
@@ -132,11 +115,11 @@ static void preempt(pkv_engine *e, uint32_t index, uint32_t *num_preempted)
     if (swapped) {
         seq->state = PKV__SEQ_SWAPPED;
         e->totals.swap_outs++;
-        pkv__sched_enqueue(e, &e->swapped, seq);
+        pkv__engine_enqueue(e, &e->swapped, seq);
     } else {
         seq->num_computed = 0;
         seq->state = PKV__SEQ_WAITING;
-        pkv__sched_enqueue(e, &e->waiting, seq);
+        pkv__engine_enqueue(e, &e->waiting, seq);
     }
 }
 

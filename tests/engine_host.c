@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "engine.h"
+#include "lifecycle.h"
 #include "half.h"
 
 #include <math.h>

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "check.h"
+#include "lifecycle.h"
 
 #include <string.h>
 

@@ -25,6 +25,7 @@
 #include "../engine_host.h"
 
 #include "engine.h"
+#include "lifecycle.h"
 
 #include <stdio.h>
 #include <stdlib.h>

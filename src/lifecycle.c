@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* The sequence lifecycle (lifecycle.h). */
+#include "lifecycle.h"
+
+#include <string.h>
+
+pkv__seq *pkv__engine_find(const pkv_engine *e, pkv_seq_id id)
+{
+    pkv__seq *s = (pkv__seq *)(uintptr_t)pkv__map_get(&e->seqs_by_id, id);
+    return s != NULL && s->state != PKV__SEQ_FINISHED ? s : NULL;
+}
+
+void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
+{
+    if (seq->stage == PKV__NO_STAGE)
+        return;
+    e->free_stages[e->num_free_stages++] = seq->stage;
+    seq->stage = PKV__NO_STAGE;
+}
+
+void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
+{
+    pkv__engine_release_stage(e, seq);
+    pkv__engine_tenant_add(e, seq->tenant, -(int64_t)seq->table.num_blocks);
+    pkv__table_release(&seq->table, &e->pool);
+    pkv__prefix_chain_release(&seq->chain, &e->pool);
+}
+
+void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
+                     pkv_status status)
+{
+    pkv__seq_list *list = seq->state == PKV__SEQ_RUNNING   ? &e->running
+                          : seq->state == PKV__SEQ_SWAPPED ? &e->swapped
+                                                           : &e->waiting;
+    uint32_t at = pkv__seq_list_find(list, seq);
+    if (at != UINT32_MAX)
+        pkv__seq_list_remove_at(list, at);
+    pkv__engine_drop_blocks(e, seq);
+    if (seq->swap_data != NULL) {
+        e->swap_used -= seq->swap_size;
+        pkv__free(&e->alloc, seq->swap_data, seq->swap_size, 1);
+        seq->swap_data = NULL;
+    }
+    seq->state = PKV__SEQ_FINISHED;
+    seq->finish.id = seq->id;
+    seq->finish.reason = reason;
+    seq->finish.status = status;
+    seq->finish.num_generated = seq->num_generated;
+    pkv__seq_list_insert(&e->ended, e->ended.count, seq);
+    e->totals.seqs_finished++;
+}
+
+/* Every sequence list gets room for every live sequence, so that moving
+ * sequences between lists never allocates. */
+pkv_status pkv__engine_reserve_lists(pkv_engine *e, uint64_t live)
+{
+    if (live > UINT32_MAX)
+        return PKV_ERR_OUT_OF_MEMORY;
+    pkv__seq_list *lists[] = {&e->waiting, &e->running, &e->swapped,
+                              &e->ended};
+    for (size_t l = 0; l < 4; l++) {
+        pkv_status st =
+            pkv__seq_list_reserve(lists[l], &e->alloc, (uint32_t)live);
+        if (st != PKV_OK)
+            return st;
+    }
+    return pkv__map_reserve(&e->seqs_by_id, &e->alloc, live);
+}
+
+uint64_t pkv__engine_tenant_blocks(const pkv_engine *e, uint32_t tenant)
+{
+    return pkv__map_get(&e->tenant_blocks, tenant);
+}
+
+void pkv__engine_tenant_add(pkv_engine *e, uint32_t tenant, int64_t delta)
+{
+    uint64_t n = pkv__map_get(&e->tenant_blocks, tenant);
+    pkv__map_put(&e->tenant_blocks, tenant, (uint64_t)((int64_t)n + delta));
+}
+
+/* Policy order of waiting and swapped sequences. */
+static int comes_before(const pkv_engine *e, const pkv__seq *a,
+                        const pkv__seq *b)
+{
+    if (e->params.policy == PKV_POLICY_PRIORITY && a->priority != b->priority)
+        return a->priority < b->priority;
+    return a->arrival < b->arrival;
+}
+
+void pkv__engine_enqueue(const pkv_engine *e, pkv__seq_list *list,
+                        pkv__seq *seq)
+{
+    uint32_t at = list->count;
+    while (at > 0 && comes_before(e, seq, list->items[at - 1]))
+        at--;
+    pkv__seq_list_insert(list, at, seq);
+}

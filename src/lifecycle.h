@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sequence lifecycle: finding a sequence, moving it between the
+ * waiting, running, swapped and ended lists, giving back what it holds,
+ * and the per-tenant block counts that follow its table. The scheduler
+ * (sched.c) and the step calls (engine_step.c, engine_seq.c) both change
+ * sequences only through these, so neither calls into the other.
+ */
+#ifndef PKV_LIFECYCLE_H
+#define PKV_LIFECYCLE_H
+
+#include "engine.h"
+
+/* The live sequence with this id (ended ones excluded), or NULL. O(1). */
+pkv__seq *pkv__engine_find(const pkv_engine *engine, pkv_seq_id id);
+
+/* End a sequence (any state but queued): release its blocks, tail and swap
+ * memory, and queue its report. */
+void pkv__engine_end(pkv_engine *engine, pkv__seq *seq, int32_t reason,
+                     pkv_status status);
+
+/* Release a sequence's staging tail, blocks (counted off its tenant) and
+ * prefix chain. */
+void pkv__engine_drop_blocks(pkv_engine *engine, pkv__seq *seq);
+
+/* Release a running sequence's staging tail (U8). */
+void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
+
+/* Blocks the tenant's tables hold; change that count by delta (at every
+ * change to a table). */
+uint64_t pkv__engine_tenant_blocks(const pkv_engine *engine, uint32_t tenant);
+void pkv__engine_tenant_add(pkv_engine *engine, uint32_t tenant,
+                            int64_t delta);
+
+/* Give every sequence list, and the id map, room for `live` sequences. */
+pkv_status pkv__engine_reserve_lists(pkv_engine *engine, uint64_t live);
+
+/* Insert into a waiting or swapped list in policy order. The list has
+ * room: every list is reserved for every live sequence. */
+void pkv__engine_enqueue(const pkv_engine *engine, pkv__seq_list *list,
+                         pkv__seq *seq);
+
+#endif
