@@ -160,26 +160,6 @@ pkv_status pkv__backend_layer_check(const pkv__backend_config *c,
     return PKV_OK;
 }
 
-pkv_status pkv__backend_kv_check(const pkv__backend_config *c,
-                                 uint32_t num_tokens, const float *k,
-                                 const float *v)
-{
-    size_t n = (size_t)num_tokens * c->num_kv_heads * c->head_dim;
-    int f16_range = c->kv_dtype != PKV_KV_F32;
-    pkv_status sk = pkv__kv_values_check(k, n, f16_range);
-    pkv_status sv = pkv__kv_values_check(v, n, f16_range);
-    if (sk == PKV_ERR_NON_FINITE || sv == PKV_ERR_NON_FINITE)
-        return pkv__fail(PKV_ERR_NON_FINITE,
-                         "append: %s holds NaN or infinity; nothing written",
-                         sk == PKV_ERR_NON_FINITE ? "k" : "v");
-    if (sk != PKV_OK || sv != PKV_OK)
-        return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "append: %s holds a value beyond +-65504, the "
-                         "range of an f16 or u8 cache; nothing written",
-                         sk != PKV_OK ? "k" : "v");
-    return PKV_OK;
-}
-
 pkv_status pkv__backend_pairs_check(const pkv__backend_config *c,
                                     const pkv__block_copy *pairs, uint32_t n,
                                     int blocks)

@@ -117,7 +117,9 @@ typedef struct pkv__backend_ops {
     pkv_status (*begin_step)(pkv__backend *backend, const pkv__step *step);
 
     /* Write this step's K and V rows of one layer to their slots (f32,
-     * f16), or to the sequences' tails, sealing the tails that fill (u8). */
+     * f16), or to the sequences' tails, sealing the tails that fill (u8).
+     * Every value is finite, and within +-65504 for f16 and u8 caches:
+     * the engine zeroes the rows that are not, and is the only caller. */
     pkv_status (*append)(pkv__backend *backend, uint32_t layer,
                          const float *k, const float *v);
 
@@ -180,11 +182,6 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *config,
 pkv_status pkv__backend_layer_check(const pkv__backend_config *config,
                                     const pkv__step *step, uint32_t layer,
                                     const void *in, const void *out);
-
-/* The append check of one layer's K and V (non-finite, f16 range). */
-pkv_status pkv__backend_kv_check(const pkv__backend_config *config,
-                                 uint32_t num_tokens, const float *k,
-                                 const float *v);
 
 /* The copy_blocks (blocks set) or copy_stages check: ids in range, and no
  * block copy into the null block. */

@@ -158,8 +158,6 @@ static pkv_status cpu_append(pkv__backend *b, uint32_t layer, const float *k,
 {
     pkv_status st = pkv__backend_layer_check(
         &b->cfg, b->have_step ? &b->step : NULL, layer, k, v);
-    if (st == PKV_OK)
-        st = pkv__backend_kv_check(&b->cfg, b->step.num_tokens, k, v);
     if (st != PKV_OK)
         return st;
     const pkv__step *s = &b->step;

@@ -1069,8 +1069,6 @@ static pkv_status ocl_append(pkv__backend *b, uint32_t layer, const float *k,
                              const float *v)
 {
     pkv_status st = layer_check(b, layer, k, v);
-    if (st == PKV_OK)
-        st = pkv__backend_kv_check(&b->cfg, b->step.num_tokens, k, v);
     if (st != PKV_OK || b->step.num_tokens == 0)
         return st;
     size_t bytes = (size_t)b->step.num_tokens * b->cfg.num_kv_heads *

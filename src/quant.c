@@ -7,17 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-pkv_status pkv__kv_values_check(const float *x, size_t n, int f16_range)
-{
-    int too_big = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(x[i]))
-            return PKV_ERR_NON_FINITE;
-        too_big |= fabsf(x[i]) > PKV__F16_MAX;
-    }
-    return f16_range && too_big ? PKV_ERR_UNSUPPORTED : PKV_OK;
-}
-
 void pkv__quant_params(float lo, float hi, uint16_t *lo16, uint16_t *scale16)
 {
     uint16_t l = pkv__f32_to_f16_down(lo);

@@ -15,7 +15,8 @@
  * lo + q * scale; it is below 2^-12 * scale + 2^-20 * |lo|.
  *
  * Inputs must be finite and within +-65504 (the f16 range, so that lo is
- * representable): callers check with pkv__kv_values_check first.
+ * representable): the engine zeroes every K or V row that is not before
+ * a backend sees it (mark_bad_rows in engine_step.c).
  */
 #ifndef PKV_QUANT_H
 #define PKV_QUANT_H
@@ -24,11 +25,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* PKV_ERR_NON_FINITE if any x[i] is NaN or infinite; otherwise, when
- * f16_range is set, PKV_ERR_UNSUPPORTED if any |x[i]| > 65504, the largest
- * value an f16 or u8 cache can hold; otherwise PKV_OK. Reads only. */
-pkv_status pkv__kv_values_check(const float *x, size_t n, int f16_range);
 
 /* The stored parameters (f16 bits) for a group whose values span
  * [lo, hi], lo <= hi, both finite and within +-65504. scale is never 0:
@@ -44,9 +40,9 @@ uint8_t pkv__quant_code(float x, float lo, float scale);
 float pkv__quant_value(uint8_t q, float lo, float scale);
 
 /* Quantize one full block part: src holds block_size tokens of head_dim
- * f32 values ([token][channel]) that passed pkv__kv_values_check with
- * f16_range set; part receives codes and parameters laid out as
- * kv_layout.h says, for group PKV_QUANT_PER_CHANNEL or PKV_QUANT_PER_TOKEN.
+ * f32 values ([token][channel]), finite and within +-65504; part receives
+ * codes and parameters laid out as kv_layout.h says, for group
+ * PKV_QUANT_PER_CHANNEL or PKV_QUANT_PER_TOKEN.
  * block_size <= 256, head_dim <= 512. */
 void pkv__quant_part(const float *src, uint32_t block_size,
                      uint32_t head_dim, int32_t group, uint8_t *part);

@@ -125,7 +125,6 @@ static double check_part(const float *src, uint32_t bs, uint32_t d,
     float *back = malloc((size_t)bs * d * sizeof *back);
     assert_non_null(part);
     assert_non_null(back);
-    assert_int_equal(pkv__kv_values_check(src, (size_t)bs * d, 1), PKV_OK);
     pkv__quant_part(src, bs, d, group, part);
     pkv__dequant_part(part, bs, d, group, back);
     uint32_t groups = PKV_LAYOUT_U8_GROUPS(group, bs, d);
@@ -308,23 +307,6 @@ static void quant_per_channel_isolates_outliers(void **state)
     assert_true(err[0] * 5.0 < err[1]);
 }
 
-static void quant_values_check(void **state)
-{
-    (void)state;
-    float x[4] = {1.0f, -65504.0f, 65504.0f, 0.0f};
-    assert_int_equal(pkv__kv_values_check(x, 4, 1), PKV_OK);
-    x[3] = 65505.0f;
-    assert_int_equal(pkv__kv_values_check(x, 4, 1), PKV_ERR_UNSUPPORTED);
-    assert_int_equal(pkv__kv_values_check(x, 4, 0), PKV_OK);
-    x[0] = NAN;
-    assert_int_equal(pkv__kv_values_check(x, 4, 1), PKV_ERR_NON_FINITE);
-    assert_int_equal(pkv__kv_values_check(x, 4, 0), PKV_ERR_NON_FINITE);
-    x[0] = -INFINITY;
-    assert_int_equal(pkv__kv_values_check(x, 4, 0), PKV_ERR_NON_FINITE);
-    x[0] = FLT_MAX;
-    assert_int_equal(pkv__kv_values_check(x, 4, 0), PKV_OK);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -337,7 +319,6 @@ int main(void)
         cmocka_unit_test(quant_bound_outlier_channels),
         cmocka_unit_test(quant_constant_exact),
         cmocka_unit_test(quant_per_channel_isolates_outliers),
-        cmocka_unit_test(quant_values_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
