@@ -20,6 +20,13 @@
 #include <math.h>
 #include <string.h>
 
+/* Running state of one (query row, query head): max score, denominator;
+ * the numerator accumulates in the output row itself. */
+typedef struct softmax_state {
+    float m;
+    float l;
+} softmax_state;
+
 struct pkv__backend {
     pkv__backend_config cfg;
     pkv__allocator alloc;
@@ -33,6 +40,10 @@ struct pkv__backend {
     float *tile;         /* [K, V][block_size][head_dim]: converted rows */
     pkv__step step;      /* borrowed from begin_step */
     int have_step;
+    softmax_state *state; /* attend's per-row softmax state, sized
+                             by begin_step for the step's longest run
+                             of rows: no allocation per layer */
+    size_t state_capacity;
 };
 
 static void cpu_destroy(pkv__backend *b)
@@ -47,6 +58,7 @@ static void cpu_destroy(pkv__backend *b)
     pkv__free(&a, b->stages, b->cfg.num_stages, b->stage_floats * 4);
     pkv__free(&a, b->tile, 2u * b->cfg.block_size * b->cfg.head_dim,
               sizeof(float));
+    pkv__free(&a, b->state, b->state_capacity, sizeof *b->state);
     pkv__free(&a, b, 1, sizeof *b);
 }
 
@@ -105,6 +117,18 @@ static pkv_status cpu_begin_step(pkv__backend *b, const pkv__step *step)
     pkv_status st = pkv__backend_step_check(&b->cfg, step);
     if (st != PKV_OK)
         return st;
+    uint32_t max_rows = 0;
+    for (uint32_t i = 0; i < step->num_seqs; i++) {
+        uint32_t n = step->query_start[i + 1] - step->query_start[i];
+        max_rows = n > max_rows ? n : max_rows;
+    }
+    size_t need =
+        (size_t)max_rows * (b->cfg.num_q_heads / b->cfg.num_kv_heads);
+    void *grown;
+    if (pkv__grow(&b->alloc, b->state, &b->state_capacity, 0, need,
+                  sizeof *b->state, &grown) != PKV_OK)
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "begin_step: no memory");
+    b->state = grown;
     b->step = *step;
     b->have_step = 1;
     return PKV_OK;
@@ -230,12 +254,6 @@ static void add_scaled(float *restrict acc, float p, const float *restrict x,
     }
 }
 
-/* Running state of one (query row, query head): max score, denominator;
- * the numerator accumulates in the output row itself. */
-typedef struct softmax_state {
-    float m;
-    float l;
-} softmax_state;
 
 /* Fold tokens [j0, j1) of one block into one (row, head). */
 static void attend_block(const float *q, const float *k, const float *v,
@@ -329,22 +347,12 @@ static pkv_status cpu_attend(pkv__backend *b, uint32_t layer, const float *q,
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "attend: scale must be finite and >= 0");
     const pkv__step *s = &b->step;
-    uint32_t max_rows = 0;
-    for (uint32_t i = 0; i < s->num_seqs; i++) {
-        uint32_t n = s->query_start[i + 1] - s->query_start[i];
-        max_rows = n > max_rows ? n : max_rows;
-    }
-    size_t n_state =
-        (size_t)max_rows * (b->cfg.num_q_heads / b->cfg.num_kv_heads);
-    softmax_state *state = pkv__calloc(&b->alloc, n_state, sizeof *state);
-    if (state == NULL)
-        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "attend: no memory");
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)b->cfg.head_dim);
     for (uint32_t i = 0; i < s->num_seqs; i++)
         if (s->query_start[i + 1] > s->query_start[i])
-            attend_seq(b, layer, i, q, out, scale, sliding_window, state);
-    pkv__free(&b->alloc, state, n_state, sizeof *state);
+            attend_seq(b, layer, i, q, out, scale, sliding_window,
+                       b->state);
     return PKV_OK;
 }
 
