@@ -4,6 +4,7 @@
 
 #include "backend_opencl.h"
 #include "engine.h"
+#include "opencl_program.h"
 
 pkv_status pkv_engine_params_set_opencl(pkv_engine_params *params,
                                         cl_context context,
@@ -35,4 +36,9 @@ pkv_status pkv_engine_get_opencl(const pkv_engine *engine,
                          engine->ops->name);
     pkv__opencl_handles(engine->backend, context, queue);
     return PKV_OK;
+}
+
+void pkv_opencl_release_programs(void)
+{
+    pkv__cl_release_shared();
 }

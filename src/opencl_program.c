@@ -537,6 +537,20 @@ static pkv_status build_program(pkv__cl_target *t, const char *cache_dir,
  * pkv owns the context (own), programs are shared process-wide: the first
  * one fixes the context (created here when t->context is NULL), later ones
  * are looked up in the same context. */
+void pkv__cl_release_shared(void)
+{
+    pkv__call_once(&shared_once, shared_init);
+    if (!shared_lock_ok)
+        return;
+    pkv__lock_take(&shared_lock);
+    for (unsigned i = 0; i < num_shared; i++) {
+        clReleaseProgram(shared[i].program);
+        clReleaseContext(shared[i].context);
+    }
+    num_shared = 0;
+    pkv__lock_give(&shared_lock);
+}
+
 /* Under shared_lock: the shared program for t's device and key (in t's
  * context, or any when t has none yet, which t then adopts), retained into
  * *out. Returns 1 if found. */

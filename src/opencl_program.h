@@ -38,6 +38,10 @@ enum pkv__cl_program_kind {
     PKV__CL_DECODE_INTEL = 3 /* decode_intel.cl, specialised by -D options */
 };
 
+/* Drop the process-wide table of pkv's own contexts and programs
+ * (pkv_opencl_release_programs). */
+void pkv__cl_release_shared(void);
+
 /* The name of an OpenCL error code, e.g. "CL_OUT_OF_RESOURCES". */
 const char *pkv__cl_error_name(cl_int err);
 

@@ -654,6 +654,69 @@ static void create_with_cache(const char *dir, cl_context ctx,
     tm_host_free(&h);
 }
 
+/* Counts the disk-cache hits an engine logs. */
+static void count_hits(void *user, int32_t level, const char *message)
+{
+    (void)level;
+    if (strstr(message, "program cache hit") != NULL)
+        (*(int *)user)++;
+}
+
+/* An engine on pkv's own context with a disk cache, run a few steps: the
+ * disk-cache hits it logged. */
+static int run_own_context(const char *dir, tm_host *keep)
+{
+    int hits = 0;
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    p.program_cache_dir = dir;
+    p.log = count_hits;
+    p.log_user = &hits;
+    p.log_level = PKV_LOG_DEBUG;
+    tm_host h;
+    tm_host_init(&h, &p, 1e-4f);
+    int32_t prompt[5] = {1, 2, 3, 4, 5};
+    tm_add(&h, prompt, 5, 3, 0, 0);
+    tm_run(&h, 20);
+    if (keep != NULL)
+        *keep = h;
+    else
+        tm_host_free(&h);
+    return hits;
+}
+
+/* pkv_opencl_release_programs: the next engine loads its programs again
+ * (from the disk cache here), while shared ones need no load; an engine
+ * alive across the release runs on. */
+static void test_release_programs(void **state)
+{
+    (void)state;
+    char dir[64];
+    strcpy(dir, "/tmp/pkv-cache-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    pkv_opencl_release_programs(); /* earlier tests' programs */
+    assert_int_equal(run_own_context(dir, NULL), 0); /* built, written */
+    pkv_opencl_release_programs();
+    tm_host alive;
+    assert_true(run_own_context(dir, &alive) > 0); /* loaded from disk */
+    assert_int_equal(run_own_context(dir, NULL), 0); /* shared */
+    pkv_opencl_release_programs();
+    int32_t prompt[5] = {5, 4, 3, 2, 1};
+    tm_add(&alive, prompt, 5, 3, 0, 0);
+    tm_run(&alive, 20); /* its programs are its own to keep */
+    tm_host_free(&alive);
+    pkv_opencl_release_programs();
+    char path[600];
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *ent; (ent = readdir(d)) != NULL;)
+        if (ent->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+            remove(path);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
 static void test_program_cache(void **state)
 {
     (void)state;
@@ -722,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_program_fails_to_build),
         cmocka_unit_test(test_cache_too_large),
         cmocka_unit_test(test_program_cache),
+        cmocka_unit_test(test_release_programs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,18 @@ PKV_API pkv_status pkv_engine_get_opencl(const pkv_engine *engine,
                                          cl_context *context,
                                          cl_command_queue *queue);
 
+/*
+ * Release the OpenCL contexts and programs pkv keeps for the process.
+ * Engines on pkv's own context share them (one per device and build
+ * options) so that a second engine compiles nothing; they are otherwise
+ * kept until the process exits. Engines alive keep what they use and run
+ * on; the next engine builds again (or loads program_cache_dir). Call it
+ * after the last engine to give the memory back, or before unloading pkv.
+ * Thread-safety: safe from any thread, also while engines are created.
+ * Ownership: nothing is retained.
+ */
+PKV_API void pkv_opencl_release_programs(void);
+
 /* A pkv_tensor over a cl_mem buffer (no call into pkv). */
 static inline pkv_tensor pkv_tensor_opencl(cl_mem mem, uint64_t offset,
                                            int32_t dtype, uint32_t rows,
