@@ -348,6 +348,7 @@ static void engine_free(pkv_engine *e)
     if (e->pool.blocks != NULL)
         pkv__pool_release(&e->pool);
     pkv__allocator alloc = e->alloc;
+    pkv__free(&alloc, e->last_error, PKV__ERROR_MAX, 1);
     pkv__free(&alloc, e, 1, sizeof *e);
 }
 
@@ -382,6 +383,7 @@ static uint32_t default_block_size(const pkv_engine_params *p)
 pkv_status pkv_engine_create(const pkv_engine_params *params,
                              pkv_engine **out)
 {
+    pkv__set_error(""); /* no message left over from an earlier failure */
     if (out == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = NULL;
@@ -403,13 +405,19 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
                          "or both be NULL");
 
     pkv_engine *e = pkv__calloc(&alloc, 1, sizeof *e);
-    if (e == NULL)
+    char *message = pkv__calloc(&alloc, PKV__ERROR_MAX, 1);
+    if (e == NULL || message == NULL) {
+        pkv__free(&alloc, e, 1, sizeof *e);
+        pkv__free(&alloc, message, PKV__ERROR_MAX, 1);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "engine object");
+    }
+    e->last_error = message;
     e->alloc = alloc;
     e->params = p;
     e->block_bytes = pkv__block_bytes(&p);
     e->watermark_blocks = (uint32_t)(p.watermark * (float)(p.num_blocks - 1));
     if (pkv__inbox_init(&e->inbox, &alloc) != PKV_OK) {
+        pkv__free(&alloc, message, PKV__ERROR_MAX, 1);
         pkv__free(&alloc, e, 1, sizeof *e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
     }
@@ -435,7 +443,11 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     }
     if (st != PKV_OK) {
         char why[PKV__ERROR_MAX];
-        strncpy(why, pkv_last_error(), sizeof why - 1);
+        /* An inner call that set no message leaves the one cleared at the
+         * start: say what the status means instead. */
+        strncpy(why, pkv_last_error()[0] ? pkv_last_error()
+                                         : pkv_status_string(st),
+                sizeof why - 1);
         why[sizeof why - 1] = '\0';
         pkv__inbox_release(&e->inbox, &alloc);
         engine_free(e);
@@ -472,13 +484,14 @@ const char *pkv_engine_backend_name(const pkv_engine *engine)
     return engine == NULL ? "" : engine->ops->name;
 }
 
-pkv_status pkv__engine_fail(pkv_engine *engine, pkv_status status,
+pkv_status pkv__engine_fail(const pkv_engine *engine, pkv_status status,
                             const char *fmt, ...)
 {
     va_list args;
     va_start(args, fmt);
     pkv__format_error(engine->last_error, status, fmt, args);
     va_end(args);
+    pkv__set_error(engine->last_error);
     pkv__engine_log(engine, PKV_LOG_ERROR, "%s", engine->last_error);
     return status;
 }
@@ -496,15 +509,26 @@ void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
     engine->params.log(engine->params.log_user, level, line);
 }
 
+pkv_status pkv_engine_stats_init(pkv_engine_stats *stats)
+{
+    if (stats == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "stats is NULL");
+    memset(stats, 0, sizeof *stats);
+    stats->struct_size = sizeof *stats;
+    return PKV_OK;
+}
+
 pkv_status pkv_engine_get_stats(const pkv_engine *engine,
                                 pkv_engine_stats *stats)
 {
-    if (engine == NULL || stats == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
-                         engine == NULL ? "engine" : "stats");
+    if (engine == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (stats == NULL)
+        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+                                "stats is NULL");
     if (stats->struct_size < PKV__ENGINE_STATS_MIN_SIZE ||
         stats->struct_size > sizeof(pkv_engine_stats))
-        return pkv__fail(PKV_ERR_STRUCT_SIZE,
+        return pkv__engine_fail(engine, PKV_ERR_STRUCT_SIZE,
                          "stats->struct_size is %u; this library knows %u",
                          (unsigned)stats->struct_size,
                          (unsigned)sizeof(pkv_engine_stats));

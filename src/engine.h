@@ -87,11 +87,13 @@ struct pkv_engine {
     uint8_t *seq_bad;           /* [max_num_seqs] */
 
     pkv_engine_stats totals; /* the cumulative counters */
-    char last_error[PKV__ERROR_MAX];
+    /* PKV__ERROR_MAX bytes behind a pointer, so that a function taking a
+     * const engine (a getter) can still report its failure there. */
+    char *last_error;
 };
 
 /* Set the engine's message (and this thread's) and return status. */
-pkv_status pkv__engine_fail(pkv_engine *engine, pkv_status status,
+pkv_status pkv__engine_fail(const pkv_engine *engine, pkv_status status,
                             const char *fmt, ...) PKV__PRINTF(3, 4);
 
 /* Send one line to the engine's log callback if level is enabled. */

@@ -97,9 +97,11 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
 {
     if (out_child != NULL)
         *out_child = 0;
-    if (e == NULL || out_child == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
-                         e == NULL ? "engine" : "out_child");
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (out_child == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "out_child is NULL");
     if (e->in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "fork during a step: call it after step_end");
@@ -113,6 +115,10 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "sequence %llu is not running with a sampled "
                                 "token",
+                                (unsigned long long)parent_id);
+    if (pkv__inbox_abort_pending(&e->inbox, parent_id))
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "sequence %llu has an abort pending",
                                 (unsigned long long)parent_id);
     if (e->running.count >= e->params.max_num_seqs)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
@@ -195,14 +201,16 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
         *num_blocks = 0;
     if (num_tokens != NULL)
         *num_tokens = 0;
-    if (e == NULL || blocks == NULL || num_blocks == NULL ||
-        num_tokens == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "engine and every out-parameter must be set");
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (blocks == NULL || num_blocks == NULL || num_tokens == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "every out-parameter must be set");
     const pkv__seq *seq = pkv__engine_find(e, id);
     if (seq == NULL)
-        return pkv__fail(PKV_ERR_NOT_FOUND, "sequence %llu is not live",
-                         (unsigned long long)id);
+        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
+                                "sequence %llu is not live",
+                                (unsigned long long)id);
     *blocks = seq->table.blocks;
     *num_blocks = seq->table.num_blocks;
     *num_tokens = seq->table.num_tokens;

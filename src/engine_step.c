@@ -304,9 +304,10 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
 {
     if (out != NULL)
         *out = NULL;
-    if (e == NULL || out == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
-                         e == NULL ? "engine" : "out");
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (out == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "out is NULL");
     if (e->in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "step_begin called twice: call step_end "
@@ -395,6 +396,15 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
     if (rows > 0 && t->data == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s->data is NULL",
                                 name);
+    /* Host elements are read and written in place: they must be aligned.
+     * (cl_mem offsets are checked by the OpenCL backend.) */
+    size_t esize = t->dtype == PKV_TENSOR_F32 ? 4 : 2;
+    if (t->memory == PKV_MEMORY_HOST &&
+        ((uintptr_t)t->data + t->offset) % esize != 0)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "%s->data + offset is not aligned to its "
+                                "%zu-byte elements",
+                                name, esize);
     return PKV_OK;
 }
 
@@ -541,9 +551,14 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         }
     }
 
-    float *of = out->dtype == PKV_TENSOR_F32
-                    ? (float *)(void *)((uint8_t *)out->data + out->offset)
-                    : out_buf;
+    float *out_f32 = (float *)(void *)((uint8_t *)out->data + out->offset);
+    /* out may alias q (in place, or overlapping): the backend then writes
+     * to scratch, copied to out once q has been read. */
+    uintptr_t o0 = (uintptr_t)out_f32, q0 = (uintptr_t)qf;
+    size_t span = q_count * sizeof(float);
+    int alias = out->dtype == PKV_TENSOR_F32 && o0 < q0 + span &&
+                q0 < o0 + span;
+    float *of = out->dtype == PKV_TENSOR_F32 && !alias ? out_f32 : out_buf;
     st = e->ops->append(e->backend, layer, kf, vf);
     if (st == PKV_OK)
         st = e->ops->attend(e->backend, layer, qf, of, e->params.scale,
@@ -554,6 +569,8 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     if (out->dtype == PKV_TENSOR_F16) {
         uint16_t *h = (uint16_t *)(void *)((uint8_t *)out->data + out->offset);
         pkv__f32_to_f16_n(out_buf, h, (uint32_t)q_count);
+    } else if (alias) {
+        memmove(out_f32, out_buf, span);
     }
     e->layer_done[layer] = 1;
     e->layers_left--;

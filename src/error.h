@@ -21,6 +21,9 @@
 void pkv__format_error(char *buf, pkv_status status, const char *fmt,
                        va_list args);
 
+/* Set this thread's message to a finished one ("" clears it). */
+void pkv__set_error(const char *message);
+
 /* Set this thread's message and return status, so failures read
  * `return pkv__fail(PKV_ERR_..., "...")`. */
 pkv_status pkv__fail(pkv_status status, const char *fmt, ...) PKV__PRINTF(2, 3);

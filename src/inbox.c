@@ -118,3 +118,13 @@ uint64_t pkv__inbox_live_count(const pkv__inbox *inbox)
     pkv__lock_give(inbox->lock);
     return live;
 }
+
+int pkv__inbox_abort_pending(const pkv__inbox *inbox, pkv_seq_id id)
+{
+    int pending = 0;
+    pkv__lock_take(inbox->lock);
+    for (uint32_t i = 0; i < inbox->num_aborts && !pending; i++)
+        pending = inbox->aborts[i] == id;
+    pkv__lock_give(inbox->lock);
+    return pending;
+}

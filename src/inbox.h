@@ -46,6 +46,9 @@ int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
 /* Sequences live now (added and not yet reported as ended). Thread-safe. */
 uint64_t pkv__inbox_live_count(const pkv__inbox *inbox);
 
+/* 1 if an abort of id is queued and not yet taken. Thread-safe. */
+int pkv__inbox_abort_pending(const pkv__inbox *inbox, pkv_seq_id id);
+
 /* An id and arrival for a sequence created on the stepping thread (fork). */
 void pkv__inbox_issue(pkv__inbox *inbox, pkv__seq *seq);
 

@@ -54,6 +54,11 @@ void pkv__format_error(char *buf, pkv_status status, const char *fmt,
     vsnprintf(buf + n, (size_t)(PKV__ERROR_MAX - n), fmt, args);
 }
 
+void pkv__set_error(const char *message)
+{
+    snprintf(thread_error, sizeof thread_error, "%s", message);
+}
+
 pkv_status pkv__fail(pkv_status status, const char *fmt, ...)
 {
     va_list args;

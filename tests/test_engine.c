@@ -53,6 +53,12 @@ static void counting_free(void *user, void *ptr, size_t size)
     free(ptr);
 }
 
+/* Refuses anything of a megabyte or more. */
+static void *small_alloc(void *user, size_t size)
+{
+    return size < (1u << 20) ? counting_alloc(user, size) : NULL;
+}
+
 static pkv_engine_params small_params(void)
 {
     pkv_engine_params p;
@@ -399,6 +405,153 @@ static void test_user_data_and_older_seq_params(void **state)
     pkv_engine_destroy(e);
 }
 
+/* Deterministic values in [-1, 1). */
+static void fill(float *x, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+    }
+}
+
+/* out aliasing q (in place) gives what a separate out gives: layer 0 runs
+ * with a separate out, layer 1 in place on the same q, k and v (both
+ * layers' caches hold only this step's rows, so the outputs must match).
+ * A host tensor whose data + offset is misaligned is refused. */
+static void test_attend_in_place_and_alignment(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    p.backend = PKV_BACKEND_CPU;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    int32_t prompt[7] = {1, 2, 3, 4, 5, 6, 7};
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = 7;
+    pkv_seq_id id;
+    assert_int_equal(pkv_seq_add(e, &sp, &id), PKV_OK);
+    const pkv_batch *b;
+    assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
+    uint32_t rows = b->num_tokens, hq = p.num_q_heads, hkv = p.num_kv_heads;
+    size_t nq = (size_t)rows * hq * p.head_dim;
+    size_t nkv = (size_t)rows * hkv * p.head_dim;
+    float *q = malloc(nq * 4 + 8), *q2 = malloc(nq * 4), *out = malloc(nq * 4);
+    float *k = malloc(nkv * 4), *v = malloc(nkv * 4);
+    assert_true(q && q2 && out && k && v);
+    fill(q, nq, 1);
+    fill(k, nkv, 2);
+    fill(v, nkv, 3);
+    memcpy(q2, q, nq * 4);
+    pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, rows, hq, p.head_dim);
+    pkv_tensor tk = pkv_tensor_host(k, 0, PKV_TENSOR_F32, rows, hkv,
+                                    p.head_dim);
+    pkv_tensor tv = pkv_tensor_host(v, 0, PKV_TENSOR_F32, rows, hkv,
+                                    p.head_dim);
+    pkv_tensor to = pkv_tensor_host(out, 0, PKV_TENSOR_F32, rows, hq,
+                                    p.head_dim);
+    pkv_tensor bad = tq;
+    bad.offset = 2;
+    assert_int_equal(pkv_engine_attend(e, 0, &bad, &tk, &tv, &to),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_engine_last_error(e), "not aligned"));
+    assert_int_equal(pkv_engine_attend(e, 0, &tq, &tk, &tv, &to), PKV_OK);
+    pkv_tensor in_place = pkv_tensor_host(q2, 0, PKV_TENSOR_F32, rows, hq,
+                                          p.head_dim);
+    assert_int_equal(pkv_engine_attend(e, 1, &in_place, &tk, &tv, &in_place),
+                     PKV_OK);
+    for (size_t i = 0; i < nq; i++)
+        assert_true(q2[i] == out[i]);
+    pkv_engine_destroy(e);
+    free(q);
+    free(q2);
+    free(out);
+    free(k);
+    free(v);
+}
+
+/* Each failure sets the engine's message and this thread's, fresh. */
+static void test_failures_set_messages(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    p.backend = PKV_BACKEND_CPU;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_int_equal(pkv_engine_step_begin(e, NULL),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_engine_last_error(e), "out is NULL"));
+    assert_string_equal(pkv_last_error(), pkv_engine_last_error(e));
+    assert_int_equal(pkv_engine_get_stats(e, NULL), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_engine_last_error(e), "stats is NULL"));
+    pkv_engine_stats st;
+    memset(&st, 0, sizeof st);
+    assert_int_equal(pkv_engine_get_stats(e, &st), PKV_ERR_STRUCT_SIZE);
+    assert_non_null(strstr(pkv_engine_last_error(e), "struct_size is 0"));
+    assert_int_equal(pkv_engine_stats_init(&st), PKV_OK);
+    assert_int_equal(pkv_engine_get_stats(e, &st), PKV_OK);
+    assert_int_equal(st.blocks_total, p.num_blocks);
+    const uint32_t *blocks;
+    uint32_t nb, nt;
+    assert_int_equal(pkv_engine_get_block_table(e, 1, NULL, &nb, &nt),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_engine_last_error(e), "out-parameter"));
+    assert_int_equal(pkv_engine_get_block_table(e, 1, &blocks, &nb, &nt),
+                     PKV_ERR_NOT_FOUND);
+    assert_non_null(strstr(pkv_engine_last_error(e), "is not live"));
+    assert_int_equal(pkv_seq_fork(e, 1, -1, NULL), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_engine_last_error(e), "out_child is NULL"));
+    /* abort may run on any thread: its message is the thread's only. */
+    assert_int_equal(pkv_seq_abort(e, 99), PKV_ERR_NOT_FOUND);
+    assert_non_null(strstr(pkv_last_error(), "99 was never added"));
+    pkv_engine_destroy(e);
+
+    /* create: an inner failure without a message of its own never shows
+     * an earlier failure's. */
+    p.num_blocks = 0;
+    p.cache_bytes = 100;
+    assert_int_not_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_non_null(strstr(pkv_last_error(), "cache_bytes"));
+    p = small_params();
+    p.num_blocks = 1u << 20; /* the pool's metadata: megabytes */
+    counting c = {0, 0};
+    p.allocator.alloc = small_alloc;
+    p.allocator.free = counting_free;
+    p.allocator.user = &c;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_OUT_OF_MEMORY);
+    assert_null(strstr(pkv_last_error(), "cache_bytes"));
+    assert_non_null(strstr(pkv_last_error(), "block pool"));
+}
+
+/* A fork of a sequence whose abort is queued is refused. */
+static void test_fork_of_aborting_sequence(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    p.backend = PKV_BACKEND_CPU;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    int32_t prompt[5] = {1, 2, 3, 4, 5};
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = 5;
+    pkv_seq_id id, child;
+    assert_int_equal(pkv_seq_add(e, &sp, &id), PKV_OK);
+    const pkv_batch *b;
+    assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
+    run_step(e, b);
+    assert_int_equal(pkv_seq_abort(e, id), PKV_OK);
+    assert_int_equal(pkv_seq_fork(e, id, -1, &child), PKV_ERR_BAD_STATE);
+    assert_non_null(strstr(pkv_engine_last_error(e), "abort pending"));
+    assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
+    assert_int_equal(b->num_finished, 1);
+    assert_int_equal(b->finished[0].reason, PKV_FINISH_ABORTED);
+    run_step(e, b);
+    pkv_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -413,6 +566,9 @@ int main(void)
         cmocka_unit_test(test_allocator_is_used_and_balanced),
         cmocka_unit_test(test_log_callback),
         cmocka_unit_test(test_user_data_and_older_seq_params),
+        cmocka_unit_test(test_attend_in_place_and_alignment),
+        cmocka_unit_test(test_failures_set_messages),
+        cmocka_unit_test(test_fork_of_aborting_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -342,7 +342,7 @@ PKV_API const char *pkv_engine_backend_name(const pkv_engine *engine);
 
 /* Counters of one engine. Fields are append-only. */
 typedef struct pkv_engine_stats {
-    uint32_t struct_size; /* set by the caller to sizeof(pkv_engine_stats) */
+    uint32_t struct_size; /* sizeof(pkv_engine_stats), set by _init */
     uint32_t block_size;
     /* Blocks: total == free + cached_free + used. used counts the reserved
        null block (block 0), so an idle engine has used == 1. */
@@ -372,8 +372,14 @@ typedef struct pkv_engine_stats {
 } pkv_engine_stats;
 
 /*
- * Read the engine's counters into *stats. stats->struct_size must be set;
- * only the fields that fit are written.
+ * Zero *stats and set its struct_size, ready for pkv_engine_get_stats.
+ * Thread-safety: safe from any thread. Ownership: writes *stats only.
+ */
+PKV_API pkv_status pkv_engine_stats_init(pkv_engine_stats *stats);
+
+/*
+ * Read the engine's counters into *stats. stats->struct_size must be set
+ * (pkv_engine_stats_init); only the fields that fit are written.
  * Thread-safety: as any engine call. Ownership: writes *stats only.
  */
 PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
@@ -430,7 +436,8 @@ PKV_API pkv_status pkv_seq_add(pkv_engine *engine,
  * reports it with PKV_FINISH_ABORTED unless it finished before. Aborting
  * an id that already ended does nothing and returns PKV_OK.
  * Returns PKV_ERR_NOT_FOUND for an id this engine never issued.
- * Thread-safety: safe from any thread, like pkv_seq_add.
+ * Thread-safety: safe from any thread, like pkv_seq_add; failures set the
+ * thread-local message (pkv_last_error), not the engine's.
  * Ownership: nothing is retained.
  */
 PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
@@ -443,7 +450,8 @@ PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
  * last_token < 0). It inherits max_new_tokens, priority, tenant, salt and
  * user_data, and counts the parent's sampled tokens as its own.
  * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, or when the
- * parent has not sampled yet or max_num_seqs sequences are running;
+ * parent has not sampled yet, has an abort pending (pkv_seq_abort) or
+ * max_num_seqs sequences are running;
  * PKV_ERR_NOT_FOUND, PKV_ERR_INVALID_ARGUMENT (token out of range),
  * PKV_ERR_QUOTA (the tenant's block quota), PKV_ERR_OUT_OF_MEMORY.
  * Thread-safety: the stepping thread only.
@@ -547,8 +555,27 @@ typedef struct pkv_tensor {
     uint32_t heads;
     uint32_t head_dim;
     void *data;
-    uint64_t offset; /* bytes from data to the first element */
+    uint64_t offset; /* bytes from data to the first element; host memory:
+                        data + offset aligned to the element size */
 } pkv_tensor;
+
+/* A pkv_tensor over host memory (no call into pkv; pkv_tensor_opencl in
+ * pkv_opencl.h is its cl_mem twin). dtype is a pkv_tensor_dtype. */
+static inline pkv_tensor pkv_tensor_host(void *data, uint64_t offset,
+                                         int32_t dtype, uint32_t rows,
+                                         uint32_t heads, uint32_t head_dim)
+{
+    pkv_tensor t;
+    t.struct_size = (uint32_t)sizeof t;
+    t.dtype = dtype;
+    t.memory = PKV_MEMORY_HOST;
+    t.rows = rows;
+    t.heads = heads;
+    t.head_dim = head_dim;
+    t.data = data;
+    t.offset = offset;
+    return t;
+}
 
 /*
  * Schedule the next step: admit waiting sequences, cut prompt chunks,
@@ -577,7 +604,9 @@ PKV_API pkv_status pkv_engine_step_begin(pkv_engine *engine,
  * then attend every query row over its sequence's cache (causal within the
  * step, grouped-query heads). q and out are [num_tokens][num_q_heads]
  * [head_dim]; k and v are [num_tokens][num_kv_heads][head_dim]. Call it for
- * layers 0 .. num_layers - 1, each once, in any order.
+ * layers 0 .. num_layers - 1, each once, in any order. out may be q itself
+ * or overlap it (in-place attention): every backend reads all of q before
+ * out is written.
  * Non-finite input: a sequence whose k or v rows hold a NaN, an infinity
  * or (f16 and u8 caches) a value beyond the f16 range fails alone: its
  * rows are stored as zeros in its own slots, the call still succeeds for
@@ -586,8 +615,10 @@ PKV_API pkv_status pkv_engine_step_begin(pkv_engine *engine,
  * block to the prefix cache. Host-memory tensors only: cl_mem tensors are
  * not scanned. q is not scanned (a NaN query poisons its own rows only).
  * Errors: PKV_ERR_BAD_STATE outside a step or for a layer already done,
- * PKV_ERR_INVALID_ARGUMENT for a tensor of the wrong shape or dtype or a
- * layer out of range, PKV_ERR_STRUCT_SIZE for a tensor's struct_size,
+ * PKV_ERR_INVALID_ARGUMENT for a tensor of the wrong shape or dtype, a
+ * host tensor whose data + offset is not aligned to its element size (4
+ * bytes f32, 2 bytes f16) or a layer out of range, PKV_ERR_STRUCT_SIZE for
+ * a tensor's struct_size,
  * PKV_ERR_UNSUPPORTED for a memory kind the backend does not take, device
  * errors. A failed call writes nothing and may be repeated.
  * Thread-safety: the stepping thread only.
