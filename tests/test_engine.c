@@ -405,6 +405,24 @@ static void test_user_data_and_older_seq_params(void **state)
     pkv_engine_destroy(e);
 }
 
+/* A CPU-backend engine of small_params with one sequence of the prompt
+ * added and its first step begun; *id and *batch receive them. */
+static pkv_engine *engine_with_step(const int32_t *prompt, uint32_t len,
+                                    pkv_seq_id *id, const pkv_batch **batch)
+{
+    pkv_engine_params p = small_params();
+    p.backend = PKV_BACKEND_CPU;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = len;
+    assert_int_equal(pkv_seq_add(e, &sp, id), PKV_OK);
+    assert_int_equal(pkv_engine_step_begin(e, batch), PKV_OK);
+    return e;
+}
+
 /* Deterministic values in [-1, 1). */
 static void fill(float *x, size_t n, uint32_t seed)
 {
@@ -421,19 +439,11 @@ static void fill(float *x, size_t n, uint32_t seed)
 static void test_attend_in_place_and_alignment(void **state)
 {
     (void)state;
-    pkv_engine_params p = small_params();
-    p.backend = PKV_BACKEND_CPU;
-    pkv_engine *e = NULL;
-    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    const pkv_engine_params p = small_params();
     int32_t prompt[7] = {1, 2, 3, 4, 5, 6, 7};
-    pkv_seq_params sp;
-    pkv_seq_params_init(&sp);
-    sp.prompt = prompt;
-    sp.prompt_len = 7;
     pkv_seq_id id;
-    assert_int_equal(pkv_seq_add(e, &sp, &id), PKV_OK);
     const pkv_batch *b;
-    assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
+    pkv_engine *e = engine_with_step(prompt, 7, &id, &b);
     uint32_t rows = b->num_tokens, hq = p.num_q_heads, hkv = p.num_kv_heads;
     size_t nq = (size_t)rows * hq * p.head_dim;
     size_t nkv = (size_t)rows * hkv * p.head_dim;
@@ -528,19 +538,10 @@ static void test_failures_set_messages(void **state)
 static void test_fork_of_aborting_sequence(void **state)
 {
     (void)state;
-    pkv_engine_params p = small_params();
-    p.backend = PKV_BACKEND_CPU;
-    pkv_engine *e = NULL;
-    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     int32_t prompt[5] = {1, 2, 3, 4, 5};
-    pkv_seq_params sp;
-    pkv_seq_params_init(&sp);
-    sp.prompt = prompt;
-    sp.prompt_len = 5;
     pkv_seq_id id, child;
-    assert_int_equal(pkv_seq_add(e, &sp, &id), PKV_OK);
     const pkv_batch *b;
-    assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
+    pkv_engine *e = engine_with_step(prompt, 5, &id, &b);
     run_step(e, b);
     assert_int_equal(pkv_seq_abort(e, id), PKV_OK);
     assert_int_equal(pkv_seq_fork(e, id, -1, &child), PKV_ERR_BAD_STATE);

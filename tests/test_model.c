@@ -210,21 +210,6 @@ static void dense_row(const tm_host *host, const tm_seq *s, uint32_t position,
     free(scores);
 }
 
-static pkv_tensor host_tensor(float *data, uint32_t rows, uint32_t heads,
-                              uint32_t head_dim)
-{
-    pkv_tensor t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.dtype = PKV_TENSOR_F32;
-    t.memory = PKV_MEMORY_HOST;
-    t.rows = rows;
-    t.heads = heads;
-    t.head_dim = head_dim;
-    t.data = data;
-    return t;
-}
-
 /* A call failed: fail the test, or (host->retry) count the fault and let
  * the caller call again, at most 3 times in a row. */
 static void retried(tm_host *host, pkv_status st, int *tries)
@@ -271,8 +256,10 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
             tm_row(TM_K, tok, pos, layer, hkv, d, k + (size_t)r * hkv * d);
             tm_row(TM_V, tok, pos, layer, hkv, d, v + (size_t)r * hkv * d);
         }
-        pkv_tensor tq = host_tensor(q, T, hq, d), tk = host_tensor(k, T, hkv, d);
-        pkv_tensor tv = host_tensor(v, T, hkv, d), to = host_tensor(out, T, hq, d);
+        pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, T, hq, d);
+        pkv_tensor tk = pkv_tensor_host(k, 0, PKV_TENSOR_F32, T, hkv, d);
+        pkv_tensor tv = pkv_tensor_host(v, 0, PKV_TENSOR_F32, T, hkv, d);
+        pkv_tensor to = pkv_tensor_host(out, 0, PKV_TENSOR_F32, T, hq, d);
         tries = 0;
         while ((st = pkv_engine_attend(host->engine, layer, &tq, &tk, &tv,
                                        &to)) != PKV_OK)

@@ -225,21 +225,6 @@ static void model_rows(const pkv_engine_params *p, const pkv_batch *b,
     }
 }
 
-static pkv_tensor host_tensor(void *data, int32_t dtype, uint32_t rows,
-                              uint32_t heads, uint32_t d)
-{
-    pkv_tensor t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.dtype = dtype;
-    t.memory = PKV_MEMORY_HOST;
-    t.rows = rows;
-    t.heads = heads;
-    t.head_dim = d;
-    t.data = data;
-    return t;
-}
-
 /* Two engines with the same params: one on host tensors (the CPU
  * backend), one on cl_mem tensors on the host's own queue. Each step's
  * outputs must agree. */
@@ -315,10 +300,14 @@ static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
                                              NULL),
                         CL_SUCCESS);
             }
-            pkv_tensor tq = host_tensor(hbuf[0], tensor_dtype, T, hq, d);
-            pkv_tensor tk = host_tensor(hbuf[1], tensor_dtype, T, hkv, d);
-            pkv_tensor tv = host_tensor(hbuf[2], tensor_dtype, T, hkv, d);
-            pkv_tensor to = host_tensor(hbuf[3], tensor_dtype, T, hq, d);
+            pkv_tensor tq =
+                pkv_tensor_host(hbuf[0], 0, tensor_dtype, T, hq, d);
+            pkv_tensor tk =
+                pkv_tensor_host(hbuf[1], 0, tensor_dtype, T, hkv, d);
+            pkv_tensor tv =
+                pkv_tensor_host(hbuf[2], 0, tensor_dtype, T, hkv, d);
+            pkv_tensor to =
+                pkv_tensor_host(hbuf[3], 0, tensor_dtype, T, hq, d);
             assert_int_equal(pkv_engine_attend(ec, layer, &tq, &tk, &tv, &to),
                              PKV_OK);
             pkv_tensor dq = pkv_tensor_opencl(buf, off[0], tensor_dtype, T,
@@ -459,7 +448,7 @@ static void test_invalid_cl_mem(void **state)
     }
     /* Host and cl_mem tensors mixed. */
     float hostbuf[6 * 4 * 8];
-    pkv_tensor hq_t = host_tensor(hostbuf, PKV_TENSOR_F32, T, hq, d);
+    pkv_tensor hq_t = pkv_tensor_host(hostbuf, 0, PKV_TENSOR_F32, T, hq, d);
     assert_int_equal(pkv_engine_attend(h.engine, 0, &hq_t, &k, &v, &o),
                      PKV_ERR_INVALID_ARGUMENT);
     /* Still usable: the step runs with good tensors. */

@@ -70,15 +70,9 @@ static inline pkv_tensor pkv_tensor_opencl(cl_mem mem, uint64_t offset,
                                            int32_t dtype, uint32_t rows,
                                            uint32_t heads, uint32_t head_dim)
 {
-    pkv_tensor t;
-    t.struct_size = (uint32_t)sizeof t;
-    t.dtype = dtype;
+    pkv_tensor t =
+        pkv_tensor_host((void *)mem, offset, dtype, rows, heads, head_dim);
     t.memory = PKV_MEMORY_OPENCL;
-    t.rows = rows;
-    t.heads = heads;
-    t.head_dim = head_dim;
-    t.data = (void *)mem;
-    t.offset = offset;
     return t;
 }
 
