@@ -421,8 +421,17 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         pkv__free(&alloc, e, 1, sizeof *e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
     }
-    const char *what = "block pool";
-    st = pkv__pool_init(&e->pool, &alloc, p.num_blocks, p.block_size);
+    /* The KV storage first: a cache too large for the machine fails before
+     * the host metadata (proportional to the blocks) is built. */
+    const char *what = "backend";
+    st = create_backend(e);
+    if (st != PKV_OK)
+        e->ops = NULL;
+    if (st == PKV_OK) {
+        what = "block pool";
+        pkv__set_error(""); /* the backend may have noted a fallback */
+        st = pkv__pool_init(&e->pool, &alloc, p.num_blocks, p.block_size);
+    }
     if (st == PKV_OK) {
         what = "prefix index";
         st = pkv__prefix_init(&e->prefix, &e->pool);
@@ -434,12 +443,6 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (st == PKV_OK) {
         what = "tenant map";
         st = pkv__map_reserve(&e->tenant_blocks, &alloc, p.max_num_seqs);
-    }
-    if (st == PKV_OK) {
-        what = "backend";
-        st = create_backend(e);
-        if (st != PKV_OK)
-            e->ops = NULL;
     }
     if (st != PKV_OK) {
         char why[PKV__ERROR_MAX];

@@ -106,6 +106,10 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "fork during a step: call it after step_end");
     pkv__seq *parent = pkv__engine_find(e, parent_id);
+    if (parent == NULL && pkv__inbox_queued(&e->inbox, parent_id))
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "sequence %llu has not run yet",
+                                (unsigned long long)parent_id);
     if (parent == NULL)
         return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
                                 "sequence %llu is not live",
@@ -207,6 +211,8 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "every out-parameter must be set");
     const pkv__seq *seq = pkv__engine_find(e, id);
+    if (seq == NULL && pkv__inbox_queued(&e->inbox, id))
+        return PKV_OK; /* added, not yet seen by a step: no blocks */
     if (seq == NULL)
         return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
                                 "sequence %llu is not live",

@@ -585,7 +585,8 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
     if (!e->in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "step_end outside a step: call step_begin");
-    if (e->layers_left != 0)
+    /* A batch with no rows has nothing to attend: its layers are free. */
+    if (e->layers_left != 0 && e->batch.num_tokens != 0)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "step_end with %u layers not attended",
                                 (unsigned)e->layers_left);

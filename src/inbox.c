@@ -128,3 +128,14 @@ int pkv__inbox_abort_pending(const pkv__inbox *inbox, pkv_seq_id id)
     pkv__lock_give(inbox->lock);
     return pending;
 }
+
+int pkv__inbox_queued(const pkv__inbox *inbox, pkv_seq_id id)
+{
+    int queued = 0;
+    pkv__lock_take(inbox->lock);
+    for (const pkv__seq *s = inbox->adds_head; s != NULL && !queued;
+         s = s->inbox_next)
+        queued = s->id == id;
+    pkv__lock_give(inbox->lock);
+    return queued;
+}

@@ -46,6 +46,9 @@ int pkv__inbox_take(pkv__inbox *inbox, uint64_t max_live, pkv__seq **adds,
 /* Sequences live now (added and not yet reported as ended). Thread-safe. */
 uint64_t pkv__inbox_live_count(const pkv__inbox *inbox);
 
+/* 1 if sequence id is added and not yet taken by a step. Thread-safe. */
+int pkv__inbox_queued(const pkv__inbox *inbox, pkv_seq_id id);
+
 /* 1 if an abort of id is queued and not yet taken. Thread-safe. */
 int pkv__inbox_abort_pending(const pkv__inbox *inbox, pkv_seq_id id);
 

@@ -152,7 +152,10 @@ pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
     if (e->in_step) {
         CHECK(host, st == PKV_ERR_BAD_STATE);
     } else if (p == NULL) {
-        CHECK(host, st == PKV_ERR_NOT_FOUND);
+        /* Added and not yet seen by a step: it has not sampled. */
+        CHECK(host, st == (pkv__inbox_queued(&e->inbox, parent)
+                               ? PKV_ERR_BAD_STATE
+                               : PKV_ERR_NOT_FOUND));
     } else if (p->state != PKV__SEQ_RUNNING || p->num_generated == 0) {
         CHECK(host, st == PKV_ERR_BAD_STATE);
     } else if (last_token >= 0 && host->params.vocab_size != 0 &&

@@ -531,7 +531,7 @@ static void test_failures_set_messages(void **state)
     p.allocator.user = &c;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_OUT_OF_MEMORY);
     assert_null(strstr(pkv_last_error(), "cache_bytes"));
-    assert_non_null(strstr(pkv_last_error(), "block pool"));
+    assert_non_null(strstr(pkv_last_error(), "of 1048576 blocks"));
 }
 
 /* A fork of a sequence whose abort is queued is refused. */
@@ -549,7 +549,40 @@ static void test_fork_of_aborting_sequence(void **state)
     assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
     assert_int_equal(b->num_finished, 1);
     assert_int_equal(b->finished[0].reason, PKV_FINISH_ABORTED);
-    run_step(e, b);
+    /* Nothing left to run: a batch with no rows ends without attends. */
+    assert_int_equal(b->num_tokens, 0);
+    assert_int_equal(pkv_engine_step_end(e, NULL, NULL, 0), PKV_OK);
+    assert_int_equal(pkv_engine_has_work(e), 0);
+    pkv_engine_destroy(e);
+}
+
+/* A sequence added but not yet seen by any step: has_work counts it, its
+ * block table is empty, a fork of it is a bad state (not "not found"). */
+static void test_queued_sequence(void **state)
+{
+    (void)state;
+    pkv_engine_params p = small_params();
+    p.backend = PKV_BACKEND_CPU;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    int32_t prompt[3] = {1, 2, 3};
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = 3;
+    pkv_seq_id id, child;
+    assert_int_equal(pkv_seq_add(e, &sp, &id), PKV_OK);
+    assert_int_equal(pkv_engine_has_work(e), 1);
+    const uint32_t *blocks = (const uint32_t *)&id;
+    uint32_t nb = 9, nt = 9;
+    assert_int_equal(pkv_engine_get_block_table(e, id, &blocks, &nb, &nt),
+                     PKV_OK);
+    assert_null(blocks);
+    assert_int_equal(nb, 0);
+    assert_int_equal(nt, 0);
+    assert_int_equal(pkv_seq_fork(e, id, -1, &child), PKV_ERR_BAD_STATE);
+    assert_int_equal(pkv_engine_get_block_table(e, id + 1, &blocks, &nb, &nt),
+                     PKV_ERR_NOT_FOUND);
     pkv_engine_destroy(e);
 }
 
@@ -570,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_attend_in_place_and_alignment),
         cmocka_unit_test(test_failures_set_messages),
         cmocka_unit_test(test_fork_of_aborting_sequence),
+        cmocka_unit_test(test_queued_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -347,8 +347,8 @@ static void test_fork_bad_input(void **state)
     int32_t *prompt = tm_prompt(10, 60);
     pkv_seq_id id = tm_add(&h, prompt, 10, 8, 0, 0);
     pkv_seq_id child = 7;
-    /* Not admitted yet: waiting. */
-    assert_int_equal(pkv_seq_fork(h.engine, id, -1, &child), PKV_ERR_NOT_FOUND);
+    /* Added, not yet seen by a step: it has not sampled. */
+    assert_int_equal(pkv_seq_fork(h.engine, id, -1, &child), PKV_ERR_BAD_STATE);
     assert_int_equal(child, 0);
     tm_step(&h, NULL);
     assert_int_equal(pkv_seq_fork(h.engine, 999, -1, &child),

@@ -251,7 +251,10 @@ typedef struct pkv_engine_params {
     int32_t preempt_mode;      /* pkv_preempt_mode, default RECOMPUTE */
     float watermark;           /* fraction of blocks kept free for running
                                   sequences when admitting, default 0.01 */
-    uint32_t max_blocks_per_seq;    /* per-sequence block quota; 0: none */
+    uint32_t max_blocks_per_seq;    /* per-sequence block quota; 0: none.
+                                       A sequence that would outgrow it
+                                       ends PKV_FINISH_FAILED with
+                                       PKV_ERR_QUOTA */
     uint32_t max_blocks_per_tenant; /* per-tenant block quota; 0: none */
 
     int32_t backend; /* pkv_backend_kind, default AUTO */
@@ -308,7 +311,14 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *params);
 
 /*
  * Create an engine. On success *out holds the engine; on failure *out is
- * NULL and pkv_last_error() says why.
+ * NULL and pkv_last_error() says why: PKV_ERR_INVALID_ARGUMENT for a NULL
+ * argument or a field out of its documented range, PKV_ERR_STRUCT_SIZE,
+ * PKV_ERR_UNSUPPORTED for a geometry pkv cannot run (head_dim not a
+ * multiple of 4 or above 512, num_q_heads not a multiple of num_kv_heads,
+ * or a backend that is not built in), PKV_ERR_OUT_OF_MEMORY,
+ * PKV_ERR_DEVICE_MEMORY or another device error from the backend. The KV
+ * storage is allocated first, so a cache too large for the machine fails
+ * before any other memory is taken.
  * Thread-safety: safe from any thread (creates a new object).
  * Ownership: *params is read during the call only; the caller owns the
  * engine and releases it with pkv_engine_destroy.
@@ -368,7 +378,9 @@ typedef struct pkv_engine_stats {
     uint64_t preemptions;         /* by recompute and by swap */
     uint64_t swap_outs;           /* sequences copied to host memory */
     uint64_t swap_ins;            /* sequences brought back */
-    uint64_t seqs_finished;       /* every end: stop, length, abort, failure */
+    uint64_t seqs_finished;       /* every end (stop, length, abort,
+                                     failure), counted when it happens,
+                                     before the batch that reports it */
 } pkv_engine_stats;
 
 /*
@@ -463,8 +475,8 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
 /*
  * The block table of a live sequence, for introspection: *blocks points to
  * *num_blocks block ids (logical block i holds tokens [i * block_size,
- * (i + 1) * block_size)); *num_tokens tokens have slots. A waiting or
- * swapped sequence has no blocks.
+ * (i + 1) * block_size)); *num_tokens tokens have slots. A sequence that
+ * is waiting, swapped, or added and not yet seen by a step has no blocks.
  * Returns PKV_ERR_NOT_FOUND for an id that is not live.
  * Thread-safety: as any engine call.
  * Ownership: *blocks is owned by the engine, valid until its next mutating
@@ -494,7 +506,9 @@ typedef struct pkv_finished {
     int32_t status;          /* pkv_status: PKV_OK unless reason is FAILED
                                 (e.g. PKV_ERR_NO_BLOCKS: the sequence needs
                                 more blocks than the whole pool) */
-    uint32_t num_generated;  /* tokens sampled for it */
+    uint32_t num_generated;  /* tokens sampled for it and kept: a step
+                                that fails the sequence (non-finite K/V)
+                                does not keep the token sampled in it */
     uint32_t reserved0;      /* always 0 */
 } pkv_finished;
 
@@ -521,7 +535,10 @@ typedef struct pkv_batch {
     const uint32_t *sample_rows;      /* [num_samples] */
     const pkv_seq_id *sample_seq_ids; /* [num_samples] */
     /* Sequences that ended since the previous batch (at step_end, by abort,
-     * or failed), so the host can drop its own state. */
+     * or failed), so the host can drop its own state. A sequence that ends
+     * at step_end is reported by the next batch: when it was the last,
+     * that batch has no rows, and a batch with no rows needs no attend
+     * call (step_begin, then step_end at once). */
     uint32_t num_finished;
     const pkv_finished *finished;
     /* Sequences preempted by this step: they will be scheduled again
@@ -581,8 +598,9 @@ static inline pkv_tensor pkv_tensor_host(void *data, uint64_t offset,
  * Schedule the next step: admit waiting sequences, cut prompt chunks,
  * preempt when blocks run out, allocate slots. *out is the batch to run,
  * which may hold no rows (everything waiting on an abort or nothing left
- * but finished reports); call pkv_engine_attend for every layer and then
- * pkv_engine_step_end all the same.
+ * but finished reports). Call pkv_engine_attend for every layer, then
+ * pkv_engine_step_end; a batch with no rows may skip the attend calls (or
+ * make them with NULL data, as before).
  * Errors: PKV_ERR_BAD_STATE if a step is already begun;
  * PKV_ERR_OUT_OF_MEMORY with nothing scheduled; a device error
  * (PKV_ERR_DEVICE, PKV_ERR_DEVICE_MEMORY) when the backend refuses the
@@ -635,7 +653,7 @@ PKV_API pkv_status pkv_engine_attend(pkv_engine *engine, uint32_t layer,
  * (the token is still counted). Both have num_samples entries (NULL when
  * it is 0; stop may be NULL for no stops). Sequences that reach
  * max_new_tokens or max_model_len end too. Every layer must have been
- * attended.
+ * attended, unless the batch has no rows.
  * Errors: PKV_ERR_BAD_STATE outside a step or with layers left;
  * PKV_ERR_INVALID_ARGUMENT for a wrong count or a token out of range
  * (nothing changes: call again with good input).

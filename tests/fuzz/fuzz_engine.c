@@ -336,7 +336,9 @@ static void op_block_table(world *w)
     const pkv__seq *s = pkv__engine_find(e, id);
     pkv_status st = pkv_engine_get_block_table(e, id, &blocks, &nb, &nt);
     if (s == NULL) {
-        CHECK(st == PKV_ERR_NOT_FOUND);
+        /* Added and not yet seen by a step: live, with no blocks. */
+        CHECK(st == (pkv__inbox_queued(&e->inbox, id) ? PKV_OK
+                                                     : PKV_ERR_NOT_FOUND));
         CHECK(blocks == NULL && nb == 0 && nt == 0);
         return;
     }
@@ -466,7 +468,11 @@ static void bad_in_step(world *w, uint8_t b)
         CHECK(again == NULL);
         break;
     case 1:
-        EXPECT_FAIL(w, PKV_ERR_BAD_STATE, pkv_engine_step_end(e, NULL, NULL, 0));
+        /* Layers left: too early, unless the batch has no rows (then
+         * step_end needs no attend and would end the step). */
+        if (T > 0)
+            EXPECT_FAIL(w, PKV_ERR_BAD_STATE,
+                        pkv_engine_step_end(e, NULL, NULL, 0));
         break;
     case 2:
         EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
