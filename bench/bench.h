@@ -7,8 +7,8 @@
 #include <stdio.h>
 
 typedef struct bench_options {
-    int quick;        /* a subset that runs in under 30 seconds */
-    FILE *json;       /* one JSON object per line, or NULL */
+    int quick;        /* a subset (each subcommand's --help says how long) */
+    FILE *json;       /* JSON lines (one object per line), or NULL */
     const char *plot; /* directory for gnuplot PNGs, or NULL */
 } bench_options;
 
@@ -19,6 +19,14 @@ typedef struct bench_options {
 FILE *bench_plot_open(const bench_options *opt, const char *name);
 void bench_plot_close(const bench_options *opt, FILE *data, const char *name,
                       const char *body);
+
+/* One line of progress on stderr ("... " + the formatted text), shown
+ * also when stdout is piped. */
+void bench_progress(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
 
 /* splitmix64 and the distributions the workloads draw from. */
 uint64_t bench_rand(uint64_t *state);

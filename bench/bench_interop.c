@@ -224,7 +224,12 @@ static int run(const run_case *c, size_t *align_out, results *res)
     }
 
     size_t decodes = 0, ctx_n = 0;
+    bench_progress("interop: %u sequences of %u prompt tokens, then %u "
+                   "decode steps per mode",
+                   c->seqs, c->prompt, c->decode_steps);
     for (uint32_t step = 0; rc == 0; step++) {
+        if (step > 0 && step % 50 == 0)
+            bench_progress("interop: step %u", step);
         const pkv_batch *b;
         if (pkv_engine_step_begin(e, &b) != PKV_OK) {
             rc = 1;
@@ -348,6 +353,8 @@ int bench_interop(const bench_options *opt)
     const run_case quick[] = {{16, 1024, 12, 1}};
     const run_case *cases = opt->quick ? quick : full;
     size_t count = 1;
+    if (opt->plot != NULL)
+        printf("--plot: interop has nothing to plot\n");
     printf("interop: pkv_engine_attend on the OpenCL backend, Hq %u, Hkv %u, "
            "head_dim %u, f16 KV, block %u, %u layers, f32 tensors; "
            "us per attend call, median (modes take turns step by step)\n",

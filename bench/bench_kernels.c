@@ -741,6 +741,7 @@ int bench_kernels(const bench_options *opt)
     printf("memory read bandwidth: %.1f GB/s (C, %d pthreads, vectorized "
            "sum over 1 GiB, best of 5)\n\n",
            bw, threads);
+    bench_progress("kernels: checking every dtype against the C reference");
     int rc = check_all(&e, opt);
 
     static const uint32_t ctxs[4] = {512, 2048, 4096, 8192};
@@ -776,6 +777,7 @@ int bench_kernels(const bench_options *opt)
         size_t bpt = HKV * head_bytes(c->dtype, c->block_size) /
                      c->block_size;
         int reps = opt->quick ? 5 : 7;
+        bench_progress("kernels: case %d of %d", i + 1, n);
         if (run_case(&e, c, reps, &r)) {
             rc = 1;
             break;

@@ -498,6 +498,7 @@ int bench_serve(const bench_options *opt)
     llama_model m;
     if (llama_model_init_random(&m, &c, 42) != 0)
         return 1;
+    bench_progress("serve: the forward pass at 1 to 64 rows");
     if (step_cost(&m, opt, opt->quick ? 2 : 3) != 0)
         return 1;
     trace_req *t = make_trace(n, c.vocab_size, 2024);
@@ -506,6 +507,7 @@ int bench_serve(const bench_options *opt)
     /* Calibration: the first requests all at once, continuous. */
     serve_result calib;
     set_arrivals(t, calib_n, 1e9, 1);
+    bench_progress("serve: calibrating on %u requests at once", calib_n);
     if (serve(&m, t, calib_n, 0, &calib) != 0)
         return 1;
     double prompt_sum = 0, out_sum = 0;
@@ -538,6 +540,7 @@ int bench_serve(const bench_options *opt)
            "tokens/s", "processed", "ttft p50", "ttft p99", "itl p50",
            "itl p99", "KV util", "seqs/step", "steps", "preemptions");
     for (int k = 0; k < 2 && rc == 0; k++) {
+        bench_progress("serve: %s batching over the trace", modes[k]);
         rc = serve(&m, t, n, k, &res[k]);
         if (rc != 0)
             break;
