@@ -5,10 +5,14 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh tests/deps.sh
+echo "demo: configuring (cmake -S . -B build) ..."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+echo "demo: building pkv-llama ..."
 cmake --build build -j "$(nproc)" --target pkv-llama >/dev/null
+echo "demo: serving 32 prompts"
 # The llama-architecture host (seeded random weights, 32 prompts sharing a
 # system prompt) serving every prompt at once through pkv on the default
-# device: each sequence's tokens stream as "[id] token", then tokens/s, KV
-# utilisation, preemptions, prefix hits and the backend used.
+# device: one status line per step (running, waiting, swapped, preempted,
+# KV use, tokens/s), then tokens/s, KV utilisation, preemptions, prefix
+# hits and the backend used. --tokens streams the sampled tokens instead.
 ./build/examples/pkv-llama --backend auto "$@"

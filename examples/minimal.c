@@ -4,7 +4,7 @@
  * the token id and position, served through the engine loop that a real
  * host runs. Copy this first; examples/llama/ shows a real architecture.
  *
- *   cc minimal.c $(pkg-config --cflags --libs pkv) -o minimal && ./minimal
+ *   cc minimal.c $(pkg-config --cflags --libs pkv) -lm -o minimal && ./minimal
  */
 #include <pkv/pkv.h>
 

@@ -10,6 +10,10 @@
 
 #include "backend.h"
 
+/* pkv is OpenCL 1.2 code; say so, or the headers note their default. */
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
 #include <CL/cl.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -5,6 +5,7 @@
 
 #ifdef PKV_HAVE_OPENCL
 #include "backend_opencl.h"
+#include "opencl_program.h"
 #endif
 
 #include "kv_layout.h"
@@ -393,6 +394,17 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     pkv_status st = resolve_params(params, &p);
     if (st != PKV_OK)
         return st;
+#ifdef PKV_HAVE_OPENCL
+    /* Before pkv's first OpenCL call: a runtime that aborts the process as
+     * the loader loads it is named in the host's log. */
+    if (p.backend != PKV_BACKEND_CPU && p.log != NULL &&
+        PKV_LOG_INFO <= p.log_level) {
+        char icd[PKV__ERROR_MAX - 64], line[PKV__ERROR_MAX];
+        pkv__cl_icd_summary(icd, sizeof icd);
+        snprintf(line, sizeof line, "opencl: the ICD loader reads %s", icd);
+        p.log(p.log_user, PKV_LOG_INFO, line);
+    }
+#endif
     if (p.block_size == 0)
         p.block_size = default_block_size(&p);
     st = size_pool(&p);

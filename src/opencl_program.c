@@ -5,8 +5,9 @@
  * Programs are built from the kernel files embedded at build time
  * (cmake/embed.cmake), or read from pkv__opencl_kernel_dir. When pkv owns
  * the context, contexts and programs are shared by every engine of the
- * process, one per (device, build key), and kept until it exits: building
- * takes seconds on some drivers, creating an engine should not. Binaries
+ * process, one per (device, build key), and kept until it exits or calls
+ * pkv_opencl_release_programs: building takes seconds on some drivers,
+ * creating an engine should not. Binaries
  * can be cached on disk, keyed by the sources, the options and the device
  * and driver; a cache file is checked (magic, key, size, checksum) and
  * never trusted: a bad one is rebuilt and rewritten.
@@ -18,9 +19,12 @@
 #include "lock.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_PLATFORMS 16u
 #define MAX_DEVICES 32u
@@ -229,6 +233,51 @@ pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out)
         return pkv__fail(PKV_ERR_DEVICE, "no OpenCL device found");
     *out = gpu != NULL ? gpu : first;
     return PKV_OK;
+}
+
+/* Append "name (library)" for one .icd file to buf. */
+static void icd_entry(const char *path, char *buf, size_t size)
+{
+    char lib[256] = "?";
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        if (fgets(lib, sizeof lib, f) == NULL)
+            strcpy(lib, "?");
+        fclose(f);
+    }
+    lib[strcspn(lib, "\r\n")] = '\0';
+    const char *name = strrchr(path, '/');
+    size_t used = strlen(buf);
+    snprintf(buf + used, size - used, "%s%s (%s)", used ? ", " : "",
+             name ? name + 1 : path, lib);
+}
+
+void pkv__cl_icd_summary(char *buf, size_t size)
+{
+    buf[0] = '\0';
+    const char *env = getenv("OCL_ICD_VENDORS");
+    const char *dir = env != NULL ? env : "/etc/OpenCL/vendors";
+    struct stat st;
+    if (env != NULL && stat(env, &st) == 0 && S_ISREG(st.st_mode)) {
+        icd_entry(env, buf, size);
+        return;
+    }
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        snprintf(buf, size, "no ICD directory %s", dir);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && strcmp(e->d_name + n - 4, ".icd") == 0) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            icd_entry(path, buf, size);
+        }
+    }
+    closedir(d);
+    if (buf[0] == '\0')
+        snprintf(buf, size, "no .icd file in %s", dir);
 }
 
 int pkv__cl_any_device(void)

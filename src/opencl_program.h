@@ -11,6 +11,10 @@
 #include "alloc.h"
 #include "error.h"
 
+/* pkv is OpenCL 1.2 code; say so, or the headers note their default. */
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
 #include <CL/cl.h>
 
 #define PKV__CL_NAME_MAX 256
@@ -37,6 +41,13 @@ enum pkv__cl_program_kind {
     PKV__CL_DECODE_GPU = 2,  /* decode_gpu.cl, specialised by -D options */
     PKV__CL_DECODE_INTEL = 3 /* decode_intel.cl, specialised by -D options */
 };
+
+/* The ICD files the OpenCL loader reads at its first call, with the
+ * library each names: OCL_ICD_VENDORS (a file or a directory) or
+ * /etc/OpenCL/vendors. For the log line before pkv's first OpenCL call: a
+ * runtime that aborts the process as it loads (Intel's under
+ * AddressSanitizer) is then named. */
+void pkv__cl_icd_summary(char *buf, size_t size);
 
 /* Drop the process-wide table of pkv's own contexts and programs
  * (pkv_opencl_release_programs). */

@@ -12,14 +12,39 @@ JOBS=$(nproc)
 PKV_CACHE=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
 POCL_ICD=/etc/OpenCL/vendors/pocl.icd
 
-echo "== normal build"
+# One summary line per pass (result, seconds) and the total, at the end,
+# also when a pass fails.
+run_start=$(date +%s)
+summary=""
+pass_name=""
+end_pass() { # RESULT
+    [ -n "$pass_name" ] || return 0
+    summary="$summary$(printf '%-64s %-6s %5ss' "$pass_name" "$1" \
+        $(($(date +%s) - pass_start)))\n"
+    pass_name=""
+}
+pass() { # NAME: the next pass begins
+    end_pass ok
+    pass_name=$1
+    pass_start=$(date +%s)
+    echo "== $1"
+}
+finish() {
+    rc=$?
+    [ "$rc" -eq 0 ] && end_pass ok || end_pass FAILED
+    printf '\n== summary\n%b' "$summary"
+    echo "total: $(($(date +%s) - run_start))s, exit $rc"
+}
+trap finish EXIT
+
+pass "normal build and tests (PoCL)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPKV_WERROR=ON
 cmake --build build -j "$JOBS"
 # The default device is PoCL here: the machine has no GPU.
 OCL_ICD_VENDORS=$POCL_ICD ctest --test-dir build --output-on-failure -j "$JOBS"
 
 if [ -f "$PKV_CACHE/intel-icd/intel-cpu.icd" ]; then
-    echo "== OpenCL tests on Intel's OpenCL runtime for CPUs (the Intel path)"
+    pass "OpenCL tests on Intel's OpenCL runtime for CPUs"
     OCL_ICD_VENDORS=$PKV_CACHE/intel-icd \
         LD_LIBRARY_PATH=$PKV_CACHE/intel-opencl/lib \
         ctest --test-dir build --output-on-failure -L opencl
@@ -28,7 +53,7 @@ else
         "the Intel path was not executed"
 fi
 
-echo "== oclgrind: kernel tests at small shapes, any report fails"
+pass "oclgrind: kernel tests at small shapes, any report fails"
 # -cl-opt-disable: oclgrind's interpreter lacks some LLVM intrinsics that
 # optimisation emits (llvm.usub.sat.i32). It has no Intel subgroups, so it
 # runs the portable kernels: the generic ones (test_validation,
@@ -62,12 +87,12 @@ if [ -s "$grind_log" ]; then
     exit 1
 fi
 echo "oclgrind: no reports"
-echo "== install, then build examples/minimal.c with find_package and pkg-config"
+pass "install; examples/minimal.c via find_package and pkg-config"
 sh tests/check_install.sh build
-echo "== ABI against the committed baseline (tests/abi/libpkv.abi)"
+pass "ABI against the committed baseline (tests/abi/libpkv.abi)"
 sh tests/check_abi.sh build/libpkv.so
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+pass "AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
 # Intel's OpenCL runtime aborts ASan processes at platform enumeration (it
 # dlopens with RTLD_DEEPBIND), so sanitized runs see PoCL only. The offline
 # Intel kernel builds (label ocloc) ran in the normal pass already.
@@ -80,7 +105,7 @@ OCL_ICD_VENDORS=$POCL_ICD \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
     ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE ocloc
 
-echo "== ThreadSanitizer build (threads label only)"
+pass "ThreadSanitizer build (threads label)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPKV_WERROR=ON \
     -DPKV_SANITIZE=thread -DPKV_BUILD_BENCH=OFF -DPKV_BUILD_EXAMPLES=OFF
 cmake --build build-tsan -j "$JOBS"

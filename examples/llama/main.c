@@ -23,6 +23,7 @@
 
 #include <pkv/pkv.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +46,8 @@ typedef struct options {
     uint32_t blocks;
     int32_t stop;
     int dense;
-    int quiet;
+    int quiet;  /* the summary only */
+    int tokens; /* stream "[id] token" lines instead of one line per step */
 } options;
 
 typedef struct request {
@@ -81,8 +83,23 @@ static int usage(void)
             "[--max-new N]\n"
             "                 [--temperature T] [--seed S] [--blocks N] "
             "[--stop ID]\n"
-            "                 [--dense] [--quiet]\n");
+            "                 [--dense] [--quiet | --tokens]\n"
+            "One status line per step (running, waiting, swapped, preempted,\n"
+            "KV use, tokens/s), then a summary; --tokens streams every\n"
+            "sampled token as \"[id] token\" instead, --quiet prints the\n"
+            "summary only.\n");
     return 2;
+}
+
+/* A bad command line: say which argument and what it takes. */
+static int bad_arg(const char *arg, const char *value, const char *takes)
+{
+    if (value == NULL)
+        fprintf(stderr, "pkv-llama: %s needs a value (%s)\n", arg, takes);
+    else
+        fprintf(stderr, "pkv-llama: %s %s: expected %s\n", arg, value,
+                takes);
+    return -1;
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -116,8 +133,25 @@ static int parse_options(int argc, char **argv, options *o)
             o->quiet = 1;
             continue;
         }
-        if (v == NULL)
+        if (strcmp(a, "--tokens") == 0) {
+            o->tokens = 1;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
             return -1;
+        int known = 0;
+        static const char *const with_value[] = {
+            "--checkpoint", "--prompts", "--kv",          "--backend",
+            "--requests",   "--max-new", "--blocks",      "--seed",
+            "--stop",       "--temperature"};
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known |= strcmp(a, with_value[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "pkv-llama: unknown option %s\n", a);
+            return -1;
+        }
+        if (v == NULL)
+            return bad_arg(a, NULL, "see --help");
         i++;
         if (strcmp(a, "--checkpoint") == 0) {
             o->checkpoint = v;
@@ -131,7 +165,7 @@ static int parse_options(int argc, char **argv, options *o)
             else if (strcmp(v, "u8") == 0)
                 o->kv_dtype = PKV_KV_U8;
             else
-                return -1;
+                return bad_arg(a, v, "f32, f16 or u8");
         } else if (strcmp(a, "--backend") == 0) {
             if (strcmp(v, "auto") == 0)
                 o->backend = PKV_BACKEND_AUTO;
@@ -140,26 +174,30 @@ static int parse_options(int argc, char **argv, options *o)
             else if (strcmp(v, "opencl") == 0)
                 o->backend = PKV_BACKEND_OPENCL;
             else
-                return -1;
-        } else if (strcmp(a, "--requests") == 0 && parse_u32(v, &u) == 0 &&
-                   u > 0) {
-            o->requests = u;
-        } else if (strcmp(a, "--max-new") == 0 && parse_u32(v, &u) == 0 &&
-                   u > 0) {
-            o->max_new = u;
-        } else if (strcmp(a, "--blocks") == 0 && parse_u32(v, &u) == 0) {
-            o->blocks = u;
-        } else if (strcmp(a, "--seed") == 0 && parse_u32(v, &u) == 0) {
-            o->seed = u;
-        } else if (strcmp(a, "--stop") == 0 && parse_u32(v, &u) == 0) {
-            o->stop = (int32_t)u;
+                return bad_arg(a, v, "auto, cpu or opencl");
         } else if (strcmp(a, "--temperature") == 0) {
             char *end;
             o->temperature = strtof(v, &end);
             if (*end || end == v || !(o->temperature >= 0))
-                return -1;
+                return bad_arg(a, v, "a number >= 0");
+        } else if (parse_u32(v, &u) != 0 ||
+                   (u == 0 && (strcmp(a, "--requests") == 0 ||
+                               strcmp(a, "--max-new") == 0))) {
+            return bad_arg(a, v,
+                           strcmp(a, "--requests") == 0 ||
+                                   strcmp(a, "--max-new") == 0
+                               ? "a whole number >= 1"
+                               : "a whole number >= 0");
+        } else if (strcmp(a, "--requests") == 0) {
+            o->requests = u;
+        } else if (strcmp(a, "--max-new") == 0) {
+            o->max_new = u;
+        } else if (strcmp(a, "--blocks") == 0) {
+            o->blocks = u;
+        } else if (strcmp(a, "--seed") == 0) {
+            o->seed = u;
         } else {
-            return -1;
+            o->stop = (int32_t)u; /* --stop */
         }
     }
     return 0;
@@ -214,17 +252,34 @@ static int read_prompts(const options *o, const llama_config *c,
     request *reqs = NULL;
     uint32_t n = 0;
     char line[65536];
+    uint32_t line_no = 0;
     while (fgets(line, sizeof line, f) != NULL) {
+        line_no++;
+        line[strcspn(line, "\r\n")] = '\0';
         request r;
         memset(&r, 0, sizeof r);
         r.prompt = malloc(sizeof line / 2 * sizeof *r.prompt);
         char *p = line, *end;
         while (r.prompt != NULL) {
             long id = strtol(p, &end, 10);
-            if (end == p)
+            if (end == p) {
+                while (isspace((unsigned char)*p))
+                    p++;
+                if (*p == '\0')
+                    break; /* the end of the line */
+                fprintf(stderr,
+                        "pkv-llama: %s line %u: \"%.20s\" is not a token "
+                        "id\n",
+                        o->prompts, (unsigned)line_no, p);
+                free(r.prompt);
+                r.prompt = NULL;
                 break;
+            }
             if (id < 0 || (unsigned long)id >= c->vocab_size) {
-                fprintf(stderr, "pkv-llama: token %ld out of range\n", id);
+                fprintf(stderr,
+                        "pkv-llama: %s line %u: token %ld is not in 0..%u\n",
+                        o->prompts, (unsigned)line_no, id,
+                        (unsigned)c->vocab_size - 1);
                 free(r.prompt);
                 r.prompt = NULL;
                 break;
@@ -319,7 +374,7 @@ static int serve_pkv(const options *o, const llama_model *m, request *reqs,
         return 1;
     }
     llama_pkv_attend actx = {e, c};
-    uint32_t added = 0;
+    uint32_t added = 0, failed = 0;
     uint64_t generated = 0, processed = 0, util_samples = 0;
     double util_sum = 0;
     int rc = 0;
@@ -348,11 +403,19 @@ static int serve_pkv(const options *o, const llama_model *m, request *reqs,
             rc = 1;
             break;
         }
-        for (uint32_t i = 0; i < b->num_finished && !o->quiet; i++)
-            printf("[%llu] done: %s, %u tokens\n",
-                   (unsigned long long)b->finished[i].id,
-                   reason_name(b->finished[i].reason),
-                   b->finished[i].num_generated);
+        for (uint32_t i = 0; i < b->num_finished; i++) {
+            const pkv_finished *f = &b->finished[i];
+            if (f->reason == PKV_FINISH_FAILED) {
+                failed++;
+                fprintf(stderr, "pkv-llama: request %llu failed: %s\n",
+                        (unsigned long long)f->id,
+                        pkv_status_name(f->status));
+            }
+            if (o->tokens)
+                printf("[%llu] done: %s, %u tokens\n",
+                       (unsigned long long)f->id, reason_name(f->reason),
+                       f->num_generated);
+        }
         if (llama_forward(m, &s, b->num_tokens, b->token_ids, b->positions,
                           llama_attend_pkv, &actx, b->sample_rows,
                           b->num_samples, logits) != 0) {
@@ -367,7 +430,7 @@ static int serve_pkv(const options *o, const llama_model *m, request *reqs,
             stop[j] = sampled[j] == o->stop;
             r->generated++;
             generated++;
-            if (!o->quiet)
+            if (o->tokens)
                 printf("[%llu] %d\n", (unsigned long long)r->id, sampled[j]);
         }
         if (pkv_engine_step_end(e, sampled, stop, b->num_samples) != PKV_OK) {
@@ -376,15 +439,28 @@ static int serve_pkv(const options *o, const llama_model *m, request *reqs,
             rc = 1;
         }
         pkv_engine_stats st;
-        st.struct_size = sizeof st;
+        pkv_engine_stats_init(&st);
         if (pkv_engine_get_stats(e, &st) == PKV_OK && st.slots_allocated) {
             util_sum += (double)st.tokens_stored / (double)st.slots_allocated;
             util_samples++;
         }
+        if (!o->quiet && !o->tokens)
+            printf("step %4llu  running %3u  waiting %3u  swapped %2u  "
+                   "preempted %2u  KV %5.1f%%  %7.1f tokens/s\n",
+                   (unsigned long long)st.steps, st.num_running,
+                   st.num_waiting, st.num_swapped, b->num_preempted,
+                   st.slots_allocated ? 100.0 * (double)st.tokens_stored /
+                                            (double)st.slots_allocated
+                                      : 0.0,
+                   (double)generated / (now_s() - t0));
+    }
+    if (rc == 0 && n > 0 && failed == n) {
+        fprintf(stderr, "pkv-llama: every request failed\n");
+        rc = 1;
     }
     double elapsed = now_s() - t0;
     pkv_engine_stats st;
-    st.struct_size = sizeof st;
+    pkv_engine_stats_init(&st);
     pkv_engine_get_stats(e, &st);
     const char *name = pkv_engine_backend_name(e);
     static const char *const dtypes[] = {"f32", "f16", "u8"};
@@ -440,7 +516,7 @@ static int serve_dense(const options *o, const llama_model *m, request *reqs,
             break;
         }
         generated += (uint64_t)got;
-        for (int t = 0; t < got && !o->quiet; t++)
+        for (int t = 0; t < got && o->tokens; t++)
             printf("[%u] %d\n", i + 1, out[t]);
     }
     double elapsed = now_s() - t0;
