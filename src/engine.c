@@ -206,6 +206,7 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
     e->layer_done = pkv__calloc(a, e->params.num_layers, 1);
     e->step_seqs = pkv__calloc(a, seqs, sizeof *e->step_seqs);
     e->actions = pkv__calloc(a, 3 * seqs, sizeof *e->actions);
+    e->copy_pairs = pkv__calloc(a, 3 * seqs, sizeof *e->copy_pairs);
     e->seq_ids = pkv__calloc(a, seqs, sizeof *e->seq_ids);
     e->seq_user_data = pkv__calloc(a, seqs, sizeof *e->seq_user_data);
     e->query_start = pkv__calloc(a, seqs + 1, sizeof *e->query_start);
@@ -227,7 +228,8 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
             e->free_stages[i] = (uint32_t)(seqs - 1 - i);
         e->num_free_stages = (uint32_t)seqs;
     }
-    if (!e->layer_done || !e->step_seqs || !e->actions || !e->seq_ids ||
+    if (!e->layer_done || !e->step_seqs || !e->actions || !e->copy_pairs ||
+        !e->seq_ids ||
         !e->seq_user_data || !e->query_start || !e->context_lens || !e->stages ||
         !e->sample_rows || !e->sample_seq_ids || !e->preempted ||
         !e->seq_bad || !e->token_ids || !e->positions || !e->slots ||
@@ -243,6 +245,7 @@ static void free_step_arrays(pkv_engine *e)
     pkv__free(a, e->layer_done, e->params.num_layers, 1);
     pkv__free(a, e->step_seqs, seqs, sizeof *e->step_seqs);
     pkv__free(a, e->actions, 3 * seqs, sizeof *e->actions);
+    pkv__free(a, e->copy_pairs, 3 * seqs, sizeof *e->copy_pairs);
     pkv__free(a, e->seq_ids, seqs, sizeof *e->seq_ids);
     pkv__free(a, e->seq_user_data, seqs, sizeof *e->seq_user_data);
     pkv__free(a, e->query_start, seqs + 1, sizeof *e->query_start);

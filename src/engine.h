@@ -57,6 +57,7 @@ struct pkv_engine {
     uint8_t *layer_done;   /* [num_layers] */
     pkv__seq **step_seqs;  /* [max_num_seqs]: the batch's sequences */
     pkv__action *actions;  /* [3 * max_num_seqs] */
+    pkv__block_copy *copy_pairs; /* [3 * max_num_seqs]: a run of copies */
     uint32_t num_actions;
     pkv__step step;
     pkv_batch batch;

@@ -163,13 +163,28 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
     pkv__engine_enqueue(e, &e->waiting, s);
 }
 
-/* Run the planner's device actions in order. One that fails costs its
- * sequence this step, never the step or the sequence's tokens. */
+/* Run the planner's device actions in order, each run of copy-on-write
+ * copies as one backend call. One that fails costs its sequence (a failed
+ * run: each of its sequences) this step, never the step or the sequence's
+ * tokens. */
 static void run_actions(pkv_engine *e, uint32_t *num_seqs)
 {
     const pkv__backend_ops *ops = e->ops;
     for (uint32_t i = 0; i < e->num_actions; i++) {
         pkv__action *a = &e->actions[i];
+        if (a->kind == PKV__ACTION_COPY_BLOCK) {
+            uint32_t n = 0;
+            while (i + n < e->num_actions &&
+                   e->actions[i + n].kind == PKV__ACTION_COPY_BLOCK) {
+                e->copy_pairs[n] = e->actions[i + n].copy;
+                n++;
+            }
+            pkv_status st = ops->copy_blocks(e->backend, e->copy_pairs, n);
+            for (uint32_t k = 0; st != PKV_OK && k < n; k++)
+                action_failed(e, &e->actions[i + k], num_seqs, st);
+            i += n - 1;
+            continue;
+        }
         pkv__seq *s = a->seq;
         pkv_status st = PKV_OK;
         uint8_t *host = s->swap_data;
@@ -186,9 +201,6 @@ static void run_actions(pkv_engine *e, uint32_t *num_seqs)
                       s->swap_num_blocks ? s->swap_num_blocks : 1,
                       sizeof *s->swap_blocks);
             s->swap_blocks = NULL;
-            break;
-        case PKV__ACTION_COPY_BLOCK:
-            st = ops->copy_blocks(e->backend, &a->copy, 1);
             break;
         case PKV__ACTION_SWAP_IN:
             st = ops->swap_in(e->backend, host, s->table.blocks,
