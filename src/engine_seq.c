@@ -181,7 +181,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->tenant = parent->tenant;
     child->salt = parent->salt;
     child->user_data = parent->user_data;
-    pkv__engine_tenant_add(e, child->tenant, child->table.num_blocks);
+    pkv__engine_count_blocks(e, child, 0);
     if (last_token >= 0)
         child->tokens[child->num_tokens - 1] = last_token;
     pkv__inbox_issue(&e->inbox, child);

@@ -115,13 +115,6 @@ static void unschedule(pkv_engine *e, pkv__seq *seq, uint32_t *num_seqs)
     seq->scheduled = 0;
 }
 
-static void list_remove(pkv__seq_list *list, const pkv__seq *seq)
-{
-    uint32_t at = pkv__seq_list_find(list, seq);
-    if (at != UINT32_MAX)
-        pkv__seq_list_remove_at(list, at);
-}
-
 /* A device action failed: undo what the plan did for its sequence, so
  * that nothing is lost and the sequence runs again later.
  *   swap-out: its blocks are gone but its tokens are not: recompute;
@@ -138,15 +131,12 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
                     a->kind == PKV__ACTION_SWAP_IN ? "it stays swapped out"
                                                    : "it will be recomputed");
     if (a->kind == PKV__ACTION_SWAP_OUT) {
-        list_remove(&e->swapped, s);
-        e->swap_used -= s->swap_size;
-        pkv__free(&e->alloc, s->swap_data, s->swap_size, 1);
-        s->swap_data = NULL;
-        s->swap_size = 0;
+        pkv__seq_list_remove(&e->swapped, s);
+        pkv__engine_drop_swap(e, s);
         e->totals.swap_outs--;
     } else {
         unschedule(e, s, num_seqs);
-        list_remove(&e->running, s);
+        pkv__seq_list_remove(&e->running, s);
         pkv__engine_drop_blocks(e, s);
         if (a->kind == PKV__ACTION_SWAP_IN) {
             e->totals.swap_ins--;
@@ -208,12 +198,8 @@ static void run_actions(pkv_engine *e, uint32_t *num_seqs)
             if (st == PKV_OK && a->copy.dst != PKV__NO_STAGE)
                 st = ops->stage_in(e->backend, host + blocks_bytes,
                                    a->copy.dst);
-            if (st == PKV_OK) {
-                e->swap_used -= s->swap_size;
-                pkv__free(&e->alloc, s->swap_data, s->swap_size, 1);
-                s->swap_data = NULL;
-                s->swap_size = 0;
-            }
+            if (st == PKV_OK)
+                pkv__engine_drop_swap(e, s);
             break;
         default:
             st = PKV_ERR_INTERNAL;
@@ -232,8 +218,7 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
         pkv__seq *s = e->step_seqs[i];
         uint32_t before = s->table.num_blocks;
         pkv__table_truncate(&s->table, &e->pool, s->num_computed);
-        pkv__engine_tenant_add(e, s->tenant,
-                               (int64_t)s->table.num_blocks - before);
+        pkv__engine_count_blocks(e, s, before);
         s->scheduled = 0;
     }
 }

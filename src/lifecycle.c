@@ -26,21 +26,32 @@ void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
     pkv__prefix_chain_release(&seq->chain, &e->pool);
 }
 
+void pkv__engine_drop_swap(pkv_engine *e, pkv__seq *seq)
+{
+    if (seq->swap_data == NULL)
+        return;
+    e->swap_used -= seq->swap_size;
+    pkv__free(&e->alloc, seq->swap_data, seq->swap_size, 1);
+    seq->swap_data = NULL;
+    seq->swap_size = 0;
+}
+
+void pkv__engine_count_blocks(pkv_engine *e, const pkv__seq *seq,
+                              uint32_t before)
+{
+    pkv__engine_tenant_add(e, seq->tenant,
+                           (int64_t)seq->table.num_blocks - (int64_t)before);
+}
+
 void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
                      pkv_status status)
 {
     pkv__seq_list *list = seq->state == PKV__SEQ_RUNNING   ? &e->running
                           : seq->state == PKV__SEQ_SWAPPED ? &e->swapped
                                                            : &e->waiting;
-    uint32_t at = pkv__seq_list_find(list, seq);
-    if (at != UINT32_MAX)
-        pkv__seq_list_remove_at(list, at);
+    pkv__seq_list_remove(list, seq);
     pkv__engine_drop_blocks(e, seq);
-    if (seq->swap_data != NULL) {
-        e->swap_used -= seq->swap_size;
-        pkv__free(&e->alloc, seq->swap_data, seq->swap_size, 1);
-        seq->swap_data = NULL;
-    }
+    pkv__engine_drop_swap(e, seq);
     seq->state = PKV__SEQ_FINISHED;
     seq->finish.id = seq->id;
     seq->finish.reason = reason;

@@ -23,6 +23,14 @@ void pkv__engine_end(pkv_engine *engine, pkv__seq *seq, int32_t reason,
  * prefix chain. */
 void pkv__engine_drop_blocks(pkv_engine *engine, pkv__seq *seq);
 
+/* Free a swapped-out sequence's host copy (nothing if it has none). */
+void pkv__engine_drop_swap(pkv_engine *engine, pkv__seq *seq);
+
+/* Count the blocks seq's table gained (or lost) since it held `before`
+ * against its tenant. */
+void pkv__engine_count_blocks(pkv_engine *engine, const pkv__seq *seq,
+                              uint32_t before);
+
 /* Release a running sequence's staging tail (U8). */
 void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
 

@@ -36,13 +36,6 @@ static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
     return (uint32_t)((tokens + block_size - 1) / block_size);
 }
 
-/* Count the blocks seq's table gained since it held `before`. */
-static void count_blocks(pkv_engine *e, const pkv__seq *seq, uint32_t before)
-{
-    pkv__engine_tenant_add(e, seq->tenant,
-                    (int64_t)seq->table.num_blocks - (int64_t)before);
-}
-
 static void push_action(pkv_engine *e, int32_t kind, pkv__seq *seq,
                         pkv__block_copy copy)
 {
@@ -159,7 +152,7 @@ static pkv_status grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
     pkv__block_copy copy;
     uint32_t before = seq->table.num_blocks;
     pkv_status st = pkv__table_append(&seq->table, &e->pool, rows, &copy);
-    count_blocks(e, seq, before);
+    pkv__engine_count_blocks(e, seq, before);
     if (st == PKV_OK && copy.dst != PKV__NULL_BLOCK &&
         e->params.kv_dtype != PKV_KV_U8)
         push_action(e, PKV__ACTION_COPY_BLOCK, seq, copy);
@@ -255,7 +248,7 @@ static int plan_swap_in(pkv_engine *e, uint32_t index, uint32_t *budget,
     pkv__block_copy copy;
     pkv_status st = pkv__table_append(&seq->table, &e->pool,
                                       seq->num_computed, &copy);
-    count_blocks(e, seq, 0);
+    pkv__engine_count_blocks(e, seq, 0);
     if (st == PKV_OK)
         st = grow(e, seq, rows);
     pkv__seq_list_remove_at(&e->swapped, index);
@@ -316,7 +309,7 @@ static int plan_admit(pkv_engine *e, uint32_t index, uint32_t *budget,
         for (uint32_t h = 0; h < hits; h++)
             e->hit_blocks[h] = e->links[h].block;
         st = pkv__table_adopt(&seq->table, &e->pool, e->hit_blocks, hits);
-        count_blocks(e, seq, 0);
+        pkv__engine_count_blocks(e, seq, 0);
         if (st == PKV_OK)
             st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, e->links,
                                          hits);

@@ -36,12 +36,13 @@ void pkv__seq_list_remove_at(pkv__seq_list *list, uint32_t index)
     list->count--;
 }
 
-uint32_t pkv__seq_list_find(const pkv__seq_list *list, const pkv__seq *seq)
+void pkv__seq_list_remove(pkv__seq_list *list, const pkv__seq *seq)
 {
     for (uint32_t i = 0; i < list->count; i++)
-        if (list->items[i] == seq)
-            return i;
-    return UINT32_MAX;
+        if (list->items[i] == seq) {
+            pkv__seq_list_remove_at(list, i);
+            return;
+        }
 }
 
 pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,

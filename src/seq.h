@@ -73,8 +73,8 @@ void pkv__seq_list_release(pkv__seq_list *list, const pkv__allocator *alloc);
 /* Insert at index (<= count); capacity must allow it. */
 void pkv__seq_list_insert(pkv__seq_list *list, uint32_t index, pkv__seq *seq);
 void pkv__seq_list_remove_at(pkv__seq_list *list, uint32_t index);
-/* Index of seq in the list, or UINT32_MAX. */
-uint32_t pkv__seq_list_find(const pkv__seq_list *list, const pkv__seq *seq);
+/* Remove seq from the list if it is there. */
+void pkv__seq_list_remove(pkv__seq_list *list, const pkv__seq *seq);
 
 /* A new sequence holding a copy of the prompt, with room for one more
  * token. NULL when memory runs out. */
