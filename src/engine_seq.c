@@ -8,7 +8,6 @@
 
 #include <string.h>
 
-
 pkv_status pkv_seq_params_init(pkv_seq_params *params)
 {
     if (params == NULL)
