@@ -49,9 +49,11 @@ static float hsum(float4 x)
 #endif
 #define NV (D / VW)
 
-/* Software prefetch. PoCL's prefetch() is empty, but its compiler (clang,
- * for x86-64 or AArch64 CPUs) lowers __builtin_prefetch to a prefetch
- * instruction; elsewhere it is nothing. */
+/* Software prefetch of one cache line. PoCL's prefetch() is empty, but its
+ * compiler (clang, for x86-64 or AArch64 CPUs) lowers __builtin_prefetch to
+ * a prefetch instruction. Elsewhere OpenCL's prefetch(): Intel's CPU
+ * runtime, whose compiler defines neither architecture macro, implements it
+ * (without it u8 decode there took twice as long, ctx 4096, batch 16). */
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_prefetch) && \
     (defined(__x86_64__) || defined(__aarch64__))
@@ -59,7 +61,7 @@ static float hsum(float4 x)
 #endif
 #endif
 #ifndef PKV_PREFETCH
-#define PKV_PREFETCH(p) ((void)(p))
+#define PKV_PREFETCH(p) prefetch((p), 1)
 #endif
 
 
