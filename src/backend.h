@@ -9,7 +9,7 @@
  *
  * Call order per step:
  *
- *     begin_step(step)                      once: validate, upload arrays
+ *     begin_step(step)                      once: validate, take the step
  *     for each layer: append(layer, k, v); attend(layer, q, out, ...)
  *
  * copy_blocks, copy_stages, swap_* and stage_* may be called between steps
@@ -111,7 +111,12 @@ typedef struct pkv__backend_ops {
     void (*destroy)(pkv__backend *backend); /* NULL: no-op */
 
     /* Validate the step (every id, slot, length and tail against the
-     * config) and take it for the following append/attend calls.
+     * config) and take it for the following append/attend calls. Nothing
+     * else: no allocation, no device call, so it fails only for a step
+     * that breaks this contract or that the backend cannot represent
+     * (PKV_ERR_UNSUPPORTED), and the engine never has to undo a plan
+     * because of a device. Buffers and uploads wait for the step's first
+     * append or attend, which the engine's host may repeat.
      * Ownership: the arrays are borrowed until the next begin_step; the
      * caller keeps them valid and unchanged until then. */
     pkv_status (*begin_step)(pkv__backend *backend, const pkv__step *step);

@@ -40,9 +40,9 @@ struct pkv__backend {
     float *tile;         /* [K, V][block_size][head_dim]: converted rows */
     pkv__step step;      /* borrowed from begin_step */
     int have_step;
-    softmax_state *state; /* attend's per-row softmax state, sized
-                             by begin_step for the step's longest run
-                             of rows: no allocation per layer */
+    softmax_state *state; /* attend's per-row softmax state, grown to
+                             the longest run of rows seen: no
+                             allocation per layer */
     size_t state_capacity;
 };
 
@@ -117,18 +117,6 @@ static pkv_status cpu_begin_step(pkv__backend *b, const pkv__step *step)
     pkv_status st = pkv__backend_step_check(&b->cfg, step);
     if (st != PKV_OK)
         return st;
-    uint32_t max_rows = 0;
-    for (uint32_t i = 0; i < step->num_seqs; i++) {
-        uint32_t n = step->query_start[i + 1] - step->query_start[i];
-        max_rows = n > max_rows ? n : max_rows;
-    }
-    size_t need =
-        (size_t)max_rows * (b->cfg.num_q_heads / b->cfg.num_kv_heads);
-    void *grown;
-    if (pkv__grow(&b->alloc, b->state, &b->state_capacity, 0, need,
-                  sizeof *b->state, &grown) != PKV_OK)
-        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "begin_step: no memory");
-    b->state = grown;
     b->step = *step;
     b->have_step = 1;
     return PKV_OK;
@@ -347,6 +335,19 @@ static pkv_status cpu_attend(pkv__backend *b, uint32_t layer, const float *q,
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "attend: scale must be finite and >= 0");
     const pkv__step *s = &b->step;
+    /* Softmax state for the step's longest run of rows, grown here rather
+     * than at begin_step, which never fails once the engine has planned. */
+    uint32_t max_rows = 0;
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        uint32_t n = s->query_start[i + 1] - s->query_start[i];
+        max_rows = n > max_rows ? n : max_rows;
+    }
+    size_t need = (size_t)max_rows * (b->cfg.num_q_heads / b->cfg.num_kv_heads);
+    void *grown;
+    if (pkv__grow(&b->alloc, b->state, &b->state_capacity, 0, need,
+                  sizeof *b->state, &grown) != PKV_OK)
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "attend: no memory");
+    b->state = grown;
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)b->cfg.head_dim);
     for (uint32_t i = 0; i < s->num_seqs; i++)

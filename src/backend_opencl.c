@@ -68,6 +68,7 @@ struct pkv__backend {
     /* The step, packed (kv_step.h), its device copy and the upload. */
     pkv__step step;
     int have_step;
+    int uploaded; /* the step's arrays are on the device */
     uint32_t num_seals;
     uint32_t *step_host;
     size_t step_host_cap; /* uints */
@@ -584,22 +585,38 @@ static pkv_status grow_step(pkv__backend *b, size_t words)
     return PKV_OK;
 }
 
+/* The packed step's words (kv_step.h): the header, then each array;
+ * off and lens (both or neither) receive where each array starts and its
+ * length. */
+static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
+                          size_t *off, size_t *lens)
+{
+    size_t n = s->num_seqs, t = s->num_tokens;
+    size_t len[PKV_STEP_HEADER] = {
+        n + 1, n, n * s->max_blocks_per_seq, n, t, t,
+        2 * t, (size_t)seals * PKV_SEAL_WORDS, tiles};
+    size_t at = PKV_STEP_HEADER;
+    for (int i = 0; i < PKV_STEP_HEADER; i++) {
+        if (off != NULL) {
+            off[i] = at;
+            lens[i] = len[i];
+        }
+        at += len[i];
+    }
+    return at;
+}
+
+/* begin_step only takes the step: everything that can fail on the device
+ * (growing the step buffers, the upload) waits for the step's first layer
+ * call, which a host may repeat after a failure. So the engine's plan,
+ * once made, never has to be undone. */
 static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
 {
     pkv_status st = pkv__backend_step_check(&b->cfg, s);
     if (st != PKV_OK)
         return st;
-    /* The previous upload reads step_host: let it finish first. */
-    if (b->upload != NULL) {
-        cl_int err = clWaitForEvents(1, &b->upload);
-        clReleaseEvent(b->upload);
-        b->upload = NULL;
-        if (err != CL_SUCCESS)
-            return pkv__cl_fail(err, "clWaitForEvents(step upload)");
-    }
-    const pkv__backend_config *c = &b->cfg;
-    uint32_t n = s->num_seqs, t = s->num_tokens, bs = c->block_size;
-    int u8 = c->kv_dtype == PKV_KV_U8;
+    uint32_t n = s->num_seqs, bs = b->cfg.block_size;
+    int u8 = b->cfg.kv_dtype == PKV_KV_U8;
     uint32_t seals = 0;
     for (uint32_t i = 0; u8 && i < n; i++) {
         uint32_t ctx = s->context_lens[i];
@@ -613,18 +630,36 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
         uint32_t rows = s->query_start[i + 1] - s->query_start[i];
         tiles += (rows + b->tile_rows - 1) / b->tile_rows;
     }
-    size_t off[PKV_STEP_HEADER];
-    size_t at = PKV_STEP_HEADER;
-    size_t lens[PKV_STEP_HEADER] = {
-        (size_t)n + 1, n, (size_t)n * s->max_blocks_per_seq, n, t, t,
-        2 * (size_t)t, (size_t)seals * PKV_SEAL_WORDS, tiles};
-    for (int i = 0; i < PKV_STEP_HEADER; i++) {
-        off[i] = at;
-        at += lens[i];
+    size_t words = step_layout(s, seals, tiles, NULL, NULL);
+    if (words > UINT32_MAX)
+        return pkv__fail(PKV_ERR_UNSUPPORTED, "step of %zu words", words);
+    b->step = *s;
+    b->num_seals = seals;
+    b->num_tiles = tiles;
+    b->have_step = 1;
+    b->uploaded = 0;
+    return PKV_OK;
+}
+
+/* Pack the step's arrays (kv_step.h) and upload them, once per step, from
+ * its first layer call. On failure nothing is marked done: the next layer
+ * call (the host's repeat) starts over. */
+static pkv_status upload_step(pkv__backend *b)
+{
+    const pkv__step *s = &b->step;
+    /* The previous upload reads step_host: let it finish first. */
+    if (b->upload != NULL) {
+        cl_int err = clWaitForEvents(1, &b->upload);
+        clReleaseEvent(b->upload);
+        b->upload = NULL;
+        if (err != CL_SUCCESS)
+            return pkv__cl_fail(err, "clWaitForEvents(step upload)");
     }
-    if (at > UINT32_MAX)
-        return pkv__fail(PKV_ERR_UNSUPPORTED, "step of %zu words", at);
-    st = grow_step(b, at);
+    uint32_t n = s->num_seqs, t = s->num_tokens, bs = b->cfg.block_size;
+    int u8 = b->cfg.kv_dtype == PKV_KV_U8;
+    size_t off[PKV_STEP_HEADER], lens[PKV_STEP_HEADER];
+    size_t at = step_layout(s, b->num_seals, b->num_tiles, off, lens);
+    pkv_status st = grow_step(b, at);
     if (st != PKV_OK)
         return st;
     uint32_t *w = b->step_host;
@@ -701,15 +736,11 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
                                       at * 4, w, 0, NULL, &b->upload);
     if (err != CL_SUCCESS) {
         b->upload = NULL;
-        b->have_step = 0;
         return pkv__cl_fail(err, "clEnqueueWriteBuffer(step arrays)");
     }
-    b->step = *s;
-    b->num_seals = seals;
     b->step_is_decode = decode;
-    b->num_tiles = tiles;
     b->max_context = longest;
-    b->have_step = 1;
+    b->uploaded = 1;
     return PKV_OK;
 }
 
@@ -1008,6 +1039,12 @@ static pkv_status layer_check(const pkv__backend *b, uint32_t layer,
                                     layer, in, out);
 }
 
+/* Every layer call with rows starts here: the step's arrays on the device. */
+static pkv_status need_upload(pkv__backend *b)
+{
+    return b->uploaded ? PKV_OK : upload_step(b);
+}
+
 /* A host tensor for the kernels: wrapped where the device shares host
  * memory and the pointer is aligned, else copied into (or, for an output,
  * later read from) the backend's buffer `slot`. */
@@ -1071,6 +1108,9 @@ static pkv_status ocl_append(pkv__backend *b, uint32_t layer, const float *k,
     pkv_status st = layer_check(b, layer, k, v);
     if (st != PKV_OK || b->step.num_tokens == 0)
         return st;
+    st = need_upload(b);
+    if (st != PKV_OK)
+        return st;
     size_t bytes = (size_t)b->step.num_tokens * b->cfg.num_kv_heads *
                    b->cfg.head_dim * sizeof(float);
     host_mem km, vm;
@@ -1100,6 +1140,9 @@ static pkv_status ocl_attend(pkv__backend *b, uint32_t layer, const float *q,
                          "attend: scale must be finite and >= 0");
     if (b->step.num_tokens == 0)
         return PKV_OK;
+    st = need_upload(b);
+    if (st != PKV_OK)
+        return st;
     size_t bytes = (size_t)b->step.num_tokens * b->cfg.num_q_heads *
                    b->cfg.head_dim * sizeof(float);
     host_mem qm, om;
@@ -1196,6 +1239,8 @@ pkv_status pkv__opencl_attend_device(pkv__backend *b, uint32_t layer,
         st = device_tensor_check(b, "v", v, hkv, &tv);
     if (st == PKV_OK)
         st = device_tensor_check(b, "out", out, hq, &to);
+    if (st == PKV_OK)
+        st = need_upload(b);
     if (st == PKV_OK)
         st = enqueue_append(b, layer, tk, tv);
     if (st == PKV_OK)

@@ -602,14 +602,17 @@ static inline pkv_tensor pkv_tensor_host(void *data, uint64_t offset,
  * pkv_engine_step_end; a batch with no rows may skip the attend calls (or
  * make them with NULL data, as before).
  * Errors: PKV_ERR_BAD_STATE if a step is already begun;
- * PKV_ERR_OUT_OF_MEMORY with nothing scheduled; a device error
- * (PKV_ERR_DEVICE, PKV_ERR_DEVICE_MEMORY) when the backend refuses the
- * step: no step is begun and no sequence loses a token or a written KV
+ * PKV_ERR_OUT_OF_MEMORY with nothing scheduled; PKV_ERR_UNSUPPORTED for a
+ * step the backend cannot represent (OpenCL: step arrays beyond 2^32
+ * words): no step is begun and no sequence loses a token or a written KV
  * row (admissions, preemptions and swaps the call made stand, and the
- * preemptions are not reported); call it again. A device copy that fails
- * for one sequence (swap-out, swap-in, copy-on-write) does not fail the
- * call: that sequence sits the step out, recomputed later or still
- * swapped out, with a PKV_LOG_WARN line.
+ * preemptions are not reported); such a step needs a smaller
+ * max_num_seqs or max_model_len. Device errors do not fail this call: the step's arrays reach
+ * the device with its first pkv_engine_attend, whose device errors may be
+ * repeated. A device copy that fails for one sequence (swap-out, swap-in,
+ * copy-on-write) does not fail the call either: that sequence sits the
+ * step out, recomputed later or still swapped out, with a PKV_LOG_WARN
+ * line.
  * Thread-safety: the stepping thread only.
  * Ownership: the batch and its arrays are owned by the engine, valid until
  * the next pkv_engine_step_begin.
@@ -638,7 +641,10 @@ PKV_API pkv_status pkv_engine_step_begin(pkv_engine *engine,
  * bytes f32, 2 bytes f16) or a layer out of range, PKV_ERR_STRUCT_SIZE for
  * a tensor's struct_size,
  * PKV_ERR_UNSUPPORTED for a memory kind the backend does not take, device
- * errors. A failed call writes nothing and may be repeated.
+ * errors (PKV_ERR_DEVICE, PKV_ERR_DEVICE_MEMORY; the first attend of a
+ * step also uploads the step's arrays). A failed call writes nothing
+ * another sequence can see and may be repeated: a repeat writes the same
+ * rows again.
  * Thread-safety: the stepping thread only.
  * Ownership: tensors are borrowed for the call.
  */
