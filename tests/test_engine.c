@@ -461,9 +461,12 @@ static void test_attend_in_place_and_alignment(void **state)
     fill(v, nkv, 3);
     memcpy(q2, q, nq * 4);
     pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, rows, hq, p.head_dim);
-    pkv_tensor tk = pkv_tensor_host(k, 0, PKV_TENSOR_F32, rows, hkv,
+    /* Inputs the host holds as const (before pkv_tensor_host took const
+     * data: a discarded-qualifiers warning, an error with PKV_WERROR). */
+    const float *k_in = k, *v_in = v;
+    pkv_tensor tk = pkv_tensor_host(k_in, 0, PKV_TENSOR_F32, rows, hkv,
                                     p.head_dim);
-    pkv_tensor tv = pkv_tensor_host(v, 0, PKV_TENSOR_F32, rows, hkv,
+    pkv_tensor tv = pkv_tensor_host(v_in, 0, PKV_TENSOR_F32, rows, hkv,
                                     p.head_dim);
     pkv_tensor to = pkv_tensor_host(out, 0, PKV_TENSOR_F32, rows, hq,
                                     p.head_dim);

@@ -577,8 +577,10 @@ typedef struct pkv_tensor {
 } pkv_tensor;
 
 /* A pkv_tensor over host memory (no call into pkv; pkv_tensor_opencl in
- * pkv_opencl.h is its cl_mem twin). dtype is a pkv_tensor_dtype. */
-static inline pkv_tensor pkv_tensor_host(void *data, uint64_t offset,
+ * pkv_opencl.h is its cl_mem twin). dtype is a pkv_tensor_dtype. data may
+ * point to const: attend only reads q, k and v (out's memory must be
+ * writable; attend writes it through the same field). */
+static inline pkv_tensor pkv_tensor_host(const void *data, uint64_t offset,
                                          int32_t dtype, uint32_t rows,
                                          uint32_t heads, uint32_t head_dim)
 {
@@ -589,7 +591,7 @@ static inline pkv_tensor pkv_tensor_host(void *data, uint64_t offset,
     t.rows = rows;
     t.heads = heads;
     t.head_dim = head_dim;
-    t.data = data;
+    t.data = (void *)(uintptr_t)data; /* not written through for q, k, v */
     t.offset = offset;
     return t;
 }
