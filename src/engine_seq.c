@@ -73,6 +73,20 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
     seq->tenant = p.tenant;
     seq->salt = p.cache_salt;
     seq->user_data = p.user_data;
+    uint32_t bs = e->params.block_size;
+    uint32_t n_hashes = (p.prompt_len - 1) / bs;
+    if (n_hashes > 0) {
+        seq->prompt_hashes = pkv__calloc(&e->alloc, n_hashes,
+                                         sizeof *seq->prompt_hashes);
+        if (seq->prompt_hashes == NULL) {
+            pkv__seq_free(seq, &e->alloc);
+            return pkv__fail(PKV_ERR_OUT_OF_MEMORY,
+                             "prompt hashes of %u blocks", (unsigned)n_hashes);
+        }
+        seq->num_prompt_hashes = n_hashes;
+        pkv__prefix_hashes(p.prompt, n_hashes, bs, seq->salt,
+                           seq->prompt_hashes);
+    }
     /* The stepping thread may free seq as soon as it is queued. */
     *out_id = pkv__inbox_add(&e->inbox, seq);
     return PKV_OK;

@@ -107,8 +107,20 @@ static uint32_t find_block(const pkv__prefix *prefix, uint64_t hash,
     return PKV__NO_BLOCK;
 }
 
+void pkv__prefix_hashes(const int32_t *tokens, uint32_t n,
+                        uint32_t block_size, uint64_t salt, uint64_t *hashes)
+{
+    uint64_t parent_hash = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        parent_hash = pkv__prefix_hash(
+            parent_hash, tokens + (size_t)j * block_size, block_size, salt);
+        hashes[j] = parent_hash;
+    }
+}
+
 void pkv__prefix_lookup(const pkv__prefix *prefix, const int32_t *tokens,
                         uint32_t n_tokens, uint64_t salt,
+                        const uint64_t *hashes, uint32_t num_hashes,
                         pkv__chain_link *links, uint32_t *n_hit)
 {
     const pkv__pool *pool = prefix->pool;
@@ -120,7 +132,9 @@ void pkv__prefix_lookup(const pkv__prefix *prefix, const int32_t *tokens,
     uint32_t j = 0;
     for (; j < n_max; j++) {
         const int32_t *block_tokens = tokens + (size_t)j * bs;
-        uint64_t h = pkv__prefix_hash(parent_hash, block_tokens, bs, salt);
+        uint64_t h = j < num_hashes
+                         ? hashes[j]
+                         : pkv__prefix_hash(parent_hash, block_tokens, bs, salt);
         uint32_t b = find_block(prefix, h, block_tokens, salt, parent,
                                 parent_generation);
         if (b == PKV__NO_BLOCK)

@@ -63,11 +63,20 @@ uint64_t pkv__prefix_hash(uint64_t parent_hash, const int32_t *tokens,
 
 /* Longest run of cached full blocks that start tokens[0..n_tokens), at most
  * (n_tokens - 1) / block_size of them so that the last token is always
- * computed again. Writes the run to links[0..*n_hit) (links has room for
+ * computed again. hashes[0..num_hashes) are the chained hashes of the first
+ * blocks when the caller has them (pkv__prefix_hashes), so that a prompt
+ * that waits through many admission attempts is hashed once; the rest are
+ * computed. Writes the run to links[0..*n_hit) (links has room for
  * n_tokens / block_size). Pure: takes no references. */
 void pkv__prefix_lookup(const pkv__prefix *prefix, const int32_t *tokens,
                         uint32_t n_tokens, uint64_t salt,
+                        const uint64_t *hashes, uint32_t num_hashes,
                         pkv__chain_link *links, uint32_t *n_hit);
+
+/* The chained hashes of the n full blocks of block_size tokens that start
+ * tokens, into hashes[0..n). */
+void pkv__prefix_hashes(const int32_t *tokens, uint32_t n,
+                        uint32_t block_size, uint64_t salt, uint64_t *hashes);
 
 void pkv__prefix_chain_init(pkv__prefix_chain *chain);
 void pkv__prefix_chain_release(pkv__prefix_chain *chain,

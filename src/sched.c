@@ -287,7 +287,8 @@ static int plan_admit(pkv_engine *e, uint32_t index, uint32_t *budget,
     }
     uint32_t hits = 0;
     pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
-                       e->links, &hits);
+                       seq->prompt_hashes, seq->num_prompt_hashes, e->links,
+                       &hits);
     uint32_t revived = 0;
     for (uint32_t h = 0; h < hits; h++)
         revived += e->pool.blocks[e->links[h].block].ref_count == 0;

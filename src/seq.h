@@ -38,6 +38,11 @@ typedef struct pkv__seq {
 
     pkv__table table;
     pkv__prefix_chain chain;
+    /* The chained hashes of the prompt's full blocks that a prefix lookup
+     * may use ((prompt_len - 1) / block_size), computed once by
+     * pkv_seq_add, on the host's thread; NULL, 0 for a fork. */
+    uint64_t *prompt_hashes;
+    uint32_t num_prompt_hashes;
     uint32_t stage; /* U8 staging tail while running, else PKV__NO_STAGE */
 
     /* Anti-thrash: set when resumed after a preemption, cleared when it

@@ -355,7 +355,8 @@ static void lookup_freed(fixture *f)
 {
     int32_t prompt[17];
     fill_tokens(prompt, 0, 17, 1000);
-    pkv__prefix_lookup(&f->prefix, prompt, 17, 5, f->links, &f->n_hit);
+    pkv__prefix_lookup(&f->prefix, prompt, 17, 5, NULL, 0, f->links,
+                       &f->n_hit);
     assert_int_equal(f->n_hit, 4);
     for (uint32_t j = 0; j < f->n_hit; j++) {
         f->hit_blocks[j] = f->links[j].block;

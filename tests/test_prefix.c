@@ -56,7 +56,11 @@ static uint32_t admit(fixture *f, seq *s, const int32_t *prompt, uint32_t n,
     s->salt = salt;
     pkv__chain_link links[MAX_TOKENS / BS];
     uint32_t hits = 0;
-    pkv__prefix_lookup(&f->prefix, prompt, n, salt, links, &hits);
+    uint64_t hashes[MAX_TOKENS / BS];
+    uint32_t full = n ? (n - 1) / BS : 0;
+    pkv__prefix_hashes(prompt, full, BS, salt, hashes);
+    pkv__prefix_lookup(&f->prefix, prompt, n, salt, hashes, full, links,
+                       &hits);
     uint32_t blocks[MAX_TOKENS / BS];
     for (uint32_t i = 0; i < hits; i++)
         blocks[i] = links[i].block;
@@ -80,12 +84,24 @@ static void drop(fixture *f, seq *s)
     pkv__prefix_chain_release(&s->chain, &f->pool);
 }
 
+/* The hits of a lookup; with every number of precomputed hashes (as
+ * pkv_seq_add keeps them), the same links. */
 static uint32_t lookup(fixture *f, const int32_t *prompt, uint32_t n,
                        uint64_t salt)
 {
-    pkv__chain_link links[MAX_TOKENS / BS];
+    pkv__chain_link links[MAX_TOKENS / BS], again[MAX_TOKENS / BS];
     uint32_t hits = 0;
-    pkv__prefix_lookup(&f->prefix, prompt, n, salt, links, &hits);
+    pkv__prefix_lookup(&f->prefix, prompt, n, salt, NULL, 0, links, &hits);
+    uint64_t hashes[MAX_TOKENS / BS];
+    uint32_t full = n ? (n - 1) / BS : 0;
+    pkv__prefix_hashes(prompt, full, BS, salt, hashes);
+    for (uint32_t given = 1; given <= full; given++) {
+        uint32_t hits_again = 0;
+        pkv__prefix_lookup(&f->prefix, prompt, n, salt, hashes, given, again,
+                           &hits_again);
+        assert_int_equal(hits_again, hits);
+        assert_memory_equal(again, links, hits * sizeof *links);
+    }
     return hits;
 }
 

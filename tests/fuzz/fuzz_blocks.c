@@ -584,8 +584,8 @@ static void op_lookup(world *w)
     build_prompt(w, p);
     uint32_t n_hit = 99;
     save_blocks(w);
-    pkv__prefix_lookup(&w->prefix, p->tok, p->n, salts[p->salt], w->links,
-                       &n_hit);
+    pkv__prefix_lookup(&w->prefix, p->tok, p->n, salts[p->salt], NULL, 0,
+                       w->links, &n_hit);
     check_blocks_unchanged(w); /* pure */
     check_lookup(w, p, w->links, n_hit);
 }
@@ -597,8 +597,12 @@ static void op_add(world *w, seq *s)
     build_prompt(w, p);
     ring_push(w, p->sym, p->n, p->salt);
     uint32_t n_hit = 99;
-    pkv__prefix_lookup(&w->prefix, p->tok, p->n, salts[p->salt], w->links,
-                       &n_hit);
+    /* As the engine admits: with the prompt's hashes computed beforehand. */
+    uint64_t hashes[MAX_TOK];
+    uint32_t bs = w->pool.block_size, full = p->n ? (p->n - 1) / bs : 0;
+    pkv__prefix_hashes(p->tok, full, bs, salts[p->salt], hashes);
+    pkv__prefix_lookup(&w->prefix, p->tok, p->n, salts[p->salt], hashes, full,
+                       w->links, &n_hit);
     check_lookup(w, p, w->links, n_hit);
     for (uint32_t j = 0; j < n_hit; j++)
         w->hit_blocks[j] = w->links[j].block;
