@@ -100,9 +100,14 @@ struct pkv__backend {
     /* Device copies of host tensors where no wrap is possible. */
     cl_mem tensor_mem[4];
     size_t tensor_cap[4];
-    /* Swap-in and stage-in bytes from the host, copied on by kernels. */
+    /* Swap and stage bytes to and from the host, copied on by kernels. */
     cl_mem transfer;
     size_t transfer_cap;
+    /* pkv_block_copy's list of (dst, src) units: units_host's words,
+     * written whole to units (both units_cap bytes). */
+    cl_mem units;
+    uint32_t *units_host;
+    size_t units_cap;
 };
 
 
@@ -181,6 +186,9 @@ static void ocl_destroy(pkv__backend *b)
         clReleaseMemObject(b->step_mem);
     if (b->transfer != NULL)
         clReleaseMemObject(b->transfer);
+    if (b->units != NULL)
+        clReleaseMemObject(b->units);
+    pkv__free(&b->alloc, b->units_host, b->units_cap, 1);
     cl_mem decode_mems[] = {b->dec_lens, b->dec_tables, b->dec_stages,
                             b->part_acc, b->part_ml};
     for (size_t i = 0; i < 5; i++)
@@ -1250,47 +1258,138 @@ pkv_status pkv__opencl_attend_device(pkv__backend *b, uint32_t layer,
 
 /* --------------------------------------------------------- copies, swap */
 
-/* Copy unit src_unit of src to unit dst_unit of dst (units of unit_bytes,
- * a multiple of 16). */
-static pkv_status copy_unit(pkv__backend *b, cl_mem dst, uint64_t dst_unit,
-                            cl_mem src, uint64_t src_unit, size_t unit_bytes)
+/* Room for n (dst, src) pairs in units_host and units. */
+static pkv_status units_reserve(pkv__backend *b, uint32_t n)
 {
-    cl_ulong d = dst_unit, s = src_unit;
+    size_t bytes = (size_t)n * 2 * sizeof(uint32_t);
+    if (bytes <= b->units_cap && b->units != NULL)
+        return PKV_OK;
+    size_t cap = b->units_cap ? b->units_cap : 256;
+    while (cap < bytes)
+        cap *= 2;
+    uint32_t *host = pkv__calloc(&b->alloc, cap, 1);
+    if (host == NULL)
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "copy list: no memory");
+    cl_mem m;
+    pkv_status st = new_zeroed(b, cap, CL_MEM_READ_ONLY, &m, "copy list");
+    if (st != PKV_OK) {
+        if (m != NULL)
+            clReleaseMemObject(m);
+        pkv__free(&b->alloc, host, cap, 1);
+        return st;
+    }
+    if (b->units != NULL)
+        clReleaseMemObject(b->units);
+    pkv__free(&b->alloc, b->units_host, b->units_cap, 1);
+    b->units = m;
+    b->units_host = host;
+    b->units_cap = cap;
+    return PKV_OK;
+}
+
+/* For each of the n pairs in units_host (filled by the caller), copy unit
+ * src + src_add of src to unit dst + dst_add of dst: one launch. The list
+ * goes up whole (a simulator such as oclgrind forgets what it knew of a
+ * buffer at a write of part of it). */
+static pkv_status copy_units(pkv__backend *b, cl_mem dst, cl_uint dst_add,
+                             cl_mem src, cl_uint src_add, uint32_t n,
+                             size_t unit_bytes)
+{
+    cl_int err = clEnqueueWriteBuffer(b->queue, b->units, CL_TRUE, 0,
+                                      b->units_cap, b->units_host, 0, NULL,
+                                      NULL);
+    if (err != CL_SUCCESS)
+        return pkv__cl_fail(err, "clEnqueueWriteBuffer(copy list)");
     cl_uint words4 = (cl_uint)(unit_bytes / 16);
-    karg a[] = {KA(dst), KA(d), KA(src), KA(s), KA(words4)};
-    return launch(b, b->k_copy, "pkv_block_copy", a, 5, words4, 1,
+    karg a[] = {KA(dst), KA(dst_add), KA(src), KA(src_add), KA(b->units),
+                KA(words4)};
+    return launch(b, b->k_copy, "pkv_block_copy", a, 6, words4, n,
                   b->local_copy);
+}
+
+/* The pairs that copy something into units_host; *n_out of them. 1 if
+ * they are independent (no unit written twice, or written and read), so
+ * that one launch may run them in any order; 0 if one must wait for
+ * another (a chain a -> b, b -> c), and the caller runs them one by one. */
+static int list_pairs(pkv__backend *b, const pkv__block_copy *pairs,
+                      uint32_t n, uint32_t *n_out)
+{
+    uint32_t k = 0;
+    int independent = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (pairs[i].src == pairs[i].dst)
+            continue;
+        for (uint32_t j = 0; j < k; j++)
+            if (b->units_host[2 * j] == pairs[i].dst ||
+                b->units_host[2 * j] == pairs[i].src ||
+                b->units_host[2 * j + 1] == pairs[i].dst)
+                independent = 0;
+        b->units_host[2 * k] = pairs[i].dst;
+        b->units_host[2 * k + 1] = pairs[i].src;
+        k++;
+    }
+    *n_out = k;
+    return independent;
+}
+
+/* Copy the pairs within one buffer per layer (layers > 1: arenas) or one
+ * buffer (stages): one launch per buffer, or, for dependent pairs, one per
+ * pair in order. */
+static pkv_status copy_pairs(pkv__backend *b, cl_mem *bufs, uint32_t layers,
+                             const pkv__block_copy *pairs, uint32_t n,
+                             size_t unit_bytes)
+{
+    pkv_status st = units_reserve(b, n);
+    if (st != PKV_OK)
+        return st;
+    uint32_t k;
+    if (list_pairs(b, pairs, n, &k)) {
+        for (uint32_t l = 0; st == PKV_OK && k > 0 && l < layers; l++)
+            st = copy_units(b, bufs[l], 0, bufs[l], 0, k, unit_bytes);
+        return st;
+    }
+    for (uint32_t i = 0; st == PKV_OK && i < n; i++) {
+        if (pairs[i].src == pairs[i].dst)
+            continue;
+        b->units_host[0] = pairs[i].dst;
+        b->units_host[1] = pairs[i].src;
+        for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
+            st = copy_units(b, bufs[l], 0, bufs[l], 0, 1, unit_bytes);
+    }
+    return st;
 }
 
 static pkv_status ocl_copy_blocks(pkv__backend *b,
                                   const pkv__block_copy *pairs, uint32_t n)
 {
     pkv_status st = pkv__backend_pairs_check(&b->cfg, pairs, n, 1);
-    for (uint32_t i = 0; st == PKV_OK && i < n; i++)
-        for (uint32_t l = 0; st == PKV_OK && l < b->cfg.num_layers; l++)
-            if (pairs[i].src != pairs[i].dst)
-                st = copy_unit(b, b->arenas[l], pairs[i].dst, b->arenas[l],
-                               pairs[i].src, b->layer_block_bytes);
-    return st;
+    if (st != PKV_OK)
+        return st;
+    return copy_pairs(b, b->arenas, b->cfg.num_layers, pairs, n,
+                      b->layer_block_bytes);
 }
 
 static pkv_status ocl_copy_stages(pkv__backend *b,
                                   const pkv__block_copy *pairs, uint32_t n)
 {
     pkv_status st = pkv__backend_pairs_check(&b->cfg, pairs, n, 0);
-    for (uint32_t i = 0; st == PKV_OK && i < n; i++)
-        if (pairs[i].src != pairs[i].dst)
-            st = copy_unit(b, b->stages, pairs[i].dst, b->stages,
-                           pairs[i].src, (size_t)b->stage_floats * 4);
-    return st;
+    if (st != PKV_OK)
+        return st;
+    return copy_pairs(b, &b->stages, 1, pairs, n, (size_t)b->stage_floats * 4);
+}
+
+/* The transfer buffer holds at least `bytes`. */
+static pkv_status transfer_reserve(pkv__backend *b, size_t bytes)
+{
+    return grow_buffer(b, &b->transfer, &b->transfer_cap, bytes,
+                       CL_MEM_READ_WRITE, "transfer");
 }
 
 /* Host bytes into the transfer buffer, whole, from its start; the caller
  * then copies them on with pkv_block_copy. */
 static pkv_status to_transfer(pkv__backend *b, const void *host, size_t bytes)
 {
-    pkv_status st = grow_buffer(b, &b->transfer, &b->transfer_cap, bytes,
-                                CL_MEM_READ_ONLY, "transfer");
+    pkv_status st = transfer_reserve(b, bytes);
     if (st != PKV_OK)
         return st;
     cl_int err = clEnqueueWriteBuffer(b->queue, b->transfer, CL_FALSE, 0,
@@ -1300,29 +1399,51 @@ static pkv_status to_transfer(pkv__backend *b, const void *host, size_t bytes)
     return PKV_OK;
 }
 
+/* The host layout of a swap is block after block, each layer after layer:
+ * block i's layer l is transfer unit i * layers + l. Units of the list:
+ * the blocks on one side, i * layers on the other; each layer's launch
+ * adds l to the transfer side. */
+static void list_swap(pkv__backend *b, const uint32_t *blocks, uint32_t n,
+                      int to_arena)
+{
+    uint32_t layers = b->cfg.num_layers;
+    for (uint32_t i = 0; i < n; i++) {
+        b->units_host[2 * i + (to_arena ? 0 : 1)] = blocks[i];
+        b->units_host[2 * i + (to_arena ? 1 : 0)] = i * layers;
+    }
+}
+
+/* Every block's layers gathered into the transfer buffer, one launch per
+ * layer, then one read of it all. */
 static pkv_status ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
                                uint32_t n, void *host)
 {
     pkv_status st = pkv__backend_ids_check(&b->cfg, blocks, n, 0);
+    if (st != PKV_OK || n == 0)
+        return st;
+    uint32_t layers = b->cfg.num_layers;
+    size_t bytes = (size_t)n * layers * b->layer_block_bytes;
+    st = transfer_reserve(b, bytes);
+    if (st == PKV_OK)
+        st = units_reserve(b, n);
     if (st != PKV_OK)
         return st;
-    size_t bytes = b->layer_block_bytes;
-    uint8_t *at = host;
-    for (uint32_t i = 0; i < n; i++)
-        for (uint32_t l = 0; l < b->cfg.num_layers; l++, at += bytes) {
-            cl_int err = clEnqueueReadBuffer(b->queue, b->arenas[l], CL_FALSE,
-                                             (size_t)blocks[i] * bytes, bytes,
-                                             at, 0, NULL, NULL);
-            if (err != CL_SUCCESS) {
-                finish(b, "swap out");
-                return pkv__cl_fail(err, "clEnqueueReadBuffer(swap out)");
-            }
-        }
-    return finish(b, "swap out");
+    list_swap(b, blocks, n, 0);
+    for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
+        st = copy_units(b, b->transfer, l, b->arenas[l], 0, n,
+                        b->layer_block_bytes);
+    if (st == PKV_OK) {
+        cl_int err = clEnqueueReadBuffer(b->queue, b->transfer, CL_TRUE, 0,
+                                         bytes, host, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = pkv__cl_fail(err, "clEnqueueReadBuffer(swap out)");
+    }
+    pkv_status fin = finish(b, "swap out");
+    return st != PKV_OK ? st : fin;
 }
 
-/* Every block's layers in one host write, then one copy per (block,
- * layer) from the transfer buffer (its units follow the host layout). */
+/* Every block's layers in one host write, then one launch per layer from
+ * the transfer buffer into the arena. */
 static pkv_status ocl_swap_in(pkv__backend *b, const void *host,
                               const uint32_t *blocks, uint32_t n)
 {
@@ -1330,11 +1451,14 @@ static pkv_status ocl_swap_in(pkv__backend *b, const void *host,
     if (st != PKV_OK || n == 0)
         return st;
     uint32_t layers = b->cfg.num_layers;
-    st = to_transfer(b, host, (size_t)n * layers * b->layer_block_bytes);
-    for (uint32_t i = 0; st == PKV_OK && i < n; i++)
-        for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
-            st = copy_unit(b, b->arenas[l], blocks[i], b->transfer,
-                           (uint64_t)i * layers + l, b->layer_block_bytes);
+    st = units_reserve(b, n);
+    if (st == PKV_OK)
+        st = to_transfer(b, host, (size_t)n * layers * b->layer_block_bytes);
+    if (st == PKV_OK)
+        list_swap(b, blocks, n, 1);
+    for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
+        st = copy_units(b, b->arenas[l], 0, b->transfer, l, n,
+                        b->layer_block_bytes);
     pkv_status fin = finish(b, "swap in");
     return st != PKV_OK ? st : fin;
 }
@@ -1367,9 +1491,14 @@ static pkv_status ocl_stage_in(pkv__backend *b, const void *host,
     pkv_status st = stage_check(b, stage);
     size_t bytes = (size_t)b->stage_floats * 4;
     if (st == PKV_OK)
-        st = to_transfer(b, host, bytes);
+        st = units_reserve(b, 1);
     if (st == PKV_OK)
-        st = copy_unit(b, b->stages, stage, b->transfer, 0, bytes);
+        st = to_transfer(b, host, bytes);
+    if (st == PKV_OK) {
+        b->units_host[0] = stage;
+        b->units_host[1] = 0;
+        st = copy_units(b, b->stages, 0, b->transfer, 0, 1, bytes);
+    }
     pkv_status fin = finish(b, "stage in");
     return st != PKV_OK ? st : fin;
 }

@@ -594,6 +594,12 @@ static void test_copy_and_swap(void **state)
         check_ok(pkv__backend_cpu.copy_blocks(p.cpu, pairs, 2), "cpu copy");
         check_ok(pkv__backend_opencl.copy_blocks(p.ocl, pairs, 2),
                  "ocl copy");
+        /* A chain: in order, 23 gets what 20 held (the OpenCL backend
+         * copies these one by one, independent pairs in one launch). */
+        pkv__block_copy chain[2] = {{20, 22}, {22, 23}};
+        check_ok(pkv__backend_cpu.copy_blocks(p.cpu, chain, 2), "cpu copy");
+        check_ok(pkv__backend_opencl.copy_blocks(p.ocl, chain, 2),
+                 "ocl copy chain");
         pkv__block_copy tails[1] = {{1, 3}};
         if (g.dtype == PKV_KV_U8) {
             check_ok(pkv__backend_cpu.copy_stages(p.cpu, tails, 1), "cpu");
