@@ -43,6 +43,8 @@ struct pkv_engine {
                                lists (reserved with them) */
     pkv__map tenant_blocks; /* tenant -> blocks its tables hold, tenants
                                with blocks only (at most max_num_seqs) */
+    uint32_t unswept; /* 1 << state of each list that holds sequences
+                         ended by pkv__engine_end_later */
     uint32_t watermark_blocks;
     uint32_t longest_tokens; /* most tokens any sequence ever held: sizes
                                 the step arrays without a scan */

@@ -52,8 +52,9 @@ static pkv_status drain_inbox(pkv_engine *e)
     for (uint32_t i = 0; i < num_aborts; i++) {
         pkv__seq *s = pkv__engine_find(e, aborts[i]);
         if (s != NULL)
-            pkv__engine_end(e, s, PKV_FINISH_ABORTED, PKV_OK);
+            pkv__engine_end_later(e, s, PKV_FINISH_ABORTED, PKV_OK);
     }
+    pkv__engine_sweep_ended(e);
     pkv__free(&e->alloc, aborts, abort_capacity, sizeof *aborts);
     return PKV_OK;
 }
@@ -611,7 +612,8 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         uint32_t sample = j;
         j += (uint32_t)samples_here;
         if (e->seq_bad[i]) {
-            pkv__engine_end(e, s, PKV_FINISH_FAILED, PKV_ERR_NON_FINITE);
+            pkv__engine_end_later(e, s, PKV_FINISH_FAILED,
+                                  PKV_ERR_NON_FINITE);
             continue;
         }
         s->num_computed += s->scheduled;
@@ -630,13 +632,15 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         s->num_generated++;
         s->protect = 0;
         if (stop != NULL && stop[sample])
-            pkv__engine_end(e, s, PKV_FINISH_STOP, PKV_OK);
+            pkv__engine_end_later(e, s, PKV_FINISH_STOP, PKV_OK);
         else if (s->max_new_tokens != 0 &&
                  s->num_generated >= s->max_new_tokens)
-            pkv__engine_end(e, s, PKV_FINISH_LENGTH, PKV_OK);
+            pkv__engine_end_later(e, s, PKV_FINISH_LENGTH, PKV_OK);
         else if (s->num_tokens >= e->params.max_model_len)
-            pkv__engine_end(e, s, PKV_FINISH_MAX_MODEL_LEN, PKV_OK);
+            pkv__engine_end_later(e, s, PKV_FINISH_MAX_MODEL_LEN, PKV_OK);
     }
+    /* One pass over running for every sequence that ended here. */
+    pkv__engine_sweep_ended(e);
     e->in_step = 0;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;

@@ -50,6 +50,34 @@ void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
                           : seq->state == PKV__SEQ_SWAPPED ? &e->swapped
                                                            : &e->waiting;
     pkv__seq_list_remove(list, seq);
+    pkv__engine_end_later(e, seq, reason, status);
+}
+
+/* Remove the ended sequences from a list, keeping the others' order. */
+static void sweep(pkv__seq_list *list)
+{
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < list->count; i++)
+        if (list->items[i]->state != PKV__SEQ_FINISHED)
+            list->items[kept++] = list->items[i];
+    list->count = kept;
+}
+
+void pkv__engine_sweep_ended(pkv_engine *e)
+{
+    if (e->unswept & (1u << PKV__SEQ_WAITING))
+        sweep(&e->waiting);
+    if (e->unswept & (1u << PKV__SEQ_RUNNING))
+        sweep(&e->running);
+    if (e->unswept & (1u << PKV__SEQ_SWAPPED))
+        sweep(&e->swapped);
+    e->unswept = 0;
+}
+
+void pkv__engine_end_later(pkv_engine *e, pkv__seq *seq, int32_t reason,
+                           pkv_status status)
+{
+    e->unswept |= 1u << seq->state;
     pkv__engine_drop_blocks(e, seq);
     pkv__engine_drop_swap(e, seq);
     seq->state = PKV__SEQ_FINISHED;
