@@ -7,32 +7,60 @@ pkv_status pkv__seq_list_reserve(pkv__seq_list *list,
                                  const pkv__allocator *alloc,
                                  uint32_t needed)
 {
-    void *items;
-    pkv_status st = pkv__grow(alloc, list->items, &list->capacity,
-                              list->count, needed, sizeof *list->items,
-                              &items);
-    list->items = items;
-    return st;
+    if (needed <= list->capacity)
+        return PKV_OK;
+    size_t cap = list->capacity ? list->capacity : 4;
+    while (cap < needed)
+        cap *= 2; /* needed < 2^32: no overflow */
+    pkv__seq **grown = pkv__calloc(alloc, cap, sizeof *grown);
+    if (grown == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    if (list->count)
+        memcpy(grown, list->items, list->count * sizeof *grown);
+    pkv__free(alloc, list->base, list->capacity, sizeof *grown);
+    list->base = grown;
+    list->items = grown;
+    list->capacity = cap;
+    return PKV_OK;
 }
 
 void pkv__seq_list_release(pkv__seq_list *list, const pkv__allocator *alloc)
 {
-    pkv__free(alloc, list->items, list->capacity, sizeof *list->items);
+    pkv__free(alloc, list->base, list->capacity, sizeof *list->items);
     memset(list, 0, sizeof *list);
 }
 
 void pkv__seq_list_insert(pkv__seq_list *list, uint32_t index, pkv__seq *seq)
 {
-    memmove(list->items + index + 1, list->items + index,
-            (list->count - index) * sizeof *list->items);
+    size_t head = (size_t)(list->items - list->base);
+    if (head > 0 && index < list->count / 2) {
+        /* Slide the front down one. */
+        memmove(list->items - 1, list->items, index * sizeof *list->items);
+        list->items--;
+    } else {
+        if (head + list->count == list->capacity) {
+            /* No room at the end: back to the base (count < capacity). */
+            memmove(list->base, list->items,
+                    list->count * sizeof *list->items);
+            list->items = list->base;
+        }
+        memmove(list->items + index + 1, list->items + index,
+                (list->count - index) * sizeof *list->items);
+    }
     list->items[index] = seq;
     list->count++;
 }
 
 void pkv__seq_list_remove_at(pkv__seq_list *list, uint32_t index)
 {
-    memmove(list->items + index, list->items + index + 1,
-            (list->count - index - 1) * sizeof *list->items);
+    if (index < list->count / 2) {
+        /* Slide the front up one. */
+        memmove(list->items + 1, list->items, index * sizeof *list->items);
+        list->items++;
+    } else {
+        memmove(list->items + index, list->items + index + 1,
+                (list->count - index - 1) * sizeof *list->items);
+    }
     list->count--;
 }
 

@@ -63,10 +63,15 @@ typedef struct pkv__seq {
     struct pkv__seq *inbox_next;
 } pkv__seq;
 
-/* An array of sequence pointers. */
+/* An array of sequence pointers, items[0 .. count), that may start past
+ * the beginning of its allocation (base, capacity entries): a removal or
+ * an insertion moves whichever side of it is shorter, so both ends are
+ * O(1) (the scheduler admits from the front of a long waiting queue and
+ * appends to running). */
 typedef struct pkv__seq_list {
     pkv__seq **items;
     uint32_t count;
+    pkv__seq **base;
     size_t capacity;
 } pkv__seq_list;
 
@@ -75,8 +80,11 @@ pkv_status pkv__seq_list_reserve(pkv__seq_list *list,
                                  const pkv__allocator *alloc,
                                  uint32_t needed);
 void pkv__seq_list_release(pkv__seq_list *list, const pkv__allocator *alloc);
-/* Insert at index (<= count); capacity must allow it. */
+/* Insert at index (<= count); capacity must allow it (count < capacity).
+ * O(min(index, count - index)), except when the array must first slide
+ * back to its base (amortised O(1)). */
 void pkv__seq_list_insert(pkv__seq_list *list, uint32_t index, pkv__seq *seq);
+/* O(min(index, count - index)). */
 void pkv__seq_list_remove_at(pkv__seq_list *list, uint32_t index);
 /* Remove seq from the list if it is there. */
 void pkv__seq_list_remove(pkv__seq_list *list, const pkv__seq *seq);
