@@ -352,6 +352,8 @@ static void engine_free(pkv_engine *e)
     if (e->pool.blocks != NULL)
         pkv__pool_release(&e->pool);
     pkv__allocator alloc = e->alloc;
+    pkv__lock_destroy(e->error_lock);
+    pkv__free(&alloc, e->error_lock, 1, sizeof *e->error_lock);
     pkv__free(&alloc, e->last_error, PKV__ERROR_MAX, 1);
     pkv__free(&alloc, e, 1, sizeof *e);
 }
@@ -421,19 +423,22 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
 
     pkv_engine *e = pkv__calloc(&alloc, 1, sizeof *e);
     char *message = pkv__calloc(&alloc, PKV__ERROR_MAX, 1);
-    if (e == NULL || message == NULL) {
+    pkv__lock *lock = pkv__calloc(&alloc, 1, sizeof *lock);
+    if (e == NULL || message == NULL || lock == NULL ||
+        pkv__lock_init(lock) != 0) {
         pkv__free(&alloc, e, 1, sizeof *e);
         pkv__free(&alloc, message, PKV__ERROR_MAX, 1);
+        pkv__free(&alloc, lock, 1, sizeof *lock);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "engine object");
     }
     e->last_error = message;
+    e->error_lock = lock;
     e->alloc = alloc;
     e->params = p;
     e->block_bytes = pkv__block_bytes(&p);
     e->watermark_blocks = (uint32_t)(p.watermark * (float)(p.num_blocks - 1));
     if (pkv__inbox_init(&e->inbox, &alloc) != PKV_OK) {
-        pkv__free(&alloc, message, PKV__ERROR_MAX, 1);
-        pkv__free(&alloc, e, 1, sizeof *e);
+        engine_free(e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
     }
     /* The KV storage first: a cache too large for the machine fails before
@@ -490,11 +495,18 @@ void pkv_engine_destroy(pkv_engine *engine)
     engine_free(engine);
 }
 
+/* pkv_engine_last_error's copy: the engine's message may change on
+ * another thread while the caller reads it. */
+static _Thread_local char engine_error_copy[PKV__ERROR_MAX];
+
 const char *pkv_engine_last_error(const pkv_engine *engine)
 {
     if (engine == NULL)
         return pkv_last_error();
-    return engine->last_error;
+    pkv__lock_take(engine->error_lock);
+    memcpy(engine_error_copy, engine->last_error, PKV__ERROR_MAX);
+    pkv__lock_give(engine->error_lock);
+    return engine_error_copy;
 }
 
 const char *pkv_engine_backend_name(const pkv_engine *engine)
@@ -502,15 +514,39 @@ const char *pkv_engine_backend_name(const pkv_engine *engine)
     return engine == NULL ? "" : engine->ops->name;
 }
 
+/* Format the message into message[PKV__ERROR_MAX], then copy it to this
+ * thread's and, under the lock, the engine's. */
+static void record(const pkv_engine *engine, char *message, pkv_status status,
+                   const char *fmt, va_list args)
+{
+    pkv__format_error(message, status, fmt, args);
+    pkv__set_error(message);
+    pkv__lock_take(engine->error_lock);
+    snprintf(engine->last_error, PKV__ERROR_MAX, "%s", message);
+    pkv__lock_give(engine->error_lock);
+}
+
 pkv_status pkv__engine_fail(const pkv_engine *engine, pkv_status status,
                             const char *fmt, ...)
 {
+    char message[PKV__ERROR_MAX];
     va_list args;
     va_start(args, fmt);
-    pkv__format_error(engine->last_error, status, fmt, args);
+    record(engine, message, status, fmt, args);
     va_end(args);
-    pkv__set_error(engine->last_error);
-    pkv__engine_log(engine, PKV_LOG_ERROR, "%s", engine->last_error);
+    pkv__engine_log(engine, PKV_LOG_ERROR, "%s", message);
+    return status;
+}
+
+pkv_status pkv__engine_fail_any_thread(const pkv_engine *engine,
+                                       pkv_status status, const char *fmt,
+                                       ...)
+{
+    char message[PKV__ERROR_MAX];
+    va_list args;
+    va_start(args, fmt);
+    record(engine, message, status, fmt, args);
+    va_end(args);
     return status;
 }
 

@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "error.h"
 #include "inbox.h"
+#include "lock.h"
 #include "map.h"
 
 /* A device operation decided by the scheduler, run in order before the
@@ -91,13 +92,23 @@ struct pkv_engine {
 
     pkv_engine_stats totals; /* the cumulative counters */
     /* PKV__ERROR_MAX bytes behind a pointer, so that a function taking a
-     * const engine (a getter) can still report its failure there. */
+     * const engine (a getter) can still report its failure there; written
+     * and read under error_lock, since pkv_seq_add and pkv_seq_abort fail
+     * on any thread. */
     char *last_error;
+    pkv__lock *error_lock;
 };
 
-/* Set the engine's message (and this thread's) and return status. */
+/* Set the engine's message (and this thread's), log it, return status. */
 pkv_status pkv__engine_fail(const pkv_engine *engine, pkv_status status,
                             const char *fmt, ...) PKV__PRINTF(3, 4);
+
+/* The same for a call that may run on any thread (pkv_seq_add,
+ * pkv_seq_abort): no log line, since the log callback is called on the
+ * stepping thread only. */
+pkv_status pkv__engine_fail_any_thread(const pkv_engine *engine,
+                                       pkv_status status, const char *fmt,
+                                       ...) PKV__PRINTF(3, 4);
 
 /* Send one line to the engine's log callback if level is enabled. */
 void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,

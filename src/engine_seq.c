@@ -30,44 +30,45 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
 {
     if (out_id != NULL)
         *out_id = 0;
-    if (e == NULL || params == NULL || out_id == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
-                         e == NULL ? "engine"
-                         : params == NULL ? "params"
-                                          : "out_id");
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (params == NULL || out_id == NULL)
+        return pkv__engine_fail_any_thread(
+            e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+            params == NULL ? "params" : "out_id");
     if (params->struct_size < PKV__SEQ_PARAMS_MIN_SIZE ||
         params->struct_size > sizeof(pkv_seq_params))
-        return pkv__fail(PKV_ERR_STRUCT_SIZE,
-                         "params->struct_size is %u; this library knows %u",
-                         (unsigned)params->struct_size,
-                         (unsigned)sizeof(pkv_seq_params));
+        return pkv__engine_fail_any_thread(
+            e, PKV_ERR_STRUCT_SIZE,
+            "params->struct_size is %u; this library knows %u",
+            (unsigned)params->struct_size, (unsigned)sizeof(pkv_seq_params));
     pkv_seq_params p;
     pkv_seq_params_init(&p);
     memcpy(&p, params, params->struct_size);
     if (p.flags != 0)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->flags is %#x; no flags are defined",
-                         (unsigned)p.flags);
+        return pkv__engine_fail_any_thread(
+            e, PKV_ERR_INVALID_ARGUMENT,
+            "params->flags is %#x; no flags are defined", (unsigned)p.flags);
     if (p.prompt == NULL || p.prompt_len == 0 ||
         p.prompt_len >= e->params.max_model_len)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "prompt of %u tokens%s; must be 1..%u (max_model_len "
-                         "- 1)",
-                         (unsigned)p.prompt_len,
-                         p.prompt == NULL ? " (prompt is NULL)" : "",
-                         (unsigned)(e->params.max_model_len - 1));
+        return pkv__engine_fail_any_thread(
+            e, PKV_ERR_INVALID_ARGUMENT,
+            "prompt of %u tokens%s; must be 1..%u (max_model_len - 1)",
+            (unsigned)p.prompt_len, p.prompt == NULL ? " (prompt is NULL)" : "",
+            (unsigned)(e->params.max_model_len - 1));
     for (uint32_t i = 0; i < p.prompt_len; i++)
         if (!token_ok(e, p.prompt[i]))
-            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                             "prompt[%u] is %d; token ids are 0..%u",
-                             (unsigned)i, (int)p.prompt[i],
-                             (unsigned)(e->params.vocab_size
-                                            ? e->params.vocab_size - 1
-                                            : INT32_MAX));
+            return pkv__engine_fail_any_thread(
+                e, PKV_ERR_INVALID_ARGUMENT,
+                "prompt[%u] is %d; token ids are 0..%u", (unsigned)i,
+                (int)p.prompt[i],
+                (unsigned)(e->params.vocab_size ? e->params.vocab_size - 1
+                                                : INT32_MAX));
     pkv__seq *seq = pkv__seq_new(&e->alloc, p.prompt, p.prompt_len);
     if (seq == NULL)
-        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "sequence of %u tokens",
-                         (unsigned)p.prompt_len);
+        return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
+                                           "sequence of %u tokens",
+                                           (unsigned)p.prompt_len);
     seq->max_new_tokens = p.max_new_tokens;
     seq->priority = p.priority;
     seq->tenant = p.tenant;
@@ -80,8 +81,9 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
                                          sizeof *seq->prompt_hashes);
         if (seq->prompt_hashes == NULL) {
             pkv__seq_free(seq, &e->alloc);
-            return pkv__fail(PKV_ERR_OUT_OF_MEMORY,
-                             "prompt hashes of %u blocks", (unsigned)n_hashes);
+            return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
+                                               "prompt hashes of %u blocks",
+                                               (unsigned)n_hashes);
         }
         seq->num_prompt_hashes = n_hashes;
         pkv__prefix_hashes(p.prompt, n_hashes, bs, seq->salt,
@@ -98,10 +100,10 @@ pkv_status pkv_seq_abort(pkv_engine *e, pkv_seq_id id)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     pkv_status st = pkv__inbox_abort(&e->inbox, &e->alloc, id);
     if (st == PKV_ERR_NOT_FOUND)
-        return pkv__fail(st, "sequence %llu was never added",
-                         (unsigned long long)id);
+        return pkv__engine_fail_any_thread(
+            e, st, "sequence %llu was never added", (unsigned long long)id);
     if (st != PKV_OK)
-        return pkv__fail(st, "abort queue");
+        return pkv__engine_fail_any_thread(e, st, "abort queue");
     return PKV_OK;
 }
 

@@ -521,9 +521,16 @@ static void test_failures_set_messages(void **state)
     assert_non_null(strstr(pkv_engine_last_error(e), "is not live"));
     assert_int_equal(pkv_seq_fork(e, 1, -1, NULL), PKV_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(pkv_engine_last_error(e), "out_child is NULL"));
-    /* abort may run on any thread: its message is the thread's only. */
+    /* abort and add may run on any thread: both messages too. */
     assert_int_equal(pkv_seq_abort(e, 99), PKV_ERR_NOT_FOUND);
     assert_non_null(strstr(pkv_last_error(), "99 was never added"));
+    assert_string_equal(pkv_last_error(), pkv_engine_last_error(e));
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    pkv_seq_id id;
+    assert_int_equal(pkv_seq_add(e, &sp, &id), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_engine_last_error(e), "prompt is NULL"));
+    assert_string_equal(pkv_last_error(), pkv_engine_last_error(e));
     pkv_engine_destroy(e);
 
     /* create: an inner failure without a message of its own never shows

@@ -334,11 +334,14 @@ PKV_API pkv_status pkv_engine_create(const pkv_engine_params *params,
 PKV_API void pkv_engine_destroy(pkv_engine *engine);
 
 /*
- * The message of the last failed call on this engine ("" if none). It names
- * the failing argument or OpenCL call where there is one.
- * Thread-safety: as any engine call.
- * Ownership: owned by the engine, valid until its next failing call or its
- * destruction; never free it. A NULL engine gives pkv_last_error().
+ * The message of the last failed call on this engine ("" if none),
+ * including pkv_seq_add and pkv_seq_abort failures on other threads. It
+ * names the failing argument or OpenCL call where there is one.
+ * Thread-safety: safe from any thread (the message is copied under the
+ * engine's lock).
+ * Ownership: a copy in thread-local storage, valid until this thread's
+ * next pkv_engine_last_error call; never free it. A NULL engine gives
+ * pkv_last_error().
  */
 PKV_API const char *pkv_engine_last_error(const pkv_engine *engine);
 
@@ -435,7 +438,9 @@ PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *params);
  * vocab_size) and PKV_ERR_OUT_OF_MEMORY.
  * Thread-safety: safe from any thread, concurrently with the thread that
  * steps the engine (the inbox is locked); the engine must outlive the call.
- * Failures set the thread-local message (pkv_last_error), not the engine's.
+ * Failures set both messages, this thread's (pkv_last_error) and the
+ * engine's, and write no log line (the log callback runs on the stepping
+ * thread only).
  * Ownership: the prompt is copied; params is read during the call only.
  */
 PKV_API pkv_status pkv_seq_add(pkv_engine *engine,
@@ -448,8 +453,8 @@ PKV_API pkv_status pkv_seq_add(pkv_engine *engine,
  * reports it with PKV_FINISH_ABORTED unless it finished before. Aborting
  * an id that already ended does nothing and returns PKV_OK.
  * Returns PKV_ERR_NOT_FOUND for an id this engine never issued.
- * Thread-safety: safe from any thread, like pkv_seq_add; failures set the
- * thread-local message (pkv_last_error), not the engine's.
+ * Thread-safety: safe from any thread, like pkv_seq_add; failures set both
+ * messages, as pkv_seq_add's do.
  * Ownership: nothing is retained.
  */
 PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
