@@ -86,6 +86,7 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
                                                (unsigned)n_hashes);
         }
         seq->num_prompt_hashes = n_hashes;
+        seq->prompt_hashes_size = n_hashes;
         pkv__prefix_hashes(p.prompt, n_hashes, bs, seq->salt,
                            seq->prompt_hashes);
     }
@@ -107,6 +108,29 @@ pkv_status pkv_seq_abort(pkv_engine *e, pkv_seq_id id)
     return PKV_OK;
 }
 
+/* The live sequence id for a call (what) made between steps: BAD_STATE
+ * during a step or before any step saw the sequence, NOT_FOUND if it is
+ * not live. */
+static pkv_status find_between_steps(pkv_engine *e, pkv_seq_id id,
+                                     const char *what, pkv__seq **out)
+{
+    *out = NULL;
+    if (e->in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "%s during a step: call it after step_end",
+                                what);
+    *out = pkv__engine_find(e, id);
+    if (*out == NULL && pkv__inbox_queued(&e->inbox, id))
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "sequence %llu has not run yet",
+                                (unsigned long long)id);
+    if (*out == NULL)
+        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
+                                "sequence %llu is not live",
+                                (unsigned long long)id);
+    return PKV_OK;
+}
+
 pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
                         int32_t last_token, pkv_seq_id *out_child)
 {
@@ -117,18 +141,10 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     if (out_child == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "out_child is NULL");
-    if (e->in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
-                                "fork during a step: call it after step_end");
-    pkv__seq *parent = pkv__engine_find(e, parent_id);
-    if (parent == NULL && pkv__inbox_queued(&e->inbox, parent_id))
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
-                                "sequence %llu has not run yet",
-                                (unsigned long long)parent_id);
-    if (parent == NULL)
-        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
-                                "sequence %llu is not live",
-                                (unsigned long long)parent_id);
+    pkv__seq *parent;
+    pkv_status found = find_between_steps(e, parent_id, "fork", &parent);
+    if (found != PKV_OK)
+        return found;
     if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0 ||
         parent->num_computed + 1 != parent->num_tokens)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
@@ -205,6 +221,66 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->admitted = ++e->admissions;
     pkv__seq_list_insert(&e->running, e->running.count, child);
     *out_child = child->id;
+    PKV__ENGINE_CHECK(e);
+    return PKV_OK;
+}
+
+/* The computed tokens whose KV a truncation to n tokens keeps: all but
+ * the last kept one, and none of the block the cut falls in if that block
+ * is sealed (U8: its rows exist only quantised) or shared with another
+ * sequence (which holds more of it: the block's fill could not be both). */
+static uint32_t kv_kept(const pkv_engine *e, const pkv__seq *s, uint32_t n)
+{
+    uint32_t bs = e->params.block_size, c = s->num_computed;
+    uint32_t keep = n - 1 < c ? n - 1 : c;
+    uint32_t start = keep / bs * bs; /* of the block the cut falls in */
+    if (keep == start)
+        return keep;
+    int sealed = e->params.kv_dtype == PKV_KV_U8 && start + bs <= c;
+    int shared = e->pool.blocks[s->table.blocks[start / bs]].ref_count > 1;
+    return sealed || shared ? start : keep;
+}
+
+pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
+{
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    pkv__seq *s;
+    pkv_status found = find_between_steps(e, id, "truncate", &s);
+    if (found != PKV_OK)
+        return found;
+    if (num_tokens == 0 || num_tokens > s->num_tokens)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "keep %u tokens of sequence %llu; it has "
+                                "1..%u",
+                                (unsigned)num_tokens, (unsigned long long)id,
+                                (unsigned)s->num_tokens);
+    if (num_tokens == s->num_tokens)
+        return PKV_OK;
+    uint32_t bs = e->params.block_size;
+    if (s->state == PKV__SEQ_SWAPPED) {
+        /* Its blocks are host bytes now: recompute it instead. */
+        pkv__seq_list_remove(&e->swapped, s);
+        pkv__engine_drop_swap(e, s);
+        s->num_computed = 0;
+        s->state = PKV__SEQ_WAITING;
+        pkv__engine_enqueue(e, &e->waiting, s);
+    } else if (s->state == PKV__SEQ_RUNNING) {
+        uint32_t keep = kv_kept(e, s, num_tokens);
+        uint32_t before = s->table.num_blocks;
+        pkv__table_truncate(&s->table, &e->pool, keep);
+        pkv__engine_count_blocks(e, s, before);
+        pkv__prefix_chain_truncate(&s->chain, keep / bs);
+        s->num_computed = keep;
+    }
+    uint32_t cut = s->num_tokens - num_tokens;
+    s->num_generated -= cut < s->num_generated ? cut : s->num_generated;
+    if (s->prompt_len > num_tokens)
+        s->prompt_len = num_tokens;
+    s->num_tokens = num_tokens;
+    /* Later tokens may differ from the prompt's: keep whole blocks only. */
+    if (s->num_prompt_hashes > num_tokens / bs)
+        s->num_prompt_hashes = num_tokens / bs;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }

@@ -110,7 +110,7 @@ void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)
         return;
     pkv__free(alloc, seq->tokens, seq->token_capacity, sizeof *seq->tokens);
     pkv__free(alloc, seq->swap_data, seq->swap_size, 1);
-    pkv__free(alloc, seq->prompt_hashes, seq->num_prompt_hashes,
+    pkv__free(alloc, seq->prompt_hashes, seq->prompt_hashes_size,
               sizeof *seq->prompt_hashes);
     pkv__free(alloc, seq->swap_blocks, seq->swap_num_blocks,
               sizeof *seq->swap_blocks);

@@ -40,9 +40,12 @@ typedef struct pkv__seq {
     pkv__prefix_chain chain;
     /* The chained hashes of the prompt's full blocks that a prefix lookup
      * may use ((prompt_len - 1) / block_size), computed once by
-     * pkv_seq_add, on the host's thread; NULL, 0 for a fork. */
+     * pkv_seq_add, on the host's thread; NULL, 0 for a fork. A truncation
+     * keeps only those of blocks it left whole (num_prompt_hashes), of
+     * prompt_hashes_size allocated. */
     uint64_t *prompt_hashes;
     uint32_t num_prompt_hashes;
+    uint32_t prompt_hashes_size;
     uint32_t stage; /* U8 staging tail while running, else PKV__NO_STAGE */
 
     /* Anti-thrash: set when resumed after a preemption, cleared when it

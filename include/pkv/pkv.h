@@ -478,6 +478,34 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
                                 int32_t last_token, pkv_seq_id *out_child);
 
 /*
+ * Keep the first num_tokens tokens of a sequence and drop the rest (a chat
+ * edit, a tree search going back, a host rejecting a tail). The sequence
+ * then goes on as if those were all its tokens: its next step computes
+ * what the cut left without KV and samples after token num_tokens - 1.
+ * Tokens cut from the prompt shorten the prompt; sampled tokens cut are no
+ * longer counted (num_generated, max_new_tokens).
+ * KV kept: every row of the kept tokens whose KV was computed, except the
+ * last kept token's (it becomes the next step's input row), is kept as
+ * stored, never re-quantised. With a U8 cache, rows in a block that was
+ * already sealed (quantised, full) cannot be kept alone: a cut inside such
+ * a block drops the KV of that whole block, which the next step computes
+ * again from its tokens; a cut inside the last, unsealed block keeps its
+ * rows. So a U8 cut keeps the KV exactly up to the start of the block the
+ * cut falls in (f32 and f16: up to the cut). A cut inside a block that a
+ * fork shares drops that block the same way (the fork keeps it whole).
+ * Blocks shared with a fork or the prefix cache are never changed in
+ * place. A swapped-out sequence loses its swapped KV and is recomputed.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for num_tokens 0 or beyond the
+ * sequence's tokens; PKV_ERR_BAD_STATE between step_begin and step_end or
+ * for a sequence no step has seen yet; PKV_ERR_NOT_FOUND. num_tokens equal
+ * to the sequence's tokens changes nothing.
+ * Thread-safety: the stepping thread only.
+ * Ownership: nothing is retained.
+ */
+PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
+                                    uint32_t num_tokens);
+
+/*
  * The block table of a live sequence, for introspection: *blocks points to
  * *num_blocks block ids (logical block i holds tokens [i * block_size,
  * (i + 1) * block_size)); *num_tokens tokens have slots. A sequence that

@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv_seq_truncate. After every cut the sequence goes on under tm_step,
+ * which checks every output row against dense attention over the tokens
+ * the host kept (the run without the feature), so KV left behind by a cut
+ * fails the test. The rows of the first step after a cut show what KV the
+ * cut kept: f32 everything before the last kept token, u8 everything
+ * before the sealed block the cut falls in, both everything before a
+ * block a fork shares. Cuts go into the prompt, the
+ * sampled tokens, a block boundary, a sealed block and the unsealed tail;
+ * into blocks shared by a fork and by the prefix cache; and into a
+ * swapped-out sequence.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine.h"
+#include "lifecycle.h"
+#include "test_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { PROMPT = 13, GROWN = 23 };
+
+static float tolerance(int32_t dtype)
+{
+    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
+}
+
+/* Cut the host's record as pkv_seq_truncate cuts the sequence. */
+static void cut(tm_host *h, pkv_seq_id id, uint32_t n)
+{
+    assert_int_equal(pkv_seq_truncate(h->engine, id, n), PKV_OK);
+    tm_find(h, id)->num_tokens = n;
+}
+
+/* Rows of sequence id in the batch. */
+static uint32_t rows_of(const pkv_batch *b, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < b->num_seqs; i++)
+        if (b->seq_ids[i] == id)
+            return b->query_start[i + 1] - b->query_start[i];
+    return 0;
+}
+
+/* Step until sequence id holds n tokens. */
+static void grow_to(tm_host *h, pkv_seq_id id, uint32_t n)
+{
+    for (int i = 0; i < 100 && tm_find(h, id)->num_tokens < n; i++)
+        tm_step(h, NULL);
+    assert_int_equal(tm_find(h, id)->num_tokens, n);
+}
+
+/* The KV a cut to n keeps, as pkv.h states it, for a sequence whose KV
+ * covers its tokens but the last. */
+static uint32_t expected_kept(int32_t dtype, uint32_t bs, uint32_t computed,
+                              uint32_t n)
+{
+    uint32_t keep = n - 1 < computed ? n - 1 : computed;
+    uint32_t start = keep / bs * bs;
+    if (dtype == PKV_KV_U8 && keep > start && start + bs <= computed)
+        keep = start;
+    return keep;
+}
+
+/* One sequence grown to GROWN tokens, cut to n, then run to its end. */
+static void cut_once(int32_t dtype, uint32_t bs, uint32_t n)
+{
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    p.kv_dtype = dtype;
+    p.block_size = bs;
+    tm_host h;
+    tm_host_init(&h, &p, tolerance(dtype));
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    pkv_seq_id id = tm_add(&h, prompt, PROMPT, 20, 0, 0);
+    grow_to(&h, id, GROWN);
+    cut(&h, id, n);
+    uint32_t kept = expected_kept(dtype, bs, GROWN - 1, n);
+    const pkv_batch *b;
+    tm_step(&h, &b);
+    if (rows_of(b, id) != n - kept)
+        fail_msg("dtype %d, block %u, cut to %u: %u rows, expected %u",
+                 (int)dtype, (unsigned)bs, (unsigned)n,
+                 (unsigned)rows_of(b, id), (unsigned)(n - kept));
+    tm_run(&h, 100);
+    /* 20 sampled tokens, counted from the cut: n - min(n, PROMPT) kept. */
+    tm_seq *s = tm_find(&h, id);
+    assert_int_equal(s->finish_reason, PKV_FINISH_LENGTH);
+    uint32_t prompt_kept = n < PROMPT ? n : PROMPT;
+    assert_int_equal(s->num_tokens, prompt_kept + 20);
+    tm_check_idle(&h);
+    free(prompt);
+    tm_host_free(&h);
+}
+
+static void test_cut_points(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const uint32_t sizes[] = {4, 16};
+    /* 1 token; in the prompt; a block boundary; just after one; in a
+     * sealed block; in the last, unsealed block; all but one. */
+    const uint32_t cuts[] = {1, 6, 8, 9, 14, 17, 21, 22};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t s = 0; s < 2; s++)
+            for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
+                cut_once(dtypes[d], sizes[s], cuts[c]);
+}
+
+/* A fork shares the parent's blocks: cutting the parent inside a shared
+ * block must leave the child's KV as it was (copy-on-write), and the
+ * prefix cache's blocks too, which a later prompt then hits. */
+static void test_cut_shared_blocks(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_U8};
+    for (size_t d = 0; d < 2; d++) {
+        pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+        p.kv_dtype = dtypes[d];
+        tm_host h;
+        tm_host_init(&h, &p, tolerance(dtypes[d]));
+        int32_t *prompt = tm_prompt(PROMPT, 9);
+        pkv_seq_id parent = tm_add(&h, prompt, PROMPT, 16, 0, 0);
+        grow_to(&h, parent, 18);
+        pkv_seq_id child;
+        assert_int_equal(pkv_seq_fork(h.engine, parent, -1, &child), PKV_OK);
+        tm_record_fork(&h, parent, child, -1);
+        /* Token 10 is in the third block of 4, full and shared: the parent
+         * gives it up and computes tokens 8-10 again. */
+        cut(&h, parent, 11);
+        const pkv_batch *b;
+        tm_step(&h, &b);
+        assert_int_equal(rows_of(b, parent), 3);
+        tm_run(&h, 100);
+        /* The same prompt again: its full blocks come from the cache. */
+        pkv_seq_id again = tm_add(&h, prompt, PROMPT, 4, 0, 0);
+        tm_step(&h, &b);
+        assert_int_equal(rows_of(b, again), 1); /* 12 of 13 tokens hit */
+        tm_run(&h, 100);
+        assert_int_equal(tm_find(&h, child)->finish_reason,
+                         PKV_FINISH_LENGTH);
+        tm_check_idle(&h);
+        free(prompt);
+        tm_host_free(&h);
+    }
+}
+
+/* A swapped-out sequence is cut and recomputed. */
+static void test_cut_swapped(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    p.num_blocks = 17; /* 16 usable blocks of 4 tokens */
+    p.watermark = 0;
+    p.preempt_mode = PKV_PREEMPT_SWAP;
+    p.swap_bytes = 1 << 20;
+    tm_host h;
+    tm_host_init(&h, &p, tolerance(PKV_KV_F32));
+    pkv_seq_id ids[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        int32_t *prompt = tm_prompt(PROMPT, 20 + i);
+        ids[i] = tm_add(&h, prompt, PROMPT, 12, 0, 0);
+        free(prompt);
+    }
+    pkv__seq *swapped = NULL;
+    for (int step = 0; step < 100 && swapped == NULL; step++) {
+        tm_step(&h, NULL);
+        for (uint32_t i = 0; i < 4 && swapped == NULL; i++) {
+            pkv__seq *s = pkv__engine_find(h.engine, ids[i]);
+            if (s != NULL && s->state == PKV__SEQ_SWAPPED &&
+                s->num_tokens > PROMPT + 1)
+                swapped = s;
+        }
+    }
+    assert_non_null(swapped);
+    pkv_seq_id id = swapped->id;
+    cut(&h, id, PROMPT + 1);
+    assert_int_equal(swapped->state, PKV__SEQ_WAITING);
+    assert_null(swapped->swap_data);
+    tm_run(&h, 200);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(tm_find(&h, ids[i])->finish_reason,
+                         PKV_FINISH_LENGTH);
+    tm_check_idle(&h);
+    tm_host_free(&h);
+}
+
+static void test_cut_errors(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    tm_host h;
+    tm_host_init(&h, &p, 1e-4f);
+    int32_t *prompt = tm_prompt(PROMPT, 3);
+    pkv_seq_id id = tm_add(&h, prompt, PROMPT, 4, 0, 0);
+    /* Not seen by a step yet. */
+    assert_int_equal(pkv_seq_truncate(h.engine, id, 3), PKV_ERR_BAD_STATE);
+    assert_int_equal(pkv_seq_truncate(NULL, id, 3),
+                     PKV_ERR_INVALID_ARGUMENT);
+    tm_step(&h, NULL);
+    assert_int_equal(pkv_seq_truncate(h.engine, id, 0),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_engine_last_error(h.engine), "keep 0"));
+    assert_int_equal(pkv_seq_truncate(h.engine, id, PROMPT + 2),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_seq_truncate(h.engine, id + 100, 3),
+                     PKV_ERR_NOT_FOUND);
+    /* All of its tokens: nothing changes. */
+    assert_int_equal(pkv_seq_truncate(h.engine, id, PROMPT + 1), PKV_OK);
+    const pkv_batch *b;
+    assert_int_equal(pkv_engine_step_begin(h.engine, &b), PKV_OK);
+    assert_int_equal(pkv_seq_truncate(h.engine, id, 3), PKV_ERR_BAD_STATE);
+    assert_non_null(strstr(pkv_engine_last_error(h.engine), "during a step"));
+    /* Finish the step the test began (zero rows; the host's record of
+     * the sequence is not kept up to date from here). */
+    for (uint32_t l = 0; l < p.num_layers; l++) {
+        size_t n = (size_t)b->num_tokens * p.num_q_heads * p.head_dim;
+        size_t nkv = (size_t)b->num_tokens * p.num_kv_heads * p.head_dim;
+        float *q = calloc(n, sizeof *q), *o = calloc(n, sizeof *o);
+        float *kv = calloc(nkv, sizeof *kv);
+        pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, b->num_tokens,
+                                        p.num_q_heads, p.head_dim);
+        pkv_tensor tk = pkv_tensor_host(kv, 0, PKV_TENSOR_F32, b->num_tokens,
+                                        p.num_kv_heads, p.head_dim);
+        pkv_tensor to = pkv_tensor_host(o, 0, PKV_TENSOR_F32, b->num_tokens,
+                                        p.num_q_heads, p.head_dim);
+        assert_int_equal(pkv_engine_attend(h.engine, l, &tq, &tk, &tk, &to),
+                         PKV_OK);
+        free(q);
+        free(o);
+        free(kv);
+    }
+    int32_t sampled = 1;
+    assert_int_equal(pkv_engine_step_end(h.engine, &sampled, NULL, 1),
+                     PKV_OK);
+    free(prompt);
+    tm_host_free(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cut_points),
+        cmocka_unit_test(test_cut_shared_blocks),
+        cmocka_unit_test(test_cut_swapped),
+        cmocka_unit_test(test_cut_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
