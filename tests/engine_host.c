@@ -191,6 +191,35 @@ pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
     return PKV_OK;
 }
 
+pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
+{
+    pkv_engine *e = host->engine;
+    const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    pkv_status st = pkv_seq_truncate(e, id, num_tokens);
+    if (e->in_step) {
+        CHECK(host, st == PKV_ERR_BAD_STATE);
+    } else if (s == NULL) {
+        CHECK(host, st == (pkv__inbox_queued(&e->inbox, id)
+                               ? PKV_ERR_BAD_STATE
+                               : PKV_ERR_NOT_FOUND));
+    } else if (num_tokens == 0 || num_tokens > s->num_tokens) {
+        CHECK(host, st == PKV_ERR_INVALID_ARGUMENT);
+    } else {
+        CHECK(host, st == PKV_OK);
+    }
+    if (st != PKV_OK)
+        return st;
+    eh_seq *r = eh_find(host, id);
+    CHECK(host, r != NULL && !r->ended && r->num_tokens >= num_tokens);
+    uint32_t cut = r->num_tokens - num_tokens;
+    r->generated -= cut < r->generated ? cut : r->generated;
+    r->num_tokens = num_tokens;
+    CHECK(host, s->num_tokens == num_tokens &&
+                    s->num_generated == r->generated &&
+                    s->num_computed < num_tokens);
+    return PKV_OK;
+}
+
 /* ------------------------------------------------------------------ step */
 
 static void reserve(eh_host *host, size_t rows, size_t ctx)

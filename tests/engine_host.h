@@ -89,6 +89,9 @@ void eh_abort(eh_host *host, pkv_seq_id id);
 /* pkv_seq_fork, checking the status and, on success, the child. */
 pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
                    pkv_seq_id *out_child);
+/* pkv_seq_truncate, checking the status and, on success, cutting the
+ * host's record of the sequence the same way. */
+pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens);
 
 /* The three parts of a step. begin checks the batch and its reports;
  * attend runs every layer, with a NaN in k at (poison_row, poison_layer)

@@ -6,7 +6,8 @@
  * FCFS or priority, quotas, chunking knobs) and then a sequence of
  * operations: add (prompts over a tiny alphabet, often a prefix of an
  * earlier one, so that prefix hits happen), abort (live, ended and
- * never-issued ids), fork (at valid and invalid moments), full steps (with
+ * never-issued ids), fork (at valid and invalid moments), truncate (to
+ * every length, 0 and one too many included), full steps (with
  * stop flags, NaN K/V, and bad calls in the middle of the step), bad calls
  * between steps, block-table reads. At the end the engine is stepped until
  * it has no work.
@@ -57,7 +58,7 @@ static world W;
  * what the random inputs reached. */
 static struct totals {
     uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
-        forks;
+        forks, truncations;
     double max_error[3];
 } TOT;
 
@@ -66,13 +67,14 @@ static void print_totals(void)
     fprintf(stderr,
             "fuzz_engine: %llu inputs, %llu steps, %llu rows checked, %llu "
             "ended, %llu preemptions, %llu swap-outs, %llu prefix hit "
-            "tokens, %llu forks; max error f32 %.3g f16 %.3g u8 %.3g\n",
+            "tokens, %llu forks, %llu truncations; max error f32 %.3g f16 "
+            "%.3g u8 %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
             (unsigned long long)TOT.rows, (unsigned long long)TOT.ended,
             (unsigned long long)TOT.preemptions,
             (unsigned long long)TOT.swap_outs,
             (unsigned long long)TOT.hit_tokens, (unsigned long long)TOT.forks,
-            TOT.max_error[0], TOT.max_error[1], TOT.max_error[2]);
+            (unsigned long long)TOT.truncations, TOT.max_error[0], TOT.max_error[1], TOT.max_error[2]);
 }
 
 /* What a failing input set up and where the sequences are, for triage. */
@@ -325,6 +327,17 @@ static void op_fork(world *w)
     pkv_seq_id child = 0;
     if (eh_fork(&w->host, parent, last, &child) == PKV_OK)
         TOT.forks++;
+}
+
+/* A cut to a length from 0 to one past the sequence's tokens. */
+static void op_truncate(world *w)
+{
+    pkv_seq_id id = pick_id(w);
+    uint8_t b = next_byte(&w->in);
+    const eh_seq *s = eh_find(&w->host, id);
+    uint32_t have = s != NULL ? s->num_tokens : 8;
+    if (eh_truncate(&w->host, id, b % (have + 2)) == PKV_OK)
+        TOT.truncations++;
 }
 
 static void op_block_table(world *w)
@@ -614,7 +627,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             op_bad(w);
             break;
         case 13:
-            op_block_table(w);
+            if (op / 16 % 2)
+                op_truncate(w);
+            else
+                op_block_table(w);
             break;
         default:
             op_step(w, 1);
