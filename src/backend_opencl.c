@@ -336,6 +336,36 @@ static pkv_status new_zeroed(pkv__backend *b, size_t bytes,
     return PKV_OK;
 }
 
+static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
+                          size_t *off, size_t *lens);
+
+/* PKV_OK if the largest step the config allows packs into the 2^32 words
+ * the kernels index (kv_step.h). */
+static pkv_status largest_step_fits(const pkv__backend_config *c)
+{
+    if (c->max_step_seqs == 0)
+        return PKV_OK;
+    pkv__step worst;
+    memset(&worst, 0, sizeof worst);
+    worst.num_seqs = c->max_step_seqs;
+    worst.num_tokens = c->max_step_rows;
+    worst.max_blocks_per_seq =
+        (c->max_seq_tokens + c->block_size - 1) / c->block_size;
+    /* A sequence's rows seal at most rows / block_size + 1 blocks and fill
+     * at most rows tiles. */
+    uint32_t seals = c->max_step_rows / c->block_size + c->max_step_seqs;
+    uint32_t tiles = c->max_step_rows + c->max_step_seqs;
+    size_t words = step_layout(&worst, seals, tiles, NULL, NULL);
+    if (words > UINT32_MAX)
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "opencl backend: a step of %u sequences of up to %u "
+                         "tokens needs %zu words of step arrays, beyond 2^32; "
+                         "lower max_num_seqs or max_model_len",
+                         (unsigned)c->max_step_seqs,
+                         (unsigned)c->max_seq_tokens, words);
+    return PKV_OK;
+}
+
 pkv_status pkv__opencl_create(const pkv__backend_config *config,
                               const pkv__allocator *alloc,
                               const pkv__opencl_options *o,
@@ -343,6 +373,8 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
 {
     *out = NULL;
     pkv_status st = pkv__backend_config_check(config);
+    if (st == PKV_OK)
+        st = largest_step_fits(config);
     if (st != PKV_OK)
         return st;
     pkv__backend *b = pkv__calloc(alloc, 1, sizeof *b);
@@ -638,6 +670,7 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
         uint32_t rows = s->query_start[i + 1] - s->query_start[i];
         tiles += (rows + b->tile_rows - 1) / b->tile_rows;
     }
+    /* Only a step beyond the bounds create checked can be refused here. */
     size_t words = step_layout(s, seals, tiles, NULL, NULL);
     if (words > UINT32_MAX)
         return pkv__fail(PKV_ERR_UNSUPPORTED, "step of %zu words", words);

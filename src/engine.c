@@ -286,6 +286,9 @@ static pkv_status create_backend(pkv_engine *e)
     c->key_quant = p->key_quant;
     c->value_quant = p->value_quant;
     c->num_stages = p->kv_dtype == PKV_KV_U8 ? p->max_num_seqs : 0;
+    c->max_step_seqs = p->max_num_seqs;
+    c->max_step_rows = p->max_batch_tokens;
+    c->max_seq_tokens = p->max_model_len;
 #ifdef PKV_HAVE_OPENCL
     /* AUTO on a machine without any OpenCL device: the CPU backend, as a
      * matter of course (the creation log line names it). */

@@ -315,7 +315,9 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *params);
  * argument or a field out of its documented range, PKV_ERR_STRUCT_SIZE,
  * PKV_ERR_UNSUPPORTED for a geometry pkv cannot run (head_dim not a
  * multiple of 4 or above 512, num_q_heads not a multiple of num_kv_heads,
- * or a backend that is not built in), PKV_ERR_OUT_OF_MEMORY,
+ * a backend that is not built in, or, on OpenCL, a largest step
+ * (max_num_seqs sequences of max_model_len tokens) whose arrays would pass
+ * 2^32 words), PKV_ERR_OUT_OF_MEMORY,
  * PKV_ERR_DEVICE_MEMORY or another device error from the backend. The KV
  * storage is allocated first, so a cache too large for the machine fails
  * before any other memory is taken.
@@ -637,17 +639,15 @@ static inline pkv_tensor pkv_tensor_host(const void *data, uint64_t offset,
  * pkv_engine_step_end; a batch with no rows may skip the attend calls (or
  * make them with NULL data, as before).
  * Errors: PKV_ERR_BAD_STATE if a step is already begun;
- * PKV_ERR_OUT_OF_MEMORY with nothing scheduled; PKV_ERR_UNSUPPORTED for a
- * step the backend cannot represent (OpenCL: step arrays beyond 2^32
- * words): no step is begun and no sequence loses a token or a written KV
- * row (admissions, preemptions and swaps the call made stand, and the
- * preemptions are not reported); such a step needs a smaller
- * max_num_seqs or max_model_len. Device errors do not fail this call: the step's arrays reach
- * the device with its first pkv_engine_attend, whose device errors may be
- * repeated. A device copy that fails for one sequence (swap-out, swap-in,
- * copy-on-write) does not fail the call either: that sequence sits the
- * step out, recomputed later or still swapped out, with a PKV_LOG_WARN
- * line.
+ * PKV_ERR_OUT_OF_MEMORY with nothing scheduled. Once it has scheduled
+ * anything it cannot fail: the backend takes any step the engine's
+ * parameters allow (pkv_engine_create refuses parameters whose largest
+ * step a backend could not take, PKV_ERR_UNSUPPORTED), and device errors
+ * do not fail this call: the step's arrays reach the device with its
+ * first pkv_engine_attend, whose device errors may be repeated. A device
+ * copy that fails for one sequence (swap-out, swap-in, copy-on-write) does
+ * not fail the call either: that sequence sits the step out, recomputed
+ * later or still swapped out, with a PKV_LOG_WARN line.
  * Thread-safety: the stepping thread only.
  * Ownership: the batch and its arrays are owned by the engine, valid until
  * the next pkv_engine_step_begin.
