@@ -1320,19 +1320,26 @@ static pkv_status units_reserve(pkv__backend *b, uint32_t n)
     return PKV_OK;
 }
 
-/* For each of the n pairs in units_host (filled by the caller), copy unit
- * src + src_add of src to unit dst + dst_add of dst: one launch. The list
- * goes up whole (a simulator such as oclgrind forgets what it knew of a
- * buffer at a write of part of it). */
-static pkv_status copy_units(pkv__backend *b, cl_mem dst, cl_uint dst_add,
-                             cl_mem src, cl_uint src_add, uint32_t n,
-                             size_t unit_bytes)
+/* units_host (filled by the caller) to the device, once for the launches
+ * that follow. Whole: a simulator such as oclgrind forgets what it knew
+ * of a buffer at a write of part of it. Blocking, since the next list is
+ * written into the same host words. */
+static pkv_status put_units(pkv__backend *b)
 {
     cl_int err = clEnqueueWriteBuffer(b->queue, b->units, CL_TRUE, 0,
                                       b->units_cap, b->units_host, 0, NULL,
                                       NULL);
     if (err != CL_SUCCESS)
         return pkv__cl_fail(err, "clEnqueueWriteBuffer(copy list)");
+    return PKV_OK;
+}
+
+/* For each of the first n pairs of the list put_units sent, copy unit
+ * src + src_add of src to unit dst + dst_add of dst: one launch. */
+static pkv_status copy_units(pkv__backend *b, cl_mem dst, cl_uint dst_add,
+                             cl_mem src, cl_uint src_add, uint32_t n,
+                             size_t unit_bytes)
+{
     cl_uint words4 = (cl_uint)(unit_bytes / 16);
     karg a[] = {KA(dst), KA(dst_add), KA(src), KA(src_add), KA(b->units),
                 KA(words4)};
@@ -1377,6 +1384,8 @@ static pkv_status copy_pairs(pkv__backend *b, cl_mem *bufs, uint32_t layers,
         return st;
     uint32_t k;
     if (list_pairs(b, pairs, n, &k)) {
+        if (k > 0)
+            st = put_units(b);
         for (uint32_t l = 0; st == PKV_OK && k > 0 && l < layers; l++)
             st = copy_units(b, bufs[l], 0, bufs[l], 0, k, unit_bytes);
         return st;
@@ -1386,6 +1395,7 @@ static pkv_status copy_pairs(pkv__backend *b, cl_mem *bufs, uint32_t layers,
             continue;
         b->units_host[0] = pairs[i].dst;
         b->units_host[1] = pairs[i].src;
+        st = put_units(b);
         for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
             st = copy_units(b, bufs[l], 0, bufs[l], 0, 1, unit_bytes);
     }
@@ -1462,6 +1472,7 @@ static pkv_status ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
     if (st != PKV_OK)
         return st;
     list_swap(b, blocks, n, 0);
+    st = put_units(b);
     for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
         st = copy_units(b, b->transfer, l, b->arenas[l], 0, n,
                         b->layer_block_bytes);
@@ -1487,8 +1498,10 @@ static pkv_status ocl_swap_in(pkv__backend *b, const void *host,
     st = units_reserve(b, n);
     if (st == PKV_OK)
         st = to_transfer(b, host, (size_t)n * layers * b->layer_block_bytes);
-    if (st == PKV_OK)
+    if (st == PKV_OK) {
         list_swap(b, blocks, n, 1);
+        st = put_units(b);
+    }
     for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
         st = copy_units(b, b->arenas[l], 0, b->transfer, l, n,
                         b->layer_block_bytes);
@@ -1530,8 +1543,10 @@ static pkv_status ocl_stage_in(pkv__backend *b, const void *host,
     if (st == PKV_OK) {
         b->units_host[0] = stage;
         b->units_host[1] = 0;
-        st = copy_units(b, b->stages, 0, b->transfer, 0, 1, bytes);
+        st = put_units(b);
     }
+    if (st == PKV_OK)
+        st = copy_units(b, b->stages, 0, b->transfer, 0, 1, bytes);
     pkv_status fin = finish(b, "stage in");
     return st != PKV_OK ? st : fin;
 }
