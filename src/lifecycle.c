@@ -113,6 +113,9 @@ uint64_t pkv__engine_tenant_blocks(const pkv_engine *e, uint32_t tenant)
 
 void pkv__engine_tenant_add(pkv_engine *e, uint32_t tenant, int64_t delta)
 {
+    /* Most decode steps add no block: skip the two map look-ups. */
+    if (delta == 0)
+        return;
     uint64_t n = pkv__map_get(&e->tenant_blocks, tenant);
     pkv__map_put(&e->tenant_blocks, tenant, (uint64_t)((int64_t)n + delta));
 }
