@@ -433,65 +433,68 @@ static void reference(const uint8_t *arena, const float *stages,
 /* ------------------------------------------------------------- a run */
 
 typedef struct decode_gpu {
-    cl_kernel partial, reduce;
+    /* [0] reads through the block tables, [1] the contiguous baseline */
+    cl_kernel partial[2], reduce[2];
     cl_mem arena, stages, stage_ids, q, lens, table, out, part_acc, part_ml;
     pkv__decode_plan plan;
     uint32_t max_blocks;
 } decode_gpu;
 
-static int set_args(decode_gpu *g, const decode_case *c, float scale)
+static int set_args(decode_gpu *g, int which, const decode_case *c,
+                    float scale)
 {
+    cl_kernel partial = g->partial[which], reduce = g->reduce[which];
     cl_uint stage_floats = 2u * HKV * c->block_size * HEAD_DIM, zero = 0;
     cl_uint hkv = HKV, window = c->window;
     cl_uint psize = g->plan.partition_size, nparts = g->plan.num_partitions;
     cl_ulong off = 0;
     cl_int err = 0;
-    err |= clSetKernelArg(g->partial, 0, sizeof(cl_mem), &g->arena);
-    err |= clSetKernelArg(g->partial, 1, sizeof(cl_mem), &g->stages);
-    err |= clSetKernelArg(g->partial, 2, sizeof(cl_uint), &stage_floats);
-    err |= clSetKernelArg(g->partial, 3, sizeof(cl_uint), &zero);
-    err |= clSetKernelArg(g->partial, 4, sizeof(cl_mem), &g->stage_ids);
-    err |= clSetKernelArg(g->partial, 5, sizeof(cl_mem), &g->q);
-    err |= clSetKernelArg(g->partial, 6, sizeof off, &off);
-    err |= clSetKernelArg(g->partial, 7, sizeof(cl_mem), &g->lens);
-    err |= clSetKernelArg(g->partial, 8, sizeof(cl_mem), &g->table);
-    err |= clSetKernelArg(g->partial, 9, sizeof(cl_uint), &g->max_blocks);
-    err |= clSetKernelArg(g->partial, 10, sizeof(cl_uint), &hkv);
-    err |= clSetKernelArg(g->partial, 11, sizeof(float), &scale);
-    err |= clSetKernelArg(g->partial, 12, sizeof(cl_uint), &window);
-    err |= clSetKernelArg(g->partial, 13, sizeof(cl_uint), &psize);
-    err |= clSetKernelArg(g->partial, 14, sizeof(cl_mem), &g->out);
-    err |= clSetKernelArg(g->partial, 15, sizeof off, &off);
-    err |= clSetKernelArg(g->partial, 16, sizeof(cl_uint), &zero);
-    err |= clSetKernelArg(g->partial, 17, sizeof(cl_mem), &g->part_acc);
-    err |= clSetKernelArg(g->partial, 18, sizeof(cl_mem), &g->part_ml);
-    err |= clSetKernelArg(g->reduce, 0, sizeof(cl_mem), &g->part_acc);
-    err |= clSetKernelArg(g->reduce, 1, sizeof(cl_mem), &g->part_ml);
-    err |= clSetKernelArg(g->reduce, 2, sizeof(cl_uint), &nparts);
-    err |= clSetKernelArg(g->reduce, 3, sizeof(cl_mem), &g->out);
-    err |= clSetKernelArg(g->reduce, 4, sizeof off, &off);
-    err |= clSetKernelArg(g->reduce, 5, sizeof(cl_uint), &zero);
+    err |= clSetKernelArg(partial, 0, sizeof(cl_mem), &g->arena);
+    err |= clSetKernelArg(partial, 1, sizeof(cl_mem), &g->stages);
+    err |= clSetKernelArg(partial, 2, sizeof(cl_uint), &stage_floats);
+    err |= clSetKernelArg(partial, 3, sizeof(cl_uint), &zero);
+    err |= clSetKernelArg(partial, 4, sizeof(cl_mem), &g->stage_ids);
+    err |= clSetKernelArg(partial, 5, sizeof(cl_mem), &g->q);
+    err |= clSetKernelArg(partial, 6, sizeof off, &off);
+    err |= clSetKernelArg(partial, 7, sizeof(cl_mem), &g->lens);
+    err |= clSetKernelArg(partial, 8, sizeof(cl_mem), &g->table);
+    err |= clSetKernelArg(partial, 9, sizeof(cl_uint), &g->max_blocks);
+    err |= clSetKernelArg(partial, 10, sizeof(cl_uint), &hkv);
+    err |= clSetKernelArg(partial, 11, sizeof(float), &scale);
+    err |= clSetKernelArg(partial, 12, sizeof(cl_uint), &window);
+    err |= clSetKernelArg(partial, 13, sizeof(cl_uint), &psize);
+    err |= clSetKernelArg(partial, 14, sizeof(cl_mem), &g->out);
+    err |= clSetKernelArg(partial, 15, sizeof off, &off);
+    err |= clSetKernelArg(partial, 16, sizeof(cl_uint), &zero);
+    err |= clSetKernelArg(partial, 17, sizeof(cl_mem), &g->part_acc);
+    err |= clSetKernelArg(partial, 18, sizeof(cl_mem), &g->part_ml);
+    err |= clSetKernelArg(reduce, 0, sizeof(cl_mem), &g->part_acc);
+    err |= clSetKernelArg(reduce, 1, sizeof(cl_mem), &g->part_ml);
+    err |= clSetKernelArg(reduce, 2, sizeof(cl_uint), &nparts);
+    err |= clSetKernelArg(reduce, 3, sizeof(cl_mem), &g->out);
+    err |= clSetKernelArg(reduce, 4, sizeof off, &off);
+    err |= clSetKernelArg(reduce, 5, sizeof(cl_uint), &zero);
     return cl_check(err, "clSetKernelArg");
 }
 
-static int enqueue(const cl_env *e, decode_gpu *g, uint32_t batch)
+static int enqueue(const cl_env *e, decode_gpu *g, int which, uint32_t batch)
 {
     size_t lanes = e->lanes;
     size_t gp[3] = {g->plan.num_partitions * lanes, HKV, batch};
     size_t lp[3] = {lanes, lanes == 1 ? HKV : 1, 1};
-    cl_int err = clEnqueueNDRangeKernel(e->queue, g->partial, 3, NULL, gp, lp,
-                                        0, NULL, NULL);
+    cl_int err = clEnqueueNDRangeKernel(e->queue, g->partial[which], 3, NULL,
+                                        gp, lp, 0, NULL, NULL);
     if (err == CL_SUCCESS && g->plan.num_partitions > 1) {
         size_t gr[2] = {HQ, batch};
-        err = clEnqueueNDRangeKernel(e->queue, g->reduce, 2, NULL, gr, NULL, 0,
-                                     NULL, NULL);
+        err = clEnqueueNDRangeKernel(e->queue, g->reduce[which], 2, NULL, gr,
+                                     NULL, 0, NULL, NULL);
     }
     if (err == CL_SUCCESS)
         err = clFinish(e->queue);
     return cl_check(err, "decode kernels");
 }
 
-/* Median seconds of one decode step over reps runs (after a warm-up). */
+/* CPU seconds the process has used, every thread. */
 static double cpu_now(void)
 {
     struct timespec ts;
@@ -499,26 +502,37 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Median seconds of one decode step over reps runs (after a warm-up), and
- * the median CPU seconds the process spent on it (on a CPU device: the
- * kernel's cost without the time other processes took from it). */
-static double time_decode(const cl_env *e, decode_gpu *g, uint32_t batch,
-                          int reps, double *cpu)
+/* Median seconds of one decode step over reps runs (after a warm-up) of
+ * the paged kernel (seconds[0]) and of the contiguous one (seconds[1]),
+ * and the median CPU seconds the process spent on a paged step (on a CPU
+ * device: the kernel's cost without the time other processes took from
+ * it). The two take turns, step by step, in alternating order, so both
+ * medians sample the same load: on a shared machine, timing one after the
+ * other moved their ratio by 0.1-0.6 between runs. */
+static int time_decode(const cl_env *e, decode_gpu *g, uint32_t batch,
+                       int reps, double seconds[2], double *cpu)
 {
-    double t[32], c[32];
-    if (enqueue(e, g, batch))
-        return -1.0;
+    double t[2][32], c[32];
+    if (enqueue(e, g, 0, batch) || enqueue(e, g, 1, batch))
+        return 1;
     for (int r = 0; r < reps; r++) {
-        double t0 = now(), c0 = cpu_now();
-        if (enqueue(e, g, batch))
-            return -1.0;
-        t[r] = now() - t0;
-        c[r] = cpu_now() - c0;
+        for (int turn = 0; turn < 2; turn++) {
+            int which = turn ^ (r & 1);
+            double t0 = now(), c0 = cpu_now();
+            if (enqueue(e, g, which, batch))
+                return 1;
+            t[which][r] = now() - t0;
+            if (which == 0)
+                c[r] = cpu_now() - c0;
+        }
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    for (int which = 0; which < 2; which++) {
+        qsort(t[which], (size_t)reps, sizeof t[which][0], cmp_double);
+        seconds[which] = t[which][reps / 2];
+    }
     qsort(c, (size_t)reps, sizeof c[0], cmp_double);
     *cpu = c[reps / 2];
-    return t[reps / 2];
+    return 0;
 }
 
 static void release_gpu(decode_gpu *g)
@@ -529,10 +543,12 @@ static void release_gpu(decode_gpu *g)
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         if (*m[i] != NULL)
             clReleaseMemObject(*m[i]);
-    if (g->partial != NULL)
-        clReleaseKernel(g->partial);
-    if (g->reduce != NULL)
-        clReleaseKernel(g->reduce);
+    for (int which = 0; which < 2; which++) {
+        if (g->partial[which] != NULL)
+            clReleaseKernel(g->partial[which]);
+        if (g->reduce[which] != NULL)
+            clReleaseKernel(g->reduce[which]);
+    }
 }
 
 static cl_mem make_buffer(const cl_env *e, size_t bytes, const void *host)
@@ -620,43 +636,39 @@ static int run_case(const cl_env *e, const decode_case *c, int reps,
         goto done;
     }
     float scale = 1.0f / sqrtf((float)HEAD_DIM);
+    /* The paged kernel, and for timing the contiguous one as well. */
     for (int which = 0; which < (reps > 0 ? 2 : 1); which++) {
         cl_program p = build(e, which, c->dtype, bs);
         if (p == NULL)
             goto done;
         cl_int err1, err2;
-        g.partial = clCreateKernel(p, "pkv_decode_partial", &err1);
-        g.reduce = clCreateKernel(p, "pkv_decode_reduce", &err2);
+        g.partial[which] = clCreateKernel(p, "pkv_decode_partial", &err1);
+        g.reduce[which] = clCreateKernel(p, "pkv_decode_reduce", &err2);
         clReleaseProgram(p);
-        if (cl_check(err1 | err2, "clCreateKernel") || set_args(&g, c, scale))
+        if (cl_check(err1 | err2, "clCreateKernel") ||
+            set_args(&g, which, c, scale))
             goto done;
-        if (reps > 0) {
-            double cpu = 0.0;
-            double s = time_decode(e, &g, batch, reps, &cpu);
-            if (s < 0)
-                goto done;
-            *(which ? &res->contiguous_seconds : &res->seconds) = s;
-            if (which == 0)
-                res->cpu_seconds = cpu;
-        } else {
-            if (enqueue(e, &g, batch) ||
-                cl_check(clEnqueueReadBuffer(e->queue, g.out, CL_TRUE, 0,
-                                             rows * HEAD_DIM * sizeof *out,
-                                             out, 0, NULL, NULL),
-                         "clEnqueueReadBuffer"))
-                goto done;
-            for (uint32_t i = 0; i < batch; i++)
-                reference(arena, stages, table, c, max_blocks, i, q, scale,
-                          ref);
-            for (size_t i = 0; i < rows * HEAD_DIM; i++) {
-                double d = fabs((double)out[i] - (double)ref[i]);
-                res->max_error = d > res->max_error || d != d ? d
-                                                               : res->max_error;
-            }
+    }
+    if (reps > 0) {
+        double s[2];
+        if (time_decode(e, &g, batch, reps, s, &res->cpu_seconds))
+            goto done;
+        res->seconds = s[0];
+        res->contiguous_seconds = s[1];
+    } else {
+        if (enqueue(e, &g, 0, batch) ||
+            cl_check(clEnqueueReadBuffer(e->queue, g.out, CL_TRUE, 0,
+                                         rows * HEAD_DIM * sizeof *out, out,
+                                         0, NULL, NULL),
+                     "clEnqueueReadBuffer"))
+            goto done;
+        for (uint32_t i = 0; i < batch; i++)
+            reference(arena, stages, table, c, max_blocks, i, q, scale, ref);
+        for (size_t i = 0; i < rows * HEAD_DIM; i++) {
+            double d = fabs((double)out[i] - (double)ref[i]);
+            res->max_error = d > res->max_error || d != d ? d
+                                                           : res->max_error;
         }
-        clReleaseKernel(g.partial);
-        clReleaseKernel(g.reduce);
-        g.partial = g.reduce = NULL;
     }
     rc = 0;
 done:
