@@ -219,7 +219,7 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                 return broken(buf, size, "seq %llu (state %d): swap data %p",
                               (unsigned long long)s->id, (int)s->state,
                               s->swap_data);
-            if (s->swap_data != NULL)
+            if (s->swap_data != NULL && !s->swap_imported)
                 swap += s->swap_size;
         }
     }

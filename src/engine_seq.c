@@ -108,29 +108,6 @@ pkv_status pkv_seq_abort(pkv_engine *e, pkv_seq_id id)
     return PKV_OK;
 }
 
-/* The live sequence id for a call (what) made between steps: BAD_STATE
- * during a step or before any step saw the sequence, NOT_FOUND if it is
- * not live. */
-static pkv_status find_between_steps(pkv_engine *e, pkv_seq_id id,
-                                     const char *what, pkv__seq **out)
-{
-    *out = NULL;
-    if (e->in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
-                                "%s during a step: call it after step_end",
-                                what);
-    *out = pkv__engine_find(e, id);
-    if (*out == NULL && pkv__inbox_queued(&e->inbox, id))
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
-                                "sequence %llu has not run yet",
-                                (unsigned long long)id);
-    if (*out == NULL)
-        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
-                                "sequence %llu is not live",
-                                (unsigned long long)id);
-    return PKV_OK;
-}
-
 pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
                         int32_t last_token, pkv_seq_id *out_child)
 {
@@ -142,7 +119,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "out_child is NULL");
     pkv__seq *parent;
-    pkv_status found = find_between_steps(e, parent_id, "fork", &parent);
+    pkv_status found = pkv__engine_find_between_steps(e, parent_id, "fork", &parent);
     if (found != PKV_OK)
         return found;
     if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0 ||
@@ -246,7 +223,7 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     pkv__seq *s;
-    pkv_status found = find_between_steps(e, id, "truncate", &s);
+    pkv_status found = pkv__engine_find_between_steps(e, id, "truncate", &s);
     if (found != PKV_OK)
         return found;
     if (num_tokens == 0 || num_tokens > s->num_tokens)

@@ -30,7 +30,9 @@ void pkv__engine_drop_swap(pkv_engine *e, pkv__seq *seq)
 {
     if (seq->swap_data == NULL)
         return;
-    e->swap_used -= seq->swap_size;
+    if (!seq->swap_imported)
+        e->swap_used -= seq->swap_size;
+    seq->swap_imported = 0;
     pkv__free(&e->alloc, seq->swap_data, seq->swap_size, 1);
     seq->swap_data = NULL;
     seq->swap_size = 0;
@@ -136,4 +138,24 @@ void pkv__engine_enqueue(const pkv_engine *e, pkv__seq_list *list,
     while (at > 0 && comes_before(e, seq, list->items[at - 1]))
         at--;
     pkv__seq_list_insert(list, at, seq);
+}
+
+pkv_status pkv__engine_find_between_steps(pkv_engine *e, pkv_seq_id id,
+                                          const char *what, pkv__seq **out)
+{
+    *out = NULL;
+    if (e->in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "%s during a step: call it after step_end",
+                                what);
+    *out = pkv__engine_find(e, id);
+    if (*out == NULL && pkv__inbox_queued(&e->inbox, id))
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "sequence %llu has not run yet",
+                                (unsigned long long)id);
+    if (*out == NULL)
+        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
+                                "sequence %llu is not live",
+                                (unsigned long long)id);
+    return PKV_OK;
 }

@@ -14,6 +14,13 @@
 /* The live sequence with this id (ended ones excluded), or NULL. O(1). */
 pkv__seq *pkv__engine_find(const pkv_engine *engine, pkv_seq_id id);
 
+/* The live sequence id names, for a call (`what`) that must come between
+ * steps: PKV_ERR_BAD_STATE during a step or before any step saw the
+ * sequence, PKV_ERR_NOT_FOUND if it is not live (the engine's message
+ * set). */
+pkv_status pkv__engine_find_between_steps(pkv_engine *engine, pkv_seq_id id,
+                                          const char *what, pkv__seq **out);
+
 /* End a sequence (any state but queued): take it out of its list, release
  * its blocks, tail and swap memory, and queue its report. */
 void pkv__engine_end(pkv_engine *engine, pkv__seq *seq, int32_t reason,

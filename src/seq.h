@@ -60,6 +60,9 @@ typedef struct pkv__seq {
     size_t swap_size;
     uint32_t swap_num_blocks;
     uint32_t *swap_blocks; /* the blocks to copy out, until the copy */
+    /* swap_data came from pkv_seq_import: not counted in swap_used, which
+     * bounds what preemption takes (swap_bytes). */
+    uint8_t swap_imported;
 
     pkv_finished finish;
     void *user_data; /* the host's, from pkv_seq_params; never read */

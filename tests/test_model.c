@@ -138,6 +138,12 @@ pkv_seq_id tm_add(tm_host *host, const int32_t *prompt, uint32_t len,
     return id;
 }
 
+void tm_record(tm_host *host, pkv_seq_id id, const int32_t *tokens,
+               uint32_t len)
+{
+    new_record(host, id, tokens, len);
+}
+
 void tm_record_fork(tm_host *host, pkv_seq_id parent, pkv_seq_id child,
                     int32_t last_token)
 {

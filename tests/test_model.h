@@ -77,6 +77,9 @@ void tm_host_free(tm_host *host);
 /* pkv_seq_add a prompt, recording it. Returns the id. */
 pkv_seq_id tm_add(tm_host *host, const int32_t *prompt, uint32_t len,
                   uint32_t max_new_tokens, int32_t priority, uint32_t tenant);
+/* Record a sequence created with this history (pkv_seq_import). */
+void tm_record(tm_host *host, pkv_seq_id id, const int32_t *tokens,
+               uint32_t len);
 /* Record a sequence that the engine created (fork): copy parent's history
  * with the last token replaced. */
 void tm_record_fork(tm_host *host, pkv_seq_id parent, pkv_seq_id child,

@@ -382,7 +382,8 @@ typedef struct pkv_engine_stats {
     uint64_t prefix_hit_tokens;   /* of those, found in the prefix cache */
     uint64_t preemptions;         /* by recompute and by swap */
     uint64_t swap_outs;           /* sequences copied to host memory */
-    uint64_t swap_ins;            /* sequences brought back */
+    uint64_t swap_ins;            /* sequences brought back (and imported
+                                     ones brought in: pkv_seq_import) */
     uint64_t seqs_finished;       /* every end (stop, length, abort,
                                      failure), counted when it happens,
                                      before the batch that reports it */
@@ -506,6 +507,62 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
  */
 PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
                                     uint32_t num_tokens);
+
+/*
+ * Export a sequence: its tokens and the KV cached for them, every layer,
+ * as stored (f32 or f16 rows; U8 codes with their group parameters, and
+ * the staging tail that holds the rows of its last, unsealed block), with
+ * the geometry and a checksum, so that pkv_seq_import can resume it in
+ * another engine, on either backend, without recomputing: prefill on one
+ * engine and decode on another, an idle conversation parked on disk, a
+ * sequence moved off a full engine. The sequence itself is not changed:
+ * abort it if it moved.
+ * The export is `*size` bytes. buffer NULL with capacity 0 only sets
+ * *size; otherwise buffer must hold capacity >= *size bytes, which receive
+ * the export. The bytes are portable (little-endian, versioned; the
+ * format is in docs/design.md, "Export and import") and are a copy: the
+ * host may write them to a file or a socket.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
+ * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
+ * and step_end or for a sequence no step has seen yet; PKV_ERR_NOT_FOUND;
+ * PKV_ERR_OUT_OF_MEMORY; a device error from reading the KV.
+ * Thread-safety: the stepping thread only.
+ * Ownership: nothing is retained.
+ */
+PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
+                                  void *buffer, size_t capacity,
+                                  size_t *size);
+
+/*
+ * Add a sequence from an export (pkv_seq_export of this or another
+ * engine). It has the exported tokens, prompt length and sampled count,
+ * and the exported KV: it joins the swapped-out sequences, and the
+ * scheduler brings it in as it brings back a swapped-out one (its KV
+ * written to blocks of this engine, not recomputed), then it goes on
+ * with its next row. Until then its KV is host memory the engine holds,
+ * not counted in swap_bytes. An export without KV (a sequence no step had
+ * computed) joins the waiting sequences.
+ * The engine must have the exporter's num_layers, num_kv_heads, head_dim
+ * and kv_dtype; with U8 also its block_size and quantization groups (a
+ * U8 block's groups depend on its size and are never re-quantised); f32
+ * and f16 take any block_size. params (NULL: defaults) gives tenant,
+ * priority, cache_salt and user_data as for pkv_seq_add, and
+ * max_new_tokens when non-zero (0 keeps the exported one); its prompt
+ * must be NULL and prompt_len and flags 0.
+ * Errors (nothing changes): PKV_ERR_INVALID_ARGUMENT for NULL data or
+ * out_id, bytes that are not an export, truncated or extended, a checksum
+ * that does not match (a changed byte), inconsistent counts or a token out
+ * of range; PKV_ERR_UNSUPPORTED for another format version or geometry;
+ * PKV_ERR_NO_BLOCKS when its KV needs more blocks than the pool has;
+ * PKV_ERR_BAD_STATE between step_begin and step_end; PKV_ERR_STRUCT_SIZE;
+ * PKV_ERR_OUT_OF_MEMORY.
+ * Thread-safety: the stepping thread only.
+ * Ownership: data is read during the call only.
+ */
+PKV_API pkv_status pkv_seq_import(pkv_engine *engine,
+                                  const pkv_seq_params *params,
+                                  const void *data, size_t size,
+                                  pkv_seq_id *out_id);
 
 /*
  * The block table of a live sequence, for introspection: *blocks points to

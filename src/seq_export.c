@@ -1,0 +1,458 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv_seq_export and pkv_seq_import: a sequence's tokens and cached KV as
+ * bytes another engine can resume from (docs/design.md, "Export and
+ * import" has the format).
+ *
+ * An imported sequence joins the swapped list with its KV as host bytes
+ * in the swap layout of the importing engine: the scheduler brings it in
+ * exactly as it brings back a swapped-out sequence, so import itself
+ * touches no device and needs no free block.
+ *
+ * The KV travels as the engine stores it. f32 and f16 go as rows, K and V
+ * of every (layer, kv head), so the two engines' block sizes may differ.
+ * U8 goes as whole blocks (codes with their group parameters) plus the
+ * staging tail: a block's groups depend on its size, which must match.
+ */
+#include "check.h"
+#include "engine.h"
+#include "kv_layout.h"
+#include "lifecycle.h"
+#include "struct_sizes.h"
+
+#include <string.h>
+
+#define HEADER_BYTES 80u
+#define FORMAT_VERSION 1u
+static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'S', 'E', 'Q', '\r', '\n'};
+
+/* Header fields: little-endian u32 at these byte offsets, then u64s. */
+enum {
+    AT_VERSION = 8,
+    AT_HEADER_BYTES = 12,
+    AT_KV_DTYPE = 16,
+    AT_KEY_QUANT = 20,
+    AT_VALUE_QUANT = 24,
+    AT_NUM_LAYERS = 28,
+    AT_NUM_KV_HEADS = 32,
+    AT_HEAD_DIM = 36,
+    AT_BLOCK_SIZE = 40,
+    AT_NUM_TOKENS = 44,
+    AT_PROMPT_LEN = 48,
+    AT_NUM_COMPUTED = 52,
+    AT_NUM_GENERATED = 56,
+    AT_MAX_NEW_TOKENS = 60,
+    AT_KV_BYTES = 64,  /* u64 */
+    AT_CHECKSUM = 72   /* u64 */
+};
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* A 64-bit checksum of the export with its checksum field read as zero.
+ * Each 8-byte word goes through a bijection of the running state, so a
+ * change to any one word always changes the result. */
+static uint64_t checksum(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)n;
+    for (size_t i = 0; i < n; i += 8) {
+        uint8_t word[8] = {0};
+        size_t len = n - i < 8 ? n - i : 8;
+        if (i != AT_CHECKSUM)
+            memcpy(word, p + i, len);
+        h ^= get_u64(word);
+        h = (h << 29 | h >> 35) * 0xff51afd7ed558ccdu;
+    }
+    return h ^ (h >> 32);
+}
+
+static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
+{
+    return (uint32_t)((tokens + block_size - 1) / block_size);
+}
+
+/* Bytes of one stored element (f32 and f16 rows). */
+static size_t elem_bytes(const pkv__backend_config *c)
+{
+    return c->kv_dtype == PKV_KV_F16 ? 2 : 4;
+}
+
+/* Bytes of the KV part of an export of `computed` tokens from config c. */
+static uint64_t kv_bytes(const pkv__backend_config *c, uint32_t computed)
+{
+    if (computed == 0)
+        return 0;
+    if (c->kv_dtype == PKV_KV_U8)
+        return (uint64_t)blocks_for(computed, c->block_size) *
+                   pkv__backend_swap_block_bytes(c) +
+               pkv__backend_stage_bytes(c);
+    return (uint64_t)c->num_layers * c->num_kv_heads * 2 * computed *
+           c->head_dim * elem_bytes(c);
+}
+
+/* The K (kv 0) or V (kv 1) row of token t, layer l, kv head h in host
+ * bytes of swap layout (blocks one after the other, every layer each). */
+static size_t swap_row(const pkv__backend_config *c, uint32_t l, uint32_t h,
+                       int kv, uint32_t t)
+{
+    size_t part = PKV_LAYOUT_PART_BYTES(c->kv_dtype, 0, c->block_size,
+                                        c->head_dim);
+    size_t block = t / c->block_size, in_block = t % c->block_size;
+    return block * pkv__backend_swap_block_bytes(c) +
+           l * pkv__backend_layer_block_bytes(c) + h * 2 * part +
+           (size_t)kv * part + in_block * c->head_dim * elem_bytes(c);
+}
+
+/* Copy rows between export order (layer, kv head, K then V, token) and
+ * swap layout: into dst in swap layout when dst_is_swap, else out of it. */
+static void copy_rows(const pkv__backend_config *c, uint32_t computed,
+                      uint8_t *dst, const uint8_t *src, int dst_is_swap)
+{
+    size_t row = (size_t)c->head_dim * elem_bytes(c), at = 0;
+    for (uint32_t l = 0; l < c->num_layers; l++)
+        for (uint32_t h = 0; h < c->num_kv_heads; h++)
+            for (int kv = 0; kv < 2; kv++)
+                for (uint32_t t = 0; t < computed; t++, at += row) {
+                    size_t in_swap = swap_row(c, l, h, kv, t);
+                    if (dst_is_swap)
+                        memcpy(dst + in_swap, src + at, row);
+                    else
+                        memcpy(dst + at, src + in_swap, row);
+                }
+}
+
+/* The sequence's KV in swap layout: its swap copy, or read from the
+ * device into *owned (freed by the caller, of *owned_size bytes). */
+static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
+                         const uint8_t **kv, uint8_t **owned,
+                         size_t *owned_size)
+{
+    *kv = NULL;
+    *owned = NULL;
+    *owned_size = 0;
+    if (s->num_computed == 0)
+        return PKV_OK;
+    if (s->state == PKV__SEQ_SWAPPED) {
+        *kv = s->swap_data;
+        return PKV_OK;
+    }
+    const pkv__backend_config *c = &e->backend_config;
+    uint32_t n = blocks_for(s->num_computed, c->block_size);
+    size_t blocks = n * pkv__backend_swap_block_bytes(c);
+    size_t size = blocks;
+    if (c->kv_dtype == PKV_KV_U8)
+        size += pkv__backend_stage_bytes(c);
+    uint8_t *host = pkv__calloc(&e->alloc, size, 1);
+    if (host == NULL)
+        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+                                "export: %zu bytes of KV", size);
+    pkv_status st = e->ops->swap_out(e->backend, s->table.blocks, n, host);
+    if (st == PKV_OK && c->kv_dtype == PKV_KV_U8)
+        st = e->ops->stage_out(e->backend, s->stage, host + blocks);
+    if (st != PKV_OK) {
+        pkv__free(&e->alloc, host, size, 1);
+        return pkv__engine_fail(e, st, "export: reading the KV: %s",
+                                pkv_last_error());
+    }
+    *kv = host;
+    *owned = host;
+    *owned_size = size;
+    return PKV_OK;
+}
+
+pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
+                          size_t capacity, size_t *size)
+{
+    if (size != NULL)
+        *size = 0;
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (size == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "size is NULL");
+    pkv__seq *s;
+    pkv_status st = pkv__engine_find_between_steps(e, id, "export", &s);
+    if (st != PKV_OK)
+        return st;
+    const pkv__backend_config *c = &e->backend_config;
+    uint64_t kv = kv_bytes(c, s->num_computed);
+    uint64_t total = HEADER_BYTES + (uint64_t)s->num_tokens * 4 + kv;
+    if (total > SIZE_MAX)
+        return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
+                                "export of %llu bytes",
+                                (unsigned long long)total);
+    *size = (size_t)total;
+    if (buffer == NULL && capacity == 0)
+        return PKV_OK;
+    if (buffer == NULL || capacity < total)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "export of sequence %llu takes %llu bytes; "
+                                "the buffer has %zu",
+                                (unsigned long long)id,
+                                (unsigned long long)total,
+                                buffer == NULL ? (size_t)0 : capacity);
+    const uint8_t *swap;
+    uint8_t *owned;
+    size_t owned_size;
+    st = seq_kv(e, s, &swap, &owned, &owned_size);
+    if (st != PKV_OK)
+        return st;
+
+    uint8_t *out = buffer;
+    memset(out, 0, HEADER_BYTES);
+    memcpy(out, MAGIC, sizeof MAGIC);
+    put_u32(out + AT_VERSION, FORMAT_VERSION);
+    put_u32(out + AT_HEADER_BYTES, HEADER_BYTES);
+    put_u32(out + AT_KV_DTYPE, (uint32_t)c->kv_dtype);
+    int u8 = c->kv_dtype == PKV_KV_U8;
+    put_u32(out + AT_KEY_QUANT, u8 ? (uint32_t)c->key_quant : 0);
+    put_u32(out + AT_VALUE_QUANT, u8 ? (uint32_t)c->value_quant : 0);
+    put_u32(out + AT_NUM_LAYERS, c->num_layers);
+    put_u32(out + AT_NUM_KV_HEADS, c->num_kv_heads);
+    put_u32(out + AT_HEAD_DIM, c->head_dim);
+    put_u32(out + AT_BLOCK_SIZE, c->block_size);
+    put_u32(out + AT_NUM_TOKENS, s->num_tokens);
+    put_u32(out + AT_PROMPT_LEN, s->prompt_len);
+    put_u32(out + AT_NUM_COMPUTED, s->num_computed);
+    put_u32(out + AT_NUM_GENERATED, s->num_generated);
+    put_u32(out + AT_MAX_NEW_TOKENS, s->max_new_tokens);
+    put_u64(out + AT_KV_BYTES, kv);
+    uint8_t *p = out + HEADER_BYTES;
+    for (uint32_t i = 0; i < s->num_tokens; i++, p += 4)
+        put_u32(p, (uint32_t)s->tokens[i]);
+    if (kv > 0 && u8)
+        memcpy(p, swap, (size_t)kv);
+    else if (kv > 0)
+        copy_rows(c, s->num_computed, p, swap, 0);
+    put_u64(out + AT_CHECKSUM, checksum(out, (size_t)total));
+    pkv__free(&e->alloc, owned, owned_size, 1);
+    return PKV_OK;
+}
+
+/* The header's checks, cheapest first; PKV_OK when data may be imported
+ * by e. */
+static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size)
+{
+    if (size < HEADER_BYTES || memcmp(d, MAGIC, sizeof MAGIC) != 0)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "import: %zu bytes are not a pkv sequence "
+                                "export",
+                                size);
+    uint32_t version = get_u32(d + AT_VERSION);
+    if (version != FORMAT_VERSION || get_u32(d + AT_HEADER_BYTES) !=
+                                         HEADER_BYTES)
+        return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
+                                "import: format version %u; this library "
+                                "reads version %u",
+                                (unsigned)version, FORMAT_VERSION);
+    uint32_t tokens = get_u32(d + AT_NUM_TOKENS);
+    uint64_t kv = get_u64(d + AT_KV_BYTES);
+    uint64_t total = HEADER_BYTES + (uint64_t)tokens * 4 + kv;
+    if (kv > UINT64_MAX / 2 || total != size)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "import: the export says %llu bytes; %zu "
+                                "given (truncated?)",
+                                (unsigned long long)total, size);
+    if (checksum(d, size) != get_u64(d + AT_CHECKSUM))
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "import: checksum mismatch: the export was "
+                                "changed or damaged");
+    const pkv__backend_config *c = &e->backend_config;
+    uint32_t dtype = get_u32(d + AT_KV_DTYPE);
+    int u8 = c->kv_dtype == PKV_KV_U8;
+    if (dtype != (uint32_t)c->kv_dtype ||
+        get_u32(d + AT_NUM_LAYERS) != c->num_layers ||
+        get_u32(d + AT_NUM_KV_HEADS) != c->num_kv_heads ||
+        get_u32(d + AT_HEAD_DIM) != c->head_dim ||
+        (u8 && (get_u32(d + AT_BLOCK_SIZE) != c->block_size ||
+                get_u32(d + AT_KEY_QUANT) != (uint32_t)c->key_quant ||
+                get_u32(d + AT_VALUE_QUANT) != (uint32_t)c->value_quant)))
+        return pkv__engine_fail(
+            e, PKV_ERR_UNSUPPORTED,
+            "import: exported with kv_dtype %u, %u layers, %u kv heads, "
+            "head_dim %u, block_size %u, quant %u/%u; this engine has "
+            "%d, %u, %u, %u, %u, %d/%d (f32 and f16 may differ in "
+            "block_size only)",
+            (unsigned)dtype, (unsigned)get_u32(d + AT_NUM_LAYERS),
+            (unsigned)get_u32(d + AT_NUM_KV_HEADS),
+            (unsigned)get_u32(d + AT_HEAD_DIM),
+            (unsigned)get_u32(d + AT_BLOCK_SIZE),
+            (unsigned)get_u32(d + AT_KEY_QUANT),
+            (unsigned)get_u32(d + AT_VALUE_QUANT), (int)c->kv_dtype,
+            (unsigned)c->num_layers, (unsigned)c->num_kv_heads,
+            (unsigned)c->head_dim, (unsigned)c->block_size,
+            u8 ? (int)c->key_quant : 0, u8 ? (int)c->value_quant : 0);
+    uint32_t prompt = get_u32(d + AT_PROMPT_LEN);
+    uint32_t computed = get_u32(d + AT_NUM_COMPUTED);
+    uint32_t generated = get_u32(d + AT_NUM_GENERATED);
+    if (tokens == 0 || tokens > e->params.max_model_len || prompt == 0 ||
+        prompt > tokens || computed >= tokens || generated > tokens ||
+        kv != kv_bytes(c, computed))
+        return pkv__engine_fail(
+            e, PKV_ERR_INVALID_ARGUMENT,
+            "import: %u tokens (prompt %u, %u sampled, %u with KV, %llu "
+            "bytes of it); max_model_len is %u",
+            (unsigned)tokens, (unsigned)prompt, (unsigned)generated,
+            (unsigned)computed, (unsigned long long)kv,
+            (unsigned)e->params.max_model_len);
+    uint32_t vocab = e->params.vocab_size;
+    for (uint32_t i = 0; i < tokens; i++) {
+        uint32_t t = get_u32(d + HEADER_BYTES + (size_t)i * 4);
+        if (t > INT32_MAX || (vocab != 0 && t >= vocab))
+            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                    "import: token %u is %u; this engine's "
+                                    "ids are 0..%u",
+                                    (unsigned)i, (unsigned)t,
+                                    (unsigned)(vocab ? vocab - 1 : INT32_MAX));
+    }
+    /* Blocks to hold the KV and the next row: a sequence that can never
+     * fit is refused now, not failed at its first step. */
+    uint32_t need = blocks_for((uint64_t)computed + 1, c->block_size);
+    if (need > c->num_blocks - 1)
+        return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
+                                "import: %u blocks needed; the pool has %u",
+                                (unsigned)need, (unsigned)(c->num_blocks - 1));
+    return PKV_OK;
+}
+
+pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
+                          const void *data, size_t size, pkv_seq_id *out_id)
+{
+    if (out_id != NULL)
+        *out_id = 0;
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (data == NULL || out_id == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+                                data == NULL ? "data" : "out_id");
+    pkv_seq_params p;
+    pkv_seq_params_init(&p);
+    if (params != NULL) {
+        if (params->struct_size < PKV__SEQ_PARAMS_MIN_SIZE ||
+            params->struct_size > sizeof(pkv_seq_params))
+            return pkv__engine_fail(
+                e, PKV_ERR_STRUCT_SIZE,
+                "params->struct_size is %u; this library knows %u",
+                (unsigned)params->struct_size,
+                (unsigned)sizeof(pkv_seq_params));
+        memcpy(&p, params, params->struct_size);
+    }
+    if (p.prompt != NULL || p.prompt_len != 0 || p.flags != 0)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "import: params->prompt, prompt_len and "
+                                "flags must be NULL and 0 (the tokens come "
+                                "from the export)");
+    if (e->in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "import during a step: call it after "
+                                "step_end");
+    const uint8_t *d = data;
+    pkv_status st = check_header(e, d, size);
+    if (st != PKV_OK)
+        return st;
+
+    /* Everything that can fail comes first. */
+    const pkv__backend_config *c = &e->backend_config;
+    uint32_t tokens = get_u32(d + AT_NUM_TOKENS);
+    uint32_t computed = get_u32(d + AT_NUM_COMPUTED);
+    uint32_t prompt_len = get_u32(d + AT_PROMPT_LEN);
+    uint32_t bs = c->block_size;
+    uint32_t n_hashes = computed == 0 ? (prompt_len - 1) / bs : 0;
+    size_t swap_size = 0;
+    if (computed > 0) {
+        swap_size = blocks_for(computed, bs) * pkv__backend_swap_block_bytes(c);
+        if (c->kv_dtype == PKV_KV_U8)
+            swap_size += pkv__backend_stage_bytes(c);
+    }
+    st = pkv__engine_reserve_lists(e, pkv__inbox_live_count(&e->inbox) + 17);
+    int32_t *token_ids = pkv__calloc(&e->alloc, tokens, sizeof *token_ids);
+    pkv__seq *seq = NULL;
+    if (st == PKV_OK && token_ids != NULL) {
+        for (uint32_t i = 0; i < tokens; i++)
+            token_ids[i] = (int32_t)get_u32(d + HEADER_BYTES + (size_t)i * 4);
+        seq = pkv__seq_new(&e->alloc, token_ids, tokens);
+    }
+    pkv__free(&e->alloc, token_ids, tokens, sizeof *token_ids);
+    if (seq != NULL && swap_size > 0) {
+        seq->swap_data = pkv__calloc(&e->alloc, swap_size, 1);
+        seq->swap_size = swap_size;
+    }
+    if (seq != NULL && n_hashes > 0) {
+        seq->prompt_hashes = pkv__calloc(&e->alloc, n_hashes,
+                                         sizeof *seq->prompt_hashes);
+        seq->prompt_hashes_size = n_hashes;
+    }
+    if (st != PKV_OK || seq == NULL ||
+        (swap_size > 0 && seq->swap_data == NULL) ||
+        (n_hashes > 0 && seq->prompt_hashes == NULL)) {
+        if (seq != NULL) {
+            pkv__free(&e->alloc, seq->swap_data, swap_size, 1);
+            seq->swap_data = NULL;
+            seq->swap_size = 0;
+            pkv__seq_free(seq, &e->alloc);
+        }
+        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+                                "import of %u tokens", (unsigned)tokens);
+    }
+
+    const uint8_t *kv = d + HEADER_BYTES + (size_t)tokens * 4;
+    if (swap_size > 0 && c->kv_dtype == PKV_KV_U8)
+        memcpy(seq->swap_data, kv, swap_size);
+    else if (swap_size > 0)
+        copy_rows(c, computed, seq->swap_data, kv, 1);
+    seq->prompt_len = prompt_len;
+    seq->num_generated = get_u32(d + AT_NUM_GENERATED);
+    seq->max_new_tokens = p.max_new_tokens != 0
+                              ? p.max_new_tokens
+                              : get_u32(d + AT_MAX_NEW_TOKENS);
+    seq->num_computed = computed;
+    seq->priority = p.priority;
+    seq->tenant = p.tenant;
+    seq->salt = p.cache_salt;
+    seq->user_data = p.user_data;
+    if (n_hashes > 0) {
+        seq->num_prompt_hashes = n_hashes;
+        pkv__prefix_hashes(seq->tokens, n_hashes, bs, seq->salt,
+                           seq->prompt_hashes);
+    }
+    pkv__inbox_issue(&e->inbox, seq);
+    pkv__map_put(&e->seqs_by_id, seq->id, (uint64_t)(uintptr_t)seq);
+    if (tokens > e->longest_tokens) /* sizes the next step's arrays */
+        e->longest_tokens = tokens;
+    if (computed > 0) {
+        seq->swap_num_blocks = blocks_for(computed, bs);
+        seq->swap_imported = 1;
+        seq->state = PKV__SEQ_SWAPPED;
+        pkv__engine_enqueue(e, &e->swapped, seq);
+    } else {
+        seq->state = PKV__SEQ_WAITING;
+        pkv__engine_enqueue(e, &e->waiting, seq);
+    }
+    *out_id = seq->id;
+    PKV__ENGINE_CHECK(e);
+    return PKV_OK;
+}

@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv_seq_export and pkv_seq_import. A sequence runs on one engine, moves
+ * to another (other block size, other backend) and finishes there, while
+ * the original goes on where it was: under tm_step every output row of
+ * both is checked against dense attention over the sequence's tokens, so
+ * KV lost or garbled on the way fails the test, and both must sample the
+ * same tokens. The moved sequence's first step computes only the rows
+ * the export had no KV for (nothing is recomputed); U8 blocks arrive with
+ * their stored bytes. Bad input (every truncation, every flipped byte,
+ * another version or geometry) is refused and changes nothing.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine.h"
+#include "lifecycle.h"
+#include "test_model.h"
+#ifdef PKV_HAVE_OPENCL
+#include "backend_opencl.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { PROMPT = 13, HEADER = 80 };
+
+static float tolerance(int32_t dtype)
+{
+    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
+}
+
+/* Rows of sequence id in the batch. */
+static uint32_t rows_of(const pkv_batch *b, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < b->num_seqs; i++)
+        if (b->seq_ids[i] == id)
+            return b->query_start[i + 1] - b->query_start[i];
+    return 0;
+}
+
+/* The export of sequence id (malloc'd), its size in *size. */
+static uint8_t *export_seq(tm_host *h, pkv_seq_id id, size_t *size)
+{
+    size_t need = 0, got = 0;
+    assert_int_equal(pkv_seq_export(h->engine, id, NULL, 0, &need), PKV_OK);
+    assert_true(need > HEADER);
+    uint8_t *data = malloc(need);
+    assert_non_null(data);
+    assert_int_equal(pkv_seq_export(h->engine, id, data, need, &got),
+                     PKV_OK);
+    assert_int_equal(got, need);
+    *size = need;
+    return data;
+}
+
+/* Import into h a sequence whose history is from's; returns its id. */
+static pkv_seq_id import_seq(tm_host *h, const tm_seq *from,
+                             const uint8_t *data, size_t size)
+{
+    pkv_seq_id id = 0;
+    pkv_status st = pkv_seq_import(h->engine, NULL, data, size, &id);
+    if (st != PKV_OK)
+        fail_msg("import: %s", pkv_engine_last_error(h->engine));
+    tm_record(h, id, from->tokens, from->num_tokens);
+    return id;
+}
+
+/* Both ran to their end with the same tokens. */
+static void assert_same_run(tm_host *a, pkv_seq_id ia, tm_host *b,
+                            pkv_seq_id ib)
+{
+    const tm_seq *x = tm_find(a, ia), *y = tm_find(b, ib);
+    assert_true(x->ended && y->ended);
+    assert_int_equal(x->finish_reason, PKV_FINISH_LENGTH);
+    assert_int_equal(y->finish_reason, PKV_FINISH_LENGTH);
+    assert_int_equal(x->num_tokens, y->num_tokens);
+    assert_memory_equal(x->tokens, y->tokens,
+                        x->num_tokens * sizeof *x->tokens);
+}
+
+/* The block bytes of a U8 export: its first `blocks` blocks. */
+static const uint8_t *u8_blocks(const uint8_t *data)
+{
+    uint32_t tokens = (uint32_t)data[44] | (uint32_t)data[45] << 8 |
+                      (uint32_t)data[46] << 16 | (uint32_t)data[47] << 24;
+    return data + HEADER + (size_t)tokens * 4;
+}
+
+/* A sequence runs on a (steps steps after its first), moves to b, and
+ * both run to the end. A neighbour on a keeps the step a real batch. */
+static void move_once(const pkv_engine_params *pa,
+                      const pkv_engine_params *pb, uint32_t steps)
+{
+    tm_host a, b;
+    tm_host_init(&a, pa, tolerance(pa->kv_dtype));
+    tm_host_init(&b, pb, tolerance(pb->kv_dtype));
+    int32_t *prompt = tm_prompt(PROMPT, 7), *other = tm_prompt(9, 8);
+    tm_add(&a, other, 9, 6, 0, 0);
+    pkv_seq_id id = tm_add(&a, prompt, PROMPT, 20, 0, 0);
+    for (uint32_t i = 0; i <= steps; i++)
+        tm_step(&a, NULL);
+    const pkv__seq *s = pkv__engine_find(a.engine, id);
+    assert_non_null(s);
+    uint32_t computed = s->num_computed, tokens = s->num_tokens;
+    size_t size;
+    uint8_t *data = export_seq(&a, id, &size);
+    pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
+
+    const pkv_batch *batch;
+    tm_step(&b, &batch);
+    uint32_t rows = rows_of(batch, moved);
+    if (rows != tokens - computed)
+        fail_msg("dtype %d, blocks %u -> %u, backends %d -> %d: %u rows "
+                 "after the import, expected %u",
+                 (int)pa->kv_dtype, (unsigned)pa->block_size,
+                 (unsigned)pb->block_size, (int)pa->backend,
+                 (int)pb->backend, (unsigned)rows,
+                 (unsigned)(tokens - computed));
+    if (pa->kv_dtype == PKV_KV_U8) {
+        /* The sealed blocks arrived as stored: export again and compare. */
+        size_t size2;
+        uint8_t *again = export_seq(&b, moved, &size2);
+        size_t sealed = computed / pa->block_size *
+                        pkv__backend_swap_block_bytes(&b.engine->
+                                                      backend_config);
+        assert_memory_equal(u8_blocks(data), u8_blocks(again), sealed);
+        free(again);
+    }
+    tm_run(&a, 200);
+    tm_run(&b, 200);
+    assert_same_run(&a, id, &b, moved);
+    tm_check_idle(&a);
+    tm_check_idle(&b);
+    free(data);
+    free(prompt);
+    free(other);
+    tm_host_free(&a);
+    tm_host_free(&b);
+}
+
+static pkv_engine_params params_of(int32_t backend, int32_t dtype,
+                                   uint32_t block_size)
+{
+    pkv_engine_params p = tm_params(backend);
+    p.kv_dtype = dtype;
+    p.block_size = block_size;
+    return p;
+}
+
+#ifndef PKV_HAVE_OPENCL
+/* CPU to CPU: every dtype, mid-prompt (a chunked prefill) and decoding,
+ * the same block size and, for f32 and f16, another one. */
+static void test_move_cpu(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const uint32_t steps[] = {0, 1, 6, 7};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t s = 0; s < 4; s++) {
+            pkv_engine_params pa = params_of(PKV_BACKEND_CPU, dtypes[d], 4);
+            pa.long_prefill_threshold = 5; /* the prompt in 3 steps */
+            pkv_engine_params pb = pa;
+            pb.long_prefill_threshold = 0;
+            move_once(&pa, &pb, steps[s]);
+            if (dtypes[d] != PKV_KV_U8) {
+                pb.block_size = 16;
+                move_once(&pa, &pb, steps[s]);
+                pa.block_size = 8;
+                pb.block_size = 4;
+                move_once(&pa, &pb, steps[s]);
+            }
+        }
+}
+
+#else
+/* CPU to OpenCL and back: the export holds the KV as stored, whatever
+ * backend stored it. */
+static void test_move_across_backends(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    for (size_t d = 0; d < 3; d++) {
+        pkv_engine_params cpu = params_of(PKV_BACKEND_CPU, dtypes[d], 4);
+        pkv_engine_params ocl = params_of(PKV_BACKEND_OPENCL, dtypes[d], 4);
+        move_once(&cpu, &ocl, 1);
+        move_once(&ocl, &cpu, 6);
+        if (dtypes[d] != PKV_KV_U8) {
+            ocl.block_size = 16;
+            move_once(&cpu, &ocl, 6);
+        }
+    }
+}
+#endif
+
+#ifndef PKV_HAVE_OPENCL
+/* A swapped-out sequence exports its host copy; a waiting one (no KV
+ * yet) exports its tokens and is computed on arrival. */
+static void test_move_swapped_and_waiting(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    p.num_blocks = 17; /* 16 usable blocks of 4 tokens */
+    p.watermark = 0;
+    p.preempt_mode = PKV_PREEMPT_SWAP;
+    p.swap_bytes = 1 << 20;
+    p.max_num_seqs = 3;
+    tm_host a, b;
+    tm_host_init(&a, &p, tolerance(PKV_KV_F32));
+    pkv_engine_params pb = tm_params(PKV_BACKEND_CPU);
+    tm_host_init(&b, &pb, tolerance(PKV_KV_F32));
+    pkv_seq_id ids[5];
+    for (uint32_t i = 0; i < 5; i++) {
+        int32_t *prompt = tm_prompt(PROMPT, 20 + i);
+        ids[i] = tm_add(&a, prompt, PROMPT, 12, 0, 0);
+        free(prompt);
+    }
+    tm_step(&a, NULL);
+    pkv__seq *waiting = pkv__engine_find(a.engine, ids[4]);
+    assert_non_null(waiting);
+    assert_int_equal(waiting->state, PKV__SEQ_WAITING);
+    assert_int_equal(waiting->num_computed, 0);
+    size_t size;
+    uint8_t *data = export_seq(&a, ids[4], &size);
+    assert_int_equal(size, HEADER + 4 * PROMPT);
+    pkv_seq_id moved_waiting = import_seq(&b, tm_find(&a, ids[4]), data,
+                                          size);
+    free(data);
+
+    pkv__seq *swapped = NULL;
+    for (int step = 0; step < 100 && swapped == NULL; step++) {
+        tm_step(&a, NULL);
+        for (uint32_t i = 0; i < 5 && swapped == NULL; i++) {
+            pkv__seq *s = pkv__engine_find(a.engine, ids[i]);
+            if (s != NULL && s->state == PKV__SEQ_SWAPPED &&
+                s->num_tokens > PROMPT + 1)
+                swapped = s;
+        }
+    }
+    assert_non_null(swapped);
+    pkv_seq_id id = swapped->id;
+    data = export_seq(&a, id, &size);
+    pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
+    free(data);
+    tm_run(&a, 300);
+    tm_run(&b, 300);
+    assert_same_run(&a, id, &b, moved);
+    assert_same_run(&a, ids[4], &b, moved_waiting);
+    tm_check_idle(&a);
+    tm_check_idle(&b);
+    tm_host_free(&a);
+    tm_host_free(&b);
+}
+
+static pkv_status try_import(pkv_engine *e, const uint8_t *data, size_t n)
+{
+    pkv_seq_id id = 99;
+    pkv_status st = pkv_seq_import(e, NULL, data, n, &id);
+    if (st != PKV_OK)
+        assert_int_equal(id, 0);
+    return st;
+}
+
+/* Bad input gives a clear status and changes nothing. */
+static void test_bad_input(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    tm_host a, b;
+    tm_host_init(&a, &p, tolerance(PKV_KV_F32));
+    tm_host_init(&b, &p, tolerance(PKV_KV_F32));
+    int32_t *prompt = tm_prompt(PROMPT, 5);
+    pkv_seq_id id = tm_add(&a, prompt, PROMPT, 8, 0, 0);
+    /* Not seen by a step yet. */
+    size_t size = 1;
+    assert_int_equal(pkv_seq_export(a.engine, id, NULL, 0, &size),
+                     PKV_ERR_BAD_STATE);
+    assert_int_equal(size, 0);
+    for (int i = 0; i < 3; i++)
+        tm_step(&a, NULL);
+    uint8_t *data = export_seq(&a, id, &size);
+
+    /* Arguments. */
+    size_t got = 0;
+    assert_int_equal(pkv_seq_export(a.engine, id, data, size - 1, &got),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(got, size);
+    assert_int_equal(pkv_seq_export(a.engine, id, NULL, 0, NULL),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_seq_export(a.engine, 12345, NULL, 0, &got),
+                     PKV_ERR_NOT_FOUND);
+    pkv_seq_id out = 7;
+    assert_int_equal(pkv_seq_import(b.engine, NULL, NULL, size, &out),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(out, 0);
+    assert_int_equal(pkv_seq_import(b.engine, NULL, data, size, NULL),
+                     PKV_ERR_INVALID_ARGUMENT);
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = PROMPT;
+    assert_int_equal(pkv_seq_import(b.engine, &sp, data, size, &out),
+                     PKV_ERR_INVALID_ARGUMENT);
+
+    /* Every truncation, one byte more, every flipped byte. */
+    uint8_t *copy = malloc(size + 1);
+    assert_non_null(copy);
+    for (size_t n = 0; n < size; n++)
+        assert_int_equal(try_import(b.engine, data, n),
+                         PKV_ERR_INVALID_ARGUMENT);
+    memcpy(copy, data, size);
+    copy[size] = 0;
+    assert_int_equal(try_import(b.engine, copy, size + 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    for (size_t i = 0; i < size; i++) {
+        copy[i] ^= 0x10;
+        pkv_status st = try_import(b.engine, copy, size);
+        if (st != PKV_ERR_INVALID_ARGUMENT && st != PKV_ERR_UNSUPPORTED)
+            fail_msg("byte %zu flipped: status %d", i, (int)st);
+        copy[i] ^= 0x10;
+    }
+    /* A version from the future. */
+    copy[8] = 2;
+    assert_int_equal(try_import(b.engine, copy, size), PKV_ERR_UNSUPPORTED);
+    free(copy);
+    assert_false(pkv_engine_has_work(b.engine));
+
+    /* Another geometry or dtype; a pool too small. */
+    pkv_engine_params other[3] = {p, p, p};
+    other[0].head_dim = 16;
+    other[1].kv_dtype = PKV_KV_F16;
+    other[2].num_blocks = 4;
+    for (int i = 0; i < 3; i++) {
+        tm_host c;
+        tm_host_init(&c, &other[i], 1e-4f);
+        assert_int_equal(try_import(c.engine, data, size),
+                         i == 2 ? PKV_ERR_NO_BLOCKS : PKV_ERR_UNSUPPORTED);
+        assert_false(pkv_engine_has_work(c.engine));
+        tm_host_free(&c);
+    }
+
+    /* During a step. */
+    const pkv_batch *batch;
+    assert_int_equal(pkv_engine_step_begin(b.engine, &batch), PKV_OK);
+    assert_int_equal(try_import(b.engine, data, size), PKV_ERR_BAD_STATE);
+    assert_int_equal(pkv_engine_step_end(b.engine, NULL, NULL, 0), PKV_OK);
+
+    /* The same bytes, untouched, still import. */
+    pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
+    tm_run(&a, 100);
+    tm_run(&b, 100);
+    assert_same_run(&a, id, &b, moved);
+    tm_check_idle(&a);
+    tm_check_idle(&b);
+    free(data);
+    free(prompt);
+    tm_host_free(&a);
+    tm_host_free(&b);
+}
+
+/* U8 blocks are never re-quantised: another block size is refused. */
+static void test_u8_block_size(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_U8, 4);
+    tm_host a, b;
+    tm_host_init(&a, &p, tolerance(PKV_KV_U8));
+    p.block_size = 8;
+    tm_host_init(&b, &p, tolerance(PKV_KV_U8));
+    int32_t *prompt = tm_prompt(PROMPT, 9);
+    pkv_seq_id id = tm_add(&a, prompt, PROMPT, 4, 0, 0);
+    tm_step(&a, NULL);
+    size_t size;
+    uint8_t *data = export_seq(&a, id, &size);
+    assert_int_equal(try_import(b.engine, data, size), PKV_ERR_UNSUPPORTED);
+    tm_run(&a, 100);
+    tm_check_idle(&a);
+    free(data);
+    free(prompt);
+    tm_host_free(&a);
+    tm_host_free(&b);
+}
+
+#endif
+
+/* Built twice: test_export (CPU) and test_export_opencl (labelled opencl,
+ * so that it runs on every OpenCL runtime the tests cover). */
+int main(void)
+{
+#ifdef PKV_HAVE_OPENCL
+    if (!pkv__opencl_available()) {
+        print_message("no OpenCL device: skipped\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_move_across_backends),
+    };
+#else
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_move_cpu),
+        cmocka_unit_test(test_move_swapped_and_waiting),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_u8_block_size),
+    };
+#endif
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
