@@ -142,6 +142,27 @@ void eh_abort(eh_host *host, pkv_seq_id id)
         s->expect = PKV_FINISH_ABORTED;
 }
 
+/* For a call that needs a live sequence between steps (s: the engine's,
+ * looked up before the call, NULL in a step): the status st it gave must
+ * be BAD_STATE in a step or for a sequence no step saw, NOT_FOUND for
+ * one that is not live. Returns 1 when one of those applied. */
+static int checked_not_between_steps(eh_host *host, pkv_seq_id id,
+                                     const pkv__seq *s, pkv_status st)
+{
+    pkv_engine *e = host->engine;
+    if (e->in_step) {
+        CHECK(host, st == PKV_ERR_BAD_STATE);
+        return 1;
+    }
+    if (s == NULL) {
+        CHECK(host, st == (pkv__inbox_queued(&e->inbox, id)
+                               ? PKV_ERR_BAD_STATE
+                               : PKV_ERR_NOT_FOUND));
+        return 1;
+    }
+    return 0;
+}
+
 pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
                    pkv_seq_id *out_child)
 {
@@ -149,13 +170,8 @@ pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
     const pkv__seq *p = e->in_step ? NULL : pkv__engine_find(e, parent);
     uint32_t parent_blocks = p ? p->table.num_blocks : 0;
     pkv_status st = pkv_seq_fork(e, parent, last_token, out_child);
-    if (e->in_step) {
-        CHECK(host, st == PKV_ERR_BAD_STATE);
-    } else if (p == NULL) {
-        /* Added and not yet seen by a step: it has not sampled. */
-        CHECK(host, st == (pkv__inbox_queued(&e->inbox, parent)
-                               ? PKV_ERR_BAD_STATE
-                               : PKV_ERR_NOT_FOUND));
+    if (checked_not_between_steps(host, parent, p, st)) {
+        /* nothing more to check */
     } else if (p->state != PKV__SEQ_RUNNING || p->num_generated == 0) {
         CHECK(host, st == PKV_ERR_BAD_STATE);
     } else if (last_token >= 0 && host->params.vocab_size != 0 &&
@@ -196,12 +212,8 @@ pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
     pkv_engine *e = host->engine;
     const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
     pkv_status st = pkv_seq_truncate(e, id, num_tokens);
-    if (e->in_step) {
-        CHECK(host, st == PKV_ERR_BAD_STATE);
-    } else if (s == NULL) {
-        CHECK(host, st == (pkv__inbox_queued(&e->inbox, id)
-                               ? PKV_ERR_BAD_STATE
-                               : PKV_ERR_NOT_FOUND));
+    if (checked_not_between_steps(host, id, s, st)) {
+        /* nothing more to check */
     } else if (num_tokens == 0 || num_tokens > s->num_tokens) {
         CHECK(host, st == PKV_ERR_INVALID_ARGUMENT);
     } else {
@@ -217,6 +229,49 @@ pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
     CHECK(host, s->num_tokens == num_tokens &&
                     s->num_generated == r->generated &&
                     s->num_computed < num_tokens);
+    return PKV_OK;
+}
+
+pkv_status eh_move(eh_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
+{
+    pkv_engine *e = host->engine;
+    *out_copy = 0;
+    const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    size_t size = 0;
+    pkv_status st = pkv_seq_export(e, id, NULL, 0, &size);
+    if (!checked_not_between_steps(host, id, s, st))
+        CHECK(host, st == PKV_OK);
+    if (st != PKV_OK)
+        return st;
+    uint8_t *data = xrealloc(host, NULL, size);
+    size_t got = 0;
+    st = pkv_seq_export(e, id, data, size, &got);
+    CHECK(host, st == PKV_OK && got == size);
+    pkv_seq_id copy = 7;
+    st = pkv_seq_import(e, NULL, data, size, &copy);
+    free(data);
+    /* The original holds its KV's blocks; the copy needs one more. */
+    CHECK(host, st == PKV_OK || st == PKV_ERR_NO_BLOCKS);
+    if (st != PKV_OK) {
+        CHECK(host, copy == 0);
+        return st;
+    }
+    CHECK(host, copy == host->last_id + 1);
+    if (s->num_computed > 0)
+        host->imported++;
+    eh_seq *c = record(host, copy);
+    const eh_seq *r = eh_find(host, id); /* record may move the array */
+    CHECK(host, r != NULL && !r->ended && r->num_tokens == s->num_tokens);
+    for (uint32_t i = 0; i < r->num_tokens; i++)
+        push_token(host, c, r->tokens[i]);
+    c->generated = r->generated;
+    c->max_new_tokens = r->max_new_tokens;
+    c->complete = 1;
+    const pkv__seq *cs = pkv__engine_find(e, copy);
+    CHECK(host, cs != NULL && cs->num_computed == s->num_computed &&
+                    cs->state == (s->num_computed ? PKV__SEQ_SWAPPED
+                                                  : PKV__SEQ_WAITING));
+    *out_copy = copy;
     return PKV_OK;
 }
 
@@ -594,7 +649,8 @@ void eh_check(eh_host *host)
                     st.num_waiting == e->waiting.count &&
                     st.num_swapped == e->swapped.count);
     CHECK(host, st.prefix_hit_tokens <= st.prefix_query_tokens);
-    CHECK(host, st.swap_ins <= st.swap_outs);
+    /* Imported sequences come in as swap-ins without a swap-out. */
+    CHECK(host, st.swap_ins <= st.swap_outs + host->imported);
     if (!host->learn) {
         /* Live sequences: queued, in the lists, ended and not reported. */
         uint64_t queued = 0;

@@ -57,6 +57,7 @@ typedef struct eh_host {
     double max_error;
     uint64_t steps;
     uint64_t ended;
+    uint64_t imported; /* eh_move copies that came with KV */
 
     /* Scratch: q, k, v, out (f32 and f16), history K/V, reference. */
     float *q, *k, *v, *out, *hk, *hv;
@@ -92,6 +93,10 @@ pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
 /* pkv_seq_truncate, checking the status and, on success, cutting the
  * host's record of the sequence the same way. */
 pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens);
+
+/* pkv_seq_export then pkv_seq_import into the same engine: a copy of the
+ * sequence, recorded like a fork; checks the statuses. */
+pkv_status eh_move(eh_host *host, pkv_seq_id id, pkv_seq_id *out_copy);
 
 /* The three parts of a step. begin checks the batch and its reports;
  * attend runs every layer, with a NaN in k at (poison_row, poison_layer)

@@ -58,7 +58,7 @@ static world W;
  * what the random inputs reached. */
 static struct totals {
     uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
-        forks, truncations;
+        forks, truncations, moves;
     double max_error[3];
 } TOT;
 
@@ -67,14 +67,17 @@ static void print_totals(void)
     fprintf(stderr,
             "fuzz_engine: %llu inputs, %llu steps, %llu rows checked, %llu "
             "ended, %llu preemptions, %llu swap-outs, %llu prefix hit "
-            "tokens, %llu forks, %llu truncations; max error f32 %.3g f16 "
+            "tokens, %llu forks, %llu truncations, %llu moves; max error f32 "
+            "%.3g f16 "
             "%.3g u8 %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
             (unsigned long long)TOT.rows, (unsigned long long)TOT.ended,
             (unsigned long long)TOT.preemptions,
             (unsigned long long)TOT.swap_outs,
             (unsigned long long)TOT.hit_tokens, (unsigned long long)TOT.forks,
-            (unsigned long long)TOT.truncations, TOT.max_error[0], TOT.max_error[1], TOT.max_error[2]);
+            (unsigned long long)TOT.truncations,
+            (unsigned long long)TOT.moves, TOT.max_error[0], TOT.max_error[1],
+            TOT.max_error[2]);
 }
 
 /* What a failing input set up and where the sequences are, for triage. */
@@ -338,6 +341,14 @@ static void op_truncate(world *w)
     uint32_t have = s != NULL ? s->num_tokens : 8;
     if (eh_truncate(&w->host, id, b % (have + 2)) == PKV_OK)
         TOT.truncations++;
+}
+
+/* Export a sequence and import it as a copy into the same engine. */
+static void op_move(world *w)
+{
+    pkv_seq_id copy;
+    if (eh_move(&w->host, pick_id(w), &copy) == PKV_OK)
+        TOT.moves++;
 }
 
 static void op_block_table(world *w)
@@ -627,8 +638,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             op_bad(w);
             break;
         case 13:
-            if (op / 16 % 2)
+            if (op / 16 % 4 == 1)
                 op_truncate(w);
+            else if (op / 16 % 4 == 3)
+                op_move(w);
             else
                 op_block_table(w);
             break;
