@@ -119,7 +119,8 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "out_child is NULL");
     pkv__seq *parent;
-    pkv_status found = pkv__engine_find_between_steps(e, parent_id, "fork", &parent);
+    pkv_status found =
+        pkv__engine_find_between_steps(e, parent_id, "fork", &parent);
     if (found != PKV_OK)
         return found;
     if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0 ||

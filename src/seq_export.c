@@ -19,6 +19,7 @@
 #include "kv_layout.h"
 #include "lifecycle.h"
 #include "struct_sizes.h"
+#include "wire.h"
 
 #include <string.h>
 
@@ -26,70 +27,17 @@
 #define FORMAT_VERSION 1u
 static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'S', 'E', 'Q', '\r', '\n'};
 
-/* Header fields: little-endian u32 at these byte offsets, then u64s. */
+/* Header fields after the common ones (wire.h): little-endian u32 at
+ * these byte offsets, then u64s. */
 enum {
-    AT_VERSION = 8,
-    AT_HEADER_BYTES = 12,
-    AT_KV_DTYPE = 16,
-    AT_KEY_QUANT = 20,
-    AT_VALUE_QUANT = 24,
-    AT_NUM_LAYERS = 28,
-    AT_NUM_KV_HEADS = 32,
-    AT_HEAD_DIM = 36,
-    AT_BLOCK_SIZE = 40,
-    AT_NUM_TOKENS = 44,
+    AT_NUM_TOKENS = PKV__AT_FORMAT_FIELDS,
     AT_PROMPT_LEN = 48,
     AT_NUM_COMPUTED = 52,
     AT_NUM_GENERATED = 56,
     AT_MAX_NEW_TOKENS = 60,
-    AT_KV_BYTES = 64,  /* u64 */
-    AT_CHECKSUM = 72   /* u64 */
+    AT_KV_BYTES = 64, /* u64 */
+    AT_CHECKSUM = 72  /* u64 */
 };
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* A 64-bit checksum of the export with its checksum field read as zero.
- * Each 8-byte word goes through a bijection of the running state, so a
- * change to any one word always changes the result. */
-static uint64_t checksum(const uint8_t *p, size_t n)
-{
-    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)n;
-    for (size_t i = 0; i < n; i += 8) {
-        uint8_t word[8] = {0};
-        size_t len = n - i < 8 ? n - i : 8;
-        if (i != AT_CHECKSUM)
-            memcpy(word, p + i, len);
-        h ^= get_u64(word);
-        h = (h << 29 | h >> 35) * 0xff51afd7ed558ccdu;
-    }
-    return h ^ (h >> 32);
-}
 
 static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
 {
@@ -223,32 +171,23 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
         return st;
 
     uint8_t *out = buffer;
-    memset(out, 0, HEADER_BYTES);
-    memcpy(out, MAGIC, sizeof MAGIC);
-    put_u32(out + AT_VERSION, FORMAT_VERSION);
-    put_u32(out + AT_HEADER_BYTES, HEADER_BYTES);
-    put_u32(out + AT_KV_DTYPE, (uint32_t)c->kv_dtype);
+    pkv__wire_put_header(out, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
     int u8 = c->kv_dtype == PKV_KV_U8;
-    put_u32(out + AT_KEY_QUANT, u8 ? (uint32_t)c->key_quant : 0);
-    put_u32(out + AT_VALUE_QUANT, u8 ? (uint32_t)c->value_quant : 0);
-    put_u32(out + AT_NUM_LAYERS, c->num_layers);
-    put_u32(out + AT_NUM_KV_HEADS, c->num_kv_heads);
-    put_u32(out + AT_HEAD_DIM, c->head_dim);
-    put_u32(out + AT_BLOCK_SIZE, c->block_size);
-    put_u32(out + AT_NUM_TOKENS, s->num_tokens);
-    put_u32(out + AT_PROMPT_LEN, s->prompt_len);
-    put_u32(out + AT_NUM_COMPUTED, s->num_computed);
-    put_u32(out + AT_NUM_GENERATED, s->num_generated);
-    put_u32(out + AT_MAX_NEW_TOKENS, s->max_new_tokens);
-    put_u64(out + AT_KV_BYTES, kv);
+    pkv__put_u32(out + AT_NUM_TOKENS, s->num_tokens);
+    pkv__put_u32(out + AT_PROMPT_LEN, s->prompt_len);
+    pkv__put_u32(out + AT_NUM_COMPUTED, s->num_computed);
+    pkv__put_u32(out + AT_NUM_GENERATED, s->num_generated);
+    pkv__put_u32(out + AT_MAX_NEW_TOKENS, s->max_new_tokens);
+    pkv__put_u64(out + AT_KV_BYTES, kv);
     uint8_t *p = out + HEADER_BYTES;
     for (uint32_t i = 0; i < s->num_tokens; i++, p += 4)
-        put_u32(p, (uint32_t)s->tokens[i]);
+        pkv__put_u32(p, (uint32_t)s->tokens[i]);
     if (kv > 0 && u8)
         memcpy(p, swap, (size_t)kv);
     else if (kv > 0)
         copy_rows(c, s->num_computed, p, swap, 0);
-    put_u64(out + AT_CHECKSUM, checksum(out, (size_t)total));
+    pkv__put_u64(out + AT_CHECKSUM,
+                 pkv__checksum(out, (size_t)total, AT_CHECKSUM));
     pkv__free(&e->alloc, owned, owned_size, 1);
     return PKV_OK;
 }
@@ -262,53 +201,53 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size)
                                 "import: %zu bytes are not a pkv sequence "
                                 "export",
                                 size);
-    uint32_t version = get_u32(d + AT_VERSION);
-    if (version != FORMAT_VERSION || get_u32(d + AT_HEADER_BYTES) !=
+    uint32_t version = pkv__get_u32(d + PKV__AT_VERSION);
+    if (version != FORMAT_VERSION || pkv__get_u32(d + PKV__AT_HEADER_BYTES) !=
                                          HEADER_BYTES)
         return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
                                 "import: format version %u; this library "
                                 "reads version %u",
                                 (unsigned)version, FORMAT_VERSION);
-    uint32_t tokens = get_u32(d + AT_NUM_TOKENS);
-    uint64_t kv = get_u64(d + AT_KV_BYTES);
+    uint32_t tokens = pkv__get_u32(d + AT_NUM_TOKENS);
+    uint64_t kv = pkv__get_u64(d + AT_KV_BYTES);
     uint64_t total = HEADER_BYTES + (uint64_t)tokens * 4 + kv;
     if (kv > UINT64_MAX / 2 || total != size)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "import: the export says %llu bytes; %zu "
                                 "given (truncated?)",
                                 (unsigned long long)total, size);
-    if (checksum(d, size) != get_u64(d + AT_CHECKSUM))
+    if (pkv__checksum(d, size, AT_CHECKSUM) != pkv__get_u64(d + AT_CHECKSUM))
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "import: checksum mismatch: the export was "
                                 "changed or damaged");
     const pkv__backend_config *c = &e->backend_config;
-    uint32_t dtype = get_u32(d + AT_KV_DTYPE);
+    uint32_t dtype = pkv__get_u32(d + PKV__AT_KV_DTYPE);
     int u8 = c->kv_dtype == PKV_KV_U8;
-    if (dtype != (uint32_t)c->kv_dtype ||
-        get_u32(d + AT_NUM_LAYERS) != c->num_layers ||
-        get_u32(d + AT_NUM_KV_HEADS) != c->num_kv_heads ||
-        get_u32(d + AT_HEAD_DIM) != c->head_dim ||
-        (u8 && (get_u32(d + AT_BLOCK_SIZE) != c->block_size ||
-                get_u32(d + AT_KEY_QUANT) != (uint32_t)c->key_quant ||
-                get_u32(d + AT_VALUE_QUANT) != (uint32_t)c->value_quant)))
+    /* The geometry fields must match this engine's, the block size only
+     * for U8 (it comes last). */
+    uint8_t mine[HEADER_BYTES];
+    pkv__wire_put_header(mine, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
+    size_t end = u8 ? PKV__AT_FORMAT_FIELDS : PKV__AT_BLOCK_SIZE;
+    if (memcmp(d + PKV__AT_KV_DTYPE, mine + PKV__AT_KV_DTYPE,
+               end - PKV__AT_KV_DTYPE) != 0)
         return pkv__engine_fail(
             e, PKV_ERR_UNSUPPORTED,
             "import: exported with kv_dtype %u, %u layers, %u kv heads, "
             "head_dim %u, block_size %u, quant %u/%u; this engine has "
             "%d, %u, %u, %u, %u, %d/%d (f32 and f16 may differ in "
             "block_size only)",
-            (unsigned)dtype, (unsigned)get_u32(d + AT_NUM_LAYERS),
-            (unsigned)get_u32(d + AT_NUM_KV_HEADS),
-            (unsigned)get_u32(d + AT_HEAD_DIM),
-            (unsigned)get_u32(d + AT_BLOCK_SIZE),
-            (unsigned)get_u32(d + AT_KEY_QUANT),
-            (unsigned)get_u32(d + AT_VALUE_QUANT), (int)c->kv_dtype,
+            (unsigned)dtype, (unsigned)pkv__get_u32(d + PKV__AT_NUM_LAYERS),
+            (unsigned)pkv__get_u32(d + PKV__AT_NUM_KV_HEADS),
+            (unsigned)pkv__get_u32(d + PKV__AT_HEAD_DIM),
+            (unsigned)pkv__get_u32(d + PKV__AT_BLOCK_SIZE),
+            (unsigned)pkv__get_u32(d + PKV__AT_KEY_QUANT),
+            (unsigned)pkv__get_u32(d + PKV__AT_VALUE_QUANT), (int)c->kv_dtype,
             (unsigned)c->num_layers, (unsigned)c->num_kv_heads,
             (unsigned)c->head_dim, (unsigned)c->block_size,
             u8 ? (int)c->key_quant : 0, u8 ? (int)c->value_quant : 0);
-    uint32_t prompt = get_u32(d + AT_PROMPT_LEN);
-    uint32_t computed = get_u32(d + AT_NUM_COMPUTED);
-    uint32_t generated = get_u32(d + AT_NUM_GENERATED);
+    uint32_t prompt = pkv__get_u32(d + AT_PROMPT_LEN);
+    uint32_t computed = pkv__get_u32(d + AT_NUM_COMPUTED);
+    uint32_t generated = pkv__get_u32(d + AT_NUM_GENERATED);
     if (tokens == 0 || tokens > e->params.max_model_len || prompt == 0 ||
         prompt > tokens || computed >= tokens || generated > tokens ||
         kv != kv_bytes(c, computed))
@@ -321,7 +260,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size)
             (unsigned)e->params.max_model_len);
     uint32_t vocab = e->params.vocab_size;
     for (uint32_t i = 0; i < tokens; i++) {
-        uint32_t t = get_u32(d + HEADER_BYTES + (size_t)i * 4);
+        uint32_t t = pkv__get_u32(d + HEADER_BYTES + (size_t)i * 4);
         if (t > INT32_MAX || (vocab != 0 && t >= vocab))
             return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                     "import: token %u is %u; this engine's "
@@ -377,9 +316,9 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
 
     /* Everything that can fail comes first. */
     const pkv__backend_config *c = &e->backend_config;
-    uint32_t tokens = get_u32(d + AT_NUM_TOKENS);
-    uint32_t computed = get_u32(d + AT_NUM_COMPUTED);
-    uint32_t prompt_len = get_u32(d + AT_PROMPT_LEN);
+    uint32_t tokens = pkv__get_u32(d + AT_NUM_TOKENS);
+    uint32_t computed = pkv__get_u32(d + AT_NUM_COMPUTED);
+    uint32_t prompt_len = pkv__get_u32(d + AT_PROMPT_LEN);
     uint32_t bs = c->block_size;
     uint32_t n_hashes = computed == 0 ? (prompt_len - 1) / bs : 0;
     size_t swap_size = 0;
@@ -393,7 +332,8 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     pkv__seq *seq = NULL;
     if (st == PKV_OK && token_ids != NULL) {
         for (uint32_t i = 0; i < tokens; i++)
-            token_ids[i] = (int32_t)get_u32(d + HEADER_BYTES + (size_t)i * 4);
+            token_ids[i] =
+                (int32_t)pkv__get_u32(d + HEADER_BYTES + (size_t)i * 4);
         seq = pkv__seq_new(&e->alloc, token_ids, tokens);
     }
     pkv__free(&e->alloc, token_ids, tokens, sizeof *token_ids);
@@ -425,10 +365,10 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     else if (swap_size > 0)
         copy_rows(c, computed, seq->swap_data, kv, 1);
     seq->prompt_len = prompt_len;
-    seq->num_generated = get_u32(d + AT_NUM_GENERATED);
+    seq->num_generated = pkv__get_u32(d + AT_NUM_GENERATED);
     seq->max_new_tokens = p.max_new_tokens != 0
                               ? p.max_new_tokens
-                              : get_u32(d + AT_MAX_NEW_TOKENS);
+                              : pkv__get_u32(d + AT_MAX_NEW_TOKENS);
     seq->num_computed = computed;
     seq->priority = p.priority;
     seq->tenant = p.tenant;

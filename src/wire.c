@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+#include "wire.h"
+
+#include <string.h>
+
+void pkv__put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void pkv__put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint32_t pkv__get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+uint64_t pkv__get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+uint64_t pkv__checksum(const uint8_t *p, size_t n, size_t skip)
+{
+    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)n;
+    for (size_t i = 0; i < n; i += 8) {
+        uint8_t word[8] = {0};
+        size_t len = n - i < 8 ? n - i : 8;
+        if (i != skip)
+            memcpy(word, p + i, len);
+        h ^= pkv__get_u64(word);
+        h = (h << 29 | h >> 35) * 0xff51afd7ed558ccdu;
+    }
+    return h ^ (h >> 32);
+}
+
+void pkv__wire_put_header(uint8_t *h, size_t header_bytes,
+                          const uint8_t magic[8], uint32_t version,
+                          const pkv__backend_config *c)
+{
+    int u8 = c->kv_dtype == PKV_KV_U8;
+    memset(h, 0, header_bytes);
+    memcpy(h, magic, 8);
+    pkv__put_u32(h + PKV__AT_VERSION, version);
+    pkv__put_u32(h + PKV__AT_HEADER_BYTES, (uint32_t)header_bytes);
+    pkv__put_u32(h + PKV__AT_KV_DTYPE, (uint32_t)c->kv_dtype);
+    pkv__put_u32(h + PKV__AT_KEY_QUANT, u8 ? (uint32_t)c->key_quant : 0);
+    pkv__put_u32(h + PKV__AT_VALUE_QUANT, u8 ? (uint32_t)c->value_quant : 0);
+    pkv__put_u32(h + PKV__AT_NUM_LAYERS, c->num_layers);
+    pkv__put_u32(h + PKV__AT_NUM_KV_HEADS, c->num_kv_heads);
+    pkv__put_u32(h + PKV__AT_HEAD_DIM, c->head_dim);
+    pkv__put_u32(h + PKV__AT_BLOCK_SIZE, c->block_size);
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Portable bytes for pkv's export formats (seq_export.c, prefix_file.c):
+ * little-endian fields whatever the host's order, and the checksum that
+ * guards them.
+ */
+#ifndef PKV_WIRE_H
+#define PKV_WIRE_H
+
+#include "backend.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Both formats start alike: 8 bytes of magic, then u32 fields at these
+ * offsets. Each format's own fields follow from PKV__AT_FORMAT_FIELDS. */
+enum {
+    PKV__AT_VERSION = 8,
+    PKV__AT_HEADER_BYTES = 12,
+    PKV__AT_KV_DTYPE = 16,
+    PKV__AT_KEY_QUANT = 20,   /* U8; 0 for f32 and f16 */
+    PKV__AT_VALUE_QUANT = 24, /* U8; 0 for f32 and f16 */
+    PKV__AT_NUM_LAYERS = 28,
+    PKV__AT_NUM_KV_HEADS = 32,
+    PKV__AT_HEAD_DIM = 36,
+    PKV__AT_BLOCK_SIZE = 40,
+    PKV__AT_FORMAT_FIELDS = 44
+};
+
+/* Zero the header's bytes, then write the magic, version, header size and
+ * the geometry of config c. */
+void pkv__wire_put_header(uint8_t *h, size_t header_bytes,
+                          const uint8_t magic[8], uint32_t version,
+                          const pkv__backend_config *c);
+
+void pkv__put_u32(uint8_t *p, uint32_t v);
+void pkv__put_u64(uint8_t *p, uint64_t v);
+uint32_t pkv__get_u32(const uint8_t *p);
+uint64_t pkv__get_u64(const uint8_t *p);
+
+/* A 64-bit checksum of n bytes, the 8 at byte `skip` (a multiple of 8:
+ * where the checksum itself is stored) read as zero. Each 8-byte word goes
+ * through a bijection of the running state, so a change to any one word
+ * always changes the result. */
+uint64_t pkv__checksum(const uint8_t *p, size_t n, size_t skip);
+
+#endif
