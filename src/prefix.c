@@ -86,11 +86,9 @@ static void forget_block(void *ctx, uint32_t block)
     prefix->entries[block].bucket_next = PKV__NO_BLOCK;
 }
 
-/* The cached block that holds `tokens` after `parent` (an accepted link, or
- * the null block for the first block of a prompt), or PKV__NO_BLOCK. */
-static uint32_t find_block(const pkv__prefix *prefix, uint64_t hash,
-                           const int32_t *tokens, uint64_t salt,
-                           uint32_t parent, uint32_t parent_generation)
+uint32_t pkv__prefix_find(const pkv__prefix *prefix, uint64_t hash,
+                          const int32_t *tokens, uint64_t salt, uint32_t parent,
+                          uint32_t parent_generation)
 {
     const pkv__pool *pool = prefix->pool;
     uint64_t masked = hash & prefix->hash_mask;
@@ -135,8 +133,8 @@ void pkv__prefix_lookup(const pkv__prefix *prefix, const int32_t *tokens,
         uint64_t h = j < num_hashes
                          ? hashes[j]
                          : pkv__prefix_hash(parent_hash, block_tokens, bs, salt);
-        uint32_t b = find_block(prefix, h, block_tokens, salt, parent,
-                                parent_generation);
+        uint32_t b = pkv__prefix_find(prefix, h, block_tokens, salt, parent,
+                                     parent_generation);
         if (b == PKV__NO_BLOCK)
             break;
         links[j].hash = h;
@@ -188,6 +186,23 @@ pkv_status pkv__prefix_chain_adopt(pkv__prefix_chain *chain,
     return PKV_OK;
 }
 
+void pkv__prefix_insert(pkv__prefix *prefix, uint32_t block, uint64_t hash,
+                        const int32_t *tokens, uint64_t salt, uint32_t parent,
+                        uint32_t parent_generation)
+{
+    uint32_t bs = prefix->pool->block_size;
+    pkv__prefix_entry *e = &prefix->entries[block];
+    e->hash = hash & prefix->hash_mask;
+    e->salt = salt;
+    e->parent = parent;
+    e->parent_generation = parent_generation;
+    memcpy(prefix->tokens + (size_t)block * bs, tokens, bs * sizeof *tokens);
+    uint32_t *head = bucket_of(prefix, e->hash);
+    e->bucket_next = *head;
+    *head = block;
+    pkv__pool_mark_cached(prefix->pool, block);
+}
+
 pkv_status pkv__prefix_register(pkv__prefix *prefix, pkv__prefix_chain *chain,
                                 const pkv__table *table, const int32_t *tokens,
                                 uint64_t salt)
@@ -208,25 +223,16 @@ pkv_status pkv__prefix_register(pkv__prefix *prefix, pkv__prefix_chain *chain,
             up ? up->generation : pool->blocks[PKV__NULL_BLOCK].generation;
         const int32_t *block_tokens = tokens + (size_t)j * bs;
         uint64_t h = pkv__prefix_hash(parent_hash, block_tokens, bs, salt);
-        uint32_t b = find_block(prefix, h, block_tokens, salt, parent,
-                                parent_generation);
+        uint32_t b = pkv__prefix_find(prefix, h, block_tokens, salt, parent,
+                                     parent_generation);
         if (b == PKV__NO_BLOCK) {
             b = table->blocks[j];
             /* Cached under another parent: it cannot also stand for this
              * chain, so the chain stops growing here. */
             if (pool->blocks[b].cached)
                 break;
-            pkv__prefix_entry *e = &prefix->entries[b];
-            e->hash = h & prefix->hash_mask;
-            e->salt = salt;
-            e->parent = parent;
-            e->parent_generation = parent_generation;
-            memcpy(prefix->tokens + (size_t)b * bs, block_tokens,
-                   bs * sizeof *tokens);
-            uint32_t *head = bucket_of(prefix, e->hash);
-            e->bucket_next = *head;
-            *head = b;
-            pkv__pool_mark_cached(pool, b);
+            pkv__prefix_insert(prefix, b, h, block_tokens, salt, parent,
+                               parent_generation);
         }
         chain->links[j].hash = h;
         chain->links[j].block = b;

@@ -88,6 +88,20 @@ pkv_status pkv__prefix_chain_adopt(pkv__prefix_chain *chain,
                                    const pkv__pool *pool,
                                    const pkv__chain_link *links, uint32_t n);
 
+/* The cached block that holds `tokens` (one full block) after `parent`
+ * (an accepted block with its generation; the null block for the first
+ * block of a prompt) under chained hash `hash` and salt, or
+ * PKV__NO_BLOCK. */
+uint32_t pkv__prefix_find(const pkv__prefix *prefix, uint64_t hash,
+                          const int32_t *tokens, uint64_t salt, uint32_t parent,
+                          uint32_t parent_generation);
+
+/* Register a block that is not cached, holding `tokens` (its KV written)
+ * after parent, as pkv__prefix_find would find it. */
+void pkv__prefix_insert(pkv__prefix *prefix, uint32_t block, uint64_t hash,
+                        const int32_t *tokens, uint64_t salt, uint32_t parent,
+                        uint32_t parent_generation);
+
 /* Register the table's full blocks past the chain, whose token ids are
  * tokens[0..table->num_tokens) and whose KV has been written. A block equal
  * to one already cached links to that one instead. All or nothing. */

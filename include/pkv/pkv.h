@@ -565,6 +565,49 @@ PKV_API pkv_status pkv_seq_import(pkv_engine *engine,
                                   pkv_seq_id *out_id);
 
 /*
+ * Save the prefix cache: every cached full block a prompt's lookup can
+ * still reach, with its token ids, salt (cache_salt: tenants stay apart
+ * after a load), its place in its prompt's chain and its KV as stored,
+ * as portable checksummed bytes that pkv_engine_load_prefix_cache reads
+ * into a new engine with the same geometry, so that a restarted server
+ * answers its first shared-prompt request with a hit. Blocks in use by
+ * sequences are saved too; nothing changes.
+ * `*size` bytes; buffer NULL with capacity 0 only sets *size, otherwise
+ * buffer must hold capacity >= *size bytes (format: docs/design.md).
+ * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
+ * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
+ * and step_end; PKV_ERR_OUT_OF_MEMORY; a device error from reading the KV.
+ * Thread-safety: the stepping thread only.
+ * Ownership: nothing is retained.
+ */
+PKV_API pkv_status pkv_engine_save_prefix_cache(pkv_engine *engine,
+                                                void *buffer,
+                                                size_t capacity,
+                                                size_t *size);
+
+/*
+ * Load a saved prefix cache (pkv_engine_save_prefix_cache of an engine
+ * with the same num_layers, num_kv_heads, head_dim, kv_dtype, U8 groups
+ * and block_size). The blocks go into free blocks only, parents first, so
+ * nothing the engine caches or holds is evicted: blocks it already caches
+ * are skipped, and when free blocks run out the rest (and blocks whose
+ * parent did not load) are left out. Loaded blocks are cached and
+ * unreferenced, evicted like any other. *num_loaded (may be NULL)
+ * receives how many blocks were loaded.
+ * Errors (nothing changes): PKV_ERR_INVALID_ARGUMENT for NULL data, bytes
+ * that are not a saved prefix cache, truncated or extended, a checksum
+ * that does not match, an entry out of order or a token out of range;
+ * PKV_ERR_UNSUPPORTED for another format version or geometry;
+ * PKV_ERR_BAD_STATE between step_begin and step_end;
+ * PKV_ERR_OUT_OF_MEMORY; a device error from writing the KV.
+ * Thread-safety: the stepping thread only.
+ * Ownership: data is read during the call only.
+ */
+PKV_API pkv_status pkv_engine_load_prefix_cache(pkv_engine *engine,
+                                                const void *data, size_t size,
+                                                uint32_t *num_loaded);
+
+/*
  * The block table of a live sequence, for introspection: *blocks points to
  * *num_blocks block ids (logical block i holds tokens [i * block_size,
  * (i + 1) * block_size)); *num_tokens tokens have slots. A sequence that

@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv_engine_save_prefix_cache and pkv_engine_load_prefix_cache. Prompts
+ * run to their end on one engine; its prefix cache is saved and loaded
+ * into a new engine (the restart), whose first requests for the same
+ * prompts must hit (only their last token computed) with every output row
+ * checked against dense attention under tm_step, while a prompt with
+ * another salt must not. A pool too small loads a parents-first part;
+ * bad input changes nothing.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine.h"
+#include "test_model.h"
+#ifdef PKV_HAVE_OPENCL
+#include "backend_opencl.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { PROMPT = 21 }; /* 5 full blocks of 4 before the last token */
+
+static float tolerance(int32_t dtype)
+{
+    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
+}
+
+static pkv_seq_id add_salted(tm_host *h, const int32_t *prompt, uint64_t salt)
+{
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = PROMPT;
+    sp.max_new_tokens = 3;
+    sp.cache_salt = salt;
+    pkv_seq_id id = 0;
+    assert_int_equal(pkv_seq_add(h->engine, &sp, &id), PKV_OK);
+    tm_record(h, id, prompt, PROMPT);
+    return id;
+}
+
+/* Rows of sequence id in the batch. */
+static uint32_t rows_of(const pkv_batch *b, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < b->num_seqs; i++)
+        if (b->seq_ids[i] == id)
+            return b->query_start[i + 1] - b->query_start[i];
+    return 0;
+}
+
+/* The saved prefix cache of a host whose prompts (salts 0 and 1) ran to
+ * their end (malloc'd). */
+static uint8_t *saved_cache(const pkv_engine_params *p, const int32_t *prompt,
+                            size_t *size)
+{
+    tm_host a;
+    tm_host_init(&a, p, tolerance(p->kv_dtype));
+    add_salted(&a, prompt, 0);
+    add_salted(&a, prompt, 1);
+    tm_run(&a, 100);
+    size_t need = 0, got = 0;
+    assert_int_equal(pkv_engine_save_prefix_cache(a.engine, NULL, 0, &need),
+                     PKV_OK);
+    uint8_t *data = malloc(need);
+    assert_non_null(data);
+    assert_int_equal(pkv_engine_save_prefix_cache(a.engine, data, need, &got),
+                     PKV_OK);
+    assert_int_equal(got, need);
+    tm_check_idle(&a);
+    tm_host_free(&a);
+    *size = need;
+    return data;
+}
+
+/* Saved from pa, loaded into a new engine pb: the same prompt hits with
+ * salts 0 and 1 and misses with salt 2. */
+static void reload_once(const pkv_engine_params *pa,
+                        const pkv_engine_params *pb)
+{
+    int32_t *prompt = tm_prompt(PROMPT, 11);
+    size_t size;
+    uint8_t *data = saved_cache(pa, prompt, &size);
+    tm_host b;
+    tm_host_init(&b, pb, tolerance(pb->kv_dtype));
+    uint32_t loaded = 0;
+    assert_int_equal(
+        pkv_engine_load_prefix_cache(b.engine, data, size, &loaded), PKV_OK);
+    /* Every saved block: the header's count. */
+    uint32_t saved = (uint32_t)data[44] | (uint32_t)data[45] << 8 |
+                     (uint32_t)data[46] << 16 | (uint32_t)data[47] << 24;
+    assert_true(saved >= 10); /* 5 prompt blocks for each salt */
+    assert_int_equal(loaded, saved);
+    assert_int_equal(
+        pkv_engine_load_prefix_cache(b.engine, data, size, &loaded), PKV_OK);
+    assert_int_equal(loaded, 0); /* all cached already */
+    pkv_seq_id hit0 = add_salted(&b, prompt, 0);
+    pkv_seq_id hit1 = add_salted(&b, prompt, 1);
+    pkv_seq_id miss = add_salted(&b, prompt, 2);
+    const pkv_batch *batch;
+    tm_step(&b, &batch);
+    assert_int_equal(rows_of(batch, hit0), 1);
+    assert_int_equal(rows_of(batch, hit1), 1);
+    assert_int_equal(rows_of(batch, miss), PROMPT);
+    tm_run(&b, 100);
+    tm_check_idle(&b);
+    tm_host_free(&b);
+    free(data);
+    free(prompt);
+}
+
+static pkv_engine_params params_of(int32_t backend, int32_t dtype)
+{
+    pkv_engine_params p = tm_params(backend);
+    p.kv_dtype = dtype;
+    return p;
+}
+
+#ifndef PKV_HAVE_OPENCL
+static void test_reload(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    for (size_t d = 0; d < 3; d++) {
+        pkv_engine_params p = params_of(PKV_BACKEND_CPU, dtypes[d]);
+        reload_once(&p, &p);
+    }
+}
+
+/* A pool with 3 free blocks loads 3, parents first: the prompt then hits
+ * its first blocks. Blocks the engine holds are not taken. */
+static void test_small_pool(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F32);
+    int32_t *prompt = tm_prompt(PROMPT, 12);
+    size_t size;
+    uint8_t *data = saved_cache(&p, prompt, &size);
+    p.num_blocks = 10; /* 9 usable; the running prompt holds 6 */
+    p.watermark = 0;
+    tm_host b;
+    tm_host_init(&b, &p, tolerance(PKV_KV_F32));
+    int32_t *other = tm_prompt(PROMPT, 13);
+    tm_add(&b, other, PROMPT, 3, 0, 0);
+    tm_step(&b, NULL);
+    uint32_t loaded = 0;
+    assert_int_equal(
+        pkv_engine_load_prefix_cache(b.engine, data, size, &loaded), PKV_OK);
+    assert_int_equal(loaded, 3);
+    tm_run(&b, 100);
+    pkv_seq_id id = add_salted(&b, prompt, 0);
+    const pkv_batch *batch;
+    tm_step(&b, &batch);
+    uint32_t rows = rows_of(batch, id);
+    if (rows == PROMPT || rows == 1)
+        fail_msg("%u rows: expected a hit of 1 to 4 blocks", (unsigned)rows);
+    tm_run(&b, 100);
+    tm_check_idle(&b);
+    tm_host_free(&b);
+    free(data);
+    free(prompt);
+    free(other);
+}
+
+static pkv_status try_load(pkv_engine *e, const uint8_t *data, size_t n)
+{
+    uint32_t loaded = 7;
+    pkv_status st = pkv_engine_load_prefix_cache(e, data, n, &loaded);
+    assert_int_equal(loaded, 0);
+    return st;
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F32);
+    int32_t *prompt = tm_prompt(PROMPT, 14);
+    size_t size;
+    uint8_t *data = saved_cache(&p, prompt, &size);
+    tm_host b;
+    tm_host_init(&b, &p, tolerance(PKV_KV_F32));
+    pkv_engine_stats before, after;
+    before.struct_size = after.struct_size = sizeof before;
+    assert_int_equal(pkv_engine_get_stats(b.engine, &before), PKV_OK);
+
+    size_t got = 0;
+    assert_int_equal(pkv_engine_save_prefix_cache(b.engine, NULL, 0, NULL),
+                     PKV_ERR_INVALID_ARGUMENT);
+    uint8_t small[8];
+    assert_int_equal(pkv_engine_save_prefix_cache(b.engine, small, 8, &got),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(got, 64); /* an empty cache: the header */
+    assert_int_equal(try_load(b.engine, NULL, size), PKV_ERR_INVALID_ARGUMENT);
+    uint8_t *copy = malloc(size + 1);
+    assert_non_null(copy);
+    for (size_t n = 0; n < size; n++)
+        assert_int_equal(try_load(b.engine, data, n),
+                         PKV_ERR_INVALID_ARGUMENT);
+    memcpy(copy, data, size);
+    copy[size] = 0;
+    assert_int_equal(try_load(b.engine, copy, size + 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    for (size_t i = 0; i < size; i++) {
+        copy[i] ^= 0x04;
+        pkv_status st = try_load(b.engine, copy, size);
+        if (st != PKV_ERR_INVALID_ARGUMENT && st != PKV_ERR_UNSUPPORTED)
+            fail_msg("byte %zu flipped: status %d", i, (int)st);
+        copy[i] ^= 0x04;
+    }
+    copy[8] = 2; /* a version from the future */
+    assert_int_equal(try_load(b.engine, copy, size), PKV_ERR_UNSUPPORTED);
+    free(copy);
+    assert_int_equal(pkv_engine_get_stats(b.engine, &after), PKV_OK);
+    assert_int_equal(after.blocks_cached_free, before.blocks_cached_free);
+    assert_int_equal(after.blocks_free, before.blocks_free);
+
+    /* Another block size or dtype. */
+    pkv_engine_params other[2] = {p, p};
+    other[0].block_size = 8;
+    other[1].kv_dtype = PKV_KV_F16;
+    for (int i = 0; i < 2; i++) {
+        tm_host c;
+        tm_host_init(&c, &other[i], 1e-4f);
+        assert_int_equal(try_load(c.engine, data, size), PKV_ERR_UNSUPPORTED);
+        tm_host_free(&c);
+    }
+    /* During a step. */
+    const pkv_batch *batch;
+    assert_int_equal(pkv_engine_step_begin(b.engine, &batch), PKV_OK);
+    assert_int_equal(try_load(b.engine, data, size), PKV_ERR_BAD_STATE);
+    assert_int_equal(pkv_engine_save_prefix_cache(b.engine, NULL, 0, &got),
+                     PKV_ERR_BAD_STATE);
+    assert_int_equal(pkv_engine_step_end(b.engine, NULL, NULL, 0), PKV_OK);
+    tm_check_idle(&b);
+    tm_host_free(&b);
+    free(data);
+    free(prompt);
+}
+#else
+/* Saved on one backend, loaded on the other. */
+static void test_reload_across_backends(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    for (size_t d = 0; d < 3; d++) {
+        pkv_engine_params cpu = params_of(PKV_BACKEND_CPU, dtypes[d]);
+        pkv_engine_params ocl = params_of(PKV_BACKEND_OPENCL, dtypes[d]);
+        reload_once(&cpu, &ocl);
+        reload_once(&ocl, &cpu);
+    }
+}
+#endif
+
+/* Built twice: test_prefix_file (CPU) and test_prefix_file_opencl
+ * (labelled opencl). */
+int main(void)
+{
+#ifdef PKV_HAVE_OPENCL
+    if (!pkv__opencl_available()) {
+        print_message("no OpenCL device: skipped\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reload_across_backends),
+    };
+#else
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_small_pool),
+        cmocka_unit_test(test_bad_input),
+    };
+#endif
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
