@@ -125,6 +125,14 @@ static const subcommand SUBCOMMANDS[] = {
      "and queue length over time. Progress on stderr.\n"
      "80 requests; --quick 20, about 1.5 minutes on a 2-core machine (93 s\n"
      "measured), most of it the model's forward passes."},
+    {"restart", bench_restart,
+     "first token of a 2,000-token prompt: cold vs a reloaded prefix cache",
+     "Time to first token of a 2,000-token shared prompt through the llama\n"
+     "example's model (random weights, CPU backend, f16 KV) on a cold\n"
+     "engine, against a new engine that loaded the prefix cache the first\n"
+     "one saved (pkv_engine_save/load_prefix_cache); both must sample the\n"
+     "same first token. Nothing to plot. 5 rounds, about 25 seconds on a\n"
+     "2-core machine; --quick 1 round (4.5 s measured)."},
     {"kernels", bench_kernels,
      "OpenCL decode attention: KV GB/s vs memory bandwidth, paged vs "
      "contiguous",
