@@ -212,8 +212,9 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
     e->query_start = pkv__calloc(a, seqs + 1, sizeof *e->query_start);
     e->context_lens = pkv__calloc(a, seqs, sizeof *e->context_lens);
     e->stages = pkv__calloc(a, seqs, sizeof *e->stages);
-    e->sample_rows = pkv__calloc(a, seqs, sizeof *e->sample_rows);
-    e->sample_seq_ids = pkv__calloc(a, seqs, sizeof *e->sample_seq_ids);
+    /* A sample per row at most (drafts sample every row). */
+    e->sample_rows = pkv__calloc(a, rows, sizeof *e->sample_rows);
+    e->sample_seq_ids = pkv__calloc(a, rows, sizeof *e->sample_seq_ids);
     e->preempted = pkv__calloc(a, seqs, sizeof *e->preempted);
     e->seq_bad = pkv__calloc(a, seqs, 1);
     e->token_ids = pkv__calloc(a, rows, sizeof *e->token_ids);
@@ -251,8 +252,8 @@ static void free_step_arrays(pkv_engine *e)
     pkv__free(a, e->query_start, seqs + 1, sizeof *e->query_start);
     pkv__free(a, e->context_lens, seqs, sizeof *e->context_lens);
     pkv__free(a, e->stages, seqs, sizeof *e->stages);
-    pkv__free(a, e->sample_rows, seqs, sizeof *e->sample_rows);
-    pkv__free(a, e->sample_seq_ids, seqs, sizeof *e->sample_seq_ids);
+    pkv__free(a, e->sample_rows, rows, sizeof *e->sample_rows);
+    pkv__free(a, e->sample_seq_ids, rows, sizeof *e->sample_seq_ids);
     pkv__free(a, e->preempted, seqs, sizeof *e->preempted);
     pkv__free(a, e->seq_bad, seqs, 1);
     pkv__free(a, e->token_ids, rows, sizeof *e->token_ids);
@@ -611,6 +612,8 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.swap_outs = engine->totals.swap_outs;
     s.swap_ins = engine->totals.swap_ins;
     s.seqs_finished = engine->totals.seqs_finished;
+    s.draft_tokens = engine->totals.draft_tokens;
+    s.draft_tokens_accepted = engine->totals.draft_tokens_accepted;
     memcpy(stats, &s, stats->struct_size);
     return PKV_OK;
 }

@@ -203,6 +203,62 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     return PKV_OK;
 }
 
+pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
+                           const int32_t *drafts, uint32_t num_drafts)
+{
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    pkv__seq *s;
+    pkv_status found = pkv__engine_find_between_steps(e, id, "propose", &s);
+    if (found != PKV_OK)
+        return found;
+    if (num_drafts > 0 && drafts == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "drafts is NULL");
+    if (s->state != PKV__SEQ_RUNNING || s->num_computed + 1 != s->num_tokens)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "sequence %llu is not decoding: drafts "
+                                "follow a sampled token",
+                                (unsigned long long)id);
+    if (num_drafts > PKV_MAX_DRAFTS ||
+        (uint64_t)s->num_tokens + num_drafts >= e->params.max_model_len)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "%u drafts after %u tokens; at most %u, "
+                                "and fewer than max_model_len %u in all",
+                                (unsigned)num_drafts, (unsigned)s->num_tokens,
+                                (unsigned)PKV_MAX_DRAFTS,
+                                (unsigned)e->params.max_model_len);
+    for (uint32_t i = 0; i < num_drafts; i++)
+        if (!token_ok(e, drafts[i]))
+            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                    "drafts[%u] is %d; out of range",
+                                    (unsigned)i, (int)drafts[i]);
+    /* Room now, so that the step never allocates for them: the drafts,
+     * and in tokens the drafts and the token sampled after them. */
+    void *grown;
+    size_t size = s->drafts_size;
+    if (pkv__grow(&e->alloc, s->drafts, &size, 0, num_drafts,
+                  sizeof *s->drafts, &grown) != PKV_OK)
+        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
+                                (unsigned)num_drafts);
+    s->drafts = grown;
+    s->drafts_size = (uint32_t)size;
+    if (pkv__grow(&e->alloc, s->tokens, &s->token_capacity, s->num_tokens,
+                  (size_t)s->num_tokens + num_drafts + 1, sizeof *s->tokens,
+                  &grown) != PKV_OK)
+        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
+                                (unsigned)num_drafts);
+    s->tokens = grown;
+    if (num_drafts > 0)
+        memcpy(s->drafts, drafts, num_drafts * sizeof *drafts);
+    s->num_drafts = num_drafts;
+    s->drafts_step = e->totals.steps;
+    /* The step's block tables are sized by the longest sequence. */
+    if (s->num_tokens + num_drafts > e->longest_tokens)
+        e->longest_tokens = s->num_tokens + num_drafts;
+    return PKV_OK;
+}
+
 /* The computed tokens whose KV a truncation to n tokens keeps: all but
  * the last kept one, and none of the block the cut falls in if that block
  * is sealed (U8: its rows exist only quantised) or shared with another
@@ -235,6 +291,7 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
                                 (unsigned)s->num_tokens);
     if (num_tokens == s->num_tokens)
         return PKV_OK;
+    s->num_drafts = 0; /* they followed the tokens cut */
     uint32_t bs = e->params.block_size;
     if (s->state == PKV__SEQ_SWAPPED) {
         /* Its blocks are host bytes now: recompute it instead. */

@@ -221,6 +221,8 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
         pkv__table_truncate(&s->table, &e->pool, s->num_computed);
         pkv__engine_count_blocks(e, s, before);
         s->scheduled = 0;
+        s->num_tokens -= s->step_drafts; /* a retry takes them again */
+        s->step_drafts = 0;
     }
 }
 
@@ -245,8 +247,11 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
             e->positions[rows] = p;
             e->slots[rows] = pkv__table_slot(&s->table, &e->pool, p);
         }
-        if (end == s->num_tokens) {
-            e->sample_rows[samples] = rows - 1;
+        /* The last row samples; with drafts, every row from the last
+         * accepted token on. */
+        for (uint32_t r = rows - 1 - s->step_drafts;
+             end == s->num_tokens && r < rows; r++) {
+            e->sample_rows[samples] = r;
             e->sample_seq_ids[samples++] = s->id;
         }
         uint32_t *row = e->block_tables + (size_t)i * max_blocks;
@@ -575,6 +580,43 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     return PKV_OK;
 }
 
+/* Speculative decoding at step_end: s ran its last token and
+ * step_drafts drafts, each row sampled (sampled[0..step_drafts]). Keep the
+ * drafts the samples confirm (sampled[r] is draft r + 1), up to a stop
+ * flag or max_new_tokens, and their KV; drop the rest of the rows, as a
+ * truncation would (a U8 block sealed in this step is kept whole or
+ * computed again, never re-quantised). Returns the index of the sample
+ * that follows the kept drafts: the caller appends it. */
+static uint32_t settle_drafts(pkv_engine *e, pkv__seq *s,
+                              const int32_t *sampled, const uint8_t *stop)
+{
+    uint32_t k = s->step_drafts, bs = e->pool.block_size;
+    uint32_t first = s->num_tokens - k; /* the first draft's index */
+    uint32_t a = 0;
+    while (a < k && sampled[a] == s->tokens[first + a] &&
+           (stop == NULL || !stop[a]))
+        a++;
+    if (s->max_new_tokens != 0 &&
+        s->num_generated + a + 1 > s->max_new_tokens)
+        a = s->max_new_tokens - s->num_generated - 1;
+    e->totals.draft_tokens_accepted += a;
+    /* KV of the last token and the accepted drafts. */
+    uint32_t written = s->num_computed + s->scheduled;
+    uint32_t keep = s->num_computed + 1 + a;
+    uint32_t start = keep / bs * bs;
+    if (e->params.kv_dtype == PKV_KV_U8 && keep > start &&
+        start + bs <= written)
+        keep = start;
+    uint32_t before = s->table.num_blocks;
+    pkv__table_truncate(&s->table, &e->pool, keep);
+    pkv__engine_count_blocks(e, s, before);
+    s->num_computed = keep;
+    s->num_tokens = first + a;
+    s->num_generated += a;
+    s->step_drafts = 0;
+    return a;
+}
+
 pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
                                const uint8_t *stop, uint32_t num_samples)
 {
@@ -607,16 +649,22 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
     uint32_t j = 0;
     for (uint32_t i = 0; i < b->num_seqs; i++) {
         pkv__seq *s = e->step_seqs[i];
-        int samples_here = j < num_samples &&
-                           b->sample_rows[j] == e->query_start[i + 1] - 1;
+        uint32_t samples_here = 0;
+        while (j + samples_here < num_samples &&
+               b->sample_seq_ids[j + samples_here] == s->id)
+            samples_here++;
         uint32_t sample = j;
-        j += (uint32_t)samples_here;
+        j += samples_here;
         if (e->seq_bad[i]) {
             pkv__engine_end_later(e, s, PKV_FINISH_FAILED,
                                   PKV_ERR_NON_FINITE);
             continue;
         }
-        s->num_computed += s->scheduled;
+        if (s->step_drafts > 0)
+            sample += settle_drafts(e, s, sampled + sample,
+                                    stop != NULL ? stop + sample : NULL);
+        else
+            s->num_computed += s->scheduled;
         s->scheduled = 0;
         /* A cache: when its chain cannot grow, later prompts miss. */
         if (pkv__prefix_register(&e->prefix, &s->chain, &s->table, s->tokens,
@@ -624,7 +672,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
             pkv__engine_log(e, PKV_LOG_DEBUG,
                             "seq %llu: prefix registration skipped (memory)",
                             (unsigned long long)s->id);
-        if (!samples_here)
+        if (samples_here == 0)
             continue;
         s->tokens[s->num_tokens++] = sampled[sample];
         if (s->num_tokens > e->longest_tokens)

@@ -333,6 +333,48 @@ static int plan_admit(pkv_engine *e, uint32_t index, uint32_t *budget,
     return 1;
 }
 
+/* Speculative decoding: a sequence that decodes in this step with drafts
+ * for it (pkv_seq_propose) runs them after its row, as many as the
+ * budget, the prefill cap, its blocks and quotas allow; the rest are
+ * dropped, never preempting anyone. The drafts join its tokens for the
+ * step; step_end keeps the accepted ones. */
+static void plan_drafts(pkv_engine *e, uint32_t num_seqs, uint32_t *budget)
+{
+    uint32_t cap = e->params.long_prefill_threshold;
+    uint32_t seq_quota = e->params.max_blocks_per_seq;
+    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
+    uint32_t bs = e->pool.block_size;
+    for (uint32_t i = 0; i < num_seqs && *budget > 0; i++) {
+        pkv__seq *s = e->step_seqs[i];
+        if (s->num_drafts == 0 || s->drafts_step != e->totals.steps ||
+            s->scheduled != 1 || s->num_computed + 1 != s->num_tokens)
+            continue;
+        uint32_t k = s->num_drafts < *budget ? s->num_drafts : *budget;
+        if (cap != 0 && k + 1 > cap)
+            k = cap - 1;
+        for (; k > 0; k--) {
+            uint32_t need =
+                pkv__table_blocks_needed(&s->table, &e->pool, k);
+            uint32_t after =
+                blocks_for(s->table.num_tokens + (uint64_t)k, bs);
+            if (need <= pkv__pool_available(&e->pool) &&
+                (seq_quota == 0 || after <= seq_quota) &&
+                (tenant_quota == 0 ||
+                 pkv__engine_tenant_blocks(e, s->tenant) + need <=
+                     tenant_quota))
+                break;
+        }
+        if (k == 0 || grow(e, s, k) != PKV_OK)
+            continue;
+        memcpy(s->tokens + s->num_tokens, s->drafts, k * sizeof *s->tokens);
+        s->num_tokens += k;
+        s->scheduled += k;
+        s->step_drafts = k;
+        *budget -= k;
+        e->totals.draft_tokens += k;
+    }
+}
+
 pkv_status pkv__sched_plan(pkv_engine *e, uint32_t *num_seqs_out)
 {
     uint32_t budget = e->params.max_batch_tokens;
@@ -365,6 +407,7 @@ pkv_status pkv__sched_plan(pkv_engine *e, uint32_t *num_seqs_out)
             i += r == 0;
         }
     }
+    plan_drafts(e, num_seqs, &budget);
     e->batch.num_preempted = num_preempted;
     *num_seqs_out = num_seqs;
     return PKV_OK;

@@ -114,5 +114,6 @@ void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)
               sizeof *seq->prompt_hashes);
     pkv__free(alloc, seq->swap_blocks, seq->swap_num_blocks,
               sizeof *seq->swap_blocks);
+    pkv__free(alloc, seq->drafts, seq->drafts_size, sizeof *seq->drafts);
     pkv__free(alloc, seq, 1, sizeof *seq);
 }

@@ -67,6 +67,16 @@ typedef struct pkv__seq {
     pkv_finished finish;
     void *user_data; /* the host's, from pkv_seq_params; never read */
     struct pkv__seq *inbox_next;
+
+    /* Speculative decoding: the drafts pkv_seq_propose gave for the step
+     * numbered drafts_step (stale after it), of drafts_size allocated;
+     * step_drafts of them are appended to tokens during the step that
+     * runs them. */
+    int32_t *drafts;
+    uint32_t num_drafts;
+    uint32_t drafts_size;
+    uint64_t drafts_step;
+    uint32_t step_drafts;
 } pkv__seq;
 
 /* An array of sequence pointers, items[0 .. count), that may start past

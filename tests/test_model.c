@@ -170,6 +170,18 @@ static void push_token(tm_seq *s, int32_t token)
     s->tokens[s->num_tokens++] = token;
 }
 
+void tm_propose(tm_host *host, pkv_seq_id id, const int32_t *drafts,
+                uint32_t n)
+{
+    assert_int_equal(pkv_seq_propose(host->engine, id, drafts, n), PKV_OK);
+    tm_seq *s = tm_find(host, id);
+    assert_non_null(s);
+    s->num_tokens -= s->drafts;
+    for (uint32_t i = 0; i < n; i++)
+        push_token(s, drafts[i]);
+    s->drafts = n;
+}
+
 /* Dense f64 attention of one query row at `position` of a sequence over
  * its tokens 0..position, for one layer. */
 static void dense_row(const tm_host *host, const tm_seq *s, uint32_t position,
@@ -305,9 +317,28 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
     }
     if (batch_out != NULL)
         *batch_out = b;
-    /* Record the samples before step_end: the batch stays valid. */
-    for (uint32_t j = 0; j < b->num_samples; j++)
-        push_token(tm_find(host, b->sample_seq_ids[j]), sampled[j]);
+    /* Record the samples before step_end: the batch stays valid. A
+     * sequence that ran k drafts has 1 + k samples: it keeps the drafts
+     * the samples confirm, then the first sample that differs. */
+    for (uint32_t j = 0; j < b->num_samples;) {
+        tm_seq *s = tm_find(host, b->sample_seq_ids[j]);
+        uint32_t n = 1;
+        while (j + n < b->num_samples &&
+               b->sample_seq_ids[j + n] == b->sample_seq_ids[j])
+            n++;
+        uint32_t first = s->num_tokens - s->drafts, a = 0;
+        while (a + 1 < n && sampled[j + a] == s->tokens[first + a])
+            a++;
+        s->num_tokens = first + a;
+        s->drafts = 0;
+        push_token(s, sampled[j + a]);
+        j += n;
+    }
+    /* Drafts that did not run are gone. */
+    for (uint32_t i = 0; i < host->num_seqs; i++) {
+        host->seqs[i].num_tokens -= host->seqs[i].drafts;
+        host->seqs[i].drafts = 0;
+    }
     tries = 0;
     while ((st = pkv_engine_step_end(host->engine, sampled, NULL,
                                      b->num_samples)) != PKV_OK)

@@ -44,6 +44,8 @@ typedef struct tm_seq {
     int ended;
     int32_t finish_reason;
     int32_t finish_status;
+    uint32_t drafts; /* proposed for the next step (tm_propose), at the
+                        end of tokens until tm_step settles them */
 } tm_seq;
 
 /* The host side of one engine: geometry, live sequences, and what was
@@ -80,6 +82,11 @@ pkv_seq_id tm_add(tm_host *host, const int32_t *prompt, uint32_t len,
 /* Record a sequence created with this history (pkv_seq_import). */
 void tm_record(tm_host *host, pkv_seq_id id, const int32_t *tokens,
                uint32_t len);
+/* pkv_seq_propose drafts for id's next step, recorded at the end of its
+ * tokens; tm_step keeps those the engine accepts (greedy: each equals
+ * tm_sample at the row before it). */
+void tm_propose(tm_host *host, pkv_seq_id id, const int32_t *drafts,
+                uint32_t n);
 /* Record a sequence that the engine created (fork): copy parent's history
  * with the last token replaced. */
 void tm_record_fork(tm_host *host, pkv_seq_id parent, pkv_seq_id child,

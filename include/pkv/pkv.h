@@ -387,6 +387,10 @@ typedef struct pkv_engine_stats {
     uint64_t seqs_finished;       /* every end (stop, length, abort,
                                      failure), counted when it happens,
                                      before the batch that reports it */
+    /* Speculative decoding (pkv_seq_propose): draft tokens that ran in a
+     * step, and of those, the ones step_end accepted. */
+    uint64_t draft_tokens;
+    uint64_t draft_tokens_accepted;
 } pkv_engine_stats;
 
 /*
@@ -507,6 +511,40 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
  */
 PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
                                     uint32_t num_tokens);
+
+/* The most drafts pkv_seq_propose takes for one step. */
+#define PKV_MAX_DRAFTS 64u
+
+/*
+ * Speculative decoding: draft tokens (a draft model's guess of what the
+ * sequence samples next) for the sequence's next step. In that step it
+ * runs 1 + k rows, its last sampled token and the drafts, as many as the
+ * step's max_batch_tokens, the prefill cap (long_prefill_threshold), its
+ * blocks and quotas allow (the rest are dropped, nobody is preempted for
+ * them), each row with a sample row; the drafts count in the budget like
+ * any row. step_end keeps the drafts the samples confirm and drops the KV
+ * of the others: the sequence then holds exactly what plain decoding
+ * would have given it. Drafts are for the next step only: a sequence that
+ * does not decode in it (preempted, or beyond the budget) loses them;
+ * num_drafts 0 withdraws them.
+ * Rollback is exact: rejected rows are cut as pkv_seq_truncate cuts (a
+ * block that was shared is never changed in place). With a U8 cache, rows
+ * in the unsealed last block are cut for free; if the step sealed a block
+ * (filled and quantised it) and the cut falls inside it, its accepted
+ * rows are computed again in the next step rather than re-quantised, so
+ * every stored element keeps its bound. Stats count drafts run and
+ * accepted.
+ * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, for a
+ * sequence no step has seen yet or that is not decoding (running with a
+ * sampled token); PKV_ERR_NOT_FOUND; PKV_ERR_INVALID_ARGUMENT for drafts
+ * NULL with num_drafts > 0, more than PKV_MAX_DRAFTS, drafts that would
+ * reach max_model_len, or a token out of range; PKV_ERR_OUT_OF_MEMORY.
+ * Thread-safety: the stepping thread only.
+ * Ownership: drafts are copied.
+ */
+PKV_API pkv_status pkv_seq_propose(pkv_engine *engine, pkv_seq_id id,
+                                   const int32_t *drafts,
+                                   uint32_t num_drafts);
 
 /*
  * Export a sequence: its tokens and the KV cached for them, every layer,
@@ -665,7 +703,9 @@ typedef struct pkv_batch {
     const uint32_t *positions;    /* [num_tokens] */
     /* The rows whose logits the host samples: the last row of every
      * sequence that finishes its prompt or decodes this step (none for a
-     * mid-prompt chunk), ascending. */
+     * mid-prompt chunk), ascending. A sequence that runs drafts
+     * (pkv_seq_propose) has a sample row for its last token and one for
+     * each draft: its last 1 + k rows. */
     uint32_t num_samples;
     const uint32_t *sample_rows;      /* [num_samples] */
     const pkv_seq_id *sample_seq_ids; /* [num_samples] */
@@ -791,10 +831,15 @@ PKV_API pkv_status pkv_engine_attend(pkv_engine *engine, uint32_t layer,
 /*
  * End the step: sampled[i] is the token sampled from the logits of batch
  * row sample_rows[i], stop[i] nonzero if the host ends that sequence there
- * (the token is still counted). Both have num_samples entries (NULL when
- * it is 0; stop may be NULL for no stops). Sequences that reach
- * max_new_tokens or max_model_len end too. Every layer must have been
- * attended, unless the batch has no rows.
+ * (the token is still counted). For a sequence that ran drafts, sampled[]
+ * at its rows is what the host verified: the engine keeps the drafts that
+ * equal the token sampled at the row before them, in order, then the
+ * first sampled token that does not (or, all accepted, the last row's:
+ * the bonus token). Greedy verification is the argmax at every row; any
+ * other (speculative sampling) writes its decision the same way. Both
+ * have num_samples entries (NULL when it is 0; stop may be NULL for no
+ * stops). Sequences that reach max_new_tokens or max_model_len end too.
+ * Every layer must have been attended, unless the batch has no rows.
  * Errors: PKV_ERR_BAD_STATE outside a step or with layers left;
  * PKV_ERR_INVALID_ARGUMENT for a wrong count or a token out of range
  * (nothing changes: call again with good input).

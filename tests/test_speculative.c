@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Speculative decoding (pkv_seq_propose). The same workload runs twice:
+ * plain decoding, and with drafts from a "draft model" that guesses each
+ * next token right with probability p. Greedy verification keeps exactly
+ * the tokens plain decoding gives, so both runs must end with the same
+ * tokens for every sequence, while tm_step checks every output row of both
+ * (draft rows too, and every row after a rollback) against dense attention
+ * over the sequence's tokens: KV a rejected draft left behind fails it.
+ * The workload has a fork, a prefix hit and preemption (by recompute and
+ * by swap), for f32, f16 and u8 caches and blocks of 1, 4 and 16 tokens.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine.h"
+#include "lifecycle.h"
+#include "test_model.h"
+#include "test_util.h"
+#ifdef PKV_HAVE_OPENCL
+#include "backend_opencl.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { PROMPT = 11, NEW = 24, SEQS = 4 };
+
+typedef struct spec_case {
+    int32_t backend;
+    int32_t dtype;
+    uint32_t block_size;
+    int32_t preempt_mode;
+    double p;   /* a draft token is right with this probability */
+    uint32_t k; /* drafts per step */
+} spec_case;
+
+static float tolerance(int32_t dtype)
+{
+    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
+}
+
+/* Drafts for a decoding sequence: the true next tokens (tm_sample), each
+ * replaced by a wrong one with probability 1 - p, at most k and what
+ * max_new_tokens leaves. */
+static uint32_t make_drafts(tm_host *h, const pkv__seq *es, const spec_case *c,
+                            uint64_t *rng, int32_t *out)
+{
+    uint32_t vocab = h->params.vocab_size;
+    uint32_t room = es->max_new_tokens - es->num_generated - 1;
+    uint32_t k = c->k < room ? c->k : room;
+    int32_t last = es->tokens[es->num_tokens - 1];
+    uint32_t pos = es->num_tokens - 1;
+    for (uint32_t i = 0; i < k; i++, pos++) {
+        int32_t truth = tm_sample(last, pos, vocab);
+        int right = (double)(test_rand(rng) % 1000) < c->p * 1000.0;
+        out[i] = right ? truth : (int32_t)(((uint32_t)truth + 1) % vocab);
+        last = out[i];
+    }
+    return k;
+}
+
+/* The workload; speculative: propose drafts before every step. */
+static void run(const spec_case *c, int speculative, tm_host *h)
+{
+    pkv_engine_params p = tm_params(c->backend);
+    p.kv_dtype = c->dtype;
+    p.block_size = c->block_size;
+    p.preempt_mode = c->preempt_mode;
+    p.swap_bytes = 1 << 20;
+    p.watermark = 0;
+    /* Room for about 3 of the 6 sequences at their full length. */
+    uint32_t per_seq = (PROMPT + NEW + c->k + c->block_size - 1) /
+                       c->block_size;
+    p.num_blocks = 3 * per_seq + 1;
+    tm_host_init(h, &p, tolerance(c->dtype));
+    int32_t *prompts[SEQS];
+    for (uint32_t i = 0; i < SEQS; i++) {
+        prompts[i] = tm_prompt(PROMPT, 40 + i);
+        if (i == 1) /* shares a prefix with prompt 0 */
+            memcpy(prompts[1], prompts[0], 8 * sizeof *prompts[0]);
+        tm_add(h, prompts[i], PROMPT, NEW, 0, 0);
+    }
+    tm_step(h, NULL);
+    /* A fork of the first sequence after its first token. */
+    pkv_seq_id child;
+    assert_int_equal(pkv_seq_fork(h->engine, 1, -1, &child), PKV_OK);
+    tm_record_fork(h, 1, child, -1);
+    uint64_t rng = 777;
+    for (int step = 0; step < 1000 && pkv_engine_has_work(h->engine);
+         step++) {
+        if (step == 3) /* the first prompt again: a prefix hit */
+            tm_add(h, prompts[0], PROMPT, NEW, 0, 0);
+        for (uint32_t i = 0; speculative && i < h->num_seqs; i++) {
+            const pkv__seq *es = pkv__engine_find(h->engine, h->seqs[i].id);
+            if (es == NULL || es->state != PKV__SEQ_RUNNING ||
+                es->num_computed + 1 != es->num_tokens)
+                continue;
+            int32_t drafts[PKV_MAX_DRAFTS];
+            uint32_t n = make_drafts(h, es, c, &rng, drafts);
+            tm_propose(h, h->seqs[i].id, drafts, n);
+        }
+        tm_step(h, NULL);
+    }
+    assert_false(pkv_engine_has_work(h->engine));
+    for (uint32_t i = 0; i < SEQS; i++)
+        free(prompts[i]);
+}
+
+static void same_outputs(const spec_case *c)
+{
+    tm_host plain, spec;
+    run(c, 0, &plain);
+    run(c, 1, &spec);
+    assert_int_equal(plain.num_seqs, spec.num_seqs);
+    for (uint32_t i = 0; i < plain.num_seqs; i++) {
+        const tm_seq *a = &plain.seqs[i], *b = &spec.seqs[i];
+        assert_int_equal(a->id, b->id);
+        assert_int_equal(a->finish_reason, PKV_FINISH_LENGTH);
+        assert_int_equal(b->finish_reason, PKV_FINISH_LENGTH);
+        assert_int_equal(a->num_tokens, b->num_tokens);
+        assert_memory_equal(a->tokens, b->tokens,
+                            a->num_tokens * sizeof *a->tokens);
+    }
+    pkv_engine_stats st;
+    st.struct_size = sizeof st;
+    assert_int_equal(pkv_engine_get_stats(spec.engine, &st), PKV_OK);
+    if (st.draft_tokens == 0 ||
+        (c->p > 0.0 && st.draft_tokens_accepted == 0) ||
+        (c->p == 0.0 && st.draft_tokens_accepted > 0) ||
+        (c->p < 1.0 && st.draft_tokens_accepted >= st.draft_tokens))
+        fail_msg("drafts run %llu, accepted %llu",
+                 (unsigned long long)st.draft_tokens,
+                 (unsigned long long)st.draft_tokens_accepted);
+    /* Fewer steps than one per token, unless nothing is accepted. */
+    assert_true(c->p == 0.0 || spec.steps < plain.steps);
+    tm_check_idle(&plain);
+    tm_check_idle(&spec);
+    tm_host_free(&plain);
+    tm_host_free(&spec);
+}
+
+#ifndef PKV_HAVE_OPENCL
+static void test_same_tokens(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const uint32_t sizes[] = {1, 4, 16};
+    const int32_t modes[] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t b = 0; b < 3; b++)
+            for (size_t m = 0; m < 2; m++) {
+                spec_case c = {PKV_BACKEND_CPU, dtypes[d], sizes[b],
+                               modes[m], 0.7, 4};
+                same_outputs(&c);
+            }
+    /* Acceptance from none to all. */
+    const double ps[] = {0.0, 0.5, 0.9, 1.0};
+    for (size_t i = 0; i < 4; i++) {
+        spec_case c = {PKV_BACKEND_CPU, PKV_KV_F32, 4,
+                       PKV_PREEMPT_RECOMPUTE, ps[i], 6};
+        same_outputs(&c);
+    }
+}
+#else
+/* The OpenCL backend: draft rows run as a mixed batch's rows. */
+static void test_same_tokens_opencl(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_U8};
+    const uint32_t sizes[] = {4, 16};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t b = 0; b < 2; b++) {
+            spec_case c = {PKV_BACKEND_OPENCL, dtypes[d], sizes[b],
+                           (int32_t)(b % 2 ? PKV_PREEMPT_SWAP
+                                           : PKV_PREEMPT_RECOMPUTE),
+                           0.7, 4};
+            same_outputs(&c);
+        }
+}
+#endif
+
+#ifndef PKV_HAVE_OPENCL
+static void test_errors(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    tm_host h;
+    tm_host_init(&h, &p, 1e-4f);
+    int32_t *prompt = tm_prompt(PROMPT, 3);
+    pkv_seq_id id = tm_add(&h, prompt, PROMPT, 8, 0, 0);
+    int32_t drafts[PKV_MAX_DRAFTS + 1] = {0};
+    /* Not seen by a step; then decoding. */
+    assert_int_equal(pkv_seq_propose(h.engine, id, drafts, 1),
+                     PKV_ERR_BAD_STATE);
+    tm_step(&h, NULL);
+    assert_int_equal(pkv_seq_propose(h.engine, id, NULL, 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_seq_propose(h.engine, id, drafts, PKV_MAX_DRAFTS + 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    drafts[0] = (int32_t)p.vocab_size;
+    assert_int_equal(pkv_seq_propose(h.engine, id, drafts, 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_seq_propose(h.engine, 999, drafts, 1),
+                     PKV_ERR_NOT_FOUND);
+    const pkv_batch *b;
+    assert_int_equal(pkv_engine_step_begin(h.engine, &b), PKV_OK);
+    drafts[0] = 1;
+    assert_int_equal(pkv_seq_propose(h.engine, id, drafts, 1),
+                     PKV_ERR_BAD_STATE);
+    tm_host_free(&h); /* destroys the engine mid-step */
+    free(prompt);
+}
+#endif
+
+/* Built twice: test_speculative (CPU) and test_speculative_opencl
+ * (labelled opencl). */
+int main(void)
+{
+#ifdef PKV_HAVE_OPENCL
+    if (!pkv__opencl_available()) {
+        print_message("no OpenCL device: skipped\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_tokens_opencl),
+    };
+#else
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_tokens),
+        cmocka_unit_test(test_errors),
+    };
+#endif
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
