@@ -37,6 +37,7 @@ int bench_memory(const bench_options *opt);
 int bench_scheduler(const bench_options *opt);
 int bench_serve(const bench_options *opt);
 int bench_restart(const bench_options *opt);
+int bench_speculative(const bench_options *opt);
 int bench_kernels(const bench_options *opt);
 #ifdef PKV_BENCH_OPENCL
 int bench_interop(const bench_options *opt); /* bench_interop.c */
