@@ -34,6 +34,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include "attend.h"
 #include "bench.h"
+#include "bench_llama.h"
 #include "model.h"
 
 #include "pkv/pkv.h"
@@ -346,7 +347,7 @@ static int serve(const llama_model *m, trace_req *t, uint32_t n,
 }
 
 /* The serving model: weights well past the last-level cache (model.h). */
-static llama_config serve_config(void)
+llama_config bench_serve_config(void)
 {
     llama_config c;
     c.dim = 1024;
@@ -494,7 +495,7 @@ static void plot(const char *dir, const serve_result *res)
 int bench_serve(const bench_options *opt)
 {
     uint32_t n = opt->quick ? 20 : 80, calib_n = opt->quick ? 6 : 12;
-    llama_config c = serve_config();
+    llama_config c = bench_serve_config();
     llama_model m;
     if (llama_model_init_random(&m, &c, 42) != 0)
         return 1;

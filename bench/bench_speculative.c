@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "attend.h"
 #include "bench.h"
+#include "bench_llama.h"
 #include "model.h"
 
 #include "pkv/pkv.h"
@@ -39,20 +40,6 @@ typedef struct spec_run {
     double seconds;
     uint64_t drafts, accepted, steps;
 } spec_run;
-
-static llama_config spec_config(void)
-{
-    llama_config c;
-    c.dim = 1024;
-    c.hidden_dim = 2816;
-    c.num_layers = 4;
-    c.num_heads = 16;
-    c.num_kv_heads = 4;
-    c.vocab_size = 512;
-    c.seq_len = 256;
-    c.shared_classifier = 0;
-    return c;
-}
 
 /* Decode SEQS prompts to NEW tokens each. truth NULL: plainly; else
  * drafts from truth, right with probability p. 0 on success. */
@@ -153,7 +140,7 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
 
 int bench_speculative(const bench_options *opt)
 {
-    llama_config c = spec_config();
+    llama_config c = bench_serve_config();
     llama_model m;
     if (llama_model_init_random(&m, &c, 3) != 0)
         return 1;
