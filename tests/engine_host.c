@@ -191,7 +191,7 @@ pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
     CHECK(host, ps != NULL && !ps->ended);
     eh_seq *c = record(host, *out_child);
     ps = eh_find(host, parent); /* record may move the array */
-    for (uint32_t i = 0; i < ps->num_tokens; i++)
+    for (uint32_t i = 0; i < ps->num_tokens - ps->drafts; i++)
         push_token(host, c, ps->tokens[i]);
     if (last_token >= 0)
         c->tokens[c->num_tokens - 1] = last_token;
@@ -211,7 +211,15 @@ pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
 {
     pkv_engine *e = host->engine;
     const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    eh_seq *d = eh_find(host, id);
+    uint32_t drafts = d != NULL ? d->drafts : 0;
     pkv_status st = pkv_seq_truncate(e, id, num_tokens);
+    /* A cut drops the drafts (a call that cuts nothing keeps them). */
+    if (st == PKV_OK && drafts > 0 && num_tokens < s->num_tokens + drafts &&
+        s->num_drafts == 0) {
+        d->num_tokens -= drafts;
+        d->drafts = 0;
+    }
     if (checked_not_between_steps(host, id, s, st)) {
         /* nothing more to check */
     } else if (num_tokens == 0 || num_tokens > s->num_tokens) {
@@ -261,8 +269,9 @@ pkv_status eh_move(eh_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
         host->imported++;
     eh_seq *c = record(host, copy);
     const eh_seq *r = eh_find(host, id); /* record may move the array */
-    CHECK(host, r != NULL && !r->ended && r->num_tokens == s->num_tokens);
-    for (uint32_t i = 0; i < r->num_tokens; i++)
+    CHECK(host, r != NULL && !r->ended &&
+                    r->num_tokens - r->drafts == s->num_tokens);
+    for (uint32_t i = 0; i < s->num_tokens; i++)
         push_token(host, c, r->tokens[i]);
     c->generated = r->generated;
     c->max_new_tokens = r->max_new_tokens;
@@ -272,6 +281,36 @@ pkv_status eh_move(eh_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
                     cs->state == (s->num_computed ? PKV__SEQ_SWAPPED
                                                   : PKV__SEQ_WAITING));
     *out_copy = copy;
+    return PKV_OK;
+}
+
+pkv_status eh_propose(eh_host *host, pkv_seq_id id, const int32_t *drafts,
+                      uint32_t n)
+{
+    pkv_engine *e = host->engine;
+    const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    pkv_status st = pkv_seq_propose(e, id, drafts, n);
+    if (checked_not_between_steps(host, id, s, st)) {
+        /* nothing more to check */
+    } else if (s->state != PKV__SEQ_RUNNING ||
+               s->num_computed + 1 != s->num_tokens) {
+        CHECK(host, st == PKV_ERR_BAD_STATE);
+    } else if (n > PKV_MAX_DRAFTS ||
+               s->num_tokens + n >= host->params.max_model_len) {
+        CHECK(host, st == PKV_ERR_INVALID_ARGUMENT);
+    }
+    CHECK(host, st == PKV_OK || st == PKV_ERR_BAD_STATE ||
+                    st == PKV_ERR_NOT_FOUND ||
+                    st == PKV_ERR_INVALID_ARGUMENT);
+    if (st != PKV_OK)
+        return st;
+    eh_seq *r = eh_find(host, id);
+    CHECK(host, r != NULL && !r->ended);
+    r->num_tokens -= r->drafts;
+    CHECK(host, r->num_tokens == s->num_tokens);
+    for (uint32_t i = 0; i < n; i++)
+        push_token(host, r, drafts[i]);
+    r->drafts = n;
     return PKV_OK;
 }
 
@@ -415,15 +454,24 @@ void eh_begin(eh_host *host)
         rows += check_rows(host, b, i);
         eh_seq *s = eh_find(host, b->seq_ids[i]);
         s->bad = 0;
-        int sampled = j < b->num_samples &&
-                      b->sample_rows[j] == b->query_start[i + 1] - 1;
-        if (sampled) {
-            CHECK(host, b->sample_seq_ids[j] == b->seq_ids[i]);
-            CHECK(host, b->context_lens[i] == s->num_tokens);
+        /* A sample per row from the last token on: 1 + the drafts run. */
+        uint32_t samples = 0, q0 = b->query_start[i];
+        while (j + samples < b->num_samples &&
+               b->sample_seq_ids[j + samples] == b->seq_ids[i])
+            samples++;
+        s->ran = samples > 0 ? samples - 1 : 0;
+        if (samples > 0) {
+            CHECK(host, s->ran <= s->drafts);
+            CHECK(host, b->context_lens[i] ==
+                            s->num_tokens - s->drafts + s->ran);
+            CHECK(host, b->query_start[i + 1] - q0 >= samples);
+            for (uint32_t k = 0; k < samples; k++)
+                CHECK(host, b->sample_rows[j + k] ==
+                                b->query_start[i + 1] - samples + k);
             s->complete = 1;
-            j++;
+            j += samples;
         } else if (s->complete) {
-            CHECK(host, b->context_lens[i] < s->num_tokens);
+            CHECK(host, b->context_lens[i] < s->num_tokens - s->drafts);
         }
     }
     CHECK(host, rows == b->num_tokens);
@@ -570,9 +618,9 @@ void eh_end(eh_host *host, const uint8_t *stop)
     /* The batch is valid until the next step_begin: read it first. */
     for (uint32_t i = 0, j = 0; i < b->num_seqs; i++) {
         eh_seq *s = eh_find(host, b->seq_ids[i]);
-        int here = j < n && b->sample_rows[j] == b->query_start[i + 1] - 1;
+        int here = j < n && b->sample_seq_ids[j] == b->seq_ids[i];
         uint32_t sample = j;
-        j += (uint32_t)here;
+        j += here ? 1 + s->ran : 0;
         if (s->bad) {
             s->expect = PKV_FINISH_FAILED;
             s->bad = 0;
@@ -580,6 +628,19 @@ void eh_end(eh_host *host, const uint8_t *stop)
         }
         if (!here)
             continue;
+        /* Drafts: the engine keeps those the samples confirm, up to a
+         * stop or max_new_tokens, then the next sample. */
+        uint32_t first = s->num_tokens - s->drafts, a = 0;
+        while (a < s->ran && sampled[sample + a] == s->tokens[first + a] &&
+               (stop == NULL || !stop[sample + a]))
+            a++;
+        if (s->max_new_tokens != 0 &&
+            s->generated + a + 1 > s->max_new_tokens)
+            a = s->max_new_tokens - s->generated - 1;
+        s->num_tokens = first + a;
+        s->generated += a;
+        s->drafts = 0;
+        sample += a;
         push_token(host, s, sampled[sample]);
         s->generated++;
         if (stop != NULL && stop[sample])
@@ -589,6 +650,13 @@ void eh_end(eh_host *host, const uint8_t *stop)
             s->expect = PKV_FINISH_LENGTH;
         else if (s->num_tokens >= p->max_model_len)
             s->expect = PKV_FINISH_MAX_MODEL_LEN;
+    }
+    /* Drafts that did not run are gone. */
+    for (uint64_t id = 1; id <= host->num_ids; id++) {
+        eh_seq *s = &host->seqs[id - 1];
+        s->num_tokens -= s->drafts;
+        s->drafts = 0;
+        s->ran = 0;
     }
     pkv_status st = pkv_engine_step_end(e, sampled, stop, n);
     free(sampled);
@@ -618,7 +686,9 @@ static void check_seq(eh_host *host, const pkv__seq *s)
                  h == NULL ? "never saw" : "saw end");
     CHECK(host, s->num_generated == h->generated);
     if (h->complete) {
-        CHECK(host, s->num_tokens == h->num_tokens);
+        /* The record holds every proposed draft; the engine's tokens the
+         * ones the current step runs. */
+        CHECK(host, s->num_tokens == h->num_tokens - h->drafts + h->ran);
         CHECK(host, memcmp(s->tokens, h->tokens,
                            s->num_tokens * sizeof *s->tokens) == 0);
     }

@@ -31,6 +31,9 @@ typedef struct eh_seq {
                          0 when the host expects none */
     int32_t reason;   /* as reported */
     int32_t status;
+    uint32_t drafts; /* proposed for the next step (eh_propose): the last
+                        of tokens until eh_end settles them */
+    uint32_t ran;    /* of those, the ones the current step runs */
 } eh_seq;
 
 typedef struct eh_host {
@@ -97,6 +100,11 @@ pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens);
 /* pkv_seq_export then pkv_seq_import into the same engine: a copy of the
  * sequence, recorded like a fork; checks the statuses. */
 pkv_status eh_move(eh_host *host, pkv_seq_id id, pkv_seq_id *out_copy);
+
+/* pkv_seq_propose, checking the status; on success the drafts join the
+ * host's record until the step settles them as the engine does. */
+pkv_status eh_propose(eh_host *host, pkv_seq_id id, const int32_t *drafts,
+                      uint32_t n);
 
 /* The three parts of a step. begin checks the batch and its reports;
  * attend runs every layer, with a NaN in k at (poison_row, poison_layer)

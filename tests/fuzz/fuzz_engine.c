@@ -24,6 +24,7 @@
 #include "fuzz_engine.h"
 
 #include "../engine_host.h"
+#include "../test_model.h"
 
 #include "engine.h"
 #include "lifecycle.h"
@@ -58,7 +59,7 @@ static world W;
  * what the random inputs reached. */
 static struct totals {
     uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
-        forks, truncations, moves;
+        forks, truncations, moves, drafts, drafts_run, drafts_accepted;
     double max_error[3];
 } TOT;
 
@@ -67,8 +68,8 @@ static void print_totals(void)
     fprintf(stderr,
             "fuzz_engine: %llu inputs, %llu steps, %llu rows checked, %llu "
             "ended, %llu preemptions, %llu swap-outs, %llu prefix hit "
-            "tokens, %llu forks, %llu truncations, %llu moves; max error f32 "
-            "%.3g f16 "
+            "tokens, %llu forks, %llu truncations, %llu moves, %llu drafts "
+            "proposed, %llu run, %llu accepted; max error f32 %.3g f16 "
             "%.3g u8 %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
             (unsigned long long)TOT.rows, (unsigned long long)TOT.ended,
@@ -76,8 +77,10 @@ static void print_totals(void)
             (unsigned long long)TOT.swap_outs,
             (unsigned long long)TOT.hit_tokens, (unsigned long long)TOT.forks,
             (unsigned long long)TOT.truncations,
-            (unsigned long long)TOT.moves, TOT.max_error[0], TOT.max_error[1],
-            TOT.max_error[2]);
+            (unsigned long long)TOT.moves, (unsigned long long)TOT.drafts,
+            (unsigned long long)TOT.drafts_run,
+            (unsigned long long)TOT.drafts_accepted, TOT.max_error[0],
+            TOT.max_error[1], TOT.max_error[2]);
 }
 
 /* What a failing input set up and where the sequences are, for triage. */
@@ -349,6 +352,32 @@ static void op_move(world *w)
     pkv_seq_id copy;
     if (eh_move(&w->host, pick_id(w), &copy) == PKV_OK)
         TOT.moves++;
+}
+
+/* Drafts for a sequence: its true continuation (tm_sample) with some
+ * tokens wrong, 0 to 7 of them, sometimes out of range. */
+static void op_propose(world *w)
+{
+    pkv_seq_id id = pick_id(w);
+    uint8_t b = next_byte(&w->in);
+    uint32_t vocab = w->host.params.vocab_size;
+    const eh_seq *s = eh_find(&w->host, id);
+    int32_t drafts[8];
+    uint32_t n = b % 8;
+    int32_t last = s != NULL && s->num_tokens > s->drafts
+                       ? s->tokens[s->num_tokens - s->drafts - 1]
+                       : 0;
+    uint32_t pos = s != NULL ? s->num_tokens - s->drafts - 1 : 0;
+    for (uint32_t i = 0; i < n; i++, pos++) {
+        uint8_t r = next_byte(&w->in);
+        int32_t truth = tm_sample(last, pos, vocab);
+        drafts[i] = r % 4 != 0    ? truth
+                    : r % 64 == 0 ? (int32_t)vocab
+                                  : (int32_t)((uint32_t)(truth + 1) % vocab);
+        last = drafts[i];
+    }
+    if (eh_propose(&w->host, id, drafts, n) == PKV_OK)
+        TOT.drafts += n;
 }
 
 static void op_block_table(world *w)
@@ -629,7 +658,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             op_abort(w);
             break;
         case 5:
-            op_fork(w);
+            if (op / 16 % 2)
+                op_propose(w);
+            else
+                op_fork(w);
             break;
         case 6: case 7: case 8: case 9: case 10:
             op_step(w, 0);
@@ -664,6 +696,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     TOT.preemptions += st.preemptions;
     TOT.swap_outs += st.swap_outs;
     TOT.hit_tokens += st.prefix_hit_tokens;
+    TOT.drafts_run += st.draft_tokens;
+    TOT.drafts_accepted += st.draft_tokens_accepted;
     int dt = w->host.params.kv_dtype;
     if (w->host.max_error > TOT.max_error[dt])
         TOT.max_error[dt] = w->host.max_error;
