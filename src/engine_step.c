@@ -114,6 +114,8 @@ static void unschedule(pkv_engine *e, pkv__seq *seq, uint32_t *num_seqs)
             break;
         }
     seq->scheduled = 0;
+    seq->num_tokens -= seq->step_drafts; /* drafts were for this step */
+    seq->step_drafts = 0;
 }
 
 /* A device action failed: undo what the plan did for its sequence, so
@@ -598,7 +600,9 @@ static uint32_t settle_drafts(pkv_engine *e, pkv__seq *s,
         a++;
     if (s->max_new_tokens != 0 &&
         s->num_generated + a + 1 > s->max_new_tokens)
-        a = s->max_new_tokens - s->num_generated - 1;
+        a = s->num_generated + 1 >= s->max_new_tokens
+                ? 0
+                : s->max_new_tokens - s->num_generated - 1;
     e->totals.draft_tokens_accepted += a;
     /* KV of the last token and the accepted drafts. */
     uint32_t written = s->num_computed + s->scheduled;

@@ -51,6 +51,19 @@ static void take_stage(pkv_engine *e, pkv__seq *seq)
         seq->stage = e->free_stages[--e->num_free_stages];
 }
 
+/* U8: rows from `computed` on that a step may run. When the last block
+ * holds rows in the staging tail, a step that filled it and went on into
+ * the next block would overwrite those rows with the next block's while
+ * sealing from them, so a repeated attend (pkv.h: a failed one may be
+ * repeated) would seal garbage: such a step stops at the block's end. */
+static uint32_t u8_room(const pkv_engine *e, uint32_t computed)
+{
+    uint32_t bs = e->pool.block_size;
+    if (e->params.kv_dtype != PKV_KV_U8 || computed % bs == 0)
+        return UINT32_MAX;
+    return bs - computed % bs;
+}
+
 /* Rows a scheduled sequence wants: its decode row, or its next prompt
  * chunk (prompt, or the whole history after a recompute preemption). */
 static uint32_t rows_wanted(const pkv_engine *e, const pkv__seq *seq,
@@ -60,6 +73,9 @@ static uint32_t rows_wanted(const pkv_engine *e, const pkv__seq *seq,
     uint32_t cap = e->params.long_prefill_threshold;
     if (n > 1 && cap != 0 && n > cap)
         n = cap;
+    uint32_t room = u8_room(e, computed);
+    if (n > room)
+        n = room;
     return n < budget ? n : budget;
 }
 
@@ -352,6 +368,9 @@ static void plan_drafts(pkv_engine *e, uint32_t num_seqs, uint32_t *budget)
         uint32_t k = s->num_drafts < *budget ? s->num_drafts : *budget;
         if (cap != 0 && k + 1 > cap)
             k = cap - 1;
+        uint32_t room = u8_room(e, s->num_computed);
+        if (k + 1 > room)
+            k = room - 1;
         for (; k > 0; k--) {
             uint32_t need =
                 pkv__table_blocks_needed(&s->table, &e->pool, k);

@@ -636,7 +636,9 @@ void eh_end(eh_host *host, const uint8_t *stop)
             a++;
         if (s->max_new_tokens != 0 &&
             s->generated + a + 1 > s->max_new_tokens)
-            a = s->max_new_tokens - s->generated - 1;
+            a = s->generated + 1 >= s->max_new_tokens
+                    ? 0
+                    : s->max_new_tokens - s->generated - 1;
         s->num_tokens = first + a;
         s->generated += a;
         s->drafts = 0;

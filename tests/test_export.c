@@ -112,14 +112,18 @@ static void move_once(const pkv_engine_params *pa,
 
     const pkv_batch *batch;
     tm_step(&b, &batch);
-    uint32_t rows = rows_of(batch, moved);
-    if (rows != tokens - computed)
+    uint32_t rows = rows_of(batch, moved), want = tokens - computed;
+    /* U8: a step that fills a staged block stops at its end (sched.c). */
+    uint32_t bs = pb->block_size;
+    if (pb->kv_dtype == PKV_KV_U8 && computed % bs != 0 &&
+        want > bs - computed % bs)
+        want = bs - computed % bs;
+    if (rows != want)
         fail_msg("dtype %d, blocks %u -> %u, backends %d -> %d: %u rows "
                  "after the import, expected %u",
                  (int)pa->kv_dtype, (unsigned)pa->block_size,
                  (unsigned)pb->block_size, (int)pa->backend,
-                 (int)pb->backend, (unsigned)rows,
-                 (unsigned)(tokens - computed));
+                 (int)pb->backend, (unsigned)rows, (unsigned)want);
     if (pa->kv_dtype == PKV_KV_U8) {
         /* The sealed blocks arrived as stored: export again and compare. */
         size_t size2;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Device-fault sweep: a backend that fails its Nth call, for every N of a
- * workload with prefix hits, a fork, preemption (swap and recompute) and a
- * U8 cache; and, on OpenCL, the same workload with its Nth enqueue,
+ * workload with prefix hits, a fork, preemption (swap and recompute),
+ * draft tokens and a U8 cache (with prompt chunks that start inside staged
+ * blocks); and, on OpenCL, the same workload with its Nth enqueue,
  * buffer creation or wait failing inside the OpenCL backend. The host
  * calls again after each failure (tm_host.retry); every
  * sequence must still end by length with the tokens a fault-free run
@@ -20,6 +21,7 @@
 
 #include "check.h"
 #include "engine.h"
+#include "lifecycle.h"
 #include "test_model.h"
 
 #include <stdlib.h>
@@ -243,6 +245,29 @@ typedef struct outcome {
 /* Run the workload with the Nth backend (at: AT_BACKEND) or OpenCL call
  * failing (0: none); record every sequence's tokens, in order of id.
  * Returns the calls counted. */
+/* Drafts (3 at most, the middle one wrong) for every decoding sequence,
+ * so that the failures meet steps with drafts too. */
+static void propose_all(tm_host *h)
+{
+    uint32_t vocab = h->params.vocab_size;
+    for (uint32_t i = 0; i < h->num_seqs; i++) {
+        const pkv__seq *s = pkv__engine_find(h->engine, h->seqs[i].id);
+        if (s == NULL || s->state != PKV__SEQ_RUNNING ||
+            s->num_computed + 1 != s->num_tokens)
+            continue;
+        uint32_t room = s->max_new_tokens - s->num_generated - 1;
+        uint32_t n = room < 3 ? room : 3;
+        int32_t drafts[3], last = s->tokens[s->num_tokens - 1];
+        for (uint32_t k = 0; k < n; k++) {
+            int32_t truth = tm_sample(last, s->num_tokens - 1 + k, vocab);
+            drafts[k] = k == 1 ? (int32_t)((uint32_t)(truth + 1) % vocab)
+                               : truth;
+            last = drafts[k];
+        }
+        tm_propose(h, h->seqs[i].id, drafts, n);
+    }
+}
+
 static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
                 long fail, outcome *o)
 {
@@ -252,6 +277,9 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     p.preempt_mode = mode;
     p.kv_dtype = dtype;
     p.swap_bytes = 1 << 20;
+    /* U8: prompt chunks of 3 rows start inside staged blocks (a repeated
+     * attend must not seal from overwritten staged rows). */
+    p.long_prefill_threshold = dtype == PKV_KV_U8 ? 3 : 0;
     tm_host h;
     tm_host_init(&h, &p, dtype == PKV_KV_U8 ? 0.05f
                            : dtype == PKV_KV_F16 ? 2e-3f
@@ -278,6 +306,7 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     int forked = 0;
     for (uint32_t step = 0; step < 400 && pkv_engine_has_work(h.engine);
          step++) {
+        propose_all(&h);
         tm_step(&h, NULL);
         tm_seq *first = tm_find(&h, ids[0]);
         /* Fork the first sequence once it has sampled two tokens. */

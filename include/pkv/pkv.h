@@ -246,7 +246,9 @@ typedef struct pkv_engine_params {
     uint32_t max_num_seqs;     /* running sequences at most, default 256 */
     uint32_t max_batch_tokens; /* query rows per step at most, default 2048 */
     uint32_t long_prefill_threshold; /* prompt tokens of one sequence per
-                                        step at most; 0: no cap */
+                                        step at most; 0: no cap. U8: a
+                                        chunk that starts inside a block
+                                        also stops at its end */
     int32_t policy;            /* pkv_sched_policy, default FCFS */
     int32_t preempt_mode;      /* pkv_preempt_mode, default RECOMPUTE */
     float watermark;           /* fraction of blocks kept free for running
@@ -520,7 +522,8 @@ PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
  * sequence samples next) for the sequence's next step. In that step it
  * runs 1 + k rows, its last sampled token and the drafts, as many as the
  * step's max_batch_tokens, the prefill cap (long_prefill_threshold), its
- * blocks and quotas allow (the rest are dropped, nobody is preempted for
+ * blocks and quotas allow, and with a U8 cache the end of a last block
+ * that already holds rows (the rest are dropped, nobody is preempted for
  * them), each row with a sample row; the drafts count in the budget like
  * any row. step_end keeps the drafts the samples confirm and drops the KV
  * of the others: the sequence then holds exactly what plain decoding
