@@ -10,6 +10,7 @@ typedef struct bench_options {
     int quick;        /* a subset (each subcommand's --help says how long) */
     FILE *json;       /* JSON lines (one object per line), or NULL */
     const char *plot; /* directory for gnuplot PNGs, or NULL */
+    int speculative;  /* serve --speculative: decoding with drafts */
 } bench_options;
 
 /* --plot: bench_plot_open gives a file for NAME's data columns in the plot
@@ -37,6 +38,7 @@ int bench_memory(const bench_options *opt);
 int bench_scheduler(const bench_options *opt);
 int bench_serve(const bench_options *opt);
 int bench_restart(const bench_options *opt);
+/* serve --speculative (bench_speculative.c). */
 int bench_speculative(const bench_options *opt);
 int bench_kernels(const bench_options *opt);
 #ifdef PKV_BENCH_OPENCL

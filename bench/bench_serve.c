@@ -494,6 +494,8 @@ static void plot(const char *dir, const serve_result *res)
 
 int bench_serve(const bench_options *opt)
 {
+    if (opt->speculative)
+        return bench_speculative(opt);
     uint32_t n = opt->quick ? 20 : 80, calib_n = opt->quick ? 6 : 12;
     llama_config c = bench_serve_config();
     llama_model m;

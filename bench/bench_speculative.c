@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pkv-bench speculative: decode tokens/s with drafts (pkv_seq_propose)
- * against plain decoding, at draft acceptance rates 0.5, 0.7 and 0.9. The
+ * pkv-bench serve --speculative: decode tokens/s with drafts
+ * (pkv_seq_propose) against plain decoding, at draft acceptance rates 0.5, 0.7 and 0.9. The
  * host is the llama example's model (random weights, big enough that a
  * step reads its weights from memory, as decoding does), greedy, on the
  * CPU backend with f16 KV, decoding one sequence: the latency case drafts

@@ -124,7 +124,13 @@ static const subcommand SUBCOMMANDS[] = {
      "batching; tokens/s, latency percentiles, KV utilisation. Plots KV use\n"
      "and queue length over time. Progress on stderr.\n"
      "80 requests; --quick 20, about 1.5 minutes on a 2-core machine (93 s\n"
-     "measured), most of it the model's forward passes."},
+     "measured), most of it the model's forward passes.\n"
+     "--speculative instead: decode tokens/s of one sequence (32-token\n"
+     "prompt, 128 new tokens: the latency case drafts are for) with 4\n"
+     "drafts per step (pkv_seq_propose) right with probability 0.5, 0.7\n"
+     "and 0.9, against plain decoding, greedy; every run must give the\n"
+     "plain run's tokens. The draft model is simulated and not timed.\n"
+     "About 30 s; --quick p 0.7 only."},
     {"restart", bench_restart,
      "first token of a 2,000-token prompt: cold vs a reloaded prefix cache",
      "Time to first token of a 2,000-token shared prompt through the llama\n"
@@ -133,15 +139,6 @@ static const subcommand SUBCOMMANDS[] = {
      "one saved (pkv_engine_save/load_prefix_cache); both must sample the\n"
      "same first token. Nothing to plot. 5 rounds, about 25 seconds on a\n"
      "2-core machine; --quick 1 round (4.5 s measured)."},
-    {"speculative", bench_speculative,
-     "decode tokens/s with drafts at acceptance 0.5, 0.7, 0.9 vs plain",
-     "Decode tokens/s of one sequence (32-token prompt, 128 new tokens:\n"
-     "the latency case drafts are for) through the llama example's model (random weights, dim 1024, 4\n"
-     "layers, CPU backend, f16 KV, greedy) with 4 drafts per step\n"
-     "(pkv_seq_propose) right with probability 0.5, 0.7 and 0.9, against\n"
-     "plain decoding; every run must give the plain run's tokens. The\n"
-     "draft model is simulated and not timed. Nothing to plot. --quick: p\n"
-     "0.7 only."},
     {"kernels", bench_kernels,
      "OpenCL decode attention: KV GB/s vs memory bandwidth, paged vs "
      "contiguous",
@@ -167,12 +164,13 @@ static const subcommand SUBCOMMANDS[] = {
 static int usage(FILE *to)
 {
     fprintf(to, "usage: pkv-bench SUBCOMMAND [--quick] [--json FILE|-] "
-                "[--plot DIR]\n       pkv-bench SUBCOMMAND --help\n\n"
+                "[--plot DIR]\n"
+                "       pkv-bench serve --speculative [...]\n"
+                "       pkv-bench SUBCOMMAND --help\n\n"
                 "subcommands:\n");
     for (size_t i = 0; i < NUM_SUBCOMMANDS; i++)
-        fprintf(to, "  %-11s %s\n", SUBCOMMANDS[i].name,
-                SUBCOMMANDS[i].help);
-    fprintf(to, "  all         every subcommand in turn\n");
+        fprintf(to, "  %-10s %s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].help);
+    fprintf(to, "  all        every subcommand in turn\n");
     return to == stderr ? 2 : 0;
 }
 
@@ -182,7 +180,7 @@ int main(int argc, char **argv)
         return usage(stderr);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
         return usage(stdout);
-    bench_options opt = {0, NULL, NULL};
+    bench_options opt = {0, NULL, NULL, 0};
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             for (size_t k = 0; k < NUM_SUBCOMMANDS; k++)
@@ -221,6 +219,9 @@ int main(int argc, char **argv)
                 fprintf(stderr, "pkv-bench: cannot write %s\n", path);
                 return 1;
             }
+        } else if (strcmp(argv[i], "--speculative") == 0 &&
+                   strcmp(argv[1], "serve") == 0) {
+            opt.speculative = 1;
         } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
             opt.plot = argv[++i];
         } else {
