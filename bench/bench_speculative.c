@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pkv-bench serve --speculative: decode tokens/s with drafts
- * (pkv_seq_propose) against plain decoding, at draft acceptance rates 0.5, 0.7 and 0.9. The
- * host is the llama example's model (random weights, big enough that a
- * step reads its weights from memory, as decoding does), greedy, on the
- * CPU backend with f16 KV, decoding one sequence: the latency case drafts
- * are for (on a CPU each extra row of a step costs arithmetic, so a batch
- * that already fills the step gains nothing; docs/performance.md). The draft model is simulated: a plain run
- * records every sequence's tokens, and a draft is the recorded token with
- * probability p, a wrong one otherwise; its own cost is not counted.
+ * (pkv_seq_propose) against plain decoding, at draft acceptance rates
+ * 0.5, 0.7 and 0.9. The host is the llama example's model (random
+ * weights, big enough that a step reads its weights from memory, as
+ * decoding does), greedy, on the CPU backend with f16 KV, decoding one
+ * sequence: the latency case drafts are for (on a CPU each extra row of a
+ * step costs arithmetic, so a batch that already fills the step gains
+ * nothing; docs/performance.md). The draft model is simulated: a plain
+ * run records the sequence's tokens, and a draft is the recorded token
+ * with probability p, a wrong one otherwise; its own cost is not counted.
  * Greedy verification must give the plain run's tokens exactly.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
