@@ -59,7 +59,8 @@ static world W;
  * what the random inputs reached. */
 static struct totals {
     uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
-        forks, truncations, moves, drafts, drafts_run, drafts_accepted;
+        forks, truncations, moves, drafts, drafts_run, drafts_accepted,
+        reloads;
     double max_error[3];
 } TOT;
 
@@ -69,7 +70,8 @@ static void print_totals(void)
             "fuzz_engine: %llu inputs, %llu steps, %llu rows checked, %llu "
             "ended, %llu preemptions, %llu swap-outs, %llu prefix hit "
             "tokens, %llu forks, %llu truncations, %llu moves, %llu drafts "
-            "proposed, %llu run, %llu accepted; max error f32 %.3g f16 "
+            "proposed, %llu run, %llu accepted, %llu prefix cache reloads; "
+            "max error f32 %.3g f16 "
             "%.3g u8 %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
             (unsigned long long)TOT.rows, (unsigned long long)TOT.ended,
@@ -79,7 +81,8 @@ static void print_totals(void)
             (unsigned long long)TOT.truncations,
             (unsigned long long)TOT.moves, (unsigned long long)TOT.drafts,
             (unsigned long long)TOT.drafts_run,
-            (unsigned long long)TOT.drafts_accepted, TOT.max_error[0],
+            (unsigned long long)TOT.drafts_accepted,
+            (unsigned long long)TOT.reloads, TOT.max_error[0],
             TOT.max_error[1], TOT.max_error[2]);
 }
 
@@ -380,6 +383,30 @@ static void op_propose(world *w)
         TOT.drafts += n;
 }
 
+/* Save the prefix cache and load it into the same engine: every saved
+ * block is cached already, so nothing loads and nothing changes. */
+static void op_reload(world *w)
+{
+    pkv_engine *e = w->host.engine;
+    size_t size = 0;
+    pkv_status st = pkv_engine_save_prefix_cache(e, NULL, 0, &size);
+    if (e->in_step) {
+        CHECK(st == PKV_ERR_BAD_STATE);
+        return;
+    }
+    CHECK(st == PKV_OK && size >= 64);
+    uint8_t *data = malloc(size);
+    CHECK(data != NULL);
+    size_t got = 0;
+    CHECK(pkv_engine_save_prefix_cache(e, data, size, &got) == PKV_OK &&
+          got == size);
+    uint32_t free_before = e->pool.num_free, loaded = 7;
+    CHECK(pkv_engine_load_prefix_cache(e, data, size, &loaded) == PKV_OK);
+    CHECK(loaded == 0 && e->pool.num_free == free_before);
+    free(data);
+    TOT.reloads++;
+}
+
 static void op_block_table(world *w)
 {
     pkv_engine *e = w->host.engine;
@@ -674,6 +701,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 op_truncate(w);
             else if (op / 16 % 4 == 3)
                 op_move(w);
+            else if (op / 16 % 8 == 2)
+                op_reload(w);
             else
                 op_block_table(w);
             break;
