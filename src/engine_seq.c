@@ -259,22 +259,6 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
     return PKV_OK;
 }
 
-/* The computed tokens whose KV a truncation to n tokens keeps: all but
- * the last kept one, and none of the block the cut falls in if that block
- * is sealed (U8: its rows exist only quantised) or shared with another
- * sequence (which holds more of it: the block's fill could not be both). */
-static uint32_t kv_kept(const pkv_engine *e, const pkv__seq *s, uint32_t n)
-{
-    uint32_t bs = e->params.block_size, c = s->num_computed;
-    uint32_t keep = n - 1 < c ? n - 1 : c;
-    uint32_t start = keep / bs * bs; /* of the block the cut falls in */
-    if (keep == start)
-        return keep;
-    int sealed = e->params.kv_dtype == PKV_KV_U8 && start + bs <= c;
-    int shared = e->pool.blocks[s->table.blocks[start / bs]].ref_count > 1;
-    return sealed || shared ? start : keep;
-}
-
 pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
 {
     if (e == NULL)
@@ -301,12 +285,9 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
         s->state = PKV__SEQ_WAITING;
         pkv__engine_enqueue(e, &e->waiting, s);
     } else if (s->state == PKV__SEQ_RUNNING) {
-        uint32_t keep = kv_kept(e, s, num_tokens);
-        uint32_t before = s->table.num_blocks;
-        pkv__table_truncate(&s->table, &e->pool, keep);
-        pkv__engine_count_blocks(e, s, before);
-        pkv__prefix_chain_truncate(&s->chain, keep / bs);
-        s->num_computed = keep;
+        /* The KV of every kept token but the last (the next input row). */
+        uint32_t c = s->num_computed;
+        pkv__engine_cut_kv(e, s, num_tokens - 1 < c ? num_tokens - 1 : c);
     }
     uint32_t cut = s->num_tokens - num_tokens;
     s->num_generated -= cut < s->num_generated ? cut : s->num_generated;

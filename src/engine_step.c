@@ -592,7 +592,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
 static uint32_t settle_drafts(pkv_engine *e, pkv__seq *s,
                               const int32_t *sampled, const uint8_t *stop)
 {
-    uint32_t k = s->step_drafts, bs = e->pool.block_size;
+    uint32_t k = s->step_drafts;
     uint32_t first = s->num_tokens - k; /* the first draft's index */
     uint32_t a = 0;
     while (a < k && sampled[a] == s->tokens[first + a] &&
@@ -604,17 +604,10 @@ static uint32_t settle_drafts(pkv_engine *e, pkv__seq *s,
                 ? 0
                 : s->max_new_tokens - s->num_generated - 1;
     e->totals.draft_tokens_accepted += a;
-    /* KV of the last token and the accepted drafts. */
-    uint32_t written = s->num_computed + s->scheduled;
+    /* Keep the KV of the last token and the accepted drafts. */
     uint32_t keep = s->num_computed + 1 + a;
-    uint32_t start = keep / bs * bs;
-    if (e->params.kv_dtype == PKV_KV_U8 && keep > start &&
-        start + bs <= written)
-        keep = start;
-    uint32_t before = s->table.num_blocks;
-    pkv__table_truncate(&s->table, &e->pool, keep);
-    pkv__engine_count_blocks(e, s, before);
-    s->num_computed = keep;
+    s->num_computed += s->scheduled;
+    pkv__engine_cut_kv(e, s, keep);
     s->num_tokens = first + a;
     s->num_generated += a;
     s->step_drafts = 0;

@@ -159,3 +159,22 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *e, pkv_seq_id id,
                                 (unsigned long long)id);
     return PKV_OK;
 }
+
+void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
+{
+    uint32_t bs = e->params.block_size;
+    uint32_t start = keep / bs * bs; /* of the block the cut falls in */
+    if (keep > start) {
+        int sealed = e->params.kv_dtype == PKV_KV_U8 &&
+                     start + bs <= s->num_computed;
+        int shared =
+            e->pool.blocks[s->table.blocks[start / bs]].ref_count > 1;
+        if (sealed || shared)
+            keep = start;
+    }
+    uint32_t before = s->table.num_blocks;
+    pkv__table_truncate(&s->table, &e->pool, keep);
+    pkv__engine_count_blocks(e, s, before);
+    pkv__prefix_chain_truncate(&s->chain, keep / bs);
+    s->num_computed = keep;
+}

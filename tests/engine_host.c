@@ -211,13 +211,11 @@ pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
 {
     pkv_engine *e = host->engine;
     const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
-    eh_seq *d = eh_find(host, id);
-    uint32_t drafts = d != NULL ? d->drafts : 0;
     pkv_status st = pkv_seq_truncate(e, id, num_tokens);
     /* A cut drops the drafts (a call that cuts nothing keeps them). */
-    if (st == PKV_OK && drafts > 0 && num_tokens < s->num_tokens + drafts &&
-        s->num_drafts == 0) {
-        d->num_tokens -= drafts;
+    eh_seq *d = eh_find(host, id);
+    if (st == PKV_OK && s->num_drafts == 0 && d->drafts > 0) {
+        d->num_tokens -= d->drafts;
         d->drafts = 0;
     }
     if (checked_not_between_steps(host, id, s, st)) {
