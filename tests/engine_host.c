@@ -228,7 +228,10 @@ pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
     if (st != PKV_OK)
         return st;
     eh_seq *r = eh_find(host, id);
-    CHECK(host, r != NULL && !r->ended && r->num_tokens >= num_tokens);
+    CHECK(host, r != NULL && !r->ended &&
+                    r->num_tokens - r->drafts >= num_tokens);
+    if (r->drafts > 0) /* kept: the call cut nothing */
+        return PKV_OK;
     uint32_t cut = r->num_tokens - num_tokens;
     r->generated -= cut < r->generated ? cut : r->generated;
     r->num_tokens = num_tokens;

@@ -345,7 +345,11 @@ static void op_truncate(world *w)
     uint8_t b = next_byte(&w->in);
     const eh_seq *s = eh_find(&w->host, id);
     uint32_t have = s != NULL ? s->num_tokens : 8;
-    if (eh_truncate(&w->host, id, b % (have + 2)) == PKV_OK)
+    /* Anywhere (and out of range), or within the last two blocks. */
+    uint32_t back = (uint32_t)(b >> 1) % (2 * w->host.params.block_size + 1);
+    uint32_t n = b % 2 ? (uint32_t)(b >> 1) % (have + 2)
+                       : (have > back ? have - back : 1);
+    if (eh_truncate(&w->host, id, n) == PKV_OK)
         TOT.truncations++;
 }
 
