@@ -106,7 +106,7 @@ static int run(const kv_config *kc, const sequence *s, const double *ref,
         uint32_t qs[2] = {0, split[step + 1] - split[step]};
         pkv__step st = {1,     qs[1], qs,    &split[step + 1],
                         table, nb,    slots + split[step],
-                        kc->dtype == PKV_KV_U8 ? &stage : NULL};
+                        kc->dtype == PKV_KV_U8 ? &stage : NULL, NULL};
         rc |= pkv__backend_cpu.begin_step(be, &st) != PKV_OK;
         rc |= pkv__backend_cpu.append(be, 0, s->k + split[step] * row,
                                       s->v + split[step] * row) != PKV_OK;

@@ -77,8 +77,7 @@ static inline uchar pkv_quant_code(float x, float lo, float scale)
                                               * hkv + h) * d + (c),          \
                                src_f16))
 
-__kernel void pkv_kv_seal(__global uchar *arena,
-                          __global const float *stages,
+__kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
                           __global const float *src, ulong src_off,
                           uint src_f16, __global const uint *step,
                           uint num_seals, uint kv, uint group, uint hkv,
@@ -95,6 +94,7 @@ __kernel void pkv_kv_seal(__global uchar *arena,
     ulong stage = seal[PKV_SEAL_STAGE];
     uint in_tail = seal[PKV_SEAL_IN_TAIL];
     uint first_row = seal[PKV_SEAL_FIRST_ROW];
+    uint window = seal[PKV_SEAL_WINDOW];
     __global uchar *part = arena + blk * layer_block_bytes +
                            (ulong)h * head_bytes + (kv ? k_part_bytes : 0u);
     __global const float *tail =
@@ -137,6 +137,15 @@ __kernel void pkv_kv_seal(__global uchar *arena,
                 part[(ulong)t * d + c] =
                     pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc);
         }
+    }
+    /* The rollback window: the block's f32 rows, for an exact cut. */
+    if (window != PKV_STEP_NO_TAIL) {
+        __global float *keep =
+            stages + (ulong)window * stage_floats +
+            ((ulong)(layer * hkv + h) * 2u + kv) * bs * d;
+        for (uint t = 0; t < bs; t++)
+            for (uint c = 0; c < d; c++)
+                keep[(ulong)t * d + c] = PKV_SEAL_VALUE(t, c);
     }
 }
 

@@ -128,6 +128,22 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                              "step: sequence %u has staging tail %u of %u",
                              (unsigned)i, (unsigned)s->stages[i],
                              (unsigned)c->num_stages);
+        /* A window must not be the tail the block seals from. */
+        for (uint32_t t = q0; c->kv_dtype == PKV_KV_U8 &&
+                              s->windows != NULL && t < q1;
+             t++) {
+            uint32_t w = s->windows[t];
+            uint64_t tok = ctx - (q1 - q0) + (t - q0);
+            if (tok % bs != bs - 1 || w == PKV__NO_STAGE)
+                continue;
+            if (w >= c->num_stages || w == s->stages[i])
+                return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                                 "step: row %u has window tail %u; must be "
+                                 "below %u and not its staging tail %u",
+                                 (unsigned)t, (unsigned)w,
+                                 (unsigned)c->num_stages,
+                                 (unsigned)s->stages[i]);
+        }
         /* A slot must be where the block table puts the row's token: the
          * causal mask and the u8 tail both rely on it. */
         for (uint32_t t = q0; t < q1; t++) {

@@ -30,7 +30,10 @@
  *     child's tokens of that block are in its own tail;
  *   - swap: stage_out/stage_in move a tail with the sequence's blocks;
  *   - truncating a sequence into a sealed block would need requantization,
- *     which pkv never does: recompute from the block boundary instead.
+ *     which pkv never does: recompute from the block boundary instead, or,
+ *     with a rollback window (rollback.h), copy the block's f32 rows, which
+ *     the seal also wrote to the row's pkv__step.windows tail, back into
+ *     the working tail (copy_stages).
  *
  * Errors: every op that can fail returns a pkv_status, sets this thread's
  * message (pkv__fail, error.h) and changes nothing on failure: all inputs
@@ -58,6 +61,9 @@
  * PKV_LAYOUT_MAX_HEAD_DIM, block_size a power of two up to
  * PKV_LAYOUT_MAX_BLOCK_SIZE, num_q_heads a multiple of num_kv_heads
  * (PKV_ERR_UNSUPPORTED otherwise). */
+/* No staging tail. */
+#define PKV__NO_STAGE UINT32_MAX
+
 typedef struct pkv__backend_config {
     uint32_t num_layers;
     uint32_t num_q_heads;
@@ -104,6 +110,11 @@ typedef struct pkv__step {
                               where row t's K/V go; block 0 is refused */
     const uint32_t *stages; /* [num_seqs]: staging tail of each sequence,
                                < num_stages (U8); NULL for f32/f16 */
+    const uint32_t *windows; /* U8, [num_tokens] or NULL (none): for a row
+                                that seals its block, a tail (< num_stages,
+                                no tail this step writes or seals from)
+                                that also receives the block's f32 rows, or
+                                PKV__NO_STAGE; other rows' are not read */
 } pkv__step;
 
 typedef struct pkv__backend pkv__backend;
@@ -151,7 +162,8 @@ typedef struct pkv__backend_ops {
     pkv_status (*copy_blocks)(pkv__backend *backend,
                               const pkv__block_copy *pairs, uint32_t n);
 
-    /* For each pair, copy staging tail src to tail dst (U8 fork). */
+    /* For each pair, copy staging tail src to tail dst (U8: fork, and a
+     * rollback window restoring a block). */
     pkv_status (*copy_stages)(pkv__backend *backend,
                               const pkv__block_copy *pairs, uint32_t n);
 

@@ -141,8 +141,9 @@ static float *stage_at(const pkv__backend *b, uint32_t stage, uint32_t layer,
 }
 
 static void store_row(pkv__backend *b, uint32_t layer, uint32_t seq,
-                      uint64_t slot, uint32_t h, int kv, const float *src)
+                      uint32_t row, uint32_t h, int kv, const float *src)
 {
+    uint64_t slot = b->step.slots[row];
     const pkv__backend_config *c = &b->cfg;
     uint64_t blk = slot / c->block_size;
     uint32_t off = (uint32_t)(slot % c->block_size);
@@ -151,17 +152,23 @@ static void store_row(pkv__backend *b, uint32_t layer, uint32_t seq,
         memcpy(part_at(b, layer, blk, h, kv) + (size_t)off * d * 4, src,
                (size_t)d * 4);
     } else if (c->kv_dtype == PKV_KV_F16) {
-        uint16_t row[PKV_LAYOUT_MAX_HEAD_DIM];
-        pkv__f32_to_f16_n(src, row, d);
-        memcpy(part_at(b, layer, blk, h, kv) + (size_t)off * d * 2, row,
-               (size_t)d * 2);
+        uint16_t half_row[PKV_LAYOUT_MAX_HEAD_DIM];
+        pkv__f32_to_f16_n(src, half_row, d);
+        memcpy(part_at(b, layer, blk, h, kv) + (size_t)off * d * 2,
+               half_row, (size_t)d * 2);
     } else {
         float *tail = stage_at(b, b->step.stages[seq], layer, h, kv);
         memcpy(tail + (size_t)off * d, src, (size_t)d * 4);
-        if (off == c->block_size - 1) /* the block is full: seal it */
-            pkv__quant_part(tail, c->block_size, d,
-                            kv ? c->value_quant : c->key_quant,
-                            part_at(b, layer, blk, h, kv));
+        if (off != c->block_size - 1)
+            return;
+        /* The block is full: seal it, keeping its rows in the window. */
+        pkv__quant_part(tail, c->block_size, d,
+                        kv ? c->value_quant : c->key_quant,
+                        part_at(b, layer, blk, h, kv));
+        const uint32_t *windows = b->step.windows;
+        if (windows != NULL && windows[row] != PKV__NO_STAGE)
+            memcpy(stage_at(b, windows[row], layer, h, kv), tail,
+                   (size_t)c->block_size * d * sizeof *tail);
     }
 }
 
@@ -178,8 +185,8 @@ static pkv_status cpu_append(pkv__backend *b, uint32_t layer, const float *k,
         for (uint32_t t = s->query_start[i]; t < s->query_start[i + 1]; t++)
             for (uint32_t h = 0; h < hk; h++) {
                 size_t row = ((size_t)t * hk + h) * d;
-                store_row(b, layer, i, s->slots[t], h, 0, k + row);
-                store_row(b, layer, i, s->slots[t], h, 1, v + row);
+                store_row(b, layer, i, t, h, 0, k + row);
+                store_row(b, layer, i, t, h, 1, v + row);
             }
     return PKV_OK;
 }

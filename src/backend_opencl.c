@@ -743,6 +743,9 @@ static pkv_status upload_step(pkv__backend *b)
             seal[PKV_SEAL_STAGE] = s->stages[i];
             seal[PKV_SEAL_IN_TAIL] = in_tail;
             seal[PKV_SEAL_FIRST_ROW] = q0 + (b0 + in_tail - first);
+            seal[PKV_SEAL_WINDOW] = s->windows != NULL
+                                        ? s->windows[q0 + (b0 + bs - 1 - first)]
+                                        : PKV_STEP_NO_TAIL;
             seal += PKV_SEAL_WORDS;
         }
     }

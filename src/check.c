@@ -167,6 +167,25 @@ static const char *check_tenants(const pkv_engine *e, const pkv__seq **run,
     return NULL;
 }
 
+/* A running U8 sequence's rollback windows (rollback.h) hold blocks it
+ * sealed, each in its own tail: logical block j in window j % W. */
+static const char *check_windows(const pkv_engine *e, const pkv__seq *s,
+                                 char *buf, size_t size)
+{
+    uint32_t w = e->params.u8_rollback_blocks;
+    if (e->window_blocks == NULL)
+        return NULL;
+    const uint32_t *held = e->window_blocks + s->stage * w;
+    uint32_t sealed = s->num_computed / e->params.block_size;
+    for (uint32_t k = 0; k < w; k++)
+        if (held[k] != PKV__NO_BLOCK && (held[k] % w != k || held[k] >= sealed))
+            return broken(buf, size, "seq %llu: window %u holds block %u; "
+                          "%u blocks sealed",
+                          (unsigned long long)s->id, (unsigned)k,
+                          (unsigned)held[k], (unsigned)sealed);
+    return NULL;
+}
+
 static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                               const pkv__seq **all, char *buf, size_t size)
 {
@@ -207,6 +226,9 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                                   "%u", (unsigned long long)s->id,
                                   (unsigned)s->stage);
                 stages_held += (uint32_t)u8;
+                why = check_windows(e, s, buf, size);
+                if (why != NULL)
+                    return why;
                 continue;
             }
             if (s->table.num_blocks != 0 || s->stage != PKV__NO_STAGE)
@@ -250,6 +272,16 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
         return broken(buf, size, "%u staging tails held, %u free, of %u",
                       (unsigned)stages_held, (unsigned)e->num_free_stages,
                       (unsigned)e->params.max_num_seqs);
+    for (uint32_t i = 0; e->window_blocks != NULL && i < e->num_free_stages;
+         i++) {
+        uint32_t w = e->params.u8_rollback_blocks;
+        const uint32_t *held = e->window_blocks + e->free_stages[i] * w;
+        for (uint32_t k = 0; k < w; k++)
+            if (held[k] != PKV__NO_BLOCK)
+                return broken(buf, size, "free staging tail %u: window %u "
+                              "holds block %u", (unsigned)e->free_stages[i],
+                              (unsigned)k, (unsigned)held[k]);
+    }
     return NULL;
 }
 

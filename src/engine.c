@@ -22,6 +22,7 @@
 #define MAX_MODEL_LEN (1u << 24)
 #define MAX_NUM_SEQS 65536
 #define MAX_BATCH_TOKENS (1u << 20)
+#define MAX_ROLLBACK_BLOCKS 64
 
 pkv_status pkv_engine_params_init(pkv_engine_params *params)
 {
@@ -152,6 +153,13 @@ static pkv_status resolve_params(const pkv_engine_params *in,
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->backend is %d; not a pkv_backend_kind",
                          (int)p->backend);
+    if (p->u8_rollback_blocks > MAX_ROLLBACK_BLOCKS)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->u8_rollback_blocks is %u; at most %u",
+                         (unsigned)p->u8_rollback_blocks,
+                         (unsigned)MAX_ROLLBACK_BLOCKS);
+    if (p->kv_dtype != PKV_KV_U8)
+        p->u8_rollback_blocks = 0; /* documented: ignored */
     if (p->key_quant == PKV_QUANT_DEFAULT)
         p->key_quant = PKV_QUANT_PER_CHANNEL;
     if (p->value_quant == PKV_QUANT_DEFAULT)
@@ -228,6 +236,16 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
         for (uint32_t i = 0; i < seqs; i++)
             e->free_stages[i] = (uint32_t)(seqs - 1 - i);
         e->num_free_stages = (uint32_t)seqs;
+        size_t windows = seqs * e->params.u8_rollback_blocks;
+        if (windows > 0) {
+            e->window_blocks =
+                pkv__calloc(a, windows, sizeof *e->window_blocks);
+            e->row_windows = pkv__calloc(a, rows, sizeof *e->row_windows);
+            if (e->window_blocks == NULL || e->row_windows == NULL)
+                return PKV_ERR_OUT_OF_MEMORY;
+            memset(e->window_blocks, 0xff, /* PKV__NO_BLOCK */
+                   windows * sizeof *e->window_blocks);
+        }
     }
     if (!e->layer_done || !e->step_seqs || !e->actions || !e->copy_pairs ||
         !e->seq_ids ||
@@ -261,6 +279,9 @@ static void free_step_arrays(pkv_engine *e)
     pkv__free(a, e->slots, rows, sizeof *e->slots);
     pkv__free(a, e->row_bad, rows, 1);
     pkv__free(a, e->free_stages, seqs, sizeof *e->free_stages);
+    pkv__free(a, e->window_blocks, seqs * e->params.u8_rollback_blocks,
+              sizeof *e->window_blocks);
+    pkv__free(a, e->row_windows, rows, sizeof *e->row_windows);
     pkv__free(a, e->block_tables, e->block_tables_capacity,
               sizeof *e->block_tables);
     pkv__free(a, e->finished, e->finished_capacity, sizeof *e->finished);
@@ -286,7 +307,11 @@ static pkv_status create_backend(pkv_engine *e)
     c->kv_dtype = p->kv_dtype;
     c->key_quant = p->key_quant;
     c->value_quant = p->value_quant;
-    c->num_stages = p->kv_dtype == PKV_KV_U8 ? p->max_num_seqs : 0;
+    /* Working tails 0..max_num_seqs-1, then each one's rollback window
+     * tails (rollback.h). */
+    c->num_stages = p->kv_dtype == PKV_KV_U8
+                        ? p->max_num_seqs * (1 + p->u8_rollback_blocks)
+                        : 0;
     c->max_step_seqs = p->max_num_seqs;
     c->max_step_rows = p->max_batch_tokens;
     c->max_seq_tokens = p->max_model_len;

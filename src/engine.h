@@ -53,6 +53,11 @@ struct pkv_engine {
     uint64_t swap_used; /* host bytes held by swapped sequences */
     uint32_t *free_stages; /* U8 staging tails not in use */
     uint32_t num_free_stages;
+    /* U8 rollback window (params.u8_rollback_blocks > 0, else NULL):
+     * [max_num_seqs][u8_rollback_blocks], the logical block whose f32
+     * rows window tail pkv__engine_window_stage(stage, j) holds, for the
+     * sequence that holds working tail `stage`, or PKV__NO_BLOCK. */
+    uint32_t *window_blocks;
 
     /* The current step. */
     int in_step;
@@ -75,6 +80,7 @@ struct pkv_engine {
     int32_t *token_ids;         /* [max_batch_tokens] */
     uint32_t *positions;        /* [max_batch_tokens] */
     uint64_t *slots;            /* [max_batch_tokens] */
+    uint32_t *row_windows;      /* [max_batch_tokens], with window_blocks */
     uint32_t *block_tables;     /* grown on demand */
     size_t block_tables_capacity;
     pkv_finished *finished;     /* grown on demand */

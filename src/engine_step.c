@@ -4,6 +4,7 @@
 #include "check.h"
 #include "engine.h"
 #include "lifecycle.h"
+#include "rollback.h"
 #include "struct_sizes.h"
 
 #ifdef PKV_HAVE_OPENCL
@@ -244,6 +245,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
         uint32_t end = s->num_computed + s->scheduled;
         e->context_lens[i] = end;
         e->stages[i] = s->stage;
+        pkv__rollback_plan(e, s, rows, s->scheduled);
         for (uint32_t p = s->num_computed; p < end; p++, rows++) {
             e->token_ids[rows] = s->tokens[p];
             e->positions[rows] = p;
@@ -284,6 +286,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
     st->max_blocks_per_seq = max_blocks;
     st->slots = e->slots;
     st->stages = e->params.kv_dtype == PKV_KV_U8 ? e->stages : NULL;
+    st->windows = e->window_blocks != NULL ? e->row_windows : NULL;
 }
 
 /* Report ended sequences in the batch and free them. */
@@ -657,6 +660,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
                                   PKV_ERR_NON_FINITE);
             continue;
         }
+        pkv__rollback_commit(e, s, b->query_start[i], s->scheduled);
         if (s->step_drafts > 0)
             sample += settle_drafts(e, s, sampled + sample,
                                     stop != NULL ? stop + sample : NULL);

@@ -28,12 +28,14 @@
 
 /* One block sealed (quantized) by this step's append: its block id, its
  * sequence's staging tail, the number of its tokens already in the tail
- * (written by earlier steps), and the batch row holding its next token
- * (the rest come from this step's K/V rows, in order). */
+ * (written by earlier steps), the batch row holding its next token (the
+ * rest come from this step's K/V rows, in order), and the tail that also
+ * receives its f32 rows (rollback window) or PKV_STEP_NO_TAIL. */
 #define PKV_SEAL_BLOCK 0
 #define PKV_SEAL_STAGE 1
 #define PKV_SEAL_IN_TAIL 2
 #define PKV_SEAL_FIRST_ROW 3
-#define PKV_SEAL_WORDS 4
+#define PKV_SEAL_WINDOW 4
+#define PKV_SEAL_WORDS 5
 
 #endif

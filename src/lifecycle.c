@@ -2,6 +2,8 @@
 /* The sequence lifecycle (lifecycle.h). */
 #include "lifecycle.h"
 
+#include "rollback.h"
+
 #include <string.h>
 
 pkv__seq *pkv__engine_find(const pkv_engine *e, pkv_seq_id id)
@@ -14,6 +16,7 @@ void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
 {
     if (seq->stage == PKV__NO_STAGE)
         return;
+    pkv__rollback_reset(e, seq->stage);
     e->free_stages[e->num_free_stages++] = seq->stage;
     seq->stage = PKV__NO_STAGE;
 }
@@ -169,9 +172,10 @@ void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
                      start + bs <= s->num_computed;
         int shared =
             e->pool.blocks[s->table.blocks[start / bs]].ref_count > 1;
-        if (sealed || shared)
+        if (shared || (sealed && !pkv__rollback_restore(e, s, start / bs)))
             keep = start;
     }
+    pkv__rollback_forget_from(e, s, keep / bs);
     uint32_t before = s->table.num_blocks;
     pkv__table_truncate(&s->table, &e->pool, keep);
     pkv__engine_count_blocks(e, s, before);

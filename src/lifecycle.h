@@ -47,10 +47,11 @@ void pkv__engine_count_blocks(pkv_engine *engine, const pkv__seq *seq,
                               uint32_t before);
 
 /* Cut a running sequence's KV (num_computed tokens written) back to its
- * first `keep` tokens, as stored: never inside a block that is sealed
- * (U8: its rows exist only quantised) or shared with another sequence
- * (which holds more of it): the cut then falls back to that block's
- * start, and those tokens are computed again. Sets num_computed. */
+ * first `keep` tokens, as stored: never inside a block shared with
+ * another sequence (which holds more of it) or sealed (U8: its rows exist
+ * only quantised) unless the rollback window holds its rows (rollback.h):
+ * the cut then falls back to that block's start, and those tokens are
+ * computed again. Sets num_computed. */
 void pkv__engine_cut_kv(pkv_engine *engine, pkv__seq *seq, uint32_t keep);
 
 /* Release a running sequence's staging tail (U8). */

@@ -3,9 +3,8 @@
 #ifndef PKV_SEQ_H
 #define PKV_SEQ_H
 
+#include "backend.h"
 #include "prefix.h"
-
-#define PKV__NO_STAGE UINT32_MAX
 
 enum pkv__seq_state {
     PKV__SEQ_QUEUED = 0, /* in the inbox, not yet seen by the scheduler */

@@ -57,8 +57,8 @@ pass "oclgrind: kernel tests at small shapes, any report fails"
 # -cl-opt-disable: oclgrind's interpreter lacks some LLVM intrinsics that
 # optimisation emits (llvm.usub.sat.i32). It has no Intel subgroups, so it
 # runs the portable kernels: the generic ones (test_validation,
-# test_copy_and_swap), the GPU-shaped decode variant and the tiled prefill
-# kernel with every check.
+# test_copy_and_swap), the GPU-shaped decode variant, the tiled prefill
+# kernel and the u8 rollback window with every check.
 # The CPU-shaped decode variant runs without --uninitialized: oclgrind
 # 21.10's uninitialized-value plugin mistakes shufflevector mask index 11
 # for "undef" (it compares with llvm::Value::UndefValueVal, which is 11 in
@@ -66,21 +66,28 @@ pass "oclgrind: kernel tests at small shapes, any report fails"
 # (x.hi, x.s89ab) of that variant read as uninitialized or abort it.
 grind_log=build/oclgrind.log
 rm -f "$grind_log"
-grind() { # name, test filter, VAR=value for the test, oclgrind checks...
-    name=$1 filter=$2 setting=$3
-    shift 3
+grind() { # name, test binary, test filter, VAR=value, oclgrind checks...
+    name=$1 binary=$2 filter=$3 setting=$4
+    shift 4
     env OCLGRIND_BUILD_OPTIONS=-cl-opt-disable PKV_TEST_FILTER="$filter" \
         $setting oclgrind "$@" --log "$grind_log.$name" \
-        build/tests/test_opencl
+        "build/tests/$binary"
     cat "$grind_log.$name" >>"$grind_log"
 }
 all_checks="--check-api --data-races --uninitialized"
-grind validation test_validation PKV_OPENCL_PREFILL=auto $all_checks
-grind copy_and_swap test_copy_and_swap PKV_OPENCL_PREFILL=auto $all_checks
-grind decode_gpu test_small_variants PKV_TEST_DECODE=gpu $all_checks
-grind decode_cpu test_small_variants PKV_TEST_DECODE=cpu \
+grind validation test_opencl test_validation PKV_OPENCL_PREFILL=auto \
+    $all_checks
+grind copy_and_swap test_opencl test_copy_and_swap PKV_OPENCL_PREFILL=auto \
+    $all_checks
+grind decode_gpu test_opencl test_small_variants PKV_TEST_DECODE=gpu \
+    $all_checks
+grind decode_cpu test_opencl test_small_variants PKV_TEST_DECODE=cpu \
     --check-api --data-races
-grind prefill_tiles test_small_variants PKV_TEST_PREFILL=tiles $all_checks
+grind prefill_tiles test_opencl test_small_variants PKV_TEST_PREFILL=tiles \
+    $all_checks
+# The u8 seal writing a rollback window, through the engine.
+grind u8_window test_speculative_opencl test_u8_window PKV_OPENCL_DECODE=gpu \
+    $all_checks
 if [ -s "$grind_log" ]; then
     echo "oclgrind reported (first 40 lines of $grind_log):"
     head -n 40 "$grind_log"

@@ -178,7 +178,7 @@ static void step_build(const scenario *s, step_arrays *a,
     pkv__step step = {s->num_seqs,     t,        a->query_start,
                       a->context_lens, s->tables, s->max_blocks,
                       a->slots,
-                      c->kv_dtype == PKV_KV_U8 ? a->stages : NULL};
+                      c->kv_dtype == PKV_KV_U8 ? a->stages : NULL, NULL};
     a->step = step;
 }
 

@@ -36,6 +36,7 @@ typedef struct spec_case {
     int32_t preempt_mode;
     double p;   /* a draft token is right with this probability */
     uint32_t k; /* drafts per step */
+    uint32_t window; /* u8_rollback_blocks */
 } spec_case;
 
 static float tolerance(int32_t dtype)
@@ -70,6 +71,7 @@ static void run(const spec_case *c, int speculative, tm_host *h)
     p.kv_dtype = c->dtype;
     p.block_size = c->block_size;
     p.preempt_mode = c->preempt_mode;
+    p.u8_rollback_blocks = c->window;
     p.swap_bytes = 1 << 20;
     p.watermark = 0;
     /* Room for about 3 of the 6 sequences at their full length. */
@@ -154,14 +156,18 @@ static void test_same_tokens(void **state)
         for (size_t b = 0; b < 3; b++)
             for (size_t m = 0; m < 2; m++) {
                 spec_case c = {PKV_BACKEND_CPU, dtypes[d], sizes[b],
-                               modes[m], 0.7, 4};
+                               modes[m], 0.7, 4, 0};
                 same_outputs(&c);
+                if (dtypes[d] == PKV_KV_U8) { /* a rollback window */
+                    c.window = 2;
+                    same_outputs(&c);
+                }
             }
     /* Acceptance from none to all. */
     const double ps[] = {0.0, 0.5, 0.9, 1.0};
     for (size_t i = 0; i < 4; i++) {
         spec_case c = {PKV_BACKEND_CPU, PKV_KV_F32, 4,
-                       PKV_PREEMPT_RECOMPUTE, ps[i], 6};
+                       PKV_PREEMPT_RECOMPUTE, ps[i], 6, 0};
         same_outputs(&c);
     }
 }
@@ -177,11 +183,112 @@ static void test_same_tokens_opencl(void **state)
             spec_case c = {PKV_BACKEND_OPENCL, dtypes[d], sizes[b],
                            (int32_t)(b % 2 ? PKV_PREEMPT_SWAP
                                            : PKV_PREEMPT_RECOMPUTE),
-                           0.7, 4};
+                           0.7, 4, dtypes[d] == PKV_KV_U8 ? 2u : 0u};
             same_outputs(&c);
         }
 }
 #endif
+
+/* Sequence id's stored KV that a cut can keep: the bytes of its sealed
+ * blocks (swap layout) and the f32 rows of its unsealed last block, from
+ * the staging tail. */
+static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
+{
+    const pkv__seq *s = pkv__engine_find(e, id);
+    const pkv__backend_config *c = &e->backend_config;
+    uint32_t bs = c->block_size, d = c->head_dim;
+    uint32_t sealed = s->num_computed / bs, rows = s->num_computed % bs;
+    size_t blocks = sealed * pkv__backend_swap_block_bytes(c);
+    size_t tail_rows = (size_t)c->num_layers * c->num_kv_heads * 2 * rows;
+    *size = blocks + tail_rows * d * sizeof(float);
+    uint8_t *kv = malloc(*size + 1);
+    float *stage = malloc(pkv__backend_stage_bytes(c));
+    assert_non_null(kv);
+    assert_non_null(stage);
+    assert_int_equal(e->ops->swap_out(e->backend, s->table.blocks, sealed, kv),
+                     PKV_OK);
+    assert_int_equal(e->ops->stage_out(e->backend, s->stage, stage), PKV_OK);
+    uint8_t *at = kv + blocks;
+    /* [layer][kv head][K, V] parts of block_size rows each. */
+    for (size_t part = 0; part < tail_rows / (rows ? rows : 1) && rows > 0;
+         part++, at += (size_t)rows * d * sizeof(float))
+        memcpy(at, stage + part * bs * d, (size_t)rows * d * sizeof(float));
+    free(stage);
+    return kv;
+}
+
+/* U8 with every draft wrong, in lockstep with plain decoding (both gain
+ * one token per step): after every step the stored KV must be the same
+ * bytes, so a rollback keeps every element's bound. With a window that
+ * covers every block a step seals, no step computes a row twice (its
+ * first row is the last sampled token); without one, some step does. */
+static void window_case(int32_t backend, uint32_t bs, uint32_t k,
+                        uint32_t window, int expect_recompute)
+{
+    tm_host h[2];
+    for (int i = 0; i < 2; i++) {
+        pkv_engine_params p = tm_params(backend);
+        p.kv_dtype = PKV_KV_U8;
+        p.block_size = bs;
+        p.u8_rollback_blocks = window;
+        tm_host_init(&h[i], &p, tolerance(PKV_KV_U8));
+    }
+    int32_t *prompt = tm_prompt(PROMPT, 5);
+    pkv_seq_id id = 0;
+    for (int i = 0; i < 2; i++)
+        id = tm_add(&h[i], prompt, PROMPT, NEW, 0, 0);
+    int recomputed = 0;
+    for (int step = 0; step < (int)NEW - 1; step++) {
+        tm_seq *plain = tm_find(&h[0], id), *spec = tm_find(&h[1], id);
+        const pkv__seq *es = pkv__engine_find(h[1].engine, id);
+        /* After the prompt's step, a step that does not start at the last
+         * sampled token computes again what a rollback dropped. */
+        if (step > 0 && es->num_computed + 1 != es->num_tokens)
+            recomputed = 1;
+        else if (step > 0) {
+            int32_t drafts[PKV_MAX_DRAFTS];
+            spec_case c = {backend, PKV_KV_U8, bs, 0, 0.0, k, window};
+            uint64_t rng = 1;
+            tm_propose(&h[1], id, drafts,
+                       make_drafts(&h[1], es, &c, &rng, drafts));
+        }
+        tm_step(&h[0], NULL);
+        tm_step(&h[1], NULL);
+        assert_int_equal(plain->num_tokens, spec->num_tokens);
+        assert_memory_equal(plain->tokens, spec->tokens,
+                            plain->num_tokens * sizeof *plain->tokens);
+        size_t na, nb;
+        uint8_t *a = stored_kv(h[0].engine, id, &na);
+        uint8_t *c = stored_kv(h[1].engine, id, &nb);
+        assert_true(expect_recompute || na == nb);
+        if (na == nb) /* the same tokens computed */
+            assert_memory_equal(a, c, na);
+        free(a);
+        free(c);
+    }
+    assert_int_equal(recomputed, expect_recompute);
+    for (int i = 0; i < 2; i++)
+        tm_host_free(&h[i]);
+    free(prompt);
+}
+
+/* Drafts of 2 at block 4 seal at most one block (a U8 step that starts
+ * inside a block stops at its end); 8 drafts from a block start seal two,
+ * and a cut can fall into the first. */
+static void test_u8_window(void **state)
+{
+    (void)state;
+#ifdef PKV_HAVE_OPENCL
+    int32_t backend = PKV_BACKEND_OPENCL;
+#else
+    int32_t backend = PKV_BACKEND_CPU;
+#endif
+    window_case(backend, 4, 2, 0, 1);
+    window_case(backend, 4, 2, 1, 0);
+    window_case(backend, 4, 8, 1, 1);
+    window_case(backend, 4, 8, 2, 0);
+    window_case(backend, 8, 6, 1, 0);
+}
 
 #ifndef PKV_HAVE_OPENCL
 static void test_errors(void **state)
@@ -225,12 +332,19 @@ int main(void)
         print_message("no OpenCL device: skipped\n");
         return 77;
     }
+    /* PKV_TEST_FILTER: run only the tests whose names match (cmocka's
+     * pattern), as the oclgrind pass in tests/run.sh does. */
+    const char *filter = getenv("PKV_TEST_FILTER");
+    if (filter != NULL)
+        cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_tokens_opencl),
+        cmocka_unit_test(test_u8_window),
     };
 #else
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_tokens),
+        cmocka_unit_test(test_u8_window),
         cmocka_unit_test(test_errors),
     };
 #endif

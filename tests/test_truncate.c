@@ -56,35 +56,40 @@ static void grow_to(tm_host *h, pkv_seq_id id, uint32_t n)
 }
 
 /* The KV a cut to n keeps, as pkv.h states it, for a sequence whose KV
- * covers its tokens but the last. */
-static uint32_t expected_kept(int32_t dtype, uint32_t bs, uint32_t computed,
-                              uint32_t n)
+ * covers its tokens but the last, with a U8 rollback window of `window`
+ * blocks: it holds the last blocks sealed. */
+static uint32_t expected_kept(int32_t dtype, uint32_t bs, uint32_t window,
+                              uint32_t computed, uint32_t n)
 {
     uint32_t keep = n - 1 < computed ? n - 1 : computed;
     uint32_t start = keep / bs * bs;
-    if (dtype == PKV_KV_U8 && keep > start && start + bs <= computed)
+    uint32_t sealed = computed / bs; /* blocks 0 .. sealed - 1 */
+    if (dtype == PKV_KV_U8 && keep > start && start + bs <= computed &&
+        start / bs + window < sealed)
         keep = start;
     return keep;
 }
 
 /* One sequence grown to GROWN tokens, cut to n, then run to its end. */
-static void cut_once(int32_t dtype, uint32_t bs, uint32_t n)
+static void cut_once(int32_t dtype, uint32_t bs, uint32_t window, uint32_t n)
 {
     pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     p.kv_dtype = dtype;
     p.block_size = bs;
+    p.u8_rollback_blocks = window;
     tm_host h;
     tm_host_init(&h, &p, tolerance(dtype));
     int32_t *prompt = tm_prompt(PROMPT, 7);
     pkv_seq_id id = tm_add(&h, prompt, PROMPT, 20, 0, 0);
     grow_to(&h, id, GROWN);
     cut(&h, id, n);
-    uint32_t kept = expected_kept(dtype, bs, GROWN - 1, n);
+    uint32_t kept = expected_kept(dtype, bs, window, GROWN - 1, n);
     const pkv_batch *b;
     tm_step(&h, &b);
     if (rows_of(b, id) != n - kept)
-        fail_msg("dtype %d, block %u, cut to %u: %u rows, expected %u",
-                 (int)dtype, (unsigned)bs, (unsigned)n,
+        fail_msg("dtype %d, block %u, window %u, cut to %u: %u rows, "
+                 "expected %u",
+                 (int)dtype, (unsigned)bs, (unsigned)window, (unsigned)n,
                  (unsigned)rows_of(b, id), (unsigned)(n - kept));
     tm_run(&h, 100);
     /* 20 sampled tokens, counted from the cut: n - min(n, PROMPT) kept. */
@@ -108,7 +113,13 @@ static void test_cut_points(void **state)
     for (size_t d = 0; d < 3; d++)
         for (size_t s = 0; s < 2; s++)
             for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
-                cut_once(dtypes[d], sizes[s], cuts[c]);
+                cut_once(dtypes[d], sizes[s], 0, cuts[c]);
+    /* U8 with a rollback window of 1, 2 and 4 blocks: a cut inside one of
+     * the last sealed blocks keeps its rows. */
+    for (uint32_t w = 1; w <= 4; w *= 2)
+        for (size_t s = 0; s < 2; s++)
+            for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
+                cut_once(PKV_KV_U8, sizes[s], w, cuts[c]);
 }
 
 /* A fork shares the parent's blocks: cutting the parent inside a shared

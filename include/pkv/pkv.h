@@ -296,6 +296,20 @@ typedef struct pkv_engine_params {
                              with pkv_engine_params_set_opencl,
                              pkv_opencl.h); NULL: pkv creates its own */
     void *opencl_queue;
+
+    /* Appended after 0.1.0 (a caller built against 0.1.0 gets 0).
+     * U8 caches: the rollback window, in blocks. A running
+     * sequence keeps the f32 rows of its last u8_rollback_blocks sealed
+     * (quantised) blocks, so that a cut inside one of them (pkv_seq_truncate,
+     * rejected drafts) keeps the rows before the cut exactly, as they were
+     * stored, where it would otherwise drop the block and compute its rows
+     * again (pkv_seq_truncate says which blocks the window holds). 0 (the
+     * default): no window. At most 64. Each block of window costs every
+     * running sequence one more staging tail: max_num_seqs * block_size *
+     * num_layers * num_kv_heads * head_dim * 8 bytes in all (host memory
+     * on the CPU backend, device memory on OpenCL), allocated at create.
+     * Ignored by f32 and f16 caches, whose rows are stored as computed. */
+    uint32_t u8_rollback_blocks;
 } pkv_engine_params;
 
 /*
@@ -498,10 +512,17 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
  * stored, never re-quantised. With a U8 cache, rows in a block that was
  * already sealed (quantised, full) cannot be kept alone: a cut inside such
  * a block drops the KV of that whole block, which the next step computes
- * again from its tokens; a cut inside the last, unsealed block keeps its
- * rows. So a U8 cut keeps the KV exactly up to the start of the block the
- * cut falls in (f32 and f16: up to the cut). A cut inside a block that a
- * fork shares drops that block the same way (the fork keeps it whole).
+ * again from its tokens, unless the block is one of the sequence's last
+ * u8_rollback_blocks sealed blocks (pkv_engine_params), whose f32 rows are
+ * kept: the cut then keeps its rows before the cut, and the block is
+ * sealed again when it fills. A cut inside the last, unsealed block keeps
+ * its rows. So a U8 cut keeps the KV exactly up to the cut inside the
+ * unsealed block and the window, and up to the start of the block the cut
+ * falls in further back (f32 and f16: up to the cut). The window holds
+ * blocks the sequence sealed since it last started running (admission,
+ * swap-in, an import, a fork for the child); blocks from a prefix hit are
+ * not in it. A cut inside a block that a fork shares drops that block the
+ * same way (the fork keeps it whole).
  * Blocks shared with a fork or the prefix cache are never changed in
  * place. A swapped-out sequence loses its swapped KV and is recomputed.
  * Errors: PKV_ERR_INVALID_ARGUMENT for num_tokens 0 or beyond the
@@ -533,10 +554,12 @@ PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
  * Rollback is exact: rejected rows are cut as pkv_seq_truncate cuts (a
  * block that was shared is never changed in place). With a U8 cache, rows
  * in the unsealed last block are cut for free; if the step sealed a block
- * (filled and quantised it) and the cut falls inside it, its accepted
- * rows are computed again in the next step rather than re-quantised, so
- * every stored element keeps its bound. Stats count drafts run and
- * accepted.
+ * (filled and quantised it) and the cut falls inside it, its accepted rows
+ * are kept from their f32 copy when u8_rollback_blocks covers the block
+ * (1 covers every step that seals one block: any step that starts inside
+ * a block, and drafts that fit in one block from a block start), else
+ * computed again in the next step; never re-quantised, so every stored
+ * element keeps its bound. Stats count drafts run and accepted.
  * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, for a
  * sequence no step has seen yet or that is not decoding (running with a
  * sampled token); PKV_ERR_NOT_FOUND; PKV_ERR_INVALID_ARGUMENT for drafts

@@ -95,11 +95,13 @@ static void dump(void)
     const pkv_engine_params *p = &e->params;
     fprintf(stderr,
             "fuzz_engine: layers %u heads %u/%u dim %u window %u bs %u "
-            "kv %d blocks %u (free %u cached %u) mode %d swap %llu policy %d "
+            "kv %d rollback %u blocks %u (free %u cached %u) mode %d "
+            "swap %llu policy %d "
             "quota seq %u tenant %u threshold %u max_seqs %u budget %u "
             "watermark %g (%u blocks) max_len %u vocab %u\n",
             p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim,
-            p->sliding_window, p->block_size, (int)p->kv_dtype, p->num_blocks,
+            p->sliding_window, p->block_size, (int)p->kv_dtype,
+            p->u8_rollback_blocks, p->num_blocks,
             e->pool.num_free, e->pool.num_cached_free, (int)p->preempt_mode,
             (unsigned long long)p->swap_bytes, (int)p->policy,
             p->max_blocks_per_seq, p->max_blocks_per_tenant,
@@ -216,6 +218,7 @@ static int create(world *w)
     p.kv_dtype = kv % 3;
     p.key_quant = (kv >> 2) % 3;
     p.value_quant = (kv >> 4) % 3;
+    p.u8_rollback_blocks = (uint32_t)(kv >> 7) * (1u + (uint32_t)(g >> 7));
     w->host.f16_tensors = 0;
     p.num_blocks = 2u + next_byte(r) % 40u;
     uint8_t pre = next_byte(r);
@@ -345,7 +348,8 @@ static void op_truncate(world *w)
     uint8_t b = next_byte(&w->in);
     const eh_seq *s = eh_find(&w->host, id);
     uint32_t have = s != NULL ? s->num_tokens : 8;
-    /* Anywhere (and out of range), or within the last two blocks. */
+    /* Anywhere (and out of range), or within the last two blocks, where
+     * a U8 rollback window can keep the rows. */
     uint32_t back = (uint32_t)(b >> 1) % (2 * w->host.params.block_size + 1);
     uint32_t n = b % 2 ? (uint32_t)(b >> 1) % (have + 2)
                        : (have > back ? have - back : 1);
