@@ -39,18 +39,25 @@ static double now_s(void)
 typedef struct spec_run {
     int32_t tokens[SEQS][PROMPT + NEW];
     double seconds;
-    uint64_t drafts, accepted, steps;
+    uint64_t drafts, accepted, steps, rows;
 } spec_run;
+
+/* The KV cache of a run: dtype and U8 rollback window. */
+typedef struct spec_kv {
+    int32_t dtype;
+    uint32_t window;
+} spec_kv;
 
 /* Decode SEQS prompts to NEW tokens each. truth NULL: plainly; else
  * drafts from truth, right with probability p. 0 on success. */
 static int run(const llama_model *m, llama_scratch *s, float *logits,
-               const spec_run *truth, double p, spec_run *out)
+               spec_kv kv, const spec_run *truth, double p, spec_run *out)
 {
     const llama_config *c = &m->config;
     pkv_engine_params params;
     llama_engine_params(&params, c);
-    params.kv_dtype = PKV_KV_F16;
+    params.kv_dtype = kv.dtype;
+    params.u8_rollback_blocks = kv.window;
     params.backend = PKV_BACKEND_CPU;
     params.max_batch_tokens = MAX_ROWS;
     pkv_engine *e = NULL;
@@ -102,6 +109,7 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
             rc = 1;
             break;
         }
+        out->rows += b->num_tokens;
         for (uint32_t j = 0; j < b->num_samples; j++)
             sampled[j] = llama_sample(logits + (size_t)j * c->vocab_size,
                                       c->vocab_size, 0.0f, NULL);
@@ -139,6 +147,39 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
     return rc;
 }
 
+/* The U8 runs: plain, p 0.7 without a window, p 0.7 with one block.
+ * Greedy tokens may differ from the plain run's: a draft row attends its
+ * own block sealed (quantised) where plain decoding saw it in f32, so the
+ * table reports whether they are the same rather than failing. */
+static void print_u8_window(const bench_options *opt, const spec_run *u8,
+                            double tokens)
+{
+    printf("u8 KV, drafts right with probability 0.7: rows computed with "
+           "and without a rollback window (u8_rollback_blocks)\n");
+    printf("%-10s %8s %8s %10s %8s %6s\n", "u8", "steps", "rows",
+           "tokens/s", "speedup", "same");
+    const char *names[3] = {"plain", "window 0", "window 1"};
+    for (int w = 0; w < 3; w++) {
+        const spec_run *r = &u8[w];
+        int same = memcmp(r->tokens, u8[0].tokens, sizeof r->tokens) == 0;
+        printf("%-10s %8llu %8llu %10.1f %7.2fx %6s\n", names[w],
+               (unsigned long long)r->steps, (unsigned long long)r->rows,
+               tokens / r->seconds, u8[0].seconds / r->seconds,
+               same ? "yes" : "no");
+        if (opt->json && w > 0)
+            fprintf(opt->json,
+                    "{\"bench\":\"speculative_u8\",\"p\":0.70,"
+                    "\"window\":%d,\"steps\":%llu,\"rows\":%llu,"
+                    "\"plain_rows\":%llu,\"tokens_per_s\":%.2f,"
+                    "\"plain_tokens_per_s\":%.2f,\"speedup\":%.3f,"
+                    "\"same_tokens\":%d}\n",
+                    w - 1, (unsigned long long)r->steps,
+                    (unsigned long long)r->rows,
+                    (unsigned long long)u8[0].rows, tokens / r->seconds,
+                    tokens / u8[0].seconds, u8[0].seconds / r->seconds, same);
+    }
+}
+
 int bench_speculative(const bench_options *opt)
 {
     llama_config c = bench_serve_config();
@@ -147,18 +188,19 @@ int bench_speculative(const bench_options *opt)
         return 1;
     llama_scratch s;
     float *logits = malloc((size_t)MAX_ROWS * c.vocab_size * sizeof *logits);
-    spec_run *runs = calloc(4, sizeof *runs);
+    spec_run *runs = calloc(7, sizeof *runs);
     if (logits == NULL || runs == NULL ||
         llama_scratch_init(&s, &c, MAX_ROWS) != 0)
         return 1;
     static const double ps[3] = {0.5, 0.7, 0.9};
     int rc = 0;
+    const spec_kv f16 = {PKV_KV_F16, 0};
     bench_progress("speculative: plain decoding");
-    rc = run(&m, &s, logits, NULL, 0.0, &runs[0]);
+    rc = run(&m, &s, logits, f16, NULL, 0.0, &runs[0]);
     for (int i = 0; i < (opt->quick ? 1 : 3) && rc == 0; i++) {
         double p = opt->quick ? 0.7 : ps[i];
         bench_progress("speculative: drafts right with probability %.1f", p);
-        rc = run(&m, &s, logits, &runs[0], p, &runs[i + 1]);
+        rc = run(&m, &s, logits, f16, &runs[0], p, &runs[i + 1]);
         if (rc == 0 && memcmp(runs[0].tokens, runs[i + 1].tokens,
                               sizeof runs[0].tokens) != 0) {
             fprintf(stderr, "speculative: tokens differ from plain "
@@ -166,6 +208,17 @@ int bench_speculative(const bench_options *opt)
                     p);
             rc = 1;
         }
+    }
+    /* U8 KV at p 0.7, without and with a rollback window of one block:
+     * a cut inside the block a step sealed recomputes the block's rows
+     * without one. The drafts come from U8's plain run. */
+    for (uint32_t w = 0; w < 3 && rc == 0; w++) {
+        spec_kv u8 = {PKV_KV_U8, w == 2 ? 1u : 0u};
+        bench_progress("speculative: u8 KV, %s", w == 0 ? "plain"
+                                                 : w == 1 ? "no window"
+                                                          : "window 1");
+        rc = run(&m, &s, logits, u8, w == 0 ? NULL : &runs[4], 0.7,
+                 &runs[4 + w]);
     }
     if (rc != 0)
         fprintf(stderr, "speculative: %s\n", pkv_last_error());
@@ -201,6 +254,7 @@ int bench_speculative(const bench_options *opt)
                         tokens / r->seconds, tokens / runs[0].seconds, acc,
                         runs[0].seconds / r->seconds);
         }
+        print_u8_window(opt, runs + 4, tokens);
     }
     llama_scratch_free(&s);
     free(logits);
