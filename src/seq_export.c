@@ -193,8 +193,10 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
 }
 
 /* The header's checks, cheapest first; PKV_OK when data may be imported
- * by e. */
-static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size)
+ * by e. *keep_kv: whether its KV can move into e's blocks (U8 blocks of
+ * another size or groups cannot: that would re-quantise them). */
+static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
+                               int *keep_kv)
 {
     if (size < HEADER_BYTES || memcmp(d, MAGIC, sizeof MAGIC) != 0)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
@@ -223,34 +225,52 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size)
     const pkv__backend_config *c = &e->backend_config;
     uint32_t dtype = pkv__get_u32(d + PKV__AT_KV_DTYPE);
     int u8 = c->kv_dtype == PKV_KV_U8;
-    /* The geometry fields must match this engine's, the block size only
-     * for U8 (it comes last). */
+    /* The geometry must match this engine's; the block size (and U8's
+     * groups) may differ. */
     uint8_t mine[HEADER_BYTES];
     pkv__wire_put_header(mine, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
-    size_t end = u8 ? PKV__AT_FORMAT_FIELDS : PKV__AT_BLOCK_SIZE;
-    if (memcmp(d + PKV__AT_KV_DTYPE, mine + PKV__AT_KV_DTYPE,
-               end - PKV__AT_KV_DTYPE) != 0)
+    if (memcmp(d + PKV__AT_KV_DTYPE, mine + PKV__AT_KV_DTYPE, 4) != 0 ||
+        memcmp(d + PKV__AT_NUM_LAYERS, mine + PKV__AT_NUM_LAYERS,
+               PKV__AT_BLOCK_SIZE - PKV__AT_NUM_LAYERS) != 0)
         return pkv__engine_fail(
             e, PKV_ERR_UNSUPPORTED,
             "import: exported with kv_dtype %u, %u layers, %u kv heads, "
-            "head_dim %u, block_size %u, quant %u/%u; this engine has "
-            "%d, %u, %u, %u, %u, %d/%d (f32 and f16 may differ in "
-            "block_size only)",
+            "head_dim %u; this engine has %d, %u, %u, %u",
             (unsigned)dtype, (unsigned)pkv__get_u32(d + PKV__AT_NUM_LAYERS),
             (unsigned)pkv__get_u32(d + PKV__AT_NUM_KV_HEADS),
-            (unsigned)pkv__get_u32(d + PKV__AT_HEAD_DIM),
-            (unsigned)pkv__get_u32(d + PKV__AT_BLOCK_SIZE),
-            (unsigned)pkv__get_u32(d + PKV__AT_KEY_QUANT),
-            (unsigned)pkv__get_u32(d + PKV__AT_VALUE_QUANT), (int)c->kv_dtype,
+            (unsigned)pkv__get_u32(d + PKV__AT_HEAD_DIM), (int)c->kv_dtype,
             (unsigned)c->num_layers, (unsigned)c->num_kv_heads,
-            (unsigned)c->head_dim, (unsigned)c->block_size,
-            u8 ? (int)c->key_quant : 0, u8 ? (int)c->value_quant : 0);
+            (unsigned)c->head_dim);
+    /* The exporter's layout, which the KV bytes follow. */
+    pkv__backend_config src = *c;
+    src.block_size = pkv__get_u32(d + PKV__AT_BLOCK_SIZE);
+    uint32_t kq = pkv__get_u32(d + PKV__AT_KEY_QUANT);
+    uint32_t vq = pkv__get_u32(d + PKV__AT_VALUE_QUANT);
+    int groups_ok = u8 ? (kq == PKV_QUANT_PER_CHANNEL ||
+                          kq == PKV_QUANT_PER_TOKEN) &&
+                             (vq == PKV_QUANT_PER_CHANNEL ||
+                              vq == PKV_QUANT_PER_TOKEN)
+                       : kq == 0 && vq == 0;
+    if (src.block_size == 0 || src.block_size > PKV_LAYOUT_MAX_BLOCK_SIZE ||
+        (src.block_size & (src.block_size - 1)) != 0 || !groups_ok)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "import: block_size %u, quant %u/%u are not "
+                                "a pkv layout",
+                                (unsigned)src.block_size, (unsigned)kq,
+                                (unsigned)vq);
+    if (u8) {
+        src.key_quant = (int32_t)kq;
+        src.value_quant = (int32_t)vq;
+    }
+    *keep_kv = memcmp(d + PKV__AT_KEY_QUANT, mine + PKV__AT_KEY_QUANT, 8) ==
+                   0 &&
+               (!u8 || src.block_size == c->block_size);
     uint32_t prompt = pkv__get_u32(d + AT_PROMPT_LEN);
     uint32_t computed = pkv__get_u32(d + AT_NUM_COMPUTED);
     uint32_t generated = pkv__get_u32(d + AT_NUM_GENERATED);
     if (tokens == 0 || tokens > e->params.max_model_len || prompt == 0 ||
         prompt > tokens || computed >= tokens || generated > tokens ||
-        kv != kv_bytes(c, computed))
+        kv != kv_bytes(&src, computed))
         return pkv__engine_fail(
             e, PKV_ERR_INVALID_ARGUMENT,
             "import: %u tokens (prompt %u, %u sampled, %u with KV, %llu "
@@ -270,7 +290,8 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size)
     }
     /* Blocks to hold the KV and the next row: a sequence that can never
      * fit is refused now, not failed at its first step. */
-    uint32_t need = blocks_for((uint64_t)computed + 1, c->block_size);
+    uint32_t need = blocks_for((uint64_t)(*keep_kv ? computed : 0) + 1,
+                               c->block_size);
     if (need > c->num_blocks - 1)
         return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
                                 "import: %u blocks needed; the pool has %u",
@@ -310,14 +331,15 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
                                 "import during a step: call it after "
                                 "step_end");
     const uint8_t *d = data;
-    pkv_status st = check_header(e, d, size);
+    int keep_kv = 0;
+    pkv_status st = check_header(e, d, size, &keep_kv);
     if (st != PKV_OK)
         return st;
 
     /* Everything that can fail comes first. */
     const pkv__backend_config *c = &e->backend_config;
     uint32_t tokens = pkv__get_u32(d + AT_NUM_TOKENS);
-    uint32_t computed = pkv__get_u32(d + AT_NUM_COMPUTED);
+    uint32_t computed = keep_kv ? pkv__get_u32(d + AT_NUM_COMPUTED) : 0;
     uint32_t prompt_len = pkv__get_u32(d + AT_PROMPT_LEN);
     uint32_t bs = c->block_size;
     uint32_t n_hashes = computed == 0 ? (prompt_len - 1) / bs : 0;
@@ -392,6 +414,18 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
         seq->state = PKV__SEQ_WAITING;
         pkv__engine_enqueue(e, &e->waiting, seq);
     }
+    if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0)
+        pkv__engine_log(e, PKV_LOG_INFO,
+                        "import: U8 blocks of %u tokens (groups %u/%u) "
+                        "cannot move into blocks of %u (groups %d/%d) "
+                        "without re-quantising; sequence %llu computes its "
+                        "%u tokens of KV again",
+                        (unsigned)pkv__get_u32(d + PKV__AT_BLOCK_SIZE),
+                        (unsigned)pkv__get_u32(d + PKV__AT_KEY_QUANT),
+                        (unsigned)pkv__get_u32(d + PKV__AT_VALUE_QUANT),
+                        (unsigned)bs, (int)c->key_quant, (int)c->value_quant,
+                        (unsigned long long)seq->id,
+                        (unsigned)pkv__get_u32(d + AT_NUM_COMPUTED));
     *out_id = seq->id;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;

@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "lifecycle.h"
 #include "test_model.h"
+#include "wire.h"
 #ifdef PKV_HAVE_OPENCL
 #include "backend_opencl.h"
 #endif
@@ -82,6 +83,21 @@ static void assert_same_run(tm_host *a, pkv_seq_id ia, tm_host *b,
                         x->num_tokens * sizeof *x->tokens);
 }
 
+/* Run both engines to the end, check that the original and the moved
+ * sequence sampled the same tokens and that both engines are idle, and
+ * free both hosts. */
+static void finish_both(tm_host *a, pkv_seq_id ia, tm_host *b,
+                        pkv_seq_id ib)
+{
+    tm_run(a, 200);
+    tm_run(b, 200);
+    assert_same_run(a, ia, b, ib);
+    tm_check_idle(a);
+    tm_check_idle(b);
+    tm_host_free(a);
+    tm_host_free(b);
+}
+
 /* The block bytes of a U8 export: its first `blocks` blocks. */
 static const uint8_t *u8_blocks(const uint8_t *data)
 {
@@ -134,16 +150,10 @@ static void move_once(const pkv_engine_params *pa,
         assert_memory_equal(u8_blocks(data), u8_blocks(again), sealed);
         free(again);
     }
-    tm_run(&a, 200);
-    tm_run(&b, 200);
-    assert_same_run(&a, id, &b, moved);
-    tm_check_idle(&a);
-    tm_check_idle(&b);
+    finish_both(&a, id, &b, moved);
     free(data);
     free(prompt);
     free(other);
-    tm_host_free(&a);
-    tm_host_free(&b);
 }
 
 static pkv_engine_params params_of(int32_t backend, int32_t dtype,
@@ -326,6 +336,20 @@ static void test_bad_input(void **state)
             fail_msg("byte %zu flipped: status %d", i, (int)st);
         copy[i] ^= 0x10;
     }
+    /* A block size or groups that no pkv layout has, checksummed: the
+     * header's own checks refuse them. */
+    const uint32_t bad[][2] = {{PKV__AT_BLOCK_SIZE, 0},
+                               {PKV__AT_BLOCK_SIZE, 3},
+                               {PKV__AT_BLOCK_SIZE, 512},
+                               {PKV__AT_KEY_QUANT, 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        memcpy(copy, data, size);
+        pkv__put_u32(copy + bad[i][0], bad[i][1]);
+        pkv__put_u64(copy + 72, pkv__checksum(copy, size, 72));
+        assert_int_equal(try_import(b.engine, copy, size),
+                         PKV_ERR_INVALID_ARGUMENT);
+    }
+    memcpy(copy, data, size);
     /* A version from the future. */
     copy[8] = 2;
     assert_int_equal(try_import(b.engine, copy, size), PKV_ERR_UNSUPPORTED);
@@ -354,38 +378,40 @@ static void test_bad_input(void **state)
 
     /* The same bytes, untouched, still import. */
     pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
-    tm_run(&a, 100);
-    tm_run(&b, 100);
-    assert_same_run(&a, id, &b, moved);
-    tm_check_idle(&a);
-    tm_check_idle(&b);
+    finish_both(&a, id, &b, moved);
     free(data);
     free(prompt);
-    tm_host_free(&a);
-    tm_host_free(&b);
 }
 
-/* U8 blocks are never re-quantised: another block size is refused. */
+/* U8 blocks are never re-quantised: into another block size or other
+ * groups a sequence moves without its KV, and computes it again (every
+ * token in its first step), to the same tokens. */
 static void test_u8_block_size(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_U8, 4);
-    tm_host a, b;
-    tm_host_init(&a, &p, tolerance(PKV_KV_U8));
-    p.block_size = 8;
-    tm_host_init(&b, &p, tolerance(PKV_KV_U8));
-    int32_t *prompt = tm_prompt(PROMPT, 9);
-    pkv_seq_id id = tm_add(&a, prompt, PROMPT, 4, 0, 0);
-    tm_step(&a, NULL);
-    size_t size;
-    uint8_t *data = export_seq(&a, id, &size);
-    assert_int_equal(try_import(b.engine, data, size), PKV_ERR_UNSUPPORTED);
-    tm_run(&a, 100);
-    tm_check_idle(&a);
-    free(data);
-    free(prompt);
-    tm_host_free(&a);
-    tm_host_free(&b);
+    pkv_engine_params pa = params_of(PKV_BACKEND_CPU, PKV_KV_U8, 4);
+    pkv_engine_params pb[2] = {pa, pa};
+    pb[0].block_size = 8;
+    pb[1].key_quant = PKV_QUANT_PER_TOKEN;
+    for (int i = 0; i < 2; i++) {
+        tm_host a, b;
+        tm_host_init(&a, &pa, tolerance(PKV_KV_U8));
+        tm_host_init(&b, &pb[i], tolerance(PKV_KV_U8));
+        int32_t *prompt = tm_prompt(PROMPT, 9);
+        pkv_seq_id id = tm_add(&a, prompt, PROMPT, 8, 0, 0);
+        for (int step = 0; step < 3; step++)
+            tm_step(&a, NULL);
+        uint32_t tokens = tm_find(&a, id)->num_tokens;
+        size_t size;
+        uint8_t *data = export_seq(&a, id, &size);
+        pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
+        const pkv_batch *batch;
+        tm_step(&b, &batch);
+        assert_int_equal(rows_of(batch, moved), tokens);
+        finish_both(&a, id, &b, moved);
+        free(data);
+        free(prompt);
+    }
 }
 
 #endif

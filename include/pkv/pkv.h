@@ -607,16 +607,20 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * not counted in swap_bytes. An export without KV (a sequence no step had
  * computed) joins the waiting sequences.
  * The engine must have the exporter's num_layers, num_kv_heads, head_dim
- * and kv_dtype; with U8 also its block_size and quantization groups (a
- * U8 block's groups depend on its size and are never re-quantised); f32
- * and f16 take any block_size. params (NULL: defaults) gives tenant,
+ * and kv_dtype; f32 and f16 take any block_size. A U8 block's groups
+ * depend on its size and pkv never re-quantises, so a U8 export whose
+ * block_size or quantization groups differ from this engine's is imported
+ * without its KV: the sequence joins the waiting sequences and computes
+ * the KV of all its tokens again (logged at PKV_LOG_INFO), to the same
+ * bound as any U8 block. params (NULL: defaults) gives tenant,
  * priority, cache_salt and user_data as for pkv_seq_add, and
  * max_new_tokens when non-zero (0 keeps the exported one); its prompt
  * must be NULL and prompt_len and flags 0.
  * Errors (nothing changes): PKV_ERR_INVALID_ARGUMENT for NULL data or
  * out_id, bytes that are not an export, truncated or extended, a checksum
- * that does not match (a changed byte), inconsistent counts or a token out
- * of range; PKV_ERR_UNSUPPORTED for another format version or geometry;
+ * that does not match (a changed byte), inconsistent counts, a block size
+ * or groups that no pkv layout has, or a token out of range;
+ * PKV_ERR_UNSUPPORTED for another format version or geometry;
  * PKV_ERR_NO_BLOCKS when its KV needs more blocks than the pool has;
  * PKV_ERR_BAD_STATE between step_begin and step_end; PKV_ERR_STRUCT_SIZE;
  * PKV_ERR_OUT_OF_MEMORY.
