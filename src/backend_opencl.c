@@ -92,7 +92,14 @@ struct pkv__backend {
     char decode_variant[PKV__ERROR_MAX]; /* what was chosen, and why */
     cl_kernel k_partial, k_reduce;
     cl_mem dec_lens, dec_tables, dec_stages; /* this step's arrays */
-    size_t dec_cap[3];                       /* uints */
+    size_t dec_cap[3];                       /* bytes */
+    /* What dec_tables holds: its first dec_rows rows of dec_stride
+     * entries (a stride that only grows), so that a decode step uploads
+     * only the rows that changed. */
+    uint32_t *dec_mirror;
+    size_t dec_mirror_cap; /* uints */
+    uint32_t dec_stride, dec_rows;
+    uint64_t table_words; /* uploaded to dec_tables (tests) */
     cl_mem part_acc, part_ml;
     size_t part_cap[2]; /* bytes */
     uint32_t max_context;
@@ -221,6 +228,7 @@ static void ocl_destroy(pkv__backend *b)
     if (b->cl.context != NULL)
         clReleaseContext(b->cl.context);
     pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof(uint32_t));
+    pkv__free(&b->alloc, b->dec_mirror, b->dec_mirror_cap, sizeof(uint32_t));
     pkv__allocator a = b->alloc;
     pkv__free(&a, b, 1, sizeof *b);
 }
@@ -563,6 +571,11 @@ const char *pkv__opencl_decode_variant(const pkv__backend *b)
     return b->decode_variant[0] != '\0' ? b->decode_variant : NULL;
 }
 
+uint64_t pkv__opencl_table_words(const pkv__backend *b)
+{
+    return b->table_words;
+}
+
 void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
                          cl_command_queue *queue)
 {
@@ -635,15 +648,83 @@ static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
     size_t len[PKV_STEP_HEADER] = {
         n + 1, n, n * s->max_blocks_per_seq, n, t, t,
         2 * t, (size_t)seals * PKV_SEAL_WORDS, tiles};
+    /* The block tables last: a decode step's kernels read them from
+     * dec_tables, so its upload stops before them. */
+    static const int order[PKV_STEP_HEADER] = {
+        PKV_STEP_QUERY_START, PKV_STEP_CONTEXT_LENS, PKV_STEP_STAGES,
+        PKV_STEP_ROW_SEQ,     PKV_STEP_ROW_TAIL,     PKV_STEP_SLOTS,
+        PKV_STEP_SEALS,       PKV_STEP_TILES,        PKV_STEP_BLOCK_TABLES};
     size_t at = PKV_STEP_HEADER;
     for (int i = 0; i < PKV_STEP_HEADER; i++) {
+        int a = order[i];
         if (off != NULL) {
-            off[i] = at;
-            lens[i] = len[i];
+            off[a] = at;
+            lens[a] = len[a];
         }
-        at += len[i];
+        at += len[a];
     }
     return at;
+}
+
+/* A decode step's block tables into dec_tables, as rows of dec_stride
+ * entries: only the runs of rows that differ from what it holds (a decode
+ * step usually changes the rows of the sequences that crossed into a new
+ * block). Called after the previous step's uploads finished (upload_step
+ * waits for them), so the mirror they read from may change. */
+static pkv_status upload_dec_tables(pkv__backend *b)
+{
+    const pkv__step *s = &b->step;
+    uint32_t n = s->num_seqs, maxb = s->max_blocks_per_seq;
+    uint32_t stride = b->dec_stride ? b->dec_stride : 16;
+    while (stride < maxb)
+        stride *= 2;
+    size_t words = (size_t)n * stride;
+    cl_mem before = b->dec_tables;
+    pkv_status st = grow_buffer(b, &b->dec_tables, &b->dec_cap[1], words * 4,
+                                CL_MEM_READ_ONLY, "decode step arrays");
+    if (st != PKV_OK)
+        return st;
+    if (b->dec_tables != before || stride != b->dec_stride)
+        b->dec_rows = 0; /* the device holds nothing we know of */
+    size_t cap = b->dec_cap[1] / 4;
+    if (b->dec_mirror_cap < cap) {
+        uint32_t *m = pkv__calloc(&b->alloc, cap, sizeof *m);
+        if (m == NULL)
+            return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "decode block tables");
+        pkv__free(&b->alloc, b->dec_mirror, b->dec_mirror_cap, sizeof *m);
+        b->dec_mirror = m;
+        b->dec_mirror_cap = cap;
+        b->dec_rows = 0;
+    }
+    b->dec_stride = stride;
+    for (uint32_t i = 0; i < n;) {
+        /* The next run of rows [i, j) that must be written. A kernel reads
+         * a row's entries below its sequence's block count only, so the
+         * first maxb decide, and what follows them may be stale. */
+        uint32_t j = i;
+        for (; j < n; j++) {
+            const uint32_t *want = s->block_tables + (size_t)j * maxb;
+            uint32_t *have = b->dec_mirror + (size_t)j * stride;
+            if (j < b->dec_rows && memcmp(have, want, maxb * 4) == 0)
+                break;
+            memcpy(have, want, maxb * 4);
+        }
+        if (j > i) {
+            size_t at = (size_t)i * stride, count = (size_t)(j - i) * stride;
+            cl_int err = clEnqueueWriteBuffer(
+                b->queue, b->dec_tables, CL_FALSE, at * 4, count * 4,
+                b->dec_mirror + at, 0, NULL, NULL);
+            if (err != CL_SUCCESS) {
+                b->dec_rows = 0;
+                return pkv__cl_fail(err, "clEnqueueWriteBuffer(tables)");
+            }
+            b->table_words += count;
+        }
+        i = j + (j < n);
+    }
+    if (n > b->dec_rows)
+        b->dec_rows = n;
+    return PKV_OK;
 }
 
 /* begin_step only takes the step: everything that can fail on the device
@@ -681,6 +762,8 @@ static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
     b->uploaded = 0;
     return PKV_OK;
 }
+
+static void decode_prepare(pkv__backend *b);
 
 /* Pack the step's arrays (kv_step.h) and upload them, once per step, from
  * its first layer call. On failure nothing is marked done: the next layer
@@ -755,32 +838,46 @@ static pkv_status upload_step(pkv__backend *b)
         decode &= s->query_start[i + 1] - s->query_start[i] == 1;
         longest = s->context_lens[i] > longest ? s->context_lens[i] : longest;
     }
-    if (decode) {
-        /* The decode kernels take these arrays as separate buffers. The
-         * main upload below comes last on the in-order queue: its event
-         * covers these writes too. */
-        const int which[3] = {PKV_STEP_CONTEXT_LENS, PKV_STEP_BLOCK_TABLES,
-                              PKV_STEP_STAGES};
-        cl_mem *mems[3] = {&b->dec_lens, &b->dec_tables, &b->dec_stages};
-        for (int i = 0; i < 3; i++) {
-            st = grow_buffer(b, mems[i], &b->dec_cap[i], lens[which[i]] * 4,
-                             CL_MEM_READ_ONLY, "decode step arrays");
-            if (st != PKV_OK)
-                return st;
-            cl_int err = clEnqueueWriteBuffer(b->queue, *mems[i], CL_FALSE, 0,
-                                              lens[which[i]] * 4,
-                                              w + off[which[i]], 0, NULL,
-                                              NULL);
-            if (err != CL_SUCCESS)
-                return pkv__cl_fail(err,
-                                    "clEnqueueWriteBuffer(decode arrays)");
-        }
+    /* The decode kernels, built on the first decode step; where they do
+     * not build, the generic kernel takes the step, tables and all. */
+    if (decode)
+        decode_prepare(b);
+    decode &= b->decode_state == 1;
+    /* The decode kernels take these arrays as separate buffers. The main
+     * upload below comes last on the in-order queue: its event covers
+     * these writes too. */
+    const int which[2] = {PKV_STEP_CONTEXT_LENS, PKV_STEP_STAGES};
+    cl_mem *mems[2] = {&b->dec_lens, &b->dec_stages};
+    size_t *caps[2] = {&b->dec_cap[0], &b->dec_cap[2]};
+    for (int i = 0; decode && st == PKV_OK && i < 2; i++) {
+        st = grow_buffer(b, mems[i], caps[i], lens[which[i]] * 4,
+                         CL_MEM_READ_ONLY, "decode step arrays");
+        cl_int err = st != PKV_OK ? CL_SUCCESS
+                                  : clEnqueueWriteBuffer(
+                                        b->queue, *mems[i], CL_FALSE, 0,
+                                        lens[which[i]] * 4, w + off[which[i]],
+                                        0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = pkv__cl_fail(err, "clEnqueueWriteBuffer(decode arrays)");
     }
-    cl_int err = clEnqueueWriteBuffer(b->queue, b->step_mem, CL_FALSE, 0,
-                                      at * 4, w, 0, NULL, &b->upload);
+    if (decode && st == PKV_OK)
+        st = upload_dec_tables(b);
+    /* A decode step's kernels take their tables from dec_tables. */
+    size_t words = decode ? off[PKV_STEP_BLOCK_TABLES] : at;
+    cl_int err = st != PKV_OK ? CL_SUCCESS
+                              : clEnqueueWriteBuffer(b->queue, b->step_mem,
+                                                     CL_FALSE, 0, words * 4, w,
+                                                     0, NULL, &b->upload);
     if (err != CL_SUCCESS) {
         b->upload = NULL;
-        return pkv__cl_fail(err, "clEnqueueWriteBuffer(step arrays)");
+        st = pkv__cl_fail(err, "clEnqueueWriteBuffer(step arrays)");
+    }
+    if (st != PKV_OK) {
+        /* No event covers the writes enqueued above, which read step_host
+         * and the table mirror: let them finish before a repeat changes
+         * those. */
+        clFinish(b->queue);
+        return st;
     }
     b->step_is_decode = decode;
     b->max_context = longest;
@@ -1032,7 +1129,7 @@ static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
             return st;
     }
     cl_uint layer_off = layer * hkv * 2u * c->block_size * c->head_dim;
-    cl_uint maxb = b->step.max_blocks_per_seq, win = window;
+    cl_uint maxb = b->dec_stride, win = window;
     cl_uint flags = q.f16 | out.f16 << 1;
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)c->head_dim) : scale;
     cl_mem acc = parts > 1 ? b->part_acc : NULL;
@@ -1066,11 +1163,8 @@ static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
 static pkv_status enqueue_attention(pkv__backend *b, uint32_t layer, kt q,
                                     kt out, float scale, uint32_t window)
 {
-    if (b->step_is_decode) {
-        decode_prepare(b);
-        if (b->decode_state == 1)
-            return enqueue_decode(b, layer, q, out, scale, window);
-    }
+    if (b->step_is_decode) /* upload_step built the decode kernels */
+        return enqueue_decode(b, layer, q, out, scale, window);
     return enqueue_attend(b, layer, q, out, scale, window);
 }
 

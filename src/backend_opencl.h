@@ -64,6 +64,10 @@ int pkv__opencl_is(const pkv__backend_ops *ops);
  * lives. */
 const char *pkv__opencl_decode_variant(const pkv__backend *backend);
 
+/* Block-table words the decode steps uploaded so far (they upload only
+ * the rows that changed since the previous decode step): for tests. */
+uint64_t pkv__opencl_table_words(const pkv__backend *backend);
+
 /* The backend's context and queue (borrowed). */
 void pkv__opencl_handles(const pkv__backend *backend, cl_context *context,
                          cl_command_queue *queue);

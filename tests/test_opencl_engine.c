@@ -28,6 +28,8 @@
 #include "test_model.h"
 
 #include "backend_opencl.h"
+#include "engine.h"
+#include "lifecycle.h"
 #include "half.h"
 
 #include <dirent.h>
@@ -376,6 +378,55 @@ static void host_queue(cl_context *ctx, cl_command_queue *queue)
     assert_int_equal(err, CL_SUCCESS);
     *queue = clCreateCommandQueue(*ctx, dev, 0, &err);
     assert_int_equal(err, CL_SUCCESS);
+}
+
+/* A decode step uploads the block-table rows that changed since the
+ * previous decode step and no others: all rows at the first one, then the
+ * row of each sequence that took a new block. The outputs (tm_step checks
+ * every row against dense attention) show that the rows it kept are the
+ * right ones. */
+static void test_table_rows_uploaded(void **state)
+{
+    (void)state;
+    setenv("PKV_OPENCL_DECODE", "gpu", 1);
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    tm_host h;
+    tm_host_init(&h, &p, 1e-4f);
+    unsetenv("PKV_OPENCL_DECODE");
+    enum { SEQS = 3 };
+    pkv_seq_id ids[SEQS];
+    int32_t *prompts[SEQS];
+    for (uint32_t i = 0; i < SEQS; i++) {
+        prompts[i] = tm_prompt(5 + i, 20 + i); /* crossing at other steps */
+        ids[i] = tm_add(&h, prompts[i], 5 + i, 12, 0, 0);
+    }
+    tm_step(&h, NULL); /* the prompts: not a decode step */
+    const pkv__backend *be = h.engine->backend;
+    uint64_t words = pkv__opencl_table_words(be);
+    assert_int_equal(words, 0);
+    uint32_t stride = 16; /* dec_stride: tables of at most 16 blocks */
+    for (int step = 0; step < 10; step++) {
+        uint32_t before[SEQS], changed = 0;
+        for (uint32_t i = 0; i < SEQS; i++)
+            before[i] = pkv__engine_find(h.engine, ids[i])->table.num_blocks;
+        const pkv_batch *b;
+        tm_step(&h, &b);
+        assert_int_equal(b->num_tokens, SEQS);
+        for (uint32_t i = 0; i < SEQS; i++)
+            changed += pkv__engine_find(h.engine, ids[i])->table.num_blocks !=
+                       before[i];
+        uint64_t now = pkv__opencl_table_words(be);
+        uint64_t want = (step == 0 ? SEQS : changed) * (uint64_t)stride;
+        if (now - words != want)
+            fail_msg("decode step %d: %llu table words uploaded, expected "
+                     "%llu (%u rows changed)",
+                     step, (unsigned long long)(now - words),
+                     (unsigned long long)want, (unsigned)changed);
+        words = now;
+    }
+    for (uint32_t i = 0; i < SEQS; i++)
+        free(prompts[i]);
+    tm_host_free(&h);
 }
 
 static void test_interop(void **state)
@@ -781,6 +832,7 @@ int main(void)
         cmocka_unit_test(test_fork_then_diverge),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_mixed_load),
+        cmocka_unit_test(test_table_rows_uploaded),
         cmocka_unit_test(test_interop),
         cmocka_unit_test(test_invalid_cl_mem),
         cmocka_unit_test(test_program_fails_to_build),
