@@ -179,6 +179,15 @@ typedef struct pkv__backend_ops {
                             void *host);
     pkv_status (*stage_in)(pkv__backend *backend, const void *host,
                            uint32_t stage);
+
+    /* append, then attend, of one layer in one call: the effects and
+     * errors of the two calls in a row (attend is not run when append
+     * fails), for a backend that then waits for its device once rather
+     * than twice. NULL: the engine calls append and attend. */
+    pkv_status (*append_attend)(pkv__backend *backend, uint32_t layer,
+                                const float *k, const float *v,
+                                const float *q, float *out, float scale,
+                                uint32_t sliding_window);
 } pkv__backend_ops;
 
 extern const pkv__backend_ops pkv__backend_cpu;

@@ -456,4 +456,5 @@ const pkv__backend_ops pkv__backend_cpu = {
     "cpu",          cpu_create,   cpu_destroy,     cpu_begin_step,
     cpu_append,     cpu_attend,   cpu_copy_blocks, cpu_copy_stages,
     cpu_swap_out,   cpu_swap_in,  cpu_stage_out,   cpu_stage_in,
+    NULL, /* append_attend: append and attend do not wait for anything */
 };

@@ -100,6 +100,7 @@ struct pkv__backend {
     size_t dec_mirror_cap; /* uints */
     uint32_t dec_stride, dec_rows;
     uint64_t table_words; /* uploaded to dec_tables (tests) */
+    uint64_t finishes;    /* clFinish calls of host-tensor layers (tests) */
     cl_mem part_acc, part_ml;
     size_t part_cap[2]; /* bytes */
     uint32_t max_context;
@@ -574,6 +575,11 @@ const char *pkv__opencl_decode_variant(const pkv__backend *b)
 uint64_t pkv__opencl_table_words(const pkv__backend *b)
 {
     return b->table_words;
+}
+
+uint64_t pkv__opencl_finishes(const pkv__backend *b)
+{
+    return b->finishes;
 }
 
 void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
@@ -1231,6 +1237,7 @@ static void host_release(host_mem *m)
 
 static pkv_status finish(pkv__backend *b, const char *what)
 {
+    b->finishes++;
     cl_int err = clFinish(b->queue);
     if (err != CL_SUCCESS) {
         char call[96];
@@ -1240,78 +1247,97 @@ static pkv_status finish(pkv__backend *b, const char *what)
     return PKV_OK;
 }
 
-static pkv_status ocl_append(pkv__backend *b, uint32_t layer, const float *k,
-                             const float *v)
+/* One layer's host-tensor calls: append (k and v), attention (q and
+ * out), or both, in that order, with one wait for the device at the end:
+ * the tensors are borrowed for the call only. */
+enum { DO_APPEND = 1, DO_ATTEND = 2 };
+static pkv_status host_layer(pkv__backend *b, int what, uint32_t layer,
+                             const float *k, const float *v, const float *q,
+                             float *out, float scale, uint32_t window)
 {
-    pkv_status st = layer_check(b, layer, k, v);
+    pkv_status st = PKV_OK;
+    if (what & DO_APPEND)
+        st = layer_check(b, layer, k, v);
+    if (st == PKV_OK && (what & DO_ATTEND)) {
+        st = layer_check(b, layer, q, out);
+        if (st == PKV_OK && (!(scale >= 0.0f) || isinf(scale)))
+            st = pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                           "attend: scale must be finite and >= 0");
+    }
     if (st != PKV_OK || b->step.num_tokens == 0)
         return st;
     st = need_upload(b);
     if (st != PKV_OK)
         return st;
-    size_t bytes = (size_t)b->step.num_tokens * b->cfg.num_kv_heads *
-                   b->cfg.head_dim * sizeof(float);
-    host_mem km, vm;
-    memset(&vm, 0, sizeof vm);
-    st = host_in(b, 0, k, bytes, 0, &km);
-    if (st == PKV_OK)
-        st = host_in(b, 1, v, bytes, 0, &vm);
-    if (st == PKV_OK) {
-        kt kk = {km.mem, 0, 0}, vv = {vm.mem, 0, 0};
-        st = enqueue_append(b, layer, kk, vv);
+    const pkv__backend_config *c = &b->cfg;
+    size_t kv_bytes = (size_t)b->step.num_tokens * c->num_kv_heads *
+                      c->head_dim * sizeof(float);
+    size_t q_bytes = (size_t)b->step.num_tokens * c->num_q_heads *
+                     c->head_dim * sizeof(float);
+    host_mem m[4]; /* k, v, q, out */
+    memset(m, 0, sizeof m);
+    if (what & DO_APPEND) {
+        st = host_in(b, 0, k, kv_bytes, 0, &m[0]);
+        if (st == PKV_OK)
+            st = host_in(b, 1, v, kv_bytes, 0, &m[1]);
+        if (st == PKV_OK) {
+            kt kk = {m[0].mem, 0, 0}, vv = {m[1].mem, 0, 0};
+            st = enqueue_append(b, layer, kk, vv);
+        }
     }
-    /* k and v are borrowed for this call only. */
-    pkv_status fin = finish(b, "append");
-    host_release(&km);
-    host_release(&vm);
+    int attend = what & DO_ATTEND;
+    if (st == PKV_OK && attend) {
+        st = host_in(b, 2, q, q_bytes, 0, &m[2]);
+        if (st == PKV_OK)
+            st = host_in(b, 3, out, q_bytes, 1, &m[3]);
+        if (st == PKV_OK) {
+            kt qq = {m[2].mem, 0, 0}, oo = {m[3].mem, 0, 0};
+            st = enqueue_attention(b, layer, qq, oo, scale, window);
+        }
+    }
+    if (st == PKV_OK && attend && m[3].wrapped) {
+        /* Mapping makes the device's writes visible in the host memory. */
+        cl_int err;
+        void *p = clEnqueueMapBuffer(b->queue, m[3].mem, CL_TRUE,
+                                     CL_MAP_READ, 0, q_bytes, 0, NULL, NULL,
+                                     &err);
+        if (err != CL_SUCCESS)
+            st = pkv__cl_fail(err, "clEnqueueMapBuffer(out)");
+        else if ((err = clEnqueueUnmapMemObject(b->queue, m[3].mem, p, 0,
+                                                NULL, NULL)) != CL_SUCCESS)
+            st = pkv__cl_fail(err, "clEnqueueUnmapMemObject(out)");
+    } else if (st == PKV_OK && attend) {
+        cl_int err = clEnqueueReadBuffer(b->queue, m[3].mem, CL_TRUE, 0,
+                                         q_bytes, out, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = pkv__cl_fail(err, "clEnqueueReadBuffer(out)");
+    }
+    pkv_status fin = finish(b, attend ? "attend" : "append");
+    for (int i = 0; i < 4; i++)
+        host_release(&m[i]);
     return st != PKV_OK ? st : fin;
+}
+
+static pkv_status ocl_append(pkv__backend *b, uint32_t layer, const float *k,
+                             const float *v)
+{
+    return host_layer(b, DO_APPEND, layer, k, v, NULL, NULL, 0.0f, 0);
 }
 
 static pkv_status ocl_attend(pkv__backend *b, uint32_t layer, const float *q,
                              float *out, float scale, uint32_t window)
 {
-    pkv_status st = layer_check(b, layer, q, out);
-    if (st != PKV_OK)
-        return st;
-    if (!(scale >= 0.0f) || isinf(scale))
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "attend: scale must be finite and >= 0");
-    if (b->step.num_tokens == 0)
-        return PKV_OK;
-    st = need_upload(b);
-    if (st != PKV_OK)
-        return st;
-    size_t bytes = (size_t)b->step.num_tokens * b->cfg.num_q_heads *
-                   b->cfg.head_dim * sizeof(float);
-    host_mem qm, om;
-    memset(&om, 0, sizeof om);
-    st = host_in(b, 2, q, bytes, 0, &qm);
-    if (st == PKV_OK)
-        st = host_in(b, 3, out, bytes, 1, &om);
-    if (st == PKV_OK) {
-        kt qq = {qm.mem, 0, 0}, oo = {om.mem, 0, 0};
-        st = enqueue_attention(b, layer, qq, oo, scale, window);
-    }
-    if (st == PKV_OK && om.wrapped) {
-        /* Mapping makes the device's writes visible in the host memory. */
-        cl_int err;
-        void *p = clEnqueueMapBuffer(b->queue, om.mem, CL_TRUE, CL_MAP_READ,
-                                     0, bytes, 0, NULL, NULL, &err);
-        if (err != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clEnqueueMapBuffer(out)");
-        else if ((err = clEnqueueUnmapMemObject(b->queue, om.mem, p, 0, NULL,
-                                                NULL)) != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clEnqueueUnmapMemObject(out)");
-    } else if (st == PKV_OK) {
-        cl_int err = clEnqueueReadBuffer(b->queue, om.mem, CL_TRUE, 0, bytes,
-                                         out, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clEnqueueReadBuffer(out)");
-    }
-    pkv_status fin = finish(b, "attend");
-    host_release(&qm);
-    host_release(&om);
-    return st != PKV_OK ? st : fin;
+    return host_layer(b, DO_ATTEND, layer, NULL, NULL, q, out, scale,
+                      window);
+}
+
+static pkv_status ocl_append_attend(pkv__backend *b, uint32_t layer,
+                                    const float *k, const float *v,
+                                    const float *q, float *out, float scale,
+                                    uint32_t window)
+{
+    return host_layer(b, DO_APPEND | DO_ATTEND, layer, k, v, q, out, scale,
+                      window);
 }
 
 /* ------------------------------------------------------ device tensors */
@@ -1652,4 +1678,5 @@ const pkv__backend_ops pkv__backend_opencl = {
     "opencl",        ocl_create,      ocl_destroy,     ocl_begin_step,
     ocl_append,      ocl_attend,      ocl_copy_blocks, ocl_copy_stages,
     ocl_swap_out,    ocl_swap_in,     ocl_stage_out,   ocl_stage_in,
+    ocl_append_attend,
 };

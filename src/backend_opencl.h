@@ -68,6 +68,10 @@ const char *pkv__opencl_decode_variant(const pkv__backend *backend);
  * the rows that changed since the previous decode step): for tests. */
 uint64_t pkv__opencl_table_words(const pkv__backend *backend);
 
+/* clFinish calls the host-tensor layer calls made so far (append,
+ * attend, append_attend: one each): for tests. */
+uint64_t pkv__opencl_finishes(const pkv__backend *backend);
+
 /* The backend's context and queue (borrowed). */
 void pkv__opencl_handles(const pkv__backend *backend, cl_context *context,
                          cl_command_queue *queue);

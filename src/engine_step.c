@@ -567,10 +567,15 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     int alias = out->dtype == PKV_TENSOR_F32 && o0 < q0 + span &&
                 q0 < o0 + span;
     float *of = out->dtype == PKV_TENSOR_F32 && !alias ? out_f32 : out_buf;
-    st = e->ops->append(e->backend, layer, kf, vf);
-    if (st == PKV_OK)
-        st = e->ops->attend(e->backend, layer, qf, of, e->params.scale,
-                            e->params.sliding_window);
+    if (e->ops->append_attend != NULL) {
+        st = e->ops->append_attend(e->backend, layer, kf, vf, qf, of,
+                                   e->params.scale, e->params.sliding_window);
+    } else {
+        st = e->ops->append(e->backend, layer, kf, vf);
+        if (st == PKV_OK)
+            st = e->ops->attend(e->backend, layer, qf, of, e->params.scale,
+                                e->params.sliding_window);
+    }
     if (st != PKV_OK)
         return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
                                 pkv_last_error());

@@ -65,6 +65,17 @@ static pkv_status f_attend(pkv__backend *b, uint32_t layer, const float *q,
     return st != PKV_OK ? st : real->attend(b, layer, q, out, scale, window);
 }
 
+static pkv_status f_append_attend(pkv__backend *b, uint32_t layer,
+                                  const float *k, const float *v,
+                                  const float *q, float *out, float scale,
+                                  uint32_t window)
+{
+    pkv_status st = fault();
+    return st != PKV_OK
+               ? st
+               : real->append_attend(b, layer, k, v, q, out, scale, window);
+}
+
 static pkv_status f_copy_blocks(pkv__backend *b, const pkv__block_copy *p,
                                 uint32_t n)
 {
@@ -113,6 +124,8 @@ static void make_faulty(pkv_engine *e)
     faulty.begin_step = f_begin_step;
     faulty.append = f_append;
     faulty.attend = f_attend;
+    if (real->append_attend != NULL)
+        faulty.append_attend = f_append_attend;
     faulty.copy_blocks = f_copy_blocks;
     faulty.copy_stages = f_copy_stages;
     faulty.swap_out = f_swap_out;

@@ -429,6 +429,26 @@ static void test_table_rows_uploaded(void **state)
     tm_host_free(&h);
 }
 
+/* A layer's host-tensor attend (append and attention) waits for the
+ * device once. */
+static void test_one_wait_per_layer(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    tm_host h;
+    tm_host_init(&h, &p, 1e-4f);
+    int32_t *prompt = tm_prompt(9, 3);
+    tm_add(&h, prompt, 9, 4, 0, 0);
+    for (int step = 0; step < 3; step++) { /* a prefill, then decodes */
+        uint64_t before = pkv__opencl_finishes(h.engine->backend);
+        tm_step(&h, NULL);
+        assert_int_equal(pkv__opencl_finishes(h.engine->backend) - before,
+                         p.num_layers);
+    }
+    free(prompt);
+    tm_host_free(&h);
+}
+
 static void test_interop(void **state)
 {
     (void)state;
@@ -833,6 +853,7 @@ int main(void)
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_mixed_load),
         cmocka_unit_test(test_table_rows_uploaded),
+        cmocka_unit_test(test_one_wait_per_layer),
         cmocka_unit_test(test_interop),
         cmocka_unit_test(test_invalid_cl_mem),
         cmocka_unit_test(test_program_fails_to_build),
