@@ -125,11 +125,11 @@ static inline void pkv_rescale(float mb, float *m, float *l, float4 *acc,
 __kernel void pkv_paged_attention(
     __global const uchar *arena, __global const float *stages,
     __global const float *q, ulong q_off, __global float *out, ulong out_off,
-    uint flags, __global const uint *step, uint num_tokens,
-    uint max_blocks, uint hq, uint hkv, uint d, uint bs, uint dtype,
-    uint key_quant, uint value_quant, uint head_bytes, uint k_part_bytes,
-    uint layer_block_bytes, uint stage_floats, uint layer, float scale,
-    uint window)
+    uint flags, __global const uint *step, __global const uint *tables,
+    uint num_tokens, uint max_blocks, uint hq, uint hkv, uint d, uint bs,
+    uint dtype, uint key_quant, uint value_quant, uint head_bytes,
+    uint k_part_bytes, uint layer_block_bytes, uint stage_floats, uint layer,
+    float scale, uint window)
 {
     uint r = (uint)get_global_id(0), qh = (uint)get_global_id(1);
     if (r >= num_tokens || qh >= hq)
@@ -139,8 +139,7 @@ __kernel void pkv_paged_attention(
     __global const uint *qs = step + step[PKV_STEP_QUERY_START];
     uint q0 = qs[seq], nq = qs[seq + 1u] - q0;
     uint ctx = step[step[PKV_STEP_CONTEXT_LENS] + seq];
-    __global const uint *table =
-        step + step[PKV_STEP_BLOCK_TABLES] + (ulong)seq * max_blocks;
+    __global const uint *table = tables + (ulong)seq * max_blocks;
     uint tok = ctx - nq + (r - q0);
     uint lo = window > 0u && tok + 1u > window ? tok + 1u - window : 0u;
     uint kvh = qh / (hq / hkv);

@@ -28,11 +28,11 @@
 __kernel void pkv_paged_attention_tiled(
     __global const uchar *arena, __global const float *stages,
     __global const float *q, ulong q_off, __global float *out, ulong out_off,
-    uint flags, __global const uint *step, uint tile_rows, uint chunk,
-    uint max_blocks, uint hq, uint hkv, uint d, uint bs, uint dtype,
-    uint key_quant, uint value_quant, uint head_bytes, uint k_part_bytes,
-    uint layer_block_bytes, uint stage_floats, uint layer, float scale,
-    uint window, __local float4 *kv)
+    uint flags, __global const uint *step, __global const uint *tables,
+    uint tile_rows, uint chunk, uint max_blocks, uint hq, uint hkv, uint d,
+    uint bs, uint dtype, uint key_quant, uint value_quant, uint head_bytes,
+    uint k_part_bytes, uint layer_block_bytes, uint stage_floats, uint layer,
+    float scale, uint window, __local float4 *kv)
 {
     uint tile = (uint)get_group_id(0), kvh = (uint)get_global_id(1);
     uint lid = (uint)get_local_id(0), lanes = (uint)get_local_size(0);
@@ -44,8 +44,7 @@ __kernel void pkv_paged_attention_tiled(
     uint q0 = qs[seq], nq = qs[seq + 1u] - q0;
     uint rows = min(tile_rows, qs[seq + 1u] - first);
     uint ctx = step[step[PKV_STEP_CONTEXT_LENS] + seq];
-    __global const uint *table =
-        step + step[PKV_STEP_BLOCK_TABLES] + (ulong)seq * max_blocks;
+    __global const uint *table = tables + (ulong)seq * max_blocks;
     /* This work-item's row and token; the tile's first and last token. */
     uint r = first + min(lid / group, rows - 1u);
     int active = lid / group < rows;

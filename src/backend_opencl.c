@@ -91,15 +91,17 @@ struct pkv__backend {
     uint32_t decode_partition; /* the variant's longest partition; 0: any */
     char decode_variant[PKV__ERROR_MAX]; /* what was chosen, and why */
     cl_kernel k_partial, k_reduce;
-    cl_mem dec_lens, dec_tables, dec_stages; /* this step's arrays */
-    size_t dec_cap[3];                       /* bytes */
-    /* What dec_tables holds: its first dec_rows rows of dec_stride
-     * entries (a stride that only grows), so that a decode step uploads
-     * only the rows that changed. */
-    uint32_t *dec_mirror;
-    size_t dec_mirror_cap; /* uints */
-    uint32_t dec_stride, dec_rows;
-    uint64_t table_words; /* uploaded to dec_tables (tests) */
+    cl_mem dec_lens, dec_stages; /* this decode step's arrays */
+    size_t dec_cap[2];           /* bytes */
+    /* Every step's block tables: table_rows rows of table_stride entries
+     * (a stride that only grows), mirrored on the host, so that a step
+     * uploads only the rows that changed. */
+    cl_mem tables;
+    size_t tables_cap; /* bytes */
+    uint32_t *table_mirror;
+    size_t table_mirror_cap; /* uints */
+    uint32_t table_stride, table_rows;
+    uint64_t table_words; /* uploaded to tables (tests) */
     uint64_t finishes;    /* clFinish calls of host-tensor layers (tests) */
     cl_mem part_acc, part_ml;
     size_t part_cap[2]; /* bytes */
@@ -197,7 +199,7 @@ static void ocl_destroy(pkv__backend *b)
     if (b->units != NULL)
         clReleaseMemObject(b->units);
     pkv__free(&b->alloc, b->units_host, b->units_cap, 1);
-    cl_mem decode_mems[] = {b->dec_lens, b->dec_tables, b->dec_stages,
+    cl_mem decode_mems[] = {b->dec_lens, b->tables, b->dec_stages,
                             b->part_acc, b->part_ml};
     for (size_t i = 0; i < 5; i++)
         if (decode_mems[i] != NULL)
@@ -229,7 +231,8 @@ static void ocl_destroy(pkv__backend *b)
     if (b->cl.context != NULL)
         clReleaseContext(b->cl.context);
     pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof(uint32_t));
-    pkv__free(&b->alloc, b->dec_mirror, b->dec_mirror_cap, sizeof(uint32_t));
+    pkv__free(&b->alloc, b->table_mirror, b->table_mirror_cap,
+              sizeof(uint32_t));
     pkv__allocator a = b->alloc;
     pkv__free(&a, b, 1, sizeof *b);
 }
@@ -348,8 +351,18 @@ static pkv_status new_zeroed(pkv__backend *b, size_t bytes,
 static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
                           size_t *off, size_t *lens);
 
+/* Block-table rows hold a power of two entries, at least 16. */
+static uint32_t table_stride_for(uint32_t stride, uint32_t max_blocks)
+{
+    stride = stride ? stride : 16;
+    while (stride < max_blocks)
+        stride *= 2;
+    return stride;
+}
+
 /* PKV_OK if the largest step the config allows packs into the 2^32 words
- * the kernels index (kv_step.h). */
+ * the kernels index (kv_step.h), its block tables too (so that a step
+ * the engine planned is never refused for its size). */
 static pkv_status largest_step_fits(const pkv__backend_config *c)
 {
     if (c->max_step_seqs == 0)
@@ -365,10 +378,13 @@ static pkv_status largest_step_fits(const pkv__backend_config *c)
     uint32_t seals = c->max_step_rows / c->block_size + c->max_step_seqs;
     uint32_t tiles = c->max_step_rows + c->max_step_seqs;
     size_t words = step_layout(&worst, seals, tiles, NULL, NULL);
+    words += (size_t)worst.num_seqs *
+             table_stride_for(0, worst.max_blocks_per_seq);
     if (words > UINT32_MAX)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "opencl backend: a step of %u sequences of up to %u "
-                         "tokens needs %zu words of step arrays, beyond 2^32; "
+                         "tokens needs %zu words of step arrays and block "
+                         "tables, beyond 2^32; "
                          "lower max_num_seqs or max_model_len",
                          (unsigned)c->max_step_seqs,
                          (unsigned)c->max_seq_tokens, words);
@@ -652,57 +668,49 @@ static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
 {
     size_t n = s->num_seqs, t = s->num_tokens;
     size_t len[PKV_STEP_HEADER] = {
-        n + 1, n, n * s->max_blocks_per_seq, n, t, t,
-        2 * t, (size_t)seals * PKV_SEAL_WORDS, tiles};
-    /* The block tables last: a decode step's kernels read them from
-     * dec_tables, so its upload stops before them. */
-    static const int order[PKV_STEP_HEADER] = {
-        PKV_STEP_QUERY_START, PKV_STEP_CONTEXT_LENS, PKV_STEP_STAGES,
-        PKV_STEP_ROW_SEQ,     PKV_STEP_ROW_TAIL,     PKV_STEP_SLOTS,
-        PKV_STEP_SEALS,       PKV_STEP_TILES,        PKV_STEP_BLOCK_TABLES};
+        n + 1, n, n, t, t, 2 * t, (size_t)seals * PKV_SEAL_WORDS, tiles};
     size_t at = PKV_STEP_HEADER;
     for (int i = 0; i < PKV_STEP_HEADER; i++) {
-        int a = order[i];
         if (off != NULL) {
-            off[a] = at;
-            lens[a] = len[a];
+            off[i] = at;
+            lens[i] = len[i];
         }
-        at += len[a];
+        at += len[i];
     }
     return at;
 }
 
-/* A decode step's block tables into dec_tables, as rows of dec_stride
+/* The step's block tables into b->tables, as rows of table_stride
  * entries: only the runs of rows that differ from what it holds (a decode
  * step usually changes the rows of the sequences that crossed into a new
- * block). Called after the previous step's uploads finished (upload_step
- * waits for them), so the mirror they read from may change. */
-static pkv_status upload_dec_tables(pkv__backend *b)
+ * block; a step that admits a prompt, its row and those after it). Called
+ * after the previous step's uploads finished (upload_step waits for them),
+ * so the mirror they read from may change. */
+static pkv_status upload_tables(pkv__backend *b)
 {
     const pkv__step *s = &b->step;
     uint32_t n = s->num_seqs, maxb = s->max_blocks_per_seq;
-    uint32_t stride = b->dec_stride ? b->dec_stride : 16;
-    while (stride < maxb)
-        stride *= 2;
-    size_t words = (size_t)n * stride;
-    cl_mem before = b->dec_tables;
-    pkv_status st = grow_buffer(b, &b->dec_tables, &b->dec_cap[1], words * 4,
-                                CL_MEM_READ_ONLY, "decode step arrays");
+    uint32_t stride = table_stride_for(b->table_stride, maxb);
+    size_t words = (size_t)(n > 0 ? n : 1) * stride;
+    cl_mem before = b->tables;
+    pkv_status st = grow_buffer(b, &b->tables, &b->tables_cap, words * 4,
+                                CL_MEM_READ_ONLY, "block tables");
     if (st != PKV_OK)
         return st;
-    if (b->dec_tables != before || stride != b->dec_stride)
-        b->dec_rows = 0; /* the device holds nothing we know of */
-    size_t cap = b->dec_cap[1] / 4;
-    if (b->dec_mirror_cap < cap) {
+    if (b->tables != before || stride != b->table_stride)
+        b->table_rows = 0; /* the device holds nothing we know of */
+    size_t cap = b->tables_cap / 4;
+    if (b->table_mirror_cap < cap) {
         uint32_t *m = pkv__calloc(&b->alloc, cap, sizeof *m);
         if (m == NULL)
-            return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "decode block tables");
-        pkv__free(&b->alloc, b->dec_mirror, b->dec_mirror_cap, sizeof *m);
-        b->dec_mirror = m;
-        b->dec_mirror_cap = cap;
-        b->dec_rows = 0;
+            return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "block tables");
+        pkv__free(&b->alloc, b->table_mirror, b->table_mirror_cap,
+                  sizeof *m);
+        b->table_mirror = m;
+        b->table_mirror_cap = cap;
+        b->table_rows = 0;
     }
-    b->dec_stride = stride;
+    b->table_stride = stride;
     for (uint32_t i = 0; i < n;) {
         /* The next run of rows [i, j) that must be written. A kernel reads
          * a row's entries below its sequence's block count only, so the
@@ -710,26 +718,26 @@ static pkv_status upload_dec_tables(pkv__backend *b)
         uint32_t j = i;
         for (; j < n; j++) {
             const uint32_t *want = s->block_tables + (size_t)j * maxb;
-            uint32_t *have = b->dec_mirror + (size_t)j * stride;
-            if (j < b->dec_rows && memcmp(have, want, maxb * 4) == 0)
+            uint32_t *have = b->table_mirror + (size_t)j * stride;
+            if (j < b->table_rows && memcmp(have, want, maxb * 4) == 0)
                 break;
             memcpy(have, want, maxb * 4);
         }
         if (j > i) {
             size_t at = (size_t)i * stride, count = (size_t)(j - i) * stride;
             cl_int err = clEnqueueWriteBuffer(
-                b->queue, b->dec_tables, CL_FALSE, at * 4, count * 4,
-                b->dec_mirror + at, 0, NULL, NULL);
+                b->queue, b->tables, CL_FALSE, at * 4, count * 4,
+                b->table_mirror + at, 0, NULL, NULL);
             if (err != CL_SUCCESS) {
-                b->dec_rows = 0;
+                b->table_rows = 0;
                 return pkv__cl_fail(err, "clEnqueueWriteBuffer(tables)");
             }
             b->table_words += count;
         }
         i = j + (j < n);
     }
-    if (n > b->dec_rows)
-        b->dec_rows = n;
+    if (n > b->table_rows)
+        b->table_rows = n;
     return PKV_OK;
 }
 
@@ -799,8 +807,6 @@ static pkv_status upload_step(pkv__backend *b)
         memcpy(w + off[PKV_STEP_QUERY_START], s->query_start,
                lens[PKV_STEP_QUERY_START] * 4);
         memcpy(w + off[PKV_STEP_CONTEXT_LENS], s->context_lens, (size_t)n * 4);
-        memcpy(w + off[PKV_STEP_BLOCK_TABLES], s->block_tables,
-               lens[PKV_STEP_BLOCK_TABLES] * 4);
         if (u8)
             memcpy(w + off[PKV_STEP_STAGES], s->stages, (size_t)n * 4);
         else
@@ -845,7 +851,7 @@ static pkv_status upload_step(pkv__backend *b)
         longest = s->context_lens[i] > longest ? s->context_lens[i] : longest;
     }
     /* The decode kernels, built on the first decode step; where they do
-     * not build, the generic kernel takes the step, tables and all. */
+     * not build, the generic kernel takes the step. */
     if (decode)
         decode_prepare(b);
     decode &= b->decode_state == 1;
@@ -854,7 +860,7 @@ static pkv_status upload_step(pkv__backend *b)
      * these writes too. */
     const int which[2] = {PKV_STEP_CONTEXT_LENS, PKV_STEP_STAGES};
     cl_mem *mems[2] = {&b->dec_lens, &b->dec_stages};
-    size_t *caps[2] = {&b->dec_cap[0], &b->dec_cap[2]};
+    size_t *caps[2] = {&b->dec_cap[0], &b->dec_cap[1]};
     for (int i = 0; decode && st == PKV_OK && i < 2; i++) {
         st = grow_buffer(b, mems[i], caps[i], lens[which[i]] * 4,
                          CL_MEM_READ_ONLY, "decode step arrays");
@@ -866,13 +872,11 @@ static pkv_status upload_step(pkv__backend *b)
         if (err != CL_SUCCESS)
             st = pkv__cl_fail(err, "clEnqueueWriteBuffer(decode arrays)");
     }
-    if (decode && st == PKV_OK)
-        st = upload_dec_tables(b);
-    /* A decode step's kernels take their tables from dec_tables. */
-    size_t words = decode ? off[PKV_STEP_BLOCK_TABLES] : at;
+    if (st == PKV_OK)
+        st = upload_tables(b);
     cl_int err = st != PKV_OK ? CL_SUCCESS
                               : clEnqueueWriteBuffer(b->queue, b->step_mem,
-                                                     CL_FALSE, 0, words * 4, w,
+                                                     CL_FALSE, 0, at * 4, w,
                                                      0, NULL, &b->upload);
     if (err != CL_SUCCESS) {
         b->upload = NULL;
@@ -977,16 +981,16 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     cl_uint bs = c->block_size, dtype = (cl_uint)c->kv_dtype;
     cl_uint kq = (cl_uint)c->key_quant, vq = (cl_uint)c->value_quant;
     cl_uint flags = q.f16 | out.f16 << 1, lyr = layer, win = window;
-    cl_uint ntok = b->step.num_tokens, maxb = b->step.max_blocks_per_seq;
+    cl_uint ntok = b->step.num_tokens, maxb = b->table_stride;
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)d) : scale;
     if (b->tile_rows > 0 && ntok > 0) {
         /* The tiled kernel: a work-group per (tile, kv head). */
         cl_uint rows = b->tile_rows, chunk = b->tile_chunk;
         karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(q.mem),
                     KA(q.off), KA(out.mem), KA(out.off), KA(flags),
-                    KA(b->step_mem), KA(rows), KA(chunk), KA(maxb), KA(hq),
-                    KA(hkv), KA(d), KA(bs), KA(dtype), KA(kq), KA(vq),
-                    KA(b->head_bytes), KA(b->k_part_bytes),
+                    KA(b->step_mem), KA(b->tables), KA(rows), KA(chunk),
+                    KA(maxb), KA(hq), KA(hkv), KA(d), KA(bs), KA(dtype),
+                    KA(kq), KA(vq), KA(b->head_bytes), KA(b->k_part_bytes),
                     KA(b->layer_block_bytes), KA(b->stage_floats), KA(lyr),
                     KA(sc), KA(win), {(size_t)2 * chunk * d * 4, NULL}};
         size_t lanes = (size_t)rows * (hq / hkv);
@@ -996,8 +1000,8 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     }
     karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(q.mem), KA(q.off),
                 KA(out.mem), KA(out.off), KA(flags), KA(b->step_mem),
-                KA(ntok), KA(maxb), KA(hq), KA(hkv), KA(d), KA(bs),
-                KA(dtype), KA(kq), KA(vq), KA(b->head_bytes),
+                KA(b->tables), KA(ntok), KA(maxb), KA(hq), KA(hkv), KA(d),
+                KA(bs), KA(dtype), KA(kq), KA(vq), KA(b->head_bytes),
                 KA(b->k_part_bytes), KA(b->layer_block_bytes),
                 KA(b->stage_floats), KA(lyr), KA(sc), KA(win)};
     return launch(b, b->k_attend, "pkv_paged_attention", a,
@@ -1135,14 +1139,14 @@ static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
             return st;
     }
     cl_uint layer_off = layer * hkv * 2u * c->block_size * c->head_dim;
-    cl_uint maxb = b->dec_stride, win = window;
+    cl_uint maxb = b->table_stride, win = window;
     cl_uint flags = q.f16 | out.f16 << 1;
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)c->head_dim) : scale;
     cl_mem acc = parts > 1 ? b->part_acc : NULL;
     cl_mem ml = parts > 1 ? b->part_ml : NULL;
     karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(b->stage_floats),
                 KA(layer_off), KA(b->dec_stages), KA(q.mem), KA(q.off),
-                KA(b->dec_lens), KA(b->dec_tables), KA(maxb), KA(hkv), KA(sc),
+                KA(b->dec_lens), KA(b->tables), KA(maxb), KA(hkv), KA(sc),
                 KA(win), KA(psize), KA(out.mem), KA(out.off), KA(flags),
                 KA(acc), KA(ml)};
     pkv_status st = launch(b, b->k_partial, "pkv_decode_partial", a,

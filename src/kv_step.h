@@ -3,26 +3,27 @@
  * How the OpenCL backend hands a step to its kernels (valid C11 and OpenCL
  * C 1.2: macros only). The step's arrays are packed into one uint buffer,
  * uploaded once per step; its first PKV_STEP_HEADER uints hold the offset,
- * in uints, of each array.
+ * in uints, of each array. The block tables are not in it: they live in a
+ * buffer of their own, rows of a stride that only grows, where a step
+ * rewrites only the rows that changed (most steps change a few).
  */
 #ifndef PKV_KV_STEP_H
 #define PKV_KV_STEP_H
 
 #define PKV_STEP_QUERY_START 0  /* [num_seqs + 1] */
 #define PKV_STEP_CONTEXT_LENS 1 /* [num_seqs] */
-#define PKV_STEP_BLOCK_TABLES 2 /* [num_seqs][max_blocks_per_seq] */
-#define PKV_STEP_STAGES 3       /* [num_seqs]: u8 staging tails */
-#define PKV_STEP_ROW_SEQ 4      /* [num_tokens]: the sequence of each row */
-#define PKV_STEP_ROW_TAIL 5     /* [num_tokens]: u8: the tail the row is
+#define PKV_STEP_STAGES 2       /* [num_seqs]: u8 staging tails */
+#define PKV_STEP_ROW_SEQ 3      /* [num_tokens]: the sequence of each row */
+#define PKV_STEP_ROW_TAIL 4     /* [num_tokens]: u8: the tail the row is
                                    written to; PKV_STEP_NO_TAIL when its
                                    block is sealed in this step */
-#define PKV_STEP_SLOTS 6        /* [num_tokens][2]: slot, low then high
+#define PKV_STEP_SLOTS 5        /* [num_tokens][2]: slot, low then high
                                    32 bits */
-#define PKV_STEP_SEALS 7        /* [num_seals][PKV_SEAL_WORDS] */
-#define PKV_STEP_TILES 8        /* [num_tiles]: the tiled attention kernel's
+#define PKV_STEP_SEALS 6        /* [num_seals][PKV_SEAL_WORDS] */
+#define PKV_STEP_TILES 7        /* [num_tiles]: the tiled attention kernel's
                                    tiles, the first row of each (up to
                                    tile_rows rows of one sequence) */
-#define PKV_STEP_HEADER 9
+#define PKV_STEP_HEADER 8
 
 #define PKV_STEP_NO_TAIL 0xffffffffu
 

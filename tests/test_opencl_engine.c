@@ -380,11 +380,12 @@ static void host_queue(cl_context *ctx, cl_command_queue *queue)
     assert_int_equal(err, CL_SUCCESS);
 }
 
-/* A decode step uploads the block-table rows that changed since the
- * previous decode step and no others: all rows at the first one, then the
- * row of each sequence that took a new block. The outputs (tm_step checks
- * every row against dense attention) show that the rows it kept are the
- * right ones. */
+/* Every step uploads the block-table rows that changed since the previous
+ * step and no others: a row changes when another sequence takes it or its
+ * sequence took a new block. Prefill, decode and mixed steps (a prompt
+ * admitted while the others decode) share the tables. The outputs
+ * (tm_step checks every row against dense attention) show that the rows it
+ * kept are the right ones. */
 static void test_table_rows_uploaded(void **state)
 {
     (void)state;
@@ -393,37 +394,47 @@ static void test_table_rows_uploaded(void **state)
     tm_host h;
     tm_host_init(&h, &p, 1e-4f);
     unsetenv("PKV_OPENCL_DECODE");
-    enum { SEQS = 3 };
-    pkv_seq_id ids[SEQS];
+    enum { SEQS = 4, MAX_ROWS = 8 };
     int32_t *prompts[SEQS];
-    for (uint32_t i = 0; i < SEQS; i++) {
-        prompts[i] = tm_prompt(5 + i, 20 + i); /* crossing at other steps */
-        ids[i] = tm_add(&h, prompts[i], 5 + i, 12, 0, 0);
-    }
-    tm_step(&h, NULL); /* the prompts: not a decode step */
+    for (uint32_t i = 0; i < SEQS; i++) /* crossing at other steps */
+        prompts[i] = tm_prompt(5 + i, 20 + i);
+    for (uint32_t i = 0; i < SEQS - 1; i++)
+        tm_add(&h, prompts[i], 5 + i, 12, 0, 0);
     const pkv__backend *be = h.engine->backend;
+    const uint32_t stride = 16; /* tables of at most 16 blocks */
+    pkv_seq_id ids[MAX_ROWS];
+    uint32_t blocks[MAX_ROWS], rows = 0, mixed = 0;
     uint64_t words = pkv__opencl_table_words(be);
-    assert_int_equal(words, 0);
-    uint32_t stride = 16; /* dec_stride: tables of at most 16 blocks */
-    for (int step = 0; step < 10; step++) {
-        uint32_t before[SEQS], changed = 0;
-        for (uint32_t i = 0; i < SEQS; i++)
-            before[i] = pkv__engine_find(h.engine, ids[i])->table.num_blocks;
+    for (int step = 0; step < 12; step++) {
+        if (step == 4) /* the last prompt joins the decoding sequences */
+            tm_add(&h, prompts[SEQS - 1], 5 + SEQS - 1, 4, 0, 0);
         const pkv_batch *b;
         tm_step(&h, &b);
-        assert_int_equal(b->num_tokens, SEQS);
-        for (uint32_t i = 0; i < SEQS; i++)
-            changed += pkv__engine_find(h.engine, ids[i])->table.num_blocks !=
-                       before[i];
+        assert_true(b->num_seqs <= MAX_ROWS);
+        /* The step's tables as the engine handed them to the backend: each
+         * row's blocks, then zeros (block 0 is never in a table). */
+        const pkv__step *st = &h.engine->step;
+        uint32_t changed = 0;
+        for (uint32_t r = 0; r < b->num_seqs; r++) {
+            uint32_t nb = 0;
+            while (nb < st->max_blocks_per_seq &&
+                   st->block_tables[r * st->max_blocks_per_seq + nb] != 0)
+                nb++;
+            changed += r >= rows || b->seq_ids[r] != ids[r] || nb != blocks[r];
+            ids[r] = b->seq_ids[r];
+            blocks[r] = nb;
+        }
+        rows = b->num_seqs;
+        mixed += b->num_tokens > b->num_seqs && step > 0;
         uint64_t now = pkv__opencl_table_words(be);
-        uint64_t want = (step == 0 ? SEQS : changed) * (uint64_t)stride;
-        if (now - words != want)
-            fail_msg("decode step %d: %llu table words uploaded, expected "
-                     "%llu (%u rows changed)",
+        if (now - words != changed * (uint64_t)stride)
+            fail_msg("step %d: %llu table words uploaded, expected %llu "
+                     "(%u rows changed)",
                      step, (unsigned long long)(now - words),
-                     (unsigned long long)want, (unsigned)changed);
+                     (unsigned long long)changed * stride, (unsigned)changed);
         words = now;
     }
+    assert_int_equal(mixed, 1);
     for (uint32_t i = 0; i < SEQS; i++)
         free(prompts[i]);
     tm_host_free(&h);
