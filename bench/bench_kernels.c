@@ -2,9 +2,10 @@
 /* pkv-bench kernels: split-K decode attention (kernels/decode_common.cl)
  * on the OpenCL device, in the variant pkv would choose there or the one
  * PKV_OPENCL_DECODE names (cpu, gpu, intel), against the machine's own
- * memory read bandwidth measured in the same run, and against the same
- * kernel reading the same arena without a block table
- * (PKV_DECODE_CONTIGUOUS).
+ * memory read bandwidth measured in the same run (a stream, and blocks of
+ * the case's head-part size in random order: the ceiling of a paged
+ * read), and against the same kernel reading the same arena without a
+ * block table (PKV_DECODE_CONTIGUOUS).
  *
  * Own minimal OpenCL harness: the device named by PKV_OPENCL_DEVICE (a
  * substring of the platform or device name), else the first one; kernels
@@ -56,33 +57,45 @@ static int cmp_double(const void *a, const void *b)
 
 /* ------------------------------------------------ memory read bandwidth */
 
-/* A vectorized read (sum) of 1 GiB on every core, in C with pthreads: each
- * thread sums its slice into two 64-byte vector accumulators. The
- * vectors are explicit (GNU C vector types) because GCC 12 at -O2 kept an
- * array of 8 scalar accumulators on the stack, and the store-to-load
- * latency of those adds capped the read at 16-17 GB/s on a machine whose
- * memory gives 30 (Xeon, 2 cores); on x86-64 the loop is built for
- * AVX-512, AVX2 and SSE2 and the CPU picks (target_clones), so the
- * reference does not depend on the build's -march. Best of 5. */
+/* A vectorized read (sum) of 1 GiB on every core, in C with pthreads,
+ * in chunks: each thread sums its share of the chunks into two 64-byte
+ * vector accumulators. Two readings come from it:
+ * - the memory read bandwidth: 1 MiB chunks in order, a plain stream;
+ * - the block read bandwidth of a head-part size: chunks of one block's
+ *   head part (what a decode work-item reads before its next block-table
+ *   jump) in a random order, as the bench's block tables are. No kernel
+ *   with such tables reads faster than the memory lets a plain C reader
+ *   do: the ceiling of the paged rows.
+ * The vectors are explicit (GNU C vector types) because GCC 12 at -O2
+ * kept an array of 8 scalar accumulators on the stack, and the
+ * store-to-load latency of those adds capped the read at 16-17 GB/s on a
+ * machine whose memory gives 30 (Xeon, 2 cores); on x86-64 the loop is
+ * built for AVX-512, AVX2 and SSE2 and the CPU picks (target_clones), so
+ * the reference does not depend on the build's -march. Best of 5. */
 #define BW_BYTES (1ull << 30)
 
 typedef uint64_t bw_vec __attribute__((vector_size(64)));
 
 typedef struct bw_slice {
-    const bw_vec *p;
-    size_t n; /* vectors */
+    const bw_vec *base;
+    const uint32_t *chunks; /* chunk indices, in the order read */
+    size_t num_chunks;
+    size_t chunk_vecs; /* even */
     uint64_t sum;
 } bw_slice;
 
 #if defined(__x86_64__) && defined(__ELF__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-static uint64_t bw_sum(const bw_vec *p, size_t n)
+static uint64_t bw_sum(const bw_slice *s)
 {
     bw_vec a = {0}, b = {0};
-    for (size_t i = 0; i + 2 <= n; i += 2) {
-        a += p[i];
-        b += p[i + 1];
+    for (size_t c = 0; c < s->num_chunks; c++) {
+        const bw_vec *p = s->base + (size_t)s->chunks[c] * s->chunk_vecs;
+        for (size_t i = 0; i < s->chunk_vecs; i += 2) {
+            a += p[i];
+            b += p[i + 1];
+        }
     }
     a += b;
     uint64_t sum = 0;
@@ -94,17 +107,31 @@ static uint64_t bw_sum(const bw_vec *p, size_t n)
 static void *bw_thread(void *arg)
 {
     bw_slice *s = arg;
-    s->sum = bw_sum(s->p, s->n);
+    s->sum = bw_sum(s);
     return NULL;
 }
 
-static double memory_read_gbps(int threads)
+/* GB/s of `threads` threads reading buf (BW_BYTES) in chunks of about
+ * chunk_bytes (rounded down to 128), in order or shuffled. 0 if memory
+ * runs out. */
+static double read_gbps(const bw_vec *buf, int threads, size_t chunk_bytes,
+                        int shuffle)
 {
-    size_t n = BW_BYTES / sizeof(bw_vec);
-    bw_vec *buf = aligned_alloc(64, BW_BYTES);
-    if (buf == NULL)
+    size_t chunk_vecs = chunk_bytes / (2 * sizeof(bw_vec)) * 2;
+    chunk_vecs = chunk_vecs > 0 ? chunk_vecs : 2;
+    size_t n = BW_BYTES / sizeof(bw_vec) / chunk_vecs;
+    uint32_t *order = malloc(n * sizeof *order);
+    if (order == NULL)
         return 0.0;
-    memset(buf, 1, BW_BYTES);
+    uint64_t rng = 42;
+    for (size_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    for (size_t i = n; shuffle && i > 1; i--) {
+        size_t j = bench_rand(&rng) % i;
+        uint32_t tmp = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = tmp;
+    }
     bw_slice sl[64];
     pthread_t th[64];
     if (threads > 64)
@@ -116,18 +143,19 @@ static double memory_read_gbps(int threads)
         for (int i = 0; i < threads; i++) {
             size_t a = n * (size_t)i / (size_t)threads;
             size_t b = n * (size_t)(i + 1) / (size_t)threads;
-            sl[i].p = buf + a;
-            sl[i].n = b - a;
+            bw_slice one = {buf, order + a, b - a, chunk_vecs, 0};
+            sl[i] = one;
             pthread_create(&th[i], NULL, bw_thread, &sl[i]);
         }
         for (int i = 0; i < threads; i++) {
             pthread_join(th[i], NULL);
             sink += sl[i].sum;
         }
-        double gbps = (double)BW_BYTES / (now() - t0) / 1e9;
+        double bytes = (double)n * (double)chunk_vecs * sizeof(bw_vec);
+        double gbps = bytes / (now() - t0) / 1e9;
         best = gbps > best ? gbps : best;
     }
-    free(buf);
+    free(order);
     return sink == 42 ? best + 1e-12 : best;
 }
 
@@ -761,20 +789,6 @@ int bench_kernels(const bench_options *opt)
         cl_close(&e);
         return 1;
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = ncpu > 0 ? (int)ncpu : 1;
-    double bw = memory_read_gbps(threads);
-    size_t llc = llc_bytes();
-    printf("Decode attention, Hq %u, Hkv %u, head_dim %u; device: %s "
-           "(%u compute units)\ndecode variant: %s (%s)\n",
-           HQ, HKV, HEAD_DIM, e.name, (unsigned)e.compute_units,
-           e.variant_file, e.variant_why);
-    printf("memory read bandwidth: %.1f GB/s (C, %d pthreads, vectorized "
-           "sum over 1 GiB, best of 5)\n\n",
-           bw, threads);
-    bench_progress("kernels: checking every dtype against the C reference");
-    int rc = check_all(&e, opt);
-
     static const uint32_t ctxs[4] = {512, 2048, 4096, 8192};
     static const uint32_t batches[3] = {1, 16, 64};
     static const uint32_t sweep[4] = {16, 32, 64, 128};
@@ -796,12 +810,52 @@ int bench_kernels(const bench_options *opt)
         cases[n++] = c;
     }
 
+    /* The two references, before any kernel runs: the stream, and the
+     * shuffled blocks of every head-part size the cases read. */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = ncpu > 0 ? (int)ncpu : 1;
+    size_t part_bytes[8];
+    double part_gbps[8];
+    int parts = 0;
+    double bw = 0.0;
+    bw_vec *buf = aligned_alloc(64, BW_BYTES);
+    if (buf != NULL) {
+        memset(buf, 1, BW_BYTES);
+        bw = read_gbps(buf, threads, (size_t)1 << 20, 0);
+        for (int i = 0; i < n; i++) {
+            size_t hb = head_bytes(cases[i].dtype, cases[i].block_size);
+            int k = 0;
+            while (k < parts && part_bytes[k] != hb)
+                k++;
+            if (k == parts && parts < 8) {
+                part_bytes[parts] = hb;
+                part_gbps[parts++] = read_gbps(buf, threads, hb, 1);
+            }
+        }
+        free(buf);
+    }
+    size_t llc = llc_bytes();
+    printf("Decode attention, Hq %u, Hkv %u, head_dim %u; device: %s "
+           "(%u compute units)\ndecode variant: %s (%s)\n",
+           HQ, HKV, HEAD_DIM, e.name, (unsigned)e.compute_units,
+           e.variant_file, e.variant_why);
+    printf("memory read bandwidth: %.1f GB/s (C, %d pthreads, vectorized "
+           "sum over 1 GiB, best of 5)\n",
+           bw, threads);
+    for (int k = 0; k < parts; k++)
+        printf("block read, %zu-byte head parts in random order: %.1f GB/s "
+               "(%.0f%%)\n",
+               part_bytes[k], part_gbps[k], 100.0 * part_gbps[k] / bw);
+    printf("\n");
+    bench_progress("kernels: checking every dtype against the C reference");
+    int rc = check_all(&e, opt);
+
     FILE *plot = bench_plot_open(opt, "kernels");
-    printf("\n%-4s %5s %5s %4s %6s %9s %8s %7s %8s %8s %5s %s\n", "kv",
-           "ctx", "batch", "bs", "B/tok", "ms", "KV GB/s", "of bw", "paged/",
-           "CPU ms", "parts", "");
-    printf("%-4s %5s %5s %4s %6s %9s %8s %7s %8s %8s %5s %s\n", "", "", "",
-           "", "", "(median)", "", "", "contig", "", "", "");
+    printf("%-4s %5s %5s %4s %6s %9s %8s %7s %7s %8s %8s %5s %s\n", "kv",
+           "ctx", "batch", "bs", "B/tok", "ms", "KV GB/s", "of bw", "of blk",
+           "paged/", "CPU ms", "parts", "");
+    printf("%-4s %5s %5s %4s %6s %9s %8s %7s %7s %8s %8s %5s %s\n", "", "",
+           "", "", "", "(median)", "", "", "", "contig", "", "", "");
     for (int i = 0; i < n && rc == 0; i++) {
         const decode_case *c = &cases[i];
         decode_result r;
@@ -827,11 +881,16 @@ int bench_kernels(const bench_options *opt)
         double gbps = (double)r.kv_bytes / r.seconds / 1e9;
         double ratio = r.seconds / r.contiguous_seconds;
         int resident = r.kv_bytes <= llc;
-        printf("%-4s %5u %5u %4u %6zu %9.2f %8.2f %6.0f%% %8.3f %8.2f %5u "
-               "%s\n",
+        double blk = 0.0;
+        for (int k = 0; k < parts; k++)
+            if (part_bytes[k] == head_bytes(c->dtype, c->block_size))
+                blk = part_gbps[k];
+        printf("%-4s %5u %5u %4u %6zu %9.2f %8.2f %6.0f%% %6.0f%% %8.3f "
+               "%8.2f %5u %s\n",
                DTYPE_NAME[c->dtype], (unsigned)c->ctx_max, (unsigned)c->batch,
                (unsigned)c->block_size, bpt, r.seconds * 1e3, gbps,
-               100.0 * gbps / bw, ratio, r.cpu_seconds * 1e3,
+               100.0 * gbps / bw, 100.0 * gbps / blk, ratio,
+               r.cpu_seconds * 1e3,
                (unsigned)plan.num_partitions,
                resident ? "cache-resident" : "");
         if (plot != NULL)
@@ -846,13 +905,15 @@ int bench_kernels(const bench_options *opt)
                     "\"batch\":%u,\"block_size\":%u,\"seconds\":%.6e,"
                     "\"kv_gbps\":%.3f,\"mem_read_gbps\":%.3f,"
                     "\"fraction_of_bandwidth\":%.4f,"
+                    "\"block_read_gbps\":%.3f,"
+                    "\"fraction_of_block_read\":%.4f,"
                     "\"paged_over_contiguous\":%.4f,\"bytes_per_token\":%zu,"
                     "\"cache_resident\":%s,\"partitions\":%u,"
                     "\"cpu_seconds\":%.6e}\n",
                     VARIANT_NAME[e.variant], e.name, DTYPE_NAME[c->dtype],
                     (unsigned)c->ctx_max, (unsigned)c->batch,
                     (unsigned)c->block_size, r.seconds, gbps, bw, gbps / bw,
-                    ratio, bpt,
+                    blk, gbps / blk, ratio, bpt,
                     resident ? "true" : "false",
                     (unsigned)plan.num_partitions, r.cpu_seconds);
         fflush(stdout);
@@ -872,7 +933,8 @@ int bench_kernels(const bench_options *opt)
                      "title 'paged / contiguous'");
     printf("\nB/tok: KV bytes per token over all %u kv heads (K + V, u8 "
            "parameters included);\nu8 keys per channel, values per token. "
-           "CPU ms: process CPU time per step (all\nthreads; on a CPU device "
+           "of blk: share of the block read of the\ncase's head-part size. "
+           "CPU ms: process CPU time per step (all threads;\non a CPU device "
            "the kernel's own cost, whatever other processes take).\n",
            HKV);
     cl_close(&e);
