@@ -148,7 +148,10 @@ static const subcommand SUBCOMMANDS[] = {
      "batch and block size; checks the outputs against a C reference first.\n"
      "Plots GB/s. Progress on stderr. 39 cases; --quick 3 (ctx 4096, batch\n"
      "16), about 30 seconds on a 2-core machine's CPU device (31 s\n"
-     "measured, PoCL)."},
+     "measured, PoCL).\n"
+     "--resident: every sequence's block table cycles through the same 8\n"
+     "blocks, so the paged kernel's KV stays in cache: its compute floor\n"
+     "(ms and CPU ms of the paged kernel; GB/s count the bytes it reads)."},
 #ifdef PKV_BENCH_OPENCL
     {"interop", bench_interop,
      "attend with host tensors wrapped (zero copy), copied, and cl_mem",
@@ -166,6 +169,7 @@ static int usage(FILE *to)
     fprintf(to, "usage: pkv-bench SUBCOMMAND [--quick] [--json FILE|-] "
                 "[--plot DIR]\n"
                 "       pkv-bench serve --speculative [...]\n"
+                "       pkv-bench kernels --resident [...]\n"
                 "       pkv-bench SUBCOMMAND --help\n\n"
                 "subcommands:\n");
     for (size_t i = 0; i < NUM_SUBCOMMANDS; i++)
@@ -180,7 +184,7 @@ int main(int argc, char **argv)
         return usage(stderr);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
         return usage(stdout);
-    bench_options opt = {0, NULL, NULL, 0};
+    bench_options opt = {0, NULL, NULL, 0, 0};
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             for (size_t k = 0; k < NUM_SUBCOMMANDS; k++)
@@ -222,6 +226,9 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--speculative") == 0 &&
                    strcmp(argv[1], "serve") == 0) {
             opt.speculative = 1;
+        } else if (strcmp(argv[i], "--resident") == 0 &&
+                   strcmp(argv[1], "kernels") == 0) {
+            opt.resident = 1;
         } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
             opt.plot = argv[++i];
         } else {
