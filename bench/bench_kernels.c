@@ -70,8 +70,9 @@ static int cmp_double(const void *a, const void *b)
  * kept an array of 8 scalar accumulators on the stack, and the
  * store-to-load latency of those adds capped the read at 16-17 GB/s on a
  * machine whose memory gives 30 (Xeon, 2 cores); on x86-64 the loop is
- * built for AVX-512, AVX2 and SSE2 and the CPU picks (target_clones), so
- * the reference does not depend on the build's -march. Best of 5. */
+ * built for AVX-512, AVX2 and SSE2 and the CPU picks (target_clones, a
+ * glibc ifunc), so the reference does not depend on the build's -march.
+ * Best of 5. */
 #define BW_BYTES (1ull << 30)
 
 typedef uint64_t bw_vec __attribute__((vector_size(64)));
@@ -80,11 +81,11 @@ typedef struct bw_slice {
     const bw_vec *base;
     const uint32_t *chunks; /* chunk indices, in the order read */
     size_t num_chunks;
-    size_t chunk_vecs; /* even */
+    size_t chunk_vecs; /* 64-byte vectors per chunk */
     uint64_t sum;
 } bw_slice;
 
-#if defined(__x86_64__) && defined(__ELF__)
+#if defined(__x86_64__) && defined(__ELF__) && defined(__GLIBC__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 static uint64_t bw_sum(const bw_slice *s)
@@ -92,10 +93,13 @@ static uint64_t bw_sum(const bw_slice *s)
     bw_vec a = {0}, b = {0};
     for (size_t c = 0; c < s->num_chunks; c++) {
         const bw_vec *p = s->base + (size_t)s->chunks[c] * s->chunk_vecs;
-        for (size_t i = 0; i < s->chunk_vecs; i += 2) {
+        size_t i = 0;
+        for (; i + 1 < s->chunk_vecs; i += 2) {
             a += p[i];
             b += p[i + 1];
         }
+        if (i < s->chunk_vecs)
+            a += p[i];
     }
     a += b;
     uint64_t sum = 0;
@@ -111,14 +115,15 @@ static void *bw_thread(void *arg)
     return NULL;
 }
 
-/* GB/s of `threads` threads reading buf (BW_BYTES) in chunks of about
- * chunk_bytes (rounded down to 128), in order or shuffled. 0 if memory
- * runs out. */
+/* GB/s of `threads` threads reading buf (BW_BYTES) in chunks of
+ * chunk_bytes rounded up to whole 64-byte lines (the lines a part of that
+ * size starting on a line covers), in order or shuffled. 0 if memory runs
+ * out. */
 static double read_gbps(const bw_vec *buf, int threads, size_t chunk_bytes,
                         int shuffle)
 {
-    size_t chunk_vecs = chunk_bytes / (2 * sizeof(bw_vec)) * 2;
-    chunk_vecs = chunk_vecs > 0 ? chunk_vecs : 2;
+    size_t chunk_vecs = (chunk_bytes + sizeof(bw_vec) - 1) / sizeof(bw_vec);
+    chunk_vecs = chunk_vecs > 0 ? chunk_vecs : 1;
     size_t n = BW_BYTES / sizeof(bw_vec) / chunk_vecs;
     uint32_t *order = malloc(n * sizeof *order);
     if (order == NULL)
@@ -157,6 +162,19 @@ static double read_gbps(const bw_vec *buf, int threads, size_t chunk_bytes,
     }
     free(order);
     return sink == 42 ? best + 1e-12 : best;
+}
+
+/* x as a share of ref, for the table ("37%") and for JSON ("0.3712"):
+ * "-" and null when ref is 0 (a reference read that ran out of memory). */
+static void share(double x, double ref, char text[16], char json[16])
+{
+    if (ref > 0.0) {
+        snprintf(text, 16, "%.0f%%", 100.0 * x / ref);
+        snprintf(json, 16, "%.4f", x / ref);
+    } else {
+        snprintf(text, 16, "-");
+        snprintf(json, 16, "null");
+    }
 }
 
 /* ---------------------------------------------------------- OpenCL harness */
@@ -849,10 +867,13 @@ int bench_kernels(const bench_options *opt)
     if (opt->resident)
         printf("--resident: every block table cycles through the same 8 "
                "blocks (KV in cache)\n");
-    for (int k = 0; k < parts; k++)
+    for (int k = 0; k < parts; k++) {
+        char of_bw[16], json[16];
+        share(part_gbps[k], bw, of_bw, json);
         printf("block read, %zu-byte head parts in random order: %.1f GB/s "
-               "(%.0f%%)\n",
-               part_bytes[k], part_gbps[k], 100.0 * part_gbps[k] / bw);
+               "(%s)\n",
+               part_bytes[k], part_gbps[k], of_bw);
+    }
     printf("\n");
     bench_progress("kernels: checking every dtype against the C reference");
     int rc = check_all(&e, opt);
@@ -892,36 +913,38 @@ int bench_kernels(const bench_options *opt)
         for (int k = 0; k < parts; k++)
             if (part_bytes[k] == head_bytes(c->dtype, c->block_size))
                 blk = part_gbps[k];
-        printf("%-4s %5u %5u %4u %6zu %9.2f %8.2f %6.0f%% %6.0f%% %8.3f "
+        char of_bw[16], of_blk[16], json_bw[16], json_blk[16];
+        share(gbps, bw, of_bw, json_bw);
+        share(gbps, blk, of_blk, json_blk);
+        printf("%-4s %5u %5u %4u %6zu %9.2f %8.2f %7s %7s %8.3f "
                "%8.2f %5u %s\n",
                DTYPE_NAME[c->dtype], (unsigned)c->ctx_max, (unsigned)c->batch,
-               (unsigned)c->block_size, bpt, r.seconds * 1e3, gbps,
-               100.0 * gbps / bw, 100.0 * gbps / blk, ratio,
-               r.cpu_seconds * 1e3,
+               (unsigned)c->block_size, bpt, r.seconds * 1e3, gbps, of_bw,
+               of_blk, ratio, r.cpu_seconds * 1e3,
                (unsigned)plan.num_partitions,
                resident ? "cache-resident" : "");
         if (plot != NULL)
             fprintf(plot, "\"%s %u x%u bs%u\" %.2f %.3f\n",
                     DTYPE_NAME[c->dtype], (unsigned)c->ctx_max,
                     (unsigned)c->batch, (unsigned)c->block_size,
-                    100.0 * gbps / bw, ratio);
+                    bw > 0.0 ? 100.0 * gbps / bw : 0.0, ratio);
         if (opt->json != NULL)
             fprintf(opt->json,
                     "{\"bench\":\"decode\",\"variant\":\"%s\","
                     "\"device\":\"%s\",\"kv\":\"%s\",\"ctx\":%u,"
                     "\"batch\":%u,\"block_size\":%u,\"seconds\":%.6e,"
                     "\"kv_gbps\":%.3f,\"mem_read_gbps\":%.3f,"
-                    "\"fraction_of_bandwidth\":%.4f,"
+                    "\"fraction_of_bandwidth\":%s,"
                     "\"block_read_gbps\":%.3f,"
-                    "\"fraction_of_block_read\":%.4f,"
+                    "\"fraction_of_block_read\":%s,"
                     "\"paged_over_contiguous\":%.4f,\"bytes_per_token\":%zu,"
                     "\"cache_resident\":%s,\"tables_resident\":%s,"
                     "\"partitions\":%u,"
                     "\"cpu_seconds\":%.6e}\n",
                     VARIANT_NAME[e.variant], e.name, DTYPE_NAME[c->dtype],
                     (unsigned)c->ctx_max, (unsigned)c->batch,
-                    (unsigned)c->block_size, r.seconds, gbps, bw, gbps / bw,
-                    blk, gbps / blk, ratio, bpt,
+                    (unsigned)c->block_size, r.seconds, gbps, bw, json_bw,
+                    blk, json_blk, ratio, bpt,
                     resident ? "true" : "false",
                     opt->resident ? "true" : "false",
                     (unsigned)plan.num_partitions, r.cpu_seconds);

@@ -88,7 +88,7 @@ static int run(const kv_config *kc, const sequence *s, const double *ref,
                                HEAD_DIM,  BLOCK,         nb + 1,
                                kc->dtype, kc->key_quant, kc->value_quant,
                                kc->dtype == PKV_KV_U8 ? 1u : 0u,
-                               0,         0,             0};
+                               0,         0};
     pkv__backend *be;
     if (pkv__backend_cpu.create(&cfg, &alloc, &be) != PKV_OK)
         return -1;

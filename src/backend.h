@@ -77,14 +77,13 @@ typedef struct pkv__backend_config {
     int32_t value_quant; /* (PKV_QUANT_DEFAULT is resolved by the engine) */
     uint32_t num_stages; /* U8: staging tails (the most running sequences);
                             other dtypes: 0 */
-    /* The largest step the engine can plan: sequences, rows, and tokens of
-     * one sequence (max_num_seqs, max_batch_tokens, max_model_len). A
-     * backend refuses at create a config whose largest step it could not
-     * take (PKV_ERR_UNSUPPORTED), so that begin_step never refuses a step
-     * the engine planned. 0: no bound given (tests that build steps by
-     * hand). */
+    /* The largest step the engine can plan: sequences, and tokens of one
+     * sequence (max_num_seqs, max_model_len). A backend refuses at create
+     * a config whose largest step it could not take (OpenCL: its block
+     * tables, PKV_ERR_DEVICE_MEMORY), so that begin_step never refuses a
+     * step the engine planned. 0: no bound given (tests that build steps
+     * by hand). */
     uint32_t max_step_seqs;
-    uint32_t max_step_rows;
     uint32_t max_seq_tokens;
 } pkv__backend_config;
 

@@ -273,6 +273,23 @@ static pkv_status adopt_host_queue(pkv__backend *b, cl_context ctx,
     return PKV_OK;
 }
 
+/* Block-table rows hold a power of two entries, at least 16; max_blocks
+ * is at most 2^24 (max_model_len, engine.c). */
+static uint32_t table_stride_for(uint32_t stride, uint32_t max_blocks)
+{
+    stride = stride ? stride : 16;
+    while (stride < max_blocks)
+        stride *= 2;
+    return stride;
+}
+
+/* The most blocks a sequence of the config can hold. */
+static uint32_t config_max_blocks(const pkv__backend_config *c)
+{
+    return (uint32_t)(((uint64_t)c->max_seq_tokens + c->block_size - 1) /
+                      c->block_size);
+}
+
 /* Sizes against the device's limits, before anything is allocated. */
 static pkv_status check_fit(pkv__backend *b)
 {
@@ -305,6 +322,23 @@ static pkv_status check_fit(pkv__backend *b)
                          (unsigned long long)total, b->device_name,
                          (unsigned long long)max_alloc,
                          (unsigned long long)global);
+    /* The largest step's block tables, rows of a power-of-two stride. Its
+     * other arrays (kv_step.h) stay far below the 2^32 words the kernels
+     * index: at most 65,536 sequences and 2^20 rows (engine.c) pack into
+     * fewer than 2^24 words. */
+    uint64_t tables = (uint64_t)c->max_step_seqs *
+                      table_stride_for(0, config_max_blocks(c)) *
+                      sizeof(uint32_t);
+    if (tables > max_alloc)
+        return pkv__fail(PKV_ERR_DEVICE_MEMORY,
+                         "opencl: the block tables of %u sequences of up to "
+                         "%u tokens need %llu bytes; the device '%s' allows "
+                         "%llu per buffer: lower max_num_seqs or "
+                         "max_model_len",
+                         (unsigned)c->max_step_seqs,
+                         (unsigned)c->max_seq_tokens,
+                         (unsigned long long)tables, b->device_name,
+                         (unsigned long long)max_alloc);
     b->layer_block_bytes = (uint32_t)lbb;
     b->arena_bytes = (size_t)arena;
     b->stage_floats = (uint32_t)(stage_bytes / 4);
@@ -348,49 +382,6 @@ static pkv_status new_zeroed(pkv__backend *b, size_t bytes,
     return PKV_OK;
 }
 
-static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
-                          size_t *off, size_t *lens);
-
-/* Block-table rows hold a power of two entries, at least 16. */
-static uint32_t table_stride_for(uint32_t stride, uint32_t max_blocks)
-{
-    stride = stride ? stride : 16;
-    while (stride < max_blocks)
-        stride *= 2;
-    return stride;
-}
-
-/* PKV_OK if the largest step the config allows packs into the 2^32 words
- * the kernels index (kv_step.h), its block tables too (so that a step
- * the engine planned is never refused for its size). */
-static pkv_status largest_step_fits(const pkv__backend_config *c)
-{
-    if (c->max_step_seqs == 0)
-        return PKV_OK;
-    pkv__step worst;
-    memset(&worst, 0, sizeof worst);
-    worst.num_seqs = c->max_step_seqs;
-    worst.num_tokens = c->max_step_rows;
-    worst.max_blocks_per_seq =
-        (c->max_seq_tokens + c->block_size - 1) / c->block_size;
-    /* A sequence's rows seal at most rows / block_size + 1 blocks and fill
-     * at most rows tiles. */
-    uint32_t seals = c->max_step_rows / c->block_size + c->max_step_seqs;
-    uint32_t tiles = c->max_step_rows + c->max_step_seqs;
-    size_t words = step_layout(&worst, seals, tiles, NULL, NULL);
-    words += (size_t)worst.num_seqs *
-             table_stride_for(0, worst.max_blocks_per_seq);
-    if (words > UINT32_MAX)
-        return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "opencl backend: a step of %u sequences of up to %u "
-                         "tokens needs %zu words of step arrays and block "
-                         "tables, beyond 2^32; "
-                         "lower max_num_seqs or max_model_len",
-                         (unsigned)c->max_step_seqs,
-                         (unsigned)c->max_seq_tokens, words);
-    return PKV_OK;
-}
-
 pkv_status pkv__opencl_create(const pkv__backend_config *config,
                               const pkv__allocator *alloc,
                               const pkv__opencl_options *o,
@@ -398,8 +389,6 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
 {
     *out = NULL;
     pkv_status st = pkv__backend_config_check(config);
-    if (st == PKV_OK)
-        st = largest_step_fits(config);
     if (st != PKV_OK)
         return st;
     pkv__backend *b = pkv__calloc(alloc, 1, sizeof *b);

@@ -64,8 +64,8 @@ int pkv__opencl_is(const pkv__backend_ops *ops);
  * lives. */
 const char *pkv__opencl_decode_variant(const pkv__backend *backend);
 
-/* Block-table words the decode steps uploaded so far (they upload only
- * the rows that changed since the previous decode step): for tests. */
+/* Block-table words the steps uploaded so far (each uploads only the
+ * rows that changed since the previous step): for tests. */
 uint64_t pkv__opencl_table_words(const pkv__backend *backend);
 
 /* clFinish calls the host-tensor layer calls made so far (append,

@@ -313,7 +313,6 @@ static pkv_status create_backend(pkv_engine *e)
                         ? p->max_num_seqs * (1 + p->u8_rollback_blocks)
                         : 0;
     c->max_step_seqs = p->max_num_seqs;
-    c->max_step_rows = p->max_batch_tokens;
     c->max_seq_tokens = p->max_model_len;
 #ifdef PKV_HAVE_OPENCL
     /* AUTO on a machine without any OpenCL device: the CPU backend, as a

@@ -111,7 +111,7 @@ static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
     /* u8: a second tail per sequence, for the fork test. */
     pkv__backend_config cfg = {layers, hq, hkv, d,  bs, nblocks,
                                dtype,  kq, vq,  dtype == PKV_KV_U8 ? 2 * n : 0,
-                               0,      0,  0};
+                               0,      0};
     s->cfg = cfg;
     assert_int_equal(pkv__backend_cpu.create(&s->cfg, &s->alloc, &s->be),
                      PKV_OK);
@@ -643,7 +643,7 @@ static void rejects_bad_config(void **state)
     pkv__allocator al = test_allocator();
     pkv__backend_config ok = {2,  8, 2, 64, 16, 10, PKV_KV_U8,
                               PKV_QUANT_PER_CHANNEL, PKV_QUANT_PER_TOKEN, 4,
-                              0,  0, 0};
+                              0,  0};
     pkv__backend *be = (pkv__backend *)&al; /* must come back NULL */
     struct {
         pkv__backend_config c;

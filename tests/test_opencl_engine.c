@@ -661,14 +661,15 @@ static void test_cache_too_large(void **state)
     p.block_size = 256;
     p.num_blocks = 1u << 16; /* 64 Ki blocks of 8 MiB per layer */
     expect_create_fails(p, PKV_ERR_DEVICE_MEMORY, "lower num_blocks");
-    /* A largest step whose arrays would pass 2^32 words: refused here, so
-     * that step_begin never refuses a planned step (65,536 sequences of
-     * 2^20 blocks of 16 tokens). */
+    /* A largest step whose block tables pass the device's largest buffer:
+     * refused here, so that step_begin never refuses a planned step
+     * (65,536 sequences of 2^20 blocks of 16 tokens: 256 GiB). */
     p = tm_params(PKV_BACKEND_OPENCL);
     p.max_num_seqs = 65536;
     p.max_model_len = 1u << 24;
     p.block_size = 16;
-    expect_create_fails(p, PKV_ERR_UNSUPPORTED, "lower max_num_seqs");
+    expect_create_fails(p, PKV_ERR_DEVICE_MEMORY,
+                        "lower max_num_seqs or max_model_len");
     p.max_model_len = 1u << 14; /* 2^26 words of block tables: fits */
     pkv_engine *fits = NULL;
     assert_int_equal(pkv_engine_create(&p, &fits), PKV_OK);

@@ -331,10 +331,10 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *params);
  * argument or a field out of its documented range, PKV_ERR_STRUCT_SIZE,
  * PKV_ERR_UNSUPPORTED for a geometry pkv cannot run (head_dim not a
  * multiple of 4 or above 512, num_q_heads not a multiple of num_kv_heads,
- * a backend that is not built in, or, on OpenCL, a largest step
- * (max_num_seqs sequences of max_model_len tokens) whose arrays would pass
- * 2^32 words), PKV_ERR_OUT_OF_MEMORY,
- * PKV_ERR_DEVICE_MEMORY or another device error from the backend. The KV
+ * a backend that is not built in), PKV_ERR_OUT_OF_MEMORY,
+ * PKV_ERR_DEVICE_MEMORY (on OpenCL also for block tables of max_num_seqs
+ * sequences of max_model_len tokens beyond the device's largest buffer)
+ * or another device error from the backend. The KV
  * storage is allocated first, so a cache too large for the machine fails
  * before any other memory is taken.
  * Thread-safety: safe from any thread (creates a new object).
