@@ -157,10 +157,11 @@ static const subcommand SUBCOMMANDS[] = {
      "with them."},
 #ifdef PKV_BENCH_OPENCL
     {"interop", bench_interop,
-     "attend with host tensors wrapped (zero copy), copied, and cl_mem",
-     "pkv_engine_attend on the OpenCL backend with host tensors wrapped in\n"
-     "place, copied, and cl_mem tensors, taking turns step by step; ms per\n"
-     "step and bytes copied. Nothing to plot. Progress on stderr.\n"
+     "attend with host tensors copied, host memory wrapped, and cl_mem",
+     "pkv_engine_attend on the OpenCL backend with host tensors (copied),\n"
+     "host memory the host wrapped once (CL_MEM_USE_HOST_PTR, passed as\n"
+     "cl_mem), and device cl_mem tensors, taking turns step by step; us per\n"
+     "attend and bytes copied. Nothing to plot. Progress on stderr.\n"
      "About 20 seconds either way on a 2-core machine (20.5 s, --quick with\n"
      "12 instead of 60 decode steps per mode 18.5 s, PoCL)."},
 #endif

@@ -4,9 +4,11 @@
  * kv_layout.h), kernels from the kernels/ files, one in-order queue.
  *
  * Host-memory tensors are borrowed for the call, so append and attend wait
- * for their work before returning; on a device that shares the host's
- * memory (CL_DEVICE_HOST_UNIFIED_MEMORY) a suitably aligned tensor is
- * wrapped with CL_MEM_USE_HOST_PTR instead of copied. cl_mem tensors
+ * for their work before returning, and they go through device buffers
+ * kept between calls: no buffer is created per call (a wrap of host
+ * memory, CL_MEM_USE_HOST_PTR, would outlive the borrow or cost a
+ * clCreateBuffer per layer; a host that wants no copy wraps its memory
+ * once itself and passes cl_mem tensors). cl_mem tensors
  * (pkv__opencl_attend_device) are only enqueued.
  *
  * Programs (opencl_program.c): one generic program per device holds every
@@ -33,12 +35,6 @@
 
 /* -------------------------------------------------------------- backend */
 
-typedef struct host_mem {
-    cl_mem mem;   /* a device copy or a wrap of the host pointer */
-    int wrapped;  /* CL_MEM_USE_HOST_PTR */
-    int temporary; /* released after the call */
-} host_mem;
-
 struct pkv__backend {
     pkv__backend_config cfg;
     pkv__allocator alloc;
@@ -50,8 +46,7 @@ struct pkv__backend {
      * tile_rows > 0 the tiled kernel (chunk tokens staged at a time). */
     uint32_t tile_rows, tile_chunk, num_tiles;
     size_t local_append, local_seal, local_attend, local_copy;
-    int unified;         /* CL_DEVICE_HOST_UNIFIED_MEMORY */
-    size_t host_align;   /* alignment a USE_HOST_PTR wrap needs */
+    int unified;         /* CL_DEVICE_HOST_UNIFIED_MEMORY (for the log) */
     char device_name[4 * PKV__CL_NAME_MAX];
     /* pkv__backend_opencl named after the device, for the engine's log. */
     pkv__backend_ops ops;
@@ -103,6 +98,7 @@ struct pkv__backend {
     uint32_t table_stride, table_rows;
     uint64_t table_words; /* uploaded to tables (tests) */
     uint64_t finishes;    /* clFinish calls of host-tensor layers (tests) */
+    uint64_t buffers_created; /* clCreateBuffer calls (tests) */
     cl_mem part_acc, part_ml;
     size_t part_cap[2]; /* bytes */
     uint32_t max_context;
@@ -349,6 +345,14 @@ static pkv_status check_fit(pkv__backend *b)
     return PKV_OK;
 }
 
+/* Every buffer the backend creates, counted (pkv__opencl_buffers_created). */
+static cl_mem new_buffer(pkv__backend *b, cl_mem_flags flags, size_t bytes,
+                         cl_int *err)
+{
+    b->buffers_created++;
+    return clCreateBuffer(b->cl.context, flags, bytes, NULL, err);
+}
+
 /* A new buffer of `bytes` zeros. Written through one map of the whole
  * buffer rather than clEnqueueFillBuffer: the pages are committed now,
  * where a failure has a clear place, and a simulator that tracks
@@ -361,7 +365,7 @@ static pkv_status new_zeroed(pkv__backend *b, size_t bytes,
 {
     cl_int err;
     char call[96];
-    *out = clCreateBuffer(b->cl.context, flags, bytes, NULL, &err);
+    *out = new_buffer(b, flags, bytes, &err);
     if (err != CL_SUCCESS) {
         *out = NULL;
         snprintf(call, sizeof call, "clCreateBuffer(%s, %zu bytes)", what,
@@ -447,15 +451,11 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         snprintf(b->device_name, sizeof b->device_name, "%s / %s (driver %s)",
                  pname, dname, driver);
         cl_bool unified = CL_FALSE;
-        cl_uint align_bits = 0;
         clGetDeviceInfo(b->cl.device, CL_DEVICE_HOST_UNIFIED_MEMORY,
                         sizeof unified, &unified, NULL);
-        clGetDeviceInfo(b->cl.device, CL_DEVICE_MEM_BASE_ADDR_ALIGN,
-                        sizeof align_bits, &align_bits, NULL);
         b->unified = unified == CL_TRUE;
         clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_COMPUTE_UNITS,
                         sizeof b->compute_units, &b->compute_units, NULL);
-        b->host_align = align_bits >= 8 ? align_bits / 8 : 128;
         st = check_fit(b);
     }
     if (st == PKV_OK)
@@ -587,6 +587,11 @@ uint64_t pkv__opencl_finishes(const pkv__backend *b)
     return b->finishes;
 }
 
+uint64_t pkv__opencl_buffers_created(const pkv__backend *b)
+{
+    return b->buffers_created;
+}
+
 void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
                          cl_command_queue *queue)
 {
@@ -637,8 +642,8 @@ static pkv_status grow_step(pkv__backend *b, size_t words)
     if (words > b->step_mem_cap) {
         size_t cap = b->step_host_cap;
         cl_int err;
-        cl_mem m = clCreateBuffer(b->cl.context, CL_MEM_READ_ONLY,
-                                  cap * sizeof(uint32_t), NULL, &err);
+        cl_mem m = new_buffer(b, CL_MEM_READ_ONLY, cap * sizeof(uint32_t),
+                              &err);
         if (err != CL_SUCCESS)
             return pkv__cl_fail(err, "clCreateBuffer(step arrays)");
         if (b->step_mem != NULL)
@@ -1182,28 +1187,15 @@ static pkv_status need_upload(pkv__backend *b)
     return b->uploaded ? PKV_OK : upload_step(b);
 }
 
-/* A host tensor for the kernels: wrapped where the device shares host
- * memory and the pointer is aligned, else copied into (or, for an output,
- * later read from) the backend's buffer `slot`. */
+/* A host tensor for the kernels: the backend's buffer `slot`, grown as
+ * needed, with p's bytes written to it (an input) or to be read from it
+ * after the kernels ran (an output). */
 static pkv_status host_in(pkv__backend *b, int slot, const void *p,
-                          size_t bytes, int output, host_mem *out)
+                          size_t bytes, int output, cl_mem *out)
 {
     cl_int err;
-    memset(out, 0, sizeof *out);
-    if (b->unified && (uintptr_t)p % b->host_align == 0) {
-        cl_mem_flags f = CL_MEM_USE_HOST_PTR |
-                         (output ? CL_MEM_WRITE_ONLY : CL_MEM_READ_ONLY);
-        out->mem = clCreateBuffer(b->cl.context, f, bytes,
-                                  (void *)(uintptr_t)p, &err);
-        if (err == CL_SUCCESS) {
-            out->wrapped = out->temporary = 1;
-            return PKV_OK;
-        }
-        out->mem = NULL;
-    }
     if (bytes > b->tensor_cap[slot]) {
-        cl_mem m = clCreateBuffer(b->cl.context, CL_MEM_READ_WRITE, bytes,
-                                  NULL, &err);
+        cl_mem m = new_buffer(b, CL_MEM_READ_WRITE, bytes, &err);
         if (err != CL_SUCCESS)
             return pkv__cl_fail(err, "clCreateBuffer(tensor)");
         if (b->tensor_mem[slot] != NULL)
@@ -1211,21 +1203,14 @@ static pkv_status host_in(pkv__backend *b, int slot, const void *p,
         b->tensor_mem[slot] = m;
         b->tensor_cap[slot] = bytes;
     }
-    out->mem = b->tensor_mem[slot];
+    *out = b->tensor_mem[slot];
     if (!output) {
-        err = clEnqueueWriteBuffer(b->queue, out->mem, CL_FALSE, 0, bytes, p,
-                                   0, NULL, NULL);
+        err = clEnqueueWriteBuffer(b->queue, *out, CL_FALSE, 0, bytes, p, 0,
+                                   NULL, NULL);
         if (err != CL_SUCCESS)
             return pkv__cl_fail(err, "clEnqueueWriteBuffer(tensor)");
     }
     return PKV_OK;
-}
-
-static void host_release(host_mem *m)
-{
-    if (m->temporary && m->mem != NULL)
-        clReleaseMemObject(m->mem);
-    m->mem = NULL;
 }
 
 static pkv_status finish(pkv__backend *b, const char *what)
@@ -1267,14 +1252,13 @@ static pkv_status host_layer(pkv__backend *b, int what, uint32_t layer,
                       c->head_dim * sizeof(float);
     size_t q_bytes = (size_t)b->step.num_tokens * c->num_q_heads *
                      c->head_dim * sizeof(float);
-    host_mem m[4]; /* k, v, q, out */
-    memset(m, 0, sizeof m);
+    cl_mem m[4] = {NULL, NULL, NULL, NULL}; /* k, v, q, out */
     if (what & DO_APPEND) {
         st = host_in(b, 0, k, kv_bytes, 0, &m[0]);
         if (st == PKV_OK)
             st = host_in(b, 1, v, kv_bytes, 0, &m[1]);
         if (st == PKV_OK) {
-            kt kk = {m[0].mem, 0, 0}, vv = {m[1].mem, 0, 0};
+            kt kk = {m[0], 0, 0}, vv = {m[1], 0, 0};
             st = enqueue_append(b, layer, kk, vv);
         }
     }
@@ -1284,30 +1268,17 @@ static pkv_status host_layer(pkv__backend *b, int what, uint32_t layer,
         if (st == PKV_OK)
             st = host_in(b, 3, out, q_bytes, 1, &m[3]);
         if (st == PKV_OK) {
-            kt qq = {m[2].mem, 0, 0}, oo = {m[3].mem, 0, 0};
+            kt qq = {m[2], 0, 0}, oo = {m[3], 0, 0};
             st = enqueue_attention(b, layer, qq, oo, scale, window);
         }
     }
-    if (st == PKV_OK && attend && m[3].wrapped) {
-        /* Mapping makes the device's writes visible in the host memory. */
-        cl_int err;
-        void *p = clEnqueueMapBuffer(b->queue, m[3].mem, CL_TRUE,
-                                     CL_MAP_READ, 0, q_bytes, 0, NULL, NULL,
-                                     &err);
-        if (err != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clEnqueueMapBuffer(out)");
-        else if ((err = clEnqueueUnmapMemObject(b->queue, m[3].mem, p, 0,
-                                                NULL, NULL)) != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clEnqueueUnmapMemObject(out)");
-    } else if (st == PKV_OK && attend) {
-        cl_int err = clEnqueueReadBuffer(b->queue, m[3].mem, CL_TRUE, 0,
+    if (st == PKV_OK && attend) {
+        cl_int err = clEnqueueReadBuffer(b->queue, m[3], CL_TRUE, 0,
                                          q_bytes, out, 0, NULL, NULL);
         if (err != CL_SUCCESS)
             st = pkv__cl_fail(err, "clEnqueueReadBuffer(out)");
     }
     pkv_status fin = finish(b, attend ? "attend" : "append");
-    for (int i = 0; i < 4; i++)
-        host_release(&m[i]);
     return st != PKV_OK ? st : fin;
 }
 

@@ -72,6 +72,10 @@ uint64_t pkv__opencl_table_words(const pkv__backend *backend);
  * attend, append_attend: one each): for tests. */
 uint64_t pkv__opencl_finishes(const pkv__backend *backend);
 
+/* clCreateBuffer calls the backend made so far: for tests (none per layer
+ * once its buffers have grown to a step's size). */
+uint64_t pkv__opencl_buffers_created(const pkv__backend *backend);
+
 /* The backend's context and queue (borrowed). */
 void pkv__opencl_handles(const pkv__backend *backend, cl_context *context,
                          cl_command_queue *queue);

@@ -166,15 +166,11 @@ static pkv__step batch_step(const batch *b, int u8)
     return s;
 }
 
-/* n floats, 4 KiB aligned on every other call: the OpenCL backend then
- * wraps them (CL_MEM_USE_HOST_PTR) on a device sharing host memory, and
- * copies them otherwise; both paths run. */
+/* n floats, zeroed. */
 static float *tensor_alloc(size_t n)
 {
-    static unsigned calls;
     size_t bytes = (n + 1) * sizeof(float);
-    float *x = calls++ % 2 ? malloc(bytes)
-                           : aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    float *x = malloc(bytes);
     assert_non_null(x);
     memset(x, 0, bytes);
     return x;

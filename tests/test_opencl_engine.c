@@ -460,6 +460,72 @@ static void test_one_wait_per_layer(void **state)
     tm_host_free(&h);
 }
 
+/* Host tensors go through the backend's own buffers: once those have
+ * grown (the prefill, and the first decode step for the decode kernels'
+ * partial results), a decode step creates no buffer, on any layer, even for tensors aligned as a CL_MEM_USE_HOST_PTR wrap wants
+ * (pkv used to wrap those with a clCreateBuffer per tensor and layer). */
+static void test_no_buffer_per_layer(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    int32_t *prompt = tm_prompt(9, 5);
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = 9;
+    sp.max_new_tokens = 5;
+    pkv_seq_id id;
+    assert_int_equal(pkv_seq_add(e, &sp, &id), PKV_OK);
+    size_t nq = 9u * p.num_q_heads * p.head_dim;
+    size_t nkv = 9u * p.num_kv_heads * p.head_dim;
+    float *q = aligned_alloc(4096, 4096 * ((nq * 4 + 4095) / 4096));
+    float *k = aligned_alloc(4096, 4096 * ((nkv * 4 + 4095) / 4096));
+    float *v = aligned_alloc(4096, 4096 * ((nkv * 4 + 4095) / 4096));
+    float *out = aligned_alloc(4096, 4096 * ((nq * 4 + 4095) / 4096));
+    assert_true(q && k && v && out);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = (float)(i % 7) * 0.25f;
+    for (size_t i = 0; i < nkv; i++) {
+        k[i] = (float)(i % 5) * 0.5f;
+        v[i] = (float)(i % 3);
+    }
+    for (int step = 0; step < 5; step++) { /* a prefill, then decodes */
+        const pkv_batch *b;
+        uint64_t before = pkv__opencl_buffers_created(e->backend);
+        assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
+        uint32_t rows = b->num_tokens;
+        pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, rows,
+                                        p.num_q_heads, p.head_dim);
+        pkv_tensor tk = pkv_tensor_host(k, 0, PKV_TENSOR_F32, rows,
+                                        p.num_kv_heads, p.head_dim);
+        pkv_tensor tv = pkv_tensor_host(v, 0, PKV_TENSOR_F32, rows,
+                                        p.num_kv_heads, p.head_dim);
+        pkv_tensor to = pkv_tensor_host(out, 0, PKV_TENSOR_F32, rows,
+                                        p.num_q_heads, p.head_dim);
+        for (uint32_t layer = 0; layer < p.num_layers; layer++)
+            assert_int_equal(pkv_engine_attend(e, layer, &tq, &tk, &tv, &to),
+                             PKV_OK);
+        /* Rows of one value each: a weighted mean of v stays in range. */
+        for (size_t i = 0; i < (size_t)rows * p.num_q_heads * p.head_dim;
+             i++)
+            assert_true(out[i] >= 0.0f && out[i] <= 2.0f);
+        int32_t sampled = 7;
+        assert_int_equal(pkv_engine_step_end(e, &sampled, NULL, 1), PKV_OK);
+        uint64_t created = pkv__opencl_buffers_created(e->backend) - before;
+        if (step > 1 && created != 0)
+            fail_msg("decode step %d created %llu buffers", step,
+                     (unsigned long long)created);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(prompt);
+    pkv_engine_destroy(e);
+}
+
 static void test_interop(void **state)
 {
     (void)state;
@@ -866,6 +932,7 @@ int main(void)
         cmocka_unit_test(test_mixed_load),
         cmocka_unit_test(test_table_rows_uploaded),
         cmocka_unit_test(test_one_wait_per_layer),
+        cmocka_unit_test(test_no_buffer_per_layer),
         cmocka_unit_test(test_interop),
         cmocka_unit_test(test_invalid_cl_mem),
         cmocka_unit_test(test_program_fails_to_build),

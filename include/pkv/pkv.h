@@ -851,7 +851,11 @@ PKV_API pkv_status pkv_engine_step_begin(pkv_engine *engine,
  * another sequence can see and may be repeated: a repeat writes the same
  * rows again.
  * Thread-safety: the stepping thread only.
- * Ownership: tensors are borrowed for the call.
+ * Ownership: tensors are borrowed for the call. On the OpenCL backend,
+ * host tensors are copied to and from buffers the engine keeps between
+ * calls (no buffer is created per call); a host that wants no copy wraps
+ * its memory once (CL_MEM_USE_HOST_PTR) and passes cl_mem tensors
+ * (pkv_opencl.h).
  */
 PKV_API pkv_status pkv_engine_attend(pkv_engine *engine, uint32_t layer,
                                      const pkv_tensor *q, const pkv_tensor *k,

@@ -16,6 +16,15 @@
  * K and V are not scanned for NaN, infinity or (f16 and u8 caches) values
  * beyond +-65504: keeping them finite is the host's job, and a non-finite
  * value written to a block shared by a prefix can reach other sequences.
+ *
+ * Host memory without a copy: host tensors (PKV_MEMORY_HOST) are borrowed
+ * for one call, so pkv copies them through its own buffers. On a device
+ * that shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY: Intel iGPUs), a
+ * host that keeps its q, k, v and out buffers can wrap each once with
+ * clCreateBuffer(CL_MEM_USE_HOST_PTR) in the engine's context, at the
+ * device's CL_DEVICE_MEM_BASE_ADDR_ALIGN, pass the wraps as cl_mem
+ * tensors, and map out (clEnqueueMapBuffer) to read the results. The host
+ * knows how long its memory lives; pkv could not (`pkv-bench interop`).
  */
 #ifndef PKV_PKV_OPENCL_H
 #define PKV_PKV_OPENCL_H
