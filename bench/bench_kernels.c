@@ -755,21 +755,6 @@ done:
 
 /* ------------------------------------------------------------ the report */
 
-static size_t llc_bytes(void)
-{
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    unsigned long kb = 0;
-    if (f != NULL) {
-        if (fscanf(f, "%luK", &kb) != 1)
-            kb = 0;
-        fclose(f);
-    }
-    /* The machine this was tuned on reports 32 MiB per instance but about
-     * 105 MB behave as last-level cache: take the larger. */
-    size_t bytes = (size_t)kb * 1024;
-    return bytes > 105000000u ? bytes : 105000000u;
-}
-
 /* Correctness: every dtype against the plain C reference, with ragged
  * contexts, a u8 tail block, split partitions and a sliding window. */
 static int check_all(const cl_env *e, const bench_options *opt)
@@ -856,7 +841,7 @@ int bench_kernels(const bench_options *opt)
         }
         free(buf);
     }
-    size_t llc = llc_bytes();
+    size_t llc = bench_llc_bytes();
     printf("Decode attention, Hq %u, Hkv %u, head_dim %u; device: %s "
            "(%u compute units)\ndecode variant: %s (%s)\n",
            HQ, HKV, HEAD_DIM, e.name, (unsigned)e.compute_units,

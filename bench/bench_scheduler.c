@@ -3,7 +3,15 @@
  * to 1,024 running sequences, attention excluded: what pkv adds to a host's
  * step besides the kernels. CPU backend, a one-layer toy geometry; rows
  * with 64 tenants under quotas and 10,000 waiting sequences show what
- * the bookkeeping costs when the engine is full. */
+ * the bookkeeping costs when the engine is full.
+ *
+ * Each case takes its steps two ways, one after the other: warm, with only
+ * the toy attention between step_begin and step_end, then cold, with the
+ * caches
+ * evicted (a read of twice the last-level cache) before step_begin and
+ * before step_end, as a model's forward pass and sampling would. Warm
+ * flatters whatever fits in a core's cache: 256 sequences' state
+ * survives the toy attention in 2 MB of L2, 1,024's does not. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench.h"
 
@@ -14,7 +22,23 @@
 #include <time.h>
 
 #define PROMPT_LEN 64
-#define MEASURED_STEPS 64
+#define MEASURED_STEPS 64 /* of each kind, warm and cold */
+
+/* Evicts the caches: reads every line of buf (twice the last-level
+ * cache). The volatile sum keeps the compiler from dropping the reads. */
+typedef struct evictor {
+    const uint64_t *buf;
+    size_t words;
+    volatile uint64_t sum;
+} evictor;
+
+static void evict(evictor *ev)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < ev->words; i += 8)
+        sum += ev->buf[i];
+    ev->sum += sum;
+}
 
 static double now_us(void)
 {
@@ -39,11 +63,13 @@ typedef struct sched_case {
     uint32_t waiting;
 } sched_case;
 
-/* Median host microseconds per decode step of case c. */
-static int measure(const sched_case *c, double *median_us)
+/* Median host microseconds per decode step of case c, warm and cold. */
+static int measure(const sched_case *c, evictor *ev, double *warm_us,
+                   double *cold_us)
 {
     uint32_t n = c->running;
-    uint32_t blocks_per_seq = (PROMPT_LEN + MEASURED_STEPS + 32) / 16 + 1;
+    uint32_t steps = 2 * MEASURED_STEPS;
+    uint32_t blocks_per_seq = (PROMPT_LEN + steps + 32) / 16 + 1;
     pkv_engine_params p;
     pkv_engine_params_init(&p);
     p.num_layers = 1;
@@ -79,13 +105,18 @@ static int measure(const sched_case *c, double *median_us)
     size_t rows = (size_t)n * PROMPT_LEN * 4;
     float *x = calloc(rows, sizeof *x), *out = calloc(rows, sizeof *out);
     int32_t *sampled = calloc(n, sizeof *sampled);
-    double *times = calloc(MEASURED_STEPS, sizeof *times);
+    double *times = calloc(steps, sizeof *times); /* warm, then cold */
     if (!x || !out || !sampled || !times)
         return 1;
     int rc = 0;
-    /* Step 0 is the prefill; the measured steps are decodes. */
-    for (uint32_t step = 0; step <= MEASURED_STEPS && rc == 0; step++) {
+    /* Step 0 is the prefill; the measured steps are decodes, the second
+     * half cold (taking turns would leave no warm step: each would follow
+     * an eviction). */
+    for (uint32_t step = 0; step <= steps && rc == 0; step++) {
         const pkv_batch *b;
+        int cold = step > MEASURED_STEPS;
+        if (cold)
+            evict(ev);
         double t0 = now_us();
         rc |= pkv_engine_step_begin(e, &b) != PKV_OK;
         double t1 = now_us();
@@ -96,6 +127,8 @@ static int measure(const sched_case *c, double *median_us)
         rc |= pkv_engine_attend(e, 0, &t, &t, &t, &o) != PKV_OK;
         for (uint32_t j = 0; j < b->num_samples; j++)
             sampled[j] = (int32_t)(step + j);
+        if (cold)
+            evict(ev);
         double t2 = now_us();
         rc |= pkv_engine_step_end(e, sampled, NULL, b->num_samples) != PKV_OK;
         double t3 = now_us();
@@ -107,8 +140,11 @@ static int measure(const sched_case *c, double *median_us)
             rc = 1;
         }
     }
-    qsort(times, MEASURED_STEPS, sizeof *times, compare_double);
-    *median_us = times[MEASURED_STEPS / 2];
+    for (int k = 0; k < 2; k++)
+        qsort(times + k * MEASURED_STEPS, MEASURED_STEPS, sizeof *times,
+              compare_double);
+    *warm_us = times[MEASURED_STEPS / 2];
+    *cold_us = times[MEASURED_STEPS + MEASURED_STEPS / 2];
     free(x);
     free(out);
     free(sampled);
@@ -129,32 +165,64 @@ int bench_scheduler(const bench_options *opt)
                                        {256, 64, 10000}};
     const sched_case *cases = opt->quick ? quick : full;
     size_t count = opt->quick ? 3 : 8;
+    evictor ev = {NULL, 2 * bench_llc_bytes() / sizeof(uint64_t), 0};
+    uint64_t *evict_buf = malloc(ev.words * sizeof *evict_buf);
+    if (evict_buf == NULL) {
+        fprintf(stderr, "scheduler: no memory for the eviction buffer\n");
+        return 1;
+    }
+    memset(evict_buf, 1, ev.words * sizeof *evict_buf);
+    ev.buf = evict_buf;
     printf("scheduler: host time of step_begin + step_end per decode step "
-           "(median of %d), attention excluded\n",
-           MEASURED_STEPS);
-    printf("%9s %8s %8s %12s %14s\n", "running", "tenants", "waiting",
-           "us/step", "us/seq/step");
+           "(median of %d each), attention excluded;\ncold: caches evicted "
+           "(%zu MB read) before step_begin and before step_end\n",
+           MEASURED_STEPS, ev.words * sizeof *evict_buf / 1000000);
+    printf("%9s %8s %8s %12s %12s %14s\n", "running", "tenants", "waiting",
+           "us/step", "cold us/step", "cold us/seq");
     FILE *plot = bench_plot_open(opt, "scheduler");
-    for (size_t i = 0; i < count; i++) {
+    double at256[2][2] = {{0}}, at1024[2][2] = {{0}}; /* [loaded][cold] */
+    int rc = 0;
+    for (size_t i = 0; i < count && rc == 0; i++) {
         const sched_case *c = &cases[i];
-        double us;
-        if (measure(c, &us) != 0)
-            return 1;
-        printf("%9u %8u %8u %12.1f %14.3f\n", c->running, c->tenants,
-               c->waiting, us, us / c->running);
+        bench_progress("scheduler: case %zu of %zu", i + 1, count);
+        double warm, cold;
+        if (measure(c, &ev, &warm, &cold) != 0) {
+            rc = 1;
+            break;
+        }
+        printf("%9u %8u %8u %12.1f %12.1f %14.3f\n", c->running, c->tenants,
+               c->waiting, warm, cold, cold / c->running);
+        int loaded = c->tenants > 1;
+        if (c->running == 256) {
+            at256[loaded][0] = warm;
+            at256[loaded][1] = cold;
+        } else if (c->running == 1024) {
+            at1024[loaded][0] = warm;
+            at1024[loaded][1] = cold;
+        }
         if (plot != NULL && c->tenants == 1)
-            fprintf(plot, "%u %.3f\n", c->running, us);
+            fprintf(plot, "%u %.3f %.3f\n", c->running, warm, cold);
         if (opt->json)
             fprintf(opt->json,
                     "{\"bench\":\"scheduler\",\"running\":%u,"
                     "\"tenants\":%u,\"waiting\":%u,"
-                    "\"us_per_step\":%.2f}\n",
-                    c->running, c->tenants, c->waiting, us);
+                    "\"us_per_step\":%.2f,\"cold_us_per_step\":%.2f}\n",
+                    c->running, c->tenants, c->waiting, warm, cold);
     }
+    for (int loaded = 0; loaded < 2 && rc == 0; loaded++)
+        if (at256[loaded][0] > 0.0 && at1024[loaded][0] > 0.0)
+            printf("1,024 / 256 running%s: %.2fx warm, %.2fx cold\n",
+                   loaded ? ", 64 tenants, 10,000 waiting" : "",
+                   at1024[loaded][0] / at256[loaded][0],
+                   at1024[loaded][1] / at256[loaded][1]);
+    free(evict_buf);
+    if (rc != 0)
+        return 1;
     bench_plot_close(opt, plot, "scheduler",
                      "set logscale xy\n"
                      "set xlabel 'running sequences'\n"
                      "set ylabel 'host us per step (step_begin + step_end)'\n"
-                     "plot data using 1:2 with linespoints title 'pkv'");
+                     "plot data using 1:2 with linespoints title 'warm', "
+                     "'' using 1:3 with linespoints title 'cold'");
     return 0;
 }
