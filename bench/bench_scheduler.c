@@ -21,7 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#define PROMPT_LEN 64
+#define PROMPT_LEN 64 /* tokens per prompt, unless a case says more */
+#define LONG_PROMPT 2048
 #define MEASURED_STEPS 64 /* of each kind, warm and cold */
 
 /* Evicts the caches: reads every line of buf (twice the last-level
@@ -55,12 +56,14 @@ static int compare_double(const void *a, const void *b)
 
 /* One measured configuration: n running sequences, spread over `tenants`
  * tenants (with a block quota each when tenants > 1), `waiting` more
- * sequences queued behind max_num_seqs. Prompts share their first half,
+ * sequences queued behind max_num_seqs, each with a prompt of
+ * `prompt_len` tokens (0: PROMPT_LEN). Prompts share their first half,
  * so admissions hit the prefix cache. */
 typedef struct sched_case {
     uint32_t running;
     uint32_t tenants;
     uint32_t waiting;
+    uint32_t prompt_len;
 } sched_case;
 
 /* Median host microseconds per decode step of case c, warm and cold. */
@@ -69,7 +72,8 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
 {
     uint32_t n = c->running;
     uint32_t steps = 2 * MEASURED_STEPS;
-    uint32_t blocks_per_seq = (PROMPT_LEN + steps + 32) / 16 + 1;
+    uint32_t len = c->prompt_len ? c->prompt_len : PROMPT_LEN;
+    uint32_t blocks_per_seq = (len + steps + 32) / 16 + 1;
     pkv_engine_params p;
     pkv_engine_params_init(&p);
     p.num_layers = 1;
@@ -80,7 +84,8 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
     p.block_size = 16;
     p.num_blocks = n * blocks_per_seq + 1;
     p.max_num_seqs = n;
-    p.max_batch_tokens = n * PROMPT_LEN;
+    p.max_batch_tokens = n * len;
+    p.max_model_len = len + steps + 32;
     if (c->tenants > 1) /* binding only if a tenant outgrew its share */
         p.max_blocks_per_tenant = (n / c->tenants + 1) * blocks_per_seq;
     p.backend = PKV_BACKEND_CPU;
@@ -89,20 +94,27 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
         fprintf(stderr, "scheduler: %s\n", pkv_last_error());
         return 1;
     }
-    int32_t prompt[PROMPT_LEN];
+    int32_t *prompt = malloc(len * sizeof *prompt);
+    if (prompt == NULL)
+        return 1;
     for (uint32_t i = 0; i < n + c->waiting; i++) {
-        for (uint32_t t = 0; t < PROMPT_LEN; t++)
-            prompt[t] = (int32_t)(t < PROMPT_LEN / 2 ? t : i * 131 + t);
+        for (uint32_t t = 0; t < len; t++)
+            prompt[t] = (int32_t)(t < len / 2 ? t : i * 131 + t);
         pkv_seq_params sp;
         pkv_seq_params_init(&sp);
         sp.prompt = prompt;
-        sp.prompt_len = PROMPT_LEN;
+        sp.prompt_len = len;
         sp.tenant = i % c->tenants;
         pkv_seq_id id;
-        if (pkv_seq_add(e, &sp, &id) != PKV_OK)
+        if (pkv_seq_add(e, &sp, &id) != PKV_OK) {
+            fprintf(stderr, "scheduler: %s\n", pkv_last_error());
+            free(prompt);
+            pkv_engine_destroy(e);
             return 1;
+        }
     }
-    size_t rows = (size_t)n * PROMPT_LEN * 4;
+    free(prompt);
+    size_t rows = (size_t)n * len * 4;
     float *x = calloc(rows, sizeof *x), *out = calloc(rows, sizeof *out);
     int32_t *sampled = calloc(n, sizeof *sampled);
     double *times = calloc(steps, sizeof *times); /* warm, then cold */
@@ -156,15 +168,19 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
 int bench_scheduler(const bench_options *opt)
 {
     /* A tenant each, nothing waiting; then issue 11's loaded rows: 64
-     * tenants with quotas and 10,000 sequences waiting. */
+     * tenants with quotas and 10,000 sequences waiting; then 256
+     * sequences of LONG_PROMPT-token prompts, whose steps should cost what
+     * 64-token ones do: a decode step adds a block here and there, however
+     * many the tables hold. */
     static const sched_case full[] = {
-        {1, 1, 0},       {4, 1, 0},         {16, 1, 0},
-        {64, 1, 0},      {256, 1, 0},       {1024, 1, 0},
-        {256, 64, 10000}, {1024, 64, 10000}};
-    static const sched_case quick[] = {{1, 1, 0}, {256, 1, 0},
-                                       {256, 64, 10000}};
+        {1, 1, 0, 0},        {4, 1, 0, 0},         {16, 1, 0, 0},
+        {64, 1, 0, 0},       {256, 1, 0, 0},       {1024, 1, 0, 0},
+        {256, 64, 10000, 0}, {1024, 64, 10000, 0}, {256, 1, 0, LONG_PROMPT}};
+    static const sched_case quick[] = {
+        {1, 1, 0, 0}, {256, 1, 0, 0}, {256, 64, 10000, 0}};
     const sched_case *cases = opt->quick ? quick : full;
-    size_t count = opt->quick ? 3 : 8;
+    size_t count = opt->quick ? sizeof quick / sizeof quick[0]
+                              : sizeof full / sizeof full[0];
     evictor ev = {NULL, 2 * bench_llc_bytes() / sizeof(uint64_t), 0};
     uint64_t *evict_buf = malloc(ev.words * sizeof *evict_buf);
     if (evict_buf == NULL) {
@@ -177,10 +193,11 @@ int bench_scheduler(const bench_options *opt)
            "(median of %d each), attention excluded;\ncold: caches evicted "
            "(%zu MB read) before step_begin and before step_end\n",
            MEASURED_STEPS, ev.words * sizeof *evict_buf / 1000000);
-    printf("%9s %8s %8s %12s %12s %14s\n", "running", "tenants", "waiting",
-           "us/step", "cold us/step", "cold us/seq");
+    printf("%9s %8s %8s %7s %12s %12s %14s\n", "running", "tenants",
+           "waiting", "prompt", "us/step", "cold us/step", "cold us/seq");
     FILE *plot = bench_plot_open(opt, "scheduler");
     double at256[2][2] = {{0}}, at1024[2][2] = {{0}}; /* [loaded][cold] */
+    double long256[2] = {0}; /* [cold], LONG_PROMPT */
     int rc = 0;
     for (size_t i = 0; i < count && rc == 0; i++) {
         const sched_case *c = &cases[i];
@@ -190,24 +207,28 @@ int bench_scheduler(const bench_options *opt)
             rc = 1;
             break;
         }
-        printf("%9u %8u %8u %12.1f %12.1f %14.3f\n", c->running, c->tenants,
-               c->waiting, warm, cold, cold / c->running);
+        uint32_t len = c->prompt_len ? c->prompt_len : PROMPT_LEN;
+        printf("%9u %8u %8u %7u %12.1f %12.1f %14.3f\n", c->running,
+               c->tenants, c->waiting, len, warm, cold, cold / c->running);
         int loaded = c->tenants > 1;
-        if (c->running == 256) {
+        if (len != PROMPT_LEN) {
+            long256[0] = warm;
+            long256[1] = cold;
+        } else if (c->running == 256) {
             at256[loaded][0] = warm;
             at256[loaded][1] = cold;
         } else if (c->running == 1024) {
             at1024[loaded][0] = warm;
             at1024[loaded][1] = cold;
         }
-        if (plot != NULL && c->tenants == 1)
+        if (plot != NULL && c->tenants == 1 && len == PROMPT_LEN)
             fprintf(plot, "%u %.3f %.3f\n", c->running, warm, cold);
         if (opt->json)
             fprintf(opt->json,
                     "{\"bench\":\"scheduler\",\"running\":%u,"
-                    "\"tenants\":%u,\"waiting\":%u,"
+                    "\"tenants\":%u,\"waiting\":%u,\"prompt_len\":%u,"
                     "\"us_per_step\":%.2f,\"cold_us_per_step\":%.2f}\n",
-                    c->running, c->tenants, c->waiting, warm, cold);
+                    c->running, c->tenants, c->waiting, len, warm, cold);
     }
     for (int loaded = 0; loaded < 2 && rc == 0; loaded++)
         if (at256[loaded][0] > 0.0 && at1024[loaded][0] > 0.0)
@@ -215,6 +236,11 @@ int bench_scheduler(const bench_options *opt)
                    loaded ? ", 64 tenants, 10,000 waiting" : "",
                    at1024[loaded][0] / at256[loaded][0],
                    at1024[loaded][1] / at256[loaded][1]);
+    if (rc == 0 && long256[0] > 0.0 && at256[0][0] > 0.0)
+        printf("256 running, prompts of %d / %d tokens: %.2fx warm, %.2fx "
+               "cold\n",
+               LONG_PROMPT, PROMPT_LEN, long256[0] / at256[0][0],
+               long256[1] / at256[0][1]);
     free(evict_buf);
     if (rc != 0)
         return 1;

@@ -128,11 +128,12 @@ static const subcommand SUBCOMMANDS[] = {
      "host microseconds per step at 1 to 1,024 running sequences",
      "Host time of step_begin + step_end per decode step (attention\n"
      "excluded) at 1 to 1,024 running sequences, then 256 and 1,024 over 64\n"
-     "tenants with quotas and 10,000 waiting; warm, then cold (caches\n"
-     "evicted before step_begin and step_end, as a model's forward pass\n"
-     "would). Plots us/step. About 40 s on a 2-core machine with a 260 MB\n"
-     "last-level cache, most of it evicting (--quick: 1 and 256, and the\n"
-     "loaded 256, about 10 s)."},
+     "tenants with quotas and 10,000 waiting, then 256 with 2,048-token\n"
+     "prompts instead of 64; warm, then cold (caches evicted before\n"
+     "step_begin and step_end, as a model's forward pass would). Plots\n"
+     "us/step. About 60 s on a 2-core machine with a 260 MB last-level\n"
+     "cache, most of it evicting and the long prompts' prefill (--quick:\n"
+     "1 and 256, and the loaded 256, about 10 s)."},
     {"serve", bench_serve,
      "llama model over an arrival trace: continuous vs static batching",
      "A small llama-architecture model (examples/llama) served over a\n"
