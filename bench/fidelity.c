@@ -101,12 +101,20 @@ static int run(const kv_config *kc, const sequence *s, const double *ref,
     size_t row = (size_t)KV_HEADS * HEAD_DIM;
     float *out = must_calloc((size_t)ROWS * Q_HEADS * HEAD_DIM, sizeof *out);
     uint32_t split[3] = {0, s->ctx - ROWS, s->ctx}, stage = 0;
+    const uint32_t *tables[1] = {table}; /* read until the attend */
     int rc = 0;
     for (int step = 0; step < 2 && rc == 0; step++) {
         uint32_t qs[2] = {0, split[step + 1] - split[step]};
-        pkv__step st = {1,     qs[1], qs,    &split[step + 1],
-                        table, nb,    slots + split[step],
-                        kc->dtype == PKV_KV_U8 ? &stage : NULL, NULL};
+        pkv__step st = {1,
+                        qs[1],
+                        qs,
+                        &split[step + 1],
+                        tables,
+                        nb,
+                        NULL,
+                        slots + split[step],
+                        kc->dtype == PKV_KV_U8 ? &stage : NULL,
+                        NULL};
         rc |= pkv__backend_cpu.begin_step(be, &st) != PKV_OK;
         rc |= pkv__backend_cpu.append(be, 0, s->k + split[step] * row,
                                       s->v + split[step] * row) != PKV_OK;

@@ -7,6 +7,8 @@
 #include "kv_layout.h"
 #include "quant.h"
 
+#include <string.h>
+
 pkv_status pkv__backend_config_check(const pkv__backend_config *c)
 {
     if (c->num_layers == 0 || c->num_q_heads == 0 || c->num_kv_heads == 0 ||
@@ -77,8 +79,59 @@ size_t pkv__backend_stage_bytes(const pkv__backend_config *c)
            c->head_dim * sizeof(float);
 }
 
+pkv_status pkv__tables_seen_init(pkv__tables_seen *seen,
+                                 const pkv__allocator *alloc, uint32_t rows)
+{
+    seen->rows = NULL;
+    seen->capacity = 0;
+    if (rows == 0)
+        return PKV_OK;
+    seen->rows = pkv__calloc(alloc, rows, sizeof *seen->rows);
+    if (seen->rows == NULL)
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY,
+                         "no memory for %u block-table rows",
+                         (unsigned)rows);
+    seen->capacity = rows;
+    return PKV_OK;
+}
+
+void pkv__tables_seen_release(pkv__tables_seen *seen,
+                              const pkv__allocator *alloc)
+{
+    pkv__free(alloc, seen->rows, seen->capacity, sizeof *seen->rows);
+    seen->rows = NULL;
+    seen->capacity = 0;
+}
+
+int pkv__tables_seen_knows(const pkv__tables_seen *seen, const pkv__step *s,
+                           uint32_t row, uint32_t blocks)
+{
+    if (seen == NULL || row >= seen->capacity || s->table_versions == NULL)
+        return 0;
+    uint64_t v = s->table_versions[row];
+    return v != 0 && seen->rows[row].version == v &&
+           seen->rows[row].blocks >= blocks;
+}
+
+void pkv__tables_seen_note(pkv__tables_seen *seen, const pkv__step *s,
+                           uint32_t row, uint32_t blocks)
+{
+    if (seen == NULL || row >= seen->capacity)
+        return;
+    seen->rows[row].version =
+        s->table_versions != NULL ? s->table_versions[row] : 0;
+    seen->rows[row].blocks = blocks;
+}
+
+void pkv__tables_seen_forget(pkv__tables_seen *seen)
+{
+    if (seen->capacity > 0)
+        memset(seen->rows, 0, seen->capacity * sizeof *seen->rows);
+}
+
 pkv_status pkv__backend_step_check(const pkv__backend_config *c,
-                                   const pkv__step *s)
+                                   const pkv__step *s,
+                                   pkv__tables_seen *checked)
 {
     if (s->num_seqs > 0 &&
         (s->query_start == NULL || s->context_lens == NULL ||
@@ -113,16 +166,22 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                              "and the context max_blocks_per_seq %u",
                              (unsigned)i, (unsigned)q0, (unsigned)q1,
                              (unsigned)ctx, (unsigned)s->max_blocks_per_seq);
-        const uint32_t *table =
-            s->block_tables + (size_t)i * s->max_blocks_per_seq;
+        const uint32_t *table = s->block_tables[i];
         uint32_t nb = (uint32_t)((ctx + bs - 1) / bs);
-        for (uint32_t j = 0; j < nb; j++)
+        if (nb > 0 && table == NULL)
+            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                             "step: sequence %u has no block table",
+                             (unsigned)i);
+        int known = pkv__tables_seen_knows(checked, s, i, nb);
+        for (uint32_t j = 0; !known && j < nb; j++)
             if (table[j] == 0 || table[j] >= c->num_blocks)
                 return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                                  "step: sequence %u block %u is id %u; "
                                  "must be 1..%u",
                                  (unsigned)i, (unsigned)j, (unsigned)table[j],
                                  (unsigned)(c->num_blocks - 1));
+        if (!known)
+            pkv__tables_seen_note(checked, s, i, nb);
         if (c->kv_dtype == PKV_KV_U8 && s->stages[i] >= c->num_stages)
             return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                              "step: sequence %u has staging tail %u of %u",

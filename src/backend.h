@@ -101,10 +101,19 @@ typedef struct pkv__step {
     const uint32_t *query_start; /* [num_seqs + 1]: 0, ..., num_tokens */
     const uint32_t *context_lens; /* [num_seqs]: >= the sequence's rows,
                                      and <= max_blocks_per_seq * block_size */
-    const uint32_t *block_tables; /* [num_seqs][max_blocks_per_seq] ids;
-                                     only entries below ceil(context_len /
-                                     block_size) are read */
+    /* [num_seqs]: each sequence's block ids, ceil(context_len /
+     * block_size) of them (no more are read); the sequences' own tables,
+     * not a copy, so that a step costs nothing per block it does not add.
+     * max_blocks_per_seq is the most any of them holds. */
+    const uint32_t *const *block_tables;
     uint32_t max_blocks_per_seq;
+    /* [num_seqs] or NULL: a stamp of each table (pkv__table.version). A
+     * row whose non-zero stamp equals the one the same row had in an
+     * earlier step holds the same ids (the first as many as that step
+     * read), so a backend need not check or upload them again; 0, or
+     * NULL for every row, says nothing (tests that build steps by
+     * hand). */
+    const uint64_t *table_versions;
     const uint64_t *slots; /* [num_tokens]: block * block_size + offset
                               where row t's K/V go; block 0 is refused */
     const uint32_t *stages; /* [num_seqs]: staging tail of each sequence,
@@ -207,9 +216,44 @@ size_t pkv__backend_swap_block_bytes(const pkv__backend_config *config);
  * per kv head, f32. */
 size_t pkv__backend_stage_bytes(const pkv__backend_config *config);
 
-/* The begin_step check. */
+/* What a backend has already read of step rows' block tables, row by
+ * row (pkv__step.table_versions): the table of version `version` had its
+ * first `blocks` ids checked (or uploaded). A version names one table
+ * state, so an entry stays true until forgotten, whatever steps came
+ * between. */
+typedef struct pkv__table_row_seen {
+    uint64_t version;
+    uint32_t blocks;
+} pkv__table_row_seen;
+
+typedef struct pkv__tables_seen {
+    pkv__table_row_seen *rows; /* [capacity], version 0: nothing */
+    uint32_t capacity;
+} pkv__tables_seen;
+
+/* Room for `rows` rows (the config's max_step_seqs; 0: none, so nothing
+ * is ever known). PKV_ERR_OUT_OF_MEMORY with the thread's message. */
+pkv_status pkv__tables_seen_init(pkv__tables_seen *seen,
+                                 const pkv__allocator *alloc, uint32_t rows);
+void pkv__tables_seen_release(pkv__tables_seen *seen,
+                              const pkv__allocator *alloc);
+/* Whether row `row` of step s holds nothing past what seen knows: the
+ * same version, at most `blocks` ids of it read now. */
+int pkv__tables_seen_knows(const pkv__tables_seen *seen, const pkv__step *s,
+                           uint32_t row, uint32_t blocks);
+/* Row `row` of step s, its first `blocks` ids, has been read. */
+void pkv__tables_seen_note(pkv__tables_seen *seen, const pkv__step *s,
+                           uint32_t row, uint32_t blocks);
+/* Know nothing (the copy it describes is gone). */
+void pkv__tables_seen_forget(pkv__tables_seen *seen);
+
+/* The begin_step check. The block ids of a row that `checked` (may be
+ * NULL) knows are not checked again, so that a step costs the check
+ * nothing per block it does not add; checked learns every row that
+ * passes. */
 pkv_status pkv__backend_step_check(const pkv__backend_config *config,
-                                   const pkv__step *step);
+                                   const pkv__step *step,
+                                   pkv__tables_seen *checked);
 
 /* The append/attend check: a step has begun (step is the one begin_step
  * took, NULL if none), the layer exists, the tensors are set. */

@@ -40,6 +40,7 @@ struct pkv__backend {
     float *tile;         /* [K, V][block_size][head_dim]: converted rows */
     pkv__step step;      /* borrowed from begin_step */
     int have_step;
+    pkv__tables_seen checked; /* block-table rows begin_step checked */
     softmax_state *state; /* attend's per-row softmax state, grown to
                              the longest run of rows seen: no
                              allocation per layer */
@@ -59,6 +60,7 @@ static void cpu_destroy(pkv__backend *b)
     pkv__free(&a, b->tile, 2u * b->cfg.block_size * b->cfg.head_dim,
               sizeof(float));
     pkv__free(&a, b->state, b->state_capacity, sizeof *b->state);
+    pkv__tables_seen_release(&b->checked, &a);
     pkv__free(&a, b, 1, sizeof *b);
 }
 
@@ -94,6 +96,9 @@ static pkv_status cpu_create(const pkv__backend_config *config,
         b->stages = pkv__calloc(alloc, c->num_stages, b->stage_floats * 4);
         ok = b->stages != NULL;
     }
+    if (ok)
+        ok = pkv__tables_seen_init(&b->checked, alloc, c->max_step_seqs) ==
+             PKV_OK;
     if (ok) {
         b->tile = pkv__calloc(alloc, 2u * c->block_size * c->head_dim,
                               sizeof(float));
@@ -114,7 +119,7 @@ static pkv_status cpu_create(const pkv__backend_config *config,
 
 static pkv_status cpu_begin_step(pkv__backend *b, const pkv__step *step)
 {
-    pkv_status st = pkv__backend_step_check(&b->cfg, step);
+    pkv_status st = pkv__backend_step_check(&b->cfg, step, &b->checked);
     if (st != PKV_OK)
         return st;
     b->step = *step;
@@ -200,7 +205,7 @@ static const float *load_rows(const pkv__backend *b, uint32_t layer,
 {
     const pkv__backend_config *c = &b->cfg;
     const pkv__step *s = &b->step;
-    uint32_t blk = s->block_tables[(size_t)seq * s->max_blocks_per_seq + j];
+    uint32_t blk = s->block_tables[seq][j];
     const uint8_t *part = part_at(b, layer, blk, h, kv);
     if (c->kv_dtype == PKV_KV_F32)
         return (const float *)(const void *)part;

@@ -88,14 +88,16 @@ struct pkv__backend {
     cl_kernel k_partial, k_reduce;
     cl_mem dec_lens, dec_stages; /* this decode step's arrays */
     size_t dec_cap[2];           /* bytes */
-    /* Every step's block tables: table_rows rows of table_stride entries
-     * (a stride that only grows), mirrored on the host, so that a step
-     * uploads only the rows that changed. */
+    /* Every step's block tables: rows of table_stride entries (a stride
+     * that only grows), written from a host mirror. device_rows knows
+     * which table versions the device holds, so that a step uploads only
+     * the rows that changed; checked, which ones begin_step checked. */
     cl_mem tables;
     size_t tables_cap; /* bytes */
     uint32_t *table_mirror;
     size_t table_mirror_cap; /* uints */
-    uint32_t table_stride, table_rows;
+    uint32_t table_stride;
+    pkv__tables_seen device_rows, checked;
     uint64_t table_words; /* uploaded to tables (tests) */
     uint64_t finishes;    /* clFinish calls of host-tensor layers (tests) */
     uint64_t buffers_created; /* clCreateBuffer calls (tests) */
@@ -229,6 +231,8 @@ static void ocl_destroy(pkv__backend *b)
     pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof(uint32_t));
     pkv__free(&b->alloc, b->table_mirror, b->table_mirror_cap,
               sizeof(uint32_t));
+    pkv__tables_seen_release(&b->device_rows, &b->alloc);
+    pkv__tables_seen_release(&b->checked, &b->alloc);
     pkv__allocator a = b->alloc;
     pkv__free(&a, b, 1, sizeof *b);
 }
@@ -459,6 +463,11 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         st = check_fit(b);
     }
     if (st == PKV_OK)
+        st = pkv__tables_seen_init(&b->device_rows, alloc,
+                                   config->max_step_seqs);
+    if (st == PKV_OK)
+        st = pkv__tables_seen_init(&b->checked, alloc, config->max_step_seqs);
+    if (st == PKV_OK)
         st = pkv__cl_program(&b->cl, PKV__CL_GENERIC, "", &b->program);
     if (st == PKV_OK && own) {
         cl_int err;
@@ -675,15 +684,16 @@ static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
 }
 
 /* The step's block tables into b->tables, as rows of table_stride
- * entries: only the runs of rows that differ from what it holds (a decode
- * step usually changes the rows of the sequences that crossed into a new
- * block; a step that admits a prompt, its row and those after it). Called
- * after the previous step's uploads finished (upload_step waits for them),
- * so the mirror they read from may change. */
+ * entries: only the runs of rows whose table version device_rows does not
+ * know (in a decode step, the rows of the sequences that crossed into a
+ * new block; a step that admits a prompt adds its row). Called after the
+ * previous step's uploads finished (upload_step waits for them), so the
+ * mirror they read from may change. */
 static pkv_status upload_tables(pkv__backend *b)
 {
     const pkv__step *s = &b->step;
     uint32_t n = s->num_seqs, maxb = s->max_blocks_per_seq;
+    uint32_t bs = b->cfg.block_size;
     uint32_t stride = table_stride_for(b->table_stride, maxb);
     size_t words = (size_t)(n > 0 ? n : 1) * stride;
     cl_mem before = b->tables;
@@ -692,7 +702,7 @@ static pkv_status upload_tables(pkv__backend *b)
     if (st != PKV_OK)
         return st;
     if (b->tables != before || stride != b->table_stride)
-        b->table_rows = 0; /* the device holds nothing we know of */
+        pkv__tables_seen_forget(&b->device_rows); /* it holds none */
     size_t cap = b->tables_cap / 4;
     if (b->table_mirror_cap < cap) {
         uint32_t *m = pkv__calloc(&b->alloc, cap, sizeof *m);
@@ -702,20 +712,19 @@ static pkv_status upload_tables(pkv__backend *b)
                   sizeof *m);
         b->table_mirror = m;
         b->table_mirror_cap = cap;
-        b->table_rows = 0;
     }
     b->table_stride = stride;
     for (uint32_t i = 0; i < n;) {
         /* The next run of rows [i, j) that must be written. A kernel reads
-         * a row's entries below its sequence's block count only, so the
-         * first maxb decide, and what follows them may be stale. */
+         * a row's entries below its sequence's block count only, so what
+         * follows them in the mirror may be stale. */
         uint32_t j = i;
         for (; j < n; j++) {
-            const uint32_t *want = s->block_tables + (size_t)j * maxb;
-            uint32_t *have = b->table_mirror + (size_t)j * stride;
-            if (j < b->table_rows && memcmp(have, want, maxb * 4) == 0)
+            uint32_t nb = (s->context_lens[j] + bs - 1) / bs;
+            if (pkv__tables_seen_knows(&b->device_rows, s, j, nb))
                 break;
-            memcpy(have, want, maxb * 4);
+            memcpy(b->table_mirror + (size_t)j * stride, s->block_tables[j],
+                   nb * sizeof(uint32_t));
         }
         if (j > i) {
             size_t at = (size_t)i * stride, count = (size_t)(j - i) * stride;
@@ -723,15 +732,16 @@ static pkv_status upload_tables(pkv__backend *b)
                 b->queue, b->tables, CL_FALSE, at * 4, count * 4,
                 b->table_mirror + at, 0, NULL, NULL);
             if (err != CL_SUCCESS) {
-                b->table_rows = 0;
+                pkv__tables_seen_forget(&b->device_rows);
                 return pkv__cl_fail(err, "clEnqueueWriteBuffer(tables)");
             }
             b->table_words += count;
+            for (uint32_t r = i; r < j; r++)
+                pkv__tables_seen_note(&b->device_rows, s, r,
+                                      (s->context_lens[r] + bs - 1) / bs);
         }
         i = j + (j < n);
     }
-    if (n > b->table_rows)
-        b->table_rows = n;
     return PKV_OK;
 }
 
@@ -741,7 +751,7 @@ static pkv_status upload_tables(pkv__backend *b)
  * once made, never has to be undone. */
 static pkv_status ocl_begin_step(pkv__backend *b, const pkv__step *s)
 {
-    pkv_status st = pkv__backend_step_check(&b->cfg, s);
+    pkv_status st = pkv__backend_step_check(&b->cfg, s, &b->checked);
     if (st != PKV_OK)
         return st;
     uint32_t n = s->num_seqs, bs = b->cfg.block_size;
@@ -811,8 +821,7 @@ static pkv_status upload_step(pkv__backend *b)
     for (uint32_t i = 0; i < n; i++) {
         uint32_t q0 = s->query_start[i], q1 = s->query_start[i + 1];
         uint32_t ctx = s->context_lens[i], first = ctx - (q1 - q0);
-        const uint32_t *table =
-            s->block_tables + (size_t)i * s->max_blocks_per_seq;
+        const uint32_t *table = s->block_tables[i];
         for (uint32_t r = q0; b->tile_rows > 0 && r < q1; r += b->tile_rows)
             *tile++ = r;
         for (uint32_t r = q0; r < q1; r++) {

@@ -220,6 +220,8 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
     e->query_start = pkv__calloc(a, seqs + 1, sizeof *e->query_start);
     e->context_lens = pkv__calloc(a, seqs, sizeof *e->context_lens);
     e->stages = pkv__calloc(a, seqs, sizeof *e->stages);
+    e->step_tables = pkv__calloc(a, seqs, sizeof *e->step_tables);
+    e->table_versions = pkv__calloc(a, seqs, sizeof *e->table_versions);
     /* A sample per row at most (drafts sample every row). */
     e->sample_rows = pkv__calloc(a, rows, sizeof *e->sample_rows);
     e->sample_seq_ids = pkv__calloc(a, rows, sizeof *e->sample_seq_ids);
@@ -250,6 +252,7 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
     if (!e->layer_done || !e->step_seqs || !e->actions || !e->copy_pairs ||
         !e->seq_ids ||
         !e->seq_user_data || !e->query_start || !e->context_lens || !e->stages ||
+        !e->step_tables || !e->table_versions ||
         !e->sample_rows || !e->sample_seq_ids || !e->preempted ||
         !e->seq_bad || !e->token_ids || !e->positions || !e->slots ||
         !e->row_bad)
@@ -282,8 +285,8 @@ static void free_step_arrays(pkv_engine *e)
     pkv__free(a, e->window_blocks, seqs * e->params.u8_rollback_blocks,
               sizeof *e->window_blocks);
     pkv__free(a, e->row_windows, rows, sizeof *e->row_windows);
-    pkv__free(a, e->block_tables, e->block_tables_capacity,
-              sizeof *e->block_tables);
+    pkv__free(a, e->step_tables, seqs, sizeof *e->step_tables);
+    pkv__free(a, e->table_versions, seqs, sizeof *e->table_versions);
     pkv__free(a, e->finished, e->finished_capacity, sizeof *e->finished);
     pkv__free(a, e->finished_user_data, e->finished_user_data_capacity,
               sizeof *e->finished_user_data);

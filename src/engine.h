@@ -81,8 +81,8 @@ struct pkv_engine {
     uint32_t *positions;        /* [max_batch_tokens] */
     uint64_t *slots;            /* [max_batch_tokens] */
     uint32_t *row_windows;      /* [max_batch_tokens], with window_blocks */
-    uint32_t *block_tables;     /* grown on demand */
-    size_t block_tables_capacity;
+    const uint32_t **step_tables; /* [max_num_seqs]: the tables' blocks */
+    uint64_t *table_versions;     /* [max_num_seqs] */
     pkv_finished *finished;     /* grown on demand */
     size_t finished_capacity;
     void **finished_user_data;  /* parallel to finished */

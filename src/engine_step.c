@@ -17,11 +17,6 @@
 #include <math.h>
 #include <string.h>
 
-static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
-{
-    return (uint32_t)((tokens + block_size - 1) / block_size);
-}
-
 /* Move queued sequences into waiting and apply queued aborts. On failure
  * nothing was taken from the inbox. */
 static pkv_status drain_inbox(pkv_engine *e)
@@ -66,19 +61,10 @@ static pkv_status reserve_step(pkv_engine *e)
     uint32_t bs = e->pool.block_size;
     uint32_t longest = e->longest_tokens;
     uint32_t live = e->running.count + e->waiting.count + e->swapped.count;
-    uint32_t seqs = live < e->params.max_num_seqs ? live
-                                                  : e->params.max_num_seqs;
     /* Scratch arrays: nothing in them survives a step, nothing to copy. */
-    void *tables, *finished, *finished_user_data, *links, *hits;
+    void *finished, *finished_user_data, *links, *hits;
     size_t links_needed = longest / bs + 1;
-    pkv_status st = pkv__grow(&e->alloc, e->block_tables,
-                              &e->block_tables_capacity, 0,
-                              (size_t)seqs * blocks_for(longest, bs) + 1,
-                              sizeof *e->block_tables, &tables);
-    if (st != PKV_OK)
-        return st;
-    e->block_tables = tables;
-    st = pkv__grow(&e->alloc, e->finished, &e->finished_capacity, 0,
+    pkv_status st = pkv__grow(&e->alloc, e->finished, &e->finished_capacity, 0,
                    (size_t)e->ended.count + live + 1, sizeof *e->finished,
                    &finished);
     if (st != PKV_OK)
@@ -258,10 +244,8 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
             e->sample_rows[samples] = r;
             e->sample_seq_ids[samples++] = s->id;
         }
-        uint32_t *row = e->block_tables + (size_t)i * max_blocks;
-        memcpy(row, s->table.blocks, s->table.num_blocks * sizeof *row);
-        memset(row + s->table.num_blocks, 0,
-               (max_blocks - s->table.num_blocks) * sizeof *row);
+        e->step_tables[i] = s->table.blocks;
+        e->table_versions[i] = s->table.version;
     }
     e->query_start[num_seqs] = rows;
     b->num_seqs = num_seqs;
@@ -282,8 +266,9 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
     st->num_tokens = rows;
     st->query_start = e->query_start;
     st->context_lens = e->context_lens;
-    st->block_tables = e->block_tables;
+    st->block_tables = e->step_tables;
     st->max_blocks_per_seq = max_blocks;
+    st->table_versions = e->table_versions;
     st->slots = e->slots;
     st->stages = e->params.kv_dtype == PKV_KV_U8 ? e->stages : NULL;
     st->windows = e->window_blocks != NULL ? e->row_windows : NULL;

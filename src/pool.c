@@ -46,6 +46,7 @@ pkv_status pkv__pool_init(pkv__pool *pool, const pkv__allocator *alloc,
     pool->blocks = blocks;
     pool->num_blocks = num_blocks;
     pool->block_size = block_size;
+    pool->table_edits = 0;
     queue_init(&pool->free_queue);
     queue_init(&pool->lru_queue);
     pool->on_uncache = NULL;

@@ -61,6 +61,10 @@ typedef struct pkv__pool {
     uint64_t tokens_stored; /* sum of fill over used blocks */
     pkv__uncache_fn on_uncache;
     void *on_uncache_ctx;
+    /* Block-table edits so far: each edit stamps its table with the next
+     * count (pkv__table.version), so a version names one table's blocks
+     * at one moment. */
+    uint64_t table_edits;
 } pkv__pool;
 
 /* num_blocks >= 2 (the null block and one more); block_size >= 1. */

@@ -8,6 +8,12 @@ void pkv__table_init(pkv__table *table)
     memset(table, 0, sizeof *table);
 }
 
+/* blocks[0 .. num_blocks) changed. */
+static void stamp(pkv__table *table, pkv__pool *pool)
+{
+    table->version = ++pool->table_edits;
+}
+
 static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
 {
     return (uint32_t)((tokens + block_size - 1) / block_size);
@@ -92,6 +98,8 @@ pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
     pkv__pool_alloc(pool, grow, table->blocks + table->num_blocks);
     table->num_blocks = target;
     table->num_tokens = (uint32_t)tokens;
+    if (cow || grow > 0)
+        stamp(table, pool);
 
     /* Update the fill of every block the new tokens touch. */
     uint32_t first = (uint32_t)((tokens - n_new) / bs);
@@ -110,6 +118,8 @@ void pkv__table_truncate(pkv__table *table, pkv__pool *pool,
         return;
     uint32_t bs = pool->block_size;
     uint32_t keep = blocks_for(n_tokens, bs);
+    if (table->num_blocks > keep)
+        stamp(table, pool);
     while (table->num_blocks > keep)
         pkv__pool_decref(pool, table->blocks[--table->num_blocks]);
     table->num_tokens = n_tokens;
@@ -140,6 +150,7 @@ pkv_status pkv__table_fork(pkv__table *dst, const pkv__table *src,
     }
     dst->num_blocks = src->num_blocks;
     dst->num_tokens = src->num_tokens;
+    stamp(dst, pool);
     return PKV_OK;
 }
 
@@ -158,6 +169,7 @@ pkv_status pkv__table_adopt(pkv__table *table, pkv__pool *pool,
     }
     table->num_blocks = n;
     table->num_tokens = n * pool->block_size;
+    stamp(table, pool);
     return PKV_OK;
 }
 

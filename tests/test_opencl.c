@@ -102,6 +102,7 @@ static void pair_free(pair *p)
 typedef struct batch {
     uint32_t num_seqs, num_tokens, max_blocks;
     uint32_t *query_start, *context_lens, *tables, *stages;
+    const uint32_t **rows; /* [num_seqs]: each sequence's row of tables */
     uint64_t *slots;
 } batch;
 
@@ -110,6 +111,7 @@ static void batch_free(batch *b)
     free(b->query_start);
     free(b->context_lens);
     free(b->tables);
+    free(b->rows);
     free(b->stages);
     free(b->slots);
     memset(b, 0, sizeof *b);
@@ -128,14 +130,17 @@ static void batch_make(batch *b, uint32_t n, const uint32_t *prior,
     b->context_lens = calloc(n, sizeof *b->context_lens);
     b->stages = calloc(n, sizeof *b->stages);
     b->tables = calloc((size_t)n * max_blocks, sizeof *b->tables);
+    b->rows = calloc(n + 1, sizeof *b->rows);
     uint32_t t = 0;
     for (uint32_t i = 0; i < n; i++)
         t += rows[i];
     b->num_tokens = t;
     b->slots = calloc(t + 1, sizeof *b->slots);
     assert_true(b->query_start && b->context_lens && b->stages && b->tables &&
-                b->slots);
+                b->rows && b->slots);
     memcpy(b->tables, tables, (size_t)n * max_blocks * sizeof *tables);
+    for (uint32_t i = 0; i < n; i++)
+        b->rows[i] = b->tables + (size_t)i * max_blocks;
     t = 0;
     for (uint32_t i = 0; i < n; i++) {
         b->query_start[i] = t;
@@ -159,7 +164,7 @@ static pkv__step batch_step(const batch *b, int u8)
     s.num_tokens = b->num_tokens;
     s.query_start = b->query_start;
     s.context_lens = b->context_lens;
-    s.block_tables = b->tables;
+    s.block_tables = b->rows;
     s.max_blocks_per_seq = b->max_blocks;
     s.slots = b->slots;
     s.stages = u8 ? b->stages : NULL;
