@@ -290,7 +290,7 @@ static void free_step_arrays(pkv_engine *e)
     pkv__free(a, e->finished, e->finished_capacity, sizeof *e->finished);
     pkv__free(a, e->finished_user_data, e->finished_user_data_capacity,
               sizeof *e->finished_user_data);
-    pkv__free(a, e->links, e->links_capacity, sizeof *e->links);
+    pkv__plan_release(&e->plan, a);
     pkv__free(a, e->hit_blocks, e->hit_blocks_capacity,
               sizeof *e->hit_blocks);
     pkv__free(a, e->scratch, e->scratch_capacity, sizeof *e->scratch);

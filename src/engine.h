@@ -8,9 +8,10 @@
 #include "inbox.h"
 #include "lock.h"
 #include "map.h"
+#include "plan.h"
 
-/* A device operation decided by the scheduler, run in order before the
- * step's first layer. */
+/* A device operation of the step's plan, run in order before the step's
+ * first layer. */
 enum pkv__action_kind {
     PKV__ACTION_SWAP_OUT = 1, /* seq's swap_blocks (+ tail) to its buffer */
     PKV__ACTION_COPY_BLOCK = 2, /* copy-on-write: block src to dst */
@@ -87,9 +88,8 @@ struct pkv_engine {
     size_t finished_capacity;
     void **finished_user_data;  /* parallel to finished */
     size_t finished_user_data_capacity;
-    pkv__chain_link *links;     /* prefix lookup results, grown on demand */
-    size_t links_capacity;
-    uint32_t *hit_blocks;       /* their block ids */
+    pkv__plan plan;             /* the step's, made by sched.c */
+    uint32_t *hit_blocks;       /* an admission's prefix blocks */
     size_t hit_blocks_capacity;
     float *scratch;             /* attend: f32 q, k, v, out */
     size_t scratch_capacity;
@@ -122,9 +122,5 @@ void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
 
 /* Bytes of one block over all layers for validated params; 0 on overflow. */
 uint64_t pkv__block_bytes(const pkv_engine_params *params);
-
-/* Plan the step (sched.c): admit, chunk, preempt, allocate. Fills
- * step_seqs/scheduled and the actions; never touches device memory. */
-pkv_status pkv__sched_plan(pkv_engine *engine, uint32_t *num_seqs);
 
 #endif

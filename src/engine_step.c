@@ -62,8 +62,7 @@ static pkv_status reserve_step(pkv_engine *e)
     uint32_t longest = e->longest_tokens;
     uint32_t live = e->running.count + e->waiting.count + e->swapped.count;
     /* Scratch arrays: nothing in them survives a step, nothing to copy. */
-    void *finished, *finished_user_data, *links, *hits;
-    size_t links_needed = longest / bs + 1;
+    void *finished, *finished_user_data, *items, *hits;
     pkv_status st = pkv__grow(&e->alloc, e->finished, &e->finished_capacity, 0,
                    (size_t)e->ended.count + live + 1, sizeof *e->finished,
                    &finished);
@@ -77,13 +76,14 @@ static pkv_status reserve_step(pkv_engine *e)
     if (st != PKV_OK)
         return st;
     e->finished_user_data = finished_user_data;
-    st = pkv__grow(&e->alloc, e->links, &e->links_capacity, 0, links_needed,
-                   sizeof *e->links, &links);
+    /* A plan item at most per sequence it looks at. */
+    st = pkv__grow(&e->alloc, e->plan.items, &e->plan.items_capacity, 0,
+                   (size_t)live + 1, sizeof *e->plan.items, &items);
     if (st != PKV_OK)
         return st;
-    e->links = links;
+    e->plan.items = items;
     st = pkv__grow(&e->alloc, e->hit_blocks, &e->hit_blocks_capacity, 0,
-                   links_needed, sizeof *e->hit_blocks, &hits);
+                   longest / bs + 1, sizeof *e->hit_blocks, &hits);
     if (st != PKV_OK)
         return st;
     e->hit_blocks = hits;
@@ -314,17 +314,21 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
      * running ones can lack it: a new sequence gets room with its prompt,
      * and one leaves running only by a preemption in the plan, after this
      * loop gave it room and before it could sample again. */
-    for (uint32_t i = 0; i < e->running.count;) {
-        pkv__seq *s = e->running.items[i];
-        if (pkv__seq_reserve_tokens(s, &e->alloc) == PKV_OK) {
-            i++;
-            continue;
-        }
-        pkv__engine_end(e, s, PKV_FINISH_FAILED, PKV_ERR_OUT_OF_MEMORY);
-    }
+    for (uint32_t i = 0; i < e->running.count; i++)
+        if (pkv__seq_reserve_tokens(e->running.items[i], &e->alloc) != PKV_OK)
+            return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+                                    "step arrays: tokens of sequence %llu",
+                                    (unsigned long long)e->running.items[i]->id);
 
+    /* The plan, and every allocation applying it needs: until both
+     * succeeded nothing changed. */
+    st = pkv__sched_plan(e);
+    if (st == PKV_OK)
+        st = pkv__plan_reserve(e);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e, st, "step plan");
     uint32_t num_seqs = 0;
-    pkv__sched_plan(e, &num_seqs);
+    pkv__plan_apply(e, &num_seqs);
     run_actions(e, &num_seqs);
     build_batch(e, num_seqs);
     if (num_seqs > 0) {

@@ -3,6 +3,7 @@
 #include "map.h"
 
 #include <assert.h>
+#include <string.h>
 
 static uint32_t home(const pkv__map *map, uint64_t key)
 {
@@ -68,6 +69,14 @@ pkv_status pkv__map_reserve(pkv__map *map, const pkv__allocator *alloc,
     pkv__map_release(map, alloc);
     *map = bigger;
     return PKV_OK;
+}
+
+void pkv__map_clear(pkv__map *map)
+{
+    if (map->count == 0)
+        return;
+    memset(map->values, 0, capacity(map) * sizeof *map->values);
+    map->count = 0;
 }
 
 uint64_t pkv__map_get(const pkv__map *map, uint64_t key)

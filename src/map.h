@@ -32,6 +32,9 @@ void pkv__map_release(pkv__map *map, const pkv__allocator *alloc);
 pkv_status pkv__map_reserve(pkv__map *map, const pkv__allocator *alloc,
                             uint64_t entries);
 
+/* Remove every key, keeping the room. O(capacity) if any key is there. */
+void pkv__map_clear(pkv__map *map);
+
 /* The key's value, 0 if absent. */
 uint64_t pkv__map_get(const pkv__map *map, uint64_t key);
 

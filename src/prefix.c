@@ -160,8 +160,8 @@ void pkv__prefix_chain_release(pkv__prefix_chain *chain,
     pkv__prefix_chain_init(chain);
 }
 
-static pkv_status chain_reserve(pkv__prefix_chain *chain,
-                                const pkv__pool *pool, uint32_t needed)
+pkv_status pkv__prefix_chain_reserve(pkv__prefix_chain *chain,
+                                     const pkv__pool *pool, uint32_t needed)
 {
     void *links;
     pkv_status st = pkv__grow(&pool->alloc, chain->links, &chain->capacity,
@@ -177,7 +177,7 @@ pkv_status pkv__prefix_chain_adopt(pkv__prefix_chain *chain,
 {
     if (chain->num_links != 0)
         return PKV_ERR_INVALID_ARGUMENT;
-    pkv_status st = chain_reserve(chain, pool, n);
+    pkv_status st = pkv__prefix_chain_reserve(chain, pool, n);
     if (st != PKV_OK)
         return st;
     if (n)
@@ -212,7 +212,7 @@ pkv_status pkv__prefix_register(pkv__prefix *prefix, pkv__prefix_chain *chain,
     uint32_t full = table->num_tokens / bs;
     if (full <= chain->num_links)
         return PKV_OK;
-    pkv_status st = chain_reserve(chain, pool, full);
+    pkv_status st = pkv__prefix_chain_reserve(chain, pool, full);
     if (st != PKV_OK)
         return st;
     for (uint32_t j = chain->num_links; j < full; j++) {

@@ -82,6 +82,10 @@ void pkv__prefix_chain_init(pkv__prefix_chain *chain);
 void pkv__prefix_chain_release(pkv__prefix_chain *chain,
                                const pkv__pool *pool);
 
+/* Room for n links, so that an adopt of n cannot fail. */
+pkv_status pkv__prefix_chain_reserve(pkv__prefix_chain *chain,
+                                     const pkv__pool *pool, uint32_t n);
+
 /* Seed an empty chain with the links of a lookup (after the table adopted
  * their blocks). All or nothing. */
 pkv_status pkv__prefix_chain_adopt(pkv__prefix_chain *chain,

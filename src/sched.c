@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The step planner: which sequences run this step, with how many rows,
- * whom to preempt, whom to admit. It changes block tables and sequence
- * states and records device actions (swap, copy-on-write) for the engine to
- * run; it never touches device memory.
+ * whom to preempt, whom to admit. It reads the engine and writes only the
+ * plan (plan.h), which the engine applies.
  *
  * Rules (docs/design.md, "Scheduler"):
  *  1. Running sequences first, in order of admission: a decode row, or the
@@ -31,24 +30,91 @@
 
 #define NONE UINT32_MAX
 
+/* The plan being made, and the view of what it has done so far. */
+typedef struct planner {
+    pkv_engine *e;
+    pkv__plan *plan;
+    uint32_t available; /* blocks an allocation could take */
+    uint32_t running;   /* sequences running */
+    uint32_t budget;    /* rows left this step */
+    uint64_t swap_used;
+    uint32_t kept; /* running sequences before the current one that stay */
+} planner;
+
 static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
 {
     return (uint32_t)((tokens + block_size - 1) / block_size);
 }
 
-static void push_action(pkv_engine *e, int32_t kind, pkv__seq *seq,
-                        pkv__block_copy copy)
+/* The view's reference count of a block, and whether a running sequence
+ * writes into it. */
+static uint64_t view_entry(const planner *pl, uint32_t block)
 {
-    pkv__action *a = &e->actions[e->num_actions++];
-    a->kind = kind;
-    a->seq = seq;
-    a->copy = copy;
+    const pkv__plan *plan = pl->plan;
+    uint64_t v = plan->refs.count ? pkv__map_get(&plan->refs, block) : 0;
+    return v ? v - 1 : pl->e->pool.blocks[block].ref_count;
 }
 
-static void take_stage(pkv_engine *e, pkv__seq *seq)
+static uint32_t view_ref(const planner *pl, uint32_t block)
 {
-    if (e->params.kv_dtype == PKV_KV_U8)
-        seq->stage = e->free_stages[--e->num_free_stages];
+    return (uint32_t)(view_entry(pl, block) & (PKV__PLAN_REWRITTEN - 1));
+}
+
+/* Room in the view for n more touched blocks. */
+static pkv_status view_room(planner *pl, uint32_t n)
+{
+    return pkv__map_reserve(&pl->plan->refs, &pl->e->alloc,
+                            (uint64_t)pl->plan->refs.count + n);
+}
+
+static void view_set(planner *pl, uint32_t block, uint64_t entry)
+{
+    pkv__map_put(&pl->plan->refs, block, entry + 1);
+}
+
+static uint64_t view_tenant(const planner *pl, uint32_t tenant)
+{
+    uint64_t v = pkv__map_get(&pl->plan->tenants, tenant);
+    return v ? v - 1 : pkv__engine_tenant_blocks(pl->e, tenant);
+}
+
+/* Count delta blocks against the tenant (only quotas read the counts). */
+static pkv_status view_tenant_add(planner *pl, uint32_t tenant,
+                                  int64_t delta)
+{
+    if (pl->e->params.max_blocks_per_tenant == 0 || delta == 0)
+        return PKV_OK;
+    pkv__map *m = &pl->plan->tenants;
+    pkv_status st =
+        pkv__map_reserve(m, &pl->e->alloc, (uint64_t)m->count + 1);
+    if (st == PKV_OK)
+        pkv__map_put(m, tenant,
+                     (uint64_t)((int64_t)view_tenant(pl, tenant) + delta) +
+                         1);
+    return st;
+}
+
+static pkv__plan_item *add_item(planner *pl, int32_t kind, pkv__seq *seq)
+{
+    pkv__plan_item *it = &pl->plan->items[pl->plan->num_items++];
+    pl->plan->num_of[kind]++;
+    memset(it, 0, sizeof *it);
+    it->kind = kind;
+    it->seq = seq;
+    return it;
+}
+
+/* Blocks a running sequence's table takes for `rows` more rows, the copy
+ * of a shared last block included (table.h). */
+static uint32_t blocks_needed(const planner *pl, const pkv__table *t,
+                              uint32_t rows)
+{
+    uint32_t bs = pl->e->pool.block_size;
+    uint32_t grow = blocks_for((uint64_t)t->num_tokens + rows, bs) -
+                    t->num_blocks;
+    int copy = t->num_tokens % bs != 0 &&
+               view_ref(pl, t->blocks[t->num_blocks - 1]) > 1;
+    return grow + (uint32_t)copy;
 }
 
 /* U8: rows from `computed` on that a step may run. When the last block
@@ -79,69 +145,76 @@ static uint32_t rows_wanted(const pkv_engine *e, const pkv__seq *seq,
     return n < budget ? n : budget;
 }
 
-/* Preempt running[index]: swap it out when the mode and the host budget
- * allow, else free its blocks for a recompute. */
-static void preempt(pkv_engine *e, uint32_t index, uint32_t *num_preempted)
+/* A running sequence leaves running: its blocks go back in the view. */
+static pkv_status leave_running(planner *pl, pkv__seq *seq)
 {
-    pkv__seq *seq = e->running.items[index];
-    pkv__seq_list_remove_at(&e->running, index);
-    e->preempted[(*num_preempted)++] = seq->id;
-    seq->num_preemptions++;
-    seq->protect = 1;
-    e->totals.preemptions++;
-
-    int swapped = 0;
-    if (e->params.preempt_mode == PKV_PREEMPT_SWAP) {
-        uint32_t n = seq->table.num_blocks;
-        size_t size = n * pkv__backend_swap_block_bytes(&e->backend_config);
-        if (e->params.kv_dtype == PKV_KV_U8)
-            size += pkv__backend_stage_bytes(&e->backend_config);
-        if (e->swap_used + size <= e->params.swap_bytes) {
-            seq->swap_data = pkv__calloc(&e->alloc, size, 1);
-            seq->swap_blocks = pkv__calloc(&e->alloc, n ? n : 1,
-                                           sizeof *seq->swap_blocks);
-            if (seq->swap_data != NULL && seq->swap_blocks != NULL) {
-                memcpy(seq->swap_blocks, seq->table.blocks,
-                       n * sizeof *seq->swap_blocks);
-                seq->swap_size = size;
-                seq->swap_num_blocks = n;
-                e->swap_used += size;
-                pkv__block_copy stage = {seq->stage, PKV__NULL_BLOCK};
-                push_action(e, PKV__ACTION_SWAP_OUT, seq, stage);
-                swapped = 1;
-            } else {
-                pkv__free(&e->alloc, seq->swap_data, size, 1);
-                pkv__free(&e->alloc, seq->swap_blocks, n ? n : 1,
-                          sizeof *seq->swap_blocks);
-                seq->swap_data = NULL;
-                seq->swap_blocks = NULL;
-            }
-        }
+    const pkv__table *t = &seq->table;
+    pkv_status st = view_room(pl, t->num_blocks);
+    if (st == PKV_OK)
+        st = view_tenant_add(pl, seq->tenant, -(int64_t)t->num_blocks);
+    if (st != PKV_OK)
+        return st;
+    for (uint32_t i = 0; i < t->num_blocks; i++) {
+        uint64_t entry = view_entry(pl, t->blocks[i]) - 1;
+        view_set(pl, t->blocks[i], entry);
+        pl->available += (entry & (PKV__PLAN_REWRITTEN - 1)) == 0;
     }
-    /* The tail and blocks may be handed to others this step: their new
-     * owners write them only after the actions, swap-outs first, ran. */
-    pkv__engine_drop_blocks(e, seq);
-    if (swapped) {
-        seq->state = PKV__SEQ_SWAPPED;
-        e->totals.swap_outs++;
-        pkv__engine_enqueue(e, &e->swapped, seq);
-    } else {
-        seq->num_computed = 0;
-        seq->state = PKV__SEQ_WAITING;
-        pkv__engine_enqueue(e, &e->waiting, seq);
-    }
+    seq->plan_out = pl->plan->number;
+    pl->running--;
+    return PKV_OK;
 }
 
-/* A victim among running[after + 1 ..], or NONE: the most recently
- * admitted (FCFS) or the lowest priority, most recently admitted. */
-static uint32_t pick_victim(const pkv_engine *e, uint32_t after,
+static int left_running(const planner *pl, const pkv__seq *seq)
+{
+    return seq->plan_out == pl->plan->number;
+}
+
+/* Plan the end of seq (in any list) with status. */
+static pkv_status plan_end(planner *pl, pkv__seq *seq, pkv_status status)
+{
+    if (seq->state == PKV__SEQ_RUNNING) {
+        pkv_status st = leave_running(pl, seq);
+        if (st != PKV_OK)
+            return st;
+    }
+    add_item(pl, PKV__PLAN_END, seq)->status = status;
+    return PKV_OK;
+}
+
+/* Preempt a running sequence: swap it out when the mode and the host
+ * budget allow, else free its blocks for a recompute. */
+static pkv_status preempt(planner *pl, pkv__seq *seq)
+{
+    pkv_engine *e = pl->e;
+    pkv_status st = leave_running(pl, seq);
+    if (st != PKV_OK)
+        return st;
+    pkv__plan_item *it = add_item(pl, PKV__PLAN_PREEMPT, seq);
+    if (e->params.preempt_mode == PKV_PREEMPT_SWAP) {
+        size_t size = seq->table.num_blocks *
+                      pkv__backend_swap_block_bytes(&e->backend_config);
+        if (e->params.kv_dtype == PKV_KV_U8)
+            size += pkv__backend_stage_bytes(&e->backend_config);
+        if (pl->swap_used + size <= e->params.swap_bytes) {
+            pl->swap_used += size;
+            it->swap = 1;
+        }
+    }
+    return PKV_OK;
+}
+
+/* A victim among running[after + 1 ..] still running, or NONE: the most
+ * recently admitted (FCFS) or the lowest priority, most recently
+ * admitted. */
+static uint32_t pick_victim(const planner *pl, uint32_t after,
                             int same_tenant, uint32_t tenant,
                             int spare_protected)
 {
+    const pkv_engine *e = pl->e;
     uint32_t best = NONE;
     for (uint32_t j = e->running.count; j-- > after + 1;) {
         const pkv__seq *v = e->running.items[j];
-        if ((same_tenant && v->tenant != tenant) ||
+        if (left_running(pl, v) || (same_tenant && v->tenant != tenant) ||
             (spare_protected && v->protect))
             continue;
         if (e->params.policy != PKV_POLICY_PRIORITY)
@@ -152,282 +225,285 @@ static uint32_t pick_victim(const pkv_engine *e, uint32_t after,
     return best;
 }
 
-static void schedule(pkv_engine *e, pkv__seq *seq, uint32_t rows,
-                     uint32_t *num_seqs, uint32_t *budget)
+/* Rules 1, 2 and 4 for running[i]. */
+static pkv_status plan_running(planner *pl, uint32_t i)
 {
-    seq->scheduled = rows;
-    e->step_seqs[(*num_seqs)++] = seq;
-    *budget -= rows;
-}
-
-/* Give seq slots for `rows` more tokens; the caller checked the blocks.
- * Records the copy-on-write copy (f32/f16: a U8 tail lives in the staging
- * area, so the copied block needs no contents). */
-static pkv_status grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
-{
-    pkv__block_copy copy;
-    uint32_t before = seq->table.num_blocks;
-    pkv_status st = pkv__table_append(&seq->table, &e->pool, rows, &copy);
-    pkv__engine_count_blocks(e, seq, before);
-    if (st == PKV_OK && copy.dst != PKV__NULL_BLOCK &&
-        e->params.kv_dtype != PKV_KV_U8)
-        push_action(e, PKV__ACTION_COPY_BLOCK, seq, copy);
-    return st;
-}
-
-/* Rule 1, 2, 4 for running[i]. Returns how running[i] ended: 1 if it is
- * still at index i (scheduled or waiting), 0 if it left the list. */
-static int plan_running(pkv_engine *e, uint32_t i, uint32_t *budget,
-                        uint32_t *num_seqs, uint32_t *num_preempted)
-{
+    pkv_engine *e = pl->e;
     pkv__seq *seq = e->running.items[i];
+    if (left_running(pl, seq)) /* a victim of an older sequence */
+        return PKV_OK;
+    int oldest = pl->kept == 0;
     uint32_t bs = e->pool.block_size;
-    uint32_t rows = rows_wanted(e, seq, seq->num_computed, *budget);
+    uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
     uint32_t seq_quota = e->params.max_blocks_per_seq;
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
     for (;;) {
+        pkv_status st = PKV_OK;
         uint32_t after = blocks_for(seq->table.num_tokens + (uint64_t)rows, bs);
         uint32_t grow_by = after - seq->table.num_blocks;
-        if (seq_quota != 0 && after > seq_quota) {
-            pkv__engine_end(e, seq, PKV_FINISH_FAILED, PKV_ERR_QUOTA);
-            return 0;
-        }
+        if (seq_quota != 0 && after > seq_quota)
+            return plan_end(pl, seq, PKV_ERR_QUOTA);
         if (tenant_quota != 0 &&
-            pkv__engine_tenant_blocks(e, seq->tenant) + grow_by >
-                tenant_quota) {
-            uint32_t v = pick_victim(e, i, 1, seq->tenant, i != 0);
-            if (v != NONE) {
-                preempt(e, v, num_preempted);
-                continue;
+            view_tenant(pl, seq->tenant) + grow_by > tenant_quota) {
+            uint32_t v = pick_victim(pl, i, 1, seq->tenant, !oldest);
+            if (v != NONE)
+                st = preempt(pl, e->running.items[v]);
+            else if (after > tenant_quota)
+                return plan_end(pl, seq, PKV_ERR_QUOTA);
+            else {
+                pl->kept++; /* the tenant's older sequences go first */
+                return PKV_OK;
             }
-            if (after > tenant_quota) {
-                pkv__engine_end(e, seq, PKV_FINISH_FAILED, PKV_ERR_QUOTA);
-                return 0;
-            }
-            return 1; /* the tenant's older sequences go first */
-        }
-        uint32_t need = pkv__table_blocks_needed(&seq->table, &e->pool, rows);
-        if (need <= pkv__pool_available(&e->pool)) {
-            pkv_status st = grow(e, seq, rows);
-            if (st != PKV_OK) {
-                pkv__engine_end(e, seq, PKV_FINISH_FAILED, st);
-                return 0;
-            }
-            schedule(e, seq, rows, num_seqs, budget);
-            return 1;
-        }
-        uint32_t v = pick_victim(e, i, 0, 0, i != 0);
-        if (v != NONE) {
-            preempt(e, v, num_preempted);
+            if (st != PKV_OK)
+                return st;
             continue;
         }
-        if (i == 0) {
-            /* Everyone else is gone and it still does not fit. */
-            pkv__engine_end(e, seq, PKV_FINISH_FAILED, PKV_ERR_NO_BLOCKS);
-            return 0;
+        uint32_t need = blocks_needed(pl, &seq->table, rows);
+        if (need <= pl->available) {
+            const pkv__table *t = &seq->table;
+            uint32_t last = t->num_tokens % bs != 0
+                                ? t->blocks[t->num_blocks - 1]
+                                : PKV__NULL_BLOCK;
+            /* Copied, a shared last block loses this sequence's
+             * reference (pkv__table_append), which a later sharer's
+             * blocks_needed must see: it may write in place. Written in
+             * place, a cached block leaves the cache: no admission may
+             * hit it. */
+            if (last != PKV__NULL_BLOCK &&
+                (need > grow_by || e->pool.blocks[last].cached)) {
+                st = view_room(pl, 1);
+                if (st != PKV_OK)
+                    return st;
+                uint64_t entry = view_entry(pl, last);
+                view_set(pl, last,
+                         need > grow_by ? entry - 1
+                                        : entry | PKV__PLAN_REWRITTEN);
+            }
+            st = view_tenant_add(pl, seq->tenant, grow_by);
+            if (st != PKV_OK)
+                return st;
+            pl->available -= need;
+            pl->budget -= rows;
+            pl->kept++;
+            add_item(pl, PKV__PLAN_RUN, seq)->rows = rows;
+            return PKV_OK;
         }
-        if (seq->protect)
-            return 1;
-        preempt(e, i, num_preempted);
-        return 0;
+        uint32_t v = pick_victim(pl, i, 0, 0, !oldest);
+        if (v != NONE)
+            st = preempt(pl, e->running.items[v]);
+        else if (oldest) /* everyone else is gone and it still won't fit */
+            return plan_end(pl, seq, PKV_ERR_NO_BLOCKS);
+        else if (seq->protect) {
+            pl->kept++;
+            return PKV_OK;
+        } else
+            return preempt(pl, seq);
+        if (st != PKV_OK)
+            return st;
     }
 }
 
-/* Rule 3, swapped sequences: bring back swapped[index] if it fits.
- * Returns 1 swapped in or ended (the list shrank), 0 skipped (its tenant is
- * at quota: look further), -1 stop (blocks: nobody after it may take
- * them). */
-static int plan_swap_in(pkv_engine *e, uint32_t index, uint32_t *budget,
-                        uint32_t *num_seqs)
+/* Whether a sequence needing `blocks` in all can never run: not with the
+ * whole pool, nor within its quotas. The status it then fails with. */
+static pkv_status never_fits(const pkv_engine *e, uint32_t blocks)
 {
-    pkv__seq *seq = e->swapped.items[index];
-    uint32_t bs = e->pool.block_size;
-    uint32_t rows = rows_wanted(e, seq, seq->num_computed, *budget);
-    uint32_t after = blocks_for(seq->num_computed + (uint64_t)rows, bs);
     uint32_t seq_quota = e->params.max_blocks_per_seq;
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
-    if (after > e->pool.num_blocks - 1 || (seq_quota && after > seq_quota) ||
-        (tenant_quota && after > tenant_quota)) {
-        /* It can never come back: with nothing else running it would not
-         * fit either. */
-        pkv__engine_end(e, seq, PKV_FINISH_FAILED,
-                        after > e->pool.num_blocks - 1 ? PKV_ERR_NO_BLOCKS
-                                                       : PKV_ERR_QUOTA);
+    if (blocks > e->pool.num_blocks - 1)
+        return PKV_ERR_NO_BLOCKS;
+    if ((seq_quota && blocks > seq_quota) ||
+        (tenant_quota && blocks > tenant_quota))
+        return PKV_ERR_QUOTA;
+    return PKV_OK;
+}
+
+/* Rule 3, swapped sequences: bring back swapped[index] if it fits.
+ * Returns 1 planned (back or ended), 0 passed over (its tenant is at
+ * quota: look further), -1 stop (blocks: nobody after it may take them);
+ * *st is set on failure to plan. */
+static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
+{
+    pkv_engine *e = pl->e;
+    pkv__seq *seq = e->swapped.items[index];
+    uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
+    uint32_t after =
+        blocks_for(seq->num_computed + (uint64_t)rows, e->pool.block_size);
+    pkv_status never = never_fits(e, after);
+    if (never != PKV_OK) {
+        *st = plan_end(pl, seq, never);
         return 1;
     }
-    if (tenant_quota != 0 &&
-        pkv__engine_tenant_blocks(e, seq->tenant) + after > tenant_quota)
+    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
+    if (tenant_quota != 0 && view_tenant(pl, seq->tenant) + after > tenant_quota)
         return 0;
-    uint32_t watermark = e->running.count ? e->watermark_blocks : 0;
-    if (after + watermark > pkv__pool_available(&e->pool))
+    uint32_t watermark = pl->running ? e->watermark_blocks : 0;
+    if (after + watermark > pl->available)
         return -1;
-    pkv__block_copy copy;
-    pkv_status st = pkv__table_append(&seq->table, &e->pool,
-                                      seq->num_computed, &copy);
-    pkv__engine_count_blocks(e, seq, 0);
-    if (st == PKV_OK)
-        st = grow(e, seq, rows);
-    pkv__seq_list_remove_at(&e->swapped, index);
-    if (st != PKV_OK) {
-        pkv__engine_end(e, seq, PKV_FINISH_FAILED, st);
+    *st = view_tenant_add(pl, seq->tenant, after);
+    if (*st != PKV_OK)
         return 1;
-    }
-    take_stage(e, seq);
-    pkv__block_copy stage = {PKV__NULL_BLOCK, seq->stage};
-    push_action(e, PKV__ACTION_SWAP_IN, seq, stage);
-    e->totals.swap_ins++;
-    seq->state = PKV__SEQ_RUNNING;
-    seq->admitted = ++e->admissions;
-    pkv__seq_list_insert(&e->running, e->running.count, seq);
-    schedule(e, seq, rows, num_seqs, budget);
+    pl->available -= after;
+    pl->budget -= rows;
+    pl->running++;
+    add_item(pl, PKV__PLAN_SWAP_IN, seq)->rows = rows;
     return 1;
 }
 
 /* Rule 3, waiting sequences: admit waiting[index] after a prefix lookup.
- * Returns 1 admitted or ended (the list shrank), 0 skipped (tenant at
- * quota: look further), -1 stop admitting (blocks). */
-static int plan_admit(pkv_engine *e, uint32_t index, uint32_t *budget,
-                      uint32_t *num_seqs)
+ * Returns as plan_swap_in. */
+static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
 {
+    pkv_engine *e = pl->e;
+    pkv__plan *plan = pl->plan;
     pkv__seq *seq = e->waiting.items[index];
     uint32_t bs = e->pool.block_size;
-    uint32_t full = blocks_for(seq->num_tokens, bs);
-    uint32_t seq_quota = e->params.max_blocks_per_seq;
-    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
-    if (full > e->pool.num_blocks - 1 || (seq_quota && full > seq_quota) ||
-        (tenant_quota && full > tenant_quota)) {
-        pkv__engine_end(e, seq, PKV_FINISH_FAILED,
-                        full > e->pool.num_blocks - 1 ? PKV_ERR_NO_BLOCKS
-                                                      : PKV_ERR_QUOTA);
+    pkv_status never = never_fits(e, blocks_for(seq->num_tokens, bs));
+    if (never != PKV_OK) {
+        *st = plan_end(pl, seq, never);
         return 1;
     }
+    void *links;
+    *st = pkv__grow(&e->alloc, plan->links, &plan->links_capacity,
+                    plan->num_links,
+                    (size_t)plan->num_links + seq->num_tokens / bs + 1,
+                    sizeof *plan->links, &links);
+    plan->links = links;
+    if (*st != PKV_OK)
+        return 1;
+    pkv__chain_link *hit = plan->links + plan->num_links;
     uint32_t hits = 0;
     pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
-                       seq->prompt_hashes, seq->num_prompt_hashes, e->links,
+                       seq->prompt_hashes, seq->num_prompt_hashes, hit,
                        &hits);
     uint32_t revived = 0;
-    for (uint32_t h = 0; h < hits; h++)
-        revived += e->pool.blocks[e->links[h].block].ref_count == 0;
+    for (uint32_t h = 0; h < hits; h++) {
+        uint64_t entry = view_entry(pl, hit[h].block);
+        if (entry & PKV__PLAN_REWRITTEN) {
+            hits = h;
+            break;
+        }
+        revived += entry == 0;
+    }
     uint32_t computed = hits * bs;
-    uint32_t rows = rows_wanted(e, seq, computed, *budget);
+    uint32_t rows = rows_wanted(e, seq, computed, pl->budget);
     uint32_t after = blocks_for(computed + (uint64_t)rows, bs);
     uint32_t need = after - hits + revived;
-    if (tenant_quota != 0 &&
-        pkv__engine_tenant_blocks(e, seq->tenant) + after > tenant_quota)
+    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
+    if (tenant_quota != 0 && view_tenant(pl, seq->tenant) + after > tenant_quota)
         return 0;
     /* The watermark keeps blocks for running sequences to grow into; with
      * none running it would only stop the first admission forever. */
-    uint32_t watermark = e->running.count ? e->watermark_blocks : 0;
-    if (need + watermark > pkv__pool_available(&e->pool))
+    uint32_t watermark = pl->running ? e->watermark_blocks : 0;
+    if (need + watermark > pl->available)
         return -1;
-
-    pkv_status st = PKV_OK;
-    if (hits) {
-        for (uint32_t h = 0; h < hits; h++)
-            e->hit_blocks[h] = e->links[h].block;
-        st = pkv__table_adopt(&seq->table, &e->pool, e->hit_blocks, hits);
-        pkv__engine_count_blocks(e, seq, 0);
-        if (st == PKV_OK)
-            st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, e->links,
-                                         hits);
-    }
-    if (st == PKV_OK)
-        st = grow(e, seq, rows);
-    pkv__seq_list_remove_at(&e->waiting, index);
-    e->totals.prefix_query_tokens += seq->num_tokens;
-    if (st != PKV_OK) {
-        pkv__engine_end(e, seq, PKV_FINISH_FAILED, st);
+    *st = view_room(pl, hits);
+    if (*st == PKV_OK)
+        *st = view_tenant_add(pl, seq->tenant, after);
+    if (*st != PKV_OK)
         return 1;
-    }
-    e->totals.prefix_hit_tokens += computed;
-    seq->num_computed = computed;
-    take_stage(e, seq);
-    seq->state = PKV__SEQ_RUNNING;
-    seq->admitted = ++e->admissions;
-    pkv__seq_list_insert(&e->running, e->running.count, seq);
-    schedule(e, seq, rows, num_seqs, budget);
+    for (uint32_t h = 0; h < hits; h++)
+        view_set(pl, hit[h].block, view_entry(pl, hit[h].block) + 1);
+    pl->available -= need;
+    pl->budget -= rows;
+    pl->running++;
+    pkv__plan_item *it = add_item(pl, PKV__PLAN_ADMIT, seq);
+    it->rows = rows;
+    it->hits = hits;
+    it->first_link = plan->num_links;
+    plan->num_links += hits;
     return 1;
 }
 
 /* Speculative decoding: a sequence that decodes in this step with drafts
  * for it (pkv_seq_propose) runs them after its row, as many as the
  * budget, the prefill cap, its blocks and quotas allow; the rest are
- * dropped, never preempting anyone. The drafts join its tokens for the
- * step; step_end keeps the accepted ones. */
-static void plan_drafts(pkv_engine *e, uint32_t num_seqs, uint32_t *budget)
+ * dropped, never preempting anyone. */
+static pkv_status plan_drafts(planner *pl)
 {
+    pkv_engine *e = pl->e;
     uint32_t cap = e->params.long_prefill_threshold;
     uint32_t seq_quota = e->params.max_blocks_per_seq;
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
     uint32_t bs = e->pool.block_size;
-    for (uint32_t i = 0; i < num_seqs && *budget > 0; i++) {
-        pkv__seq *s = e->step_seqs[i];
-        if (s->num_drafts == 0 || s->drafts_step != e->totals.steps ||
-            s->scheduled != 1 || s->num_computed + 1 != s->num_tokens)
+    for (uint32_t i = 0; i < pl->plan->num_items && pl->budget > 0; i++) {
+        pkv__plan_item *it = &pl->plan->items[i];
+        pkv__seq *s = it->seq;
+        if (it->kind != PKV__PLAN_RUN || s->num_drafts == 0 ||
+            s->drafts_step != e->totals.steps || it->rows != 1 ||
+            s->num_computed + 1 != s->num_tokens)
             continue;
-        uint32_t k = s->num_drafts < *budget ? s->num_drafts : *budget;
+        uint32_t k = s->num_drafts < pl->budget ? s->num_drafts : pl->budget;
         if (cap != 0 && k + 1 > cap)
             k = cap - 1;
         uint32_t room = u8_room(e, s->num_computed);
         if (k + 1 > room)
             k = room - 1;
+        /* After its row, its last block is its own: no copy. */
+        uint64_t tokens = (uint64_t)s->table.num_tokens + 1;
+        uint32_t need = 0;
         for (; k > 0; k--) {
-            uint32_t need =
-                pkv__table_blocks_needed(&s->table, &e->pool, k);
-            uint32_t after =
-                blocks_for(s->table.num_tokens + (uint64_t)k, bs);
-            if (need <= pkv__pool_available(&e->pool) &&
+            uint32_t after = blocks_for(tokens + k, bs);
+            need = after - blocks_for(tokens, bs);
+            if (need <= pl->available &&
                 (seq_quota == 0 || after <= seq_quota) &&
                 (tenant_quota == 0 ||
-                 pkv__engine_tenant_blocks(e, s->tenant) + need <=
-                     tenant_quota))
+                 view_tenant(pl, s->tenant) + need <= tenant_quota))
                 break;
         }
-        if (k == 0 || grow(e, s, k) != PKV_OK)
+        if (k == 0)
             continue;
-        memcpy(s->tokens + s->num_tokens, s->drafts, k * sizeof *s->tokens);
-        s->num_tokens += k;
-        s->scheduled += k;
-        s->step_drafts = k;
-        *budget -= k;
-        e->totals.draft_tokens += k;
+        pkv_status st = view_tenant_add(pl, s->tenant, need);
+        if (st != PKV_OK)
+            return st;
+        pl->available -= need;
+        pl->budget -= k;
+        it->drafts = k;
     }
+    return PKV_OK;
 }
 
-pkv_status pkv__sched_plan(pkv_engine *e, uint32_t *num_seqs_out)
+pkv_status pkv__sched_plan(pkv_engine *e)
 {
-    uint32_t budget = e->params.max_batch_tokens;
-    uint32_t num_seqs = 0, num_preempted = 0;
-    e->num_actions = 0;
+    pkv__plan *plan = &e->plan;
+    planner pl = {e, plan, pkv__pool_available(&e->pool), e->running.count,
+                  e->params.max_batch_tokens, e->swap_used, 0};
+    plan->number++;
+    plan->num_items = 0;
+    plan->num_links = 0;
+    memset(plan->num_of, 0, sizeof plan->num_of);
+    plan->waiting_seen = 0;
+    plan->swapped_seen = 0;
+    pkv__map_clear(&plan->refs);
+    pkv__map_clear(&plan->tenants);
 
-    for (uint32_t i = 0; i < e->running.count && budget > 0;)
-        i += (uint32_t)plan_running(e, i, &budget, &num_seqs, &num_preempted);
-
-    if (num_preempted == 0) {
+    pkv_status st = PKV_OK;
+    for (uint32_t i = 0;
+         st == PKV_OK && i < e->running.count && pl.budget > 0; i++)
+        st = plan_running(&pl, i);
+    if (st == PKV_OK && plan->num_of[PKV__PLAN_PREEMPT] == 0) {
         /* Swapped sequences first; one whose tenant is at its quota waits
          * without holding up anybody else, one short of blocks stops every
          * admission after it. */
         int blocked = 0;
-        for (uint32_t i = 0; i < e->swapped.count && budget > 0 &&
-                             e->running.count < e->params.max_num_seqs;) {
-            int r = plan_swap_in(e, i, &budget, &num_seqs);
-            if (r < 0) {
+        uint32_t max_seqs = e->params.max_num_seqs;
+        uint32_t i = 0;
+        for (; st == PKV_OK && i < e->swapped.count && pl.budget > 0 &&
+               pl.running < max_seqs;
+             i++)
+            if (plan_swap_in(&pl, i, &st) < 0) {
                 blocked = 1;
                 break;
             }
-            i += r == 0;
-        }
-        for (uint32_t i = 0; !blocked && i < e->waiting.count &&
-                             budget > 0 &&
-                             e->running.count < e->params.max_num_seqs;) {
-            int r = plan_admit(e, i, &budget, &num_seqs);
-            if (r < 0)
+        plan->swapped_seen = i;
+        for (i = 0; st == PKV_OK && !blocked && i < e->waiting.count &&
+                    pl.budget > 0 && pl.running < max_seqs;
+             i++)
+            if (plan_admit(&pl, i, &st) < 0)
                 break;
-            i += r == 0;
-        }
+        plan->waiting_seen = i;
     }
-    plan_drafts(e, num_seqs, &budget);
-    e->batch.num_preempted = num_preempted;
-    *num_seqs_out = num_seqs;
-    return PKV_OK;
+    if (st == PKV_OK)
+        st = plan_drafts(&pl);
+    plan->available = pl.available;
+    return st;
 }

@@ -73,6 +73,16 @@ void pkv__seq_list_remove(pkv__seq_list *list, const pkv__seq *seq)
         }
 }
 
+void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state)
+{
+    uint32_t kept = n; /* the kept ones move to items[kept .. n) */
+    for (uint32_t i = n; i-- > 0;)
+        if (list->items[i]->state == state)
+            list->items[--kept] = list->items[i];
+    list->items += kept;
+    list->count -= kept;
+}
+
 pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
                        uint32_t prompt_len)
 {

@@ -62,6 +62,8 @@ typedef struct pkv__seq {
     uint32_t num_prompt_hashes;
     uint32_t prompt_hashes_size;
     uint32_t num_preemptions;
+    /* The number of the plan in which it leaves running (plan.h). */
+    uint64_t plan_out;
 
     /* Swapped out: the blocks' contents (every layer) and the staging tail,
      * in host memory. */
@@ -110,6 +112,9 @@ void pkv__seq_list_insert(pkv__seq_list *list, uint32_t index, pkv__seq *seq);
 void pkv__seq_list_remove_at(pkv__seq_list *list, uint32_t index);
 /* Remove seq from the list if it is there. */
 void pkv__seq_list_remove(pkv__seq_list *list, const pkv__seq *seq);
+/* Of items[0 .. n), keep those in `state`, in order; the others leave the
+ * list. O(n). */
+void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state);
 
 /* A new sequence holding a copy of the prompt, with room for one more
  * token. NULL when memory runs out. */

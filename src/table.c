@@ -19,10 +19,8 @@ static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
     return (uint32_t)((tokens + block_size - 1) / block_size);
 }
 
-/* Make room for at least `needed` block ids. Nothing observable changes on
- * failure. */
-static pkv_status reserve(pkv__table *table, const pkv__pool *pool,
-                          uint32_t needed)
+pkv_status pkv__table_reserve(pkv__table *table, const pkv__pool *pool,
+                              uint32_t needed)
 {
     void *blocks;
     pkv_status st = pkv__grow(&pool->alloc, table->blocks, &table->capacity,
@@ -77,7 +75,7 @@ pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
     /* Every check comes before the first change. */
     if (grow + (uint32_t)cow > pkv__pool_available(pool))
         return PKV_ERR_NO_BLOCKS;
-    pkv_status st = reserve(table, pool, target);
+    pkv_status st = pkv__table_reserve(table, pool, target);
     if (st != PKV_OK)
         return st;
 
@@ -141,7 +139,7 @@ pkv_status pkv__table_fork(pkv__table *dst, const pkv__table *src,
 {
     if (dst->num_blocks != 0 || dst->num_tokens != 0)
         return PKV_ERR_INVALID_ARGUMENT;
-    pkv_status st = reserve(dst, pool, src->num_blocks);
+    pkv_status st = pkv__table_reserve(dst, pool, src->num_blocks);
     if (st != PKV_OK)
         return st;
     for (uint32_t i = 0; i < src->num_blocks; i++) {
@@ -160,7 +158,7 @@ pkv_status pkv__table_adopt(pkv__table *table, pkv__pool *pool,
     if (table->num_blocks != 0 || table->num_tokens != 0 ||
         (uint64_t)n * pool->block_size > UINT32_MAX)
         return PKV_ERR_INVALID_ARGUMENT;
-    pkv_status st = reserve(table, pool, n);
+    pkv_status st = pkv__table_reserve(table, pool, n);
     if (st != PKV_OK)
         return st;
     for (uint32_t i = 0; i < n; i++) {

@@ -38,6 +38,12 @@ void pkv__table_init(pkv__table *table);
  * release the table's memory. The table is left empty and reusable. */
 void pkv__table_release(pkv__table *table, pkv__pool *pool);
 
+/* Room for n block ids, so that appends up to that many blocks, an adopt
+ * of n or a fork of n cannot fail for memory. Nothing observable changes
+ * on failure. */
+pkv_status pkv__table_reserve(pkv__table *table, const pkv__pool *pool,
+                              uint32_t n);
+
 /* Blocks an append of n_new tokens would take from the pool, copy-on-write
  * included. Pure. */
 uint32_t pkv__table_blocks_needed(const pkv__table *table,

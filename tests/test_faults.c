@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Device-fault sweep: a backend that fails its Nth call, for every N of a
+ * Fault sweep: a backend that fails its Nth call, for every N of a
  * workload with prefix hits, a fork, preemption (swap and recompute),
  * draft tokens and a U8 cache (with prompt chunks that start inside staged
- * blocks); and, on OpenCL, the same workload with its Nth enqueue,
- * buffer creation or wait failing inside the OpenCL backend. The host
+ * blocks); on OpenCL, the same workload with its Nth enqueue, buffer
+ * creation or wait failing inside the OpenCL backend; and the same
+ * workload with the engine's allocator failing its Nth allocation once the
+ * prompts are in (a step_begin that fails must change nothing). The host
  * calls again after each failure (tm_host.retry); every
  * sequence must still end by length with the tokens a fault-free run
  * gives, every output row must match the dense reference (so no sequence
@@ -137,8 +139,27 @@ static void make_faulty(pkv_engine *e)
 
 /* ------------------------------------------- failing OpenCL calls */
 
-/* The workload fails either its Nth backend call or its Nth OpenCL call. */
-enum { AT_BACKEND = 0, AT_OPENCL = 1 };
+/* The workload fails its Nth backend call, OpenCL call or allocation. */
+enum { AT_BACKEND = 0, AT_OPENCL = 1, AT_ALLOC = 2 };
+
+/* ------------------------------------------- failing allocations */
+
+static int alloc_armed;
+
+static void *fault_alloc(void *user, size_t size)
+{
+    (void)user;
+    if (alloc_armed && ++calls == fail_at)
+        return NULL;
+    return malloc(size);
+}
+
+static void fault_free(void *user, void *ptr, size_t size)
+{
+    (void)user;
+    (void)size;
+    free(ptr);
+}
 
 #ifdef PKV_HAVE_OPENCL
 /* These definitions stand in for the ICD loader's in this program (pkv is
@@ -255,9 +276,6 @@ typedef struct outcome {
     uint32_t faults;
 } outcome;
 
-/* Run the workload with the Nth backend (at: AT_BACKEND) or OpenCL call
- * failing (0: none); record every sequence's tokens, in order of id.
- * Returns the calls counted. */
 /* Drafts (3 at most, the middle one wrong) for every decoding sequence,
  * so that the failures meet steps with drafts too. */
 static void propose_all(tm_host *h)
@@ -281,6 +299,9 @@ static void propose_all(tm_host *h)
     }
 }
 
+/* Run the workload with the Nth backend call, OpenCL call or allocation
+ * failing (at; fail 0: none); record every sequence's tokens, in order of
+ * id. Returns the calls counted. */
 static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
                 long fail, outcome *o)
 {
@@ -293,6 +314,10 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     /* U8: prompt chunks of 3 rows start inside staged blocks (a repeated
      * attend must not seal from overwritten staged rows). */
     p.long_prefill_threshold = dtype == PKV_KV_U8 ? 3 : 0;
+    if (at == AT_ALLOC) {
+        p.allocator.alloc = fault_alloc;
+        p.allocator.free = fault_free;
+    }
     tm_host h;
     tm_host_init(&h, &p, dtype == PKV_KV_U8 ? 0.05f
                            : dtype == PKV_KV_F16 ? 2e-3f
@@ -316,6 +341,7 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
         free(prompt);
     }
     free(shared);
+    alloc_armed = at == AT_ALLOC;
     int forked = 0;
     for (uint32_t step = 0; step < 400 && pkv_engine_has_work(h.engine);
          step++) {
@@ -331,7 +357,8 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
                 tm_record_fork(&h, ids[0], child, -1);
                 ids[NSEQ] = child;
                 forked = 1;
-            } else if (st == PKV_ERR_DEVICE || st == PKV_ERR_DEVICE_MEMORY) {
+            } else if (st == PKV_ERR_DEVICE || st == PKV_ERR_DEVICE_MEMORY ||
+                       st == PKV_ERR_OUT_OF_MEMORY) {
                 h.faults++; /* the injected fault: fork again next step */
             } else {
                 assert_int_equal(st, PKV_ERR_BAD_STATE); /* swapped out */
@@ -352,6 +379,7 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
         memcpy(o->tokens[i], s->tokens, s->num_tokens * sizeof *s->tokens);
     }
     o->faults = h.faults;
+    alloc_armed = 0;
 #ifdef PKV_HAVE_OPENCL
     cl_armed = 0;
 #endif
@@ -378,7 +406,8 @@ static void sweep(int at, int32_t backend, int32_t mode, int32_t dtype)
             unreached++;
         }
         /* A failed swap or copy costs its sequence the step, not the call:
-         * the host sees no error then. */
+         * the host sees no error then (nor when a swap-out's host memory
+         * or a prefix registration's fails). */
         assert_true(faulted.faults <= 1);
         absorbed += faulted.faults == 0;
         for (uint32_t i = 0; i <= NSEQ; i++) {
@@ -391,7 +420,11 @@ static void sweep(int at, int32_t backend, int32_t mode, int32_t dtype)
     assert_true(unreached <= 16); /* a few at the end, as said above */
     print_message("%ld %s calls, each failed once (%ld absorbed by the "
                   "engine, %ld not reached)\n",
-                  total, at == AT_BACKEND ? "backend" : "OpenCL", absorbed,
+                  total,
+                  at == AT_BACKEND  ? "backend"
+                  : at == AT_OPENCL ? "OpenCL"
+                                    : "allocation",
+                  absorbed,
                   unreached);
 }
 
@@ -411,6 +444,21 @@ static void test_faults_swap_u8(void **state)
 {
     (void)state;
     sweep(AT_BACKEND, PKV_BACKEND_CPU, PKV_PREEMPT_SWAP, PKV_KV_U8);
+}
+
+/* Every allocation from the first step on: a step_begin whose plan or
+ * reservations fail for memory changes nothing, and the host's repeat
+ * runs the same plan. */
+static void test_faults_memory_swap_f32(void **state)
+{
+    (void)state;
+    sweep(AT_ALLOC, PKV_BACKEND_CPU, PKV_PREEMPT_SWAP, PKV_KV_F32);
+}
+
+static void test_faults_memory_recompute_u8(void **state)
+{
+    (void)state;
+    sweep(AT_ALLOC, PKV_BACKEND_CPU, PKV_PREEMPT_RECOMPUTE, PKV_KV_U8);
 }
 
 /* The same engine paths over real device buffers (PoCL in tests/run.sh),
@@ -463,6 +511,8 @@ int main(void)
         cmocka_unit_test(test_faults_swap_f32),
         cmocka_unit_test(test_faults_recompute_f32),
         cmocka_unit_test(test_faults_swap_u8),
+        cmocka_unit_test(test_faults_memory_swap_f32),
+        cmocka_unit_test(test_faults_memory_recompute_u8),
         cmocka_unit_test(test_faults_opencl_swap_u8),
         cmocka_unit_test(test_faults_opencl_calls_swap_u8),
         cmocka_unit_test(test_faults_opencl_calls_recompute_f16),

@@ -337,6 +337,35 @@ static void test_fork_then_diverge(void **state)
     }
 }
 
+/* A parent with a partly filled last block and its fork both decode in a
+ * full pool: the parent copies the block, which leaves it the child's
+ * alone, so the child writes in place and needs no block. A plan that
+ * forgot the copy drops the parent's reference charged the child a second
+ * copy and preempted it. */
+static void test_fork_copy_frees_the_sharer(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    p.num_blocks = 4; /* null + 3: the parent's 2, 1 for its copy */
+    tm_host h;
+    tm_host_init(&h, &p, 1e-4f);
+    int32_t *prompt = tm_prompt(6, 1);
+    pkv_seq_id parent = tm_add(&h, prompt, 6, 8, 0, 0);
+    const pkv_batch *b;
+    tm_step(&h, &b); /* prefill: a full block and 2 of 4 rows */
+    assert_int_equal(b->num_tokens, 6);
+    pkv_seq_id child;
+    assert_int_equal(pkv_seq_fork(h.engine, parent, -1, &child), PKV_OK);
+    tm_record_fork(&h, parent, child, -1);
+    tm_step(&h, &b);
+    assert_int_equal(b->num_preempted, 0);
+    assert_int_equal(b->num_seqs, 2);
+    tm_run(&h, 100);
+    tm_check_idle(&h);
+    free(prompt);
+    tm_host_free(&h);
+}
+
 static void test_fork_bad_input(void **state)
 {
     (void)state;
@@ -862,6 +891,7 @@ int main(void)
         cmocka_unit_test(test_priority_preemption),
         cmocka_unit_test(test_abort_every_state),
         cmocka_unit_test(test_fork_then_diverge),
+        cmocka_unit_test(test_fork_copy_frees_the_sharer),
         cmocka_unit_test(test_fork_bad_input),
         cmocka_unit_test(test_workload_three_times_the_pool),
         cmocka_unit_test(test_fill_and_squeeze),

@@ -809,7 +809,9 @@ static inline pkv_tensor pkv_tensor_host(const void *data, uint64_t offset,
  * pkv_engine_step_end; a batch with no rows may skip the attend calls (or
  * make them with NULL data, as before).
  * Errors: PKV_ERR_BAD_STATE if a step is already begun;
- * PKV_ERR_OUT_OF_MEMORY with nothing scheduled. Once it has scheduled
+ * PKV_ERR_OUT_OF_MEMORY with nothing changed (the step is planned, and
+ * everything applying the plan allocates is allocated, before anything
+ * changes; calling again makes the same plan). Once it has scheduled
  * anything it cannot fail: the backend takes any step the engine's
  * parameters allow (pkv_engine_create refuses parameters whose largest
  * step a backend could not take, PKV_ERR_UNSUPPORTED), and device errors

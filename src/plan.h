@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A step's plan: what the scheduler decided (sched.c), as data, and the
+ * engine's side of it (plan_apply.c). The scheduler reads the engine and
+ * writes only the plan (and on each sequence it takes out of running, the
+ * plan's number: pkv__seq.plan_out); the engine first reserves every allocation the
+ * plan needs, and only when all of them succeeded applies it, with no step
+ * that can fail. So step_begin either applies a whole plan or changes
+ * nothing.
+ *
+ * While it plans, the scheduler keeps a view of what the plan has done so
+ * far (blocks available, reference counts and tenant counts as they will
+ * be once the plan is applied), because the engine's own state must stay
+ * as it was. The engine applies the plan in an order that the view
+ * accounts for: every release first (preemptions, ends), then the prefix
+ * blocks admissions adopt, then every allocation. An allocation then never
+ * evicts a cached block that an admission planned to hit, and never finds
+ * fewer blocks than the view counted.
+ */
+#ifndef PKV_PLAN_H
+#define PKV_PLAN_H
+
+#include "map.h"
+#include "prefix.h"
+
+struct pkv__seq;
+
+enum pkv__plan_kind {
+    PKV__PLAN_RUN = 1,     /* a running sequence computes `rows` more */
+    PKV__PLAN_PREEMPT = 2, /* a running sequence is swapped out or freed
+                              for a recompute */
+    PKV__PLAN_END = 3,     /* a sequence fails: it can never fit */
+    PKV__PLAN_SWAP_IN = 4, /* a swapped sequence comes back with `rows` */
+    PKV__PLAN_ADMIT = 5    /* a waiting sequence starts with `hits`
+                              prefix blocks and `rows` */
+};
+
+typedef struct pkv__plan_item {
+    int32_t kind;      /* enum pkv__plan_kind */
+    pkv_status status; /* END: why it fails */
+    struct pkv__seq *seq;
+    uint32_t rows;       /* RUN, SWAP_IN, ADMIT: rows this step */
+    uint32_t drafts;     /* RUN: speculative drafts after its row */
+    uint32_t hits;       /* ADMIT: prefix blocks it adopts */
+    uint32_t first_link; /* ADMIT: they are links[first_link ..] */
+    uint8_t swap;        /* PREEMPT: swap out; else recompute */
+} pkv__plan_item;
+
+typedef struct pkv__plan {
+    pkv__plan_item *items; /* in the order decided */
+    size_t items_capacity;
+    uint32_t num_items;
+    pkv__chain_link *links; /* the admissions' prefix hits */
+    size_t links_capacity;
+    uint32_t num_links;
+    uint32_t num_of[PKV__PLAN_ADMIT + 1]; /* items of each kind */
+    /* The scheduler looked at waiting[0 .. waiting_seen) and
+     * swapped[0 .. swapped_seen): the sequences it admitted or ended are
+     * among them. */
+    uint32_t waiting_seen;
+    uint32_t swapped_seen;
+    /* Blocks available once the plan is applied, as the view counted
+     * them: a debug build checks the pool against it after the apply. */
+    uint32_t available;
+    /* Plans made so far: a sequence leaving running in this plan carries
+     * this number (pkv__seq.plan_out). */
+    uint64_t number;
+    /* The view. refs: block -> its reference count + 1 once applied, for
+     * the blocks the plan touches, with PKV__PLAN_REWRITTEN set for a
+     * cached block that a running sequence will write into (a prefix
+     * lookup must not hit it). tenants: tenant -> its blocks + 1 once
+     * applied, for the tenants the plan touches (with quotas only). */
+    pkv__map refs;
+    pkv__map tenants;
+} pkv__plan;
+
+#define PKV__PLAN_REWRITTEN (1ull << 40)
+
+void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
+
+/* Plan the step (sched.c): running sequences, swapped, waiting, drafts.
+ * Reads the engine and writes only engine->plan. PKV_ERR_OUT_OF_MEMORY
+ * when the plan's own arrays cannot grow. */
+pkv_status pkv__sched_plan(pkv_engine *engine);
+
+/* Make every allocation applying the plan needs (plan_apply.c): table and
+ * chain room; swap buffers, and a preemption whose buffer cannot be had
+ * becomes a recompute. PKV_ERR_OUT_OF_MEMORY leaves nothing changed but
+ * capacity. */
+pkv_status pkv__plan_reserve(pkv_engine *engine);
+
+/* Apply the reserved plan: every change it decided, the device actions
+ * (engine->actions) recorded in order and the step's sequences in
+ * engine->step_seqs[0 .. *num_seqs). Cannot fail. */
+void pkv__plan_apply(pkv_engine *engine, uint32_t *num_seqs);
+
+#endif

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/* Reserving for a step's plan and applying it (plan.h). */
+#include "engine.h"
+#include "lifecycle.h"
+
+#include <assert.h>
+#include <string.h>
+
+void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc)
+{
+    pkv__free(alloc, plan->items, plan->items_capacity, sizeof *plan->items);
+    pkv__free(alloc, plan->links, plan->links_capacity, sizeof *plan->links);
+    pkv__map_release(&plan->refs, alloc);
+    pkv__map_release(&plan->tenants, alloc);
+    memset(plan, 0, sizeof *plan);
+}
+
+static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
+{
+    return (uint32_t)((tokens + block_size - 1) / block_size);
+}
+
+static size_t swap_bytes(const pkv_engine *e, uint32_t num_blocks)
+{
+    size_t size =
+        num_blocks * pkv__backend_swap_block_bytes(&e->backend_config);
+    if (e->params.kv_dtype == PKV_KV_U8)
+        size += pkv__backend_stage_bytes(&e->backend_config);
+    return size;
+}
+
+/* Host memory for a swap-out: NULL buffers and 0 when there is none. */
+static int alloc_swap(pkv_engine *e, pkv__seq *seq)
+{
+    uint32_t n = seq->table.num_blocks;
+    size_t size = swap_bytes(e, n);
+    seq->swap_data = pkv__calloc(&e->alloc, size, 1);
+    seq->swap_blocks =
+        pkv__calloc(&e->alloc, n ? n : 1, sizeof *seq->swap_blocks);
+    if (seq->swap_data != NULL && seq->swap_blocks != NULL) {
+        seq->swap_size = size;
+        return 1;
+    }
+    pkv__free(&e->alloc, seq->swap_data, size, 1);
+    pkv__free(&e->alloc, seq->swap_blocks, n ? n : 1,
+              sizeof *seq->swap_blocks);
+    seq->swap_data = NULL;
+    seq->swap_blocks = NULL;
+    return 0;
+}
+
+pkv_status pkv__plan_reserve(pkv_engine *e)
+{
+    const pkv__plan *plan = &e->plan;
+    uint32_t bs = e->pool.block_size;
+    for (uint32_t i = 0; i < plan->num_items; i++) {
+        const pkv__plan_item *it = &plan->items[i];
+        pkv__seq *s = it->seq;
+        pkv_status st = PKV_OK;
+        if (it->kind == PKV__PLAN_RUN) {
+            uint32_t n = blocks_for(
+                (uint64_t)s->table.num_tokens + it->rows + it->drafts, bs);
+            if (n > s->table.capacity) /* most steps add no block */
+                st = pkv__table_reserve(&s->table, &e->pool, n);
+        } else if (it->kind == PKV__PLAN_SWAP_IN)
+            st = pkv__table_reserve(
+                &s->table, &e->pool,
+                blocks_for((uint64_t)s->num_computed + it->rows, bs));
+        else if (it->kind == PKV__PLAN_ADMIT) {
+            st = pkv__table_reserve(
+                &s->table, &e->pool,
+                blocks_for((uint64_t)it->hits * bs + it->rows, bs));
+            if (st == PKV_OK)
+                st = pkv__prefix_chain_reserve(&s->chain, &e->pool, it->hits);
+        }
+        if (st != PKV_OK)
+            return st;
+    }
+    /* Last, since it never fails the step: a swap-out without host memory
+     * becomes a recompute, as one beyond swap_bytes does. */
+    for (uint32_t i = 0; plan->num_of[PKV__PLAN_PREEMPT] && i < plan->num_items;
+         i++) {
+        pkv__plan_item *it = &e->plan.items[i];
+        if (it->kind == PKV__PLAN_PREEMPT && it->swap)
+            it->swap = (uint8_t)alloc_swap(e, it->seq);
+    }
+    return PKV_OK;
+}
+
+static void push_action(pkv_engine *e, int32_t kind, pkv__seq *seq,
+                        pkv__block_copy copy)
+{
+    pkv__action *a = &e->actions[e->num_actions++];
+    a->kind = kind;
+    a->seq = seq;
+    a->copy = copy;
+}
+
+static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
+{
+    pkv__seq *seq = it->seq;
+    e->preempted[e->batch.num_preempted++] = seq->id;
+    seq->num_preemptions++;
+    seq->protect = 1;
+    e->totals.preemptions++;
+    if (it->swap) {
+        uint32_t n = seq->table.num_blocks;
+        memcpy(seq->swap_blocks, seq->table.blocks,
+               n * sizeof *seq->swap_blocks);
+        seq->swap_num_blocks = n;
+        e->swap_used += seq->swap_size;
+        pkv__block_copy stage = {seq->stage, PKV__NULL_BLOCK};
+        push_action(e, PKV__ACTION_SWAP_OUT, seq, stage);
+        e->totals.swap_outs++;
+    }
+    /* Its tail and blocks may go to others in this step: their new owners
+     * write them only after the actions, swap-outs first, ran. */
+    pkv__engine_drop_blocks(e, seq);
+    if (it->swap) {
+        seq->state = PKV__SEQ_SWAPPED;
+    } else {
+        seq->num_computed = 0;
+        seq->state = PKV__SEQ_WAITING;
+    }
+}
+
+/* Give seq slots for `rows` more tokens, recording the copy-on-write copy
+ * (f32/f16: a U8 tail lives in the staging area, so the copied block
+ * needs no contents). The plan reserved the blocks and the room, so only
+ * a pkv bug makes it fail (a debug build traps); the sequence then fails
+ * rather than run without slots. Returns whether it grew. */
+static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
+{
+    pkv__block_copy copy;
+    uint32_t before = seq->table.num_blocks;
+    pkv_status st = pkv__table_append(&seq->table, &e->pool, rows, &copy);
+    assert(st == PKV_OK);
+    pkv__engine_count_blocks(e, seq, before);
+    if (st != PKV_OK) {
+        pkv__engine_end_later(e, seq, PKV_FINISH_FAILED, PKV_ERR_INTERNAL);
+        return 0;
+    }
+    if (copy.dst != PKV__NULL_BLOCK && e->params.kv_dtype != PKV_KV_U8)
+        push_action(e, PKV__ACTION_COPY_BLOCK, seq, copy);
+    return 1;
+}
+
+/* Adopt an admission's prefix hits (reserved: see grow). */
+static void adopt(pkv_engine *e, const pkv__plan_item *it)
+{
+    const pkv__chain_link *links = e->plan.links + it->first_link;
+    for (uint32_t h = 0; h < it->hits; h++)
+        e->hit_blocks[h] = links[h].block;
+    pkv__seq *seq = it->seq;
+    pkv_status st =
+        pkv__table_adopt(&seq->table, &e->pool, e->hit_blocks, it->hits);
+    pkv__engine_count_blocks(e, seq, 0);
+    if (st == PKV_OK)
+        st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, links, it->hits);
+    assert(st == PKV_OK);
+    if (st != PKV_OK)
+        pkv__engine_end_later(e, seq, PKV_FINISH_FAILED, PKV_ERR_INTERNAL);
+}
+
+/* A swapped or waiting sequence joins running. */
+static void start_running(pkv_engine *e, pkv__seq *seq)
+{
+    if (e->params.kv_dtype == PKV_KV_U8)
+        seq->stage = e->free_stages[--e->num_free_stages];
+    seq->admitted = ++e->admissions;
+    pkv__seq_list_insert(&e->running, e->running.count, seq);
+}
+
+void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
+{
+    const pkv__plan *plan = &e->plan;
+    e->num_actions = 0;
+    e->batch.num_preempted = 0;
+
+    /* Releases first (the view counted their blocks as available), and
+     * the sequences that move get their new states. Most steps have
+     * none. */
+    const uint32_t *n = plan->num_of;
+    uint32_t moves = n[PKV__PLAN_PREEMPT] + n[PKV__PLAN_END] +
+                     n[PKV__PLAN_SWAP_IN] + n[PKV__PLAN_ADMIT];
+    for (uint32_t i = 0; moves > 0 && i < plan->num_items; i++) {
+        const pkv__plan_item *it = &plan->items[i];
+        if (it->kind == PKV__PLAN_PREEMPT)
+            apply_preempt(e, it);
+        else if (it->kind == PKV__PLAN_END)
+            pkv__engine_end_later(e, it->seq, PKV_FINISH_FAILED, it->status);
+        else if (it->kind != PKV__PLAN_RUN)
+            it->seq->state = PKV__SEQ_RUNNING;
+    }
+    /* The lists keep the sequences whose state did not change. The
+     * planner looked only at the fronts of waiting and swapped. */
+    if (n[PKV__PLAN_PREEMPT] + n[PKV__PLAN_END] > 0)
+        pkv__seq_list_keep_front(&e->running, e->running.count,
+                                 PKV__SEQ_RUNNING);
+    pkv__seq_list_keep_front(&e->waiting, plan->waiting_seen,
+                             PKV__SEQ_WAITING);
+    pkv__seq_list_keep_front(&e->swapped, plan->swapped_seen,
+                             PKV__SEQ_SWAPPED);
+    e->unswept = 0; /* every sequence ended here was in those */
+    for (uint32_t i = 0; n[PKV__PLAN_PREEMPT] > 0 && i < plan->num_items; i++) {
+        const pkv__plan_item *it = &plan->items[i];
+        if (it->kind == PKV__PLAN_PREEMPT)
+            pkv__engine_enqueue(e,
+                                it->swap ? &e->swapped : &e->waiting,
+                                it->seq);
+    }
+
+    /* The prefix blocks admissions hit, before any allocation could evict
+     * one of them. */
+    for (uint32_t i = 0; n[PKV__PLAN_ADMIT] > 0 && i < plan->num_items; i++) {
+        const pkv__plan_item *it = &plan->items[i];
+        if (it->kind == PKV__PLAN_ADMIT && it->hits > 0)
+            adopt(e, it);
+    }
+
+    /* Allocations, in the order decided: the step's sequences. */
+    uint32_t num_seqs = 0;
+    for (uint32_t i = 0; i < plan->num_items; i++) {
+        const pkv__plan_item *it = &plan->items[i];
+        pkv__seq *s = it->seq;
+        if (s->state == PKV__SEQ_FINISHED) /* ended, or failed to adopt */
+            continue;
+        if (it->kind == PKV__PLAN_RUN) {
+            if (!grow(e, s, it->rows))
+                continue;
+            if (it->drafts > 0) { /* they join its tokens for the step */
+                if (!grow(e, s, it->drafts))
+                    continue;
+                memcpy(s->tokens + s->num_tokens, s->drafts,
+                       it->drafts * sizeof *s->tokens);
+                s->num_tokens += it->drafts;
+                s->step_drafts = it->drafts;
+                e->totals.draft_tokens += it->drafts;
+            }
+        } else if (it->kind == PKV__PLAN_SWAP_IN) {
+            if (!grow(e, s, s->num_computed + it->rows))
+                continue;
+            start_running(e, s);
+            pkv__block_copy stage = {PKV__NULL_BLOCK, s->stage};
+            push_action(e, PKV__ACTION_SWAP_IN, s, stage);
+            e->totals.swap_ins++;
+        } else if (it->kind == PKV__PLAN_ADMIT) {
+            e->totals.prefix_query_tokens += s->num_tokens;
+            if (!grow(e, s, it->rows))
+                continue;
+            s->num_computed = it->hits * e->pool.block_size;
+            e->totals.prefix_hit_tokens += s->num_computed;
+            start_running(e, s);
+        } else {
+            continue;
+        }
+        s->scheduled = it->rows + it->drafts;
+        e->step_seqs[num_seqs++] = s;
+    }
+    /* The view was exact, unless a pkv bug failed a grow or an adopt. */
+    assert(e->unswept != 0 ||
+           pkv__pool_available(&e->pool) == plan->available);
+    pkv__engine_sweep_ended(e); /* only after a pkv bug (grow, adopt) */
+    *num_seqs_out = num_seqs;
+}
