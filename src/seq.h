@@ -38,8 +38,10 @@ typedef struct pkv__seq {
     uint32_t max_new_tokens;
     uint32_t stage; /* U8 staging tail while running, else PKV__NO_STAGE */
     size_t token_capacity;
-    void *user_data; /* the host's, from pkv_seq_params; never read */
-    uint64_t salt;   /* the tenant's prefix-cache salt */
+    /* The number of the plan in which it leaves running (plan.h): the
+     * planner reads it for every running sequence. */
+    uint64_t plan_out;
+    uint64_t salt; /* the tenant's prefix-cache salt */
     pkv__table table;
     pkv__prefix_chain chain;
     /* Anti-thrash: set when resumed after a preemption, cleared when it
@@ -51,6 +53,7 @@ typedef struct pkv__seq {
      * end. */
     int32_t priority;
     uint32_t prompt_len;
+    void *user_data; /* the host's, from pkv_seq_params; never read */
     uint64_t arrival;  /* order of arrival (ties broken by id) */
     uint64_t admitted; /* order of the latest entry into running */
     /* The chained hashes of the prompt's full blocks that a prefix lookup
@@ -62,8 +65,6 @@ typedef struct pkv__seq {
     uint32_t num_prompt_hashes;
     uint32_t prompt_hashes_size;
     uint32_t num_preemptions;
-    /* The number of the plan in which it leaves running (plan.h). */
-    uint64_t plan_out;
 
     /* Swapped out: the blocks' contents (every layer) and the staging tail,
      * in host memory. */
