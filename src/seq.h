@@ -41,7 +41,8 @@ typedef struct pkv__seq {
     /* The number of the plan in which it leaves running (plan.h): the
      * planner reads it for every running sequence. */
     uint64_t plan_out;
-    uint64_t salt; /* the tenant's prefix-cache salt */
+    uint64_t salt;   /* the tenant's prefix-cache salt */
+    void *user_data; /* the host's, from pkv_seq_params; echoed in batches */
     pkv__table table;
     pkv__prefix_chain chain;
     /* Anti-thrash: set when resumed after a preemption, cleared when it
@@ -53,7 +54,6 @@ typedef struct pkv__seq {
      * end. */
     int32_t priority;
     uint32_t prompt_len;
-    void *user_data; /* the host's, from pkv_seq_params; never read */
     uint64_t arrival;  /* order of arrival (ties broken by id) */
     uint64_t admitted; /* order of the latest entry into running */
     /* The chained hashes of the prompt's full blocks that a prefix lookup

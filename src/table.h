@@ -15,14 +15,14 @@
 
 typedef struct pkv__table {
     uint32_t *blocks;
-    uint32_t num_blocks;
     size_t capacity;
-    uint32_t num_tokens; /* tokens that have slots */
     /* Stamped by every change to blocks[0 .. num_blocks) with a count no
      * other table state ever had (pkv__pool.table_edits), so that a
      * backend holding a copy of the blocks knows whether it is current
      * without comparing them. 0: empty since pkv__table_init. */
     uint64_t version;
+    uint32_t num_blocks;
+    uint32_t num_tokens; /* tokens that have slots */
 } pkv__table;
 
 /* A block copy the backend must perform before writing into dst. */
