@@ -3,10 +3,10 @@
  * A step's plan: what the scheduler decided (sched.c), as data, and the
  * engine's side of it (plan_apply.c). The scheduler reads the engine and
  * writes only the plan (and on each sequence it takes out of running, the
- * plan's number: pkv__seq.plan_out); the engine first reserves every allocation the
- * plan needs, and only when all of them succeeded applies it, with no step
- * that can fail. So step_begin either applies a whole plan or changes
- * nothing.
+ * plan's number: pkv__seq.plan_out); the engine first reserves every
+ * allocation the plan needs, and only when all of them succeeded applies
+ * it, with no step that can fail. So step_begin either applies a whole
+ * plan or changes nothing.
  *
  * While it plans, the scheduler keeps a view of what the plan has done so
  * far (blocks available, reference counts and tenant counts as they will
@@ -77,6 +77,11 @@ typedef struct pkv__plan {
 #define PKV__PLAN_REWRITTEN (1ull << 40)
 
 void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
+
+/* Host bytes a swap-out of num_blocks blocks takes (and its U8 staging
+ * tail), which the planner counts against swap_bytes and the reserve
+ * allocates. */
+size_t pkv__plan_swap_bytes(const pkv_engine *engine, uint32_t num_blocks);
 
 /* Plan the step (sched.c): running sequences, swapped, waiting, drafts.
  * Reads the engine and writes only engine->plan. PKV_ERR_OUT_OF_MEMORY

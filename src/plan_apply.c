@@ -15,12 +15,7 @@ void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc)
     memset(plan, 0, sizeof *plan);
 }
 
-static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
-{
-    return (uint32_t)((tokens + block_size - 1) / block_size);
-}
-
-static size_t swap_bytes(const pkv_engine *e, uint32_t num_blocks)
+size_t pkv__plan_swap_bytes(const pkv_engine *e, uint32_t num_blocks)
 {
     size_t size =
         num_blocks * pkv__backend_swap_block_bytes(&e->backend_config);
@@ -33,7 +28,7 @@ static size_t swap_bytes(const pkv_engine *e, uint32_t num_blocks)
 static int alloc_swap(pkv_engine *e, pkv__seq *seq)
 {
     uint32_t n = seq->table.num_blocks;
-    size_t size = swap_bytes(e, n);
+    size_t size = pkv__plan_swap_bytes(e, n);
     seq->swap_data = pkv__calloc(&e->alloc, size, 1);
     seq->swap_blocks =
         pkv__calloc(&e->alloc, n ? n : 1, sizeof *seq->swap_blocks);
@@ -58,18 +53,18 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
         pkv__seq *s = it->seq;
         pkv_status st = PKV_OK;
         if (it->kind == PKV__PLAN_RUN) {
-            uint32_t n = blocks_for(
+            uint32_t n = pkv__blocks_for(
                 (uint64_t)s->table.num_tokens + it->rows + it->drafts, bs);
             if (n > s->table.capacity) /* most steps add no block */
                 st = pkv__table_reserve(&s->table, &e->pool, n);
         } else if (it->kind == PKV__PLAN_SWAP_IN)
             st = pkv__table_reserve(
                 &s->table, &e->pool,
-                blocks_for((uint64_t)s->num_computed + it->rows, bs));
+                pkv__blocks_for((uint64_t)s->num_computed + it->rows, bs));
         else if (it->kind == PKV__PLAN_ADMIT) {
             st = pkv__table_reserve(
                 &s->table, &e->pool,
-                blocks_for((uint64_t)it->hits * bs + it->rows, bs));
+                pkv__blocks_for((uint64_t)it->hits * bs + it->rows, bs));
             if (st == PKV_OK)
                 st = pkv__prefix_chain_reserve(&s->chain, &e->pool, it->hits);
         }

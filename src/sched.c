@@ -41,11 +41,6 @@ typedef struct planner {
     uint32_t kept; /* running sequences before the current one that stay */
 } planner;
 
-static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
-{
-    return (uint32_t)((tokens + block_size - 1) / block_size);
-}
-
 /* The view's reference count of a block, and whether a running sequence
  * writes into it. */
 static uint64_t view_entry(const planner *pl, uint32_t block)
@@ -110,7 +105,7 @@ static uint32_t blocks_needed(const planner *pl, const pkv__table *t,
                               uint32_t rows)
 {
     uint32_t bs = pl->e->pool.block_size;
-    uint32_t grow = blocks_for((uint64_t)t->num_tokens + rows, bs) -
+    uint32_t grow = pkv__blocks_for((uint64_t)t->num_tokens + rows, bs) -
                     t->num_blocks;
     int copy = t->num_tokens % bs != 0 &&
                view_ref(pl, t->blocks[t->num_blocks - 1]) > 1;
@@ -191,10 +186,7 @@ static pkv_status preempt(planner *pl, pkv__seq *seq)
         return st;
     pkv__plan_item *it = add_item(pl, PKV__PLAN_PREEMPT, seq);
     if (e->params.preempt_mode == PKV_PREEMPT_SWAP) {
-        size_t size = seq->table.num_blocks *
-                      pkv__backend_swap_block_bytes(&e->backend_config);
-        if (e->params.kv_dtype == PKV_KV_U8)
-            size += pkv__backend_stage_bytes(&e->backend_config);
+        size_t size = pkv__plan_swap_bytes(e, seq->table.num_blocks);
         if (pl->swap_used + size <= e->params.swap_bytes) {
             pl->swap_used += size;
             it->swap = 1;
@@ -239,7 +231,7 @@ static pkv_status plan_running(planner *pl, uint32_t i)
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
     for (;;) {
         pkv_status st = PKV_OK;
-        uint32_t after = blocks_for(seq->table.num_tokens + (uint64_t)rows, bs);
+        uint32_t after = pkv__blocks_for(seq->table.num_tokens + (uint64_t)rows, bs);
         uint32_t grow_by = after - seq->table.num_blocks;
         if (seq_quota != 0 && after > seq_quota)
             return plan_end(pl, seq, PKV_ERR_QUOTA);
@@ -327,7 +319,7 @@ static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
     pkv__seq *seq = e->swapped.items[index];
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
     uint32_t after =
-        blocks_for(seq->num_computed + (uint64_t)rows, e->pool.block_size);
+        pkv__blocks_for(seq->num_computed + (uint64_t)rows, e->pool.block_size);
     pkv_status never = never_fits(e, after);
     if (never != PKV_OK) {
         *st = plan_end(pl, seq, never);
@@ -357,7 +349,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     pkv__plan *plan = pl->plan;
     pkv__seq *seq = e->waiting.items[index];
     uint32_t bs = e->pool.block_size;
-    pkv_status never = never_fits(e, blocks_for(seq->num_tokens, bs));
+    pkv_status never = never_fits(e, pkv__blocks_for(seq->num_tokens, bs));
     if (never != PKV_OK) {
         *st = plan_end(pl, seq, never);
         return 1;
@@ -386,7 +378,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     }
     uint32_t computed = hits * bs;
     uint32_t rows = rows_wanted(e, seq, computed, pl->budget);
-    uint32_t after = blocks_for(computed + (uint64_t)rows, bs);
+    uint32_t after = pkv__blocks_for(computed + (uint64_t)rows, bs);
     uint32_t need = after - hits + revived;
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
     if (tenant_quota != 0 && view_tenant(pl, seq->tenant) + after > tenant_quota)
@@ -442,8 +434,8 @@ static pkv_status plan_drafts(planner *pl)
         uint64_t tokens = (uint64_t)s->table.num_tokens + 1;
         uint32_t need = 0;
         for (; k > 0; k--) {
-            uint32_t after = blocks_for(tokens + k, bs);
-            need = after - blocks_for(tokens, bs);
+            uint32_t after = pkv__blocks_for(tokens + k, bs);
+            need = after - pkv__blocks_for(tokens, bs);
             if (need <= pl->available &&
                 (seq_quota == 0 || after <= seq_quota) &&
                 (tenant_quota == 0 ||

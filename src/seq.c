@@ -75,12 +75,12 @@ void pkv__seq_list_remove(pkv__seq_list *list, const pkv__seq *seq)
 
 void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state)
 {
-    uint32_t kept = n; /* the kept ones move to items[kept .. n) */
+    uint32_t first_kept = n; /* the kept ones move to the end of [0, n) */
     for (uint32_t i = n; i-- > 0;)
         if (list->items[i]->state == state)
-            list->items[--kept] = list->items[i];
-    list->items += kept;
-    list->count -= kept;
+            list->items[--first_kept] = list->items[i];
+    list->items += first_kept; /* items[0 .. first_kept) leave */
+    list->count -= first_kept;
 }
 
 pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,

@@ -39,11 +39,6 @@ enum {
     AT_CHECKSUM = 72  /* u64 */
 };
 
-static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
-{
-    return (uint32_t)((tokens + block_size - 1) / block_size);
-}
-
 /* Bytes of one stored element (f32 and f16 rows). */
 static size_t elem_bytes(const pkv__backend_config *c)
 {
@@ -56,7 +51,7 @@ static uint64_t kv_bytes(const pkv__backend_config *c, uint32_t computed)
     if (computed == 0)
         return 0;
     if (c->kv_dtype == PKV_KV_U8)
-        return (uint64_t)blocks_for(computed, c->block_size) *
+        return (uint64_t)pkv__blocks_for(computed, c->block_size) *
                    pkv__backend_swap_block_bytes(c) +
                pkv__backend_stage_bytes(c);
     return (uint64_t)c->num_layers * c->num_kv_heads * 2 * computed *
@@ -110,7 +105,7 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
         return PKV_OK;
     }
     const pkv__backend_config *c = &e->backend_config;
-    uint32_t n = blocks_for(s->num_computed, c->block_size);
+    uint32_t n = pkv__blocks_for(s->num_computed, c->block_size);
     size_t blocks = n * pkv__backend_swap_block_bytes(c);
     size_t size = blocks;
     if (c->kv_dtype == PKV_KV_U8)
@@ -290,7 +285,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     }
     /* Blocks to hold the KV and the next row: a sequence that can never
      * fit is refused now, not failed at its first step. */
-    uint32_t need = blocks_for((uint64_t)(*keep_kv ? computed : 0) + 1,
+    uint32_t need = pkv__blocks_for((uint64_t)(*keep_kv ? computed : 0) + 1,
                                c->block_size);
     if (need > c->num_blocks - 1)
         return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
@@ -345,7 +340,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     uint32_t n_hashes = computed == 0 ? (prompt_len - 1) / bs : 0;
     size_t swap_size = 0;
     if (computed > 0) {
-        swap_size = blocks_for(computed, bs) * pkv__backend_swap_block_bytes(c);
+        swap_size = pkv__blocks_for(computed, bs) * pkv__backend_swap_block_bytes(c);
         if (c->kv_dtype == PKV_KV_U8)
             swap_size += pkv__backend_stage_bytes(c);
     }
@@ -406,7 +401,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     if (tokens > e->longest_tokens) /* sizes the next step's arrays */
         e->longest_tokens = tokens;
     if (computed > 0) {
-        seq->swap_num_blocks = blocks_for(computed, bs);
+        seq->swap_num_blocks = pkv__blocks_for(computed, bs);
         seq->swap_imported = 1;
         seq->state = PKV__SEQ_SWAPPED;
         pkv__engine_enqueue(e, &e->swapped, seq);

@@ -14,11 +14,6 @@ static void stamp(pkv__table *table, pkv__pool *pool)
     table->version = ++pool->table_edits;
 }
 
-static uint32_t blocks_for(uint64_t tokens, uint32_t block_size)
-{
-    return (uint32_t)((tokens + block_size - 1) / block_size);
-}
-
 pkv_status pkv__table_reserve(pkv__table *table, const pkv__pool *pool,
                               uint32_t needed)
 {
@@ -54,7 +49,7 @@ uint32_t pkv__table_blocks_needed(const pkv__table *table,
     if (n_new == 0)
         return 0;
     uint64_t tokens = (uint64_t)table->num_tokens + n_new;
-    uint32_t grow = blocks_for(tokens, pool->block_size) - table->num_blocks;
+    uint32_t grow = pkv__blocks_for(tokens, pool->block_size) - table->num_blocks;
     return grow + (uint32_t)needs_copy(table, pool);
 }
 
@@ -69,7 +64,7 @@ pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
     if (tokens > UINT32_MAX)
         return PKV_ERR_INVALID_ARGUMENT;
     uint32_t bs = pool->block_size;
-    uint32_t target = blocks_for(tokens, bs);
+    uint32_t target = pkv__blocks_for(tokens, bs);
     uint32_t grow = target - table->num_blocks;
     int cow = needs_copy(table, pool);
     /* Every check comes before the first change. */
@@ -115,7 +110,7 @@ void pkv__table_truncate(pkv__table *table, pkv__pool *pool,
     if (n_tokens >= table->num_tokens)
         return;
     uint32_t bs = pool->block_size;
-    uint32_t keep = blocks_for(n_tokens, bs);
+    uint32_t keep = pkv__blocks_for(n_tokens, bs);
     if (table->num_blocks > keep)
         stamp(table, pool);
     while (table->num_blocks > keep)

@@ -25,6 +25,12 @@ typedef struct pkv__table {
     uint32_t num_tokens; /* tokens that have slots */
 } pkv__table;
 
+/* Blocks that hold `tokens` tokens. */
+static inline uint32_t pkv__blocks_for(uint64_t tokens, uint32_t block_size)
+{
+    return (uint32_t)((tokens + block_size - 1) / block_size);
+}
+
 /* A block copy the backend must perform before writing into dst. */
 typedef struct pkv__block_copy {
     uint32_t src;
