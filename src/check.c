@@ -213,6 +213,13 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                 return broken(buf, size, "seq %llu: %u tokens, room for %zu",
                               (unsigned long long)s->id,
                               (unsigned)s->num_tokens, s->token_capacity);
+            /* step_end appends what it samples without allocating. */
+            if (s->scheduled > 0 && s->num_tokens >= s->token_capacity)
+                return broken(buf, size,
+                              "seq %llu: runs with no room for the token "
+                              "it samples (%u tokens, room for %zu)",
+                              (unsigned long long)s->id,
+                              (unsigned)s->num_tokens, s->token_capacity);
             if (s->state != states[l])
                 return broken(buf, size, "seq %llu: state %d in list %d",
                               (unsigned long long)s->id, (int)s->state,

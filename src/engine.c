@@ -468,6 +468,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     e->params = p;
     e->block_bytes = pkv__block_bytes(&p);
     e->watermark_blocks = (uint32_t)(p.watermark * (float)(p.num_blocks - 1));
+    e->drafts_step = UINT64_MAX; /* none proposed */
     if (pkv__inbox_init(&e->inbox, &alloc) != PKV_OK) {
         engine_free(e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");

@@ -51,6 +51,8 @@ struct pkv_engine {
     uint32_t longest_tokens; /* most tokens any sequence ever held: sizes
                                 the step arrays without a scan */
     uint64_t admissions;
+    uint64_t drafts_step; /* the step the latest pkv_seq_propose was for:
+                             in the others, no sequence has drafts */
     uint64_t swap_used; /* host bytes held by swapped sequences */
     uint32_t *free_stages; /* U8 staging tails not in use */
     uint32_t num_free_stages;

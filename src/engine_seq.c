@@ -253,6 +253,7 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
         memcpy(s->drafts, drafts, num_drafts * sizeof *drafts);
     s->num_drafts = num_drafts;
     s->drafts_step = e->totals.steps;
+    e->drafts_step = e->totals.steps;
     /* The step's block tables are sized by the longest sequence. */
     if (s->num_tokens + num_drafts > e->longest_tokens)
         e->longest_tokens = s->num_tokens + num_drafts;

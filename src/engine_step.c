@@ -13,6 +13,7 @@
 
 #include "half.h"
 
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -220,11 +221,10 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
 {
     pkv_batch *b = &e->batch;
     uint32_t rows = 0, samples = 0, max_blocks = 1;
-    for (uint32_t i = 0; i < num_seqs; i++)
-        if (e->step_seqs[i]->table.num_blocks > max_blocks)
-            max_blocks = e->step_seqs[i]->table.num_blocks;
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = e->step_seqs[i];
+        if (s->table.num_blocks > max_blocks)
+            max_blocks = s->table.num_blocks;
         e->seq_ids[i] = s->id;
         e->seq_user_data[i] = s->user_data;
         e->query_start[i] = rows;
@@ -310,16 +310,6 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
         st = reserve_step(e);
     if (st != PKV_OK)
         return pkv__engine_fail(e, st, "step arrays");
-    /* Room for the token each sequence may sample at step_end. Only the
-     * running ones can lack it: a new sequence gets room with its prompt,
-     * and one leaves running only by a preemption in the plan, after this
-     * loop gave it room and before it could sample again. */
-    for (uint32_t i = 0; i < e->running.count; i++)
-        if (pkv__seq_reserve_tokens(e->running.items[i], &e->alloc) != PKV_OK)
-            return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
-                                    "step arrays: tokens of sequence %llu",
-                                    (unsigned long long)e->running.items[i]->id);
-
     /* The plan, and every allocation applying it needs: until both
      * succeeded nothing changed. */
     st = pkv__sched_plan(e);
@@ -661,8 +651,12 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         else
             s->num_computed += s->scheduled;
         s->scheduled = 0;
-        /* A cache: when its chain cannot grow, later prompts miss. */
-        if (pkv__prefix_register(&e->prefix, &s->chain, &s->table, s->tokens,
+        /* A cache: when its chain cannot grow, later prompts miss. Most
+         * steps fill no block: then only the sequence's first line is
+         * read (seq.h), where num_computed equals table.num_tokens. */
+        assert(s->num_computed == s->table.num_tokens);
+        if (s->num_computed / e->pool.block_size > s->chain.num_links &&
+            pkv__prefix_register(&e->prefix, &s->chain, &s->table, s->tokens,
                                  s->salt) != PKV_OK)
             pkv__engine_log(e, PKV_LOG_DEBUG,
                             "seq %llu: prefix registration skipped (memory)",

@@ -89,7 +89,8 @@ size_t pkv__plan_swap_bytes(const pkv_engine *engine, uint32_t num_blocks);
 pkv_status pkv__sched_plan(pkv_engine *engine);
 
 /* Make every allocation applying the plan needs (plan_apply.c): table and
- * chain room; swap buffers, and a preemption whose buffer cannot be had
+ * chain room, room in tokens for what each sequence that runs may sample
+ * at step_end; swap buffers, and a preemption whose buffer cannot be had
  * becomes a recompute. PKV_ERR_OUT_OF_MEMORY leaves nothing changed but
  * capacity. */
 pkv_status pkv__plan_reserve(pkv_engine *engine);

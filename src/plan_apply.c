@@ -52,6 +52,13 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
         const pkv__plan_item *it = &plan->items[i];
         pkv__seq *s = it->seq;
         pkv_status st = PKV_OK;
+        /* Every sequence that runs may sample at step_end, after its
+         * drafts (pkv_seq_propose made room for those already). */
+        if (it->kind == PKV__PLAN_RUN || it->kind == PKV__PLAN_SWAP_IN ||
+            it->kind == PKV__PLAN_ADMIT)
+            st = pkv__seq_reserve_tokens(s, &e->alloc, it->drafts + 1);
+        if (st != PKV_OK)
+            return st;
         if (it->kind == PKV__PLAN_RUN) {
             uint32_t n = pkv__blocks_for(
                 (uint64_t)s->table.num_tokens + it->rows + it->drafts, bs);

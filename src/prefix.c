@@ -164,10 +164,12 @@ pkv_status pkv__prefix_chain_reserve(pkv__prefix_chain *chain,
                                      const pkv__pool *pool, uint32_t needed)
 {
     void *links;
-    pkv_status st = pkv__grow(&pool->alloc, chain->links, &chain->capacity,
+    size_t capacity = chain->capacity;
+    pkv_status st = pkv__grow(&pool->alloc, chain->links, &capacity,
                               chain->num_links, needed, sizeof *chain->links,
                               &links);
     chain->links = links;
+    chain->capacity = (uint32_t)capacity; /* < 2 * max_model_len <= 2^25 */
     return st;
 }
 

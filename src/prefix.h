@@ -31,7 +31,7 @@ typedef struct pkv__chain_link {
 typedef struct pkv__prefix_chain {
     pkv__chain_link *links;
     uint32_t num_links;
-    size_t capacity;
+    uint32_t capacity; /* 16 bytes in all: pkv__seq's first 64 hold it */
 } pkv__prefix_chain;
 
 typedef struct pkv__prefix_entry {

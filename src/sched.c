@@ -417,6 +417,8 @@ static pkv_status plan_drafts(planner *pl)
     uint32_t seq_quota = e->params.max_blocks_per_seq;
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
     uint32_t bs = e->pool.block_size;
+    if (e->drafts_step != e->totals.steps) /* most steps: nobody proposed */
+        return PKV_OK;
     for (uint32_t i = 0; i < pl->plan->num_items && pl->budget > 0; i++) {
         pkv__plan_item *it = &pl->plan->items[i];
         pkv__seq *s = it->seq;

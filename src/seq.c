@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "seq.h"
 
+#include <stddef.h>
 #include <string.h>
 
 pkv_status pkv__seq_list_reserve(pkv__seq_list *list,
@@ -83,6 +84,12 @@ void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state)
     list->count -= first_kept;
 }
 
+/* The step's fields first (seq.h). */
+#define END_OF(field)                                                     \
+    (offsetof(pkv__seq, field) + sizeof(((pkv__seq *)0)->field))
+_Static_assert(END_OF(protect) <= 64, "step_end's fields in 64 bytes");
+_Static_assert(END_OF(stage) <= 128, "a step's fields in 128 bytes");
+
 pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
                        uint32_t prompt_len)
 {
@@ -104,12 +111,16 @@ pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
     return seq;
 }
 
-pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc)
+pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc,
+                                   uint32_t more)
 {
+    size_t needed = (size_t)seq->num_tokens + more;
+    if (needed <= seq->token_capacity) /* most steps */
+        return PKV_OK;
     void *tokens;
     pkv_status st = pkv__grow(alloc, seq->tokens, &seq->token_capacity,
-                              seq->num_tokens, (size_t)seq->num_tokens + 1,
-                              sizeof *seq->tokens, &tokens);
+                              seq->num_tokens, needed, sizeof *seq->tokens,
+                              &tokens);
     seq->tokens = tokens;
     return st;
 }

@@ -15,43 +15,50 @@ enum pkv__seq_state {
 };
 
 typedef struct pkv__seq {
-    /* The fields every step reads or writes for each sequence it runs
-     * (step_begin's plan and batch, step_end) come first, together, so
-     * that a step touches the first two or three cache lines of the
-     * sequence, not all five: at 1,024 running sequences the host's
-     * attention between two steps evicts them, and step_end alone missed
-     * the cache about 8 times per sequence (callgrind with a 2 MiB last
-     * level, pkv-bench scheduler's loaded row). */
+    /* What a step reads or writes for each sequence it runs comes first,
+     * together (122 bytes), so that a step touches two or three of the
+     * sequence's cache lines, not three or four (malloc aligns it to 16
+     * bytes, not to a line): a host's forward pass between two steps
+     * evicts them, and each line a step touches per sequence is then a
+     * miss (callgrind, pkv-bench scheduler's loaded rows;
+     * docs/performance.md). step_end reads only the first 64 bytes.
+     * Aligning the struct to a cache line made warm steps over long
+     * prompts 1.5x slower, for a reason not found: not done. */
+
+    /* step_end's: */
     pkv_seq_id id;
-    int32_t state; /* enum pkv__seq_state */
-    uint32_t tenant;
     /* Every token: the prompt, then each sampled one. The last sampled
-     * token has no KV yet: it is the next decode row. The array always has
-     * room for one more token, so step_end never allocates. */
+     * token has no KV yet: it is the next decode row. A scheduled
+     * sequence has room for one more token (pkv__plan_reserve), so
+     * step_end never allocates. */
     int32_t *tokens;
     uint32_t num_tokens;
     uint32_t num_computed; /* tokens whose KV is in the cache */
     uint32_t scheduled;    /* rows in the current step */
     uint32_t step_drafts;  /* see the drafts below */
-    uint32_t num_drafts;
     uint32_t num_generated;
     uint32_t max_new_tokens;
-    uint32_t stage; /* U8 staging tail while running, else PKV__NO_STAGE */
-    size_t token_capacity;
-    /* The number of the plan in which it leaves running (plan.h): the
-     * planner reads it for every running sequence. */
-    uint64_t plan_out;
-    uint64_t salt;   /* the tenant's prefix-cache salt */
-    void *user_data; /* the host's, from pkv_seq_params; echoed in batches */
-    pkv__table table;
     pkv__prefix_chain chain;
+    uint8_t state; /* enum pkv__seq_state */
     /* Anti-thrash: set when resumed after a preemption, cleared when it
      * samples a token; while set it is not chosen as a victim (except by
      * the oldest running sequence, which must always progress). */
     uint8_t protect;
 
+    /* The rest of what step_begin reads: */
+    pkv__table table;
+    void *user_data; /* the host's, from pkv_seq_params; echoed in batches */
+    /* The number of the plan in which it leaves running (plan.h): the
+     * planner reads it for every running sequence. */
+    uint64_t plan_out;
+    size_t token_capacity;
+    uint32_t tenant;
+    uint32_t stage; /* U8 staging tail while running, else PKV__NO_STAGE */
+
     /* The rest changes at admission, preemption, a new full block or the
      * end. */
+    uint64_t salt; /* the tenant's prefix-cache salt */
+    uint32_t num_drafts;
     int32_t priority;
     uint32_t prompt_len;
     uint64_t arrival;  /* order of arrival (ties broken by id) */
@@ -121,8 +128,9 @@ void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state);
  * token. NULL when memory runs out. */
 pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
                        uint32_t prompt_len);
-/* Make room for num_tokens + 1 tokens. */
-pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc);
+/* Make room for num_tokens + more tokens. */
+pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc,
+                                   uint32_t more);
 /* Free the sequence object; its table and chain must be released. */
 void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc);
 

@@ -97,6 +97,11 @@ static void test_check_names_corruption(void **state)
     expect_broken(e, "tenant map holds 2 tenants, 1 hold");
     pkv__engine_tenant_add(e, 77, -2);
 
+    size_t room = s->token_capacity;
+    s->token_capacity = s->num_tokens; /* it runs: it must have one more */
+    expect_broken(e, "no room for the token it samples");
+    s->token_capacity = room;
+
     pkv__map_put(&e->seqs_by_id, 999, 1);
     expect_broken(e, "id map holds 2 sequences, the lists 1");
     pkv__map_put(&e->seqs_by_id, 999, 0);
