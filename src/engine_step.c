@@ -223,6 +223,11 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
     uint32_t rows = 0, samples = 0, max_blocks = 1;
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = e->step_seqs[i];
+        /* The first token it reads (prefetch.h). */
+        if (i + PKV__PREFETCH_AHEAD / 2 < num_seqs) {
+            const pkv__seq *ahead = e->step_seqs[i + PKV__PREFETCH_AHEAD / 2];
+            PKV__PREFETCH(ahead->tokens + ahead->num_computed);
+        }
         if (s->table.num_blocks > max_blocks)
             max_blocks = s->table.num_blocks;
         e->seq_ids[i] = s->id;
@@ -633,6 +638,15 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
     uint32_t j = 0;
     for (uint32_t i = 0; i < b->num_seqs; i++) {
         pkv__seq *s = e->step_seqs[i];
+        /* Its fields, then the token it will append (prefetch.h), twice
+         * as far ahead as the other loops: this one does less per
+         * sequence. */
+        if (i + 2 * PKV__PREFETCH_AHEAD < b->num_seqs)
+            pkv__seq_prefetch_end(e->step_seqs[i + 2 * PKV__PREFETCH_AHEAD]);
+        if (i + PKV__PREFETCH_AHEAD < b->num_seqs) {
+            const pkv__seq *ahead = e->step_seqs[i + PKV__PREFETCH_AHEAD];
+            PKV__PREFETCH_WRITE(ahead->tokens + ahead->num_tokens);
+        }
         uint32_t samples_here = 0;
         while (j + samples_here < num_samples &&
                b->sample_seq_ids[j + samples_here] == s->id)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Open-addressing u64 -> u64 map (map.h). */
 #include "map.h"
+#include "prefetch.h"
 
 #include <assert.h>
 #include <string.h>
@@ -40,6 +41,15 @@ static uint32_t find(const pkv__map *map, uint64_t key)
     while (map->values[i] != 0 && map->keys[i] != key)
         i = (i + 1) & map->mask;
     return i;
+}
+
+void pkv__map_prefetch(const pkv__map *map, uint64_t key)
+{
+    if (map->count == 0)
+        return;
+    uint32_t i = home(map, key);
+    PKV__PREFETCH(&map->keys[i]);
+    PKV__PREFETCH(&map->values[i]);
 }
 
 pkv_status pkv__map_reserve(pkv__map *map, const pkv__allocator *alloc,

@@ -38,6 +38,10 @@ void pkv__map_clear(pkv__map *map);
 /* The key's value, 0 if absent. */
 uint64_t pkv__map_get(const pkv__map *map, uint64_t key);
 
+/* Start loading the key's home slot, for a pkv__map_get soon after
+ * (prefetch.h). */
+void pkv__map_prefetch(const pkv__map *map, uint64_t key);
+
 /* Set the key's value; value 0 removes it. A new key needs room (see
  * pkv__map_reserve). */
 void pkv__map_put(pkv__map *map, uint64_t key, uint64_t value);

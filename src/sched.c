@@ -69,7 +69,8 @@ static void view_set(planner *pl, uint32_t block, uint64_t entry)
 
 static uint64_t view_tenant(const planner *pl, uint32_t tenant)
 {
-    uint64_t v = pkv__map_get(&pl->plan->tenants, tenant);
+    const pkv__map *m = &pl->plan->tenants;
+    uint64_t v = m->count ? pkv__map_get(m, tenant) : 0;
     return v ? v - 1 : pkv__engine_tenant_blocks(pl->e, tenant);
 }
 
@@ -456,6 +457,29 @@ static pkv_status plan_drafts(planner *pl)
     return PKV_OK;
 }
 
+/* plan_running reads a chain per sequence: the sequence, its last block
+ * id and its tenant's count, that block's pool entry; each link is
+ * prefetched a few sequences ahead of the one being planned
+ * (prefetch.h). */
+static void prefetch_running(const pkv_engine *e, uint32_t i)
+{
+    const pkv__seq_list *running = &e->running;
+    uint32_t ahead = PKV__PREFETCH_AHEAD;
+    if (i + ahead < running->count)
+        pkv__seq_prefetch(running->items[i + ahead]);
+    if (i + ahead / 2 < running->count) {
+        const pkv__seq *seq = running->items[i + ahead / 2];
+        pkv__seq_prefetch_tail(seq);
+        if (e->params.max_blocks_per_tenant != 0)
+            pkv__map_prefetch(&e->tenant_blocks, seq->tenant);
+    }
+    if (i + ahead / 4 < running->count) {
+        const pkv__table *t = &running->items[i + ahead / 4]->table;
+        if (t->num_blocks > 0)
+            PKV__PREFETCH(&e->pool.blocks[t->blocks[t->num_blocks - 1]]);
+    }
+}
+
 pkv_status pkv__sched_plan(pkv_engine *e)
 {
     pkv__plan *plan = &e->plan;
@@ -472,8 +496,10 @@ pkv_status pkv__sched_plan(pkv_engine *e)
 
     pkv_status st = PKV_OK;
     for (uint32_t i = 0;
-         st == PKV_OK && i < e->running.count && pl.budget > 0; i++)
+         st == PKV_OK && i < e->running.count && pl.budget > 0; i++) {
+        prefetch_running(e, i);
         st = plan_running(&pl, i);
+    }
     if (st == PKV_OK && plan->num_of[PKV__PLAN_PREEMPT] == 0) {
         /* Swapped sequences first; one whose tenant is at its quota waits
          * without holding up anybody else, one short of blocks stops every

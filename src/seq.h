@@ -4,6 +4,7 @@
 #define PKV_SEQ_H
 
 #include "backend.h"
+#include "prefetch.h"
 #include "prefix.h"
 
 enum pkv__seq_state {
@@ -94,6 +95,30 @@ typedef struct pkv__seq {
     uint32_t drafts_size;
     uint64_t drafts_step;
 } pkv__seq;
+
+/* Prefetch what a step reads of the sequence (prefetch.h): its first
+ * 128 bytes, or step_end's first 64. */
+static inline void pkv__seq_prefetch(const pkv__seq *seq)
+{
+    const char *at = (const char *)seq;
+    PKV__PREFETCH(at);
+    PKV__PREFETCH(at + 64);
+    PKV__PREFETCH(at + 127);
+}
+
+static inline void pkv__seq_prefetch_end(const pkv__seq *seq)
+{
+    const char *at = (const char *)seq;
+    PKV__PREFETCH(at);
+    PKV__PREFETCH(at + 63);
+}
+
+/* Its table's last block id: the next link of the planner's chain. */
+static inline void pkv__seq_prefetch_tail(const pkv__seq *seq)
+{
+    if (seq->table.num_blocks > 0)
+        PKV__PREFETCH(&seq->table.blocks[seq->table.num_blocks - 1]);
+}
 
 /* An array of sequence pointers, items[0 .. count), that may start past
  * the beginning of its allocation (base, capacity entries): a removal or
