@@ -79,6 +79,15 @@ size_t pkv__backend_stage_bytes(const pkv__backend_config *c)
            c->head_dim * sizeof(float);
 }
 
+size_t pkv__backend_swap_bytes(const pkv__backend_config *c,
+                               uint32_t num_blocks)
+{
+    size_t size = num_blocks * pkv__backend_swap_block_bytes(c);
+    if (c->kv_dtype == PKV_KV_U8)
+        size += pkv__backend_stage_bytes(c);
+    return size;
+}
+
 pkv_status pkv__tables_seen_init(pkv__tables_seen *seen,
                                  const pkv__allocator *alloc, uint32_t rows)
 {

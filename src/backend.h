@@ -216,6 +216,11 @@ size_t pkv__backend_swap_block_bytes(const pkv__backend_config *config);
  * per kv head, f32. */
 size_t pkv__backend_stage_bytes(const pkv__backend_config *config);
 
+/* Host bytes of num_blocks blocks swapped out (or exported), followed by
+ * the staging tail with a U8 cache. */
+size_t pkv__backend_swap_bytes(const pkv__backend_config *config,
+                               uint32_t num_blocks);
+
 /* What a backend has already read of step rows' block tables, row by
  * row (pkv__step.table_versions): the table of version `version` had its
  * first `blocks` ids checked (or uploaded). A version names one table

@@ -78,11 +78,6 @@ typedef struct pkv__plan {
 
 void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
 
-/* Host bytes a swap-out of num_blocks blocks takes (and its U8 staging
- * tail), which the planner counts against swap_bytes and the reserve
- * allocates. */
-size_t pkv__plan_swap_bytes(const pkv_engine *engine, uint32_t num_blocks);
-
 /* Plan the step (sched.c): running sequences, swapped, waiting, drafts.
  * Reads the engine and writes only engine->plan. PKV_ERR_OUT_OF_MEMORY
  * when the plan's own arrays cannot grow. */

@@ -15,20 +15,11 @@ void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc)
     memset(plan, 0, sizeof *plan);
 }
 
-size_t pkv__plan_swap_bytes(const pkv_engine *e, uint32_t num_blocks)
-{
-    size_t size =
-        num_blocks * pkv__backend_swap_block_bytes(&e->backend_config);
-    if (e->params.kv_dtype == PKV_KV_U8)
-        size += pkv__backend_stage_bytes(&e->backend_config);
-    return size;
-}
-
 /* Host memory for a swap-out: NULL buffers and 0 when there is none. */
 static int alloc_swap(pkv_engine *e, pkv__seq *seq)
 {
     uint32_t n = seq->table.num_blocks;
-    size_t size = pkv__plan_swap_bytes(e, n);
+    size_t size = pkv__backend_swap_bytes(&e->backend_config, n);
     seq->swap_data = pkv__calloc(&e->alloc, size, 1);
     seq->swap_blocks =
         pkv__calloc(&e->alloc, n ? n : 1, sizeof *seq->swap_blocks);

@@ -187,7 +187,8 @@ static pkv_status preempt(planner *pl, pkv__seq *seq)
         return st;
     pkv__plan_item *it = add_item(pl, PKV__PLAN_PREEMPT, seq);
     if (e->params.preempt_mode == PKV_PREEMPT_SWAP) {
-        size_t size = pkv__plan_swap_bytes(e, seq->table.num_blocks);
+        size_t size = pkv__backend_swap_bytes(&e->backend_config,
+                                              seq->table.num_blocks);
         if (pl->swap_used + size <= e->params.swap_bytes) {
             pl->swap_used += size;
             it->swap = 1;

@@ -107,9 +107,7 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
     const pkv__backend_config *c = &e->backend_config;
     uint32_t n = pkv__blocks_for(s->num_computed, c->block_size);
     size_t blocks = n * pkv__backend_swap_block_bytes(c);
-    size_t size = blocks;
-    if (c->kv_dtype == PKV_KV_U8)
-        size += pkv__backend_stage_bytes(c);
+    size_t size = pkv__backend_swap_bytes(c, n);
     uint8_t *host = pkv__calloc(&e->alloc, size, 1);
     if (host == NULL)
         return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
@@ -286,7 +284,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     /* Blocks to hold the KV and the next row: a sequence that can never
      * fit is refused now, not failed at its first step. */
     uint32_t need = pkv__blocks_for((uint64_t)(*keep_kv ? computed : 0) + 1,
-                               c->block_size);
+                                    c->block_size);
     if (need > c->num_blocks - 1)
         return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
                                 "import: %u blocks needed; the pool has %u",
@@ -338,12 +336,9 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     uint32_t prompt_len = pkv__get_u32(d + AT_PROMPT_LEN);
     uint32_t bs = c->block_size;
     uint32_t n_hashes = computed == 0 ? (prompt_len - 1) / bs : 0;
-    size_t swap_size = 0;
-    if (computed > 0) {
-        swap_size = pkv__blocks_for(computed, bs) * pkv__backend_swap_block_bytes(c);
-        if (c->kv_dtype == PKV_KV_U8)
-            swap_size += pkv__backend_stage_bytes(c);
-    }
+    size_t swap_size =
+        computed > 0 ? pkv__backend_swap_bytes(c, pkv__blocks_for(computed, bs))
+                     : 0;
     st = pkv__engine_reserve_lists(e, pkv__inbox_live_count(&e->inbox) + 17);
     int32_t *token_ids = pkv__calloc(&e->alloc, tokens, sizeof *token_ids);
     pkv__seq *seq = NULL;
