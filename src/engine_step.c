@@ -666,10 +666,11 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
             s->num_computed += s->scheduled;
         s->scheduled = 0;
         /* A cache: when its chain cannot grow, later prompts miss. Most
-         * steps fill no block: then only the sequence's first line is
-         * read (seq.h), where num_computed equals table.num_tokens. */
+         * steps fill no block: then only the sequence's first 64 bytes
+         * are read (seq.h), where num_computed equals table.num_tokens. */
         assert(s->num_computed == s->table.num_tokens);
-        if (s->num_computed / e->pool.block_size > s->chain.num_links &&
+        if (pkv__prefix_chain_behind(&s->chain, s->num_computed,
+                                     e->pool.block_size) &&
             pkv__prefix_register(&e->prefix, &s->chain, &s->table, s->tokens,
                                  s->salt) != PKV_OK)
             pkv__engine_log(e, PKV_LOG_DEBUG,

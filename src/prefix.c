@@ -211,9 +211,9 @@ pkv_status pkv__prefix_register(pkv__prefix *prefix, pkv__prefix_chain *chain,
 {
     pkv__pool *pool = prefix->pool;
     uint32_t bs = pool->block_size;
-    uint32_t full = table->num_tokens / bs;
-    if (full <= chain->num_links)
+    if (!pkv__prefix_chain_behind(chain, table->num_tokens, bs))
         return PKV_OK;
+    uint32_t full = table->num_tokens / bs;
     pkv_status st = pkv__prefix_chain_reserve(chain, pool, full);
     if (st != PKV_OK)
         return st;

@@ -106,6 +106,15 @@ void pkv__prefix_insert(pkv__prefix *prefix, uint32_t block, uint64_t hash,
                         const int32_t *tokens, uint64_t salt, uint32_t parent,
                         uint32_t parent_generation);
 
+/* Whether the first `tokens` tokens fill blocks past the chain: what
+ * pkv__prefix_register would register. */
+static inline int pkv__prefix_chain_behind(const pkv__prefix_chain *chain,
+                                           uint32_t tokens,
+                                           uint32_t block_size)
+{
+    return tokens / block_size > chain->num_links;
+}
+
 /* Register the table's full blocks past the chain, whose token ids are
  * tokens[0..table->num_tokens) and whose KV has been written. A block equal
  * to one already cached links to that one instead. All or nothing. */
