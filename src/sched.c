@@ -74,6 +74,14 @@ static uint64_t view_tenant(const planner *pl, uint32_t tenant)
     return v ? v - 1 : pkv__engine_tenant_blocks(pl->e, tenant);
 }
 
+/* Whether `more` blocks would take the tenant past its quota. */
+static int over_tenant_quota(const planner *pl, uint32_t tenant,
+                             uint32_t more)
+{
+    uint32_t quota = pl->e->params.max_blocks_per_tenant;
+    return quota != 0 && view_tenant(pl, tenant) + more > quota;
+}
+
 /* Count delta blocks against the tenant (only quotas read the counts). */
 static pkv_status view_tenant_add(planner *pl, uint32_t tenant,
                                   int64_t delta)
@@ -233,12 +241,12 @@ static pkv_status plan_running(planner *pl, uint32_t i)
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
     for (;;) {
         pkv_status st = PKV_OK;
-        uint32_t after = pkv__blocks_for(seq->table.num_tokens + (uint64_t)rows, bs);
+        uint32_t after =
+            pkv__blocks_for(seq->table.num_tokens + (uint64_t)rows, bs);
         uint32_t grow_by = after - seq->table.num_blocks;
         if (seq_quota != 0 && after > seq_quota)
             return plan_end(pl, seq, PKV_ERR_QUOTA);
-        if (tenant_quota != 0 &&
-            view_tenant(pl, seq->tenant) + grow_by > tenant_quota) {
+        if (over_tenant_quota(pl, seq->tenant, grow_by)) {
             uint32_t v = pick_victim(pl, i, 1, seq->tenant, !oldest);
             if (v != NONE)
                 st = preempt(pl, e->running.items[v]);
@@ -327,8 +335,7 @@ static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
         *st = plan_end(pl, seq, never);
         return 1;
     }
-    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
-    if (tenant_quota != 0 && view_tenant(pl, seq->tenant) + after > tenant_quota)
+    if (over_tenant_quota(pl, seq->tenant, after))
         return 0;
     uint32_t watermark = pl->running ? e->watermark_blocks : 0;
     if (after + watermark > pl->available)
@@ -382,8 +389,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     uint32_t rows = rows_wanted(e, seq, computed, pl->budget);
     uint32_t after = pkv__blocks_for(computed + (uint64_t)rows, bs);
     uint32_t need = after - hits + revived;
-    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
-    if (tenant_quota != 0 && view_tenant(pl, seq->tenant) + after > tenant_quota)
+    if (over_tenant_quota(pl, seq->tenant, after))
         return 0;
     /* The watermark keeps blocks for running sequences to grow into; with
      * none running it would only stop the first admission forever. */
@@ -417,7 +423,6 @@ static pkv_status plan_drafts(planner *pl)
     pkv_engine *e = pl->e;
     uint32_t cap = e->params.long_prefill_threshold;
     uint32_t seq_quota = e->params.max_blocks_per_seq;
-    uint32_t tenant_quota = e->params.max_blocks_per_tenant;
     uint32_t bs = e->pool.block_size;
     if (e->drafts_step != e->totals.steps) /* most steps: nobody proposed */
         return PKV_OK;
@@ -442,8 +447,7 @@ static pkv_status plan_drafts(planner *pl)
             need = after - pkv__blocks_for(tokens, bs);
             if (need <= pl->available &&
                 (seq_quota == 0 || after <= seq_quota) &&
-                (tenant_quota == 0 ||
-                 view_tenant(pl, s->tenant) + need <= tenant_quota))
+                !over_tenant_quota(pl, s->tenant, need))
                 break;
         }
         if (k == 0)

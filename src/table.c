@@ -49,7 +49,8 @@ uint32_t pkv__table_blocks_needed(const pkv__table *table,
     if (n_new == 0)
         return 0;
     uint64_t tokens = (uint64_t)table->num_tokens + n_new;
-    uint32_t grow = pkv__blocks_for(tokens, pool->block_size) - table->num_blocks;
+    uint32_t grow =
+        pkv__blocks_for(tokens, pool->block_size) - table->num_blocks;
     return grow + (uint32_t)needs_copy(table, pool);
 }
 
