@@ -230,12 +230,12 @@ static int choose_variant(cl_env *e)
     /* The largest block size of the sweep decides the partition. */
     pkv__decode_setup su;
     if (e->variant == PKV__DECODE_OFF ||
-        pkv__decode_setup_make(e->variant, ext, HEAD_DIM, GROUP, 128,
+        pkv__decode_setup_make(e->variant, HEAD_DIM, GROUP, 128, 0,
                                local_mem, max_group, &su) != 0) {
         fprintf(stderr, "pkv-bench kernels: no decode variant (%s)\n",
                 e->variant == PKV__DECODE_OFF
                     ? e->variant_why
-                    : "the gpu variant does not fit the device");
+                    : "the variant does not fit the device");
         return 1;
     }
     e->variant_file = su.file;
@@ -550,8 +550,8 @@ static int enqueue(const cl_env *e, decode_gpu *g, int which, uint32_t batch)
     cl_int err = clEnqueueNDRangeKernel(e->queue, g->partial[which], 3, NULL,
                                         gp, lp, 0, NULL, NULL);
     if (err == CL_SUCCESS && g->plan.num_partitions > 1) {
-        size_t gr[2] = {HQ, batch};
-        err = clEnqueueNDRangeKernel(e->queue, g->reduce[which], 2, NULL, gr,
+        size_t gr[3] = {HEAD_DIM / 4, HQ, batch};
+        err = clEnqueueNDRangeKernel(e->queue, g->reduce[which], 3, NULL, gr,
                                      NULL, 0, NULL, NULL);
     }
     if (err == CL_SUCCESS)

@@ -69,7 +69,10 @@
  *     global const float *part_acc, global const float *part_ml,
  *     uint num_partitions, global float *out, ulong out_off, uint flags)
  *
- *   NDRange: global (num_q_heads, num_seqs), any local size.
+ *   NDRange: global (head_dim / 4, num_q_heads, num_seqs), any local
+ *   size: a work-item per float4 run of an output row, so that its state is
+ *   one float4 (a whole row per work-item kept head_dim floats per lane in
+ *   private memory on an Intel GPU).
  *
  * Math: f32 accumulation. The U8 tail block that is not full is read in
  * f32 from the sequence's staging tail. Slots past the context length and
@@ -129,40 +132,18 @@ static uint2 part_range(uint ctx, uint part, uint sliding_window,
 
 /* What one work-group of pkv_decode_partial computes: partition part of
  * num_parts, kv head h, sequence seq (context ctx), tokens [range.x,
- * range.y) of it (empty when range.y <= range.x). */
+ * range.y) of it (empty when range.y <= range.x); and where that
+ * sequence's blocks are: its block-table row and, for u8, the f32 rows of
+ * kv head h in its staging tail. */
 typedef struct decode_unit {
     uint part, num_parts, h, seq, ctx;
     uint2 range;
+    global const uchar *arena;
+    global const uint *table; /* the sequence's block-table row */
+    size_t table_row;         /* seq * max_blocks_per_seq */
+    global const float *tail;
+    uint num_kv_heads;
 } decode_unit;
-
-static decode_unit this_unit(global const uint *context_lens,
-                             uint sliding_window, uint partition_size)
-{
-    decode_unit u;
-    u.part = get_group_id(0);
-    u.num_parts = get_num_groups(0);
-    u.h = get_global_id(1);
-    u.seq = get_global_id(2);
-    u.ctx = context_lens[u.seq];
-    u.range = part_range(u.ctx, u.part, sliding_window, partition_size);
-    return u;
-}
-
-/* The K part of kv head h of the sequence's logical block j (V follows at
- * K_PART_BYTES). */
-static global const uchar *head_part(global const uchar *arena,
-                                     global const uint *block_tables,
-                                     uint max_blocks_per_seq,
-                                     uint num_kv_heads, uint seq, uint j,
-                                     uint h)
-{
-#ifdef PKV_DECODE_CONTIGUOUS
-    size_t blk = (size_t)seq * max_blocks_per_seq + j;
-#else
-    size_t blk = block_tables[(size_t)seq * max_blocks_per_seq + j];
-#endif
-    return arena + (blk * num_kv_heads + h) * HEAD_BYTES;
-}
 
 /* The f32 K rows of kv head h in a staging tail (V rows follow). */
 static global const float *tail_rows(global const float *stages, uint stage,
@@ -173,21 +154,140 @@ static global const float *tail_rows(global const float *stages, uint stage,
            (size_t)h * 2 * BS * D;
 }
 
+/* The unit of this work-group, from kernel 1's arguments. */
+#define THIS_UNIT()                                                           \
+    this_unit(arena, stages, stage_floats, stage_layer_offset, stage_ids,     \
+              context_lens, block_tables, max_blocks_per_seq, num_kv_heads,   \
+              sliding_window, partition_size)
+static decode_unit this_unit(global const uchar *arena,
+                             global const float *stages, uint stage_floats,
+                             uint stage_layer_offset,
+                             global const uint *stage_ids,
+                             global const uint *context_lens,
+                             global const uint *block_tables,
+                             uint max_blocks_per_seq, uint num_kv_heads,
+                             uint sliding_window, uint partition_size)
+{
+    decode_unit u;
+    u.part = get_group_id(0);
+    u.num_parts = get_num_groups(0);
+    u.h = get_global_id(1);
+    u.seq = get_global_id(2);
+    u.ctx = context_lens[u.seq];
+    u.range = part_range(u.ctx, u.part, sliding_window, partition_size);
+    u.arena = arena;
+    u.table_row = (size_t)u.seq * max_blocks_per_seq;
+    u.table = block_tables + u.table_row;
+    u.num_kv_heads = num_kv_heads;
+#if PKV_KV_DTYPE == PKV_LAYOUT_U8
+    u.tail = tail_rows(stages, stage_ids[u.seq], stage_floats,
+                       stage_layer_offset, u.h);
+#else
+    u.tail = stages;
+#endif
+    return u;
+}
+
+/* The K part of the unit's kv head in arena block `blk` (V follows at
+ * K_PART_BYTES). */
+static global const uchar *head_part(const decode_unit *u, size_t blk)
+{
+    return u->arena + (blk * u->num_kv_heads + u->h) * HEAD_BYTES;
+}
+
+/* The K part of the row's logical block j, stored as *dtype, and its V
+ * part in *v: the sealed block in the arena or, for the u8 block that is
+ * not sealed yet (it holds the context's last token), the f32 rows of the
+ * staging tail. */
+static global const uchar *decode_block(const decode_unit *u, uint j,
+                                        int *dtype, global const uchar **v)
+{
+#if PKV_KV_DTYPE == PKV_LAYOUT_U8
+    if ((j + 1) * BS > u->ctx) {
+        *dtype = PKV_LAYOUT_F32;
+        *v = (global const uchar *)(u->tail + BS * D);
+        return (global const uchar *)u->tail;
+    }
+#endif
+#ifdef PKV_DECODE_CONTIGUOUS
+    size_t blk = u->table_row + j; /* pkv-bench's baseline */
+#else
+    size_t blk = u->table[j];
+#endif
+    global const uchar *k = head_part(u, blk);
+    *dtype = PKV_KV_DTYPE;
+    *v = k + K_PART_BYTES;
+    return k;
+}
+
+/* Where a work-group writes the result of query row `row` (of all
+ * num_seqs * num_q_heads): normalised into out when the row has one
+ * partition, else unnormalised into part_acc. */
+typedef struct decode_dest {
+    global float *p;
+    ulong off;  /* element of channel 0 */
+    float mul;  /* 1 / l, or 1 */
+    uint f16;   /* p holds halves */
+} decode_dest;
+
+/* The destination of row `row`, whose partition ended with running max m
+ * and denominator l; `writer` (one work-item of the work-group) stores m
+ * and l for the reduction. */
+static decode_dest decode_dest_of(const decode_unit *u, size_t row, float m,
+                                  float l, int writer, global float *out,
+                                  ulong out_off, uint flags,
+                                  global float *part_acc,
+                                  global float *part_ml)
+{
+    decode_dest d;
+    if (u->num_parts == 1) {
+        /* Partition 0 is never empty: l >= 1. */
+        d.p = out;
+        d.off = out_off + row * D;
+        d.mul = 1.0f / l;
+        d.f16 = OUT_F16(flags);
+    } else {
+        size_t r = row * u->num_parts + u->part;
+        d.p = part_acc;
+        d.off = r * D;
+        d.mul = 1.0f;
+        d.f16 = 0;
+        if (writer) {
+            part_ml[r * 2] = m;
+            part_ml[r * 2 + 1] = l;
+        }
+    }
+    return d;
+}
+
+/* Channels ch, ch + 1 (ch + 3) of the row, scaled by d->mul. */
+static void decode_store2(const decode_dest *d, float2 x, uint ch)
+{
+    if (d->f16)
+        vstore_half2_rte(x * d->mul, 0, (global half *)d->p + d->off + ch);
+    else
+        vstore2(x * d->mul, 0, d->p + d->off + ch);
+}
+
+static void decode_store4(const decode_dest *d, float4 x, uint ch)
+{
+    pkv_store4(x * d->mul, d->p, d->off + ch, d->f16);
+}
+
 kernel void pkv_decode_reduce(global const float *part_acc,
                               global const float *part_ml,
                               uint num_partitions, global float *out,
                               ulong out_off, uint flags)
 {
-    size_t row = (size_t)get_global_id(1) * get_global_size(0) +
-                 get_global_id(0);
+    uint x = get_global_id(0);
+    size_t row = (size_t)get_global_id(2) * get_global_size(1) +
+                 get_global_id(1);
     global const float *ml = part_ml + row * num_partitions * 2;
     float m = -INFINITY;
     for (uint p = 0; p < num_partitions; p++)
         if (ml[p * 2 + 1] > 0.0f)
             m = fmax(m, ml[p * 2]);
-    float4 o[D / 4];
-    for (int x = 0; x < D / 4; x++)
-        o[x] = 0.0f;
+    float4 o = 0.0f;
     float l = 0.0f;
     for (uint p = 0; p < num_partitions; p++) {
         /* An empty partition (l = 0) has m = -inf: skip, never 0 * NaN. */
@@ -195,12 +295,8 @@ kernel void pkv_decode_reduce(global const float *part_acc,
             float w = exp(ml[p * 2] - m);
             l = fma(w, ml[p * 2 + 1], l);
             global const float *a = part_acc + (row * num_partitions + p) * D;
-            for (int x = 0; x < D / 4; x++)
-                o[x] = fma((float4)w, vload4(x, a), o[x]);
+            o = fma((float4)w, vload4(x, a), o);
         }
     }
-    float inv = 1.0f / l;
-    for (int x = 0; x < D / 4; x++)
-        pkv_store4(o[x] * inv, out, out_off + row * D + 4 * x,
-                   OUT_F16(flags));
+    pkv_store4(o / l, out, out_off + row * D + 4 * x, OUT_F16(flags));
 }

@@ -53,33 +53,6 @@ static float4 row_chunk(global const uchar *part, int dtype, int group,
     return fma(code, (float4)vload_half(t, sc), (float4)vload_half(t, lo));
 }
 
-/* The K part holding token t for kv head h, and how it is stored: the
- * block's K part, or for the u8 block that is not sealed yet the f32 rows
- * of the staging tail. V follows at *v_part. */
-static global const uchar *token_part(global const uchar *arena,
-                                      global const uint *block_tables,
-                                      uint max_blocks_per_seq,
-                                      uint num_kv_heads, uint seq, uint h,
-                                      uint ctx, global const float *tail,
-                                      uint t, int *dtype,
-                                      global const uchar **v_part)
-{
-    uint j = t / BS;
-#if PKV_KV_DTYPE == PKV_LAYOUT_U8
-    if ((j + 1) * BS > ctx) {
-        *dtype = PKV_LAYOUT_F32;
-        *v_part = (global const uchar *)(tail + BS * D);
-        return (global const uchar *)tail;
-    }
-#endif
-    *dtype = PKV_KV_DTYPE;
-    global const uchar *k = head_part(arena, block_tables,
-                                      max_blocks_per_seq, num_kv_heads, seq,
-                                      j, h);
-    *v_part = k + K_PART_BYTES;
-    return k;
-}
-
 __attribute__((reqd_work_group_size(WG, 1, 1)))
 kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 {
@@ -87,34 +60,27 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
     local float lg[G * PMAX];   /* the partition's scores, then weights */
     local float4 vred[WG * NQ]; /* per-lane V sums of one head */
     uint lid = get_local_id(0), c = lid % C, u = lid / C;
-    decode_unit w = this_unit(context_lens, sliding_window, partition_size);
-    uint part = w.part, num_parts = w.num_parts, h = w.h, seq = w.seq;
-    uint ctx = w.ctx, t0 = w.range.x;
+    decode_unit w = THIS_UNIT();
+    uint t0 = w.range.x;
     uint n = w.range.y > w.range.x ? w.range.y - w.range.x : 0;
     uint hq = num_kv_heads * G;
+    size_t row0 = (size_t)w.seq * hq + w.h * G;
 
     float4 qv[G][NQ];
-    ulong qrow = q_off + ((ulong)seq * hq + h * G) * D;
+    ulong qrow = q_off + row0 * D;
     for (int g = 0; g < G; g++)
         for (int i = 0; i < NQ; i++)
             qv[g][i] = pkv_load4(q, qrow + g * D + 4 * (c + C * i),
                                  Q_F16(flags)) *
                        scale;
-#if PKV_KV_DTYPE == PKV_LAYOUT_U8
-    global const float *tail = tail_rows(stages, stage_ids[seq], stage_floats,
-                                         stage_layer_offset, h);
-#else
-    global const float *tail = stages;
-#endif
 
     /* 1. Scores. */
     for (uint r = 0; r < n; r += TP) {
         if (r + u < n) {
             int dt;
             global const uchar *vp;
-            global const uchar *kp = token_part(
-                arena, block_tables, max_blocks_per_seq, num_kv_heads, seq, h,
-                ctx, tail, t0 + r + u, &dt, &vp);
+            global const uchar *kp =
+                decode_block(&w, (t0 + r + u) / BS, &dt, &vp);
             uint slot = (t0 + r + u) % BS;
             float4 k[NQ];
             for (int i = 0; i < NQ; i++)
@@ -180,8 +146,7 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
     for (uint x = u; x < n; x += TP) {
         int dt;
         global const uchar *vp;
-        token_part(arena, block_tables, max_blocks_per_seq, num_kv_heads, seq,
-                   h, ctx, tail, t0 + x, &dt, &vp);
+        decode_block(&w, (t0 + x) / BS, &dt, &vp);
         uint slot = (t0 + x) % BS;
         for (int i = 0; i < NQ; i++) {
             float4 v = row_chunk(vp, dt, VQ, slot, c + C * i);
@@ -189,27 +154,19 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
                 acc[g][i] = fma((float4)lg[g * PMAX + x], v, acc[g][i]);
         }
     }
-    ulong row0 = (ulong)seq * hq + h * G;
     for (int g = 0; g < G; g++) {
         for (int i = 0; i < NQ; i++)
             vred[lid * NQ + i] = acc[g][i];
         barrier(CLK_LOCAL_MEM_FENCE);
         if (u == 0) {
-            ulong r = (row0 + g) * num_parts + part;
+            decode_dest d = decode_dest_of(&w, row0 + g, m[g], l[g], c == 0,
+                                           out, out_off, flags, part_acc,
+                                           part_ml);
             for (int i = 0; i < NQ; i++) {
                 float4 sum = 0.0f;
                 for (uint v = 0; v < TP; v++)
                     sum += vred[(v * C + c) * NQ + i];
-                uint x = c + C * i;
-                if (num_parts == 1) /* partition 0 is never empty */
-                    pkv_store4(sum / l[g], out, out_off + (row0 + g) * D + 4 * x,
-                               OUT_F16(flags));
-                else
-                    vstore4(sum, x, part_acc + r * D);
-            }
-            if (c == 0 && num_parts > 1) {
-                part_ml[r * 2] = m[g];
-                part_ml[r * 2 + 1] = l[g];
+                decode_store4(&d, sum, 4 * (c + C * i));
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

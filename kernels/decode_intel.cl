@@ -2,336 +2,361 @@
 /*
  * The Intel subgroup variant of pkv_decode_partial (decode_common.cl has
  * the contract, the shared helpers and the reduce kernel). Needs
- * cl_intel_subgroups and cl_intel_subgroups_short, head_dim 32, 64, 128 or
- * 256; uses cl_khr_fp16 when PKV_INTEL_FP16 is set. Built with
- * -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS.
+ * cl_intel_subgroups and cl_intel_subgroups_short and head_dim a multiple
+ * of 32; built with -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS and
+ *   PKV_INTEL_PAIRS      channel pairs a lane owns in the value pass: 1 or
+ *                        2, dividing head_dim / 32
+ *   PKV_INTEL_PARTITION  the longest partition_size the host passes
+ * (the host derives both in pkv__decode_setup_make, src/opencl_features.c).
  *
- * One subgroup of 16 lanes per (partition, kv head, sequence): L = 16,
- * local (16, 1, 1), every query head of the kv-head group in it, so each
- * KV byte is read once. Lane l owns the channel pairs (2u, 2u + 1),
- * u = l + 16 i, i < NP: a u8 row is one subgroup block read of NP ushorts
- * per lane, an f16 row NP uints, so neighbouring lanes read neighbouring
- * bytes.
+ * A work-group of NSG subgroups of 16 lanes per (partition, kv head,
+ * sequence), every query head of the kv-head group in it, so each KV byte
+ * is read once. It is shaped so that what a lane keeps fits the 128
+ * registers of a GPU thread at SIMD16 (2 registers a float), instead of
+ * one subgroup holding every channel of every head, which spilled
+ * kilobytes per thread (docs/performance.md, "Intel GPU code"):
  *
- * Tokens go in chunks of W. A lane accumulates its channels' part of the W
- * dot products of each head, then one transpose-reduce (W / 2 + W / 4 + ...
- * shuffles, not W full reductions) leaves each lane the whole score of one
- * token: lane l holds token l / R of the chunk, R = 16 / W lanes per
- * token. The softmax then costs one exp per lane, one subgroup max per
- * chunk and head, and the weights reach the V sums by broadcast. W is
- * 32 / G tokens (at most 16, at least 1) so that the per-lane partial sums
- * stay at 32 floats, within a GPU thread's registers.
+ *   0. The scaled query rows go to local memory.
+ *   1. Scores, a lane per token: subgroups take turns over chunks of TC
+ *      tokens (TC = min(block_size, 16): a chunk lies in one block). Lane t
+ *      reads 16 channels of its token's K row at a time and adds, for each
+ *      head, the 16 products with the query channels, which every lane
+ *      takes from one register of the subgroup by broadcast. No reduction
+ *      across lanes: a lane ends the row holding its token's score of
+ *      every head. Scores go to local memory.
+ *   2. Softmax over the partition, heads shared out among the subgroups:
+ *      max, p = exp(s - max), the sum; p replaces the score.
+ *   3. Values, lanes over channels: subgroup s owns channels
+ *      [s DSUB, (s + 1) DSUB), DSUB = 32 PKV_INTEL_PAIRS, lane l the pairs
+ *      (2u, 2u + 1), u = s DSUB / 2 + l + 16 i, i < PKV_INTEL_PAIRS: a u8
+ *      row slice is one subgroup block read of ushorts, an f16 one of
+ *      uints. In runs of 16 tokens each token's weights reach the lanes
+ *      by broadcast from a register that holds 16 tokens' weights.
  *
- * U8 blocks: per-channel keys fold the block's scale into the query once
- * per block (plus q . lo), per-token keys scale each score; per-token
- * values fold their scale into the weight and their lo into a per-lane
- * sum; per-channel values are dequantised per row.
+ * A lane keeps G scores and G query channels in pass 1 and 2 G
+ * PKV_INTEL_PAIRS sums in pass 3: the host picks PKV_INTEL_PAIRS (and so
+ * NSG = head_dim / DSUB) to keep that within registers.
+ *
+ * U8 blocks: per-channel keys fold the block's scale into the query
+ * channels and add q . lo once per chunk, per-token keys scale each
+ * score; per-token values fold their scale into the weight and their lo
+ * into a per-head sum (pass 2); per-channel values are dequantised per
+ * row. The u8 tail block that is not sealed is read in f32 from the
+ * staging tail.
  */
 #pragma OPENCL EXTENSION cl_intel_subgroups : enable
 #pragma OPENCL EXTENSION cl_intel_subgroups_short : enable
-#ifdef PKV_INTEL_FP16
-#pragma OPENCL EXTENSION cl_khr_fp16 : enable
-#endif
 
-#define NP (D / 32)
+#define NP PKV_INTEL_PAIRS
+#define DSUB (32 * NP)
+#define NSG (D / DSUB)
+#define WG (16 * NSG)
+#define TC (BS < 16 ? BS : 16)
+#define PMAX PKV_INTEL_PARTITION
+#if D % DSUB != 0
+#error "PKV_INTEL_PAIRS must divide head_dim / 32"
+#endif
+#define IS_U8 (PKV_KV_DTYPE == PKV_LAYOUT_U8)
+
 #if NP == 1
 #define block_read_us(p) intel_sub_group_block_read_us(p)
 #define block_read_ui(p) intel_sub_group_block_read(p)
 #define ushortP ushort
 #define uintP uint
+#define EL(v, i) (v)
 #elif NP == 2
 #define block_read_us(p) intel_sub_group_block_read_us2(p)
 #define block_read_ui(p) intel_sub_group_block_read2(p)
 #define ushortP ushort2
 #define uintP uint2
-#elif NP == 4
-#define block_read_us(p) intel_sub_group_block_read_us4(p)
-#define block_read_ui(p) intel_sub_group_block_read4(p)
-#define ushortP ushort4
-#define uintP uint4
-#elif NP == 8
-#define block_read_us(p) intel_sub_group_block_read_us8(p)
-#define block_read_ui(p) intel_sub_group_block_read8(p)
-#define ushortP ushort8
-#define uintP uint8
-#else
-#error "the intel decode variant needs head_dim 32, 64, 128 or 256"
-#endif
-
-/* Element i of an NP-vector (NP == 1: the scalar itself). */
-#if NP == 1
-#define EL(v, i) (v)
-#else
 #define EL(v, i) ((v)[i])
-#endif
-
-#if G <= 2
-#define W 16
-#elif G <= 4
-#define W 8
-#elif G <= 8
-#define W 4
-#elif G <= 16
-#define W 2
 #else
-#define W 1
+#error "PKV_INTEL_PAIRS must be 1 or 2"
 #endif
-#define R (16 / W)
 
-/* Two f16 in the bits of a uint, as float2. */
-static float2 half2_bits(uint u)
+/* Channels [8 x, 8 x + 8) of a K row stored as dtype, as floats. Rows
+ * and these runs are 8-byte aligned at least (kv_layout.h: parts are
+ * 16-byte aligned and head_dim is a multiple of 32), so each is one
+ * aligned vector load. Eight, not sixteen: sixteen f32 channels of the u8
+ * tail took 32 registers and made the kernel spill. */
+static float8 k_run(global const uchar *row, int dtype, int x)
 {
-#ifdef PKV_INTEL_FP16
-    return convert_float2(as_half2(u));
-#else
-    return (float2)(vload_half(0, (const private half *)&u),
-                    vload_half(1, (const private half *)&u));
-#endif
+    if (dtype == PKV_LAYOUT_U8)
+        return convert_float8(as_uchar8(((global const uint2 *)row)[x]));
+    if (dtype == PKV_LAYOUT_F16)
+        return vload_half8(x, (global const half *)row);
+    return ((global const float8 *)row)[x];
 }
 
-/* The lane's channel pairs of one K or V row: u8 codes as floats, f16 or
- * f32 values. */
-static void row_pairs(global const uchar *row, int dtype, float2 *out)
+/* Pass 1 for one chunk: the scores s[g] of the lane's token (slot `slot`
+ * of the block whose K part is k, stored as dtype) against the G query
+ * rows in local memory, laid out [channel][head]. A lane without a token
+ * of its own reads the row of the chunk's first token instead and
+ * drops its scores: a branch around the read cost more than the read. */
+static void chunk_scores(global const uchar *k, int dtype, uint slot,
+                         local const float *qs, const float *qsum, float *s)
+{
+    uint lane = get_sub_group_local_id();
+    int ebytes = dtype == PKV_LAYOUT_U8 ? 1 : dtype == PKV_LAYOUT_F16 ? 2 : 4;
+    int u8 = dtype == PKV_LAYOUT_U8;
+    global const half *lo = (global const half *)(k + BS * D);
+    global const half *sc = lo + PKV_LAYOUT_U8_GROUPS(KQ, BS, D);
+    global const uchar *row = k + (size_t)slot * D * ebytes;
+    float qlo[G];
+    for (int g = 0; g < G; g++) {
+        s[g] = 0.0f;
+        qlo[g] = 0.0f;
+    }
+#pragma unroll 1
+    for (int x = 0; x < D / 16; x++) {
+        /* Lane l holds channel 16 x + l of each head. */
+        float qx[G];
+        for (int g = 0; g < G; g++)
+            qx[g] = qs[(16 * x + lane) * G + g];
+        if (KQ == PKV_LAYOUT_PER_CHANNEL && u8) {
+            float lx = vload_half(16 * x + lane, lo);
+            float sx = vload_half(16 * x + lane, sc);
+            for (int g = 0; g < G; g++) {
+                qlo[g] = fma(qx[g], lx, qlo[g]);
+                qx[g] *= sx;
+            }
+        }
+        for (int half_run = 0; half_run < 2; half_run++) {
+            float8 kx = k_run(row, dtype, 2 * x + half_run);
+            for (int c = 0; c < 8; c++) {
+                float kc = kx[c];
+                for (int g = 0; g < G; g++)
+                    s[g] = fma(intel_sub_group_shuffle(
+                                   qx[g], (uint)(8 * half_run + c)),
+                               kc, s[g]);
+            }
+        }
+    }
+    if (KQ == PKV_LAYOUT_PER_CHANNEL && u8)
+        for (int g = 0; g < G; g++)
+            s[g] += sub_group_reduce_add(qlo[g]);
+    if (KQ == PKV_LAYOUT_PER_TOKEN && u8) {
+        float lt = vload_half(slot, lo), st = vload_half(slot, sc);
+        for (int g = 0; g < G; g++)
+            s[g] = fma(st, s[g], lt * qsum[g]);
+    }
+}
+
+/* The lane's channel pairs of a value row slice stored as dtype (f32: the
+ * staging tail's rows when the kv dtype is u8). */
+static void v_pairs(global const uchar *row, int dtype, float2 *out)
 {
     uint lane = get_sub_group_local_id();
     if (dtype == PKV_LAYOUT_U8) {
         ushortP c = block_read_us((const global ushort *)row);
         for (int i = 0; i < NP; i++)
-            out[i] = (float2)((float)(EL(c, i) & 0xff),
-                              (float)(EL(c, i) >> 8));
+            out[i] = convert_float2(as_uchar2(EL(c, i)));
     } else if (dtype == PKV_LAYOUT_F16) {
         uintP c = block_read_ui((const global uint *)row);
-        for (int i = 0; i < NP; i++)
-            out[i] = half2_bits(EL(c, i));
+        for (int i = 0; i < NP; i++) {
+            uint bits = EL(c, i);
+            out[i] = vload_half2(0, (const private half *)&bits);
+        }
     } else {
         for (int i = 0; i < NP; i++)
             out[i] = vload2(lane + 16 * i, (global const float *)row);
     }
 }
 
-/* The lane's pairs of a per-channel f16 parameter array. */
-static void param_pairs(global const half *p, float2 *out)
+/* Pass 3, token j of the rows of a V slice stored as dtype: add its
+ * value pairs, weighted by p[g], to acc. */
+static void token_values(global const uchar *rows, int dtype, int j,
+                         const float *p, const float2 *vlo,
+                         const float2 *vsc, float2 *acc)
 {
-    uint lane = get_sub_group_local_id();
-    for (int i = 0; i < NP; i++)
-        out[i] = vload_half2(lane + 16 * i, p);
+    int ebytes = dtype == PKV_LAYOUT_U8 ? 1 : dtype == PKV_LAYOUT_F16 ? 2 : 4;
+    float2 r[NP];
+    v_pairs(rows + (size_t)j * D * ebytes, dtype, r);
+    if (VQ == PKV_LAYOUT_PER_CHANNEL && dtype == PKV_LAYOUT_U8)
+        for (int i = 0; i < NP; i++)
+            r[i] = fma(vsc[i], r[i], vlo[i]);
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < NP; i++)
+            acc[g * NP + i] = fma((float2)p[g], r[i], acc[g * NP + i]);
 }
 
-/* v[j] is this lane's part of token j's sum (j < W); returns the whole sum
- * of token lane / R. Each step halves the tokens a lane keeps: it keeps one
- * half, sends the other to the lane `off` away and adds what that lane
- * sent for the kept half. */
-static float transpose_reduce(float *v)
-{
-    uint lane = get_sub_group_local_id();
-    int n = W;
-    for (uint off = 8; off >= 1; off >>= 1) {
-        if (n > 1) {
-            int half_n = n / 2;
-            int upper = (lane & off) != 0;
-            for (int j = 0; j < half_n; j++) {
-                float send = upper ? v[j] : v[j + half_n];
-                float keep = upper ? v[j + half_n] : v[j];
-                v[j] = keep + intel_sub_group_shuffle_xor(send, off);
-            }
-            n = half_n;
-        } else {
-            v[0] += intel_sub_group_shuffle_xor(v[0], off);
-        }
-    }
-    return v[0];
-}
+/* Token c + j of a run of 16 whose weights lane l holds for token c + l:
+ * j is a constant, so each weight is read from lane j's register in
+ * place, with no instruction of its own. */
+#define RUN_TOKEN(j)                                                          \
+    do {                                                                      \
+        float p[G];                                                           \
+        for (int g = 0; g < G; g++)                                           \
+            p[g] = intel_sub_group_shuffle(wl[g], (uint)(j));                 \
+        token_values(run, dtype, j, p, vlo, vsc, acc);                        \
+    } while (0)
 
-/* Online softmax state of the G heads. m is uniform; l and accl are this
- * lane's parts (summed over the subgroup at the end); acc is the lane's
- * channel pairs. */
-typedef struct sg_state {
-    float m[G], l[G], accl[G];
-    float2 acc[G][NP];
-} sg_state;
-
-/* Fold tokens [t0, t1) of one block. dtype is the part's storage: the u8
- * tail block comes from the f32 staging tail. */
-static void sg_block(global const uchar *k, global const uchar *v, int dtype,
-                     int t0, int t1, const float2 *qv, const float *qsum,
-                     sg_state *st)
+/* Pass 3 for tokens [a, e) of one block (V part v, stored as dtype): add
+ * each token's value pairs, weighted by its G weights, to acc. w holds
+ * the partition's weights, [token][head], token b0 + a at w0 + a. Runs of
+ * 16 tokens take their weights from one register of the subgroup, written
+ * out token by token (the compiler kept a loop over them, and each weight
+ * then cost two indirect moves); the tokens left over, at a partition's
+ * or a window's edge, one at a time. */
+static void block_values(global const uchar *v, int dtype, int a, int e,
+                         uint w0, local const float *w, float2 *acc)
 {
     uint lane = get_sub_group_local_id();
     int ebytes = dtype == PKV_LAYOUT_U8 ? 1 : dtype == PKV_LAYOUT_F16 ? 2 : 4;
-    int u8 = dtype == PKV_LAYOUT_U8;
-    global const half *klo = (global const half *)(k + BS * D);
-    global const half *ksc = klo + PKV_LAYOUT_U8_GROUPS(KQ, BS, D);
-    global const half *vlo = (global const half *)(v + BS * D);
-    global const half *vsc = vlo + PKV_LAYOUT_U8_GROUPS(VQ, BS, D);
-
-    float2 qs[G * NP];
-    float qlo[G];
-    for (int g = 0; g < G; g++) {
-        qlo[g] = 0.0f;
-        for (int i = 0; i < NP; i++)
-            qs[g * NP + i] = qv[g * NP + i];
-    }
-    if (KQ == PKV_LAYOUT_PER_CHANNEL && u8) {
-        float2 lo[NP], sc[NP];
-        param_pairs(klo, lo);
-        param_pairs(ksc, sc);
-        for (int g = 0; g < G; g++) {
-            float part = 0.0f;
-            for (int i = 0; i < NP; i++) {
-                qs[g * NP + i] = qv[g * NP + i] * sc[i];
-                part += dot(qv[g * NP + i], lo[i]);
-            }
-            qlo[g] = sub_group_reduce_add(part);
+    global const uchar *rows =
+        v + (size_t)get_sub_group_id() * DSUB * ebytes;
+    float2 vlo[NP], vsc[NP];
+    if (VQ == PKV_LAYOUT_PER_CHANNEL && dtype == PKV_LAYOUT_U8) {
+        global const half *lo = (global const half *)(v + BS * D);
+        global const half *sc = lo + PKV_LAYOUT_U8_GROUPS(VQ, BS, D);
+        uint p0 = get_sub_group_id() * DSUB / 2 + lane;
+        for (int i = 0; i < NP; i++) {
+            vlo[i] = vload_half2(p0 + 16 * i, lo);
+            vsc[i] = vload_half2(p0 + 16 * i, sc);
         }
     }
-    float2 vlo_c[NP], vsc_c[NP];
-    if (VQ == PKV_LAYOUT_PER_CHANNEL && u8) {
-        param_pairs(vlo, vlo_c);
-        param_pairs(vsc, vsc_c);
+    int c = a;
+    for (; c + 16 <= e; c += 16) {
+        global const uchar *run = rows + (size_t)c * D * ebytes;
+        float wl[G];
+        for (int g = 0; g < G; g++)
+            wl[g] = w[(w0 + (uint)c + lane) * G + g];
+        RUN_TOKEN(0);
+        RUN_TOKEN(1);
+        RUN_TOKEN(2);
+        RUN_TOKEN(3);
+        RUN_TOKEN(4);
+        RUN_TOKEN(5);
+        RUN_TOKEN(6);
+        RUN_TOKEN(7);
+        RUN_TOKEN(8);
+        RUN_TOKEN(9);
+        RUN_TOKEN(10);
+        RUN_TOKEN(11);
+        RUN_TOKEN(12);
+        RUN_TOKEN(13);
+        RUN_TOKEN(14);
+        RUN_TOKEN(15);
     }
-
-    for (int c0 = t0; c0 < t1; c0 += W) {
-        int n = min(W, t1 - c0);
-        /* Scores: this lane's part of each (head, token), then reduced. */
-        float part[G][W];
-        for (int j = 0; j < W; j++) {
-            for (int g = 0; g < G; g++)
-                part[g][j] = 0.0f;
-            if (j >= n)
-                continue;
-            float2 r[NP];
-            row_pairs(k + (c0 + j) * D * ebytes, dtype, r);
-            for (int g = 0; g < G; g++)
-                for (int i = 0; i < NP; i++)
-                    part[g][j] = fma(qs[g * NP + i].x, r[i].x,
-                                     fma(qs[g * NP + i].y, r[i].y,
-                                         part[g][j]));
-        }
-        int j_own = (int)(lane / R);
-        int valid = j_own < n;
-        int t = c0 + min(j_own, n - 1);
-        int owner = valid && lane % R == 0; /* counts the token in l */
-        float vsc_t = 1.0f;
-        if (VQ == PKV_LAYOUT_PER_TOKEN && u8)
-            vsc_t = vload_half(t, vsc);
+    for (; c < e; c++) {
         float p[G];
-        for (int g = 0; g < G; g++) {
-            float s = transpose_reduce(part[g]);
-            if (KQ == PKV_LAYOUT_PER_TOKEN && u8)
-                s = fma(vload_half(t, ksc), s, vload_half(t, klo) * qsum[g]);
-            s = valid ? s + qlo[g] : -INFINITY;
-            float mc = sub_group_reduce_max(s);
-            if (mc > st->m[g]) {
-                if (st->m[g] != -INFINITY) {
-                    float keep = exp(st->m[g] - mc);
-                    st->l[g] *= keep;
-                    st->accl[g] *= keep;
-                    for (int i = 0; i < NP; i++)
-                        st->acc[g][i] *= keep;
-                }
-                st->m[g] = mc;
-            }
-            float e = valid ? exp(s - st->m[g]) : 0.0f;
-            st->l[g] += owner ? e : 0.0f;
-            if (VQ == PKV_LAYOUT_PER_TOKEN && u8)
-                st->accl[g] += owner ? e * vload_half(t, vlo) : 0.0f;
-            p[g] = e * vsc_t;
-        }
-        /* V sums: token j's weight comes from its first lane. */
-        for (int j = 0; j < W; j++) {
-            if (j >= n)
-                break;
-            float2 r[NP];
-            row_pairs(v + (c0 + j) * D * ebytes, dtype, r);
-            if (VQ == PKV_LAYOUT_PER_CHANNEL && u8)
-                for (int i = 0; i < NP; i++)
-                    r[i] = fma(vsc_c[i], r[i], vlo_c[i]);
-            for (int g = 0; g < G; g++) {
-                float pj = sub_group_broadcast(p[g], (uint)(j * R));
-                for (int i = 0; i < NP; i++)
-                    st->acc[g][i] = fma((float2)pj, r[i], st->acc[g][i]);
-            }
-        }
+        for (int g = 0; g < G; g++)
+            p[g] = w[(w0 + (uint)c) * G + g];
+        token_values(rows, dtype, c, p, vlo, vsc, acc);
     }
 }
 
 __attribute__((intel_reqd_sub_group_size(16)))
+__attribute__((reqd_work_group_size(WG, 1, 1)))
 kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 {
-    uint lane = get_sub_group_local_id();
-    decode_unit w = this_unit(context_lens, sliding_window, partition_size);
-    uint part = w.part, num_parts = w.num_parts, h = w.h, seq = w.seq;
-    uint ctx = w.ctx, t_begin = w.range.x, t_end = w.range.y;
+    local float qs[D * G];    /* the scaled query rows, [channel][head] */
+    local float w[PMAX * G];  /* the partition's scores, then weights,
+                                 [token][head] */
+    local float stat[3 * G];  /* per head: max, sum of weights, u8
+                                 per-token values: sum of p lo */
+    uint lane = get_sub_group_local_id(), sg = get_sub_group_id();
+    uint lid = get_local_id(0);
+    decode_unit u = THIS_UNIT();
+    uint t0 = u.range.x, t1 = u.range.y;
+    uint n = t1 > t0 ? t1 - t0 : 0;
     uint hq = num_kv_heads * G;
+    size_t row0 = (size_t)u.seq * hq + u.h * G;
 
-    float2 qv[G * NP];
+    /* 0. The query. */
+    ulong qrow = q_off + row0 * D;
+    for (uint i = lid; i < G * D; i += WG)
+        qs[i % D * G + i / D] =
+            (Q_F16(flags) ? vload_half(0, (global const half *)q + qrow + i)
+                          : q[qrow + i]) *
+            scale;
+    barrier(CLK_LOCAL_MEM_FENCE);
     float qsum[G];
-    ulong qrow = q_off + ((size_t)seq * hq + h * G) * D;
     for (int g = 0; g < G; g++) {
-        float part_sum = 0.0f;
-        for (int i = 0; i < NP; i++) {
-            ulong e = qrow + g * D + 2 * (lane + 16 * i);
-            qv[g * NP + i] =
-                (Q_F16(flags) ? vload_half2(0, (global const half *)q + e)
-                              : vload2(0, q + e)) *
-                scale;
-            part_sum += qv[g * NP + i].x + qv[g * NP + i].y;
-        }
-        qsum[g] = sub_group_reduce_add(part_sum);
+        float part = 0.0f;
+        if (IS_U8 && KQ == PKV_LAYOUT_PER_TOKEN)
+            for (int c = (int)lane; c < D; c += 16)
+                part += qs[c * G + g];
+        qsum[g] = sub_group_reduce_add(part);
     }
-    sg_state st;
+
+    /* 1. Scores. Chunks start at multiples of TC, which divides BS. */
+    for (uint c0 = t0 / TC * TC + sg * TC; c0 < t1; c0 += NSG * TC) {
+        uint t = c0 + lane;
+        int valid = lane < TC && t >= t0 && t < t1;
+        uint slot = (valid ? t : max(c0, t0)) % BS;
+        int dtype;
+        global const uchar *vp;
+        global const uchar *kp = decode_block(&u, c0 / BS, &dtype, &vp);
+        float s[G];
+        /* A constant dtype in each call, so that each is compiled for one
+         * storage (a dtype known only at run time kept both paths' values
+         * live and spilled). */
+        if (IS_U8 && dtype == PKV_LAYOUT_F32)
+            chunk_scores(kp, PKV_LAYOUT_F32, slot, qs, qsum, s);
+        else
+            chunk_scores(kp, PKV_KV_DTYPE, slot, qs, qsum, s);
+        if (valid)
+            for (int g = 0; g < G; g++)
+                w[(t - t0) * G + g] = s[g];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* 2. Softmax of each head over the partition. */
+    for (uint g = sg; g < G; g += NSG) {
+        float m = -INFINITY;
+        for (uint i = lane; i < n; i += 16)
+            m = fmax(m, w[i * G + g]);
+        m = sub_group_reduce_max(m);
+        float l = 0.0f, accl = 0.0f;
+        for (uint i = lane; i < n; i += 16) {
+            float p = exp(w[i * G + g] - m);
+            l += p;
+            if (IS_U8 && VQ == PKV_LAYOUT_PER_TOKEN) {
+                int dtype;
+                global const uchar *vp;
+                decode_block(&u, (t0 + i) / BS, &dtype, &vp);
+                if (dtype == PKV_LAYOUT_U8) {
+                    global const half *lo = (global const half *)(vp + BS * D);
+                    uint slot = (t0 + i) % BS;
+                    accl = fma(p, vload_half(slot, lo), accl);
+                    p *= vload_half(slot, lo + BS);
+                }
+            }
+            w[i * G + g] = p;
+        }
+        l = sub_group_reduce_add(l);
+        accl = sub_group_reduce_add(accl);
+        if (lane == 0) {
+            stat[g] = m;
+            stat[G + g] = l;
+            stat[2 * G + g] = accl;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* 3. Values over the subgroup's channel slice. */
+    float2 acc[G * NP];
+    for (int i = 0; i < G * NP; i++)
+        acc[i] = 0.0f;
+    for (uint b0 = t0 / BS * BS; b0 < t1; b0 += BS) {
+        int dtype;
+        global const uchar *vp;
+        decode_block(&u, b0 / BS, &dtype, &vp);
+        int a = (int)(max(b0, t0) - b0), e = (int)(min(b0 + BS, t1) - b0);
+        if (IS_U8 && dtype == PKV_LAYOUT_F32)
+            block_values(vp, PKV_LAYOUT_F32, a, e, b0 - t0, w, acc);
+        else
+            block_values(vp, PKV_KV_DTYPE, a, e, b0 - t0, w, acc);
+    }
+
     for (int g = 0; g < G; g++) {
-        st.m[g] = -INFINITY;
-        st.l[g] = 0.0f;
-        st.accl[g] = 0.0f;
+        decode_dest d =
+            decode_dest_of(&u, row0 + g, stat[g], stat[G + g], lid == 0, out,
+                           out_off, flags, part_acc, part_ml);
+        float accl = stat[2 * G + g];
         for (int i = 0; i < NP; i++)
-            st.acc[g][i] = 0.0f;
-    }
-
-    for (uint b0 = t_begin / BS * BS; b0 < t_end; b0 += BS) {
-        int t0 = (int)(max(b0, t_begin) - b0);
-        int t1 = (int)(min(b0 + BS, t_end) - b0);
-        global const uchar *kp = head_part(arena, block_tables,
-                                           max_blocks_per_seq, num_kv_heads,
-                                           seq, b0 / BS, h);
-        if (PKV_KV_DTYPE == PKV_LAYOUT_U8 && b0 + BS > ctx) {
-            /* Not sealed: the tokens are in the sequence's staging tail. */
-            global const float *tk = tail_rows(
-                stages, stage_ids[seq], stage_floats, stage_layer_offset, h);
-            sg_block((global const uchar *)tk,
-                     (global const uchar *)(tk + BS * D), PKV_LAYOUT_F32, t0,
-                     t1, qv, qsum, &st);
-        } else {
-            sg_block(kp, kp + K_PART_BYTES, PKV_KV_DTYPE, t0, t1, qv, qsum,
-                     &st);
-        }
-    }
-
-    size_t row0 = (size_t)seq * hq + h * G;
-    for (int g = 0; g < G; g++) {
-        float l = sub_group_reduce_add(st.l[g]);
-        float accl = sub_group_reduce_add(st.accl[g]);
-        if (num_parts == 1) {
-            /* Partition 0 is never empty: l >= 1. */
-            float inv = 1.0f / l;
-            ulong o = out_off + (row0 + g) * D;
-            for (int i = 0; i < NP; i++) {
-                float2 x = (st.acc[g][i] + accl) * inv;
-                ulong e = o + 2 * (lane + 16 * i);
-                if (OUT_F16(flags))
-                    vstore_half2_rte(x, 0, (global half *)out + e);
-                else
-                    vstore2(x, 0, out + e);
-            }
-        } else {
-            size_t r = (row0 + g) * num_parts + part;
-            global float *o = part_acc + r * D;
-            for (int i = 0; i < NP; i++)
-                vstore2(st.acc[g][i] + accl, lane + 16 * i, o);
-            if (lane == 0) {
-                part_ml[r * 2] = st.m[g];
-                part_ml[r * 2 + 1] = l;
-            }
-        }
+            decode_store2(&d, (acc[g * NP + i] + accl),
+                          2 * (sg * DSUB / 2 + lane + 16 * i));
     }
 }

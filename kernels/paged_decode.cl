@@ -414,15 +414,15 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
 
 kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 {
-    decode_unit w = this_unit(context_lens, sliding_window, partition_size);
-    uint part = w.part, num_parts = w.num_parts, h = w.h, seq = w.seq;
-    uint ctx = w.ctx, t_begin = w.range.x, t_end = w.range.y;
+    decode_unit u = THIS_UNIT();
+    uint t_begin = u.range.x, t_end = u.range.y;
     uint hq = num_kv_heads * G;
+    size_t row0 = (size_t)u.seq * hq + u.h * G;
 
     /* The query rows, pre-scaled. */
     floatV qv[G * NV];
     float qsum[G];
-    ulong qrow = q_off + ((size_t)seq * hq + h * G) * D;
+    ulong qrow = q_off + row0 * D;
     for (int g = 0; g < G; g++) {
         floatV sum = 0.0f;
         for (int x = 0; x < NV; x++) {
@@ -448,55 +448,34 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
     for (uint b0 = t_begin / BS * BS; b0 < t_end; b0 += BS) {
         int t0 = (int)(max(b0, t_begin) - b0);
         int t1 = (int)(min(b0 + BS, t_end) - b0);
-        global const uchar *kp = head_part(arena, block_tables,
-                                           max_blocks_per_seq, num_kv_heads,
-                                           seq, b0 / BS, h);
-        global const uchar *vp = kp + K_PART_BYTES;
+        int dtype, next_dtype;
+        global const uchar *vp, *nvp;
+        global const uchar *kp = decode_block(&u, b0 / BS, &dtype, &vp);
         global const uchar *nxt =
-            b0 + BS < t_end ? head_part(arena, block_tables,
-                                        max_blocks_per_seq, num_kv_heads,
-                                        seq, b0 / BS + 1, h)
+            b0 + BS < t_end ? decode_block(&u, b0 / BS + 1, &next_dtype, &nvp)
                             : NULL;
-#if PKV_KV_DTYPE != PKV_LAYOUT_U8
+#if PKV_KV_DTYPE == PKV_LAYOUT_U8
+        if (dtype == PKV_LAYOUT_U8)
+            block_u8(kp, vp, t0, t1, qv, qsum, nxt, &st);
+        else /* the staging tail, in f32 */
+            block_float(kp, vp, 0, t0, t1, qv, NULL, &st);
+#else
         block_float(kp, vp, PKV_KV_DTYPE == PKV_LAYOUT_F16, t0, t1, qv, nxt,
                     &st);
-#else
-        if (b0 + BS > ctx) {
-            /* Not sealed: the tokens are in the sequence's staging tail. */
-            global const float *tk = tail_rows(
-                stages, stage_ids[seq], stage_floats, stage_layer_offset, h);
-            block_float((global const uchar *)tk,
-                        (global const uchar *)(tk + BS * D), 0, t0, t1, qv,
-                        NULL, &st);
-        } else {
-            block_u8(kp, vp, t0, t1, qv, qsum, nxt, &st);
-        }
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    size_t row0 = (size_t)seq * hq + h * G;
     for (int g = 0; g < G; g++) {
-        if (num_parts == 1) {
-            /* Partition 0 is never empty: l >= 1. */
-            float inv = 1.0f / st.l[g];
-            float addl = st.accl[g];
-            ulong o = out_off + (row0 + g) * D;
-            for (int x = 0; x < NV; x++) {
-                floatV y = (st.acc[g][x] + addl) * inv;
-                ulong e = o + (ulong)x * VW;
-                if (OUT_F16(flags))
-                    vstore_halfV_rte(y, 0, (global half *)out + e);
-                else
-                    vstoreV(y, 0, out + e);
-            }
-        } else {
-            size_t r = (row0 + g) * num_parts + part;
-            global float *o = part_acc + r * D;
-            for (int x = 0; x < NV; x++)
-                vstoreV(st.acc[g][x] + st.accl[g], x, o);
-            part_ml[r * 2] = st.m[g];
-            part_ml[r * 2 + 1] = st.l[g];
+        decode_dest d = decode_dest_of(&u, row0 + g, st.m[g], st.l[g], 1, out,
+                                       out_off, flags, part_acc, part_ml);
+        for (int x = 0; x < NV; x++) {
+            floatV y = (st.acc[g][x] + st.accl[g]) * d.mul;
+            ulong e = d.off + (ulong)x * VW;
+            if (d.f16)
+                vstore_halfV_rte(y, 0, (global half *)d.p + e);
+            else
+                vstoreV(y, 0, d.p + e);
         }
     }
 }

@@ -1014,8 +1014,7 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
 /* The -D options and program of the decode variant `kind` (not OFF) for
  * this geometry, into opts; sets decode_lanes and decode_partition. */
 static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
-                                 const char *extensions, char *opts,
-                                 size_t size, int *program)
+                                 char *opts, size_t size, int *program)
 {
     const pkv__backend_config *c = &b->cfg;
     int u8 = c->kv_dtype == PKV_KV_U8;
@@ -1027,12 +1026,13 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
     clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
                     sizeof max_group, &max_group, NULL);
     pkv__decode_setup su;
-    if (pkv__decode_setup_make(kind, extensions, c->head_dim, group,
-                               c->block_size, local_mem, max_group,
+    int u8_channel_values = u8 && c->value_quant == PKV_QUANT_PER_CHANNEL;
+    if (pkv__decode_setup_make(kind, c->head_dim, group, c->block_size,
+                               u8_channel_values, local_mem, max_group,
                                &su) != 0)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "the GPU variant does not fit the device: %llu "
-                         "bytes of local memory, work-groups of %zu",
+                         "the variant does not fit the device: %llu bytes of "
+                         "local memory, work-groups of %zu",
                          (unsigned long long)local_mem, max_group);
     b->decode_lanes = su.lanes;
     b->decode_partition = su.partition;
@@ -1076,7 +1076,7 @@ static void decode_prepare(pkv__backend *b)
         return;
     }
     int program = PKV__CL_DECODE;
-    st = decode_options(b, kind, extensions, opts, sizeof opts, &program);
+    st = decode_options(b, kind, opts, sizeof opts, &program);
     size_t local = 0;
     if (st == PKV_OK)
         st = pkv__cl_program(&b->cl, program, opts, &b->decode_program);
@@ -1100,7 +1100,8 @@ static void decode_prepare(pkv__backend *b)
         "one work-group",
         "a work-group per (partition, kv head), lanes over channels and "
         "tokens, local-memory reductions",
-        "a 16-lane subgroup per (partition, kv head), block reads"};
+        "a work-group of 16-lane subgroups per (partition, kv head): a lane "
+        "per token for the scores, lanes over channels for the values"};
     if (st == PKV_OK) {
         b->decode_state = 1;
         snprintf(b->decode_variant, sizeof b->decode_variant, "%s: %s (%s)",
@@ -1167,8 +1168,16 @@ static pkv_status enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
         return PKV_OK;
     karg r[] = {KA(acc), KA(ml), KA(parts), KA(out.mem), KA(out.off),
                 KA(flags)};
-    return launch(b, b->k_reduce, "pkv_decode_reduce", r,
-                  sizeof r / sizeof r[0], hq, n, 1);
+    st = launch(b, b->k_reduce, "pkv_decode_reduce", r,
+                sizeof r / sizeof r[0], 0, 0, 1);
+    if (st != PKV_OK)
+        return st;
+    size_t rglobal[3] = {c->head_dim / 4, hq, n};
+    err = clEnqueueNDRangeKernel(b->queue, b->k_reduce, 3, NULL, rglobal,
+                                 NULL, 0, NULL, NULL);
+    return err == CL_SUCCESS
+               ? PKV_OK
+               : pkv__cl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_reduce)");
 }
 
 /* Attention of one layer: the decode kernels when the step is all

@@ -30,8 +30,7 @@ int pkv__decode_parse(const char *value)
 
 static int intel_capable(const char *extensions, uint32_t head_dim)
 {
-    int dims_ok = head_dim == 32 || head_dim == 64 || head_dim == 128 ||
-                  head_dim == 256;
+    int dims_ok = head_dim % 32 == 0 && head_dim <= 512;
     return dims_ok &&
            pkv__cl_has_extension(extensions, "cl_intel_subgroups") &&
            pkv__cl_has_extension(extensions, "cl_intel_subgroups_short");
@@ -45,8 +44,8 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
     if (request == PKV__DECODE_INTEL && !intel) {
         if (intel_capable(extensions, 128))
             snprintf(why, why_size,
-                     "PKV_OPENCL_DECODE=intel, but head_dim %u is not 32, "
-                     "64, 128 or 256",
+                     "PKV_OPENCL_DECODE=intel, but head_dim %u is not a "
+                     "multiple of 32 up to 512",
                      (unsigned)head_dim);
         else
             snprintf(why, why_size,
@@ -73,28 +72,52 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
     }
     snprintf(why, why_size,
              "auto: a GPU or accelerator without Intel subgroups (or "
-             "head_dim %u is not 32, 64, 128 or 256)",
+             "head_dim %u is not a multiple of 32 up to 512)",
              (unsigned)head_dim);
     return PKV__DECODE_GPU;
 }
 
-int pkv__decode_setup_make(pkv__decode_kind kind, const char *extensions,
-                           uint32_t head_dim, uint32_t group,
-                           uint32_t block_size, uint64_t local_mem,
-                           size_t max_group, pkv__decode_setup *out)
+uint32_t pkv__decode_intel_pairs(uint32_t head_dim, uint32_t group,
+                                 int u8_channel_values)
+{
+    /* Per pair a lane keeps 2 sums of each head, and for per-channel u8
+     * values the pair's lo and scale: 2 pairs (64 channels a subgroup) when
+     * that stays within 16 floats, else 1. More pairs a lane spilled at
+     * SIMD16 on Intel's compiler: the 16 rows in flight of a run of
+     * tokens grow with them (docs/performance.md, "Intel GPU code"). */
+    uint32_t per_pair = 2 * group + (u8_channel_values ? 4u : 0u);
+    return head_dim % 64 == 0 && 2 * per_pair <= 16 ? 2u : 1u;
+}
+
+uint64_t pkv__decode_intel_local_bytes(uint32_t head_dim, uint32_t group)
+{
+    /* The query rows, the partition's weights, 3 floats a head
+     * (kernels/decode_intel.cl: qs, w, stat). */
+    return 4ull * group * (head_dim + PKV__DECODE_INTEL_PARTITION + 3);
+}
+
+int pkv__decode_setup_make(pkv__decode_kind kind, uint32_t head_dim,
+                           uint32_t group, uint32_t block_size,
+                           int u8_channel_values, uint64_t local_mem,
+                           size_t max_group,
+                           pkv__decode_setup *out)
 {
     memset(out, 0, sizeof *out);
     out->file = "paged_decode.cl";
     out->lanes = 1;
     if (kind == PKV__DECODE_INTEL) {
+        uint32_t pairs =
+            pkv__decode_intel_pairs(head_dim, group, u8_channel_values);
         out->file = "decode_intel.cl";
-        out->lanes = 16;
+        out->lanes = 16 * (head_dim / (32 * pairs));
         out->partition = PKV__DECODE_INTEL_PARTITION;
+        if (out->lanes > max_group ||
+            pkv__decode_intel_local_bytes(head_dim, group) > local_mem)
+            return -1;
         snprintf(out->options, sizeof out->options,
-                 " -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS%s",
-                 pkv__cl_has_extension(extensions, "cl_khr_fp16")
-                     ? " -DPKV_INTEL_FP16"
-                     : "");
+                 " -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS -DPKV_INTEL_PAIRS=%u "
+                 "-DPKV_INTEL_PARTITION=%u",
+                 (unsigned)pairs, (unsigned)PKV__DECODE_INTEL_PARTITION);
     } else if (kind == PKV__DECODE_GPU) {
         pkv__decode_gpu_shape s;
         if (pkv__decode_gpu_shape_make(head_dim, group, block_size, local_mem,

@@ -28,8 +28,9 @@ int pkv__decode_parse(const char *value);
 /* The variant for `request` on a device (cpu_device: CL_DEVICE_TYPE_CPU;
  * its extension string; the model's head_dim), with the reason written to
  * why. AUTO: CPU on a CPU device, else INTEL where the device has
- * cl_intel_subgroups and cl_intel_subgroups_short and head_dim is 32, 64,
- * 128 or 256, else GPU. A forced INTEL the device cannot run gives OFF. */
+ * cl_intel_subgroups and cl_intel_subgroups_short and head_dim is a
+ * multiple of 32 up to 512, else GPU. A forced INTEL the device cannot
+ * run gives OFF. */
 pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
                                     const char *extensions, uint32_t head_dim,
                                     char *why, size_t why_size);
@@ -81,6 +82,17 @@ int pkv__prefill_tile_shape(uint32_t group, uint32_t head_dim,
 uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *shape,
                                      uint32_t group);
 
+/* The INTEL variant's channel pairs per lane in its value pass
+ * (kernels/decode_intel.cl: PKV_INTEL_PAIRS): 2 where head_dim is a
+ * multiple of 64 and a lane's sums (and, with per-channel u8 values, their
+ * parameters) stay within 16 floats, else 1. The work-group holds
+ * head_dim / (32 pairs) subgroups of 16 lanes. */
+uint32_t pkv__decode_intel_pairs(uint32_t head_dim, uint32_t group,
+                                 int u8_channel_values);
+
+/* Local memory bytes the INTEL variant uses. */
+uint64_t pkv__decode_intel_local_bytes(uint32_t head_dim, uint32_t group);
+
 /* How to build and launch decode variant `kind` (CPU, GPU or INTEL). */
 typedef struct pkv__decode_setup {
     const char *file;  /* the kernel file: "paged_decode.cl",
@@ -91,14 +103,16 @@ typedef struct pkv__decode_setup {
     char options[160];  /* -D options beyond the geometry */
 } pkv__decode_setup;
 
-/* The setup of `kind` on a device with this extension string, local
- * memory and largest work-group, for the geometry. INTEL: "-cl-std=CL2.0
- * -DPKV_INTEL_SUBGROUPS" (plus "-DPKV_INTEL_FP16" with cl_khr_fp16), 16
- * lanes; GPU: the shape of pkv__decode_gpu_shape_make. Returns 0, or -1
- * when the GPU variant does not fit the device. */
-int pkv__decode_setup_make(pkv__decode_kind kind, const char *extensions,
-                           uint32_t head_dim, uint32_t group,
-                           uint32_t block_size, uint64_t local_mem,
+/* The setup of `kind` on a device with this much local memory and this
+ * largest work-group, for the geometry (u8_channel_values: u8
+ * KV with per-channel value groups). INTEL: "-cl-std=CL2.0
+ * -DPKV_INTEL_SUBGROUPS -DPKV_INTEL_PAIRS=p -DPKV_INTEL_PARTITION=256",
+ * 16 head_dim / (32 p) lanes; GPU: the shape of
+ * pkv__decode_gpu_shape_make. Returns 0, or -1 when the variant does not
+ * fit the device. */
+int pkv__decode_setup_make(pkv__decode_kind kind, uint32_t head_dim,
+                           uint32_t group, uint32_t block_size,
+                           int u8_channel_values, uint64_t local_mem,
                            size_t max_group, pkv__decode_setup *out);
 
 #endif

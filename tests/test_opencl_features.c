@@ -75,28 +75,54 @@ static void test_decode_choice(void **state)
                                         sizeof why),
                      PKV__DECODE_OFF);
     assert_non_null(strstr(why, "lacks"));
-    assert_int_equal(pkv__decode_choose(PKV__DECODE_INTEL, 0, intel, 96, why,
+    assert_int_equal(pkv__decode_choose(PKV__DECODE_INTEL, 0, intel, 80, why,
                                         sizeof why),
                      PKV__DECODE_OFF);
-    assert_non_null(strstr(why, "head_dim 96"));
+    assert_non_null(strstr(why, "head_dim 80"));
     assert_int_equal(pkv__decode_choose(PKV__DECODE_OFF, 0, intel, 64, why,
                                         sizeof why),
                      PKV__DECODE_OFF);
 
+    assert_int_equal(pkv__decode_choose(a, 0, intel, 96, why, sizeof why),
+                     PKV__DECODE_INTEL);
+}
+
+static void test_intel_shape(void **state)
+{
+    (void)state;
     pkv__decode_setup su;
-    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, intel, 128, 4,
-                                            16, 65536, 1024, &su),
+    /* Llama-3-8B's geometry (head_dim 128, GQA 4): 2 pairs a lane, 2
+     * subgroups; per-channel u8 values need 4 more floats a pair: 1 pair,
+     * 4 subgroups. */
+    assert_int_equal(pkv__decode_intel_pairs(128, 4, 0), 2);
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 128, 4, 16, 0,
+                                            65536, 1024, &su),
                      0);
-    const char *opts = su.options;
-    assert_non_null(strstr(opts, "-cl-std=CL2.0"));
-    assert_non_null(strstr(opts, "-DPKV_INTEL_SUBGROUPS"));
-    assert_non_null(strstr(opts, "-DPKV_INTEL_FP16"));
-    assert_int_equal(pkv__decode_setup_make(
-                         PKV__DECODE_INTEL,
-                         "cl_intel_subgroups cl_intel_subgroups_short", 128, 4,
-                         16, 65536, 1024, &su),
+    assert_int_equal(su.lanes, 32);
+    assert_int_equal(su.partition, 256);
+    assert_non_null(strstr(su.options, "-cl-std=CL2.0"));
+    assert_non_null(strstr(su.options, "-DPKV_INTEL_SUBGROUPS"));
+    assert_non_null(strstr(su.options, "-DPKV_INTEL_PAIRS=2"));
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 128, 4, 16, 1,
+                                            65536, 1024, &su),
                      0);
-    assert_null(strstr(opts, "FP16"));
+    assert_int_equal(su.lanes, 64);
+    /* Gemma 3 (256, GQA 4); one head: still 2 pairs (more spilled); GQA
+     * 8: 1 pair; head_dim 96: 1 pair, 3 subgroups. */
+    assert_int_equal(pkv__decode_intel_pairs(256, 4, 0), 2);
+    assert_int_equal(pkv__decode_intel_pairs(256, 1, 0), 2);
+    assert_int_equal(pkv__decode_intel_pairs(256, 1, 1), 2);
+    assert_int_equal(pkv__decode_intel_pairs(128, 8, 0), 1);
+    assert_int_equal(pkv__decode_intel_pairs(96, 1, 0), 1);
+    assert_int_equal(pkv__decode_intel_pairs(64, 2, 0), 2);
+    /* A device without room for the query and the partition's weights, or
+     * for the work-group, is refused. */
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 256, 8, 16, 0,
+                                            8192, 1024, &su),
+                     -1);
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 256, 8, 16, 0,
+                                            65536, 64, &su),
+                     -1);
 }
 
 static void test_gpu_shape(void **state)
@@ -183,6 +209,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_extension_tokens),
         cmocka_unit_test(test_decode_choice),
+        cmocka_unit_test(test_intel_shape),
         cmocka_unit_test(test_gpu_shape),
         cmocka_unit_test(test_prefill_choice),
     };

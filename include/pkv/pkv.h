@@ -272,9 +272,9 @@ typedef struct pkv_engine_params {
      * kernel, in a variant chosen per device and logged at PKV_LOG_INFO
      * with the reason: "cpu" on CPU devices (a work-item streams a context
      * partition), "intel" where the device has cl_intel_subgroups and
-     * cl_intel_subgroups_short and head_dim is 32, 64, 128 or 256 (16-lane
-     * subgroups, block reads), else "gpu" (a work-group per partition, lanes
-     * over channels and tokens). The environment variable
+     * cl_intel_subgroups_short and head_dim is a multiple of 32 up to 512
+     * (16-lane subgroups, block reads), else "gpu" (a work-group per
+     * partition, lanes over channels and tokens). The environment variable
      * PKV_OPENCL_DECODE, read when the engine is created, forces one: cpu,
      * gpu, intel, off (the generic attention kernel for every step) or auto
      * (the default). A variant the device cannot build or run falls back to
