@@ -48,6 +48,7 @@ int bench_restart(const bench_options *opt);
 /* serve --speculative (bench_speculative.c). */
 int bench_speculative(const bench_options *opt);
 int bench_kernels(const bench_options *opt);
+int bench_isa(const bench_options *opt); /* bench_isa.c */
 #ifdef PKV_BENCH_OPENCL
 int bench_interop(const bench_options *opt); /* bench_interop.c */
 #endif

@@ -172,6 +172,17 @@ static const subcommand SUBCOMMANDS[] = {
      "The contiguous kernel and the bandwidth references still read\n"
      "beyond the cache, so paged/contig and the shares compare the floor\n"
      "with them."},
+    {"isa", bench_isa,
+     "Intel GPU code: registers, spills, instructions per KV byte",
+     "The kernels pkv picks on an Intel GPU, compiled by Intel's offline\n"
+     "compiler (ocloc) for tgllp, adl-p and dg2-g10 over head_dim, GQA,\n"
+     "block size and KV dtype (tests/isa_check.sh): per kernel the SIMD\n"
+     "width, instructions, spill and private memory bytes, and for the\n"
+     "decode partials the hottest loops' instructions and ALU cycles per\n"
+     "K and V byte (docs/performance.md, \"Intel GPU code\"). Fails on a\n"
+     "spill. Table on stderr. About 2 minutes on a 2-core machine; --quick\n"
+     "(tgllp and dg2-g10, head_dim 128 and 256) 40 s. Skipped without\n"
+     "ocloc (Debian package intel-opencl-icd)."},
 #ifdef PKV_BENCH_OPENCL
     {"interop", bench_interop,
      "attend with host tensors copied, host memory wrapped, and cl_mem",
