@@ -215,11 +215,21 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
     if (num_drafts > 0 && drafts == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "drafts is NULL");
-    if (s->state != PKV__SEQ_RUNNING || s->num_computed + 1 != s->num_tokens)
+    if (s->state != PKV__SEQ_RUNNING)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
-                                "sequence %llu is not decoding: drafts "
-                                "follow a sampled token",
+                                "sequence %llu is not running: drafts "
+                                "follow the last token of a decoding "
+                                "sequence",
                                 (unsigned long long)id);
+    if (s->num_computed + 1 != s->num_tokens)
+        return pkv__engine_fail(
+            e, PKV_ERR_BAD_STATE,
+            "sequence %llu must recompute the KV of tokens %u..%u first "
+            "(a rollback or a truncate dropped a U8 block, or its prompt "
+            "is not done): drafts follow once only its last token is left",
+            (unsigned long long)id, (unsigned)s->num_computed,
+            (unsigned)(s->num_tokens - 2));
+
     if (num_drafts > PKV_MAX_DRAFTS ||
         (uint64_t)s->num_tokens + num_drafts >= e->params.max_model_len)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,

@@ -321,6 +321,69 @@ static void test_errors(void **state)
     tm_host_free(&h); /* destroys the engine mid-step */
     free(prompt);
 }
+
+/* The states in which pkv_seq_propose takes drafts (issue 32, 1 and 2). */
+static void test_propose_states(void **state)
+{
+    (void)state;
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    p.block_size = 8;
+    tm_host h;
+    tm_host_init(&h, &p, tolerance(PKV_KV_F32));
+    int32_t *prompt = tm_prompt(13, 5);
+    pkv_seq_id a = tm_add(&h, prompt, 13, 20, 0, 0);
+    for (int i = 0; i < 7; i++)
+        tm_step(&h, NULL);
+    /* A truncate that drops the sampled token keeps the KV of every kept
+     * token but the last, which is the next input row as a sampled token
+     * is: drafts follow it. */
+    tm_seq *ra = tm_find(&h, a);
+    assert_int_equal(pkv_seq_truncate(h.engine, a, 10), PKV_OK);
+    ra->num_tokens = 10;
+    int32_t next = tm_sample(ra->tokens[9], 9, p.vocab_size);
+    tm_propose(&h, a, &next, 1);
+    tm_step(&h, NULL);
+    assert_int_equal(ra->num_tokens, 12); /* the draft and a sample */
+    tm_host_free(&h);
+
+    /* U8: drafts that fill a block seal it in their step; rejected, the
+     * rollback drops that block (no window) and the next step computes
+     * its kept rows again. Until then the sequence does not decode, and
+     * pkv_seq_propose says so and why; pkv_engine_get_block_table shows
+     * it (fewer stored tokens than all but the last). */
+    p.kv_dtype = PKV_KV_U8;
+    p.u8_rollback_blocks = 0;
+    tm_host_init(&h, &p, tolerance(PKV_KV_U8));
+    pkv_seq_id b = tm_add(&h, prompt, 3, 20, 0, 0);
+    tm_step(&h, NULL);
+    tm_seq *rb = tm_find(&h, b);
+    int32_t wrong[4];
+    for (int i = 0; i < 4; i++)
+        wrong[i] = (tm_sample(rb->tokens[rb->num_tokens - 1],
+                              rb->num_tokens - 1, p.vocab_size) +
+                    1) %
+                   (int32_t)p.vocab_size;
+    tm_propose(&h, b, wrong, 4);
+    tm_step(&h, NULL);
+    const uint32_t *blocks;
+    uint32_t nb, stored;
+    assert_int_equal(
+        pkv_engine_get_block_table(h.engine, b, &blocks, &nb, &stored),
+        PKV_OK);
+    assert_true(stored + 1 < rb->num_tokens);
+    assert_int_equal(pkv_seq_propose(h.engine, b, wrong, 1),
+                     PKV_ERR_BAD_STATE);
+    assert_non_null(strstr(pkv_engine_last_error(h.engine), "recompute"));
+    tm_step(&h, NULL);
+    assert_int_equal(
+        pkv_engine_get_block_table(h.engine, b, &blocks, &nb, &stored),
+        PKV_OK);
+    assert_int_equal(stored + 1, rb->num_tokens);
+    tm_propose(&h, b, wrong, 1);
+    tm_step(&h, NULL);
+    tm_host_free(&h);
+    free(prompt);
+}
 #endif
 
 /* Built twice: test_speculative (CPU) and test_speculative_opencl
@@ -346,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_same_tokens),
         cmocka_unit_test(test_u8_window),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_propose_states),
     };
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -560,9 +560,19 @@ PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
  * a block, and drafts that fit in one block from a block start), else
  * computed again in the next step; never re-quantised, so every stored
  * element keeps its bound. Stats count drafts run and accepted.
+ * A sequence decodes when it is running and the KV of every token but
+ * its last is stored: its last is a sampled token, or the last that
+ * pkv_seq_truncate kept (its row runs next, as a sampled token's does).
+ * It does not while a step has still to compute earlier rows: its
+ * prompt, or the rows of a U8 block that a rollback or a truncate
+ * dropped (with u8_rollback_blocks 0, or a block the window does not
+ * cover); then its next step computes them and it decodes again. The
+ * host sees which from pkv_engine_get_block_table: the sequence decodes
+ * when num_tokens there is one less than its token count.
  * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, for a
- * sequence no step has seen yet or that is not decoding (running with a
- * sampled token); PKV_ERR_NOT_FOUND; PKV_ERR_INVALID_ARGUMENT for drafts
+ * sequence no step has seen yet or that does not decode (the message says
+ * which rows it must compute first); PKV_ERR_NOT_FOUND;
+ * PKV_ERR_INVALID_ARGUMENT for drafts
  * NULL with num_drafts > 0, more than PKV_MAX_DRAFTS, drafts that would
  * reach max_model_len, or a token out of range; PKV_ERR_OUT_OF_MEMORY.
  * Thread-safety: the stepping thread only.
@@ -678,7 +688,9 @@ PKV_API pkv_status pkv_engine_load_prefix_cache(pkv_engine *engine,
 /*
  * The block table of a live sequence, for introspection: *blocks points to
  * *num_blocks block ids (logical block i holds tokens [i * block_size,
- * (i + 1) * block_size)); *num_tokens tokens have slots. A sequence that
+ * (i + 1) * block_size)); *num_tokens tokens have slots (between steps:
+ * the tokens whose KV is stored, all but the last of a sequence that
+ * decodes, see pkv_seq_propose). A sequence that
  * is waiting, swapped, or added and not yet seen by a step has no blocks.
  * Returns PKV_ERR_NOT_FOUND for an id that is not live.
  * Thread-safety: as any engine call.
