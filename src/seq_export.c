@@ -89,6 +89,29 @@ static void copy_rows(const pkv__backend_config *c, uint32_t computed,
                 }
 }
 
+/* A U8 export holds what the sequence holds and nothing else. The arena
+ * bytes of an unsealed last block are never read (its rows are in the
+ * staging tail), nor are the tail's rows past the last stored token (all
+ * of them when the last block is sealed); they can hold KV of tokens the
+ * sequence no longer has (rejected drafts, truncated tokens, a rolled
+ * back seal), so they are exported as zeros: two sequences with the same
+ * tokens and stored KV export the same bytes. kv: the export's KV part
+ * (swap layout, then the tail [layer][kv head][K, V][token][ch]). */
+static void u8_canonical(const pkv__backend_config *c, uint32_t computed,
+                         uint8_t *kv)
+{
+    uint32_t bs = c->block_size, used = computed % bs;
+    uint32_t n = pkv__blocks_for(computed, bs);
+    size_t block = pkv__backend_swap_block_bytes(c);
+    size_t row = (size_t)c->head_dim * sizeof(float);
+    uint8_t *stage = kv + (size_t)n * block;
+    if (used != 0)
+        memset(kv + (size_t)(n - 1) * block, 0, block);
+    size_t parts = (size_t)c->num_layers * c->num_kv_heads * 2;
+    for (size_t part = 0; part < parts; part++)
+        memset(stage + (part * bs + used) * row, 0, (bs - used) * row);
+}
+
 /* The sequence's KV in swap layout: its swap copy, or read from the
  * device into *owned (freed by the caller, of *owned_size bytes). */
 static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
@@ -175,9 +198,10 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     uint8_t *p = out + HEADER_BYTES;
     for (uint32_t i = 0; i < s->num_tokens; i++, p += 4)
         pkv__put_u32(p, (uint32_t)s->tokens[i]);
-    if (kv > 0 && u8)
+    if (kv > 0 && u8) {
         memcpy(p, swap, (size_t)kv);
-    else if (kv > 0)
+        u8_canonical(c, s->num_computed, p);
+    } else if (kv > 0)
         copy_rows(c, s->num_computed, p, swap, 0);
     pkv__put_u64(out + AT_CHECKSUM,
                  pkv__checksum(out, (size_t)total, AT_CHECKSUM));

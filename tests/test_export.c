@@ -416,6 +416,92 @@ static void test_u8_block_size(void **state)
 
 #endif
 
+/* The export of sequence id of h (malloc'd, *size bytes). */
+static uint8_t *export_of(tm_host *h, pkv_seq_id id, size_t *size)
+{
+    assert_int_equal(pkv_seq_export(h->engine, id, NULL, 0, size), PKV_OK);
+    uint8_t *bytes = malloc(*size);
+    assert_non_null(bytes);
+    assert_int_equal(pkv_seq_export(h->engine, id, bytes, *size, size),
+                     PKV_OK);
+    return bytes;
+}
+
+/* Two U8 sequences that hold the same tokens and the same stored KV
+ * export the same bytes, whatever they held before: one decoded plainly,
+ * the other ran rejected drafts that filled and sealed its block (and,
+ * with a rollback window, rolled that seal back), or was truncated
+ * inside its unsealed block (issue 32, part 4). */
+static void test_u8_canonical(void **state)
+{
+    (void)state;
+#ifdef PKV_HAVE_OPENCL
+    int32_t backend = PKV_BACKEND_OPENCL;
+#else
+    int32_t backend = PKV_BACKEND_CPU;
+#endif
+    for (uint32_t window = 0; window < 3; window += 2) {
+        pkv_engine_params p = params_of(backend, PKV_KV_U8, 8);
+        p.u8_rollback_blocks = window;
+        int32_t *prompt = tm_prompt(3, 9);
+        tm_host plain, spec, cut;
+        tm_host_init(&plain, &p, 0.05f);
+        tm_host_init(&spec, &p, 0.05f);
+        tm_host_init(&cut, &p, 0.05f);
+        pkv_seq_id a = tm_add(&plain, prompt, 3, 20, 0, 0);
+        pkv_seq_id b = tm_add(&spec, prompt, 3, 20, 0, 0);
+        pkv_seq_id c = tm_add(&cut, prompt, 3, 20, 0, 0);
+        tm_step(&spec, NULL);
+        tm_seq *rb = tm_find(&spec, b);
+        int32_t wrong[4];
+        for (int i = 0; i < 4; i++)
+            wrong[i] = (tm_sample(rb->tokens[rb->num_tokens - 1],
+                                  rb->num_tokens - 1, p.vocab_size) +
+                        1) %
+                       (int32_t)p.vocab_size;
+        tm_propose(&spec, b, wrong, 4);
+        for (int i = 0; i < 3; i++)
+            tm_step(&spec, NULL);
+        for (int i = 0; i < 5; i++) /* one token more, block unsealed */
+            tm_step(&cut, NULL);
+        tm_seq *rc = tm_find(&cut, c);
+        assert_int_equal(pkv_seq_truncate(cut.engine, c, rb->num_tokens),
+                         PKV_OK);
+        rc->num_tokens = rb->num_tokens;
+        tm_seq *ra = tm_find(&plain, a);
+        while (ra->num_tokens < rb->num_tokens)
+            tm_step(&plain, NULL);
+        /* All three hold the same tokens, all but the last stored. */
+        const uint32_t *blocks;
+        uint32_t nb, stored[3];
+        pkv_engine_get_block_table(plain.engine, a, &blocks, &nb, &stored[0]);
+        pkv_engine_get_block_table(spec.engine, b, &blocks, &nb, &stored[1]);
+        pkv_engine_get_block_table(cut.engine, c, &blocks, &nb, &stored[2]);
+        assert_int_equal(ra->num_tokens, rc->num_tokens);
+        assert_memory_equal(ra->tokens, rb->tokens,
+                            ra->num_tokens * sizeof *ra->tokens);
+        assert_memory_equal(ra->tokens, rc->tokens,
+                            ra->num_tokens * sizeof *ra->tokens);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(stored[i] + 1, ra->num_tokens);
+        size_t sa, sb, sc;
+        uint8_t *ea = export_of(&plain, a, &sa);
+        uint8_t *eb = export_of(&spec, b, &sb);
+        uint8_t *ec = export_of(&cut, c, &sc);
+        assert_int_equal(sa, sb);
+        assert_int_equal(sa, sc);
+        assert_memory_equal(ea, eb, sa);
+        assert_memory_equal(ea, ec, sa);
+        free(ea);
+        free(eb);
+        free(ec);
+        tm_host_free(&plain);
+        tm_host_free(&spec);
+        tm_host_free(&cut);
+        free(prompt);
+    }
+}
+
 /* Built twice: test_export (CPU) and test_export_opencl (labelled opencl,
  * so that it runs on every OpenCL runtime the tests cover). */
 int main(void)
@@ -427,6 +513,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_move_across_backends),
+        cmocka_unit_test(test_u8_canonical),
     };
 #else
     const struct CMUnitTest tests[] = {
@@ -434,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_move_swapped_and_waiting),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_u8_block_size),
+        cmocka_unit_test(test_u8_canonical),
     };
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -595,7 +595,12 @@ PKV_API pkv_status pkv_seq_propose(pkv_engine *engine, pkv_seq_id id,
  * *size; otherwise buffer must hold capacity >= *size bytes, which receive
  * the export. The bytes are portable (little-endian, versioned; the
  * format is in docs/design.md, "Export and import") and are a copy: the
- * host may write them to a file or a socket.
+ * host may write them to a file or a socket. They hold what the sequence
+ * holds and nothing else: bytes it does not use (U8: an unsealed block's
+ * codes, staging rows past its last stored token) are zeros, so no export
+ * carries KV of tokens the sequence no longer has (rejected drafts,
+ * truncated tokens), and two sequences with the same tokens and the same
+ * stored KV export the same bytes.
  * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
  * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
  * and step_end or for a sequence no step has seen yet; PKV_ERR_NOT_FOUND;
