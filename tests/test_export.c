@@ -453,13 +453,7 @@ static void test_u8_canonical(void **state)
         pkv_seq_id c = tm_add(&cut, prompt, 3, 20, 0, 0);
         tm_step(&spec, NULL);
         tm_seq *rb = tm_find(&spec, b);
-        int32_t wrong[4];
-        for (int i = 0; i < 4; i++)
-            wrong[i] = (tm_sample(rb->tokens[rb->num_tokens - 1],
-                                  rb->num_tokens - 1, p.vocab_size) +
-                        1) %
-                       (int32_t)p.vocab_size;
-        tm_propose(&spec, b, wrong, 4);
+        tm_propose_wrong(&spec, b, 4);
         for (int i = 0; i < 3; i++)
             tm_step(&spec, NULL);
         for (int i = 0; i < 5; i++) /* one token more, block unsealed */

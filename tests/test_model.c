@@ -187,6 +187,20 @@ void tm_propose(tm_host *host, pkv_seq_id id, const int32_t *drafts,
     s->drafts = n;
 }
 
+void tm_propose_wrong(tm_host *host, pkv_seq_id id, uint32_t n)
+{
+    const tm_seq *s = tm_find(host, id);
+    assert_non_null(s);
+    uint32_t vocab = host->params.vocab_size;
+    int32_t truth = tm_sample(s->tokens[s->num_tokens - 1],
+                              s->num_tokens - 1, vocab);
+    int32_t wrong[64];
+    assert_true(n <= 64);
+    for (uint32_t i = 0; i < n; i++)
+        wrong[i] = (int32_t)(((uint32_t)truth + 1) % vocab);
+    tm_propose(host, id, wrong, n);
+}
+
 /* Dense f64 attention of one query row at `position` of a sequence over
  * its tokens 0..position, for one layer. */
 static void dense_row(const tm_host *host, const tm_seq *s, uint32_t position,

@@ -87,6 +87,9 @@ void tm_record(tm_host *host, pkv_seq_id id, const int32_t *tokens,
  * tm_sample at the row before it). */
 void tm_propose(tm_host *host, pkv_seq_id id, const int32_t *drafts,
                 uint32_t n);
+/* tm_propose n drafts (n <= 64) that the first sample rejects: each is
+ * the token tm_sample gives after id's last token, plus one. */
+void tm_propose_wrong(tm_host *host, pkv_seq_id id, uint32_t n);
 /* Record a sequence that the engine created (fork): copy parent's history
  * with the last token replaced. */
 void tm_record_fork(tm_host *host, pkv_seq_id parent, pkv_seq_id child,

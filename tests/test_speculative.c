@@ -357,13 +357,7 @@ static void test_propose_states(void **state)
     pkv_seq_id b = tm_add(&h, prompt, 3, 20, 0, 0);
     tm_step(&h, NULL);
     tm_seq *rb = tm_find(&h, b);
-    int32_t wrong[4];
-    for (int i = 0; i < 4; i++)
-        wrong[i] = (tm_sample(rb->tokens[rb->num_tokens - 1],
-                              rb->num_tokens - 1, p.vocab_size) +
-                    1) %
-                   (int32_t)p.vocab_size;
-    tm_propose(&h, b, wrong, 4);
+    tm_propose_wrong(&h, b, 4);
     tm_step(&h, NULL);
     const uint32_t *blocks;
     uint32_t nb, stored;
@@ -371,7 +365,8 @@ static void test_propose_states(void **state)
         pkv_engine_get_block_table(h.engine, b, &blocks, &nb, &stored),
         PKV_OK);
     assert_true(stored + 1 < rb->num_tokens);
-    assert_int_equal(pkv_seq_propose(h.engine, b, wrong, 1),
+    int32_t draft = 1;
+    assert_int_equal(pkv_seq_propose(h.engine, b, &draft, 1),
                      PKV_ERR_BAD_STATE);
     assert_non_null(strstr(pkv_engine_last_error(h.engine), "recompute"));
     tm_step(&h, NULL);
@@ -379,7 +374,7 @@ static void test_propose_states(void **state)
         pkv_engine_get_block_table(h.engine, b, &blocks, &nb, &stored),
         PKV_OK);
     assert_int_equal(stored + 1, rb->num_tokens);
-    tm_propose(&h, b, wrong, 1);
+    tm_propose_wrong(&h, b, 1);
     tm_step(&h, NULL);
     tm_host_free(&h);
     free(prompt);
