@@ -139,8 +139,8 @@ typedef struct decode_unit {
     uint part, num_parts, h, seq, ctx;
     uint2 range;
     global const uchar *arena;
-    global const uint *table; /* the sequence's block-table row */
-    size_t table_row;         /* seq * max_blocks_per_seq */
+    global const uint *tables;
+    size_t table_row; /* the sequence's row of tables: seq * max_blocks */
     global const float *tail;
     uint num_kv_heads;
 } decode_unit;
@@ -176,8 +176,8 @@ static decode_unit this_unit(global const uchar *arena,
     u.ctx = context_lens[u.seq];
     u.range = part_range(u.ctx, u.part, sliding_window, partition_size);
     u.arena = arena;
+    u.tables = block_tables;
     u.table_row = (size_t)u.seq * max_blocks_per_seq;
-    u.table = block_tables + u.table_row;
     u.num_kv_heads = num_kv_heads;
 #if PKV_KV_DTYPE == PKV_LAYOUT_U8
     u.tail = tail_rows(stages, stage_ids[u.seq], stage_floats,
@@ -212,7 +212,7 @@ static global const uchar *decode_block(const decode_unit *u, uint j,
 #ifdef PKV_DECODE_CONTIGUOUS
     size_t blk = u->table_row + j; /* pkv-bench's baseline */
 #else
-    size_t blk = u->table[j];
+    size_t blk = u->tables[u->table_row + j];
 #endif
     global const uchar *k = head_part(u, blk);
     *dtype = PKV_KV_DTYPE;
@@ -260,7 +260,8 @@ static decode_dest decode_dest_of(const decode_unit *u, size_t row, float m,
     return d;
 }
 
-/* Channels ch, ch + 1 (ch + 3) of the row, scaled by d->mul. */
+/* Channels ch, ch + 1 (store4: to ch + 3) of the row, scaled by
+ * d->mul. */
 static void decode_store2(const decode_dest *d, float2 x, uint ch)
 {
     if (d->f16)

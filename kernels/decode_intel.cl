@@ -271,14 +271,15 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
                           : q[qrow + i]) *
             scale;
     barrier(CLK_LOCAL_MEM_FENCE);
+    /* u8 per-token keys: each head's sum of query channels. */
     float qsum[G];
-    for (int g = 0; g < G; g++) {
-        float part = 0.0f;
-        if (IS_U8 && KQ == PKV_LAYOUT_PER_TOKEN)
+    if (IS_U8 && KQ == PKV_LAYOUT_PER_TOKEN)
+        for (int g = 0; g < G; g++) {
+            float part = 0.0f;
             for (int c = (int)lane; c < D; c += 16)
                 part += qs[c * G + g];
-        qsum[g] = sub_group_reduce_add(part);
-    }
+            qsum[g] = sub_group_reduce_add(part);
+        }
 
     /* 1. Scores. Chunks start at multiples of TC, which divides BS. */
     for (uint c0 = t0 / TC * TC + sg * TC; c0 < t1; c0 += NSG * TC) {
