@@ -167,14 +167,13 @@ void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
 {
     uint32_t bs = e->params.block_size;
     uint32_t start = keep / bs * bs; /* of the block the cut falls in */
-    if (keep > start) {
-        int sealed = e->params.kv_dtype == PKV_KV_U8 &&
-                     start + bs <= s->num_computed;
-        int shared =
-            e->pool.blocks[s->table.blocks[start / bs]].ref_count > 1;
-        if (shared || (sealed && !pkv__rollback_restore(e, s, start / bs)))
-            keep = start;
-    }
+    /* U8: a sealed block's rows exist only quantised; without a window
+     * holding them the cut drops the block. A block others hold (a fork,
+     * the prefix cache) stays as it is: the next append copies it. */
+    if (keep > start && e->params.kv_dtype == PKV_KV_U8 &&
+        start + bs <= s->num_computed &&
+        !pkv__rollback_restore(e, s, start / bs))
+        keep = start;
     pkv__rollback_forget_from(e, s, keep / bs);
     uint32_t before = s->table.num_blocks;
     pkv__table_truncate(&s->table, &e->pool, keep);

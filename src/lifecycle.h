@@ -47,11 +47,11 @@ void pkv__engine_count_blocks(pkv_engine *engine, const pkv__seq *seq,
                               uint32_t before);
 
 /* Cut a running sequence's KV (num_computed tokens written) back to its
- * first `keep` tokens, as stored: never inside a block shared with
- * another sequence (which holds more of it) or sealed (U8: its rows exist
- * only quantised) unless the rollback window holds its rows (rollback.h):
- * the cut then falls back to that block's start, and those tokens are
- * computed again. Sets num_computed. */
+ * first `keep` tokens, as stored. A cut inside a sealed U8 block (its rows
+ * exist only quantised) falls back to that block's start unless the
+ * rollback window holds its rows (rollback.h); those tokens are computed
+ * again. A block others hold stays as it is (the next append copies it).
+ * Sets num_computed. */
 void pkv__engine_cut_kv(pkv_engine *engine, pkv__seq *seq, uint32_t keep);
 
 /* Release a running sequence's staging tail (U8). */

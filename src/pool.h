@@ -32,7 +32,8 @@ typedef struct pkv__block {
     uint32_t ref_count;
     uint32_t prev; /* queue links while free or cached-free */
     uint32_t next;
-    uint32_t fill;       /* tokens held, 0..block_size */
+    uint32_t fill;       /* tokens held, 0..block_size (a table truncated
+                            inside a shared or cached block uses fewer) */
     uint32_t generation; /* changes whenever the contents may change or the
                             block leaves the prefix cache (see prefix.h) */
     uint8_t state;       /* enum pkv__block_state */

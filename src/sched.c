@@ -109,15 +109,17 @@ static pkv__plan_item *add_item(planner *pl, int32_t kind, pkv__seq *seq)
 }
 
 /* Blocks a running sequence's table takes for `rows` more rows, the copy
- * of a shared last block included (table.h). */
+ * of a shared or cached last block included (table.h). */
 static uint32_t blocks_needed(const planner *pl, const pkv__table *t,
                               uint32_t rows)
 {
     uint32_t bs = pl->e->pool.block_size;
     uint32_t grow = pkv__blocks_for((uint64_t)t->num_tokens + rows, bs) -
                     t->num_blocks;
-    int copy = t->num_tokens % bs != 0 &&
-               view_ref(pl, t->blocks[t->num_blocks - 1]) > 1;
+    uint32_t last = t->num_tokens % bs != 0 ? t->blocks[t->num_blocks - 1]
+                                            : PKV__NULL_BLOCK;
+    int copy = last != PKV__NULL_BLOCK &&
+               (view_ref(pl, last) > 1 || pl->e->pool.blocks[last].cached);
     return grow + (uint32_t)copy;
 }
 

@@ -34,13 +34,14 @@ void pkv__table_release(pkv__table *table, pkv__pool *pool)
 }
 
 /* Whether an append must first copy the last block: it is partly filled
- * (by this table's count) and someone else holds it too. */
+ * (by this table's count) and someone else holds it too, or the prefix
+ * cache does (a truncate inside a block of a prefix hit). */
 static int needs_copy(const pkv__table *table, const pkv__pool *pool)
 {
     if (table->num_tokens % pool->block_size == 0)
         return 0;
-    uint32_t last = table->blocks[table->num_blocks - 1];
-    return pool->blocks[last].ref_count > 1;
+    const pkv__block *last = &pool->blocks[table->blocks[table->num_blocks - 1]];
+    return last->ref_count > 1 || last->cached;
 }
 
 uint32_t pkv__table_blocks_needed(const pkv__table *table,
@@ -84,10 +85,6 @@ pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
         table->blocks[last] = dst;
         copy->src = src;
         copy->dst = dst;
-    } else if (table->num_tokens % bs != 0) {
-        /* Written in place: a block a truncate left cached because it was
-         * shared may be private by now, and must leave the prefix cache. */
-        pkv__pool_uncache(pool, table->blocks[table->num_blocks - 1]);
     }
     pkv__pool_alloc(pool, grow, table->blocks + table->num_blocks);
     table->num_blocks = target;
@@ -121,13 +118,10 @@ void pkv__table_truncate(pkv__table *table, pkv__pool *pool,
     if (keep == 0 || tail_fill == 0)
         return;
     uint32_t last = table->blocks[keep - 1];
-    /* A shared block keeps its contents for the other holders; our next
-     * append copies it. A private one will be written in place, so it
-     * cannot stay in the prefix cache. */
-    if (pool->blocks[last].ref_count == 1) {
-        pkv__pool_uncache(pool, last);
+    /* A block someone else holds, or the prefix cache, keeps its contents
+     * and fill; our next append copies it (needs_copy). */
+    if (!needs_copy(table, pool))
         pkv__pool_set_fill(pool, last, tail_fill);
-    }
 }
 
 pkv_status pkv__table_fork(pkv__table *dst, const pkv__table *src,

@@ -275,25 +275,29 @@ static void test_duplicate_blocks_link_to_the_cached_one(void **state)
     drop(f, &b);
 }
 
-static void test_truncate_uncaches_and_chain_follows(void **state)
+static void test_truncate_keeps_cache_and_chain_follows(void **state)
 {
     fixture *f = *state;
     seq a;
     assert_int_equal(admit(f, &a, PROMPT, 13, 0), 0);
+    uint32_t second = a.table.blocks[1];
     pkv__table_truncate(&a.table, &f->pool, 6);
     pkv__prefix_chain_truncate(&a.chain, 6 / BS);
     assert_int_equal(a.chain.num_links, 1);
-    assert_false(f->pool.blocks[a.table.blocks[1]].cached);
-    assert_int_equal(lookup(f, PROMPT, 13, 0), 1);
-    /* Rewrite different tokens and register again. */
+    /* The cut falls inside a cached block: it stays cached and whole. */
+    assert_true(f->pool.blocks[second].cached);
+    assert_int_equal(lookup(f, PROMPT, 13, 0), 3);
+    /* Rewrite different tokens and register again: the append copies the
+     * cached block, so the old prompt still hits all its blocks. */
     pkv__block_copy copy;
     a.tokens[6] = 77;
     assert_int_equal(pkv__table_append(&a.table, &f->pool, 6, &copy),
                      PKV_OK);
+    assert_int_equal(copy.src, second);
     assert_int_equal(pkv__prefix_register(&f->prefix, &a.chain, &a.table,
                                           a.tokens, 0),
                      PKV_OK);
-    assert_int_equal(lookup(f, PROMPT, 13, 0), 1);
+    assert_int_equal(lookup(f, PROMPT, 13, 0), 3);
     assert_int_equal(lookup(f, a.tokens, 12, 0), 2);
     drop(f, &a);
 }
@@ -315,7 +319,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_duplicate_blocks_link_to_the_cached_one, setup, teardown),
         cmocka_unit_test_setup_teardown(
-            test_truncate_uncaches_and_chain_follows, setup, teardown),
+            test_truncate_keeps_cache_and_chain_follows, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

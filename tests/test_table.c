@@ -183,12 +183,21 @@ static void test_truncate(void **state)
     assert_int_equal(t.num_blocks, 2);
     assert_int_equal(t.num_tokens, 6);
     assert_int_equal(pool.num_used, 3);
-    /* The private cached block will be written: it left the cache. */
-    assert_false(pool.blocks[second].cached);
-    assert_int_equal(pool.blocks[second].fill, 2);
-    assert_int_equal(pool.tokens_stored, 6);
+    /* The cached block stays cached and whole; the next append copies it
+     * and writes the copy. */
+    assert_true(pool.blocks[second].cached);
+    assert_int_equal(pool.blocks[second].fill, 4);
+    assert_int_equal(pool.tokens_stored, 8);
     pkv__table_truncate(&t, &pool, 9); /* longer: no-op */
     assert_int_equal(t.num_tokens, 6);
+    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 1), 1);
+    assert_int_equal(pkv__table_append(&t, &pool, 1, &copy), PKV_OK);
+    assert_int_equal(copy.src, second);
+    assert_int_not_equal(t.blocks[1], second);
+    assert_int_equal(pool.blocks[t.blocks[1]].fill, 3);
+    assert_true(pool.blocks[second].cached);
+    assert_int_equal(pool.blocks[second].ref_count, 0); /* cached-free */
+    assert_int_equal(pool.blocks[second].fill, 4);
     pkv__table_truncate(&t, &pool, 0);
     assert_int_equal(t.num_blocks, 0);
     assert_int_equal(pool.num_used, 1);

@@ -4,12 +4,12 @@
  * which checks every output row against dense attention over the tokens
  * the host kept (the run without the feature), so KV left behind by a cut
  * fails the test. The rows of the first step after a cut show what KV the
- * cut kept: f32 everything before the last kept token, u8 everything
- * before the sealed block the cut falls in, both everything before a
- * block a fork shares. Cuts go into the prompt, the
- * sampled tokens, a block boundary, a sealed block and the unsealed tail;
- * into blocks shared by a fork and by the prefix cache; and into a
- * swapped-out sequence.
+ * cut kept: f32/f16 everything before the last kept token, U8 everything
+ * before the sealed block the cut falls in (unless the rollback window
+ * holds it). Cuts go into the prompt, the sampled tokens, a block
+ * boundary, a sealed block and the unsealed tail; into blocks shared by a
+ * fork and by the prefix cache, which stay as they were (both backends);
+ * and into a swapped-out sequence.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +20,9 @@
 #include "engine.h"
 #include "lifecycle.h"
 #include "test_model.h"
+#ifdef PKV_HAVE_OPENCL
+#include "backend_opencl.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +58,7 @@ static void grow_to(tm_host *h, pkv_seq_id id, uint32_t n)
     assert_int_equal(tm_find(h, id)->num_tokens, n);
 }
 
+#ifndef PKV_HAVE_OPENCL
 /* The KV a cut to n keeps, as pkv.h states it, for a sequence whose KV
  * covers its tokens but the last, with a U8 rollback window of `window`
  * blocks: it holds the last blocks sealed. */
@@ -122,44 +126,106 @@ static void test_cut_points(void **state)
                 cut_once(PKV_KV_U8, sizes[s], w, cuts[c]);
 }
 
+#endif
+
 /* A fork shares the parent's blocks: cutting the parent inside a shared
- * block must leave the child's KV as it was (copy-on-write), and the
- * prefix cache's blocks too, which a later prompt then hits. */
+ * block must leave the child's KV as it was, and the prefix cache's blocks
+ * too, which a later prompt then hits. f32/f16 keep the parent's rows of
+ * that block (its next append copies it); U8 drops the block, which is
+ * sealed and outside the rollback window. */
+static void cut_shared(int32_t backend, int32_t dtype)
+{
+    pkv_engine_params p = tm_params(backend);
+    p.kv_dtype = dtype;
+    tm_host h;
+    tm_host_init(&h, &p, tolerance(dtype));
+    int32_t *prompt = tm_prompt(PROMPT, 9);
+    pkv_seq_id parent = tm_add(&h, prompt, PROMPT, 16, 0, 0);
+    grow_to(&h, parent, 18);
+    pkv_seq_id child;
+    assert_int_equal(pkv_seq_fork(h.engine, parent, -1, &child), PKV_OK);
+    tm_record_fork(&h, parent, child, -1);
+    /* Token 10 is in the third block of 4, full and shared. */
+    cut(&h, parent, 11);
+    const pkv_batch *b;
+    tm_step(&h, &b);
+    assert_int_equal(rows_of(b, parent), dtype == PKV_KV_U8 ? 3 : 1);
+    tm_run(&h, 100);
+    /* The same prompt again: its full blocks come from the cache. */
+    pkv_seq_id again = tm_add(&h, prompt, PROMPT, 4, 0, 0);
+    tm_step(&h, &b);
+    assert_int_equal(rows_of(b, again), 1); /* 12 of 13 tokens hit */
+    tm_run(&h, 100);
+    assert_int_equal(tm_find(&h, child)->finish_reason, PKV_FINISH_LENGTH);
+    tm_check_idle(&h);
+    free(prompt);
+    tm_host_free(&h);
+}
+
+static uint64_t prefix_hit_tokens(const tm_host *h)
+{
+    pkv_engine_stats st;
+    pkv_engine_stats_init(&st);
+    assert_int_equal(pkv_engine_get_stats(h->engine, &st), PKV_OK);
+    return st.prefix_hit_tokens;
+}
+
+/* A cut inside a block that came from a prefix hit leaves the cached block
+ * as it was: the prompt that cached it hits all its blocks again. */
+static void cut_prefix_hit(int32_t backend, int32_t dtype)
+{
+    pkv_engine_params p = tm_params(backend);
+    p.kv_dtype = dtype;
+    p.block_size = 8;
+    tm_host h;
+    tm_host_init(&h, &p, tolerance(dtype));
+    int32_t *p0 = tm_prompt(24, 11), *p1 = tm_prompt(24, 12);
+    memcpy(p1, p0, 20 * sizeof *p1);
+    tm_add(&h, p0, 24, 3, 0, 0);
+    tm_run(&h, 100);
+    /* p1 shares 20 tokens: it hits blocks 0 and 1, and is cut inside 1. */
+    pkv_seq_id id = tm_add(&h, p1, 24, 3, 0, 0);
+    tm_step(&h, NULL);
+    assert_int_equal(prefix_hit_tokens(&h), 16);
+    cut(&h, id, 11);
+    const pkv_batch *b;
+    tm_step(&h, &b);
+    assert_int_equal(rows_of(b, id), dtype == PKV_KV_U8 ? 3 : 1);
+    tm_run(&h, 100);
+    tm_add(&h, p0, 24, 3, 0, 0);
+    tm_run(&h, 100);
+    if (prefix_hit_tokens(&h) != 32)
+        fail_msg("dtype %d: p0 hit %llu tokens again, not 16", (int)dtype,
+                 (unsigned long long)(prefix_hit_tokens(&h) - 16));
+    tm_check_idle(&h);
+    free(p0);
+    free(p1);
+    tm_host_free(&h);
+}
+
+#ifdef PKV_HAVE_OPENCL
+static const int32_t backend = PKV_BACKEND_OPENCL;
+#else
+static const int32_t backend = PKV_BACKEND_CPU;
+#endif
+
 static void test_cut_shared_blocks(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_U8};
-    for (size_t d = 0; d < 2; d++) {
-        pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
-        p.kv_dtype = dtypes[d];
-        tm_host h;
-        tm_host_init(&h, &p, tolerance(dtypes[d]));
-        int32_t *prompt = tm_prompt(PROMPT, 9);
-        pkv_seq_id parent = tm_add(&h, prompt, PROMPT, 16, 0, 0);
-        grow_to(&h, parent, 18);
-        pkv_seq_id child;
-        assert_int_equal(pkv_seq_fork(h.engine, parent, -1, &child), PKV_OK);
-        tm_record_fork(&h, parent, child, -1);
-        /* Token 10 is in the third block of 4, full and shared: the parent
-         * gives it up and computes tokens 8-10 again. */
-        cut(&h, parent, 11);
-        const pkv_batch *b;
-        tm_step(&h, &b);
-        assert_int_equal(rows_of(b, parent), 3);
-        tm_run(&h, 100);
-        /* The same prompt again: its full blocks come from the cache. */
-        pkv_seq_id again = tm_add(&h, prompt, PROMPT, 4, 0, 0);
-        tm_step(&h, &b);
-        assert_int_equal(rows_of(b, again), 1); /* 12 of 13 tokens hit */
-        tm_run(&h, 100);
-        assert_int_equal(tm_find(&h, child)->finish_reason,
-                         PKV_FINISH_LENGTH);
-        tm_check_idle(&h);
-        free(prompt);
-        tm_host_free(&h);
-    }
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    for (size_t d = 0; d < 3; d++)
+        cut_shared(backend, dtypes[d]);
 }
 
+static void test_cut_prefix_hit(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    for (size_t d = 0; d < 3; d++)
+        cut_prefix_hit(backend, dtypes[d]);
+}
+
+#ifndef PKV_HAVE_OPENCL
 /* A swapped-out sequence is cut and recomputed. */
 static void test_cut_swapped(void **state)
 {
@@ -252,13 +318,28 @@ static void test_cut_errors(void **state)
     tm_host_free(&h);
 }
 
+#endif
+
 int main(void)
 {
+#ifdef PKV_HAVE_OPENCL
+    if (!pkv__opencl_available()) {
+        print_message("no OpenCL device: skipped\n");
+        return 77;
+    }
+    /* The CPU build runs the rest; these run on both backends. */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cut_shared_blocks),
+        cmocka_unit_test(test_cut_prefix_hit),
+    };
+#else
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cut_points),
         cmocka_unit_test(test_cut_shared_blocks),
+        cmocka_unit_test(test_cut_prefix_hit),
         cmocka_unit_test(test_cut_swapped),
         cmocka_unit_test(test_cut_errors),
     };
+#endif
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -521,10 +521,11 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
  * falls in further back (f32 and f16: up to the cut). The window holds
  * blocks the sequence sealed since it last started running (admission,
  * swap-in, an import, a fork for the child); blocks from a prefix hit are
- * not in it. A cut inside a block that a fork shares drops that block the
- * same way (the fork keeps it whole).
+ * not in it.
  * Blocks shared with a fork or the prefix cache are never changed in
- * place. A swapped-out sequence loses its swapped KV and is recomputed.
+ * place: a cut inside one keeps the sequence's rows as above, and its next
+ * step writes a copy of the block, so the fork and the cache keep it
+ * whole. A swapped-out sequence loses its swapped KV and is recomputed.
  * Errors: PKV_ERR_INVALID_ARGUMENT for num_tokens 0 or beyond the
  * sequence's tokens; PKV_ERR_BAD_STATE between step_begin and step_end or
  * for a sequence no step has seen yet; PKV_ERR_NOT_FOUND. num_tokens equal

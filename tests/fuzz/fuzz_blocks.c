@@ -523,13 +523,17 @@ static pkv_status seq_append(world *w, seq *s, const uint8_t *sym, uint32_t n)
     }
     CHECK(st == PKV_OK);
     CHECK(needed <= avail);
-    CHECK(avail - pkv__pool_available(pool) == needed);
-    CHECK(t->num_tokens == old_tokens + n);
+    /* A copied block that only the prefix cache holds now becomes
+     * available again (cached-free). */
     const pkv__block *before = w->before;
+    uint32_t returned = copy.dst != PKV__NULL_BLOCK &&
+                        before[last].ref_count == 1;
+    CHECK(avail - pkv__pool_available(pool) == needed - returned);
+    CHECK(t->num_tokens == old_tokens + n);
     if (copy.dst != PKV__NULL_BLOCK) {
-        /* src was shared, dst is fresh and now ours alone. */
+        /* src was shared or cached, dst is fresh and now ours alone. */
         CHECK(partial && copy.src == last);
-        CHECK(before[last].ref_count >= 2);
+        CHECK(before[last].ref_count >= 2 || before[last].cached);
         CHECK(pool->blocks[last].ref_count == before[last].ref_count - 1);
         CHECK(before[copy.dst].state == PKV__BLOCK_FREE ||
               before[copy.dst].state == PKV__BLOCK_CACHED_FREE);
@@ -541,9 +545,8 @@ static pkv_status seq_append(world *w, seq *s, const uint8_t *sym, uint32_t n)
     } else if (old_nb > 0) {
         CHECK(t->blocks[old_nb - 1] == last);
         if (partial) {
-            /* Written in place: private, and out of the prefix cache. */
-            CHECK(before[last].ref_count == 1);
-            CHECK(!pool->blocks[last].cached);
+            /* Written in place: private, and not in the prefix cache. */
+            CHECK(before[last].ref_count == 1 && !before[last].cached);
         }
     }
     for (uint32_t i = old_nb; i < t->num_blocks; i++) {
@@ -668,14 +671,22 @@ static void op_truncate(world *w, seq *s)
     pkv__table *t = &s->table;
     uint32_t old = t->num_tokens;
     uint32_t n = (uint32_t)((uint64_t)old * next_byte(&w->in) / 255u);
+    uint32_t last = n < old && n % w->bs != 0 ? t->blocks[n / w->bs]
+                                              : PKV__NULL_BLOCK;
+    pkv__block was = pool->blocks[last];
     pkv__table_truncate(t, pool, n);
     pkv__prefix_chain_truncate(&s->chain, n / w->bs);
     CHECK(t->num_tokens == n);
-    /* A private block cut to part of its tokens will be written in place. */
-    if (n < old && n % w->bs != 0) {
-        uint32_t last = t->blocks[t->num_blocks - 1];
-        if (pool->blocks[last].ref_count == 1)
-            CHECK(!pool->blocks[last].cached);
+    /* A cut inside a block changes it only if it is ours alone and not
+     * cached (it will be written in place); else the next append copies
+     * it and it stays as it was. */
+    if (last != PKV__NULL_BLOCK) {
+        const pkv__block *now = &pool->blocks[last];
+        CHECK(now->cached == was.cached);
+        if (was.ref_count == 1 && !was.cached)
+            CHECK(now->fill == n % w->bs);
+        else
+            CHECK(now->fill == was.fill);
     }
 }
 

@@ -59,8 +59,8 @@ static world W;
  * what the random inputs reached. */
 static struct totals {
     uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
-        forks, truncations, moves, drafts, drafts_run, drafts_accepted,
-        reloads;
+        forks, truncations, shared_cuts, moves, drafts, drafts_run,
+        drafts_accepted, reloads;
     double max_error[3];
 } TOT;
 
@@ -69,7 +69,8 @@ static void print_totals(void)
     fprintf(stderr,
             "fuzz_engine: %llu inputs, %llu steps, %llu rows checked, %llu "
             "ended, %llu preemptions, %llu swap-outs, %llu prefix hit "
-            "tokens, %llu forks, %llu truncations, %llu moves, %llu drafts "
+            "tokens, %llu forks, %llu truncations (%llu inside a shared or "
+            "cached block), %llu moves, %llu drafts "
             "proposed, %llu run, %llu accepted, %llu prefix cache reloads; "
             "max error f32 %.3g f16 "
             "%.3g u8 %.3g\n",
@@ -79,6 +80,7 @@ static void print_totals(void)
             (unsigned long long)TOT.swap_outs,
             (unsigned long long)TOT.hit_tokens, (unsigned long long)TOT.forks,
             (unsigned long long)TOT.truncations,
+            (unsigned long long)TOT.shared_cuts,
             (unsigned long long)TOT.moves, (unsigned long long)TOT.drafts,
             (unsigned long long)TOT.drafts_run,
             (unsigned long long)TOT.drafts_accepted,
@@ -342,6 +344,21 @@ static void op_fork(world *w)
 }
 
 /* A cut to a length from 0 to one past the sequence's tokens. */
+/* Whether a cut of id to n tokens keeps part of a block that a fork or
+ * the prefix cache also holds (that block must stay as it was). */
+static int cuts_inside_shared(const pkv_engine *e, pkv_seq_id id, uint32_t n)
+{
+    const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    if (s == NULL || n == 0 || n > s->num_tokens)
+        return 0;
+    uint32_t keep = n - 1 < s->num_computed ? n - 1 : s->num_computed;
+    uint32_t bs = e->params.block_size;
+    if (keep % bs == 0 || keep / bs >= s->table.num_blocks)
+        return 0;
+    const pkv__block *k = &e->pool.blocks[s->table.blocks[keep / bs]];
+    return k->ref_count > 1 || k->cached;
+}
+
 static void op_truncate(world *w)
 {
     pkv_seq_id id = pick_id(w);
@@ -353,8 +370,11 @@ static void op_truncate(world *w)
     uint32_t back = (uint32_t)(b >> 1) % (2 * w->host.params.block_size + 1);
     uint32_t n = b % 2 ? (uint32_t)(b >> 1) % (have + 2)
                        : (have > back ? have - back : 1);
-    if (eh_truncate(&w->host, id, n) == PKV_OK)
+    int shared = cuts_inside_shared(w->host.engine, id, n);
+    if (eh_truncate(&w->host, id, n) == PKV_OK) {
         TOT.truncations++;
+        TOT.shared_cuts += (uint64_t)shared;
+    }
 }
 
 /* Export a sequence and import it as a copy into the same engine. */
