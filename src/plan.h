@@ -66,15 +66,11 @@ typedef struct pkv__plan {
      * this number (pkv__seq.plan_out). */
     uint64_t number;
     /* The view. refs: block -> its reference count + 1 once applied, for
-     * the blocks the plan touches, with PKV__PLAN_REWRITTEN set for a
-     * cached block that a running sequence will write into (a prefix
-     * lookup must not hit it). tenants: tenant -> its blocks + 1 once
+     * the blocks the plan touches. tenants: tenant -> its blocks + 1 once
      * applied, for the tenants the plan touches (with quotas only). */
     pkv__map refs;
     pkv__map tenants;
 } pkv__plan;
-
-#define PKV__PLAN_REWRITTEN (1ull << 40)
 
 void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
 

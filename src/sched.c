@@ -41,18 +41,12 @@ typedef struct planner {
     uint32_t kept; /* running sequences before the current one that stay */
 } planner;
 
-/* The view's reference count of a block, and whether a running sequence
- * writes into it. */
-static uint64_t view_entry(const planner *pl, uint32_t block)
+/* The view's reference count of a block. */
+static uint64_t view_ref(const planner *pl, uint32_t block)
 {
     const pkv__plan *plan = pl->plan;
     uint64_t v = plan->refs.count ? pkv__map_get(&plan->refs, block) : 0;
     return v ? v - 1 : pl->e->pool.blocks[block].ref_count;
-}
-
-static uint32_t view_ref(const planner *pl, uint32_t block)
-{
-    return (uint32_t)(view_entry(pl, block) & (PKV__PLAN_REWRITTEN - 1));
 }
 
 /* Room in the view for n more touched blocks. */
@@ -161,9 +155,9 @@ static pkv_status leave_running(planner *pl, pkv__seq *seq)
     if (st != PKV_OK)
         return st;
     for (uint32_t i = 0; i < t->num_blocks; i++) {
-        uint64_t entry = view_entry(pl, t->blocks[i]) - 1;
-        view_set(pl, t->blocks[i], entry);
-        pl->available += (entry & (PKV__PLAN_REWRITTEN - 1)) == 0;
+        uint64_t ref = view_ref(pl, t->blocks[i]) - 1;
+        view_set(pl, t->blocks[i], ref);
+        pl->available += ref == 0;
     }
     seq->plan_out = pl->plan->number;
     pl->running--;
@@ -264,24 +258,19 @@ static pkv_status plan_running(planner *pl, uint32_t i)
         }
         uint32_t need = blocks_needed(pl, &seq->table, rows);
         if (need <= pl->available) {
-            const pkv__table *t = &seq->table;
-            uint32_t last = t->num_tokens % bs != 0
-                                ? t->blocks[t->num_blocks - 1]
-                                : PKV__NULL_BLOCK;
-            /* Copied, a shared last block loses this sequence's
-             * reference (pkv__table_append), which a later sharer's
-             * blocks_needed must see: it may write in place. Written in
-             * place, a cached block leaves the cache: no admission may
-             * hit it. */
-            if (last != PKV__NULL_BLOCK &&
-                (need > grow_by || e->pool.blocks[last].cached)) {
+            /* Copied, a shared or cached last block loses this
+             * sequence's reference (pkv__table_append), which a later
+             * sharer's blocks_needed must see (it may write in place);
+             * one that only the prefix cache holds then is available. */
+            if (need > grow_by) {
+                const pkv__table *t = &seq->table;
+                uint32_t last = t->blocks[t->num_blocks - 1];
                 st = view_room(pl, 1);
                 if (st != PKV_OK)
                     return st;
-                uint64_t entry = view_entry(pl, last);
-                view_set(pl, last,
-                         need > grow_by ? entry - 1
-                                        : entry | PKV__PLAN_REWRITTEN);
+                uint64_t ref = view_ref(pl, last) - 1;
+                view_set(pl, last, ref);
+                pl->available += ref == 0;
             }
             st = view_tenant_add(pl, seq->tenant, grow_by);
             if (st != PKV_OK)
@@ -379,14 +368,8 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
                        seq->prompt_hashes, seq->num_prompt_hashes, hit,
                        &hits);
     uint32_t revived = 0;
-    for (uint32_t h = 0; h < hits; h++) {
-        uint64_t entry = view_entry(pl, hit[h].block);
-        if (entry & PKV__PLAN_REWRITTEN) {
-            hits = h;
-            break;
-        }
-        revived += entry == 0;
-    }
+    for (uint32_t h = 0; h < hits; h++)
+        revived += view_ref(pl, hit[h].block) == 0;
     uint32_t computed = hits * bs;
     uint32_t rows = rows_wanted(e, seq, computed, pl->budget);
     uint32_t after = pkv__blocks_for(computed + (uint64_t)rows, bs);
@@ -404,7 +387,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     if (*st != PKV_OK)
         return 1;
     for (uint32_t h = 0; h < hits; h++)
-        view_set(pl, hit[h].block, view_entry(pl, hit[h].block) + 1);
+        view_set(pl, hit[h].block, view_ref(pl, hit[h].block) + 1);
     pl->available -= need;
     pl->budget -= rows;
     pl->running++;
