@@ -74,9 +74,9 @@
  *   one float4 (a whole row per work-item kept head_dim floats per lane in
  *   private memory on an Intel GPU).
  *
- * Math: f32 accumulation. The U8 tail block that is not full is read in
- * f32 from the sequence's staging tail. Slots past the context length and
- * before the window are never read.
+ * Math: f32 accumulation. The U8 block holding the context's last token
+ * is read in f32 from the sequence's staging tail. Slots past the context
+ * length and before the window are never read.
  *
  * Tolerance: the kernels sum in another order than the CPU backend and,
  * for u8, may fold the parameters instead of dequantising first. Against a
@@ -196,14 +196,14 @@ static global const uchar *head_part(const decode_unit *u, size_t blk)
 }
 
 /* The K part of the row's logical block j, stored as *dtype, and its V
- * part in *v: the sealed block in the arena or, for the u8 block that is
- * not sealed yet (it holds the context's last token), the f32 rows of the
- * staging tail. */
+ * part in *v: the sealed block in the arena or, for the u8 block that
+ * holds the context's last token, the f32 rows of the staging tail (also
+ * when this step sealed it: see pkv_block_source). */
 static global const uchar *decode_block(const decode_unit *u, uint j,
                                         int *dtype, global const uchar **v)
 {
 #if PKV_KV_DTYPE == PKV_LAYOUT_U8
-    if ((j + 1) * BS > u->ctx) {
+    if ((j + 1) * BS >= u->ctx) {
         *dtype = PKV_LAYOUT_F32;
         *v = (global const uchar *)(u->tail + BS * D);
         return (global const uchar *)u->tail;

@@ -76,9 +76,11 @@ pkv_tail_rows(__global const float *stages, __global const uint *step,
            (ulong)(layer * hkv + kvh) * 2u * bs * d;
 }
 
-/* Where kv head kvh of a block holding n tokens keeps its K and V rows:
- * the block's parts, or for a u8 block not sealed yet (n < bs) the f32
- * rows of the staging tail. */
+/* Where kv head kvh of a block keeps its K and V rows: the block's parts,
+ * or for the u8 block that holds the context's last token (`last`) the
+ * f32 rows of the staging tail, also when this step filled and sealed it:
+ * a step's rows read the block they write as plain decoding's one row
+ * does (src/kv_step.h), and the sealed codes from the next step on. */
 typedef struct pkv_block_rows {
     __global const uchar *kp, *vp;
     __global const float *krows, *vrows;
@@ -86,7 +88,7 @@ typedef struct pkv_block_rows {
 } pkv_block_rows;
 
 static inline pkv_block_rows
-pkv_block_source(__global const uchar *arena, uint block, uint kvh, uint n,
+pkv_block_source(__global const uchar *arena, uint block, uint kvh, int last,
                  __global const float *tail, uint dtype, uint bs, uint d,
                  uint head_bytes, uint k_part_bytes, uint layer_block_bytes)
 {
@@ -98,7 +100,7 @@ pkv_block_source(__global const uchar *arena, uint block, uint kvh, uint n,
     b.src = dtype == PKV_LAYOUT_F32   ? PKV_SRC_F32
             : dtype == PKV_LAYOUT_F16 ? PKV_SRC_F16
                                       : PKV_SRC_U8;
-    if (dtype == PKV_LAYOUT_U8 && n < bs) {
+    if (dtype == PKV_LAYOUT_U8 && last) {
         b.src = PKV_SRC_F32;
         b.krows = tail;
         b.vrows = tail + (ulong)bs * d;
@@ -157,9 +159,9 @@ __kernel void pkv_paged_attention(
         uint n = ctx - b0 < bs ? ctx - b0 : bs;
         uint j0 = lo > b0 ? lo - b0 : 0u;
         uint j1 = tok + 1u - b0 < n ? tok + 1u - b0 : n;
-        pkv_block_rows br =
-            pkv_block_source(arena, table[j], kvh, n, tail, dtype, bs, d,
-                             head_bytes, k_part_bytes, layer_block_bytes);
+        pkv_block_rows br = pkv_block_source(
+            arena, table[j], kvh, b0 + bs >= ctx, tail, dtype, bs, d,
+            head_bytes, k_part_bytes, layer_block_bytes);
         float mb = -INFINITY;
         for (uint t = j0; t < j1; t++) {
             float4 s4 = (float4)(0.0f);

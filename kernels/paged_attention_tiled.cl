@@ -68,9 +68,9 @@ __kernel void pkv_paged_attention_tiled(
     for (uint j = tile_lo / bs; j * bs <= tile_last; j++) {
         uint b0 = j * bs;
         uint n = ctx - b0 < bs ? ctx - b0 : bs;
-        pkv_block_rows br =
-            pkv_block_source(arena, table[j], kvh, n, tail, dtype, bs, d,
-                             head_bytes, k_part_bytes, layer_block_bytes);
+        pkv_block_rows br = pkv_block_source(
+            arena, table[j], kvh, b0 + bs >= ctx, tail, dtype, bs, d,
+            head_bytes, k_part_bytes, layer_block_bytes);
         /* Chunks [c0, c0 + cn) of the block's tokens [t_lo, t_hi). */
         uint t_lo = tile_lo > b0 ? tile_lo - b0 : 0u;
         uint t_hi = min(n, tile_last + 1u - b0);

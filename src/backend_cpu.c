@@ -198,9 +198,11 @@ static pkv_status cpu_append(pkv__backend *b, uint32_t layer, const float *k,
 
 /* K or V rows [0, n) of kv head h of the sequence's logical block j, as
  * f32 [n][head_dim]: in place where the cache holds f32, else converted
- * into dst. */
+ * into dst. A U8 sequence's last block (`last`) is read from its staging
+ * tail, also when this step sealed it: a step's rows see the block they
+ * write as plain decoding's one row does. */
 static const float *load_rows(const pkv__backend *b, uint32_t layer,
-                              uint32_t seq, uint32_t j, uint32_t n,
+                              uint32_t seq, uint32_t j, uint32_t n, int last,
                               uint32_t h, int kv, float *dst)
 {
     const pkv__backend_config *c = &b->cfg;
@@ -219,7 +221,7 @@ static const float *load_rows(const pkv__backend *b, uint32_t layer,
         }
         return dst;
     }
-    if (n < c->block_size) /* not sealed: the tokens are in the tail */
+    if (last)
         return stage_at(b, s->stages[seq], layer, h, kv);
     pkv__dequant_part(part, c->block_size, c->head_dim,
                       kv ? c->value_quant : c->key_quant, dst);
@@ -308,8 +310,9 @@ static void attend_seq(pkv__backend *b, uint32_t layer, uint32_t seq,
         for (uint32_t j = lo0 / bs; j * bs < ctx; j++) {
             uint32_t b0 = j * bs;
             uint32_t n = ctx - b0 < bs ? ctx - b0 : bs;
-            const float *k = load_rows(b, layer, seq, j, n, h, 0, ktile);
-            const float *v = load_rows(b, layer, seq, j, n, h, 1, vtile);
+            int last = b0 + bs >= ctx;
+            const float *k = load_rows(b, layer, seq, j, n, last, h, 0, ktile);
+            const float *v = load_rows(b, layer, seq, j, n, last, h, 1, vtile);
             for (uint32_t r = 0; r < nq; r++) {
                 uint32_t tok = first + r;
                 uint32_t lo =

@@ -827,9 +827,11 @@ static pkv_status upload_step(pkv__backend *b)
         for (uint32_t r = q0; r < q1; r++) {
             uint32_t tok = first + (r - q0);
             w[off[PKV_STEP_ROW_SEQ] + r] = i;
-            int sealed = (tok / bs + 1) * (uint64_t)bs <= ctx;
+            /* The last block's rows go to the tail even when this step
+             * seals it: the step's rows read that block from there. */
+            int in_last = tok / bs == (ctx - 1) / bs;
             w[off[PKV_STEP_ROW_TAIL] + r] =
-                u8 && !sealed ? s->stages[i] : PKV_STEP_NO_TAIL;
+                u8 && in_last ? s->stages[i] : PKV_STEP_NO_TAIL;
             w[off[PKV_STEP_SLOTS] + 2 * (size_t)r] = (uint32_t)s->slots[r];
             w[off[PKV_STEP_SLOTS] + 2 * (size_t)r + 1] =
                 (uint32_t)(s->slots[r] >> 32);

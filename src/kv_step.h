@@ -15,8 +15,11 @@
 #define PKV_STEP_STAGES 2       /* [num_seqs]: u8 staging tails */
 #define PKV_STEP_ROW_SEQ 3      /* [num_tokens]: the sequence of each row */
 #define PKV_STEP_ROW_TAIL 4     /* [num_tokens]: u8: the tail the row is
-                                   written to; PKV_STEP_NO_TAIL when its
-                                   block is sealed in this step */
+                                   written to; PKV_STEP_NO_TAIL for a
+                                   block this step seals that is not its
+                                   sequence's last (the step's rows read
+                                   the last block from the tail, sealed
+                                   or not) */
 #define PKV_STEP_SLOTS 5        /* [num_tokens][2]: slot, low then high
                                    32 bits */
 #define PKV_STEP_SEALS 6        /* [num_seals][PKV_SEAL_WORDS] */

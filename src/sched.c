@@ -421,7 +421,13 @@ static pkv_status plan_drafts(planner *pl)
         uint32_t k = s->num_drafts < pl->budget ? s->num_drafts : pl->budget;
         if (cap != 0 && k + 1 > cap)
             k = cap - 1;
-        uint32_t room = u8_room(e, s->num_computed);
+        /* U8: the row and its drafts stay inside the row's block. The
+         * step's rows read that block from the staging tail, as plain
+         * decoding's rows do; going on into the next block, every row
+         * would read it sealed, its scales computed from the drafts. */
+        uint32_t room =
+            e->params.kv_dtype == PKV_KV_U8 ? bs - s->num_computed % bs
+                                            : UINT32_MAX;
         if (k + 1 > room)
             k = room - 1;
         /* After its row, its last block is its own: no copy. */

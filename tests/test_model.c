@@ -89,8 +89,11 @@ void tm_host_init(tm_host *host, const pkv_engine_params *params,
 void tm_host_free(tm_host *host)
 {
     pkv_engine_destroy(host->engine);
-    for (uint32_t i = 0; i < host->num_seqs; i++)
+    for (uint32_t i = 0; i < host->num_seqs; i++) {
         free(host->seqs[i].tokens);
+        free(host->seqs[i].sample_out);
+        free(host->seqs[i].recorded);
+    }
     free(host->seqs);
     memset(host, 0, sizeof *host);
 }
@@ -158,6 +161,32 @@ void tm_record_fork(tm_host *host, pkv_seq_id parent, pkv_seq_id child,
         copy[len - 1] = last_token;
     new_record(host, child, copy, len);
     free(copy);
+}
+
+/* Keep the output rows (every layer, in outs [layer][T][hq * d]) of batch
+ * row r, the sample row for position `position` of s. */
+static void record_sample(const tm_host *host, tm_seq *s, uint32_t position,
+                          const float *outs, uint32_t T, uint32_t r)
+{
+    const pkv_engine_params *p = &host->params;
+    size_t row = (size_t)p->num_q_heads * p->head_dim;
+    size_t per_position = p->num_layers * row;
+    if (position >= s->record_capacity) {
+        uint32_t cap = s->record_capacity ? s->record_capacity : 64;
+        while (cap <= position)
+            cap *= 2;
+        s->sample_out =
+            realloc(s->sample_out, cap * per_position * sizeof(float));
+        s->recorded = realloc(s->recorded, cap);
+        assert_true(s->sample_out != NULL && s->recorded != NULL);
+        memset(s->recorded + s->record_capacity, 0,
+               cap - s->record_capacity);
+        s->record_capacity = cap;
+    }
+    for (uint32_t layer = 0; layer < p->num_layers; layer++)
+        memcpy(s->sample_out + position * per_position + layer * row,
+               outs + ((size_t)layer * T + r) * row, row * sizeof(float));
+    s->recorded[position] = 1;
 }
 
 static void push_token(tm_seq *s, int32_t token)
@@ -282,10 +311,13 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
     float *q = malloc(((size_t)T * hq * d + 1) * sizeof *q);
     float *k = malloc(((size_t)T * hkv * d + 1) * sizeof *k);
     float *v = malloc(((size_t)T * hkv * d + 1) * sizeof *v);
-    float *out = malloc(((size_t)T * hq * d + 1) * sizeof *out);
+    /* Every layer's output, for record_samples. */
+    float *outs =
+        malloc(((size_t)p->num_layers * T * hq * d + 1) * sizeof *outs);
     double *ref = malloc((size_t)hq * d * sizeof *ref);
-    assert_true(q && k && v && out && ref);
+    assert_true(q && k && v && outs && ref);
     for (uint32_t layer = 0; layer < p->num_layers; layer++) {
+        float *out = outs + (size_t)layer * T * hq * d;
         for (uint32_t r = 0; r < T; r++) {
             int32_t tok = b->token_ids[r];
             uint32_t pos = b->positions[r];
@@ -348,6 +380,10 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
         uint32_t first = s->num_tokens - s->drafts, a = 0;
         while (a + 1 < n && sampled[j + a] == s->tokens[first + a])
             a++;
+        for (uint32_t i = 0; host->record_samples && i <= a; i++) {
+            uint32_t r = b->sample_rows[j + i];
+            record_sample(host, s, b->positions[r], outs, T, r);
+        }
         s->num_tokens = first + a;
         s->drafts = 0;
         push_token(s, sampled[j + a]);
@@ -366,7 +402,7 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
     free(q);
     free(k);
     free(v);
-    free(out);
+    free(outs);
     free(ref);
 }
 

@@ -46,6 +46,12 @@ typedef struct tm_seq {
     int32_t finish_status;
     uint32_t drafts; /* proposed for the next step (tm_propose), at the
                         end of tokens until tm_step settles them */
+    /* With tm_host.record_samples: the output rows (every layer) of each
+     * sample row whose sample the sequence kept, by position: [position]
+     * [layer][num_q_heads * head_dim]; recorded[position] says which. */
+    float *sample_out;
+    uint8_t *recorded;
+    uint32_t record_capacity; /* positions */
 } tm_seq;
 
 /* The host side of one engine: geometry, live sequences, and what was
@@ -58,6 +64,7 @@ typedef struct tm_host {
                               the last row of each sequence; 1: all */
     int retry; /* a failed step_begin, attend or step_end is called again
                   (at most 3 times in a row), counted in faults */
+    int record_samples; /* keep tm_seq.sample_out (set before stepping) */
     uint32_t faults;
     tm_seq *seqs;
     uint32_t num_seqs;

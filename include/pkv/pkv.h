@@ -544,11 +544,14 @@ PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
  * sequence samples next) for the sequence's next step. In that step it
  * runs 1 + k rows, its last sampled token and the drafts, as many as the
  * step's max_batch_tokens, the prefill cap (long_prefill_threshold), its
- * blocks and quotas allow, and with a U8 cache the end of a last block
- * that already holds rows (the rest are dropped, nobody is preempted for
- * them), each row with a sample row; the drafts count in the budget like
- * any row. step_end keeps the drafts the samples confirm and drops the KV
- * of the others: the sequence then holds exactly what plain decoding
+ * blocks and quotas allow, and with a U8 cache the end of the block its
+ * sampled token falls in (the rest are dropped, nobody is preempted for
+ * them; at block_size 1 no U8 draft runs), each row with a sample row;
+ * the drafts count in the budget like any row. Every row sees what plain
+ * decoding's row at its position sees, so the outputs of the rows whose
+ * samples are kept are plain decoding's (the same bits on the CPU
+ * backend). step_end keeps the drafts the samples confirm and drops the
+ * KV of the others: the sequence then holds exactly what plain decoding
  * would have given it. Drafts are for the next step only: a sequence that
  * does not decode in it (preempted, or beyond the budget) loses them;
  * num_drafts 0 withdraws them.
@@ -557,8 +560,7 @@ PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
  * in the unsealed last block are cut for free; if the step sealed a block
  * (filled and quantised it) and the cut falls inside it, its accepted rows
  * are kept from their f32 copy when u8_rollback_blocks covers the block
- * (1 covers every step that seals one block: any step that starts inside
- * a block, and drafts that fit in one block from a block start), else
+ * (1 covers every speculative step: its rows stay in one block), else
  * computed again in the next step; never re-quantised, so every stored
  * element keeps its bound. Stats count drafts run and accepted.
  * A sequence decodes when it is running and the KV of every token but
