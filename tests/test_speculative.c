@@ -438,11 +438,17 @@ static void test_errors(void **state)
     free(prompt);
 }
 
+#endif
+
 /* The states in which pkv_seq_propose takes drafts (issue 32, 1 and 2). */
 static void test_propose_states(void **state)
 {
     (void)state;
+#ifdef PKV_HAVE_OPENCL
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+#else
     pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+#endif
     p.block_size = 8;
     tm_host h;
     tm_host_init(&h, &p, tolerance(PKV_KV_F32));
@@ -495,7 +501,6 @@ static void test_propose_states(void **state)
     tm_host_free(&h);
     free(prompt);
 }
-#endif
 
 /* Built twice: test_speculative (CPU) and test_speculative_opencl
  * (labelled opencl). */
@@ -515,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_same_tokens_opencl),
         cmocka_unit_test(test_u8_window),
         cmocka_unit_test(test_committed_rows),
+        cmocka_unit_test(test_propose_states),
     };
 #else
     const struct CMUnitTest tests[] = {
