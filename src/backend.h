@@ -196,11 +196,44 @@ typedef struct pkv__backend_ops {
                                 const float *k, const float *v,
                                 const float *q, float *out, float scale,
                                 uint32_t sliding_window);
+
+    /* append + attend of one layer with device-memory tensors
+     * (PKV_MEMORY_OPENCL, whose shapes and dtypes the engine checked):
+     * the backend checks the buffers (context, size, alignment) and only
+     * enqueues the work, no wait; K and V are not scanned for non-finite
+     * values. NULL: the backend takes host memory only. */
+    pkv_status (*attend_device)(pkv__backend *backend, uint32_t layer,
+                                const pkv_tensor *q, const pkv_tensor *k,
+                                const pkv_tensor *v, const pkv_tensor *out,
+                                float scale, uint32_t sliding_window);
 } pkv__backend_ops;
 
 extern const pkv__backend_ops pkv__backend_cpu;
 
-/* Shared by the backends (backend.c). */
+/* Choosing the backend (backend.c). */
+
+/* Create the backend params ask for (PKV_BACKEND_AUTO: OpenCL when a
+ * device exists and its backend can be made, else the CPU backend, with a
+ * log line saying why), for config: *ops and *backend on success, both
+ * NULL on failure. */
+pkv_status pkv__backend_create_for(const pkv_engine_params *params,
+                                   const pkv__backend_config *config,
+                                   const pkv__allocator *alloc,
+                                   const pkv__backend_ops **ops,
+                                   pkv__backend **backend);
+
+/* block_size 0 follows the device: 16 tokens on a GPU, where a block
+ * matches the subgroup width; 64 on a CPU device or the CPU backend, where
+ * long runs of contiguous memory keep the prefetchers busy (docs/design.md,
+ * "Block size", has the measured trade-off). */
+uint32_t pkv__backend_default_block_size(const pkv_engine_params *params);
+
+/* Before pkv's first OpenCL call: log which ICD files the loader reads, so
+ * that a runtime that aborts the process as the loader loads it is named
+ * in the host's log. */
+void pkv__backend_log_loader(const pkv_engine_params *params);
+
+/* Shared by the backends (backend_check.c). */
 
 /* PKV_OK or the status create must return for this config, with the
  * thread's message set. */

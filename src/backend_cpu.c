@@ -465,4 +465,5 @@ const pkv__backend_ops pkv__backend_cpu = {
     cpu_append,     cpu_attend,   cpu_copy_blocks, cpu_copy_stages,
     cpu_swap_out,   cpu_swap_in,  cpu_stage_out,   cpu_stage_in,
     NULL, /* append_attend: append and attend do not wait for anything */
+    NULL, /* attend_device: host memory only */
 };

@@ -3,11 +3,6 @@
 #include "engine.h"
 #include "struct_sizes.h"
 
-#ifdef PKV_HAVE_OPENCL
-#include "backend_opencl.h"
-#include "opencl_program.h"
-#endif
-
 #include "kv_layout.h"
 
 #include <stdio.h>
@@ -296,7 +291,7 @@ static void free_step_arrays(pkv_engine *e)
     pkv__free(a, e->scratch, e->scratch_capacity, sizeof *e->scratch);
 }
 
-/* Pick and create the backend. */
+/* The backend's config from the params; the backend (backend.c). */
 static pkv_status create_backend(pkv_engine *e)
 {
     const pkv_engine_params *p = &e->params;
@@ -317,45 +312,7 @@ static pkv_status create_backend(pkv_engine *e)
                         : 0;
     c->max_step_seqs = p->max_num_seqs;
     c->max_seq_tokens = p->max_model_len;
-#ifdef PKV_HAVE_OPENCL
-    /* AUTO on a machine without any OpenCL device: the CPU backend, as a
-     * matter of course (the creation log line names it). */
-    if (p->backend == PKV_BACKEND_AUTO && p->opencl_context == NULL &&
-        p->opencl_queue == NULL && !pkv__opencl_available())
-        pkv__engine_log(e, PKV_LOG_DEBUG, "no OpenCL device; CPU backend");
-    else if (p->backend != PKV_BACKEND_CPU) {
-        pkv__opencl_options o;
-        memset(&o, 0, sizeof o);
-        o.device = p->opencl_device;
-        o.cache_dir = p->program_cache_dir;
-        o.context = (cl_context)p->opencl_context;
-        o.queue = (cl_command_queue)p->opencl_queue;
-        o.log = p->log;
-        o.log_user = p->log_user;
-        o.log_level = p->log_level;
-        pkv_status st = pkv__opencl_create(c, &e->alloc, &o, &e->backend);
-        if (st == PKV_OK) {
-            /* Named after the device: the engine's log line says which. */
-            e->ops = pkv__opencl_ops(e->backend);
-            return PKV_OK;
-        }
-        /* AUTO falls back unless the host handed its own queue, or host
-         * memory ran out (the CPU backend needs more of it). */
-        if (p->backend == PKV_BACKEND_OPENCL || o.context != NULL ||
-            o.queue != NULL || st == PKV_ERR_OUT_OF_MEMORY)
-            return st;
-        pkv__engine_log(e, PKV_LOG_WARN,
-                        "OpenCL backend unavailable (%s); using the CPU "
-                        "backend",
-                        pkv_last_error());
-    }
-#else
-    if (p->backend == PKV_BACKEND_OPENCL)
-        return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "the OpenCL backend is not built into this pkv");
-#endif
-    e->ops = &pkv__backend_cpu;
-    return e->ops->create(c, &e->alloc, &e->backend);
+    return pkv__backend_create_for(p, c, &e->alloc, &e->ops, &e->backend);
 }
 
 /* Release everything create may have made; fields not made are NULL. */
@@ -389,34 +346,6 @@ static void engine_free(pkv_engine *e)
     pkv__free(&alloc, e, 1, sizeof *e);
 }
 
-/* block_size 0 follows the device: 16 tokens on a GPU, where a block
- * matches the subgroup width; 64 on a CPU device or the CPU backend, where
- * long runs of contiguous memory keep the prefetchers busy (docs/design.md,
- * "Block size", has the measured trade-off). */
-static uint32_t default_block_size(const pkv_engine_params *p)
-{
-    enum { GPU_BLOCK = 16, CPU_BLOCK = 64 };
-#ifdef PKV_HAVE_OPENCL
-    if (p->backend == PKV_BACKEND_CPU ||
-        (p->backend == PKV_BACKEND_AUTO && p->opencl_queue == NULL &&
-         !pkv__opencl_available()))
-        return CPU_BLOCK;
-    pkv__opencl_options o;
-    memset(&o, 0, sizeof o);
-    o.device = p->opencl_device;
-    o.queue = (cl_command_queue)p->opencl_queue;
-    int gpu = 0;
-    /* A device that cannot be chosen fails (or falls back) in
-     * create_backend, with the message; here it only sets the default. */
-    if (pkv__opencl_device_is_gpu(&o, &gpu) != PKV_OK)
-        return p->backend == PKV_BACKEND_OPENCL ? GPU_BLOCK : CPU_BLOCK;
-    return gpu ? GPU_BLOCK : CPU_BLOCK;
-#else
-    (void)p;
-    return CPU_BLOCK;
-#endif
-}
-
 pkv_status pkv_engine_create(const pkv_engine_params *params,
                              pkv_engine **out)
 {
@@ -430,19 +359,9 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     pkv_status st = resolve_params(params, &p);
     if (st != PKV_OK)
         return st;
-#ifdef PKV_HAVE_OPENCL
-    /* Before pkv's first OpenCL call: a runtime that aborts the process as
-     * the loader loads it is named in the host's log. */
-    if (p.backend != PKV_BACKEND_CPU && p.log != NULL &&
-        PKV_LOG_INFO <= p.log_level) {
-        char icd[PKV__ERROR_MAX - 64], line[PKV__ERROR_MAX];
-        pkv__cl_icd_summary(icd, sizeof icd);
-        snprintf(line, sizeof line, "opencl: the ICD loader reads %s", icd);
-        p.log(p.log_user, PKV_LOG_INFO, line);
-    }
-#endif
+    pkv__backend_log_loader(&p);
     if (p.block_size == 0)
-        p.block_size = default_block_size(&p);
+        p.block_size = pkv__backend_default_block_size(&p);
     st = size_pool(&p);
     if (st != PKV_OK)
         return st;
@@ -585,14 +504,11 @@ pkv_status pkv__engine_fail_any_thread(const pkv_engine *engine,
 void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
                      ...)
 {
-    if (engine->params.log == NULL || level > engine->params.log_level)
-        return;
-    char line[PKV__ERROR_MAX];
     va_list args;
     va_start(args, fmt);
-    vsnprintf(line, sizeof line, fmt, args);
+    pkv__vlog(engine->params.log, engine->params.log_user,
+              engine->params.log_level, level, fmt, args);
     va_end(args);
-    engine->params.log(engine->params.log_user, level, line);
 }
 
 pkv_status pkv_engine_stats_init(pkv_engine_stats *stats)

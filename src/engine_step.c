@@ -7,10 +7,6 @@
 #include "rollback.h"
 #include "struct_sizes.h"
 
-#ifdef PKV_HAVE_OPENCL
-#include "backend_opencl.h"
-#endif
-
 #include "half.h"
 
 #include <assert.h>
@@ -63,7 +59,7 @@ static pkv_status reserve_step(pkv_engine *e)
     uint32_t longest = e->longest_tokens;
     uint32_t live = e->running.count + e->waiting.count + e->swapped.count;
     /* Scratch arrays: nothing in them survives a step, nothing to copy. */
-    void *finished, *finished_user_data, *items, *hits;
+    void *finished, *finished_user_data, *hits;
     pkv_status st = pkv__grow(&e->alloc, e->finished, &e->finished_capacity, 0,
                    (size_t)e->ended.count + live + 1, sizeof *e->finished,
                    &finished);
@@ -78,11 +74,9 @@ static pkv_status reserve_step(pkv_engine *e)
         return st;
     e->finished_user_data = finished_user_data;
     /* A plan item at most per sequence it looks at. */
-    st = pkv__grow(&e->alloc, e->plan.items, &e->plan.items_capacity, 0,
-                   (size_t)live + 1, sizeof *e->plan.items, &items);
+    st = pkv__plan_reserve_items(&e->plan, &e->alloc, (size_t)live + 1);
     if (st != PKV_OK)
         return st;
-    e->plan.items = items;
     st = pkv__grow(&e->alloc, e->hit_blocks, &e->hit_blocks_capacity, 0,
                    longest / bs + 1, sizeof *e->hit_blocks, &hits);
     if (st != PKV_OK)
@@ -364,10 +358,7 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->dtype is %d; not a pkv_tensor_dtype",
                                 name, (int)t->dtype);
-    int device_ok = 0;
-#ifdef PKV_HAVE_OPENCL
-    device_ok = pkv__opencl_is(e->ops);
-#endif
+    int device_ok = e->ops->attend_device != NULL;
     if (t->memory != PKV_MEMORY_HOST &&
         !(t->memory == PKV_MEMORY_OPENCL && device_ok))
         return pkv__engine_fail(
@@ -471,20 +462,11 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         e->layers_left--;
         return PKV_OK;
     }
-#ifdef PKV_HAVE_OPENCL
     /* cl_mem tensors: enqueued on the engine's queue, not waited for, and
      * not scanned for non-finite values (pkv_opencl.h). */
     if (device) {
-        pkv__device_tensor t[4];
-        const pkv_tensor *in[4] = {q, k, v, out};
-        for (int i = 0; i < 4; i++) {
-            t[i].mem = (cl_mem)in[i]->data;
-            t[i].offset = in[i]->offset;
-            t[i].dtype = in[i]->dtype;
-        }
-        st = pkv__opencl_attend_device(e->backend, layer, &t[0], &t[1],
-                                       &t[2], &t[3], e->params.scale,
-                                       e->params.sliding_window);
+        st = e->ops->attend_device(e->backend, layer, q, k, v, out,
+                                   e->params.scale, e->params.sliding_window);
         if (st != PKV_OK)
             return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
                                     pkv_last_error());
@@ -492,9 +474,6 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         e->layers_left--;
         return PKV_OK;
     }
-#else
-    (void)device;
-#endif
 
     /* In size_t from the first factor: rows (up to 2^20) times hq (up to
      * 4096) alone can wrap 32 bits. */

@@ -28,4 +28,11 @@ void pkv__set_error(const char *message);
  * `return pkv__fail(PKV_ERR_..., "...")`. */
 pkv_status pkv__fail(pkv_status status, const char *fmt, ...) PKV__PRINTF(2, 3);
 
+/* Send a formatted line to a host's log callback (pkv_engine_params.log)
+ * when it is set and level <= max_level. */
+void pkv__log(pkv_log_fn log, void *user, int32_t max_level, int32_t level,
+              const char *fmt, ...) PKV__PRINTF(5, 6);
+void pkv__vlog(pkv_log_fn log, void *user, int32_t max_level, int32_t level,
+               const char *fmt, va_list args);
+
 #endif

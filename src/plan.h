@@ -72,6 +72,12 @@ typedef struct pkv__plan {
     pkv__map tenants;
 } pkv__plan;
 
+/* The plan's memory (plan.c): room for n items; for `more` links after
+ * the num_links in use (PKV_ERR_OUT_OF_MEMORY changes nothing); release. */
+pkv_status pkv__plan_reserve_items(pkv__plan *plan,
+                                   const pkv__allocator *alloc, size_t n);
+pkv_status pkv__plan_reserve_links(pkv__plan *plan,
+                                   const pkv__allocator *alloc, size_t more);
 void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
 
 /* Plan the step (sched.c): running sequences, swapped, waiting, drafts.

@@ -6,15 +6,6 @@
 #include <assert.h>
 #include <string.h>
 
-void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc)
-{
-    pkv__free(alloc, plan->items, plan->items_capacity, sizeof *plan->items);
-    pkv__free(alloc, plan->links, plan->links_capacity, sizeof *plan->links);
-    pkv__map_release(&plan->refs, alloc);
-    pkv__map_release(&plan->tenants, alloc);
-    memset(plan, 0, sizeof *plan);
-}
-
 /* Host memory for a swap-out: NULL buffers and 0 when there is none. */
 static int alloc_swap(pkv_engine *e, pkv__seq *seq)
 {

@@ -354,12 +354,8 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
         *st = plan_end(pl, seq, never);
         return 1;
     }
-    void *links;
-    *st = pkv__grow(&e->alloc, plan->links, &plan->links_capacity,
-                    plan->num_links,
-                    (size_t)plan->num_links + seq->num_tokens / bs + 1,
-                    sizeof *plan->links, &links);
-    plan->links = links;
+    *st = pkv__plan_reserve_links(plan, &e->alloc,
+                                  (size_t)seq->num_tokens / bs + 1);
     if (*st != PKV_OK)
         return 1;
     pkv__chain_link *hit = plan->links + plan->num_links;

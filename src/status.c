@@ -67,3 +67,22 @@ pkv_status pkv__fail(pkv_status status, const char *fmt, ...)
     va_end(args);
     return status;
 }
+
+void pkv__vlog(pkv_log_fn log, void *user, int32_t max_level, int32_t level,
+               const char *fmt, va_list args)
+{
+    if (log == NULL || level > max_level)
+        return;
+    char line[PKV__ERROR_MAX];
+    vsnprintf(line, sizeof line, fmt, args);
+    log(user, level, line);
+}
+
+void pkv__log(pkv_log_fn log, void *user, int32_t max_level, int32_t level,
+              const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    pkv__vlog(log, user, max_level, level, fmt, args);
+    va_end(args);
+}

@@ -21,7 +21,7 @@
 #include "test_model.h"
 #include "wire.h"
 #ifdef PKV_HAVE_OPENCL
-#include "backend_opencl.h"
+#include "opencl/opencl.h"
 #endif
 
 #include <stdlib.h>

@@ -40,7 +40,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
-#include "backend_opencl.h"
+#include "opencl/opencl.h"
 #include "kv_layout.h"
 #include "test_rng.h"
 

@@ -27,7 +27,8 @@
 #include "pkv/pkv_opencl.h"
 #include "test_model.h"
 
-#include "backend_opencl.h"
+#include "opencl/opencl.h"
+#include "opencl/program.h"
 #include "engine.h"
 #include "lifecycle.h"
 #include "half.h"

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "opencl_features.h"
+#include "opencl/features.h"
 
 #include <string.h>
 

@@ -17,7 +17,7 @@
 #include "engine.h"
 #include "test_model.h"
 #ifdef PKV_HAVE_OPENCL
-#include "backend_opencl.h"
+#include "opencl/opencl.h"
 #endif
 
 #include <stdlib.h>

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OpenCL plumbing of the OpenCL backend (opencl_program.c): error names and
- * statuses, device choice, and programs built from the embedded kernels,
+ * OpenCL programs (program.c): built from the embedded kernel files,
  * shared across the process and cached on disk (docs/design.md, "OpenCL
  * backend").
  */
@@ -9,15 +8,8 @@
 #define PKV_OPENCL_PROGRAM_H
 
 #include "alloc.h"
+#include "device.h"
 #include "error.h"
-
-/* pkv is OpenCL 1.2 code; say so, or the headers note their default. */
-#ifndef CL_TARGET_OPENCL_VERSION
-#define CL_TARGET_OPENCL_VERSION 120
-#endif
-#include <CL/cl.h>
-
-#define PKV__CL_NAME_MAX 256
 
 /* Where programs are built. */
 typedef struct pkv__cl_target {
@@ -42,34 +34,9 @@ enum pkv__cl_program_kind {
     PKV__CL_DECODE_INTEL = 3 /* decode_intel.cl, specialised by -D options */
 };
 
-/* The ICD files the OpenCL loader reads at its first call, with the
- * library each names: OCL_ICD_VENDORS (a file or a directory) or
- * /etc/OpenCL/vendors. For the log line before pkv's first OpenCL call: a
- * runtime that aborts the process as it loads (Intel's under
- * AddressSanitizer) is then named. */
-void pkv__cl_icd_summary(char *buf, size_t size);
-
 /* Drop the process-wide table of pkv's own contexts and programs
  * (pkv_opencl_release_programs). */
 void pkv__cl_release_shared(void);
-
-/* The name of an OpenCL error code, e.g. "CL_OUT_OF_RESOURCES". */
-const char *pkv__cl_error_name(cl_int err);
-
-/* Fail with the pkv status for err and "call: CL_NAME (code)". */
-pkv_status pkv__cl_fail(cl_int err, const char *call);
-
-/* The device whose platform or device name contains want (case-
- * insensitive), or with want NULL the first GPU, else the first device. */
-pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out);
-
-/* Nonzero when some OpenCL platform has a device. */
-int pkv__cl_any_device(void);
-
-/* A device's or a platform's name string ("" when the query fails). */
-void pkv__cl_device_string(cl_device_id device, cl_device_info what,
-                           char *buf, size_t size);
-void pkv__cl_platform_name(cl_platform_id platform, char *buf, size_t size);
 
 /* Send a line to the target's log callback if level is enabled. */
 void pkv__cl_log(const pkv__cl_target *target, int32_t level,
@@ -78,5 +45,20 @@ void pkv__cl_log(const pkv__cl_target *target, int32_t level,
 /* Build (or find) a program of `kind` with extra build options. */
 pkv_status pkv__cl_program(pkv__cl_target *target, int kind,
                            const char *extra, cl_program *out);
+
+/* The kernel sources, embedded at build time (cmake/embed.cmake), in the
+ * order they are concatenated into the program. */
+typedef struct pkv__kernel_file {
+    const char *name; /* path relative to the source tree */
+    const unsigned char *data;
+    size_t size;
+} pkv__kernel_file;
+extern const pkv__kernel_file pkv__kernel_files[];
+extern const unsigned pkv__kernel_num_files;
+
+/* Test hook: when set, the kernel files are read from this directory (the
+ * same relative names) instead of the embedded copies. Builds with
+ * PKV_KERNELS_FROM_SOURCE read them from the source tree by default. */
+extern const char *pkv__opencl_kernel_dir;
 
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "opencl_features.h"
+#include "features.h"
 
 #include <stdio.h>
 #include <string.h>

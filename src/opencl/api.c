@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* The public functions of pkv_opencl.h. */
+/* The public functions of pkv_opencl.h: the engine's context and queue. */
 #include "pkv/pkv_opencl.h"
 
-#include "backend_opencl.h"
 #include "engine.h"
-#include "opencl_program.h"
+#include "internal.h"
 
 pkv_status pkv_engine_params_set_opencl(pkv_engine_params *params,
                                         cl_context context,

@@ -1,0 +1,378 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The OpenCL backend object: create and destroy, the kernels of the generic
+ * program, the attention kernel for steps with more rows than sequences,
+ * the ops table and what tests read of the backend.
+ */
+#include "internal.h"
+
+#include "features.h"
+#include "kv_layout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* The attention kernel of steps with more rows than sequences: the tiled
+ * one where PKV_OPENCL_PREFILL (value pf) or the device type asks for it
+ * and it fits, else pkv_paged_attention. */
+static pkv_status prefill_prepare(pkv__backend *b, const char *pf)
+{
+    const pkv__backend_config *c = &b->cfg;
+    cl_device_type type = 0;
+    cl_ulong local_mem = 0;
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
+                    &local_mem, NULL);
+    b->tile_rows = 0;
+    if (pkv__prefill_choose(pf, (type & CL_DEVICE_TYPE_CPU) != 0) !=
+        PKV__PREFILL_TILES)
+        return PKV_OK;
+    size_t max_group = 0;
+    pkv_status st =
+        pkv__ocl_make_kernel(b, b->program, "pkv_paged_attention_tiled",
+                             &b->k_tiled, &max_group, 1024);
+    uint32_t group = c->num_q_heads / c->num_kv_heads, rows = 0, chunk = 0;
+    if (st == PKV_OK &&
+        pkv__prefill_tile_shape(group, c->head_dim, c->block_size, local_mem,
+                                max_group, &rows, &chunk) == 0) {
+        b->tile_rows = rows;
+        b->tile_chunk = chunk;
+        pkv__cl_log(&b->cl, PKV_LOG_INFO,
+                    "opencl: prefill kernel tiled: %u rows x %u query heads "
+                    "per work-group, %u tokens staged at a time",
+                    (unsigned)rows, (unsigned)group, (unsigned)chunk);
+    } else if (st == PKV_OK) {
+        pkv__cl_log(&b->cl, PKV_LOG_WARN,
+                    "opencl: prefill kernel rows: the tiled kernel does not "
+                    "fit the device (%llu bytes of local memory, work-groups "
+                    "of %zu)",
+                    (unsigned long long)local_mem, max_group);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------- create/destroy */
+
+static void ocl_destroy(pkv__backend *b)
+{
+    if (b == NULL)
+        return;
+    if (b->queue != NULL)
+        clFinish(b->queue);
+    if (b->upload != NULL)
+        clReleaseEvent(b->upload);
+    for (int i = 0; i < 4; i++)
+        if (b->tensor_mem[i] != NULL)
+            clReleaseMemObject(b->tensor_mem[i]);
+    if (b->step_mem != NULL)
+        clReleaseMemObject(b->step_mem);
+    if (b->transfer != NULL)
+        clReleaseMemObject(b->transfer);
+    if (b->units != NULL)
+        clReleaseMemObject(b->units);
+    pkv__free(&b->alloc, b->units_host, b->units_cap, 1);
+    cl_mem decode_mems[] = {b->dec_lens, b->tables, b->dec_stages,
+                            b->part_acc, b->part_ml};
+    for (size_t i = 0; i < 5; i++)
+        if (decode_mems[i] != NULL)
+            clReleaseMemObject(decode_mems[i]);
+    if (b->k_partial != NULL)
+        clReleaseKernel(b->k_partial);
+    if (b->k_reduce != NULL)
+        clReleaseKernel(b->k_reduce);
+    if (b->decode_program != NULL)
+        clReleaseProgram(b->decode_program);
+    if (b->stages != NULL)
+        clReleaseMemObject(b->stages);
+    if (b->arenas != NULL) {
+        for (uint32_t l = 0; l < b->cfg.num_layers; l++)
+            if (b->arenas[l] != NULL)
+                clReleaseMemObject(b->arenas[l]);
+        pkv__free(&b->alloc, b->arenas, b->cfg.num_layers,
+                  sizeof *b->arenas);
+    }
+    cl_kernel ks[] = {b->k_append, b->k_seal, b->k_attend, b->k_copy,
+                      b->k_tiled};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        if (ks[i] != NULL)
+            clReleaseKernel(ks[i]);
+    if (b->program != NULL)
+        clReleaseProgram(b->program);
+    if (b->queue != NULL)
+        clReleaseCommandQueue(b->queue);
+    if (b->cl.context != NULL)
+        clReleaseContext(b->cl.context);
+    pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof(uint32_t));
+    pkv__free(&b->alloc, b->table_mirror, b->table_mirror_cap,
+              sizeof(uint32_t));
+    pkv__tables_seen_release(&b->device_rows, &b->alloc);
+    pkv__tables_seen_release(&b->checked, &b->alloc);
+    pkv__allocator a = b->alloc;
+    pkv__free(&a, b, 1, sizeof *b);
+}
+
+
+/* The most blocks a sequence of the config can hold. */
+static uint32_t config_max_blocks(const pkv__backend_config *c)
+{
+    return (uint32_t)(((uint64_t)c->max_seq_tokens + c->block_size - 1) /
+                      c->block_size);
+}
+
+/* Sizes against the device's limits, before anything is allocated. */
+static pkv_status check_fit(pkv__backend *b)
+{
+    const pkv__backend_config *c = &b->cfg;
+    cl_ulong max_alloc = 0, global = 0;
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+                    sizeof max_alloc, &max_alloc, NULL);
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global,
+                    &global, NULL);
+    size_t lbb = pkv__backend_layer_block_bytes(c);
+    size_t stage_bytes = pkv__backend_stage_bytes(c);
+    if (lbb > UINT32_MAX || stage_bytes / 4 > UINT32_MAX ||
+        (uint64_t)lbb * c->num_blocks / c->num_blocks != lbb)
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "opencl: a block of %zu bytes or a staging tail of "
+                         "%zu bytes is beyond what the kernels address",
+                         lbb, stage_bytes);
+    uint64_t arena = (uint64_t)lbb * c->num_blocks;
+    uint64_t stages = (uint64_t)stage_bytes * c->num_stages;
+    uint64_t total = arena * c->num_layers + stages;
+    if (arena > max_alloc || stages > max_alloc || total > global)
+        return pkv__fail(PKV_ERR_DEVICE_MEMORY,
+                         "opencl: %u layers of %u blocks need %llu bytes per "
+                         "layer arena (%llu of staging tails), %llu in all; "
+                         "the device '%s' allows %llu per buffer and %llu in "
+                         "all: lower num_blocks or cache_bytes",
+                         (unsigned)c->num_layers, (unsigned)c->num_blocks,
+                         (unsigned long long)arena,
+                         (unsigned long long)stages,
+                         (unsigned long long)total, b->device_name,
+                         (unsigned long long)max_alloc,
+                         (unsigned long long)global);
+    /* The largest step's block tables, rows of a power-of-two stride. Its
+     * other arrays (kv_step.h) stay far below the 2^32 words the kernels
+     * index: at most 65,536 sequences and 2^20 rows (engine.c) pack into
+     * fewer than 2^24 words. */
+    uint64_t tables = (uint64_t)c->max_step_seqs *
+                      pkv__ocl_table_stride_for(0, config_max_blocks(c)) *
+                      sizeof(uint32_t);
+    if (tables > max_alloc)
+        return pkv__fail(PKV_ERR_DEVICE_MEMORY,
+                         "opencl: the block tables of %u sequences of up to "
+                         "%u tokens need %llu bytes; the device '%s' allows "
+                         "%llu per buffer: lower max_num_seqs or "
+                         "max_model_len",
+                         (unsigned)c->max_step_seqs,
+                         (unsigned)c->max_seq_tokens,
+                         (unsigned long long)tables, b->device_name,
+                         (unsigned long long)max_alloc);
+    b->layer_block_bytes = (uint32_t)lbb;
+    b->arena_bytes = (size_t)arena;
+    b->stage_floats = (uint32_t)(stage_bytes / 4);
+    b->head_bytes = (uint32_t)(lbb / c->num_kv_heads);
+    b->k_part_bytes = (uint32_t)PKV_LAYOUT_PART_BYTES(
+        (size_t)c->kv_dtype, (size_t)c->key_quant, (size_t)c->block_size,
+        (size_t)c->head_dim);
+    return PKV_OK;
+}
+
+pkv_status pkv__opencl_create(const pkv__backend_config *config,
+                              const pkv__allocator *alloc,
+                              const pkv__opencl_options *o,
+                              pkv__backend **out)
+{
+    *out = NULL;
+    pkv_status st = pkv__backend_config_check(config);
+    if (st != PKV_OK)
+        return st;
+    pkv__backend *b = pkv__calloc(alloc, 1, sizeof *b);
+    if (b == NULL)
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");
+    b->cfg = *config;
+    b->alloc = *alloc;
+    b->cl.alloc = *alloc;
+    b->cl.log = o->log;
+    b->cl.log_user = o->log_user;
+    b->cl.log_level = o->log_level;
+    int own = o->context == NULL && o->queue == NULL;
+    b->cl.own_context = own;
+    if (o->cache_dir != NULL) {
+        snprintf(b->cache_dir, sizeof b->cache_dir, "%s", o->cache_dir);
+        b->cl.cache_dir = b->cache_dir;
+    }
+    const char *dk = getenv("PKV_OPENCL_DECODE");
+    b->decode_request = pkv__decode_parse(dk);
+    const char *pf = getenv("PKV_OPENCL_PREFILL");
+    if (b->decode_request < 0 || pkv__prefill_choose(pf, 0) < 0) {
+        pkv_status bad =
+            b->decode_request < 0
+                ? pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                            "PKV_OPENCL_DECODE=%s: expected auto, cpu, gpu, "
+                            "intel or off",
+                            dk)
+                : pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                            "PKV_OPENCL_PREFILL=%s: expected auto, rows or "
+                            "tiles",
+                            pf);
+        pkv__free(alloc, b, 1, sizeof *b);
+        return bad;
+    }
+    if (own)
+        st = pkv__cl_pick_device(pkv__cl_wanted_device(o->device),
+                                 &b->cl.device);
+    else
+        st = pkv__ocl_adopt_host_queue(b, (cl_context)o->context,
+                                       (cl_command_queue)o->queue);
+    if (st == PKV_OK) {
+        char dname[PKV__CL_NAME_MAX], driver[PKV__CL_NAME_MAX];
+        char pname[PKV__CL_NAME_MAX];
+        cl_platform_id plat = NULL;
+        clGetDeviceInfo(b->cl.device, CL_DEVICE_PLATFORM, sizeof plat, &plat,
+                        NULL);
+        pkv__cl_platform_name(plat, pname, sizeof pname);
+        pkv__cl_device_string(b->cl.device, CL_DEVICE_NAME, dname,
+                              sizeof dname);
+        pkv__cl_device_string(b->cl.device, CL_DRIVER_VERSION, driver,
+                              sizeof driver);
+        snprintf(b->device_name, sizeof b->device_name, "%s / %s (driver %s)",
+                 pname, dname, driver);
+        cl_bool unified = CL_FALSE;
+        clGetDeviceInfo(b->cl.device, CL_DEVICE_HOST_UNIFIED_MEMORY,
+                        sizeof unified, &unified, NULL);
+        b->unified = unified == CL_TRUE;
+        clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_COMPUTE_UNITS,
+                        sizeof b->compute_units, &b->compute_units, NULL);
+        st = check_fit(b);
+    }
+    if (st == PKV_OK)
+        st = pkv__tables_seen_init(&b->device_rows, alloc,
+                                   config->max_step_seqs);
+    if (st == PKV_OK)
+        st = pkv__tables_seen_init(&b->checked, alloc, config->max_step_seqs);
+    if (st == PKV_OK)
+        st = pkv__cl_program(&b->cl, PKV__CL_GENERIC, "", &b->program);
+    if (st == PKV_OK && own) {
+        cl_int err;
+        b->queue = clCreateCommandQueue(b->cl.context, b->cl.device, 0, &err);
+        if (err != CL_SUCCESS) {
+            b->queue = NULL;
+            st = pkv__cl_fail(err, "clCreateCommandQueue");
+        }
+    }
+    if (st == PKV_OK)
+        st = pkv__ocl_make_kernel(b, b->program, "pkv_kv_append", &b->k_append,
+                                  &b->local_append, LOCAL_ROWS);
+    if (st == PKV_OK)
+        st = pkv__ocl_make_kernel(b, b->program, "pkv_kv_seal", &b->k_seal,
+                                  &b->local_seal, 1);
+    if (st == PKV_OK)
+        st = pkv__ocl_make_kernel(b, b->program, "pkv_paged_attention",
+                                  &b->k_attend, &b->local_attend, LOCAL_ROWS);
+    if (st == PKV_OK)
+        st = pkv__ocl_make_kernel(b, b->program, "pkv_block_copy", &b->k_copy,
+                                  &b->local_copy, 64);
+    if (st == PKV_OK)
+        st = prefill_prepare(b, pf);
+
+    if (st == PKV_OK) {
+        b->arenas = pkv__calloc(alloc, config->num_layers, sizeof *b->arenas);
+        if (b->arenas == NULL)
+            st = pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");
+    }
+    for (uint32_t l = 0; st == PKV_OK && l < config->num_layers; l++)
+        st = pkv__ocl_new_zeroed(b, b->arena_bytes, CL_MEM_READ_WRITE,
+                                 &b->arenas[l], "arena");
+    if (st == PKV_OK && config->num_stages > 0)
+        st = pkv__ocl_new_zeroed(
+            b, (size_t)b->stage_floats * 4 * config->num_stages,
+            CL_MEM_READ_WRITE, &b->stages, "staging tails");
+    if (st == PKV_OK) {
+        /* Allocation is often lazy: make it happen now, where a failure
+         * has a clear place. */
+        cl_int err = clFinish(b->queue);
+        if (err != CL_SUCCESS)
+            st = pkv__cl_fail(err, "clFinish(zero the arenas)");
+    }
+    if (st != PKV_OK) {
+        char why[PKV__ERROR_MAX];
+        snprintf(why, sizeof why, "%s", pkv_last_error());
+        ocl_destroy(b);
+        return pkv__fail(st, "%s", why);
+    }
+    pkv__cl_log(&b->cl, PKV_LOG_DEBUG,
+                "opencl: %s%s, %u layer arenas of %zu bytes",
+                b->device_name, b->unified ? ", unified memory" : "",
+                (unsigned)config->num_layers, b->arena_bytes);
+    *out = b;
+    return PKV_OK;
+}
+
+static pkv_status ocl_create(const pkv__backend_config *config,
+                             const pkv__allocator *alloc, pkv__backend **out)
+{
+    pkv__opencl_options o;
+    memset(&o, 0, sizeof o);
+    return pkv__opencl_create(config, alloc, &o, out);
+}
+
+const pkv__backend_ops *pkv__opencl_ops(pkv__backend *b)
+{
+    b->ops = pkv__backend_opencl;
+    snprintf(b->ops_name, sizeof b->ops_name, "opencl (%s)", b->device_name);
+    b->ops.name = b->ops_name;
+    return &b->ops;
+}
+
+int pkv__opencl_is(const pkv__backend_ops *ops)
+{
+    return ops != NULL && ops->begin_step == pkv__backend_opencl.begin_step;
+}
+
+const char *pkv__opencl_decode_variant(const pkv__backend *b)
+{
+    return b->decode_variant[0] != '\0' ? b->decode_variant : NULL;
+}
+
+uint64_t pkv__opencl_table_words(const pkv__backend *b)
+{
+    return b->table_words;
+}
+
+uint64_t pkv__opencl_finishes(const pkv__backend *b)
+{
+    return b->finishes;
+}
+
+uint64_t pkv__opencl_buffers_created(const pkv__backend *b)
+{
+    return b->buffers_created;
+}
+
+void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
+                         cl_command_queue *queue)
+{
+    *context = b->cl.context;
+    *queue = b->queue;
+}
+
+const pkv__backend_ops pkv__backend_opencl = {
+    "opencl",
+    ocl_create,
+    ocl_destroy,
+    pkv__ocl_begin_step,
+    pkv__ocl_append,
+    pkv__ocl_attend,
+    pkv__ocl_copy_blocks,
+    pkv__ocl_copy_stages,
+    pkv__ocl_swap_out,
+    pkv__ocl_swap_in,
+    pkv__ocl_stage_out,
+    pkv__ocl_stage_in,
+    pkv__ocl_append_attend,
+    pkv__ocl_attend_device,
+};

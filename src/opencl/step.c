@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The step on the device: begin_step takes it; the first layer call packs
+ * its arrays (kv_step.h) and uploads them with the block-table rows that
+ * changed.
+ */
+#include "internal.h"
+
+#include "kv_step.h"
+
+#include <string.h>
+
+/* Block-table rows hold a power of two entries, at least 16; max_blocks
+ * is at most 2^24 (max_model_len, engine.c). */
+uint32_t pkv__ocl_table_stride_for(uint32_t stride, uint32_t max_blocks)
+{
+    stride = stride ? stride : 16;
+    while (stride < max_blocks)
+        stride *= 2;
+    return stride;
+}
+
+static pkv_status grow_step(pkv__backend *b, size_t words)
+{
+    if (words > b->step_host_cap) {
+        size_t cap = b->step_host_cap ? b->step_host_cap : 256;
+        while (cap < words)
+            cap *= 2;
+        uint32_t *grown = pkv__calloc(&b->alloc, cap, sizeof *grown);
+        if (grown == NULL)
+            return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "step arrays: no memory");
+        pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof *grown);
+        b->step_host = grown;
+        b->step_host_cap = cap;
+    }
+    if (words > b->step_mem_cap) {
+        size_t cap = b->step_host_cap;
+        cl_int err;
+        cl_mem m = pkv__ocl_new_buffer(b, CL_MEM_READ_ONLY,
+                                       cap * sizeof(uint32_t), &err);
+        if (err != CL_SUCCESS)
+            return pkv__cl_fail(err, "clCreateBuffer(step arrays)");
+        if (b->step_mem != NULL)
+            clReleaseMemObject(b->step_mem);
+        b->step_mem = m;
+        b->step_mem_cap = cap;
+    }
+    return PKV_OK;
+}
+
+/* The packed step's words (kv_step.h): the header, then each array;
+ * off and lens (both or neither) receive where each array starts and its
+ * length. */
+static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
+                          size_t *off, size_t *lens)
+{
+    size_t n = s->num_seqs, t = s->num_tokens;
+    size_t len[PKV_STEP_HEADER] = {
+        n + 1, n, n, t, t, 2 * t, (size_t)seals * PKV_SEAL_WORDS, tiles};
+    size_t at = PKV_STEP_HEADER;
+    for (int i = 0; i < PKV_STEP_HEADER; i++) {
+        if (off != NULL) {
+            off[i] = at;
+            lens[i] = len[i];
+        }
+        at += len[i];
+    }
+    return at;
+}
+
+/* The step's block tables into b->tables, as rows of table_stride
+ * entries: only the runs of rows whose table version device_rows does not
+ * know (in a decode step, the rows of the sequences that crossed into a
+ * new block; a step that admits a prompt adds its row). Called after the
+ * previous step's uploads finished (upload_step waits for them), so the
+ * mirror they read from may change. */
+static pkv_status upload_tables(pkv__backend *b)
+{
+    const pkv__step *s = &b->step;
+    uint32_t n = s->num_seqs, maxb = s->max_blocks_per_seq;
+    uint32_t bs = b->cfg.block_size;
+    uint32_t stride = pkv__ocl_table_stride_for(b->table_stride, maxb);
+    size_t words = (size_t)(n > 0 ? n : 1) * stride;
+    cl_mem before = b->tables;
+    pkv_status st =
+        pkv__ocl_grow_buffer(b, &b->tables, &b->tables_cap, words * 4,
+                             CL_MEM_READ_ONLY, "block tables");
+    if (st != PKV_OK)
+        return st;
+    if (b->tables != before || stride != b->table_stride)
+        pkv__tables_seen_forget(&b->device_rows); /* it holds none */
+    size_t cap = b->tables_cap / 4;
+    if (b->table_mirror_cap < cap) {
+        uint32_t *m = pkv__calloc(&b->alloc, cap, sizeof *m);
+        if (m == NULL)
+            return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "block tables");
+        pkv__free(&b->alloc, b->table_mirror, b->table_mirror_cap,
+                  sizeof *m);
+        b->table_mirror = m;
+        b->table_mirror_cap = cap;
+    }
+    b->table_stride = stride;
+    for (uint32_t i = 0; i < n;) {
+        /* The next run of rows [i, j) that must be written. A kernel reads
+         * a row's entries below its sequence's block count only, so what
+         * follows them in the mirror may be stale. */
+        uint32_t j = i;
+        for (; j < n; j++) {
+            uint32_t nb = (s->context_lens[j] + bs - 1) / bs;
+            if (pkv__tables_seen_knows(&b->device_rows, s, j, nb))
+                break;
+            memcpy(b->table_mirror + (size_t)j * stride, s->block_tables[j],
+                   nb * sizeof(uint32_t));
+        }
+        if (j > i) {
+            size_t at = (size_t)i * stride, count = (size_t)(j - i) * stride;
+            cl_int err = clEnqueueWriteBuffer(
+                b->queue, b->tables, CL_FALSE, at * 4, count * 4,
+                b->table_mirror + at, 0, NULL, NULL);
+            if (err != CL_SUCCESS) {
+                pkv__tables_seen_forget(&b->device_rows);
+                return pkv__cl_fail(err, "clEnqueueWriteBuffer(tables)");
+            }
+            b->table_words += count;
+            for (uint32_t r = i; r < j; r++)
+                pkv__tables_seen_note(&b->device_rows, s, r,
+                                      (s->context_lens[r] + bs - 1) / bs);
+        }
+        i = j + (j < n);
+    }
+    return PKV_OK;
+}
+
+/* begin_step only takes the step: everything that can fail on the device
+ * (growing the step buffers, the upload) waits for the step's first layer
+ * call, which a host may repeat after a failure. So the engine's plan,
+ * once made, never has to be undone. */
+pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s)
+{
+    pkv_status st = pkv__backend_step_check(&b->cfg, s, &b->checked);
+    if (st != PKV_OK)
+        return st;
+    uint32_t n = s->num_seqs, bs = b->cfg.block_size;
+    int u8 = b->cfg.kv_dtype == PKV_KV_U8;
+    uint32_t seals = 0;
+    for (uint32_t i = 0; u8 && i < n; i++) {
+        uint32_t ctx = s->context_lens[i];
+        uint32_t first = ctx - (s->query_start[i + 1] - s->query_start[i]);
+        /* Blocks whose last token is one of this step's rows. */
+        seals += ctx / bs - first / bs;
+    }
+    /* The tiled kernel's tiles: each sequence's rows, tile_rows at a time. */
+    uint32_t tiles = 0;
+    for (uint32_t i = 0; b->tile_rows > 0 && i < n; i++) {
+        uint32_t rows = s->query_start[i + 1] - s->query_start[i];
+        tiles += (rows + b->tile_rows - 1) / b->tile_rows;
+    }
+    /* Only a step beyond the bounds create checked can be refused here. */
+    size_t words = step_layout(s, seals, tiles, NULL, NULL);
+    if (words > UINT32_MAX)
+        return pkv__fail(PKV_ERR_UNSUPPORTED, "step of %zu words", words);
+    b->step = *s;
+    b->num_seals = seals;
+    b->num_tiles = tiles;
+    b->have_step = 1;
+    b->uploaded = 0;
+    return PKV_OK;
+}
+
+/* Pack the step's arrays (kv_step.h) and upload them, once per step, from
+ * its first layer call. On failure nothing is marked done: the next layer
+ * call (the host's repeat) starts over. */
+static pkv_status upload_step(pkv__backend *b)
+{
+    const pkv__step *s = &b->step;
+    /* The previous upload reads step_host: let it pkv__ocl_finish first. */
+    if (b->upload != NULL) {
+        cl_int err = clWaitForEvents(1, &b->upload);
+        clReleaseEvent(b->upload);
+        b->upload = NULL;
+        if (err != CL_SUCCESS)
+            return pkv__cl_fail(err, "clWaitForEvents(step upload)");
+    }
+    uint32_t n = s->num_seqs, t = s->num_tokens, bs = b->cfg.block_size;
+    int u8 = b->cfg.kv_dtype == PKV_KV_U8;
+    size_t off[PKV_STEP_HEADER], lens[PKV_STEP_HEADER];
+    size_t at = step_layout(s, b->num_seals, b->num_tiles, off, lens);
+    pkv_status st = grow_step(b, at);
+    if (st != PKV_OK)
+        return st;
+    uint32_t *w = b->step_host;
+    for (int i = 0; i < PKV_STEP_HEADER; i++)
+        w[i] = (uint32_t)off[i];
+    if (n > 0) {
+        memcpy(w + off[PKV_STEP_QUERY_START], s->query_start,
+               lens[PKV_STEP_QUERY_START] * 4);
+        memcpy(w + off[PKV_STEP_CONTEXT_LENS], s->context_lens, (size_t)n * 4);
+        if (u8)
+            memcpy(w + off[PKV_STEP_STAGES], s->stages, (size_t)n * 4);
+        else
+            memset(w + off[PKV_STEP_STAGES], 0, (size_t)n * 4);
+    }
+    uint32_t *seal = w + off[PKV_STEP_SEALS];
+    uint32_t *tile = w + off[PKV_STEP_TILES];
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t q0 = s->query_start[i], q1 = s->query_start[i + 1];
+        uint32_t ctx = s->context_lens[i], first = ctx - (q1 - q0);
+        const uint32_t *table = s->block_tables[i];
+        for (uint32_t r = q0; b->tile_rows > 0 && r < q1; r += b->tile_rows)
+            *tile++ = r;
+        for (uint32_t r = q0; r < q1; r++) {
+            uint32_t tok = first + (r - q0);
+            w[off[PKV_STEP_ROW_SEQ] + r] = i;
+            /* The last block's rows go to the tail even when this step
+             * seals it: the step's rows read that block from there. */
+            int in_last = tok / bs == (ctx - 1) / bs;
+            w[off[PKV_STEP_ROW_TAIL] + r] =
+                u8 && in_last ? s->stages[i] : PKV_STEP_NO_TAIL;
+            w[off[PKV_STEP_SLOTS] + 2 * (size_t)r] = (uint32_t)s->slots[r];
+            w[off[PKV_STEP_SLOTS] + 2 * (size_t)r + 1] =
+                (uint32_t)(s->slots[r] >> 32);
+        }
+        for (uint32_t j = first / bs; u8 && j < ctx / bs; j++) {
+            uint32_t b0 = j * bs;
+            uint32_t in_tail = first > b0 ? first - b0 : 0;
+            seal[PKV_SEAL_BLOCK] = table[j];
+            seal[PKV_SEAL_STAGE] = s->stages[i];
+            seal[PKV_SEAL_IN_TAIL] = in_tail;
+            seal[PKV_SEAL_FIRST_ROW] = q0 + (b0 + in_tail - first);
+            seal[PKV_SEAL_WINDOW] = s->windows != NULL
+                                        ? s->windows[q0 + (b0 + bs - 1 - first)]
+                                        : PKV_STEP_NO_TAIL;
+            seal += PKV_SEAL_WORDS;
+        }
+    }
+    /* Each sequence has a row at least: as many rows as sequences is a
+     * row each. pkv__ocl_need_upload built the decode kernels. */
+    int decode = n > 0 && t == n && b->decode_state == 1;
+    uint32_t longest = 0;
+    for (uint32_t i = 0; i < n; i++)
+        longest = s->context_lens[i] > longest ? s->context_lens[i] : longest;
+    /* The decode kernels take these arrays as separate buffers. The main
+     * upload below comes last on the in-order queue: its event covers
+     * these writes too. */
+    const int which[2] = {PKV_STEP_CONTEXT_LENS, PKV_STEP_STAGES};
+    cl_mem *mems[2] = {&b->dec_lens, &b->dec_stages};
+    size_t *caps[2] = {&b->dec_cap[0], &b->dec_cap[1]};
+    for (int i = 0; decode && st == PKV_OK && i < 2; i++) {
+        st = pkv__ocl_grow_buffer(b, mems[i], caps[i], lens[which[i]] * 4,
+                                  CL_MEM_READ_ONLY, "decode step arrays");
+        cl_int err =
+            st != PKV_OK
+                ? CL_SUCCESS
+                : clEnqueueWriteBuffer(b->queue, *mems[i], CL_FALSE, 0,
+                                       lens[which[i]] * 4, w + off[which[i]],
+                                       0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = pkv__cl_fail(err, "clEnqueueWriteBuffer(decode arrays)");
+    }
+    if (st == PKV_OK)
+        st = upload_tables(b);
+    cl_int err = st != PKV_OK ? CL_SUCCESS
+                              : clEnqueueWriteBuffer(b->queue, b->step_mem,
+                                                     CL_FALSE, 0, at * 4, w,
+                                                     0, NULL, &b->upload);
+    if (err != CL_SUCCESS) {
+        b->upload = NULL;
+        st = pkv__cl_fail(err, "clEnqueueWriteBuffer(step arrays)");
+    }
+    if (st != PKV_OK) {
+        /* No event covers the writes enqueued above, which read step_host
+         * and the table mirror: let them pkv__ocl_finish before a repeat
+         * changes those. */
+        clFinish(b->queue);
+        return st;
+    }
+    b->step_is_decode = decode;
+    b->max_context = longest;
+    b->uploaded = 1;
+    return PKV_OK;
+}
+
+/* Every layer call with rows starts here: the step's arrays on the device. */
+pkv_status pkv__ocl_need_upload(pkv__backend *b)
+{
+    if (b->uploaded)
+        return PKV_OK;
+    /* The decode kernels, built at the first all-decode step (a row per
+     * sequence), before its upload; where they do not build, the generic
+     * kernel takes decode steps. */
+    const pkv__step *s = &b->step;
+    if (b->decode_state == 0 && s->num_seqs > 0 &&
+        s->num_tokens == s->num_seqs)
+        pkv__ocl_decode_prepare(b);
+    return upload_step(b);
+}
