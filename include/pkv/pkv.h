@@ -22,6 +22,13 @@
  *   with the matching *_init() function, then change the fields you need. The
  *   library reads only the fields that fit in struct_size, so a program built
  *   against an older header keeps working with a newer library.
+ *
+ * Sections, in order: version; status; enums; callbacks; engine (create,
+ * destroy, errors); sequences (add, abort, fork); state transfer (truncate,
+ * propose, export, import); prefix cache (save, load); step (the batch,
+ * tensors, step_begin, attend, step_end); introspection (stats, block
+ * tables). This header says what a host can rely on; how it works inside
+ * is in docs/design.md.
  */
 #ifndef PKV_PKV_H
 #define PKV_PKV_H
@@ -267,24 +274,10 @@ typedef struct pkv_engine_params {
     void *log_user;
     int32_t log_level; /* highest pkv_log_level passed to log */
 
-    /* OpenCL backend (0.1.0; ignored by the CPU backend).
-     * Steps where every sequence has one query row run on a split-K decode
-     * kernel, in a variant chosen per device and logged at PKV_LOG_INFO
-     * with the reason: "cpu" on CPU devices (a work-item streams a context
-     * partition), "intel" where the device has cl_intel_subgroups and
-     * cl_intel_subgroups_short and head_dim is a multiple of 32 up to 512
-     * (16-lane subgroups, block reads), else "gpu" (a work-group per
-     * partition, lanes over channels and tokens). The environment variable
-     * PKV_OPENCL_DECODE, read when the engine is created, forces one: cpu,
-     * gpu, intel, off (the generic attention kernel for every step) or auto
-     * (the default). A variant the device cannot build or run falls back to
-     * the generic kernel with a warning. Other steps (prefill, mixed) run
-     * on a kernel with a work-item per (row, query head) on CPU devices and
-     * a work-group per tile of rows of one sequence elsewhere, KV staged
-     * through local memory; PKV_OPENCL_PREFILL=rows, tiles or auto forces
-     * one. Any other value of either variable makes the OpenCL backend fail
-     * with PKV_ERR_INVALID_ARGUMENT (AUTO then takes the CPU backend, with
-     * a warning). */
+    /* OpenCL backend (0.1.0; ignored by the CPU backend). Kernel variants
+     * are chosen per device and logged at PKV_LOG_INFO; the environment
+     * variables PKV_OPENCL_DECODE and PKV_OPENCL_PREFILL force them
+     * (values: docs/design.md, "Environment variables"). */
     const char *opencl_device; /* a substring of the platform or device
                                   name, case-insensitive; NULL: the
                                   environment variable PKV_OPENCL_DEVICE,
@@ -298,17 +291,17 @@ typedef struct pkv_engine_params {
     void *opencl_queue;
 
     /* Appended after 0.1.0 (a caller built against 0.1.0 gets 0).
-     * U8 caches: the rollback window, in blocks. A running
-     * sequence keeps the f32 rows of its last u8_rollback_blocks sealed
-     * (quantised) blocks, so that a cut inside one of them (pkv_seq_truncate,
-     * rejected drafts) keeps the rows before the cut exactly, as they were
-     * stored, where it would otherwise drop the block and compute its rows
-     * again (pkv_seq_truncate says which blocks the window holds). 0 (the
-     * default): no window. At most 64. Each block of window costs every
-     * running sequence one more staging tail: max_num_seqs * block_size *
-     * num_layers * num_kv_heads * head_dim * 8 bytes in all (host memory
-     * on the CPU backend, device memory on OpenCL), allocated at create.
-     * Ignored by f32 and f16 caches, whose rows are stored as computed. */
+     * U8 caches: the rollback window, in blocks, 0 (the default: none) to
+     * 64. A running sequence keeps the f32 rows of its last
+     * u8_rollback_blocks sealed (quantised) blocks, so that a cut inside
+     * one of them (pkv_seq_truncate, rejected drafts) keeps the rows before
+     * the cut as stored instead of computing the block again
+     * (pkv_seq_truncate says which blocks the window holds). Cost,
+     * allocated at create: max_num_seqs * block_size * num_layers *
+     * num_kv_heads * head_dim * 8 bytes per block of window (host memory
+     * on the CPU backend, device memory on OpenCL). Ignored by f32 and f16
+     * caches, whose rows are stored as computed (mechanism:
+     * docs/design.md, "U8 rollback window"). */
     uint32_t u8_rollback_blocks;
 } pkv_engine_params;
 
@@ -328,15 +321,17 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *params);
 /*
  * Create an engine. On success *out holds the engine; on failure *out is
  * NULL and pkv_last_error() says why: PKV_ERR_INVALID_ARGUMENT for a NULL
- * argument or a field out of its documented range, PKV_ERR_STRUCT_SIZE,
- * PKV_ERR_UNSUPPORTED for a geometry pkv cannot run (head_dim not a
- * multiple of 4 or above 512, num_q_heads not a multiple of num_kv_heads,
- * a backend that is not built in), PKV_ERR_OUT_OF_MEMORY,
+ * argument, a field out of its documented range or, on the OpenCL backend,
+ * a value of PKV_OPENCL_DECODE or PKV_OPENCL_PREFILL it does not know
+ * (PKV_BACKEND_AUTO then takes the CPU backend, with a warning);
+ * PKV_ERR_STRUCT_SIZE; PKV_ERR_UNSUPPORTED for a geometry pkv cannot run
+ * (head_dim not a multiple of 4 or above 512, num_q_heads not a multiple
+ * of num_kv_heads, a backend that is not built in); PKV_ERR_OUT_OF_MEMORY;
  * PKV_ERR_DEVICE_MEMORY (on OpenCL also for block tables of max_num_seqs
  * sequences of max_model_len tokens beyond the device's largest buffer)
- * or another device error from the backend. The KV
- * storage is allocated first, so a cache too large for the machine fails
- * before any other memory is taken.
+ * or another device error from the backend. The KV storage is allocated
+ * first, so a cache too large for the machine fails before any other
+ * memory is taken.
  * Thread-safety: safe from any thread (creates a new object).
  * Ownership: *params is read during the call only; the caller owns the
  * engine and releases it with pkv_engine_destroy.
@@ -370,58 +365,6 @@ PKV_API const char *pkv_engine_last_error(const pkv_engine *engine);
  * Ownership: owned by the engine, valid until its destruction.
  */
 PKV_API const char *pkv_engine_backend_name(const pkv_engine *engine);
-
-/* Counters of one engine. Fields are append-only. */
-typedef struct pkv_engine_stats {
-    uint32_t struct_size; /* sizeof(pkv_engine_stats), set by _init */
-    uint32_t block_size;
-    /* Blocks: total == free + cached_free + used. used counts the reserved
-       null block (block 0), so an idle engine has used == 1. */
-    uint64_t blocks_total;
-    uint64_t blocks_free;        /* free, holding no cached prefix */
-    uint64_t blocks_cached_free; /* free, holding a cached prefix: evictable */
-    uint64_t blocks_used;        /* ref count > 0, plus the null block */
-    /* Tokens held by used blocks against the slots those blocks have
-       (block_size per used block, the null block excluded). */
-    uint64_t tokens_stored;
-    uint64_t slots_allocated;
-    /* Bytes of KV per block over all layers, parameters included. */
-    uint64_t block_bytes;
-    /* Sequences by state, now. */
-    uint32_t num_waiting;
-    uint32_t num_running;
-    uint32_t num_swapped;
-    uint32_t reserved0; /* always 0: keeps the 64-bit fields aligned */
-    /* Totals since creation. */
-    uint64_t steps;
-    uint64_t prefix_query_tokens; /* prompt tokens looked up on admission */
-    uint64_t prefix_hit_tokens;   /* of those, found in the prefix cache */
-    uint64_t preemptions;         /* by recompute and by swap */
-    uint64_t swap_outs;           /* sequences copied to host memory */
-    uint64_t swap_ins;            /* sequences brought back (and imported
-                                     ones brought in: pkv_seq_import) */
-    uint64_t seqs_finished;       /* every end (stop, length, abort,
-                                     failure), counted when it happens,
-                                     before the batch that reports it */
-    /* Speculative decoding (pkv_seq_propose): draft tokens that ran in a
-     * step, and of those, the ones step_end accepted. */
-    uint64_t draft_tokens;
-    uint64_t draft_tokens_accepted;
-} pkv_engine_stats;
-
-/*
- * Zero *stats and set its struct_size, ready for pkv_engine_get_stats.
- * Thread-safety: safe from any thread. Ownership: writes *stats only.
- */
-PKV_API pkv_status pkv_engine_stats_init(pkv_engine_stats *stats);
-
-/*
- * Read the engine's counters into *stats. stats->struct_size must be set
- * (pkv_engine_stats_init); only the fields that fit are written.
- * Thread-safety: as any engine call. Ownership: writes *stats only.
- */
-PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
-                                        pkv_engine_stats *stats);
 
 /* ------------------------------------------------------------- sequences */
 
@@ -500,6 +443,8 @@ PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
 PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
                                 int32_t last_token, pkv_seq_id *out_child);
 
+/* -------------------------------------------------------- state transfer */
+
 /*
  * Keep the first num_tokens tokens of a sequence and drop the rest (a chat
  * edit, a tree search going back, a host rejecting a tail). The sequence
@@ -507,25 +452,20 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
  * what the cut left without KV and samples after token num_tokens - 1.
  * Tokens cut from the prompt shorten the prompt; sampled tokens cut are no
  * longer counted (num_generated, max_new_tokens).
- * KV kept: every row of the kept tokens whose KV was computed, except the
- * last kept token's (it becomes the next step's input row), is kept as
- * stored, never re-quantised. With a U8 cache, rows in a block that was
- * already sealed (quantised, full) cannot be kept alone: a cut inside such
- * a block drops the KV of that whole block, which the next step computes
- * again from its tokens, unless the block is one of the sequence's last
- * u8_rollback_blocks sealed blocks (pkv_engine_params), whose f32 rows are
- * kept: the cut then keeps its rows before the cut, and the block is
- * sealed again when it fills. A cut inside the last, unsealed block keeps
- * its rows. So a U8 cut keeps the KV exactly up to the cut inside the
- * unsealed block and the window, and up to the start of the block the cut
- * falls in further back (f32 and f16: up to the cut). The window holds
- * blocks the sequence sealed since it last started running (admission,
- * swap-in, an import, a fork for the child); blocks from a prefix hit are
- * not in it.
+ * KV kept, as stored, never re-quantised: the rows of the kept tokens
+ * whose KV was computed, except the last kept token's (it becomes the next
+ * step's input row). f32 and f16: all of them. U8: all of them when the
+ * cut falls in the sequence's last, unsealed block or in a sealed block
+ * its rollback window holds: one of the last u8_rollback_blocks blocks
+ * (pkv_engine_params) it sealed since it last started running (admission,
+ * swap-in, an import, a fork for the child), never a block from a prefix
+ * hit. A cut in any other sealed block keeps the rows up to the start of
+ * that block, whose kept tokens the next step computes again.
  * Blocks shared with a fork or the prefix cache are never changed in
- * place: a cut inside one keeps the sequence's rows as above, and its next
- * step writes a copy of the block, so the fork and the cache keep it
- * whole. A swapped-out sequence loses its swapped KV and is recomputed.
+ * place: a cut inside one keeps the sequence's rows as above, and the fork
+ * and the cache keep the block whole. A swapped-out sequence loses its
+ * swapped KV and is recomputed.
+ * (mechanism: docs/design.md, "Truncation", "U8 rollback window")
  * Errors: PKV_ERR_INVALID_ARGUMENT for num_tokens 0 or beyond the
  * sequence's tokens; PKV_ERR_BAD_STATE between step_begin and step_end or
  * for a sequence no step has seen yet; PKV_ERR_NOT_FOUND. num_tokens equal
@@ -542,42 +482,39 @@ PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
 /*
  * Speculative decoding: draft tokens (a draft model's guess of what the
  * sequence samples next) for the sequence's next step. In that step it
- * runs 1 + k rows, its last sampled token and the drafts, as many as the
- * step's max_batch_tokens, the prefill cap (long_prefill_threshold), its
- * blocks and quotas allow, and with a U8 cache the end of the block its
- * sampled token falls in (the rest are dropped, nobody is preempted for
- * them; at block_size 1 no U8 draft runs), each row with a sample row;
- * the drafts count in the budget like any row. Every row sees what plain
- * decoding's row at its position sees, so the outputs of the rows whose
- * samples are kept are plain decoding's (the same bits on the CPU
- * backend). step_end keeps the drafts the samples confirm and drops the
- * KV of the others: the sequence then holds exactly what plain decoding
- * would have given it. Drafts are for the next step only: a sequence that
- * does not decode in it (preempted, or beyond the budget) loses them;
- * num_drafts 0 withdraws them.
- * Rollback is exact: rejected rows are cut as pkv_seq_truncate cuts (a
- * block that was shared is never changed in place). With a U8 cache, rows
- * in the unsealed last block are cut for free; if the step sealed a block
- * (filled and quantised it) and the cut falls inside it, its accepted rows
- * are kept from their f32 copy when u8_rollback_blocks covers the block
- * (1 covers every speculative step: its rows stay in one block), else
- * computed again in the next step; never re-quantised, so every stored
- * element keeps its bound. Stats count drafts run and accepted.
+ * runs 1 + k rows, its last sampled token and k drafts, each with a sample
+ * row: as many drafts as the step's max_batch_tokens, the prefill cap
+ * (long_prefill_threshold), its blocks and quotas allow, and with a U8
+ * cache only those in the block its sampled token falls in (at block_size
+ * 1 no U8 draft runs). The rest are dropped; nobody is preempted for
+ * them. Drafts count in the budget like any row.
+ * Every row sees what plain decoding's row at its position sees, so the
+ * outputs of the rows whose samples are kept are plain decoding's (the
+ * same bits on the CPU backend). step_end keeps the drafts the samples
+ * confirm and cuts the KV of the others as pkv_seq_truncate cuts (a
+ * shared block is never changed in place, nothing is re-quantised): the
+ * sequence then holds exactly what plain decoding would have given it.
+ * U8: if the step sealed a block and the cut falls inside it, the
+ * accepted rows of that block are kept when u8_rollback_blocks is at
+ * least 1, else the next step computes them again (mechanism:
+ * docs/design.md, "Speculative decoding", "U8 rollback window").
+ * Drafts are for the next step only: a sequence that does not decode in
+ * it (preempted, or beyond the budget) loses them; num_drafts 0 withdraws
+ * them. pkv_engine_stats counts drafts run and accepted.
  * A sequence decodes when it is running and the KV of every token but
  * its last is stored: its last is a sampled token, or the last that
  * pkv_seq_truncate kept (its row runs next, as a sampled token's does).
  * It does not while a step has still to compute earlier rows: its
  * prompt, or the rows of a U8 block that a rollback or a truncate
- * dropped (with u8_rollback_blocks 0, or a block the window does not
- * cover); then its next step computes them and it decodes again. The
- * host sees which from pkv_engine_get_block_table: the sequence decodes
- * when num_tokens there is one less than its token count.
+ * dropped; then its next step computes them and it decodes again.
+ * pkv_engine_get_block_table tells: the sequence decodes when num_tokens
+ * there is one less than its token count.
  * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, for a
  * sequence no step has seen yet or that does not decode (the message says
  * which rows it must compute first); PKV_ERR_NOT_FOUND;
- * PKV_ERR_INVALID_ARGUMENT for drafts
- * NULL with num_drafts > 0, more than PKV_MAX_DRAFTS, drafts that would
- * reach max_model_len, or a token out of range; PKV_ERR_OUT_OF_MEMORY.
+ * PKV_ERR_INVALID_ARGUMENT for drafts NULL with num_drafts > 0, more than
+ * PKV_MAX_DRAFTS, drafts that would reach max_model_len, or a token out of
+ * range; PKV_ERR_OUT_OF_MEMORY.
  * Thread-safety: the stepping thread only.
  * Ownership: drafts are copied.
  */
@@ -587,20 +524,17 @@ PKV_API pkv_status pkv_seq_propose(pkv_engine *engine, pkv_seq_id id,
 
 /*
  * Export a sequence: its tokens and the KV cached for them, every layer,
- * as stored (f32 or f16 rows; U8 codes with their group parameters, and
- * the staging tail that holds the rows of its last, unsealed block), with
- * the geometry and a checksum, so that pkv_seq_import can resume it in
- * another engine, on either backend, without recomputing: prefill on one
- * engine and decode on another, an idle conversation parked on disk, a
- * sequence moved off a full engine. The sequence itself is not changed:
- * abort it if it moved.
+ * as stored, with the geometry and a checksum, so that pkv_seq_import can
+ * resume it in another engine, on either backend, without recomputing:
+ * prefill on one engine and decode on another, an idle conversation
+ * parked on disk, a sequence moved off a full engine. The sequence itself
+ * is not changed: abort it if it moved.
  * The export is `*size` bytes. buffer NULL with capacity 0 only sets
  * *size; otherwise buffer must hold capacity >= *size bytes, which receive
  * the export. The bytes are portable (little-endian, versioned; the
  * format is in docs/design.md, "Export and import") and are a copy: the
  * host may write them to a file or a socket. They hold what the sequence
- * holds and nothing else: bytes it does not use (U8: an unsealed block's
- * codes, staging rows past its last stored token) are zeros, so no export
+ * holds and nothing else: bytes it does not use are zeros, so no export
  * carries KV of tokens the sequence no longer has (rejected drafts,
  * truncated tokens), and two sequences with the same tokens and the same
  * stored KV export the same bytes.
@@ -650,6 +584,8 @@ PKV_API pkv_status pkv_seq_import(pkv_engine *engine,
                                   const void *data, size_t size,
                                   pkv_seq_id *out_id);
 
+/* ---------------------------------------------------------- prefix cache */
+
 /*
  * Save the prefix cache: every cached full block a prompt's lookup can
  * still reach, with its token ids, salt (cache_salt: tenants stay apart
@@ -659,7 +595,8 @@ PKV_API pkv_status pkv_seq_import(pkv_engine *engine,
  * answers its first shared-prompt request with a hit. Blocks in use by
  * sequences are saved too; nothing changes.
  * `*size` bytes; buffer NULL with capacity 0 only sets *size, otherwise
- * buffer must hold capacity >= *size bytes (format: docs/design.md).
+ * buffer must hold capacity >= *size bytes (format: docs/design.md, "A
+ * prefix cache that survives restarts").
  * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
  * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
  * and step_end; PKV_ERR_OUT_OF_MEMORY; a device error from reading the KV.
@@ -692,24 +629,6 @@ PKV_API pkv_status pkv_engine_save_prefix_cache(pkv_engine *engine,
 PKV_API pkv_status pkv_engine_load_prefix_cache(pkv_engine *engine,
                                                 const void *data, size_t size,
                                                 uint32_t *num_loaded);
-
-/*
- * The block table of a live sequence, for introspection: *blocks points to
- * *num_blocks block ids (logical block i holds tokens [i * block_size,
- * (i + 1) * block_size)); *num_tokens tokens have slots (between steps:
- * the tokens whose KV is stored, all but the last of a sequence that
- * decodes, see pkv_seq_propose). A sequence that
- * is waiting, swapped, or added and not yet seen by a step has no blocks.
- * Returns PKV_ERR_NOT_FOUND for an id that is not live.
- * Thread-safety: as any engine call.
- * Ownership: *blocks is owned by the engine, valid until its next mutating
- * call (any call but the get_* ones and pkv_engine_has_work).
- */
-PKV_API pkv_status pkv_engine_get_block_table(const pkv_engine *engine,
-                                              pkv_seq_id seq_id,
-                                              const uint32_t **blocks,
-                                              uint32_t *num_blocks,
-                                              uint32_t *num_tokens);
 
 /* ------------------------------------------------------------------ step */
 
@@ -866,12 +785,11 @@ PKV_API pkv_status pkv_engine_step_begin(pkv_engine *engine,
  * PKV_ERR_INVALID_ARGUMENT for a tensor of the wrong shape or dtype, a
  * host tensor whose data + offset is not aligned to its element size (4
  * bytes f32, 2 bytes f16) or a layer out of range, PKV_ERR_STRUCT_SIZE for
- * a tensor's struct_size,
- * PKV_ERR_UNSUPPORTED for a memory kind the backend does not take, device
- * errors (PKV_ERR_DEVICE, PKV_ERR_DEVICE_MEMORY; the first attend of a
- * step also uploads the step's arrays). A failed call writes nothing
- * another sequence can see and may be repeated: a repeat writes the same
- * rows again.
+ * a tensor's struct_size, PKV_ERR_UNSUPPORTED for a memory kind the
+ * backend does not take, device errors (PKV_ERR_DEVICE,
+ * PKV_ERR_DEVICE_MEMORY; the first attend of a step also uploads the
+ * step's arrays). A failed call writes nothing another sequence can see
+ * and may be repeated: a repeat writes the same rows again.
  * Thread-safety: the stepping thread only.
  * Ownership: tensors are borrowed for the call. On the OpenCL backend,
  * host tensors are copied to and from buffers the engine keeps between
@@ -913,6 +831,78 @@ PKV_API pkv_status pkv_engine_step_end(pkv_engine *engine,
  * Thread-safety: safe from any thread.
  */
 PKV_API int pkv_engine_has_work(const pkv_engine *engine);
+
+/* --------------------------------------------------------- introspection */
+
+/* Counters of one engine. Fields are append-only. */
+typedef struct pkv_engine_stats {
+    uint32_t struct_size; /* sizeof(pkv_engine_stats), set by _init */
+    uint32_t block_size;
+    /* Blocks: total == free + cached_free + used. used counts the reserved
+       null block (block 0), so an idle engine has used == 1. */
+    uint64_t blocks_total;
+    uint64_t blocks_free;        /* free, holding no cached prefix */
+    uint64_t blocks_cached_free; /* free, holding a cached prefix: evictable */
+    uint64_t blocks_used;        /* ref count > 0, plus the null block */
+    /* Tokens held by used blocks against the slots those blocks have
+       (block_size per used block, the null block excluded). */
+    uint64_t tokens_stored;
+    uint64_t slots_allocated;
+    /* Bytes of KV per block over all layers, parameters included. */
+    uint64_t block_bytes;
+    /* Sequences by state, now. */
+    uint32_t num_waiting;
+    uint32_t num_running;
+    uint32_t num_swapped;
+    uint32_t reserved0; /* always 0: keeps the 64-bit fields aligned */
+    /* Totals since creation. */
+    uint64_t steps;
+    uint64_t prefix_query_tokens; /* prompt tokens looked up on admission */
+    uint64_t prefix_hit_tokens;   /* of those, found in the prefix cache */
+    uint64_t preemptions;         /* by recompute and by swap */
+    uint64_t swap_outs;           /* sequences copied to host memory */
+    uint64_t swap_ins;            /* sequences brought back (and imported
+                                     ones brought in: pkv_seq_import) */
+    uint64_t seqs_finished;       /* every end (stop, length, abort,
+                                     failure), counted when it happens,
+                                     before the batch that reports it */
+    /* Speculative decoding (pkv_seq_propose): draft tokens that ran in a
+     * step, and of those, the ones step_end accepted. */
+    uint64_t draft_tokens;
+    uint64_t draft_tokens_accepted;
+} pkv_engine_stats;
+
+/*
+ * Zero *stats and set its struct_size, ready for pkv_engine_get_stats.
+ * Thread-safety: safe from any thread. Ownership: writes *stats only.
+ */
+PKV_API pkv_status pkv_engine_stats_init(pkv_engine_stats *stats);
+
+/*
+ * Read the engine's counters into *stats. stats->struct_size must be set
+ * (pkv_engine_stats_init); only the fields that fit are written.
+ * Thread-safety: as any engine call. Ownership: writes *stats only.
+ */
+PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
+                                        pkv_engine_stats *stats);
+
+/*
+ * The block table of a live sequence, for introspection: *blocks points to
+ * *num_blocks block ids (logical block i holds tokens [i * block_size,
+ * (i + 1) * block_size)); *num_tokens tokens have slots (between steps:
+ * the tokens whose KV is stored, all but the last of a sequence that
+ * decodes, see pkv_seq_propose). A sequence that is waiting, swapped, or
+ * added and not yet seen by a step has no blocks.
+ * Returns PKV_ERR_NOT_FOUND for an id that is not live.
+ * Thread-safety: as any engine call.
+ * Ownership: *blocks is owned by the engine, valid until its next mutating
+ * call (any call but the get_* ones and pkv_engine_has_work).
+ */
+PKV_API pkv_status pkv_engine_get_block_table(const pkv_engine *engine,
+                                              pkv_seq_id seq_id,
+                                              const uint32_t **blocks,
+                                              uint32_t *num_blocks,
+                                              uint32_t *num_tokens);
 
 #ifdef __cplusplus
 }
