@@ -1,45 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv-bench: shared options and output helpers of the subcommands. */
+/* pkv-bench: the subcommands, one file each, which pkv_bench.c dispatches.
+ * They call the shared helpers (bench_util.h) and the benchmarks' model
+ * configurations (bench_llama.h), never each other. */
 #ifndef PKV_BENCH_H
 #define PKV_BENCH_H
 
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-
-typedef struct bench_options {
-    int quick;        /* a subset (each subcommand's --help says how long) */
-    FILE *json;       /* JSON lines (one object per line), or NULL */
-    const char *plot; /* directory for gnuplot PNGs, or NULL */
-    int speculative;  /* serve --speculative: decoding with drafts */
-    int resident;     /* kernels --resident: KV that stays in cache */
-} bench_options;
-
-/* --plot: bench_plot_open gives a file for NAME's data columns in the plot
- * directory (NULL when not plotting, or when gnuplot is missing: it then
- * says so once). bench_plot_close renders DIR/NAME.png with gnuplot from
- * `body`, gnuplot commands in which the variable `data` names the file. */
-FILE *bench_plot_open(const bench_options *opt, const char *name);
-void bench_plot_close(const bench_options *opt, FILE *data, const char *name,
-                      const char *body);
-
-/* One line of progress on stderr ("... " + the formatted text), shown
- * also when stdout is piped. */
-void bench_progress(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
-
-/* splitmix64 and the distributions the workloads draw from. */
-uint64_t bench_rand(uint64_t *state);
-double bench_uniform(uint64_t *state); /* (0, 1) */
-double bench_normal(uint64_t *state);
-
-/* Bytes of the last-level cache, as the cache behaves: at least 105 MB
- * (the machine the benches were tuned on reports 32 MiB per instance but
- * about 105 MB behave as last-level cache). */
-size_t bench_llc_bytes(void);
+#include "bench_util.h"
 
 int bench_memory(const bench_options *opt);
 int bench_scheduler(const bench_options *opt);

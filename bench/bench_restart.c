@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "attend.h"
 #include "bench.h"
+#include "bench_llama.h"
 #include "model.h"
 
 #include "pkv/pkv.h"
@@ -32,20 +33,6 @@ static int compare_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-static llama_config restart_config(void)
-{
-    llama_config c;
-    c.dim = 256;
-    c.hidden_dim = 704;
-    c.num_layers = 2;
-    c.num_heads = 8;
-    c.num_kv_heads = 2;
-    c.vocab_size = 512;
-    c.seq_len = 2048;
-    c.shared_classifier = 0;
-    return c;
 }
 
 static pkv_engine *create(const llama_config *c)
@@ -105,7 +92,7 @@ static int first_token(const llama_model *m, llama_scratch *s, float *logits,
 
 int bench_restart(const bench_options *opt)
 {
-    llama_config c = restart_config();
+    llama_config c = bench_restart_config();
     llama_model m;
     if (llama_model_init_random(&m, &c, 7) != 0)
         return 1;

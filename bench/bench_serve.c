@@ -4,11 +4,12 @@
  * through pkv over an arrival trace, continuous batching against static
  * batching, in one run.
  *
- * The model: the llama architecture at dim 1024, 4 layers, 16 heads (4 kv
- * heads), hidden 2816, vocab 512, seeded random f32 weights: 183 MB, past
- * the last-level cache, so that a decode step reads every weight from
- * memory once (the matmuls are weight-stationary over the batch), as decode
- * does on inference hardware. The step-cost table printed first measures
+ * The model (bench_serve_config, bench_llama.c): the llama architecture at
+ * dim 1024, 4 layers, 16 heads (4 kv heads), hidden 2816, vocab 512,
+ * seeded random f32 weights: 183 MB, past the last-level cache, so that a
+ * decode step reads every weight from memory once (the matmuls are
+ * weight-stationary over the batch), as decode does on inference
+ * hardware. The step-cost table printed first measures
  * the forward pass at 1 to 64 rows: the fixed weight read, then what each
  * row adds in arithmetic. On a GPU that second part is small until the batch
  * reaches the hundreds; on a CPU it is not, which bounds the ratio.
@@ -346,21 +347,6 @@ static int serve(const llama_model *m, trace_req *t, uint32_t n,
     return rc;
 }
 
-/* The serving model: weights well past the last-level cache (model.h). */
-llama_config bench_serve_config(void)
-{
-    llama_config c;
-    c.dim = 1024;
-    c.hidden_dim = 2816;
-    c.num_layers = 4;
-    c.num_heads = 16;
-    c.num_kv_heads = 4;
-    c.vocab_size = 512;
-    c.seq_len = 1024;
-    c.shared_classifier = 0;
-    return c;
-}
-
 /* Attention stand-in for the step-cost table: out = q. */
 static int copy_attend(void *user, uint32_t layer, uint32_t rows,
                        const float *q, const float *k, const float *v,
@@ -494,8 +480,6 @@ static void plot(const char *dir, const serve_result *res)
 
 int bench_serve(const bench_options *opt)
 {
-    if (opt->speculative)
-        return bench_speculative(opt);
     uint32_t n = opt->quick ? 20 : 80, calib_n = opt->quick ? 6 : 12;
     llama_config c = bench_serve_config();
     llama_model m;

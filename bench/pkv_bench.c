@@ -1,105 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv-bench: figures that back every performance claim in docs/.
+/* pkv-bench: figures that back every performance claim in docs/. This
+ * file is the command line: options, --help and the dispatch to the
+ * subcommands (serve --speculative included).
  * Usage: pkv-bench SUBCOMMAND [--quick] [--json FILE|-] [--plot DIR]
  *        pkv-bench SUBCOMMAND --help */
-#define _POSIX_C_SOURCE 200809L /* mkdir, dup, fdopen */
+#define _POSIX_C_SOURCE 200809L /* dup, fdopen */
 #include "bench.h"
 
-#include <math.h>
-#include <stdarg.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-void bench_progress(const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    fputs("... ", stderr);
-    vfprintf(stderr, fmt, args);
-    fputc('\n', stderr);
-    va_end(args);
-}
-
-size_t bench_llc_bytes(void)
-{
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    unsigned long kb = 0;
-    if (f != NULL) {
-        if (fscanf(f, "%luK", &kb) != 1)
-            kb = 0;
-        fclose(f);
-    }
-    size_t bytes = (size_t)kb * 1024;
-    return bytes > 105000000u ? bytes : 105000000u;
-}
-
-uint64_t bench_rand(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-double bench_uniform(uint64_t *state)
-{
-    return ((double)(bench_rand(state) >> 11) + 0.5) / 9007199254740992.0;
-}
-
-double bench_normal(uint64_t *state)
-{
-    double u1 = bench_uniform(state), u2 = bench_uniform(state);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-FILE *bench_plot_open(const bench_options *opt, const char *name)
-{
-    static int gnuplot = -1;
-    if (opt->plot == NULL)
-        return NULL;
-    if (gnuplot < 0) {
-        gnuplot = system("command -v gnuplot >/dev/null 2>&1") == 0;
-        if (!gnuplot)
-            printf("--plot skipped: gnuplot is not installed\n");
-    }
-    if (!gnuplot)
-        return NULL;
-    mkdir(opt->plot, 0777);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.dat", opt->plot, name);
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        printf("--plot: cannot write %s\n", path);
-    return f;
-}
-
-void bench_plot_close(const bench_options *opt, FILE *data, const char *name,
-                      const char *body)
-{
-    if (data == NULL)
-        return;
-    fclose(data);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.gp", opt->plot, name);
-    FILE *g = fopen(path, "w");
-    if (g == NULL)
-        return;
-    fprintf(g,
-            "set terminal png size 900,500\n"
-            "set output '%s/%s.png'\n"
-            "data = '%s/%s.dat'\n"
-            "set grid\nset termoption noenhanced\n%s\n",
-            opt->plot, name, opt->plot, name, body);
-    fclose(g);
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", path);
-    if (system(cmd) == 0)
-        printf("plot: %s/%s.png\n", opt->plot, name);
-    else
-        printf("plot: gnuplot failed on %s\n", path);
-}
 
 typedef struct subcommand {
     const char *name;
@@ -216,7 +125,8 @@ int main(int argc, char **argv)
         return usage(stderr);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
         return usage(stdout);
-    bench_options opt = {0, NULL, NULL, 0, 0};
+    bench_options opt = {0, NULL, NULL, 0};
+    int speculative = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             for (size_t k = 0; k < NUM_SUBCOMMANDS; k++)
@@ -257,7 +167,7 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--speculative") == 0 &&
                    strcmp(argv[1], "serve") == 0) {
-            opt.speculative = 1;
+            speculative = 1;
         } else if (strcmp(argv[i], "--resident") == 0 &&
                    strcmp(argv[1], "kernels") == 0) {
             opt.resident = 1;
@@ -271,7 +181,10 @@ int main(int argc, char **argv)
     int all = strcmp(argv[1], "all") == 0, ran = 0, rc = 0;
     for (size_t i = 0; i < NUM_SUBCOMMANDS; i++) {
         if (all || strcmp(argv[1], SUBCOMMANDS[i].name) == 0) {
-            rc |= SUBCOMMANDS[i].run(&opt);
+            /* Only serve takes --speculative: a benchmark of its own
+             * (bench_speculative.c) instead of bench_serve. */
+            rc |= speculative ? bench_speculative(&opt)
+                              : SUBCOMMANDS[i].run(&opt);
             ran = 1;
         }
     }
