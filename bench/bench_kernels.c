@@ -24,10 +24,10 @@ int bench_kernels(const bench_options *opt)
 
 #else
 
-#include "decode_plan.h"
+#include "opencl/decode_plan.h"
 #include "half.h"
 #include "kv_layout.h"
-#include "opencl_features.h"
+#include "opencl/features.h"
 
 #include <CL/cl.h>
 #include <math.h>
