@@ -1,205 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv_engine_*: creation, destruction, messages and counters. */
+/* The engine object: pkv_engine_create and pkv_engine_destroy, its step
+ * arrays, its backend, and its counters. */
 #include "engine.h"
+#include "engine_params.h"
 #include "struct_sizes.h"
 
-#include "kv_layout.h"
-
-#include <stdio.h>
 #include <string.h>
-
-/* The struct sizes this library accepts: from its first published layout
- * to the one it was built with (fields are append-only). */
-
-#define DEFAULT_CACHE_BYTES (256ull << 20)
-#define MAX_HEAD_DIM 512
-#define MAX_BLOCK_SIZE 256
-#define MAX_MODEL_LEN (1u << 24)
-#define MAX_NUM_SEQS 65536
-#define MAX_BATCH_TOKENS (1u << 20)
-#define MAX_ROLLBACK_BLOCKS 64
-
-pkv_status pkv_engine_params_init(pkv_engine_params *params)
-{
-    if (params == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "params is NULL");
-    memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
-    params->block_size = 0; /* follow the device */
-    params->kv_dtype = PKV_KV_F16;
-    params->key_quant = PKV_QUANT_DEFAULT;
-    params->value_quant = PKV_QUANT_DEFAULT;
-    params->cache_bytes = DEFAULT_CACHE_BYTES;
-    params->max_model_len = 4096;
-    params->max_num_seqs = 256;
-    params->max_batch_tokens = 2048;
-    params->policy = PKV_POLICY_FCFS;
-    params->preempt_mode = PKV_PREEMPT_RECOMPUTE;
-    params->watermark = 0.01f;
-    params->backend = PKV_BACKEND_AUTO;
-    params->log_level = PKV_LOG_INFO;
-    return PKV_OK;
-}
-
-static int is_power_of_two(uint32_t x)
-{
-    return x != 0 && (x & (x - 1)) == 0;
-}
-
-uint64_t pkv__block_bytes(const pkv_engine_params *p)
-{
-    uint64_t k = PKV_LAYOUT_PART_BYTES((uint64_t)p->kv_dtype,
-                                       (uint64_t)p->key_quant,
-                                       (uint64_t)p->block_size,
-                                       (uint64_t)p->head_dim);
-    uint64_t v = PKV_LAYOUT_PART_BYTES((uint64_t)p->kv_dtype,
-                                       (uint64_t)p->value_quant,
-                                       (uint64_t)p->block_size,
-                                       (uint64_t)p->head_dim);
-    /* Geometry is bounded by validation, so this cannot overflow. */
-    return (k + v) * p->num_kv_heads * p->num_layers;
-}
-
-/* Copy the caller's params over the defaults, then check every field.
- * Messages go to the thread-local error: no engine exists yet. */
-static pkv_status resolve_params(const pkv_engine_params *in,
-                                 pkv_engine_params *p)
-{
-    if (in->struct_size < PKV__ENGINE_PARAMS_MIN_SIZE ||
-        in->struct_size > sizeof *p)
-        return pkv__fail(PKV_ERR_STRUCT_SIZE,
-                         "params->struct_size is %u; this library knows %u",
-                         (unsigned)in->struct_size, (unsigned)sizeof *p);
-    pkv_engine_params_init(p);
-    memcpy(p, in, in->struct_size);
-    if (p->flags != 0)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->flags is %#x; no flags are defined",
-                         (unsigned)p->flags);
-    if (p->num_layers == 0 || p->num_layers > 4096)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->num_layers is %u; must be 1..4096",
-                         (unsigned)p->num_layers);
-    if (p->num_kv_heads == 0 || p->num_kv_heads > 1024 ||
-        p->num_q_heads == 0 || p->num_q_heads > 4096)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->num_q_heads %u / num_kv_heads %u: both "
-                         "must be set (at most 4096 / 1024)",
-                         (unsigned)p->num_q_heads, (unsigned)p->num_kv_heads);
-    if (p->num_q_heads % p->num_kv_heads != 0)
-        return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "num_q_heads %u is not a multiple of num_kv_heads %u",
-                         (unsigned)p->num_q_heads, (unsigned)p->num_kv_heads);
-    if (p->head_dim == 0 || p->head_dim % 4 != 0 ||
-        p->head_dim > MAX_HEAD_DIM)
-        return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "params->head_dim is %u; must be a multiple of 4 "
-                         "up to %u",
-                         (unsigned)p->head_dim, (unsigned)MAX_HEAD_DIM);
-    if (p->block_size != 0 &&
-        (!is_power_of_two(p->block_size) || p->block_size > MAX_BLOCK_SIZE))
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->block_size is %u; must be a power of two "
-                         "up to %u, or 0 to follow the device",
-                         (unsigned)p->block_size, (unsigned)MAX_BLOCK_SIZE);
-    if (p->kv_dtype < PKV_KV_F32 || p->kv_dtype > PKV_KV_U8)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->kv_dtype is %d; not a pkv_kv_dtype",
-                         (int)p->kv_dtype);
-    if (p->key_quant < PKV_QUANT_DEFAULT || p->key_quant > PKV_QUANT_PER_TOKEN ||
-        p->value_quant < PKV_QUANT_DEFAULT ||
-        p->value_quant > PKV_QUANT_PER_TOKEN)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->key_quant %d / value_quant %d: not "
-                         "pkv_quant_group values",
-                         (int)p->key_quant, (int)p->value_quant);
-    if (p->max_model_len < 2 || p->max_model_len > MAX_MODEL_LEN)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->max_model_len is %u; must be 2..%u",
-                         (unsigned)p->max_model_len, (unsigned)MAX_MODEL_LEN);
-    if (!(p->scale >= 0.0f && p->scale < 1e30f))
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->scale is %g; must be finite and >= 0 "
-                         "(0: 1/sqrt(head_dim))",
-                         (double)p->scale);
-    if (p->max_num_seqs == 0 || p->max_num_seqs > MAX_NUM_SEQS)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->max_num_seqs is %u; must be 1..%u",
-                         (unsigned)p->max_num_seqs, (unsigned)MAX_NUM_SEQS);
-    if (p->max_batch_tokens == 0 || p->max_batch_tokens > MAX_BATCH_TOKENS)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->max_batch_tokens is %u; must be 1..%u",
-                         (unsigned)p->max_batch_tokens,
-                         (unsigned)MAX_BATCH_TOKENS);
-    if (p->policy != PKV_POLICY_FCFS && p->policy != PKV_POLICY_PRIORITY)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->policy is %d; not a pkv_sched_policy",
-                         (int)p->policy);
-    if (p->preempt_mode != PKV_PREEMPT_RECOMPUTE &&
-        p->preempt_mode != PKV_PREEMPT_SWAP)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->preempt_mode is %d; not a pkv_preempt_mode",
-                         (int)p->preempt_mode);
-    if (!(p->watermark >= 0.0f && p->watermark < 1.0f))
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->watermark is %g; must be in [0, 1)",
-                         (double)p->watermark);
-    if (p->backend < PKV_BACKEND_AUTO || p->backend > PKV_BACKEND_OPENCL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->backend is %d; not a pkv_backend_kind",
-                         (int)p->backend);
-    if (p->u8_rollback_blocks > MAX_ROLLBACK_BLOCKS)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->u8_rollback_blocks is %u; at most %u",
-                         (unsigned)p->u8_rollback_blocks,
-                         (unsigned)MAX_ROLLBACK_BLOCKS);
-    if (p->kv_dtype != PKV_KV_U8)
-        p->u8_rollback_blocks = 0; /* documented: ignored */
-    if (p->key_quant == PKV_QUANT_DEFAULT)
-        p->key_quant = PKV_QUANT_PER_CHANNEL;
-    if (p->value_quant == PKV_QUANT_DEFAULT)
-        p->value_quant = PKV_QUANT_PER_TOKEN;
-    return PKV_OK;
-}
-
-/* The pool's size: num_blocks, or as many blocks as cache_bytes holds. */
-static pkv_status size_pool(pkv_engine_params *p)
-{
-    uint64_t block_bytes = pkv__block_bytes(p);
-    if (p->num_blocks == 0) {
-        uint64_t n = p->cache_bytes / block_bytes;
-        if (n < 2)
-            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                             "cache_bytes %llu holds %llu blocks of %llu "
-                             "bytes; at least 2 are needed",
-                             (unsigned long long)p->cache_bytes,
-                             (unsigned long long)n,
-                             (unsigned long long)block_bytes);
-        if (n >= UINT32_MAX)
-            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                             "cache_bytes %llu holds %llu blocks of %llu "
-                             "bytes; at most %u are addressable (32-bit "
-                             "block ids, 0xffffffff is no block)",
-                             (unsigned long long)p->cache_bytes,
-                             (unsigned long long)n,
-                             (unsigned long long)block_bytes,
-                             (unsigned)(UINT32_MAX - 1));
-        p->num_blocks = (uint32_t)n;
-    } else if (p->num_blocks < 2) {
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->num_blocks is %u; must be at least 2 "
-                         "(block 0 is reserved)",
-                         (unsigned)p->num_blocks);
-    } else if (p->num_blocks == UINT32_MAX) {
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->num_blocks is %u; at most %u (32-bit "
-                         "block ids, 0xffffffff is no block)",
-                         (unsigned)p->num_blocks,
-                         (unsigned)(UINT32_MAX - 1));
-    }
-    p->cache_bytes = block_bytes * p->num_blocks;
-    return PKV_OK;
-}
 
 /* The step arrays, sized by max_num_seqs and max_batch_tokens. */
 static pkv_status alloc_step_arrays(pkv_engine *e)
@@ -356,13 +162,13 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (params == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "params is NULL");
     pkv_engine_params p;
-    pkv_status st = resolve_params(params, &p);
+    pkv_status st = pkv__params_resolve(params, &p);
     if (st != PKV_OK)
         return st;
     pkv__backend_log_loader(&p);
     if (p.block_size == 0)
         p.block_size = pkv__backend_default_block_size(&p);
-    st = size_pool(&p);
+    st = pkv__params_size_pool(&p);
     if (st != PKV_OK)
         return st;
     pkv__allocator alloc;
@@ -446,69 +252,9 @@ void pkv_engine_destroy(pkv_engine *engine)
     engine_free(engine);
 }
 
-/* pkv_engine_last_error's copy: the engine's message may change on
- * another thread while the caller reads it. */
-static _Thread_local char engine_error_copy[PKV__ERROR_MAX];
-
-const char *pkv_engine_last_error(const pkv_engine *engine)
-{
-    if (engine == NULL)
-        return pkv_last_error();
-    pkv__lock_take(engine->error_lock);
-    memcpy(engine_error_copy, engine->last_error, PKV__ERROR_MAX);
-    pkv__lock_give(engine->error_lock);
-    return engine_error_copy;
-}
-
 const char *pkv_engine_backend_name(const pkv_engine *engine)
 {
     return engine == NULL ? "" : engine->ops->name;
-}
-
-/* Format the message into message[PKV__ERROR_MAX], then copy it to this
- * thread's and, under the lock, the engine's. */
-static void record(const pkv_engine *engine, char *message, pkv_status status,
-                   const char *fmt, va_list args)
-{
-    pkv__format_error(message, status, fmt, args);
-    pkv__set_error(message);
-    pkv__lock_take(engine->error_lock);
-    snprintf(engine->last_error, PKV__ERROR_MAX, "%s", message);
-    pkv__lock_give(engine->error_lock);
-}
-
-pkv_status pkv__engine_fail(const pkv_engine *engine, pkv_status status,
-                            const char *fmt, ...)
-{
-    char message[PKV__ERROR_MAX];
-    va_list args;
-    va_start(args, fmt);
-    record(engine, message, status, fmt, args);
-    va_end(args);
-    pkv__engine_log(engine, PKV_LOG_ERROR, "%s", message);
-    return status;
-}
-
-pkv_status pkv__engine_fail_any_thread(const pkv_engine *engine,
-                                       pkv_status status, const char *fmt,
-                                       ...)
-{
-    char message[PKV__ERROR_MAX];
-    va_list args;
-    va_start(args, fmt);
-    record(engine, message, status, fmt, args);
-    va_end(args);
-    return status;
-}
-
-void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
-                     ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    pkv__vlog(engine->params.log, engine->params.log_user,
-              engine->params.log_level, level, fmt, args);
-    va_end(args);
 }
 
 pkv_status pkv_engine_stats_init(pkv_engine_stats *stats)

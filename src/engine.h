@@ -107,6 +107,8 @@ struct pkv_engine {
     pkv__lock *error_lock;
 };
 
+/* The engine's messages (engine_error.c). */
+
 /* Set the engine's message (and this thread's), log it, return status. */
 pkv_status pkv__engine_fail(const pkv_engine *engine, pkv_status status,
                             const char *fmt, ...) PKV__PRINTF(3, 4);
@@ -122,7 +124,5 @@ pkv_status pkv__engine_fail_any_thread(const pkv_engine *engine,
 void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
                      ...) PKV__PRINTF(3, 4);
 
-/* Bytes of one block over all layers for validated params; 0 on overflow. */
-uint64_t pkv__block_bytes(const pkv_engine_params *params);
 
 #endif
