@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Host memory through the engine's allocator, overflow-checked (alloc.h). */
 #include "alloc.h"
 
 #include <stdint.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* binary16 <-> binary32 conversion, bit-exact, in portable C (half.h). */
 #include "half.h"
 
 #include <string.h>

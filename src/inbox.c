@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* The engine's inbox (inbox.h): sequences added and aborted from any thread.
+ *  */
 #include "inbox.h"
 
 #include <string.h>

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* The block pool (pool.h): allocation, reference counts, the free and LRU
+ * queues. */
 #include "pool.h"
 
 static void queue_init(pkv__queue *q)

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* The prefix cache (prefix.h): chained block hashes, verified lookup,
+ * registration. */
 #include "prefix.h"
 
 #include <string.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* The U8 quantizer, the reference every kernel follows (quant.h). */
 #include "quant.h"
 
 #include "half.h"

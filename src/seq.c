@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Sequences and their ordered lists (seq.h). */
 #include "seq.h"
 
 #include <stddef.h>

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* A sequence's block table (table.h): append, truncate, fork,
+ * copy-on-write. */
 #include "table.h"
 
 #include <string.h>

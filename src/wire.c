@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Little-endian fields and the checksum of the export formats (wire.h). */
 #include "wire.h"
 
 #include <string.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* How the decode kernels split the context into partitions (decode_plan.h). */
 #include "decode_plan.h"
 
 static uint32_t div_up(uint64_t a, uint64_t b)

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* The decode and prefill kernel choices from what a device reports
+ * (features.h). */
 #include "features.h"
 
 #include <stdio.h>

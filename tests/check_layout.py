@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The source layout's rules (docs/design.md, "Source tree"):
+- no call circle among the library's files: from the object files' defined
+  and undefined symbols (nm), a file-level graph with no cycle;
+- no include circle among src/ files;
+- only src/opencl/ includes an OpenCL header;
+- every src/ file opens with its licence line, then a comment on its job.
+Usage: check_layout.py SRC_DIR OBJECT_DIR"""
+import collections
+import os
+import re
+import subprocess
+import sys
+
+src, objdir = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def cycles(graph):
+    """Every strongly connected component of more than one node."""
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+objects = [os.path.join(d, f) for d, _, fs in os.walk(objdir) for f in fs
+           if f.endswith('.c.o')]
+if not objects:
+    sys.exit('check_layout: no object files under ' + objdir)
+defined, used = {}, collections.defaultdict(set)
+for o in objects:
+    name = os.path.relpath(o, objdir)[:-len('.c.o')]
+    for line in subprocess.run(['nm', o], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in 'TDBRC':
+            defined[parts[2]] = name
+        elif len(parts) == 2 and parts[0] == 'U':
+            used[name].add(parts[1])
+calls = collections.defaultdict(set)
+for f in {os.path.relpath(o, objdir)[:-len('.c.o')] for o in objects}:
+    calls[f] |= {defined[s] for s in used[f] if defined.get(s, f) != f}
+for c in cycles(calls):
+    failures.append('call circle: ' + ' '.join(c))
+
+includes = collections.defaultdict(set)
+files = [os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs
+         if f.endswith(('.c', '.h'))]
+for f in files:
+    text = open(f).read()
+    rel = os.path.relpath(f, src)
+    lines = text.split('\n')
+    if not (lines[0].startswith('/* SPDX-License-Identifier') and
+            lines[1].startswith('/*')):
+        failures.append(rel + ': does not open with its licence line and '
+                        'a comment on its job')
+    if re.search(r'^#include <CL/', text, re.M) and \
+            not rel.startswith('opencl' + os.sep):
+        failures.append(rel + ': includes an OpenCL header outside '
+                        'src/opencl/')
+    for m in re.finditer(r'^#include "([^"]+)"', text, re.M):
+        for base in (os.path.dirname(f), src):
+            target = os.path.normpath(os.path.join(base, m.group(1)))
+            if os.path.exists(target):
+                includes[rel].add(os.path.relpath(target, src))
+                break
+for c in cycles(includes):
+    failures.append('include circle: ' + ' '.join(c))
+
+for f in failures:
+    print('FAIL:', f)
+print('layout: %d object files, %d source files, %d failures' %
+      (len(objects), len(files), len(failures)))
+sys.exit(1 if failures else 0)
