@@ -204,7 +204,7 @@ static int cl_check(cl_int err, const char *what)
     return err != CL_SUCCESS;
 }
 
-/* The decode variant for this device, as src/backend_opencl.c picks it
+/* The decode variant for this device, as src/opencl/decode.c picks it
  * (PKV_OPENCL_DECODE or the device's type and extensions). */
 static int choose_variant(cl_env *e)
 {

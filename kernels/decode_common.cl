@@ -4,7 +4,7 @@
  * decode program is src/kv_layout.h, tensor_io.cl, this file, then one
  * variant: paged_decode.cl (CPU-shaped), decode_gpu.cl (the portable
  * GPU-shaped variant) or decode_intel.cl (Intel subgroups). The host picks
- * the variant per device (src/opencl_features.c).
+ * the variant per device (src/opencl/features.c).
  *
  * Build options (-D), all required unless marked optional:
  *   PKV_HEAD_DIM    head_dim, a multiple of 4
@@ -86,10 +86,6 @@
  * such data can allow 1e-5 for f32/f16 and 1e-4 for u8, scaled by the
  * largest |v| for larger values.
  */
-#ifndef PKV_KV_LAYOUT_H
-#include "kv_layout.h"
-#endif
-
 #define D PKV_HEAD_DIM
 #define BS PKV_BLOCK_SIZE
 #define G PKV_GROUP
@@ -145,15 +141,6 @@ typedef struct decode_unit {
     uint num_kv_heads;
 } decode_unit;
 
-/* The f32 K rows of kv head h in a staging tail (V rows follow). */
-static global const float *tail_rows(global const float *stages, uint stage,
-                                     uint stage_floats,
-                                     uint stage_layer_offset, uint h)
-{
-    return stages + (size_t)stage * stage_floats + stage_layer_offset +
-           (size_t)h * 2 * BS * D;
-}
-
 /* The unit of this work-group, from kernel 1's arguments. */
 #define THIS_UNIT()                                                           \
     this_unit(arena, stages, stage_floats, stage_layer_offset, stage_ids,     \
@@ -180,8 +167,8 @@ static decode_unit this_unit(global const uchar *arena,
     u.table_row = (size_t)u.seq * max_blocks_per_seq;
     u.num_kv_heads = num_kv_heads;
 #if PKV_KV_DTYPE == PKV_LAYOUT_U8
-    u.tail = tail_rows(stages, stage_ids[u.seq], stage_floats,
-                       stage_layer_offset, u.h);
+    u.tail = pkv_tail_rows(stages, stage_ids[u.seq], stage_floats,
+                           stage_layer_offset, u.h, BS, D);
 #else
     u.tail = stages;
 #endif

@@ -36,23 +36,6 @@
 #define WG (C * TP)
 #define PMAX PKV_GPU_PARTITION
 
-/* Chunk x (channels 4x .. 4x + 3) of row t of a part stored as dtype,
- * dequantised with the part's group parameters when it is u8. */
-static float4 row_chunk(global const uchar *part, int dtype, int group,
-                        uint t, uint x)
-{
-    if (dtype == PKV_LAYOUT_F32)
-        return vload4(x, (global const float *)part + (size_t)t * D);
-    if (dtype == PKV_LAYOUT_F16)
-        return vload_half4(x, (global const half *)part + (size_t)t * D);
-    float4 code = convert_float4(vload4(x, part + (size_t)t * D));
-    global const half *lo = (global const half *)(part + BS * D);
-    global const half *sc = lo + PKV_LAYOUT_U8_GROUPS(group, BS, D);
-    if (group == PKV_LAYOUT_PER_CHANNEL)
-        return fma(code, vload_half4(x, sc), vload_half4(x, lo));
-    return fma(code, (float4)vload_half(t, sc), (float4)vload_half(t, lo));
-}
-
 __attribute__((reqd_work_group_size(WG, 1, 1)))
 kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 {
@@ -84,7 +67,7 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
             uint slot = (t0 + r + u) % BS;
             float4 k[NQ];
             for (int i = 0; i < NQ; i++)
-                k[i] = row_chunk(kp, dt, KQ, slot, c + C * i);
+                k[i] = pkv_kv_row4(kp, dt, KQ, slot, c + C * i, D, BS);
             for (int g = 0; g < G; g++) {
                 float s = 0.0f;
                 for (int i = 0; i < NQ; i++)
@@ -149,7 +132,7 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         decode_block(&w, (t0 + x) / BS, &dt, &vp);
         uint slot = (t0 + x) % BS;
         for (int i = 0; i < NQ; i++) {
-            float4 v = row_chunk(vp, dt, VQ, slot, c + C * i);
+            float4 v = pkv_kv_row4(vp, dt, VQ, slot, c + C * i, D, BS);
             for (int g = 0; g < G; g++)
                 acc[g][i] = fma((float4)lg[g * PMAX + x], v, acc[g][i]);
         }

@@ -21,35 +21,6 @@
 
 #define PKV_MAX_D4 (PKV_LAYOUT_MAX_HEAD_DIM / 4)
 
-/* K/V row sources of one block part. */
-#define PKV_SRC_F32 0 /* f32 rows: an f32 arena or a u8 staging tail */
-#define PKV_SRC_F16 1
-#define PKV_SRC_U8 2 /* a sealed u8 part */
-
-/* Channels 4i..4i+3 of token t of a part. */
-static inline float4 pkv_part_row4(__global const uchar *part,
-                                   __global const float *rows, uint src,
-                                   uint group, uint t, uint i, uint d,
-                                   uint bs)
-{
-    if (src == PKV_SRC_F32)
-        return vload4(0, rows + (ulong)t * d + 4u * i);
-    if (src == PKV_SRC_F16)
-        return vload_half4(0, (__global const half *)part +
-                                  (ulong)t * d + 4u * i);
-    float4 q = convert_float4(vload4(0, part + (ulong)t * d + 4u * i));
-    __global const half *lo_p =
-        (__global const half *)(part + PKV_LAYOUT_U8_LO_OFFSET(bs, d));
-    __global const half *sc_p =
-        (__global const half *)(part +
-                                PKV_LAYOUT_U8_SCALE_OFFSET(group, bs, d));
-    if (group == PKV_LAYOUT_PER_CHANNEL)
-        return vload_half4(0, lo_p + 4u * i) +
-               q * vload_half4(0, sc_p + 4u * i);
-    float lo = vload_half(0, lo_p + t), sc = vload_half(0, sc_p + t);
-    return (float4)(lo) + q * (float4)(sc);
-}
-
 /* Row r's query for head qh (into qv), and a zeroed accumulator. */
 static inline void pkv_query_row(float4 *qv, float4 *acc,
                                  __global const float *q, ulong q_off,
@@ -65,15 +36,15 @@ static inline void pkv_query_row(float4 *qv, float4 *acc,
 /* The f32 K rows of kv head kvh in sequence seq's staging tail (its V rows
  * follow at bs * d); u8 only, else stages itself (never read). */
 static inline __global const float *
-pkv_tail_rows(__global const float *stages, __global const uint *step,
-              uint seq, uint dtype, uint stage_floats, uint layer, uint hkv,
-              uint kvh, uint bs, uint d)
+pkv_seq_tail(__global const float *stages, __global const uint *step,
+             uint seq, uint dtype, uint stage_floats, uint layer, uint hkv,
+             uint kvh, uint bs, uint d)
 {
     if (dtype != PKV_LAYOUT_U8)
         return stages;
-    ulong stage = step[step[PKV_STEP_STAGES] + seq];
-    return stages + stage * stage_floats +
-           (ulong)(layer * hkv + kvh) * 2u * bs * d;
+    return pkv_tail_rows(stages, step[step[PKV_STEP_STAGES] + seq],
+                         stage_floats, (ulong)layer * hkv * 2u * bs * d, kvh,
+                         bs, d);
 }
 
 /* Where kv head kvh of a block keeps its K and V rows: the block's parts,
@@ -83,8 +54,7 @@ pkv_tail_rows(__global const float *stages, __global const uint *step,
  * does (src/kv_step.h), and the sealed codes from the next step on. */
 typedef struct pkv_block_rows {
     __global const uchar *kp, *vp;
-    __global const float *krows, *vrows;
-    uint src;
+    int dtype; /* how kp and vp store their rows (PKV_LAYOUT_*) */
 } pkv_block_rows;
 
 static inline pkv_block_rows
@@ -95,15 +65,11 @@ pkv_block_source(__global const uchar *arena, uint block, uint kvh, int last,
     pkv_block_rows b;
     b.kp = arena + (ulong)block * layer_block_bytes + (ulong)kvh * head_bytes;
     b.vp = b.kp + k_part_bytes;
-    b.krows = (__global const float *)b.kp;
-    b.vrows = (__global const float *)b.vp;
-    b.src = dtype == PKV_LAYOUT_F32   ? PKV_SRC_F32
-            : dtype == PKV_LAYOUT_F16 ? PKV_SRC_F16
-                                      : PKV_SRC_U8;
+    b.dtype = (int)dtype;
     if (dtype == PKV_LAYOUT_U8 && last) {
-        b.src = PKV_SRC_F32;
-        b.krows = tail;
-        b.vrows = tail + (ulong)bs * d;
+        b.dtype = PKV_LAYOUT_F32;
+        b.kp = (__global const uchar *)tail;
+        b.vp = (__global const uchar *)(tail + (ulong)bs * d);
     }
     return b;
 }
@@ -149,7 +115,7 @@ __kernel void pkv_paged_attention(
 
     float4 qv[PKV_MAX_D4], acc[PKV_MAX_D4];
     pkv_query_row(qv, acc, q, q_off, q_f16, r, hq, qh, d);
-    __global const float *tail = pkv_tail_rows(
+    __global const float *tail = pkv_seq_tail(
         stages, step, seq, dtype, stage_floats, layer, hkv, kvh, bs, d);
 
     float sc[PKV_LAYOUT_MAX_BLOCK_SIZE];
@@ -166,8 +132,8 @@ __kernel void pkv_paged_attention(
         for (uint t = j0; t < j1; t++) {
             float4 s4 = (float4)(0.0f);
             for (uint i = 0; i < n4; i++)
-                s4 += qv[i] * pkv_part_row4(br.kp, br.krows, br.src,
-                                            key_quant, t, i, d, bs);
+                s4 += qv[i] * pkv_kv_row4(br.kp, br.dtype, (int)key_quant,
+                                          t, i, d, bs);
             sc[t] = ((s4.x + s4.z) + (s4.y + s4.w)) * scale;
             mb = sc[t] > mb ? sc[t] : mb;
         }
@@ -176,8 +142,8 @@ __kernel void pkv_paged_attention(
             float p = exp(sc[t] - m);
             l += p;
             for (uint i = 0; i < n4; i++)
-                acc[i] += p * pkv_part_row4(br.vp, br.vrows, br.src,
-                                            value_quant, t, i, d, bs);
+                acc[i] += p * pkv_kv_row4(br.vp, br.dtype, (int)value_quant,
+                                          t, i, d, bs);
         }
     }
     /* Every row sees at least its own token, so l >= 1. */

@@ -59,7 +59,7 @@ __kernel void pkv_paged_attention_tiled(
 
     float4 qv[PKV_MAX_D4], acc[PKV_MAX_D4];
     pkv_query_row(qv, acc, q, q_off, q_f16, r, hq, qh, d);
-    __global const float *tail = pkv_tail_rows(
+    __global const float *tail = pkv_seq_tail(
         stages, step, seq, dtype, stage_floats, layer, hkv, kvh, bs, d);
     __local float4 *kt = kv, *vt = kv + chunk * n4;
 
@@ -79,10 +79,10 @@ __kernel void pkv_paged_attention_tiled(
             barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk is consumed */
             for (uint x = lid; x < cn * n4; x += lanes) {
                 uint t = c0 + x / n4, i = x % n4;
-                kt[x] = pkv_part_row4(br.kp, br.krows, br.src, key_quant, t,
-                                      i, d, bs);
-                vt[x] = pkv_part_row4(br.vp, br.vrows, br.src, value_quant, t,
-                                      i, d, bs);
+                kt[x] = pkv_kv_row4(br.kp, br.dtype, (int)key_quant, t, i,
+                                    d, bs);
+                vt[x] = pkv_kv_row4(br.vp, br.dtype, (int)value_quant, t, i,
+                                    d, bs);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             /* This row's tokens of the chunk. */

@@ -1,9 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Reading and writing the host's q and out tensors (OpenCL C 1.2): f32, or
- * f16 when the host hands a half-precision cl_mem. Part of the generic
- * program and of every decode program (src/opencl_program.c).
+ * Reading what every program reads (OpenCL C 1.2): the host's q and out
+ * tensors, f32 or f16 when the host hands a half-precision cl_mem, and the
+ * cache's K and V rows, from a block part (kv_layout.h) or a U8 staging
+ * tail. Part of the generic program and of every decode program
+ * (src/opencl/program.c).
  */
+
+/* The programs concatenate kv_layout.h before this file; pkv-bench's
+ * kernel builds include it. */
+#ifndef PKV_KV_LAYOUT_H
+#include "kv_layout.h"
+#endif
 
 /* Element i of an attend tensor: f32, or f16 when is_f16 (the host's
  * cl_mem tensors may be either; host tensors arrive as f32). */
@@ -23,3 +31,33 @@ static inline void pkv_store4(float4 x, __global float *t, ulong i,
         vstore4(x, 0, t + i);
 }
 
+/* Channels 4x .. 4x + 3 of token t of a block part stored as dtype
+ * (PKV_LAYOUT_F32, _F16 or _U8; a U8 staging tail holds F32 rows), U8
+ * dequantised with the part's group parameters. */
+static inline float4 pkv_kv_row4(__global const uchar *part, int dtype,
+                                 int group, uint t, uint x, uint d, uint bs)
+{
+    if (dtype == PKV_LAYOUT_F32)
+        return vload4(x, (__global const float *)part + (ulong)t * d);
+    if (dtype == PKV_LAYOUT_F16)
+        return vload_half4(x, (__global const half *)part + (ulong)t * d);
+    float4 code = convert_float4(vload4(x, part + (ulong)t * d));
+    __global const half *lo =
+        (__global const half *)(part + PKV_LAYOUT_U8_LO_OFFSET(bs, d));
+    __global const half *sc =
+        (__global const half *)(part +
+                                PKV_LAYOUT_U8_SCALE_OFFSET(group, bs, d));
+    if (group == PKV_LAYOUT_PER_CHANNEL)
+        return fma(code, vload_half4(x, sc), vload_half4(x, lo));
+    return fma(code, (float4)vload_half(t, sc), (float4)vload_half(t, lo));
+}
+
+/* The f32 K rows of kv head h in staging tail `stage`, whose layer starts
+ * layer_offset floats in (V rows follow at bs * d). */
+static inline __global const float *
+pkv_tail_rows(__global const float *stages, ulong stage, uint stage_floats,
+              ulong layer_offset, uint h, uint bs, uint d)
+{
+    return stages + stage * stage_floats + layer_offset +
+           (ulong)h * 2u * bs * d;
+}

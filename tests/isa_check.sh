@@ -10,7 +10,7 @@
 #   --json    one JSON object per kernel line to FILE (pkv-bench isa)
 #
 # The programs, built as the OpenCL backend builds them
-# (src/opencl_program.c, src/backend_opencl.c):
+# (src/opencl/program.c, src/opencl/decode.c):
 # - the generic program (append, seal, paged attention, tiled prefill,
 #   block copy), whose kernels take their geometry as arguments;
 # - the intel decode variant (kernels/decode_intel.cl: the partial and the
@@ -19,7 +19,7 @@
 #   for f32, f16 and u8 (per-channel keys with per-token values, per-token
 #   keys and values, per-channel keys and values), and blocks 8/32/64 for
 #   f16 and u8 at GQA 4. PKV_INTEL_PAIRS follows pkv__decode_intel_pairs
-#   (src/opencl_features.c; tests/test_opencl_features.c checks its
+#   (src/opencl/features.c; tests/test_opencl_features.c checks its
 #   values).
 #
 # A line: device, program, kernel, SIMD width (the dump that ships: IGC's
