@@ -120,6 +120,12 @@ pkv_status pkv__engine_fail_any_thread(const pkv_engine *engine,
                                        pkv_status status, const char *fmt,
                                        ...) PKV__PRINTF(3, 4);
 
+/* The first check of a call that writes a size (export, save): *size
+ * zeroed when size is not NULL; PKV_ERR_INVALID_ARGUMENT for a NULL
+ * engine or size. */
+pkv_status pkv__engine_check_size_out(const pkv_engine *engine,
+                                      size_t *size);
+
 /* Send one line to the engine's log callback if level is enabled. */
 void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
                      ...) PKV__PRINTF(3, 4);

@@ -65,3 +65,14 @@ void pkv__engine_log(const pkv_engine *engine, int32_t level, const char *fmt,
               engine->params.log_level, level, fmt, args);
     va_end(args);
 }
+
+pkv_status pkv__engine_check_size_out(const pkv_engine *e, size_t *size)
+{
+    if (size != NULL)
+        *size = 0;
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (size == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "size is NULL");
+    return PKV_OK;
+}

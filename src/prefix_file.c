@@ -102,12 +102,9 @@ static void reachable(const pkv_engine *e, uint32_t *depth, uint32_t *path,
 pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
                                         size_t capacity, size_t *size)
 {
-    if (size != NULL)
-        *size = 0;
-    if (e == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
-    if (size == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "size is NULL");
+    pkv_status checked = pkv__engine_check_size_out(e, size);
+    if (checked != PKV_OK)
+        return checked;
     if (e->in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "save the prefix cache during a step: call "

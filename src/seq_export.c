@@ -152,12 +152,9 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
 pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
                           size_t capacity, size_t *size)
 {
-    if (size != NULL)
-        *size = 0;
-    if (e == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
-    if (size == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "size is NULL");
+    pkv_status checked = pkv__engine_check_size_out(e, size);
+    if (checked != PKV_OK)
+        return checked;
     pkv__seq *s;
     pkv_status st = pkv__engine_find_between_steps(e, id, "export", &s);
     if (st != PKV_OK)
