@@ -442,8 +442,9 @@ static float kv_value(const uint8_t *head, int dtype, uint32_t bs, int kv,
     return pkv__f16_to_f32(lo) + (float)part[i] * pkv__f16_to_f32(sc);
 }
 
-/* Plain C reference of one decode row, in double. The u8 tail block (ctx
- * not a multiple of the block size) reads the staging tail. */
+/* Plain C reference of one decode row, in double. The u8 block holding
+ * the context's last token reads the staging tail, also when it is full
+ * (the step that fills a block reads it from there). */
 static void reference(const uint8_t *arena, const float *stages,
                       const uint32_t *table, const decode_case *c,
                       uint32_t max_blocks, uint32_t seq, const float *q,
@@ -468,7 +469,7 @@ static void reference(const uint8_t *arena, const float *stages,
                     arena + (size_t)table[(size_t)seq * max_blocks + j] *
                                 HKV * hb +
                     kh * hb;
-                int tail = c->dtype == PKV_LAYOUT_U8 && (j + 1) * bs > ctx;
+                int tail = c->dtype == PKV_LAYOUT_U8 && (j + 1) * bs >= ctx;
                 const float *tk =
                     stages + ((size_t)seq * HKV + kh) * 2 * bs * HEAD_DIM;
                 if (pass == 0) {
