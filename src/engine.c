@@ -13,6 +13,16 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
     const pkv__allocator *a = &e->alloc;
     size_t seqs = e->params.max_num_seqs, rows = e->params.max_batch_tokens;
     e->layer_done = pkv__calloc(a, e->params.num_layers, 1);
+    /* The params' windows become the engine's own copy. */
+    const uint32_t *given = e->params.layer_windows;
+    e->layer_windows =
+        pkv__calloc(a, e->params.num_layers, sizeof *e->layer_windows);
+    if (e->layer_windows == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    for (uint32_t l = 0; l < e->params.num_layers; l++)
+        e->layer_windows[l] =
+            given != NULL ? given[l] : e->params.sliding_window;
+    e->params.layer_windows = e->layer_windows;
     e->step_seqs = pkv__calloc(a, seqs, sizeof *e->step_seqs);
     e->actions = pkv__calloc(a, 3 * seqs, sizeof *e->actions);
     e->copy_pairs = pkv__calloc(a, 3 * seqs, sizeof *e->copy_pairs);
@@ -66,6 +76,8 @@ static void free_step_arrays(pkv_engine *e)
     const pkv__allocator *a = &e->alloc;
     size_t seqs = e->params.max_num_seqs, rows = e->params.max_batch_tokens;
     pkv__free(a, e->layer_done, e->params.num_layers, 1);
+    pkv__free(a, e->layer_windows, e->params.num_layers,
+              sizeof *e->layer_windows);
     pkv__free(a, e->step_seqs, seqs, sizeof *e->step_seqs);
     pkv__free(a, e->actions, 3 * seqs, sizeof *e->actions);
     pkv__free(a, e->copy_pairs, 3 * seqs, sizeof *e->copy_pairs);

@@ -66,6 +66,8 @@ struct pkv_engine {
     int in_step;
     uint32_t layers_left;
     uint8_t *layer_done;   /* [num_layers] */
+    uint32_t *layer_windows; /* [num_layers]: each layer's window (0: all),
+                                params.layer_windows points here */
     pkv__seq **step_seqs;  /* [max_num_seqs]: the batch's sequences */
     pkv__action *actions;  /* [3 * max_num_seqs] */
     pkv__block_copy *copy_pairs; /* [3 * max_num_seqs]: a run of copies */

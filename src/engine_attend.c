@@ -137,7 +137,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
      * not scanned for non-finite values (pkv_opencl.h). */
     if (device) {
         st = e->ops->attend_device(e->backend, layer, q, k, v, out,
-                                   e->params.scale, e->params.sliding_window);
+                                   e->params.scale, e->layer_windows[layer]);
         if (st != PKV_OK)
             return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
                                     pkv_last_error());
@@ -203,12 +203,12 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     float *of = out->dtype == PKV_TENSOR_F32 && !alias ? out_f32 : out_buf;
     if (e->ops->append_attend != NULL) {
         st = e->ops->append_attend(e->backend, layer, kf, vf, qf, of,
-                                   e->params.scale, e->params.sliding_window);
+                                   e->params.scale, e->layer_windows[layer]);
     } else {
         st = e->ops->append(e->backend, layer, kf, vf);
         if (st == PKV_OK)
             st = e->ops->attend(e->backend, layer, qf, of, e->params.scale,
-                                e->params.sliding_window);
+                                e->layer_windows[layer]);
     }
     if (st != PKV_OK)
         return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,

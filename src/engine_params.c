@@ -152,6 +152,11 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          (unsigned)MAX_ROLLBACK_BLOCKS);
     if (p->kv_dtype != PKV_KV_U8)
         p->u8_rollback_blocks = 0; /* documented: ignored */
+    if (p->layer_windows != NULL && p->sliding_window != 0)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->sliding_window is %u with layer_windows "
+                         "set; give the windows one way",
+                         (unsigned)p->sliding_window);
     if (p->key_quant == PKV_QUANT_DEFAULT)
         p->key_quant = PKV_QUANT_PER_CHANNEL;
     if (p->value_quant == PKV_QUANT_DEFAULT)

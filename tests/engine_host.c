@@ -536,7 +536,10 @@ static void check_outputs(eh_host *host, uint32_t i, uint32_t layer)
         host->rows[r] = r;
     const float *q = host->q + (size_t)first * hq * d;
     dense_ref_attention(q, host->hk, host->hv, n, ctx, hq, hkv, d,
-                        (double)p->scale, p->sliding_window, host->rows, n,
+                        (double)p->scale,
+                        p->layer_windows != NULL ? p->layer_windows[layer]
+                                                 : p->sliding_window,
+                        host->rows, n,
                         host->ref);
     for (uint32_t r = 0; r < n; r++)
         for (uint32_t c = 0; c < hq * d; c++) {

@@ -20,9 +20,6 @@
 #include "lifecycle.h"
 #include "test_model.h"
 #include "wire.h"
-#ifdef PKV_HAVE_OPENCL
-#include "opencl/opencl.h"
-#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -501,10 +498,9 @@ static void test_u8_canonical(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    if (!pkv__opencl_available()) {
-        print_message("no OpenCL device: skipped\n");
-        return 77;
-    }
+    int start = tm_opencl_start();
+    if (start != 0)
+        return start;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_move_across_backends),
         cmocka_unit_test(test_u8_canonical),

@@ -8,6 +8,9 @@
 #include "test_model.h"
 
 #include "engine.h"
+#ifdef PKV_HAVE_OPENCL
+#include "opencl/opencl.h"
+#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -239,9 +242,11 @@ static void dense_row(const tm_host *host, const tm_seq *s, uint32_t position,
     uint32_t hq = p->num_q_heads, hkv = p->num_kv_heads, d = p->head_dim;
     uint32_t group = hq / hkv;
     double scale = p->scale > 0 ? p->scale : 1.0 / sqrt((double)d);
+    uint32_t window =
+        p->layer_windows != NULL ? p->layer_windows[layer] : p->sliding_window;
     uint32_t first = 0;
-    if (p->sliding_window && position + 1 > p->sliding_window)
-        first = position + 1 - p->sliding_window;
+    if (window && position + 1 > window)
+        first = position + 1 - window;
     uint32_t n = position + 1 - first;
     double *scores = malloc(n * sizeof *scores);
     assert_non_null(scores);
@@ -427,3 +432,17 @@ void tm_check_idle(tm_host *host)
         assert_int_equal(pool->blocks[b].ref_count, 0);
     assert_int_equal(host->engine->swap_used, 0);
 }
+
+#ifdef PKV_HAVE_OPENCL
+int tm_opencl_start(void)
+{
+    if (!pkv__opencl_available()) {
+        print_message("no OpenCL device: skipped\n");
+        return 77;
+    }
+    const char *filter = getenv("PKV_TEST_FILTER");
+    if (filter != NULL)
+        cmocka_set_test_filter(filter);
+    return 0;
+}
+#endif

@@ -116,4 +116,12 @@ void tm_run(tm_host *host, uint32_t max_steps);
  * block excepted), every ref count 0. */
 void tm_check_idle(tm_host *host);
 
+#ifdef PKV_HAVE_OPENCL
+/* The start of a test program's OpenCL build: 77 (ctest's skip code) when
+ * there is no OpenCL device, else 0, with PKV_TEST_FILTER applied (run
+ * only the tests whose names match cmocka's pattern, as the oclgrind pass
+ * in tests/run.sh does). */
+int tm_opencl_start(void);
+#endif
+
 #endif

@@ -16,9 +16,6 @@
 
 #include "engine.h"
 #include "test_model.h"
-#ifdef PKV_HAVE_OPENCL
-#include "opencl/opencl.h"
-#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -260,10 +257,9 @@ static void test_reload_across_backends(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    if (!pkv__opencl_available()) {
-        print_message("no OpenCL device: skipped\n");
-        return 77;
-    }
+    int start = tm_opencl_start();
+    if (start != 0)
+        return start;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reload_across_backends),
     };

@@ -20,9 +20,6 @@
 #include "lifecycle.h"
 #include "test_model.h"
 #include "test_util.h"
-#ifdef PKV_HAVE_OPENCL
-#include "opencl/opencl.h"
-#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -507,15 +504,9 @@ static void test_propose_states(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    if (!pkv__opencl_available()) {
-        print_message("no OpenCL device: skipped\n");
-        return 77;
-    }
-    /* PKV_TEST_FILTER: run only the tests whose names match (cmocka's
-     * pattern), as the oclgrind pass in tests/run.sh does. */
-    const char *filter = getenv("PKV_TEST_FILTER");
-    if (filter != NULL)
-        cmocka_set_test_filter(filter);
+    int start = tm_opencl_start();
+    if (start != 0)
+        return start;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_tokens_opencl),
         cmocka_unit_test(test_u8_window),

@@ -20,9 +20,6 @@
 #include "engine.h"
 #include "lifecycle.h"
 #include "test_model.h"
-#ifdef PKV_HAVE_OPENCL
-#include "opencl/opencl.h"
-#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -323,10 +320,9 @@ static void test_cut_errors(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    if (!pkv__opencl_available()) {
-        print_message("no OpenCL device: skipped\n");
-        return 77;
-    }
+    int start = tm_opencl_start();
+    if (start != 0)
+        return start;
     /* The CPU build runs the rest; these run on both backends. */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cut_shared_blocks),

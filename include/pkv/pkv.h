@@ -233,7 +233,8 @@ typedef struct pkv_engine_params {
                                default 4096, at most 1 << 24 */
     uint32_t vocab_size;    /* token ids must be below it; 0: any id >= 0 */
     float scale;            /* attention scale; 0: 1 / sqrt(head_dim) */
-    uint32_t sliding_window; /* a row sees its last w tokens; 0: all */
+    uint32_t sliding_window; /* a row sees its last w tokens; 0: all (per
+                                layer: layer_windows) */
 
     /* KV cache. */
     uint32_t block_size;    /* tokens per block, a power of two 1..256;
@@ -303,6 +304,14 @@ typedef struct pkv_engine_params {
      * caches, whose rows are stored as computed (mechanism:
      * docs/design.md, "U8 rollback window"). */
     uint32_t u8_rollback_blocks;
+
+    /* Appended after 0.1.0. An attention window per layer, for models
+     * that mix windowed and full layers: layer l's rows see their last
+     * layer_windows[l] tokens (0: all), num_layers entries, copied at
+     * create. NULL (the default): every layer has sliding_window, which
+     * must then be 0 when layer_windows is set. The KV of every token is
+     * kept in every layer. */
+    const uint32_t *layer_windows;
 } pkv_engine_params;
 
 /*

@@ -51,6 +51,7 @@ typedef struct world {
     uint32_t ring_len[RING];
     uint32_t ring_n, ring_next;
     pkv__block *before; /* pool snapshot for "nothing changed" */
+    uint32_t layer_windows[2];
 } world;
 
 static world W;
@@ -96,13 +97,15 @@ static void dump(void)
         return;
     const pkv_engine_params *p = &e->params;
     fprintf(stderr,
-            "fuzz_engine: layers %u heads %u/%u dim %u window %u bs %u "
+            "fuzz_engine: layers %u heads %u/%u dim %u window %u (layer 0: "
+            "%u) bs %u "
             "kv %d rollback %u blocks %u (free %u cached %u) mode %d "
             "swap %llu policy %d "
             "quota seq %u tenant %u threshold %u max_seqs %u budget %u "
             "watermark %g (%u blocks) max_len %u vocab %u\n",
             p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim,
-            p->sliding_window, p->block_size, (int)p->kv_dtype,
+            p->sliding_window, e->layer_windows[0], p->block_size,
+            (int)p->kv_dtype,
             p->u8_rollback_blocks, p->num_blocks,
             e->pool.num_free, e->pool.num_cached_free, (int)p->preempt_mode,
             (unsigned long long)p->swap_bytes, (int)p->policy,
@@ -214,7 +217,16 @@ static int create(world *w)
     p.num_kv_heads = 1u + (g >> 1) % 2u;
     p.num_q_heads = p.num_kv_heads * (1u + (g >> 2) % 2u);
     p.head_dim = 4u << ((g >> 3) % 2u);
-    p.sliding_window = (g >> 4) % 4u == 3 ? 1u + (uint32_t)(g >> 6) * 3u : 0;
+    /* No window; one for every layer; or (two layers) a window on the
+     * first and full attention on the second, as a model that mixes
+     * them. */
+    uint32_t window = 1u + (uint32_t)(g >> 6) * 3u;
+    p.sliding_window = (g >> 4) % 4u == 3 ? window : 0;
+    if ((g >> 4) % 4u == 2 && p.num_layers == 2) {
+        w->layer_windows[0] = window;
+        w->layer_windows[1] = 0;
+        p.layer_windows = w->layer_windows;
+    }
     p.block_size = 1u << (next_byte(r) % 5u);
     uint8_t kv = next_byte(r);
     p.kv_dtype = kv % 3;

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-layer attention windows (pkv_engine_params.layer_windows), as a
+ * model that mixes windowed and full layers runs them. Three layers with
+ * windows of 5 tokens (not a multiple of the 4-token block), none (full
+ * attention) and 4 (one block), prompts longer than every window, and
+ * every path that moves KV: chunked prefill across the window edge,
+ * prefix hits, fork, preemption (recompute and swap), truncate,
+ * speculative rows, export/import and the saved prefix cache. tm_step
+ * checks every output row of every layer against dense attention over
+ * that layer's window. Built twice: test_windows (CPU backend) and
+ * test_windows_opencl.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine.h"
+#include "lifecycle.h"
+#include "test_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef PKV_HAVE_OPENCL
+static const int32_t backend = PKV_BACKEND_OPENCL;
+#else
+static const int32_t backend = PKV_BACKEND_CPU;
+#endif
+
+enum { PROMPT = 13, SEQS = 4, NEW = 12 };
+
+static const uint32_t windows[3] = {5, 0, 4};
+
+static float tolerance(int32_t dtype)
+{
+    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
+}
+
+static pkv_engine_params window_params(int32_t dtype, int32_t mode)
+{
+    pkv_engine_params p = tm_params(backend);
+    p.num_layers = 3;
+    p.layer_windows = windows;
+    p.kv_dtype = dtype;
+    p.preempt_mode = mode;
+    p.swap_bytes = 1 << 20;
+    p.watermark = 0;
+    p.long_prefill_threshold = 3; /* chunks cross the window edges */
+    p.num_blocks = 17;            /* 16 usable: the sequences preempt */
+    return p;
+}
+
+/* A sequence of h moved into h as a copy (export, import). */
+static void move_copy(tm_host *h, pkv_seq_id id)
+{
+    size_t size = 0;
+    assert_int_equal(pkv_seq_export(h->engine, id, NULL, 0, &size), PKV_OK);
+    void *data = malloc(size);
+    assert_non_null(data);
+    assert_int_equal(pkv_seq_export(h->engine, id, data, size, &size),
+                     PKV_OK);
+    pkv_seq_id copy = 0;
+    assert_int_equal(pkv_seq_import(h->engine, NULL, data, size, &copy),
+                     PKV_OK);
+    const tm_seq *from = tm_find(h, id);
+    tm_record(h, copy, from->tokens, from->num_tokens);
+    free(data);
+}
+
+static void workload(int32_t dtype, int32_t mode)
+{
+    pkv_engine_params p = window_params(dtype, mode);
+    tm_host h;
+    tm_host_init(&h, &p, tolerance(dtype));
+    int32_t *prompts[SEQS];
+    pkv_seq_id ids[SEQS];
+    for (uint32_t i = 0; i < SEQS; i++) {
+        prompts[i] = tm_prompt(PROMPT, 60 + i);
+        if (i == 1) /* a prefix hit on prompt 0's blocks, added later */
+            memcpy(prompts[1], prompts[0], 9 * sizeof *prompts[0]);
+        else
+            ids[i] = tm_add(&h, prompts[i], PROMPT, NEW, 0, 0);
+    }
+    for (int s = 0; s < 6; s++)
+        tm_step(&h, NULL);
+    ids[1] = tm_add(&h, prompts[1], PROMPT, NEW, 0, 0);
+    pkv_seq_id child;
+    const pkv__seq *es = pkv__engine_find(h.engine, ids[0]);
+    if (es != NULL && es->state == PKV__SEQ_RUNNING &&
+        es->num_generated > 0) {
+        assert_int_equal(pkv_seq_fork(h.engine, ids[0], -1, &child), PKV_OK);
+        tm_record_fork(&h, ids[0], child, -1);
+    }
+    for (int s = 0; s < 3; s++)
+        tm_step(&h, NULL);
+    /* A cut inside the first window, then speculative rows. */
+    es = pkv__engine_find(h.engine, ids[2]);
+    if (es != NULL && es->state == PKV__SEQ_RUNNING) {
+        assert_int_equal(pkv_seq_truncate(h.engine, ids[2], 9), PKV_OK);
+        tm_find(&h, ids[2])->num_tokens = 9;
+    }
+    tm_step(&h, NULL);
+    es = pkv__engine_find(h.engine, ids[3]);
+    if (es != NULL && es->state == PKV__SEQ_RUNNING &&
+        es->num_computed + 1 == es->num_tokens) {
+        const tm_seq *r = tm_find(&h, ids[3]);
+        int32_t drafts[3];
+        int32_t last = r->tokens[r->num_tokens - 1];
+        for (uint32_t k = 0; k < 3; k++) {
+            drafts[k] = tm_sample(last, r->num_tokens - 1 + k, p.vocab_size);
+            last = drafts[k];
+        }
+        drafts[2] = (drafts[2] + 1) % (int32_t)p.vocab_size; /* rejected */
+        tm_propose(&h, ids[3], drafts, 3);
+    }
+    tm_step(&h, NULL);
+    es = pkv__engine_find(h.engine, ids[1]);
+    if (es != NULL && es->state == PKV__SEQ_RUNNING)
+        move_copy(&h, ids[1]);
+    tm_run(&h, 500);
+    pkv_engine_stats st;
+    pkv_engine_stats_init(&st);
+    assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
+    assert_true(st.prefix_hit_tokens > 0);
+    assert_true(st.preemptions > 0);
+
+    /* Prompt 0 again, so that its blocks are the cache's newest; then the
+     * saved prefix cache in a new engine: prompt 0 hits it. */
+    tm_add(&h, prompts[0], PROMPT, NEW, 0, 0);
+    tm_run(&h, 100);
+    size_t size = 0;
+    assert_int_equal(pkv_engine_save_prefix_cache(h.engine, NULL, 0, &size),
+                     PKV_OK);
+    void *data = malloc(size);
+    assert_non_null(data);
+    assert_int_equal(
+        pkv_engine_save_prefix_cache(h.engine, data, size, &size), PKV_OK);
+    tm_check_idle(&h);
+    tm_host_free(&h);
+    tm_host_init(&h, &p, tolerance(dtype));
+    uint32_t loaded = 0;
+    assert_int_equal(
+        pkv_engine_load_prefix_cache(h.engine, data, size, &loaded), PKV_OK);
+    assert_true(loaded > 0);
+    tm_add(&h, prompts[0], PROMPT, NEW, 0, 0);
+    tm_run(&h, 100);
+    pkv_engine_stats_init(&st);
+    assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
+    assert_true(st.prefix_hit_tokens > 0);
+    tm_check_idle(&h);
+    tm_host_free(&h);
+    free(data);
+    for (uint32_t i = 0; i < SEQS; i++)
+        free(prompts[i]);
+}
+
+static void test_mixed_windows(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const int32_t modes[] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t m = 0; m < 2; m++)
+            workload(dtypes[d], modes[m]);
+}
+
+/* Decode steps of long contexts (the decode kernels on OpenCL), with
+ * head_dim 256 and 4 query heads on 1 kv head, a model's shape: one
+ * sequence of 40 tokens decoding 30 more. */
+static void test_decode_windows(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    for (size_t d = 0; d < 3; d++) {
+        pkv_engine_params p = window_params(dtypes[d], PKV_PREEMPT_RECOMPUTE);
+        p.num_q_heads = 4;
+        p.num_kv_heads = 1;
+        p.head_dim = 256;
+        p.block_size = 16;
+        p.num_blocks = 64;
+        p.long_prefill_threshold = 0;
+        static const uint32_t model_windows[3] = {24, 0, 16};
+        p.layer_windows = model_windows;
+        tm_host h;
+        tm_host_init(&h, &p, tolerance(dtypes[d]));
+        int32_t *prompt = tm_prompt(40, 9);
+        tm_add(&h, prompt, 40, 30, 0, 0);
+        tm_run(&h, 100);
+        tm_check_idle(&h);
+        tm_host_free(&h);
+        free(prompt);
+    }
+}
+
+#ifndef PKV_HAVE_OPENCL
+static void test_errors(void **state)
+{
+    (void)state;
+    pkv_engine_params p = window_params(PKV_KV_F32, PKV_PREEMPT_RECOMPUTE);
+    p.sliding_window = 8; /* and layer_windows: ambiguous */
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+    assert_null(e);
+    assert_non_null(strstr(pkv_last_error(), "layer_windows"));
+    /* The engine keeps its own copy of the windows. */
+    uint32_t given[3] = {5, 0, 4};
+    p.sliding_window = 0;
+    p.layer_windows = given;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    given[0] = 99;
+    assert_int_equal(e->layer_windows[0], 5);
+    pkv_engine_destroy(e);
+}
+#endif
+
+int main(void)
+{
+#ifdef PKV_HAVE_OPENCL
+    int start = tm_opencl_start();
+    if (start != 0)
+        return start;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mixed_windows),
+        cmocka_unit_test(test_decode_windows),
+    };
+#else
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mixed_windows),
+        cmocka_unit_test(test_decode_windows),
+        cmocka_unit_test(test_errors),
+    };
+#endif
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
