@@ -91,6 +91,15 @@ static pkv_status enqueue_attention(pkv__backend *b, uint32_t layer, kt q,
     return enqueue_attend(b, layer, q, out, scale, window);
 }
 
+/* The attention scale the kernels take: finite and >= 0. */
+static pkv_status scale_check(float scale)
+{
+    if (!(scale >= 0.0f) || isinf(scale))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "attend: scale must be finite and >= 0");
+    return PKV_OK;
+}
+
 /* The shared check, with the step the backend holds (none before
  * begin_step). */
 static pkv_status layer_check(const pkv__backend *b, uint32_t layer,
@@ -113,9 +122,8 @@ static pkv_status host_layer(pkv__backend *b, int what, uint32_t layer,
         st = layer_check(b, layer, k, v);
     if (st == PKV_OK && (what & DO_ATTEND)) {
         st = layer_check(b, layer, q, out);
-        if (st == PKV_OK && (!(scale >= 0.0f) || isinf(scale)))
-            st = pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                           "attend: scale must be finite and >= 0");
+        if (st == PKV_OK)
+            st = scale_check(scale);
     }
     if (st != PKV_OK || b->step.num_tokens == 0)
         return st;
@@ -230,9 +238,9 @@ pkv_status pkv__ocl_attend_device(pkv__backend *b, uint32_t layer,
     pkv_status st = layer_check(b, layer, q, out);
     if (st != PKV_OK || b->step.num_tokens == 0)
         return st;
-    if (!(scale >= 0.0f) || isinf(scale))
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "attend: scale must be finite and >= 0");
+    st = scale_check(scale);
+    if (st != PKV_OK)
+        return st;
     kt tq, tk, tv, to;
     uint32_t hq = b->cfg.num_q_heads, hkv = b->cfg.num_kv_heads;
     st = device_tensor_check(b, "q", q, hq, &tq);

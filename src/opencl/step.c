@@ -20,6 +20,13 @@ uint32_t pkv__ocl_table_stride_for(uint32_t stride, uint32_t max_blocks)
     return stride;
 }
 
+/* Whether every sequence of the step has one row (each has one at
+ * least): the decode kernels' steps. */
+static int all_decode(const pkv__step *s)
+{
+    return s->num_seqs > 0 && s->num_tokens == s->num_seqs;
+}
+
 static pkv_status grow_step(pkv__backend *b, size_t words)
 {
     if (words > b->step_host_cap) {
@@ -181,7 +188,7 @@ static pkv_status upload_step(pkv__backend *b)
         if (err != CL_SUCCESS)
             return pkv__cl_fail(err, "clWaitForEvents(step upload)");
     }
-    uint32_t n = s->num_seqs, t = s->num_tokens, bs = b->cfg.block_size;
+    uint32_t n = s->num_seqs, bs = b->cfg.block_size;
     int u8 = b->cfg.kv_dtype == PKV_KV_U8;
     size_t off[PKV_STEP_HEADER], lens[PKV_STEP_HEADER];
     size_t at = step_layout(s, b->num_seals, b->num_tiles, off, lens);
@@ -233,9 +240,8 @@ static pkv_status upload_step(pkv__backend *b)
             seal += PKV_SEAL_WORDS;
         }
     }
-    /* Each sequence has a row at least: as many rows as sequences is a
-     * row each. pkv__ocl_need_upload built the decode kernels. */
-    int decode = n > 0 && t == n && b->decode_state == 1;
+    /* pkv__ocl_need_upload built the decode kernels. */
+    int decode = all_decode(s) && b->decode_state == 1;
     uint32_t longest = 0;
     for (uint32_t i = 0; i < n; i++)
         longest = s->context_lens[i] > longest ? s->context_lens[i] : longest;
@@ -288,9 +294,7 @@ pkv_status pkv__ocl_need_upload(pkv__backend *b)
     /* The decode kernels, built at the first all-decode step (a row per
      * sequence), before its upload; where they do not build, the generic
      * kernel takes decode steps. */
-    const pkv__step *s = &b->step;
-    if (b->decode_state == 0 && s->num_seqs > 0 &&
-        s->num_tokens == s->num_seqs)
+    if (b->decode_state == 0 && all_decode(&b->step))
         pkv__ocl_decode_prepare(b);
     return upload_step(b);
 }
