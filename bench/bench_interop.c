@@ -20,6 +20,7 @@
  * median over the steps of each mode. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench.h"
+#include "sample.h"
 
 #include "pkv/pkv.h"
 #include "pkv/pkv_opencl.h"
@@ -101,7 +102,7 @@ static int host_buf_make(host_buf *b, size_t bytes, size_t align,
     if (b->base == NULL)
         return 1;
     for (size_t i = 0; i < total / sizeof(float); i++)
-        b->base[i] = (float)(0.5 * bench_normal(rng));
+        b->base[i] = (float)(0.5 * host_normal(rng));
     return 0;
 }
 

@@ -12,6 +12,7 @@
  * built from the source tree (PKV_KERNELS_DIR, PKV_SRC_DIR). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench.h"
+#include "sample.h"
 
 #ifndef PKV_BENCH_OPENCL
 
@@ -132,7 +133,7 @@ static double read_gbps(const bw_vec *buf, int threads, size_t chunk_bytes,
     for (size_t i = 0; i < n; i++)
         order[i] = (uint32_t)i;
     for (size_t i = n; shuffle && i > 1; i--) {
-        size_t j = bench_rand(&rng) % i;
+        size_t j = host_rand(&rng) % i;
         uint32_t tmp = order[i - 1];
         order[i - 1] = order[j];
         order[j] = tmp;
@@ -362,7 +363,7 @@ static size_t head_bytes(int dtype, uint32_t bs)
 
 static float rand_sym(uint64_t *rng)
 {
-    return (float)(2.0 * bench_uniform(rng) - 1.0);
+    return (float)(2.0 * host_uniform(rng) - 1.0);
 }
 
 /* Random contents for every block: f32/f16 in [-1, 1]; u8 random codes
@@ -383,7 +384,7 @@ static void fill_arena(uint8_t *arena, size_t blocks, int dtype, uint32_t bs,
             if (dtype == PKV_LAYOUT_F32) {
                 float *x = (float *)(void *)part;
                 for (size_t i = 0; i < n; i += 2) {
-                    uint64_t r = bench_rand(rng);
+                    uint64_t r = host_rand(rng);
                     x[i] = (float)(r >> 40) * 0x1p-23f - 1.0f;
                     x[i + 1] = (float)(r & 0xffffff) * 0x1p-23f - 1.0f;
                 }
@@ -391,7 +392,7 @@ static void fill_arena(uint8_t *arena, size_t blocks, int dtype, uint32_t bs,
                 /* Random sign and mantissa, exponent 2^-3 to 2^-1. */
                 uint16_t *x = (uint16_t *)(void *)part;
                 for (size_t i = 0; i < n; i += 4) {
-                    uint64_t r = bench_rand(rng);
+                    uint64_t r = host_rand(rng);
                     for (size_t k = 0; k < 4; k++) {
                         uint16_t b = (uint16_t)(r >> (16 * k));
                         x[i + k] = (uint16_t)((b & 0x83ffu) |
@@ -400,15 +401,15 @@ static void fill_arena(uint8_t *arena, size_t blocks, int dtype, uint32_t bs,
                 }
             } else {
                 for (size_t i = 0; i < n; i += 8) {
-                    uint64_t r = bench_rand(rng);
+                    uint64_t r = host_rand(rng);
                     memcpy(part + i, &r, 8);
                 }
                 uint32_t groups = kv ? bs : HEAD_DIM;
                 uint16_t *lo = (uint16_t *)(void *)(part + n);
                 for (uint32_t g = 0; g < groups; g++) {
-                    lo[g] = pkv__f32_to_f16(-(float)bench_uniform(rng));
+                    lo[g] = pkv__f32_to_f16(-(float)host_uniform(rng));
                     lo[groups + g] = pkv__f32_to_f16(
-                        (float)bench_uniform(rng) * (2.0f / 255.0f));
+                        (float)host_uniform(rng) * (2.0f / 255.0f));
                 }
             }
         }
@@ -670,7 +671,7 @@ static int run_case(const cl_env *e, const decode_case *c, int reps,
     for (size_t i = 0; i < blocks; i++)
         table[i] = (uint32_t)i;
     for (size_t i = blocks; i > 1; i--) {
-        size_t j = bench_rand(&rng) % i;
+        size_t j = host_rand(&rng) % i;
         uint32_t tmp = table[i - 1];
         table[i - 1] = table[j];
         table[j] = tmp;

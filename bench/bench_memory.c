@@ -4,6 +4,7 @@
  * before paging) and under pkv's paged block tables; and how much n parallel
  * samples of one prompt share. Host-side only: no device is touched. */
 #include "bench.h"
+#include "sample.h"
 
 #include "table.h"
 
@@ -27,7 +28,7 @@ typedef struct memory_result {
  * clipped to [1, MAX_MODEL_LEN]. */
 static uint32_t draw_length(uint64_t *rng)
 {
-    double len = exp(log(400.0) + bench_normal(rng));
+    double len = exp(log(400.0) + host_normal(rng));
     return len < 1 ? 1 : len > MAX_MODEL_LEN ? MAX_MODEL_LEN : (uint32_t)len;
 }
 

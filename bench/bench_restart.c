@@ -13,6 +13,7 @@
 #include "bench.h"
 #include "bench_llama.h"
 #include "model.h"
+#include "sample.h"
 
 #include "pkv/pkv.h"
 
@@ -78,7 +79,7 @@ static int first_token(const llama_model *m, llama_scratch *s, float *logits,
             return 1;
         int32_t sampled = 0;
         if (b->num_samples == 1) {
-            sampled = llama_sample(logits, c->vocab_size, 0.0f, NULL);
+            sampled = host_sample(logits, c->vocab_size, 0.0f, 1.0f, NULL);
             if (*first < 0) {
                 *first = sampled;
                 *seconds = now_s() - t0;
@@ -104,7 +105,7 @@ int bench_restart(const bench_options *opt)
         return 1;
     uint64_t rng = 5;
     for (uint32_t i = 0; i < PROMPT_LEN; i++)
-        prompt[i] = (int32_t)(llama_rand(&rng) % c.vocab_size);
+        prompt[i] = (int32_t)(host_rand(&rng) % c.vocab_size);
     int reps = opt->quick ? 1 : 5;
     double cold[5], load[5], warm[5];
     size_t bytes = 0;

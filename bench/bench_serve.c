@@ -37,6 +37,7 @@
 #include "bench.h"
 #include "bench_llama.h"
 #include "model.h"
+#include "sample.h"
 
 #include "pkv/pkv.h"
 
@@ -113,7 +114,7 @@ static double percentile(const double *sorted, size_t n, double p)
 static uint32_t lognormal_len(uint64_t *rng, double median, double sigma,
                               uint32_t lo, uint32_t hi)
 {
-    double x = median * exp(sigma * bench_normal(rng));
+    double x = median * exp(sigma * host_normal(rng));
     return x < lo ? lo : x > hi ? hi : (uint32_t)x;
 }
 
@@ -132,7 +133,7 @@ static trace_req *make_trace(uint32_t n, uint32_t vocab, uint64_t seed)
         if (t[i].prompt == NULL)
             return NULL;
         for (uint32_t k = 0; k < t[i].prompt_len; k++)
-            t[i].prompt[k] = (int32_t)(bench_rand(&rng) % vocab);
+            t[i].prompt[k] = (int32_t)(host_rand(&rng) % vocab);
     }
     return t;
 }
@@ -143,7 +144,7 @@ static void set_arrivals(trace_req *t, uint32_t n, double rate, uint64_t seed)
     double at = 0;
     for (uint32_t i = 0; i < n; i++) {
         t[i].arrival = at;
-        at += -log(bench_uniform(&rng)) / rate;
+        at += -log(host_uniform(&rng)) / rate;
     }
 }
 
@@ -283,8 +284,8 @@ static int serve(const llama_model *m, trace_req *t, uint32_t n,
             break;
         }
         for (uint32_t j = 0; j < b->num_samples; j++)
-            sampled[j] = llama_sample(logits + (size_t)j * c->vocab_size,
-                                      c->vocab_size, 1.0f, &rng);
+            sampled[j] = host_sample(logits + (size_t)j * c->vocab_size,
+                                      c->vocab_size, 1.0f, 1.0f, &rng);
         double when = now_s() - t0;
         for (uint32_t j = 0; j < b->num_samples; j++) {
             trace_req *r = find_req(t, added, order, b->sample_seq_ids[j]);

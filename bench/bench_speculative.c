@@ -17,6 +17,7 @@
 #include "bench.h"
 #include "bench_llama.h"
 #include "model.h"
+#include "sample.h"
 
 #include "pkv/pkv.h"
 
@@ -69,7 +70,7 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
     uint64_t rng = 11;
     for (uint32_t i = 0; i < SEQS; i++) {
         for (uint32_t t = 0; t < PROMPT; t++)
-            out->tokens[i][t] = (int32_t)(llama_rand(&rng) % c->vocab_size);
+            out->tokens[i][t] = (int32_t)(host_rand(&rng) % c->vocab_size);
         pkv_seq_params sp;
         pkv_seq_params_init(&sp);
         sp.prompt = out->tokens[i];
@@ -91,7 +92,7 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
             int32_t drafts[DRAFTS];
             for (uint32_t k = 0; k < DRAFTS; k++) {
                 int32_t right = truth->tokens[i][len[i] + k];
-                int ok = (double)(llama_rand(&draw) % 1000) < p * 1000.0;
+                int ok = (double)(host_rand(&draw) % 1000) < p * 1000.0;
                 drafts[k] = ok ? right
                                : (int32_t)(((uint32_t)right + 1) %
                                            c->vocab_size);
@@ -111,8 +112,8 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
         }
         out->rows += b->num_tokens;
         for (uint32_t j = 0; j < b->num_samples; j++)
-            sampled[j] = llama_sample(logits + (size_t)j * c->vocab_size,
-                                      c->vocab_size, 0.0f, NULL);
+            sampled[j] = host_sample(logits + (size_t)j * c->vocab_size,
+                                      c->vocab_size, 0.0f, 1.0f, NULL);
         if (pkv_engine_step_end(e, sampled, NULL, b->num_samples) != PKV_OK) {
             rc = 1;
             break;

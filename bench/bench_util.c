@@ -5,7 +5,6 @@
 #define _POSIX_C_SOURCE 200809L /* mkdir */
 #include "bench_util.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -31,25 +30,6 @@ size_t bench_llc_bytes(void)
     }
     size_t bytes = (size_t)kb * 1024;
     return bytes > 105000000u ? bytes : 105000000u;
-}
-
-uint64_t bench_rand(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-double bench_uniform(uint64_t *state)
-{
-    return ((double)(bench_rand(state) >> 11) + 0.5) / 9007199254740992.0;
-}
-
-double bench_normal(uint64_t *state)
-{
-    double u1 = bench_uniform(state), u2 = bench_uniform(state);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 FILE *bench_plot_open(const bench_options *opt, const char *name)

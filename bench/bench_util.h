@@ -31,11 +31,6 @@ void bench_progress(const char *fmt, ...)
 #endif
     ;
 
-/* splitmix64 and the distributions the workloads draw from. */
-uint64_t bench_rand(uint64_t *state);
-double bench_uniform(uint64_t *state); /* (0, 1) */
-double bench_normal(uint64_t *state);
-
 /* Bytes of the last-level cache, as the cache behaves: at least 105 MB
  * (the machine the benches were tuned on reports 32 MiB per instance but
  * about 105 MB behave as last-level cache). */

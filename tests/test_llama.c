@@ -14,6 +14,7 @@
 
 #include "attend.h"
 #include "model.h"
+#include "sample.h"
 
 #include <pkv/pkv.h>
 
@@ -51,18 +52,18 @@ static void make_workload(workload *w, const llama_config *c)
     uint64_t rng = 7;
     int32_t prefix[PREFIX_LEN];
     for (uint32_t t = 0; t < PREFIX_LEN; t++)
-        prefix[t] = (int32_t)(llama_rand(&rng) % c->vocab_size);
+        prefix[t] = (int32_t)(host_rand(&rng) % c->vocab_size);
     for (uint32_t i = 0; i < NUM_PROMPTS; i++) {
-        uint32_t user = 3 + (uint32_t)(llama_rand(&rng) % 50);
+        uint32_t user = 3 + (uint32_t)(host_rand(&rng) % 50);
         w->prompt_len[i] = PREFIX_LEN + user;
-        w->max_new[i] = 8 + (uint32_t)(llama_rand(&rng) % 24);
+        w->max_new[i] = 8 + (uint32_t)(host_rand(&rng) % 24);
         w->prompts[i] = malloc(w->prompt_len[i] * sizeof(int32_t));
         w->expected[i] = malloc(w->max_new[i] * sizeof(int32_t));
         assert_true(w->prompts[i] && w->expected[i]);
         memcpy(w->prompts[i], prefix, sizeof prefix);
         for (uint32_t t = 0; t < user; t++)
             w->prompts[i][PREFIX_LEN + t] =
-                (int32_t)(llama_rand(&rng) % c->vocab_size);
+                (int32_t)(host_rand(&rng) % c->vocab_size);
     }
 }
 
@@ -158,8 +159,8 @@ static pkv_result run_pkv(const llama_model *m, const workload *w,
             /* A preempted sequence resumes from its tokens: it never
              * samples one position twice. */
             assert_true(generated[i] < w->max_new[i]);
-            int32_t top = llama_sample(logits + (size_t)j * c->vocab_size,
-                                       c->vocab_size, 0, NULL);
+            int32_t top = host_sample(logits + (size_t)j * c->vocab_size,
+                                       c->vocab_size, 0, 1, NULL);
             int32_t want = w->expected[i][generated[i]];
             if (teacher_forced) {
                 res.agree += top == want;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Attention over pkv and over a dense cache (attend.h). */
 #include "attend.h"
+#include "sample.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,31 @@ int llama_attend_pkv(void *user, uint32_t layer, uint32_t rows,
         return -1;
     }
     return 0;
+}
+
+static int host_forward(void *self, pkv_engine *e, const pkv_batch *b,
+                        float *logits)
+{
+    llama_host *h = self;
+    llama_pkv_attend a = {e, &h->weights->config};
+    return llama_forward(h->weights, &h->scratch, b->num_tokens, b->token_ids,
+                         b->positions, llama_attend_pkv, &a, b->sample_rows,
+                         b->num_samples, logits);
+}
+
+int llama_host_init(llama_host *h, const llama_model *m, uint32_t max_rows)
+{
+    h->weights = m;
+    h->model.vocab_size = m->config.vocab_size;
+    h->model.max_rows = max_rows;
+    h->model.forward = host_forward;
+    h->model.self = h;
+    return llama_scratch_init(&h->scratch, &m->config, max_rows);
+}
+
+void llama_host_free(llama_host *h)
+{
+    llama_scratch_free(&h->scratch);
 }
 
 int llama_dense_cache_init(llama_dense_cache *d, const llama_config *c)
@@ -123,7 +149,8 @@ int llama_dense_generate(const llama_model *m, llama_scratch *s,
             break;
         }
         *processed += len - first;
-        out[n] = llama_sample(logits, c->vocab_size, temperature, rng);
+        out[n] = host_sample(logits, c->vocab_size, temperature, 1.0f,
+                             rng);
         rows_tokens = &out[n];
         if (out[n++] == stop || len + 1 >= c->seq_len)
             break;

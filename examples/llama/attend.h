@@ -8,6 +8,7 @@
 #define PKV_EXAMPLE_LLAMA_ATTEND_H
 
 #include "model.h"
+#include "serve.h"
 
 #include <pkv/pkv.h>
 
@@ -25,6 +26,18 @@ typedef struct llama_pkv_attend {
 int llama_attend_pkv(void *user, uint32_t layer, uint32_t rows,
                      const float *q, const float *k, const float *v,
                      float *out);
+
+/* The model as the serving loop's host_model (serve.h): the forward pass
+ * of a step's batch over pkv, on its own scratch of max_rows rows. */
+typedef struct llama_host {
+    host_model model; /* self points to this struct */
+    const llama_model *weights;
+    llama_scratch scratch;
+} llama_host;
+
+/* 0, or -1 out of memory. */
+int llama_host_init(llama_host *h, const llama_model *m, uint32_t max_rows);
+void llama_host_free(llama_host *h);
 
 /* A dense K/V cache of one sequence, seq_len rows per layer. */
 typedef struct llama_dense_cache {

@@ -20,6 +20,8 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "attend.h"
 #include "model.h"
+#include "sample.h"
+#include "serve.h"
 
 #include <pkv/pkv.h>
 
@@ -50,28 +52,11 @@ typedef struct options {
     int tokens; /* stream "[id] token" lines instead of one line per step */
 } options;
 
-typedef struct request {
-    int32_t *prompt;
-    uint32_t prompt_len;
-    uint32_t max_new;
-    uint64_t rng; /* per request: sampling does not depend on batching */
-    pkv_seq_id id;
-    uint32_t generated;
-} request;
-
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* pkv's warnings and errors go to stderr. */
-static void on_log(void *user, int32_t level, const char *message)
-{
-    (void)user;
-    if (level <= PKV_LOG_WARN)
-        fprintf(stderr, "pkv: %s\n", message);
 }
 
 static int usage(void)
@@ -207,7 +192,7 @@ static int parse_options(int argc, char **argv, options *o)
 static uint32_t lognormal_len(uint64_t *rng, double median, double sigma,
                               uint32_t lo, uint32_t hi)
 {
-    double x = median * exp(sigma * llama_normal(rng));
+    double x = median * exp(sigma * host_normal(rng));
     if (x < lo)
         return lo;
     if (x > hi)
@@ -217,14 +202,14 @@ static uint32_t lognormal_len(uint64_t *rng, double median, double sigma,
 
 /* The synthetic prompt set: a shared system prompt, then a user part. */
 static int make_prompts(const options *o, const llama_config *c,
-                        request *reqs)
+                        host_request *reqs)
 {
     uint64_t rng = o->seed * 0x2545f4914f6cdd1dull + 1;
     int32_t system[SYSTEM_PROMPT_LEN];
     for (uint32_t t = 0; t < SYSTEM_PROMPT_LEN; t++)
-        system[t] = (int32_t)(llama_rand(&rng) % c->vocab_size);
+        system[t] = (int32_t)(host_rand(&rng) % c->vocab_size);
     for (uint32_t i = 0; i < o->requests; i++) {
-        request *r = &reqs[i];
+        host_request *r = &reqs[i];
         uint32_t user = lognormal_len(&rng, 40, 0.8, 4, 400);
         r->prompt_len = SYSTEM_PROMPT_LEN + user;
         r->prompt = malloc(r->prompt_len * sizeof *r->prompt);
@@ -233,7 +218,7 @@ static int make_prompts(const options *o, const llama_config *c,
         memcpy(r->prompt, system, sizeof system);
         for (uint32_t t = 0; t < user; t++)
             r->prompt[SYSTEM_PROMPT_LEN + t] =
-                (int32_t)(llama_rand(&rng) % c->vocab_size);
+                (int32_t)(host_rand(&rng) % c->vocab_size);
         r->max_new =
             lognormal_len(&rng, o->max_new / 2.0, 0.6, 1, o->max_new);
     }
@@ -242,21 +227,21 @@ static int make_prompts(const options *o, const llama_config *c,
 
 /* One prompt per line of token ids; *count is how many were read. */
 static int read_prompts(const options *o, const llama_config *c,
-                        request **out, uint32_t *count)
+                        host_request **out, uint32_t *count)
 {
     FILE *f = fopen(o->prompts, "r");
     if (f == NULL) {
         fprintf(stderr, "pkv-llama: cannot open %s\n", o->prompts);
         return -1;
     }
-    request *reqs = NULL;
+    host_request *reqs = NULL;
     uint32_t n = 0;
     char line[65536];
     uint32_t line_no = 0;
     while (fgets(line, sizeof line, f) != NULL) {
         line_no++;
         line[strcspn(line, "\r\n")] = '\0';
-        request r;
+        host_request r;
         memset(&r, 0, sizeof r);
         r.prompt = malloc(sizeof line / 2 * sizeof *r.prompt);
         char *p = line, *end;
@@ -296,7 +281,7 @@ static int read_prompts(const options *o, const llama_config *c,
             continue;
         }
         r.max_new = o->max_new;
-        request *grown = realloc(reqs, (n + 1) * sizeof *reqs);
+        host_request *grown = realloc(reqs, (n + 1) * sizeof *reqs);
         if (grown == NULL) {
             free(r.prompt);
             fclose(f);
@@ -313,33 +298,23 @@ static int read_prompts(const options *o, const llama_config *c,
 
 /* ------------------------------------------------------------ pkv serving */
 
-static request *find_request(request *reqs, uint32_t added, pkv_seq_id id)
+/* --tokens: "[id] token" per sampled token, "[id] done: ..." at the end. */
+static void print_token(void *user, uint32_t index, int32_t token)
 {
-    /* Ids ascend in the order requests were added. */
-    uint32_t lo = 0, hi = added;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (reqs[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < added && reqs[lo].id == id ? &reqs[lo] : NULL;
+    const host_request *reqs = user;
+    printf("[%llu] %d\n", (unsigned long long)reqs[index].id, token);
 }
 
-static const char *reason_name(int32_t reason)
+static void print_finish(void *user, uint32_t index, const pkv_finished *f)
 {
-    switch (reason) {
-    case PKV_FINISH_STOP: return "stop";
-    case PKV_FINISH_LENGTH: return "length";
-    case PKV_FINISH_MAX_MODEL_LEN: return "max_model_len";
-    case PKV_FINISH_ABORTED: return "aborted";
-    default: return "failed";
-    }
+    (void)user;
+    (void)index;
+    printf("[%llu] done: %s, %u tokens\n", (unsigned long long)f->id,
+           host_reason_name(f->reason), f->num_generated);
 }
 
-static int serve_pkv(const options *o, const llama_model *m, request *reqs,
-                     uint32_t n)
+static int serve_pkv(const options *o, const llama_model *m,
+                     host_request *reqs, uint32_t n)
 {
     const llama_config *c = &m->config;
     pkv_engine_params p;
@@ -356,141 +331,42 @@ static int serve_pkv(const options *o, const llama_model *m, request *reqs,
         p.num_blocks = 8 * (SYSTEM_PROMPT_LEN + 40 + o->max_new / 2) / 16 +
                        c->seq_len / 16 + 2;
     }
-    p.log = on_log;
+    p.log = host_log_stderr;
     p.log_level = PKV_LOG_WARN;
     pkv_engine *e = NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         fprintf(stderr, "pkv-llama: engine: %s\n", pkv_last_error());
         return 1;
     }
-    llama_scratch s;
-    float *logits = malloc((size_t)p.max_batch_tokens * c->vocab_size *
-                           sizeof *logits);
-    int32_t *sampled = malloc(p.max_batch_tokens * sizeof *sampled);
-    uint8_t *stop = malloc(p.max_batch_tokens * sizeof *stop);
-    if (llama_scratch_init(&s, c, p.max_batch_tokens) != 0 || !logits ||
-        !sampled || !stop) {
+    llama_host h;
+    if (llama_host_init(&h, m, p.max_batch_tokens) != 0) {
         fprintf(stderr, "pkv-llama: out of memory\n");
+        pkv_engine_destroy(e);
         return 1;
     }
-    llama_pkv_attend actx = {e, c};
-    uint32_t added = 0, failed = 0;
-    uint64_t generated = 0, processed = 0, util_samples = 0;
-    double util_sum = 0;
-    int rc = 0;
-    double t0 = now_s();
-    while (rc == 0 && (added < n || pkv_engine_has_work(e))) {
-        /* Requests arrive while the engine runs. */
-        for (uint32_t k = 0; k < ARRIVALS_PER_STEP && added < n; k++) {
-            pkv_seq_params sp;
-            pkv_seq_params_init(&sp);
-            sp.prompt = reqs[added].prompt;
-            sp.prompt_len = reqs[added].prompt_len;
-            sp.max_new_tokens = reqs[added].max_new;
-            if (pkv_seq_add(e, &sp, &reqs[added].id) != PKV_OK) {
-                fprintf(stderr, "pkv-llama: request %u: %s\n", added,
-                        pkv_last_error());
-                rc = 1;
-                break;
-            }
-            added++;
-        }
-        const pkv_batch *b;
-        if (rc != 0 || pkv_engine_step_begin(e, &b) != PKV_OK) {
-            if (rc == 0)
-                fprintf(stderr, "pkv-llama: step: %s\n",
-                        pkv_engine_last_error(e));
-            rc = 1;
-            break;
-        }
-        for (uint32_t i = 0; i < b->num_finished; i++) {
-            const pkv_finished *f = &b->finished[i];
-            if (f->reason == PKV_FINISH_FAILED) {
-                failed++;
-                fprintf(stderr, "pkv-llama: request %llu failed: %s\n",
-                        (unsigned long long)f->id,
-                        pkv_status_name(f->status));
-            }
-            if (o->tokens)
-                printf("[%llu] done: %s, %u tokens\n",
-                       (unsigned long long)f->id, reason_name(f->reason),
-                       f->num_generated);
-        }
-        if (llama_forward(m, &s, b->num_tokens, b->token_ids, b->positions,
-                          llama_attend_pkv, &actx, b->sample_rows,
-                          b->num_samples, logits) != 0) {
-            rc = 1;
-            break;
-        }
-        processed += b->num_tokens;
-        for (uint32_t j = 0; j < b->num_samples; j++) {
-            request *r = find_request(reqs, added, b->sample_seq_ids[j]);
-            sampled[j] = llama_sample(logits + (size_t)j * c->vocab_size,
-                                      c->vocab_size, o->temperature, &r->rng);
-            stop[j] = sampled[j] == o->stop;
-            r->generated++;
-            generated++;
-            if (o->tokens)
-                printf("[%llu] %d\n", (unsigned long long)r->id, sampled[j]);
-        }
-        if (pkv_engine_step_end(e, sampled, stop, b->num_samples) != PKV_OK) {
-            fprintf(stderr, "pkv-llama: step_end: %s\n",
-                    pkv_engine_last_error(e));
-            rc = 1;
-        }
-        pkv_engine_stats st;
-        pkv_engine_stats_init(&st);
-        if (pkv_engine_get_stats(e, &st) == PKV_OK && st.slots_allocated) {
-            util_sum += (double)st.tokens_stored / (double)st.slots_allocated;
-            util_samples++;
-        }
-        if (!o->quiet && !o->tokens)
-            printf("step %4llu  running %3u  waiting %3u  swapped %2u  "
-                   "preempted %2u  KV %5.1f%%  %7.1f tokens/s\n",
-                   (unsigned long long)st.steps, st.num_running,
-                   st.num_waiting, st.num_swapped, b->num_preempted,
-                   st.slots_allocated ? 100.0 * (double)st.tokens_stored /
-                                            (double)st.slots_allocated
-                                      : 0.0,
-                   (double)generated / (now_s() - t0));
+    host_serve_options so = {0};
+    so.temperature = o->temperature;
+    so.top_p = 1;
+    so.arrivals_per_step = ARRIVALS_PER_STEP;
+    so.stop = &o->stop;
+    so.num_stop = o->stop >= 0;
+    so.status = o->quiet || o->tokens ? HOST_STATUS_NONE : HOST_STATUS_LINES;
+    if (o->tokens) {
+        so.on_token = print_token;
+        so.on_finish = print_finish;
+        so.user = reqs;
     }
-    if (rc == 0 && n > 0 && failed == n) {
-        fprintf(stderr, "pkv-llama: every request failed\n");
-        rc = 1;
-    }
-    double elapsed = now_s() - t0;
-    pkv_engine_stats st;
-    pkv_engine_stats_init(&st);
-    pkv_engine_get_stats(e, &st);
-    const char *name = pkv_engine_backend_name(e);
-    static const char *const dtypes[] = {"f32", "f16", "u8"};
-    printf("\npkv-llama: %u requests, %llu tokens generated, %llu processed "
-           "in %.2f s (%llu steps)\n",
-           n, (unsigned long long)generated, (unsigned long long)processed,
-           elapsed, (unsigned long long)st.steps);
-    printf("tokens/s:         %.1f generated, %.1f processed\n",
-           (double)generated / elapsed, (double)processed / elapsed);
-    printf("KV utilisation:   %.1f%% (tokens stored / slots allocated, mean "
-           "over %llu steps; %u blocks of %u tokens, %s)\n",
-           util_samples ? 100.0 * util_sum / (double)util_samples : 0.0,
-           (unsigned long long)util_samples, p.num_blocks, st.block_size,
-           dtypes[o->kv_dtype]);
-    printf("preemptions:      %llu\n", (unsigned long long)st.preemptions);
-    printf("prefix hits:      %llu of %llu prompt tokens\n",
-           (unsigned long long)st.prefix_hit_tokens,
-           (unsigned long long)st.prefix_query_tokens);
-    printf("backend:          %s\n", name);
-    free(logits);
-    free(sampled);
-    free(stop);
-    llama_scratch_free(&s);
+    host_serve_result r;
+    int rc = host_serve(e, &h.model, reqs, n, &so, &r);
+    host_print_summary("pkv-llama", e, &p, n, &r);
+    llama_host_free(&h);
     pkv_engine_destroy(e);
     return rc;
 }
 
 /* ----------------------------------------------------------- dense serving */
 
-static int serve_dense(const options *o, const llama_model *m, request *reqs,
+static int serve_dense(const options *o, const llama_model *m, host_request *reqs,
                        uint32_t n)
 {
     const llama_config *c = &m->config;
@@ -506,7 +382,7 @@ static int serve_dense(const options *o, const llama_model *m, request *reqs,
     int rc = 0;
     double t0 = now_s();
     for (uint32_t i = 0; i < n && rc == 0; i++) {
-        request *r = &reqs[i];
+        host_request *r = &reqs[i];
         int got = llama_dense_generate(m, &s, &d, r->prompt, r->prompt_len,
                                        r->max_new, o->temperature, &r->rng,
                                        o->stop, out, &processed);
@@ -559,7 +435,7 @@ int main(int argc, char **argv)
         llama_model_free(&m);
         return 1;
     }
-    request *reqs = NULL;
+    host_request *reqs = NULL;
     uint32_t n = o.requests;
     int rc = 1;
     if (o.prompts != NULL) {

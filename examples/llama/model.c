@@ -1,30 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* A llama-architecture model: weights and the forward pass (model.h). */
 #include "model.h"
+#include "sample.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-uint64_t llama_rand(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-double llama_uniform(uint64_t *state)
-{
-    return ((double)(llama_rand(state) >> 11) + 0.5) / 9007199254740992.0;
-}
-
-double llama_normal(uint64_t *state)
-{
-    double u1 = llama_uniform(state), u2 = llama_uniform(state);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 uint32_t llama_head_dim(const llama_config *c)
 {
@@ -122,7 +104,7 @@ static int alloc_model(llama_model *m, const llama_config *c,
 static void fill_normal(float *w, size_t n, double stddev, uint64_t *rng)
 {
     for (size_t i = 0; i < n; i++)
-        w[i] = (float)(llama_normal(rng) * stddev);
+        w[i] = (float)(host_normal(rng) * stddev);
 }
 
 static void fill_const(float *w, size_t n, float value)
@@ -525,25 +507,4 @@ void llama_attend_dense_row(const llama_config *c, const float *q,
         }
     }
     free(scores);
-}
-
-int32_t llama_sample(const float *logits, uint32_t vocab, float temperature,
-                     uint64_t *rng)
-{
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < vocab; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    if (!(temperature > 0))
-        return (int32_t)best;
-    double sum = 0;
-    for (uint32_t i = 0; i < vocab; i++)
-        sum += exp((double)(logits[i] - logits[best]) / temperature);
-    double target = llama_uniform(rng) * sum, acc = 0;
-    for (uint32_t i = 0; i < vocab; i++) {
-        acc += exp((double)(logits[i] - logits[best]) / temperature);
-        if (acc >= target)
-            return (int32_t)i;
-    }
-    return (int32_t)best;
 }

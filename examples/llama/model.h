@@ -112,15 +112,4 @@ void llama_attend_dense_row(const llama_config *c, const float *q,
                             const float *k_cache, const float *v_cache,
                             uint32_t ctx, float *out);
 
-/* Greedy (temperature <= 0) or temperature sampling from one row of
- * logits; rng is the caller's splitmix64 state (one per sequence gives
- * results independent of batching). */
-int32_t llama_sample(const float *logits, uint32_t vocab, float temperature,
-                     uint64_t *rng);
-
-/* splitmix64, and a uniform in (0, 1) and a normal drawn from it. */
-uint64_t llama_rand(uint64_t *state);
-double llama_uniform(uint64_t *state);
-double llama_normal(uint64_t *state);
-
 #endif
