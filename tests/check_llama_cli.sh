@@ -4,19 +4,10 @@
 # --prompts line is reported with its number, a good run exits 0.
 # Usage: check_llama_cli.sh path/to/pkv-llama
 set -u
-llama=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-expect() { # EXIT_CODE TEXT ARGS...: run, check the exit code and stderr
-    want=$1 text=$2
-    shift 2
-    "$llama" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    [ "$rc" -eq "$want" ] || fail "pkv-llama $* exited $rc, not $want"
-    grep -qF -- "$text" "$tmp/err" ||
-        fail "pkv-llama $*: stderr lacks '$text': $(cat "$tmp/err")"
-}
+
+name=pkv-llama
+binary=$1
+. "$(dirname "$0")/cli_lib.sh"
 expect 2 "--kv u9: expected f32, f16 or u8" --kv u9
 expect 2 "--requests 0: expected a whole number >= 1" --requests 0
 expect 2 "--backend needs a value" --backend
@@ -25,7 +16,7 @@ printf '1 2 3\n4 x 5\n' >"$tmp/prompts"
 expect 1 "line 2: \"x 5\" is not a token id" --prompts "$tmp/prompts"
 printf '1 2 3\n7 99999\n' >"$tmp/prompts"
 expect 1 "line 2: token 99999 is not in 0..511" --prompts "$tmp/prompts"
-"$llama" --backend cpu --requests 3 --max-new 4 >"$tmp/out" 2>&1 ||
+"$binary" --backend cpu --requests 3 --max-new 4 >"$tmp/out" 2>&1 ||
     fail "a good run failed: $(cat "$tmp/out")"
 grep -q "^step " "$tmp/out" || fail "no status lines"
 grep -q "^tokens/s:" "$tmp/out" || fail "no summary"

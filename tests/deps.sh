@@ -8,7 +8,11 @@
 #   under $PKV_CACHE (default ~/.cache/pkv), with an ICD file of our own in
 #   $PKV_CACHE/intel-icd (the wheel's names a path that does not exist).
 #   Downloaded once (about 700 MB), then reused. PKV_NO_INTEL_RUNTIME=1
-#   skips it.
+#   skips it;
+# - Gemma 3 270M for examples/gemma3 and its tests (about 240 MB, Gemma
+#   terms of use) into $PKV_CACHE/gemma3, by examples/gemma3/setup.sh.
+#   Offline without a cached copy, the model's tests and demo are skipped,
+#   saying so. PKV_NO_MODEL=1 skips it.
 set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
 opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang
@@ -26,17 +30,24 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
 fi
 
-[ "${PKV_NO_INTEL_RUNTIME:-0}" = 1 ] && exit 0
 cache=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
-venv=$cache/intel-opencl
-# Pinned: the version the tests were last checked with.
-INTEL_VERSION=2026.2.0
-if [ ! -f "$venv/lib/libintelocl.so" ]; then
-    echo "installing Intel's OpenCL CPU runtime $INTEL_VERSION into $venv"
-    rm -rf "$venv"
-    /usr/bin/python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check \
-        "intel-opencl-rt==$INTEL_VERSION" "intel-cmplr-lib-rt==$INTEL_VERSION"
+if [ "${PKV_NO_INTEL_RUNTIME:-0}" != 1 ]; then
+    venv=$cache/intel-opencl
+    # Pinned: the version the tests were last checked with.
+    INTEL_VERSION=2026.2.0
+    if [ ! -f "$venv/lib/libintelocl.so" ]; then
+        echo "installing Intel's OpenCL CPU runtime $INTEL_VERSION into $venv"
+        rm -rf "$venv"
+        /usr/bin/python3 -m venv "$venv"
+        "$venv/bin/pip" install -q --disable-pip-version-check \
+            "intel-opencl-rt==$INTEL_VERSION" \
+            "intel-cmplr-lib-rt==$INTEL_VERSION"
+    fi
+    mkdir -p "$cache/intel-icd"
+    echo "$venv/lib/libintelocl.so" >"$cache/intel-icd/intel-cpu.icd"
 fi
-mkdir -p "$cache/intel-icd"
-echo "$venv/lib/libintelocl.so" >"$cache/intel-icd/intel-cpu.icd"
+
+if [ "${PKV_NO_MODEL:-0}" != 1 ]; then
+    PKV_CACHE=$cache sh "$(dirname "$0")/../examples/gemma3/setup.sh" ||
+        [ $? -eq 77 ]
+fi

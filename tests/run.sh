@@ -53,6 +53,23 @@ else
         "the Intel path was not executed"
 fi
 
+model=$PKV_CACHE/gemma3
+if [ -f "$model/gemma-3-270m.pkvw" ] && [ -x "$model/venv/bin/python" ]; then
+    pass "Gemma 3 270M: tokenizer vs SentencePiece, host vs numpy forward"
+    # examples/gemma3/setup.sh (run by tests/deps.sh) cached the model, its
+    # weight file and a venv with gguf, numpy and sentencepiece.
+    "$model/venv/bin/python" tests/gemma3/check_tokenizer.py \
+        "$model/gemma-3-270m-q4_k_m.gguf" build/examples/g3-tokenize \
+        "$model/gemma-3-270m.pkvw"
+    OCL_ICD_VENDORS=$POCL_ICD "$model/venv/bin/python" \
+        tests/gemma3/check_reference.py "$model/gemma-3-270m-q4_k_m.gguf" \
+        "$model/gemma-3-270m.pkvw" build/examples/pkv-gemma3 \
+        build/examples/g3-tokenize cpu opencl
+else
+    echo "== Gemma 3 270M is not cached (offline, or PKV_NO_MODEL=1):" \
+        "its tests were skipped"
+fi
+
 pass "oclgrind: kernel tests at small shapes, any report fails"
 # -cl-opt-disable: oclgrind's interpreter lacks some LLVM intrinsics that
 # optimisation emits (llvm.usub.sat.i32). It has no Intel subgroups, so it

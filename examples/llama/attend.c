@@ -1,26 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Attention over pkv and over a dense cache (attend.h). */
 #include "attend.h"
+
+#include "attention.h"
 #include "sample.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static pkv_tensor host_tensor(const float *data, uint32_t rows,
-                              uint32_t heads, uint32_t head_dim)
-{
-    pkv_tensor t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.dtype = PKV_TENSOR_F32;
-    t.memory = PKV_MEMORY_HOST;
-    t.rows = rows;
-    t.heads = heads;
-    t.head_dim = head_dim;
-    t.data = (void *)(uintptr_t)data; /* pkv only reads q, k and v */
-    return t;
-}
 
 void llama_engine_params(pkv_engine_params *p, const llama_config *c)
 {
@@ -42,16 +29,8 @@ int llama_attend_pkv(void *user, uint32_t layer, uint32_t rows,
 {
     llama_pkv_attend *a = user;
     const llama_config *c = a->config;
-    uint32_t hs = llama_head_dim(c);
-    pkv_tensor tq = host_tensor(q, rows, c->num_heads, hs);
-    pkv_tensor tk = host_tensor(k, rows, c->num_kv_heads, hs);
-    pkv_tensor tv = host_tensor(v, rows, c->num_kv_heads, hs);
-    pkv_tensor to = host_tensor(out, rows, c->num_heads, hs);
-    if (pkv_engine_attend(a->engine, layer, &tq, &tk, &tv, &to) != PKV_OK) {
-        fprintf(stderr, "attend: %s\n", pkv_engine_last_error(a->engine));
-        return -1;
-    }
-    return 0;
+    return host_attend_pkv(a->engine, layer, rows, q, k, v, out,
+                           c->num_heads, c->num_kv_heads, llama_head_dim(c));
 }
 
 static int host_forward(void *self, pkv_engine *e, const pkv_batch *b,

@@ -18,6 +18,7 @@
  * one after another, without pkv: the reference.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "args.h"
 #include "attend.h"
 #include "model.h"
 #include "sample.h"
@@ -26,7 +27,6 @@
 #include <pkv/pkv.h>
 
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,26 +76,9 @@ static int usage(void)
     return 2;
 }
 
-/* A bad command line: say which argument and what it takes. */
 static int bad_arg(const char *arg, const char *value, const char *takes)
 {
-    if (value == NULL)
-        fprintf(stderr, "pkv-llama: %s needs a value (%s)\n", arg, takes);
-    else
-        fprintf(stderr, "pkv-llama: %s %s: expected %s\n", arg, value,
-                takes);
-    return -1;
-}
-
-static int parse_u32(const char *s, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || *end || end == s || v > UINT32_MAX)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
+    return host_bad_arg("pkv-llama", arg, value, takes);
 }
 
 static int parse_options(int argc, char **argv, options *o)
@@ -143,29 +126,17 @@ static int parse_options(int argc, char **argv, options *o)
         } else if (strcmp(a, "--prompts") == 0) {
             o->prompts = v;
         } else if (strcmp(a, "--kv") == 0) {
-            if (strcmp(v, "f32") == 0)
-                o->kv_dtype = PKV_KV_F32;
-            else if (strcmp(v, "f16") == 0)
-                o->kv_dtype = PKV_KV_F16;
-            else if (strcmp(v, "u8") == 0)
-                o->kv_dtype = PKV_KV_U8;
-            else
+            if (host_parse_kv(v, &o->kv_dtype) != 0)
                 return bad_arg(a, v, "f32, f16 or u8");
         } else if (strcmp(a, "--backend") == 0) {
-            if (strcmp(v, "auto") == 0)
-                o->backend = PKV_BACKEND_AUTO;
-            else if (strcmp(v, "cpu") == 0)
-                o->backend = PKV_BACKEND_CPU;
-            else if (strcmp(v, "opencl") == 0)
-                o->backend = PKV_BACKEND_OPENCL;
-            else
+            if (host_parse_backend(v, &o->backend) != 0)
                 return bad_arg(a, v, "auto, cpu or opencl");
         } else if (strcmp(a, "--temperature") == 0) {
             char *end;
             o->temperature = strtof(v, &end);
             if (*end || end == v || !(o->temperature >= 0))
                 return bad_arg(a, v, "a number >= 0");
-        } else if (parse_u32(v, &u) != 0 ||
+        } else if (host_parse_u32(v, &u) != 0 ||
                    (u == 0 && (strcmp(a, "--requests") == 0 ||
                                strcmp(a, "--max-new") == 0))) {
             return bad_arg(a, v,

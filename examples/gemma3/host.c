@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/* Gemma 3 on pkv (host.h). */
+#include "host.h"
+
+#include "attention.h"
+
+#include <stdio.h>
+
+void g3_engine_params(pkv_engine_params *p, const g3_model *m,
+                      uint32_t max_model_len)
+{
+    const g3_file_config *c = &m->config;
+    pkv_engine_params_init(p);
+    p->num_layers = c->num_layers;
+    p->num_q_heads = c->num_heads;
+    p->num_kv_heads = c->num_kv_heads;
+    p->head_dim = c->key_len;
+    p->layer_windows = m->layer_windows;
+    p->vocab_size = c->vocab_size;
+    p->max_model_len = max_model_len;
+    /* The default scale, 1 / sqrt(head_dim), is Gemma 3's (model.h). */
+}
+
+int g3_attend_pkv(void *user, uint32_t layer, uint32_t rows, const float *q,
+                  const float *k, const float *v, float *out)
+{
+    g3_pkv_attend *a = user;
+    const g3_file_config *c = a->config;
+    /* key_len == value_len (model.c checks). */
+    return host_attend_pkv(a->engine, layer, rows, q, k, v, out,
+                           c->num_heads, c->num_kv_heads, c->key_len);
+}
+
+static int host_forward(void *self, pkv_engine *e, const pkv_batch *b,
+                        float *logits)
+{
+    g3_host *h = self;
+    g3_pkv_attend a = {e, &h->weights->config};
+    if (g3_forward(h->weights, &h->scratch, b->num_tokens, b->token_ids,
+                   b->positions, g3_attend_pkv, &a, b->sample_rows,
+                   b->num_samples, logits) != 0) {
+        fprintf(stderr, "gemma3: forward pass failed\n");
+        return -1;
+    }
+    return 0;
+}
+
+int g3_host_init(g3_host *h, g3_model *m, uint32_t max_rows)
+{
+    h->weights = m;
+    h->model.vocab_size = m->config.vocab_size;
+    h->model.max_rows = max_rows;
+    h->model.forward = host_forward;
+    h->model.self = h;
+    return g3_scratch_init(&h->scratch, m, max_rows);
+}
+
+void g3_host_free(g3_host *h)
+{
+    g3_scratch_free(&h->scratch);
+}

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: MIT */
+/* Perplexity and top-1 agreement through pkv (score.h). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "score.h"
+
+#include "args.h"
+#include "host.h"
+#include "prompts.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BLOCK_SIZE 16
+/* Rows per step: every scored row's logits are held at once (1 MB each
+ * at a 262k vocabulary). */
+#define SCORE_ROWS 128
+#define AGREEMENT_PROMPTS 8
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *dtype_name(const g3_kv_choice *kv)
+{
+    if (kv->dtype == PKV_KV_F32)
+        return "f32";
+    if (kv->dtype == PKV_KV_F16)
+        return "f16";
+    return kv->key_quant == PKV_QUANT_PER_TOKEN ? "u8-token-keys" : "u8";
+}
+
+/* Sequences to run through an engine, each scored from position first:
+ * the logits at position p predict tokens[p + 1]. */
+typedef struct score_seqs {
+    uint32_t n;
+    int32_t **tokens;
+    uint32_t *len;
+    uint32_t *first; /* the first position scored */
+    uint32_t *last;  /* the last position scored */
+} score_seqs;
+
+/* Called with the logits of every scored row. */
+typedef void (*score_fn)(void *user, uint32_t seq, uint32_t position,
+                         const float *logits);
+
+/* An engine for sequences of up to max_len tokens, blocks blocks of
+ * BLOCK_SIZE in all, SCORE_ROWS rows a step; NULL after printing why. */
+static pkv_engine *create_engine(const g3_model *m, uint32_t max_len,
+                                 uint32_t blocks, const g3_kv_choice *kv)
+{
+    pkv_engine_params p;
+    g3_engine_params(&p, m, max_len);
+    p.kv_dtype = kv->dtype;
+    p.key_quant = kv->key_quant;
+    p.backend = kv->backend;
+    p.block_size = BLOCK_SIZE;
+    p.num_blocks = blocks;
+    p.max_batch_tokens = SCORE_ROWS;
+    p.log = host_log_stderr;
+    p.log_level = PKV_LOG_WARN;
+    pkv_engine *e = NULL;
+    if (pkv_engine_create(&p, &e) != PKV_OK) {
+        fprintf(stderr, "pkv-gemma3: engine: %s\n", pkv_last_error());
+        return NULL;
+    }
+    return e;
+}
+
+static int run_seqs(g3_model *m, const score_seqs *s, const g3_kv_choice *kv,
+                    score_fn fn, void *user, char *backend, size_t size)
+{
+    uint32_t longest = 0, blocks = 1;
+    for (uint32_t i = 0; i < s->n; i++) {
+        longest = s->len[i] > longest ? s->len[i] : longest;
+        blocks += (s->len[i] + BLOCK_SIZE) / BLOCK_SIZE;
+    }
+    pkv_engine *e = create_engine(m, longest + 1, blocks, kv);
+    if (e == NULL)
+        return 1;
+    snprintf(backend, size, "%s", pkv_engine_backend_name(e));
+    g3_scratch scratch;
+    float *logits = malloc((size_t)SCORE_ROWS * m->config.vocab_size *
+                           sizeof *logits);
+    uint32_t rows[SCORE_ROWS], row_seq[SCORE_ROWS];
+    int32_t sampled[SCORE_ROWS] = {0};
+    int rc = 1;
+    if (logits == NULL || g3_scratch_init(&scratch, m, SCORE_ROWS) != 0) {
+        fprintf(stderr, "pkv-gemma3: out of memory\n");
+        free(logits);
+        pkv_engine_destroy(e);
+        return 1;
+    }
+    for (uint32_t i = 0; i < s->n; i++) {
+        pkv_seq_params sp;
+        pkv_seq_params_init(&sp);
+        sp.prompt = s->tokens[i];
+        sp.prompt_len = s->len[i];
+        sp.max_new_tokens = 1;
+        sp.user_data = &s->len[i]; /* its index: &len[i] - len */
+        pkv_seq_id id;
+        if (pkv_seq_add(e, &sp, &id) != PKV_OK) {
+            fprintf(stderr, "pkv-gemma3: %s\n", pkv_last_error());
+            goto out;
+        }
+    }
+    while (pkv_engine_has_work(e)) {
+        const pkv_batch *b;
+        if (pkv_engine_step_begin(e, &b) != PKV_OK) {
+            fprintf(stderr, "pkv-gemma3: %s\n", pkv_engine_last_error(e));
+            goto out;
+        }
+        uint32_t n = 0;
+        for (uint32_t q = 0; q < b->num_seqs; q++) {
+            uint32_t seq = (uint32_t)((const uint32_t *)b->seq_user_data[q] -
+                                      s->len);
+            for (uint32_t r = b->query_start[q]; r < b->query_start[q + 1];
+                 r++) {
+                uint32_t pos = b->positions[r];
+                if (pos >= s->first[seq] && pos <= s->last[seq]) {
+                    rows[n] = r;
+                    row_seq[n++] = seq;
+                }
+            }
+        }
+        g3_pkv_attend a = {e, &m->config};
+        if (g3_forward(m, &scratch, b->num_tokens, b->token_ids,
+                       b->positions, g3_attend_pkv, &a, rows, n,
+                       logits) != 0) {
+            fprintf(stderr, "pkv-gemma3: forward pass failed\n");
+            goto out;
+        }
+        for (uint32_t j = 0; j < n; j++)
+            fn(user, row_seq[j], b->positions[rows[j]],
+               logits + (size_t)j * m->config.vocab_size);
+        if (pkv_engine_step_end(e, sampled, NULL, b->num_samples) !=
+            PKV_OK) {
+            fprintf(stderr, "pkv-gemma3: %s\n", pkv_engine_last_error(e));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(logits);
+    g3_scratch_free(&scratch);
+    pkv_engine_destroy(e);
+    return rc;
+}
+
+/* ------------------------------------------------------------ perplexity */
+
+typedef struct nll_sum {
+    const score_seqs *seqs;
+    uint32_t vocab;
+    double sum;
+    uint64_t count;
+} nll_sum;
+
+static void add_nll(void *user, uint32_t seq, uint32_t position,
+                    const float *logits)
+{
+    nll_sum *a = user;
+    int32_t target = a->seqs->tokens[seq][position + 1];
+    float top = logits[0];
+    for (uint32_t i = 1; i < a->vocab; i++)
+        top = logits[i] > top ? logits[i] : top;
+    double z = 0;
+    for (uint32_t i = 0; i < a->vocab; i++)
+        z += exp((double)logits[i] - top);
+    a->sum += log(z) + top - logits[target];
+    a->count++;
+}
+
+int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
+                        const char *path, uint32_t ctx, uint32_t max_tokens,
+                        const g3_kv_choice *kv)
+{
+    size_t len = 0;
+    char *text = host_read_file(path, &len);
+    int32_t *all = text ? malloc((len + 2) * sizeof *all) : NULL;
+    int n = all ? g3_tokenize(tok, text, len, 1, all, (uint32_t)len + 2) : -1;
+    free(text);
+    uint32_t chunks = n > 0 && ctx >= 4 ? (uint32_t)n / ctx : 0;
+    if (chunks > max_tokens / ctx)
+        chunks = max_tokens / ctx;
+    if (chunks == 0) {
+        fprintf(stderr, "pkv-gemma3: %s: not one chunk of %u tokens\n", path,
+                ctx);
+        free(all);
+        return 1;
+    }
+    int32_t *ptrs[64];
+    uint32_t lens[64], first[64], last[64];
+    if (chunks > 64)
+        chunks = 64;
+    for (uint32_t c = 0; c < chunks; c++) {
+        ptrs[c] = all + (size_t)c * ctx;
+        lens[c] = ctx - 1; /* the last token is only a target */
+        first[c] = ctx / 2;
+        last[c] = ctx - 2;
+    }
+    /* llama.cpp replaces each chunk's first token with BOS; saved to put
+     * the text back, since chunks share the array. */
+    int32_t saved[64];
+    for (uint32_t c = 0; c < chunks; c++) {
+        saved[c] = ptrs[c][0];
+        ptrs[c][0] = m->config.bos;
+    }
+    score_seqs s = {chunks, ptrs, lens, first, last};
+    nll_sum acc = {&s, m->config.vocab_size, 0, 0};
+    char backend[64];
+    double t0 = now_s();
+    int rc = run_seqs(m, &s, kv, add_nll, &acc, backend, sizeof backend);
+    for (uint32_t c = 0; c < chunks; c++)
+        ptrs[c][0] = saved[c];
+    if (rc == 0)
+        printf("{\"perplexity\": %.4f, \"nll\": %.6f, \"scored\": %llu, "
+               "\"ctx\": %u, \"chunks\": %u, \"text_tokens\": %d, "
+               "\"kv\": \"%s\", \"backend\": \"%s\", \"seconds\": %.1f}\n",
+               exp(acc.sum / (double)acc.count),
+               acc.sum / (double)acc.count, (unsigned long long)acc.count,
+               ctx, chunks, n, dtype_name(kv), backend, now_s() - t0);
+    free(all);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- logits */
+
+typedef struct logits_out {
+    FILE *f;
+    uint32_t vocab;
+    int failed;
+} logits_out;
+
+static void write_logits(void *user, uint32_t seq, uint32_t position,
+                         const float *logits)
+{
+    logits_out *o = user;
+    (void)seq;
+    (void)position; /* rows come in position order: one sequence */
+    if (fwrite(logits, sizeof *logits, o->vocab, o->f) != o->vocab)
+        o->failed = 1;
+}
+
+int g3_score_logits(g3_model *m, int32_t *ids, uint32_t n, uint32_t from,
+                    const g3_kv_choice *kv, const char *path)
+{
+    if (n == 0 || from >= n) {
+        fprintf(stderr, "pkv-gemma3: --logits-from %u: the prompt has %u "
+                        "tokens\n",
+                from, n);
+        return 1;
+    }
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        fprintf(stderr, "pkv-gemma3: cannot write %s\n", path);
+        return 1;
+    }
+    uint32_t last = n - 1;
+    score_seqs s = {1, &ids, &n, &from, &last};
+    logits_out o = {f, m->config.vocab_size, 0};
+    char backend[64];
+    int rc = run_seqs(m, &s, kv, write_logits, &o, backend, sizeof backend);
+    if (fclose(f) != 0 || o.failed) {
+        fprintf(stderr, "pkv-gemma3: cannot write %s\n", path);
+        rc = 1;
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------- agreement */
+
+typedef struct argmax_hits {
+    const score_seqs *seqs;
+    uint32_t vocab;
+    uint64_t same, count;
+} argmax_hits;
+
+static void count_argmax(void *user, uint32_t seq, uint32_t position,
+                         const float *logits)
+{
+    argmax_hits *a = user;
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < a->vocab; i++)
+        best = logits[i] > logits[best] ? i : best;
+    a->same += (int32_t)best == a->seqs->tokens[seq][position + 1];
+    a->count++;
+}
+
+typedef struct generated {
+    int32_t **tokens;
+    uint32_t *len;
+} generated;
+
+static void keep_token(void *user, uint32_t index, int32_t token)
+{
+    generated *g = user;
+    g->tokens[index][g->len[index]++] = token;
+}
+
+/* Greedy decoding with an f32 cache on the CPU backend: each prompt's
+ * tokens followed by max_new generated ones. */
+static int generate_f32(g3_model *m, host_request *reqs, uint32_t n,
+                        generated *g)
+{
+    uint32_t longest = 0, blocks = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t len = g->len[i] + reqs[i].max_new;
+        longest = len > longest ? len : longest;
+        blocks += len / BLOCK_SIZE + 1;
+    }
+    g3_kv_choice f32 = {PKV_KV_F32, PKV_QUANT_DEFAULT, PKV_BACKEND_CPU};
+    pkv_engine *e = create_engine(m, longest, blocks, &f32);
+    if (e == NULL)
+        return 1;
+    g3_host h;
+    if (g3_host_init(&h, m, SCORE_ROWS) != 0) {
+        pkv_engine_destroy(e);
+        return 1;
+    }
+    host_serve_options so = {0};
+    so.top_p = 1;
+    so.on_token = keep_token;
+    so.user = g;
+    host_serve_result r;
+    int rc = host_serve(e, &h.model, reqs, n, &so, &r);
+    g3_host_free(&h);
+    pkv_engine_destroy(e);
+    return rc;
+}
+
+int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
+                       uint32_t max_new, const g3_kv_choice *kv)
+{
+    enum { N = AGREEMENT_PROMPTS };
+    host_request reqs[N];
+    int32_t *tokens[N] = {0};
+    uint32_t len[N], first[N], last[N];
+    generated g = {tokens, len};
+    int rc = 1;
+    memset(reqs, 0, sizeof reqs);
+    for (uint32_t i = 0; i < N; i++) {
+        char prompt[512];
+        int plen = snprintf(prompt, sizeof prompt, "%sTopic: %s\nEntry:",
+                            g3_demo_preamble, g3_demo_topics[i]);
+        tokens[i] = malloc(((size_t)plen + 2 + max_new) * sizeof *tokens[i]);
+        if (tokens[i] == NULL)
+            goto out;
+        int got = g3_tokenize(tok, prompt, (size_t)plen, 1, tokens[i],
+                              (uint32_t)plen + 2);
+        if (got <= 0)
+            goto out;
+        reqs[i].prompt = tokens[i];
+        reqs[i].prompt_len = len[i] = (uint32_t)got;
+        reqs[i].max_new = max_new;
+        first[i] = len[i] - 1;
+    }
+    double t0 = now_s();
+    if (generate_f32(m, reqs, N, &g) != 0)
+        goto out;
+    /* Teacher-forced: the last generated token is only a target. */
+    for (uint32_t i = 0; i < N; i++) {
+        last[i] = len[i] - 2;
+        len[i]--;
+    }
+    score_seqs s = {N, tokens, len, first, last};
+    argmax_hits hits = {&s, m->config.vocab_size, 0, 0};
+    char backend[64];
+    if (run_seqs(m, &s, kv, count_argmax, &hits, backend, sizeof backend) !=
+        0)
+        goto out;
+    printf("{\"agreement\": %.4f, \"same\": %llu, \"tokens\": %llu, "
+           "\"prompts\": %u, \"kv\": \"%s\", \"backend\": \"%s\", "
+           "\"seconds\": %.1f}\n",
+           (double)hits.same / (double)hits.count,
+           (unsigned long long)hits.same, (unsigned long long)hits.count, N,
+           dtype_name(kv), backend, now_s() - t0);
+    rc = 0;
+out:
+    for (uint32_t i = 0; i < N; i++)
+        free(tokens[i]);
+    return rc;
+}

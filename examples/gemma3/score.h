@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * How much a KV format changes Gemma 3's predictions, measured through
+ * pkv (docs/fidelity.md): perplexity over a text, and top-1 agreement of
+ * greedy decoding with an f32 cache. Each prints one JSON line.
+ */
+#ifndef PKV_EXAMPLE_GEMMA3_SCORE_H
+#define PKV_EXAMPLE_GEMMA3_SCORE_H
+
+#include "model.h"
+#include "tokenizer.h"
+
+/* The cache under test. */
+typedef struct g3_kv_choice {
+    int32_t dtype;     /* pkv_kv_dtype */
+    int32_t key_quant; /* pkv_quant_group of U8 keys */
+    int32_t backend;   /* pkv_backend_kind */
+} g3_kv_choice;
+
+/*
+ * Perplexity of the text in path, as llama.cpp's llama-perplexity computes
+ * it: the text tokenized with BOS, cut into chunks of ctx tokens (at most
+ * max_tokens in all), each chunk's first token replaced by BOS, and the
+ * predictions of its second half scored (positions ctx/2 .. ctx - 2). Every
+ * chunk is a sequence in one engine. 0, or 1 after printing why.
+ */
+int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
+                        const char *path, uint32_t ctx, uint32_t max_tokens,
+                        const g3_kv_choice *kv);
+
+/*
+ * The logits of positions from .. n - 1 of one prompt of n token ids, in
+ * order, as f32 rows of vocab_size values written to path (the tests
+ * compare them with an independent reference). 0, or 1 after printing why.
+ */
+int g3_score_logits(g3_model *m, int32_t *ids, uint32_t n, uint32_t from,
+                    const g3_kv_choice *kv, const char *path);
+
+/*
+ * Top-1 agreement with an f32 cache: greedy decoding of max_new tokens
+ * from each of 8 demo prompts with an f32 cache on the CPU backend, then
+ * the same tokens run through the cache under test, counting the positions
+ * where its argmax is the token f32 chose. 0, or 1 after printing why.
+ */
+int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
+                       uint32_t max_new, const g3_kv_choice *kv);
+
+#endif

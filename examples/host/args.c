@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/* Command-line values of the example hosts (args.h). */
+#include "args.h"
+
+#include <pkv/pkv.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int host_bad_arg(const char *program, const char *arg, const char *value,
+                 const char *takes)
+{
+    if (value == NULL)
+        fprintf(stderr, "%s: %s needs a value (%s)\n", program, arg, takes);
+    else
+        fprintf(stderr, "%s: %s %s: expected %s\n", program, arg, value,
+                takes);
+    return -1;
+}
+
+int host_parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || *end || end == s || v > UINT32_MAX || *s == '-')
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int host_parse_kv(const char *s, int32_t *out)
+{
+    static const char *const names[] = {"f32", "f16", "u8"};
+    static const int32_t kinds[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = kinds[i];
+            return 0;
+        }
+    return -1;
+}
+
+int host_parse_backend(const char *s, int32_t *out)
+{
+    static const char *const names[] = {"auto", "cpu", "opencl"};
+    static const int32_t kinds[] = {PKV_BACKEND_AUTO, PKV_BACKEND_CPU,
+                                    PKV_BACKEND_OPENCL};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = kinds[i];
+            return 0;
+        }
+    return -1;
+}
+
+char *host_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    char *text = NULL;
+    size_t cap = 0;
+    *len = 0;
+    for (;;) {
+        if (cap - *len < 2) {
+            cap = cap ? 2 * cap : 65536;
+            char *grown = realloc(text, cap);
+            if (grown == NULL) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            text = grown;
+        }
+        size_t got = fread(text + *len, 1, cap - *len - 1, f);
+        *len += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                free(text);
+                text = NULL;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    if (text != NULL)
+        text[*len] = '\0';
+    return text;
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Command-line values the example hosts share: whole numbers, the KV type
+ * and the backend, with a message that names the argument on error; and
+ * the files the arguments name.
+ */
+#ifndef PKV_EXAMPLE_HOST_ARGS_H
+#define PKV_EXAMPLE_HOST_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* "PROGRAM: ARG needs a value (TAKES)" or "PROGRAM: ARG VALUE: expected
+ * TAKES" on stderr (value NULL: missing). Returns -1. */
+int host_bad_arg(const char *program, const char *arg, const char *value,
+                 const char *takes);
+
+/* A decimal whole number that fits 32 bits. 0 or -1. */
+int host_parse_u32(const char *s, uint32_t *out);
+
+/* f32, f16 or u8 to a pkv_kv_dtype. 0 or -1. */
+int host_parse_kv(const char *s, int32_t *out);
+
+/* auto, cpu or opencl to a pkv_backend_kind. 0 or -1. */
+int host_parse_backend(const char *s, int32_t *out);
+
+/* The whole file at path, NUL-terminated, its length in *len; NULL when
+ * it cannot be read. The caller frees it. */
+char *host_read_file(const char *path, size_t *len);
+
+#endif

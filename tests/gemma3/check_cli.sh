@@ -1,0 +1,20 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# pkv-gemma3's command line, without the model: a bad argument is named
+# (exit 2), a missing weight file says how to make one (exit 1).
+# Usage: check_cli.sh path/to/pkv-gemma3
+set -u
+
+name=pkv-gemma3
+binary=$1
+. "$(dirname "$0")/../cli_lib.sh"
+expect 2 "--kv u9: expected f32, f16 or u8" --kv u9
+expect 2 "--top-p 0: expected a number in (0, 1]" --top-p 0
+expect 2 "--u8-keys needs a value" --u8-keys
+expect 2 "unknown option --frobnicate" --frobnicate
+expect 2 "exclude each other" --prompt a --file b
+expect 2 "--logits needs --prompt-ids" --logits x
+expect 1 "sh examples/gemma3/setup.sh" --weights "$tmp/none.pkvw"
+printf 'not a weight file' >"$tmp/bad.pkvw"
+expect 1 "not a pkv Gemma 3 weight file" --weights "$tmp/bad.pkvw"
+echo "pkv-gemma3 cli ok"

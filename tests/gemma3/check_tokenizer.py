@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The Gemma 3 host's tokenizer against SentencePiece itself.
+
+Usage: check_tokenizer.py GGUF G3_TOKENIZE_BINARY WEIGHTS
+                          [--llama-tokenize LLAMA_TOKENIZE_BINARY]
+
+A SentencePiece model is rebuilt from the GGUF's vocabulary (the pieces,
+scores and types llama.cpp's converter copied out of Gemma's
+tokenizer.model) and loaded with PyPI sentencepiece; its ids for the
+strings below, and for /usr/share/common-licenses/GPL-3 when present,
+must equal g3-tokenize's (built from tests/gemma3/tokenize.c on the
+weight file prepare.py made from the same GGUF). g3-tokenize --decode
+then checks every string decodes back. With --llama-tokenize, every
+string is also given to llama.cpp's llama-tokenize, the tokenizer the host
+copies, including those SentencePiece is known to read otherwise.
+
+Exit 0 when all agree, 1 showing the first difference, 77 when
+sentencepiece (or gguf) cannot be imported.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import gguf
+    from sentencepiece import SentencePieceProcessor
+    from sentencepiece import sentencepiece_model_pb2 as pb
+except ImportError as e:
+    print(f"check_tokenizer: skipped, {e}")
+    sys.exit(77)
+
+GPL3 = "/usr/share/common-licenses/GPL-3"
+
+# Strings both tokenizers must read alike.
+STRINGS = [
+    "",
+    "Hello world",
+    "hello",
+    " leading space",
+    "trailing space ",
+    "  two leading spaces",
+    "runs  of   spaces    and     more      here",
+    " " * 40,
+    "a" + " " * 33 + "b",
+    " ",
+    "line one\nline two\n",
+    "\n",
+    "\n\n\n",
+    "para one\n\n\npara two\n" + "\n" * 35 + "end",
+    "\ttab\tseparated\t\tcolumns",
+    "\t" * 40 + "x",
+    " \n \t \r\n mixed",
+    "0 7 42 123 4567 3.14159 -2.5e10 1,000,000 2024-01-31",
+    "3.14159 + 2718 = 1234567890",
+    "Punctuation: !?.,;:'\"()[]{}<>@#$%^&*-_=+/\\|`~",
+    "...---...  !!! ???",
+    'def f(x):\n    return {"a": [1, 2, 3]}  # comment\n',
+    "int main(void) {\n\tprintf(\"%d\\n\", 42);\n\treturn 0;\n}\n",
+    "<html><body><b>bold</b> <i>it</i></body></html>",
+    "<table><tr><td>1</td></tr></table>",
+    "x<b>y",
+    "<start_of_image>picture<end_of_image>",
+    "[multimodal] data",
+    "Ünïcödé café naïve résumé façade Ångström",
+    "Größe straße ÆØÅ æøå Ça ça",
+    "日本語のテキスト",
+    "中文文本，标点。",
+    "한국어 텍스트",
+    "😀🚀👍🏽 emoji 🇫🇷",
+    "👨‍👩‍👧‍👦",
+    "مرحبا بالعالم",
+    "नमस्ते दुनिया",
+    "Ελληνικά και русский текст",
+    # Byte fallback: characters with no piece of their own.
+    "\U00030000\U0002a6d6 \U0001fbf9",
+    "\U000e0041\U000e0042 tag characters",
+    "\x01\x02\x7f control bytes \x1b[0m",
+    "\u200b\u200d\ufeff zero width",
+    "\ufffd replacement",
+    "The GNU General Public License is a free, copyleft license for "
+    "software",
+    "  two  spaces\nand\ttabs\n\n",
+    "Ünïcödé café naïve 日本語のテキスト 😀🚀",
+    # Texts of control and byte pieces are not cut out of plain text, and
+    # no merge reaches them: none of them is two pieces put together in
+    # this vocabulary (llama.cpp would merge into any piece, SentencePiece
+    # only into normal and user-defined ones).
+    "<bos> <mask> <0x41> <unused5> <start_of_image><b>x</b>\x01",
+    "<eos><pad><start_of_turn>user\n<end_of_turn>",
+    "ab" * 500,
+    "The quick brown fox jumps over the lazy dog. " * 20,
+]
+
+# Strings where SentencePiece itself and llama.cpp part ways, checked
+# against llama.cpp only (--llama-tokenize); g3-tokenize follows llama.cpp,
+# whose converter and runtime this model is used with.
+LLAMA_ONLY = [
+    # "</s>" is user-defined in Gemma's vocabulary, so SentencePiece cuts it
+    # out whole (id 212) wherever it appears; llama.cpp's loader turns it
+    # into a control token (an end-of-generation text), which plain text
+    # never matches, so it is merged like any text: "</", "s", ">" (and
+    # "'>▁</'" after a space and a ">").
+    "a</s>b",
+    "</s>",
+    "<0x41> </s> <unused5>",
+    # A literal U+2581: SentencePiece cannot tell it from an escaped space,
+    # so "\u2581\u2581" is its user-defined two-space piece; llama.cpp cuts
+    # the space runs out of the raw text, where they are still spaces.
+    "\u2581\u2581x \u2581",
+]
+
+# Strings that cannot decode back to themselves: U+2581 decodes to a
+# space.
+NO_ROUND_TRIP = {s for s in STRINGS + LLAMA_ONLY if "\u2581" in s}
+
+
+def fail(msg):
+    print(f"check_tokenizer: FAIL: {msg}")
+    sys.exit(1)
+
+
+def escape(s):
+    """s as one line of C escapes for g3-tokenize."""
+    out = []
+    for b in s.encode("utf-8"):
+        if b == 0x5C:
+            out.append("\\\\")
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\x{b:02x}")
+    return "".join(out)
+
+
+def sp_model(gguf_path):
+    """A SentencePiece processor of the GGUF's vocabulary, set up as
+    Gemma's tokenizer.model is: a BPE model (its scores are minus the merge
+    rank) with byte fallback, identity normalization, spaces escaped to
+    U+2581, no dummy prefix, no whitespace folding."""
+    reader = gguf.GGUFReader(gguf_path)
+    f = reader.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+    scores = reader.fields["tokenizer.ggml.scores"].contents()
+    types = reader.fields["tokenizer.ggml.token_type"].contents()
+
+    def key(k):
+        return reader.fields[f"tokenizer.ggml.{k}"].contents()
+
+    m = pb.ModelProto()
+    for text, score, kind in zip(tokens, scores, types):
+        if kind == pb.ModelProto.SentencePiece.USER_DEFINED:
+            # The converter wrote the user-defined space runs with spaces
+            # ("pre-normalize user-defined spaces") for llama.cpp, which
+            # cuts them out of the raw text; SentencePiece matches them in
+            # the escaped text.
+            text = text.replace(" ", "\u2581")
+        p = m.pieces.add()
+        p.piece = text
+        p.score = score
+        p.type = kind
+    t = m.trainer_spec
+    t.model_type = pb.TrainerSpec.BPE
+    t.vocab_size = len(tokens)
+    t.byte_fallback = True
+    t.split_digits = True
+    t.unk_id = key("unknown_token_id")
+    t.bos_id = key("bos_token_id")
+    t.eos_id = key("eos_token_id")
+    t.pad_id = key("padding_token_id")
+    t.unk_piece = tokens[t.unk_id]
+    t.bos_piece = tokens[t.bos_id]
+    t.eos_piece = tokens[t.eos_id]
+    t.pad_piece = tokens[t.pad_id]
+    n = m.normalizer_spec
+    n.name = "identity"
+    n.add_dummy_prefix = bool(key("add_space_prefix"))
+    n.remove_extra_whitespaces = False
+    n.escape_whitespaces = True
+    sp = SentencePieceProcessor()
+    sp.LoadFromSerializedProto(m.SerializeToString())
+    return sp
+
+
+def g3_lines(binary, weights, strings, decode=False):
+    args = [binary] + (["--decode"] if decode else []) + [weights]
+    text = "".join(escape(s) + "\n" for s in strings)
+    r = subprocess.run(args, input=text.encode(), capture_output=True)
+    if r.returncode != 0:
+        fail(f"{' '.join(args)}: exit {r.returncode}: "
+             f"{r.stderr.decode(errors='replace').strip()}")
+    return r.stdout.decode().split("\n")[:len(strings)]
+
+
+def ids_of(line):
+    return [int(x) for x in line.split()]
+
+
+def compare(what, s, want, got, ref="SentencePiece"):
+    if want == got:
+        return
+    i = next((k for k, (a, b) in enumerate(zip(want, got)) if a != b),
+             min(len(want), len(got)))
+    fail(f"{what} {s[:200]!r}: first difference at token {i}\n"
+         f"  {ref}: {want[max(0, i - 3):i + 8]} ({len(want)} tokens)\n"
+         f"  g3-tokenize: {got[max(0, i - 3):i + 8]} ({len(got)} tokens)")
+
+
+def llama_ids(binary, gguf_path, s):
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        f.write(s.encode("utf-8"))
+    try:
+        r = subprocess.run(
+            [binary, "-m", gguf_path, "-f", f.name, "--ids", "--no-bos",
+             "--no-escape", "--no-parse-special", "--log-disable"],
+            capture_output=True)
+    finally:
+        os.unlink(f.name)
+    if r.returncode != 0:
+        fail(f"llama-tokenize: exit {r.returncode}")
+    out = r.stdout.decode().strip()
+    return [int(x) for x in out.strip("[]").split(",") if x.strip()]
+
+
+def main(argv):
+    llama = None
+    if len(argv) == 6 and argv[4] == "--llama-tokenize":
+        llama = argv[5]
+        argv = argv[:4]
+    if len(argv) != 4:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    gguf_path, binary, weights = argv[1:]
+    sp = sp_model(gguf_path)
+
+    lines = g3_lines(binary, weights, STRINGS + LLAMA_ONLY)
+    got = dict(zip(STRINGS + LLAMA_ONLY, map(ids_of, lines)))
+    tokens = 0
+    for s in STRINGS:
+        compare("string", s, sp.encode(s), got[s])
+        tokens += len(got[s])
+    checked = f"{len(STRINGS)} strings ({tokens} tokens)"
+
+    if os.path.exists(GPL3):
+        with open(GPL3, "rb") as f:
+            text = f.read().decode("utf-8")
+        r = subprocess.run([binary, "--file", GPL3, weights],
+                           capture_output=True)
+        if r.returncode != 0:
+            fail(f"g3-tokenize --file {GPL3}: "
+                 f"{r.stderr.decode(errors='replace').strip()}")
+        gpl = ids_of(r.stdout.decode())
+        compare("file", GPL3, sp.encode(text), gpl)
+        checked += f", GPL-3 ({len(gpl)} tokens; " \
+                   f"{r.stderr.decode().strip().split(', ')[-1]})"
+
+    g3_lines(binary, weights,
+             [s for s in STRINGS + LLAMA_ONLY if s not in NO_ROUND_TRIP],
+             decode=True)
+    checked += ", all decode back"
+
+    if llama is not None:
+        for s in STRINGS + LLAMA_ONLY:
+            compare("string", s, llama_ids(llama, gguf_path, s), got[s],
+                    "llama.cpp")
+        checked += f"; {len(STRINGS) + len(LLAMA_ONLY)} strings equal " \
+                   "llama.cpp's"
+    print(f"check_tokenizer: ok: {checked}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Independent numpy reference for the Gemma 3 (270M) forward pass.
+
+Reads a GGUF file with ggml's own `gguf` package, dequantizes every tensor to
+float32 with `gguf.quants.dequantize` (no f16 rounding). The transformer
+blocks run in float64 (weights are the exact dequantized float32 values,
+widened); only the tied output head (262144 x 640) runs as a float32 matmul
+on the float64 hidden state rounded to float32, which keeps the vocab-sized
+matmul fast (measured logit error <= ~3e-5 absolute on logits up to ~36).
+
+The architecture follows llama.cpp's gemma3 implementation (llm_build_gemma3
+and its gemma3 hyperparameter loading):
+  - embedding row scaled by sqrt(n_embd); logits tied to token_embd;
+  - sandwich norms: attn_norm / post_attention_norm / ffn_norm / post_ffw_norm,
+    all RMSNorm x / sqrt(mean(x^2) + eps) times a weight that already includes
+    Gemma's +1 (added by llama.cpp's converter);
+  - per-head RMSNorm of q and k (attn_q_norm / attn_k_norm), then NEOX RoPE
+    (pairs (i, i + head_dim/2)); query scaled by 1/sqrt(head_dim);
+  - GQA softmax attention; every 6th layer (il % 6 == 5) is global with rope
+    base gemma3.rope.freq_base, the others are sliding-window (query p sees key
+    j iff 0 <= p - j < sliding_window) with rope base 10000;
+  - FFN: down(gelu_tanh(gate h) * up h);
+  - final logit softcapping only if the file has gemma3.final_logit_softcapping.
+
+Usage: reference.py GGUF IDS_FILE OUT_PREFIX [--logits-from K] [--greedy N]
+  IDS_FILE   whitespace-separated token ids (used as is; no BOS is added)
+  OUT.logits float32 little-endian logits of prompt rows K..n-1, vocab each
+             (default K = max(0, n - 64))
+  OUT.json   {"n", "logits_from", "argmax": per prompt row,
+              "greedy": N tokens of greedy continuation}
+"""
+import argparse
+import json
+import sys
+import time
+
+import gguf
+import numpy as np
+
+F = np.float64        # compute precision of the transformer blocks
+VOCAB_CHUNK = 8192    # token_embd rows per logits chunk (bounds memory)
+
+
+def rmsnorm(x, w, eps):
+    """RMSNorm over the last axis, times weight w."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def rope_neox(x, pos, base):
+    """NEOX RoPE on x [m, heads, d]: rotate pairs (i, i + d/2) by pos * base^(-2i/d)."""
+    half = x.shape[-1] // 2
+    inv = base ** (-np.arange(half, dtype=F) * 2.0 / x.shape[-1])
+    ang = pos.astype(F)[:, None, None] * inv            # [m, 1, half]
+    c, s = np.cos(ang), np.sin(ang)
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+class Gemma3:
+    def __init__(self, path):
+        r = gguf.GGUFReader(path)
+        arch = r.fields["general.architecture"].contents()
+        if arch != "gemma3":
+            sys.exit(f"unsupported architecture {arch!r}")
+
+        def kv(key, default=None):
+            f = r.fields.get(f"{arch}.{key}")
+            return default if f is None else f.contents()
+
+        self.n_layer = kv("block_count")
+        self.n_embd = kv("embedding_length")
+        self.n_head = kv("attention.head_count")
+        self.n_head_kv = kv("attention.head_count_kv")
+        self.head_dim = kv("attention.key_length")
+        self.eps = kv("attention.layer_norm_rms_epsilon")
+        self.base_full = kv("rope.freq_base")
+        self.base_swa = 10000.0                   # fixed in llama.cpp for gemma3
+        self.window = kv("attention.sliding_window")
+        self.softcap = kv("final_logit_softcapping", 0.0)
+        assert kv("attention.value_length") == self.head_dim
+
+        # GGUF ne = [in, out]; the reader gives row-major [out][in], i.e. y = W @ x.
+        w = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in r.tensors}
+        self.embd = w.pop("token_embd.weight")    # [vocab][n_embd], kept float32
+        self.n_vocab = self.embd.shape[0]
+        assert self.embd.shape == (self.n_vocab, self.n_embd)
+        self.output_norm = w.pop("output_norm.weight").astype(F)
+        assert "output.weight" not in w, "untied output head not supported"
+        self.layers = []
+        for il in range(self.n_layer):
+            p = f"blk.{il}."
+            self.layers.append({k[len(p):].removesuffix(".weight"): w.pop(k).astype(F)
+                                for k in [k for k in w if k.startswith(p)]})
+        L = self.layers[0]
+        qd, kd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        assert L["attn_q"].shape == (qd, self.n_embd)
+        assert L["attn_k"].shape == L["attn_v"].shape == (kd, self.n_embd)
+        assert L["attn_output"].shape == (self.n_embd, qd)
+
+    def new_cache(self):
+        """Per-layer K (normed, roped) and V, each [T, n_head_kv, head_dim]."""
+        e = np.zeros((0, self.n_head_kv, self.head_dim), F)
+        return {"n": 0, "k": [e] * self.n_layer, "v": [e] * self.n_layer}
+
+    def forward(self, ids, cache):
+        """Run tokens `ids` at positions cache["n"]...; returns final-normed hidden [m][n_embd]."""
+        m, hd, nkv = len(ids), self.head_dim, self.n_head_kv
+        grp = self.n_head // nkv                  # query heads per kv head
+        pos = np.arange(cache["n"], cache["n"] + m)
+        kpos = np.arange(cache["n"] + m)
+        dist = pos[:, None] - kpos[None, :]       # query pos - key pos, [m, T]
+        mask_full = dist >= 0
+        mask_swa = mask_full & (dist < self.window)
+
+        x = self.embd[ids].astype(F) * np.sqrt(F(self.n_embd))
+        for il, L in enumerate(self.layers):
+            full = il % 6 == 5
+            base, mask = (self.base_full, mask_full) if full else (self.base_swa, mask_swa)
+
+            h = rmsnorm(x, L["attn_norm"], self.eps)
+            q = (h @ L["attn_q"].T).reshape(m, self.n_head, hd)
+            k = (h @ L["attn_k"].T).reshape(m, nkv, hd)
+            v = (h @ L["attn_v"].T).reshape(m, nkv, hd)
+            q = rope_neox(rmsnorm(q, L["attn_q_norm"], self.eps), pos, base) / np.sqrt(F(hd))
+            k = rope_neox(rmsnorm(k, L["attn_k_norm"], self.eps), pos, base)
+            K = cache["k"][il] = np.concatenate([cache["k"][il], k])
+            V = cache["v"][il] = np.concatenate([cache["v"][il], v])
+
+            # [nkv, grp, m, hd] @ [nkv, 1, hd, T] -> scores [nkv, grp, m, T]
+            qg = q.reshape(m, nkv, grp, hd).transpose(1, 2, 0, 3)
+            s = qg @ K.transpose(1, 2, 0)[:, None]
+            s = np.where(mask, s, -np.inf)
+            s = np.exp(s - s.max(axis=-1, keepdims=True))
+            s /= s.sum(axis=-1, keepdims=True)
+            o = s @ V.transpose(1, 0, 2)[:, None]     # [nkv, grp, m, hd]
+            o = o.transpose(2, 0, 1, 3).reshape(m, self.n_head * hd)
+            x = x + rmsnorm(o @ L["attn_output"].T, L["post_attention_norm"], self.eps)
+
+            h = rmsnorm(x, L["ffn_norm"], self.eps)
+            f = (gelu_tanh(h @ L["ffn_gate"].T) * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
+            x = x + rmsnorm(f, L["post_ffw_norm"], self.eps)
+        cache["n"] += m
+        return rmsnorm(x, self.output_norm, self.eps)
+
+    def logits(self, h, sink=None, first=0):
+        """Tied-head logits of hidden rows h [n][n_embd], chunked over the vocab.
+
+        Returns the argmax of every row (first maximum on ties). If `sink`
+        ([n - first][vocab]) is given, rows first..n-1 are stored there."""
+        n = h.shape[0]
+        h32 = h.astype(np.float32)
+        best = np.full(n, -np.inf)
+        arg = np.zeros(n, dtype=np.int64)
+        for c in range(0, self.n_vocab, VOCAB_CHUNK):
+            lg = h32 @ self.embd[c:c + VOCAB_CHUNK].T   # [n, chunk], float32
+            if self.softcap:
+                lg = np.tanh(lg / self.softcap) * self.softcap
+            j = lg.argmax(axis=1)
+            val = lg[np.arange(n), j]
+            upd = val > best
+            best[upd], arg[upd] = val[upd], j[upd] + c
+            if sink is not None:
+                sink[:, c:c + lg.shape[1]] = lg[first:]
+        return arg
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("gguf")
+    ap.add_argument("ids_file")
+    ap.add_argument("out_prefix")
+    ap.add_argument("--logits-from", type=int, default=None, metavar="K")
+    ap.add_argument("--greedy", type=int, default=0, metavar="N")
+    a = ap.parse_args()
+
+    with open(a.ids_file) as f:
+        ids = [int(t) for t in f.read().split()]
+    n = len(ids)
+    if n == 0:
+        sys.exit("empty prompt")
+    first = max(0, n - 64) if a.logits_from is None else a.logits_from
+    if not 0 <= first <= n:
+        sys.exit(f"--logits-from {first} outside 0..{n}")
+
+    t0 = time.time()
+    model = Gemma3(a.gguf)
+    if max(ids) >= model.n_vocab or min(ids) < 0:
+        sys.exit("token id out of range")
+    t1 = time.time()
+
+    cache = model.new_cache()
+    h = model.forward(np.array(ids), cache)
+    rows = n - first
+    if rows:   # memmap: logits are written chunk by chunk, never all in memory
+        sink = np.memmap(a.out_prefix + ".logits", dtype="<f4", mode="w+",
+                         shape=(rows, model.n_vocab))
+    else:
+        open(a.out_prefix + ".logits", "wb").close()
+        sink = None
+    argmax = model.logits(h, sink, first)
+    if sink is not None:
+        sink.flush()
+        del sink
+    t2 = time.time()
+
+    greedy = []
+    nxt = int(argmax[-1])
+    for i in range(a.greedy):
+        greedy.append(nxt)
+        if i + 1 < a.greedy:
+            nxt = int(model.logits(model.forward(np.array([nxt]), cache))[0])
+    t3 = time.time()
+
+    with open(a.out_prefix + ".json", "w") as f:
+        json.dump({"n": n, "logits_from": first, "argmax": [int(t) for t in argmax],
+                   "greedy": greedy}, f)
+        f.write("\n")
+    print(f"reference: load {t1 - t0:.1f}s, prompt {n} tokens {t2 - t1:.1f}s, "
+          f"greedy {a.greedy} tokens {t3 - t2:.1f}s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
