@@ -35,6 +35,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include "attend.h"
 #include "bench.h"
+#include "host.h" /* examples/gemma3 */
 #include "bench_llama.h"
 #include "model.h"
 #include "sample.h"
@@ -79,6 +80,21 @@ typedef struct serve_result {
     size_t itl_n, itl_cap;
     double *ttft; /* ms, sorted */
 } serve_result;
+
+/* The model served: its forward pass over pkv (host_model), the engine's
+ * geometry, and for the step-cost table its forward pass with attention
+ * replaced by out = q. */
+typedef struct served_model {
+    const host_model *host;
+    pkv_engine_params geometry;
+    double weight_bytes;
+    int (*forward_no_attention)(void *self, uint32_t rows,
+                                const int32_t *tokens,
+                                const uint32_t *positions,
+                                const uint32_t *logit_rows, float *logits);
+    void *self;
+    char description[320];
+} served_model;
 
 static double now_s(void)
 {
@@ -207,18 +223,17 @@ static trace_req *find_req(trace_req *t, uint32_t added_order_n,
  * Serve the trace. is_static: batches formed when the engine is idle.
  * Writes the measures into *res. 0 on success.
  */
-static int serve(const llama_model *m, trace_req *t, uint32_t n,
+static int serve(const served_model *m, trace_req *t, uint32_t n,
                  int is_static, serve_result *res)
 {
-    const llama_config *c = &m->config;
+    uint32_t vocab = m->host->vocab_size;
     memset(res, 0, sizeof *res);
     for (uint32_t i = 0; i < n; i++) {
         t[i].id = 0;
         t[i].first_token = -1;
         t[i].generated = 0;
     }
-    pkv_engine_params p;
-    llama_engine_params(&p, c);
+    pkv_engine_params p = m->geometry;
     p.kv_dtype = PKV_KV_F16;
     p.backend = PKV_BACKEND_CPU;
     p.max_num_seqs = MAX_NUM_SEQS;
@@ -231,16 +246,13 @@ static int serve(const llama_model *m, trace_req *t, uint32_t n,
         fprintf(stderr, "serve: %s\n", pkv_last_error());
         return 1;
     }
-    llama_scratch s;
-    float *logits = malloc((size_t)MAX_BATCH_TOKENS * c->vocab_size *
-                           sizeof *logits);
+    float *logits =
+        malloc((size_t)MAX_BATCH_TOKENS * vocab * sizeof *logits);
     int32_t *sampled = malloc(MAX_BATCH_TOKENS * sizeof *sampled);
     trace_req **order = malloc(n * sizeof *order);
     uint64_t rng = 99;
-    if (llama_scratch_init(&s, c, MAX_BATCH_TOKENS) != 0 || !logits ||
-        !sampled || !order)
+    if (!logits || !sampled || !order)
         return 1;
-    llama_pkv_attend actx = {e, c};
     uint32_t added = 0;
     uint64_t processed = 0, seqs_in_steps = 0, rows_steps = 0;
     double util_sum = 0;
@@ -277,15 +289,13 @@ static int serve(const llama_model *m, trace_req *t, uint32_t n,
             rc = 1;
             break;
         }
-        if (llama_forward(m, &s, b->num_tokens, b->token_ids, b->positions,
-                          llama_attend_pkv, &actx, b->sample_rows,
-                          b->num_samples, logits) != 0) {
+        if (m->host->forward(m->host->self, e, b, logits) != 0) {
             rc = 1;
             break;
         }
         for (uint32_t j = 0; j < b->num_samples; j++)
-            sampled[j] = host_sample(logits + (size_t)j * c->vocab_size,
-                                      c->vocab_size, 1.0f, 1.0f, &rng);
+            sampled[j] = host_sample(logits + (size_t)j * vocab, vocab, 1.0f,
+                                     1.0f, &rng);
         double when = now_s() - t0;
         for (uint32_t j = 0; j < b->num_samples; j++) {
             trace_req *r = find_req(t, added, order, b->sample_seq_ids[j]);
@@ -340,7 +350,6 @@ static int serve(const llama_model *m, trace_req *t, uint32_t n,
         res->itl_p50 = percentile(res->itl, res->itl_n, 0.5);
         res->itl_p99 = percentile(res->itl, res->itl_n, 0.99);
     }
-    llama_scratch_free(&s);
     free(logits);
     free(sampled);
     free(order);
@@ -348,43 +357,28 @@ static int serve(const llama_model *m, trace_req *t, uint32_t n,
     return rc;
 }
 
-/* Attention stand-in for the step-cost table: out = q. */
-static int copy_attend(void *user, uint32_t layer, uint32_t rows,
-                       const float *q, const float *k, const float *v,
-                       float *out)
-{
-    const llama_config *c = user;
-    (void)layer;
-    (void)k;
-    (void)v;
-    memcpy(out, q, (size_t)rows * c->dim * sizeof *out);
-    return 0;
-}
-
 /*
  * The model's forward pass (attention excluded) at 1 to 64 rows, every row
  * sampled as in a decode step: the best of reps runs. The step cost's
  * dependence on the batch size is what sets continuous batching's gain.
  */
-static int step_cost(const llama_model *m, const bench_options *opt, int reps)
+static int step_cost(const served_model *m, const bench_options *opt,
+                     int reps)
 {
     static const uint32_t sizes[] = {1, 2, 4, 8, 16, 32, 64};
     const uint32_t ns = sizeof sizes / sizeof sizes[0], max = 64;
-    const llama_config *c = &m->config;
-    llama_scratch s;
+    uint32_t vocab = m->host->vocab_size;
     int32_t tokens[64];
     uint32_t positions[64], rows[64];
-    float *logits = malloc((size_t)max * c->vocab_size * sizeof *logits);
-    if (logits == NULL || llama_scratch_init(&s, c, max) != 0) {
-        free(logits);
+    float *logits = malloc((size_t)max * vocab * sizeof *logits);
+    if (logits == NULL)
         return 1;
-    }
     for (uint32_t r = 0; r < max; r++) {
-        tokens[r] = (int32_t)(r * 7 % c->vocab_size);
+        tokens[r] = (int32_t)(r * 7 % vocab);
         positions[r] = 100 + r;
         rows[r] = r;
     }
-    double bytes = (double)m->num_floats * sizeof(float);
+    double bytes = m->weight_bytes;
     printf("step cost (forward pass without attention, %.0f MB of f32 "
            "weights; best of %d):\n",
            bytes / 1e6, reps);
@@ -393,9 +387,8 @@ static int step_cost(const llama_model *m, const bench_options *opt, int reps)
         double best = 1e30;
         for (int rep = 0; rep < reps; rep++) {
             double t0 = now_s();
-            if (llama_forward(m, &s, sizes[k], tokens, positions,
-                              copy_attend, (void *)(uintptr_t)c, rows,
-                              sizes[k], logits) != 0)
+            if (m->forward_no_attention(m->self, sizes[k], tokens, positions,
+                                        rows, logits) != 0)
                 break;
             double dt = now_s() - t0;
             best = dt < best ? dt : best;
@@ -404,13 +397,129 @@ static int step_cost(const llama_model *m, const bench_options *opt, int reps)
                1e3 * best / sizes[k], bytes / best / 1e9);
         if (opt->json)
             fprintf(opt->json,
-                    "{\"bench\":\"serve_step\",\"rows\":%u,\"ms\":%.3f,"
-                    "\"weights_gb_per_s\":%.2f}\n",
-                    sizes[k], 1e3 * best, bytes / best / 1e9);
+                    "{\"bench\":\"serve_step\",\"model\":\"%s\",\"rows\":%u,"
+                    "\"ms\":%.3f,\"weights_gb_per_s\":%.2f}\n",
+                    opt->model ? opt->model : "llama", sizes[k], 1e3 * best,
+                    bytes / best / 1e9);
     }
-    llama_scratch_free(&s);
     free(logits);
     return 0;
+}
+
+/* ------------------------------------------------- the two served models */
+
+/* out = q: attention's stand-in for the step-cost table. */
+static int copy_attend(void *user, uint32_t layer, uint32_t rows,
+                       const float *q, const float *k, const float *v,
+                       float *out)
+{
+    const uint32_t *width = user; /* floats of a row of q */
+    (void)layer;
+    (void)k;
+    (void)v;
+    memcpy(out, q, (size_t)rows * *width * sizeof *out);
+    return 0;
+}
+
+typedef struct llama_served {
+    llama_model weights;
+    llama_host host;
+    uint32_t q_width;
+} llama_served;
+
+static int llama_no_attention(void *self, uint32_t rows,
+                              const int32_t *tokens,
+                              const uint32_t *positions,
+                              const uint32_t *logit_rows, float *logits)
+{
+    llama_served *l = self;
+    return llama_forward(&l->weights, &l->host.scratch, rows, tokens,
+                         positions, copy_attend, &l->q_width, logit_rows,
+                         rows, logits);
+}
+
+/* The seeded llama model of bench_serve_config (bench_llama.c). */
+static int llama_open(served_model *m, llama_served *l)
+{
+    llama_config c = bench_serve_config();
+    if (llama_model_init_random(&l->weights, &c, 42) != 0)
+        return -1;
+    if (llama_host_init(&l->host, &l->weights, MAX_BATCH_TOKENS) != 0) {
+        llama_model_free(&l->weights);
+        return -1;
+    }
+    l->q_width = c.dim;
+    m->host = &l->host.model;
+    llama_engine_params(&m->geometry, &c);
+    m->weight_bytes = (double)l->weights.num_floats * sizeof(float);
+    m->forward_no_attention = llama_no_attention;
+    m->self = l;
+    snprintf(m->description, sizeof m->description,
+             "llama model dim %u, hidden %u, %u layers, %u heads (%u kv), "
+             "vocab %u, seeded random weights",
+             c.dim, c.hidden_dim, c.num_layers, c.num_heads, c.num_kv_heads,
+             c.vocab_size);
+    return 0;
+}
+
+static void llama_close(llama_served *l)
+{
+    llama_host_free(&l->host);
+    llama_model_free(&l->weights);
+}
+
+typedef struct gemma3_served {
+    g3_model weights;
+    g3_host host;
+    uint32_t q_width;
+} gemma3_served;
+
+static int gemma3_no_attention(void *self, uint32_t rows,
+                               const int32_t *tokens,
+                               const uint32_t *positions,
+                               const uint32_t *logit_rows, float *logits)
+{
+    gemma3_served *g = self;
+    return g3_forward(&g->weights, &g->host.scratch, rows, tokens, positions,
+                      copy_attend, &g->q_width, logit_rows, rows, logits);
+}
+
+/* Gemma 3 270M from examples/gemma3/setup.sh's cache. */
+static int gemma3_open(served_model *m, gemma3_served *g)
+{
+    char *path = g3_default_weights_path(), err[512];
+    if (path == NULL ||
+        g3_model_load(&g->weights, path, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "serve: %s (sh examples/gemma3/setup.sh makes it)\n",
+                path ? err : "out of memory");
+        free(path);
+        return -1;
+    }
+    free(path);
+    if (g3_host_init(&g->host, &g->weights, MAX_BATCH_TOKENS) != 0) {
+        g3_model_free(&g->weights);
+        return -1;
+    }
+    const g3_file_config *c = &g->weights.config;
+    g->q_width = c->num_heads * c->key_len;
+    m->host = &g->host.model;
+    g3_engine_params(&m->geometry, &g->weights, 1024);
+    m->geometry.block_size = 16;
+    m->weight_bytes = (double)g->weights.num_floats * sizeof(float);
+    m->forward_no_attention = gemma3_no_attention;
+    m->self = g;
+    snprintf(m->description, sizeof m->description,
+             "Gemma 3 270M (dim %u, ffn %u, %u layers, %u heads (%u kv) of "
+             "%u, vocab %u, windows of %u on 15 layers), f32 weights",
+             c->dim, c->ffn_dim, c->num_layers, c->num_heads,
+             c->num_kv_heads, c->key_len, c->vocab_size, c->sliding_window);
+    return 0;
+}
+
+static void gemma3_close(gemma3_served *g)
+{
+    g3_host_free(&g->host);
+    g3_model_free(&g->weights);
 }
 
 static void free_result(serve_result *r)
@@ -482,14 +591,17 @@ static void plot(const char *dir, const serve_result *res)
 int bench_serve(const bench_options *opt)
 {
     uint32_t n = opt->quick ? 20 : 80, calib_n = opt->quick ? 6 : 12;
-    llama_config c = bench_serve_config();
-    llama_model m;
-    if (llama_model_init_random(&m, &c, 42) != 0)
+    int gemma3 = opt->model != NULL && strcmp(opt->model, "gemma3") == 0;
+    served_model m;
+    llama_served llama;
+    gemma3_served g3;
+    memset(&m, 0, sizeof m);
+    if (gemma3 ? gemma3_open(&m, &g3) != 0 : llama_open(&m, &llama) != 0)
         return 1;
     bench_progress("serve: the forward pass at 1 to 64 rows");
     if (step_cost(&m, opt, opt->quick ? 2 : 3) != 0)
         return 1;
-    trace_req *t = make_trace(n, c.vocab_size, 2024);
+    trace_req *t = make_trace(n, m.host->vocab_size, 2024);
     if (t == NULL)
         return 1;
     /* Calibration: the first requests all at once, continuous. */
@@ -514,13 +626,10 @@ int bench_serve(const bench_options *opt)
     printf("serve: %u requests, Poisson arrivals at %.1f/s (%.1fx the "
            "calibrated capacity), prompts lognormal median 48 (mean %.0f), "
            "outputs lognormal median 32 sigma 1 (mean %.0f, max %u);\n"
-           "       llama model dim %u, hidden %u, %u layers, %u heads (%u kv), "
-           "vocab %u, %.0f MB of f32 weights; f16 KV, CPU backend, %d "
+           "       %s, %.0f MB of f32 weights; f16 KV, CPU backend, %d "
            "sequences at most, temperature 1\n",
-           n, rate, LOAD_FACTOR, prompt_sum / n, out_sum / n, out_max, c.dim,
-           c.hidden_dim, c.num_layers, c.num_heads, c.num_kv_heads,
-           c.vocab_size, (double)m.num_floats * sizeof(float) / 1e6,
-           MAX_NUM_SEQS);
+           n, rate, LOAD_FACTOR, prompt_sum / n, out_sum / n, out_max,
+           m.description, m.weight_bytes / 1e6, MAX_NUM_SEQS);
     serve_result res[2];
     static const char *const modes[] = {"continuous", "static"};
     int rc = 0;
@@ -541,13 +650,15 @@ int bench_serve(const bench_options *opt)
                (unsigned long long)r->preemptions);
         if (opt->json)
             fprintf(opt->json,
-                    "{\"bench\":\"serve\",\"mode\":\"%s\",\"requests\":%u,"
+                    "{\"bench\":\"serve\",\"model\":\"%s\","
+                    "\"mode\":\"%s\",\"requests\":%u,"
                     "\"tokens_per_s\":%.2f,\"ttft_p50_ms\":%.2f,"
                     "\"ttft_p99_ms\":%.2f,\"itl_p50_ms\":%.3f,"
                     "\"itl_p99_ms\":%.3f,\"preemptions\":%llu,"
                     "\"kv_utilization_mean\":%.4f,\"steps\":%llu,"
                     "\"seqs_per_step\":%.2f}\n",
-                    modes[k], n, r->tokens_per_s, r->ttft_p50, r->ttft_p99,
+                    gemma3 ? "gemma3" : "llama", modes[k], n,
+                    r->tokens_per_s, r->ttft_p50, r->ttft_p99,
                     r->itl_p50, r->itl_p99,
                     (unsigned long long)r->preemptions, r->kv_util_mean,
                     (unsigned long long)r->steps, r->seqs_per_step);
@@ -565,6 +676,9 @@ int bench_serve(const bench_options *opt)
         free_result(&res[1]);
     }
     free_trace(t, n);
-    llama_model_free(&m);
+    if (gemma3)
+        gemma3_close(&g3);
+    else
+        llama_close(&llama);
     return rc;
 }

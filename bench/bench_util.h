@@ -13,6 +13,7 @@ typedef struct bench_options {
     FILE *json;       /* JSON lines (one object per line), or NULL */
     const char *plot; /* directory for gnuplot PNGs, or NULL */
     int resident;     /* kernels --resident: KV that stays in cache */
+    const char *model; /* serve --model: llama (NULL) or gemma3 */
 } bench_options;
 
 /* --plot: bench_plot_open gives a file for NAME's data columns in the plot

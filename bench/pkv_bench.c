@@ -51,6 +51,9 @@ static const subcommand SUBCOMMANDS[] = {
      "and queue length over time. Progress on stderr.\n"
      "80 requests; --quick 20, about 1.5 minutes on a 2-core machine (93 s\n"
      "measured), most of it the model's forward passes.\n"
+     "--model gemma3: the same on Gemma 3 270M (examples/gemma3, from\n"
+     "setup.sh's cache), random token ids as prompts; --quick about 4\n"
+     "minutes (247 s measured beside another busy process).\n"
      "--speculative instead: decode tokens/s of one sequence (32-token\n"
      "prompt, 128 new tokens: the latency case drafts are for) with 4\n"
      "drafts per step (pkv_seq_propose) right with probability 0.5, 0.7\n"
@@ -125,7 +128,7 @@ int main(int argc, char **argv)
         return usage(stderr);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
         return usage(stdout);
-    bench_options opt = {0, NULL, NULL, 0};
+    bench_options opt = {0, NULL, NULL, 0, NULL};
     int speculative = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -171,6 +174,16 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--resident") == 0 &&
                    strcmp(argv[1], "kernels") == 0) {
             opt.resident = 1;
+        } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc &&
+                   strcmp(argv[1], "serve") == 0) {
+            opt.model = argv[++i];
+            if (strcmp(opt.model, "llama") != 0 &&
+                strcmp(opt.model, "gemma3") != 0) {
+                fprintf(stderr, "pkv-bench: --model %s: expected llama or "
+                                "gemma3\n",
+                        opt.model);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
             opt.plot = argv[++i];
         } else {

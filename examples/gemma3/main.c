@@ -228,26 +228,6 @@ static int parse_options(int argc, char **argv, options *o)
     return 0;
 }
 
-/* The default weight path: $PKV_CACHE/gemma3/..., PKV_CACHE defaulting to
- * $XDG_CACHE_HOME/pkv or ~/.cache/pkv (as examples/gemma3/setup.sh). */
-static char *default_weights(void)
-{
-    const char *cache = getenv("PKV_CACHE"), *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    char base[4096];
-    if (cache != NULL && *cache)
-        snprintf(base, sizeof base, "%s", cache);
-    else if (xdg != NULL && *xdg)
-        snprintf(base, sizeof base, "%s/pkv", xdg);
-    else
-        snprintf(base, sizeof base, "%s/.cache/pkv", home ? home : ".");
-    size_t n = strlen(base) + 64;
-    char *path = malloc(n);
-    if (path != NULL)
-        snprintf(path, n, "%s/gemma3/gemma-3-270m.pkvw", base);
-    return path;
-}
-
 /* Whitespace-separated token ids, each below vocab. NULL after printing
  * why. */
 static int32_t *read_ids(const char *path, uint32_t vocab, uint32_t *n)
@@ -527,7 +507,7 @@ int main(int argc, char **argv)
     options o;
     if (parse_options(argc, argv, &o) != 0)
         return usage();
-    char *path = o.weights ? NULL : default_weights();
+    char *path = o.weights ? NULL : g3_default_weights_path();
     const char *weights = o.weights ? o.weights : path;
     g3_model m;
     g3_tokenizer tok;

@@ -165,6 +165,7 @@ int g3_model_load(g3_model *m, const char *path, uint32_t threads, char *err,
     m->layer_windows = calloc(c->num_layers, sizeof *m->layer_windows);
     m->rope_base = calloc(c->num_layers, sizeof *m->rope_base);
     m->storage = malloc(total * sizeof *m->storage);
+    m->num_floats = (size_t)total;
     int rc = -1;
     if (!l.jobs || !l.ends || !m->layers || !m->layer_windows ||
         !m->rope_base || !m->storage) {

@@ -61,6 +61,7 @@ typedef struct g3_model {
     float *embedding;        /* [vocab][dim], also the output matrix */
     const float *output_norm;
     float *storage;          /* every matrix in f32, one allocation */
+    size_t num_floats;       /* of storage */
     g3_pool pool;
 } g3_model;
 

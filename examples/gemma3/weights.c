@@ -221,3 +221,21 @@ void g3_file_close(g3_file *f)
     free(f->vocab);
     memset(f, 0, sizeof *f);
 }
+
+char *g3_default_weights_path(void)
+{
+    const char *cache = getenv("PKV_CACHE"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    char base[4096];
+    if (cache != NULL && *cache)
+        snprintf(base, sizeof base, "%s", cache);
+    else if (xdg != NULL && *xdg)
+        snprintf(base, sizeof base, "%s/pkv", xdg);
+    else
+        snprintf(base, sizeof base, "%s/.cache/pkv", home ? home : ".");
+    size_t n = strlen(base) + 64;
+    char *path = malloc(n);
+    if (path != NULL)
+        snprintf(path, n, "%s/gemma3/gemma-3-270m.pkvw", base);
+    return path;
+}

@@ -69,6 +69,12 @@ const g3_tensor *g3_file_tensor(const g3_file *f, const char *name,
 
 void g3_file_close(g3_file *f);
 
+/* The weight file's default path, where examples/gemma3/setup.sh writes
+ * it: $PKV_CACHE/gemma3/gemma-3-270m.pkvw, PKV_CACHE defaulting to
+ * $XDG_CACHE_HOME/pkv or ~/.cache/pkv. The caller frees it; NULL when out
+ * of memory. */
+char *g3_default_weights_path(void);
+
 /* Format a message into err (size bytes) and return -1: how the Gemma 3
  * host's loaders report an error. */
 int g3_fail(char *err, size_t size, const char *fmt, ...)
