@@ -55,6 +55,7 @@ print("\n| backend | kv | top-1 agreement with f32 |")
 print("|---|---|---|")
 for r in rows:
     if "agreement" in r:
-        print(f"| {r['backend']} | {r['kv']} | {100 * r['agreement']:.2f}% "
+        print(f"| {r['backend'].split()[0]} | {r['kv']} | "
+              f"{100 * r['agreement']:.2f}% "
               f"({r['same']}/{r['tokens']}) |")
 PY

@@ -213,7 +213,7 @@ int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
     }
     score_seqs s = {chunks, ptrs, lens, first, last};
     nll_sum acc = {&s, m->config.vocab_size, 0, 0};
-    char backend[64];
+    char backend[256];
     double t0 = now_s();
     int rc = run_seqs(m, &s, kv, add_nll, &acc, backend, sizeof backend);
     for (uint32_t c = 0; c < chunks; c++)
@@ -264,7 +264,7 @@ int g3_score_logits(g3_model *m, int32_t *ids, uint32_t n, uint32_t from,
     uint32_t last = n - 1;
     score_seqs s = {1, &ids, &n, &from, &last};
     logits_out o = {f, m->config.vocab_size, 0};
-    char backend[64];
+    char backend[256];
     int rc = run_seqs(m, &s, kv, write_logits, &o, backend, sizeof backend);
     if (fclose(f) != 0 || o.failed) {
         fprintf(stderr, "pkv-gemma3: cannot write %s\n", path);
@@ -370,7 +370,7 @@ int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
     }
     score_seqs s = {N, tokens, len, first, last};
     argmax_hits hits = {&s, m->config.vocab_size, 0, 0};
-    char backend[64];
+    char backend[256];
     if (run_seqs(m, &s, kv, count_argmax, &hits, backend, sizeof backend) !=
         0)
         goto out;
