@@ -440,6 +440,7 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
     }
     g3_engine_params(&p, m, longest);
     p.kv_dtype = o->kv_dtype;
+    p.key_quant = o->key_quant;
     p.backend = o->backend;
     p.block_size = BLOCK_SIZE;
     p.num_blocks = blocks;
