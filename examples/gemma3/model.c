@@ -128,7 +128,8 @@ static int config_ok(const g3_file_config *c, char *err, size_t err_size)
         c->dim % 8 || c->ffn_dim == 0 || c->ffn_dim % 8 ||
         c->num_heads == 0 || c->num_kv_heads == 0 ||
         c->num_heads % c->num_kv_heads || c->key_len != c->value_len ||
-        c->key_len == 0 || c->key_len % 8 || c->dim > 65536 ||
+        c->key_len == 0 || c->key_len % 8 ||
+        c->key_len > G3_MAX_HEAD_DIM || c->dim > 65536 ||
         c->ffn_dim > 262144 || c->num_heads * c->key_len > 65536)
         return g3_fail(err, err_size,
                     "unsupported geometry: dim %u, ffn %u, heads %u/%u, "
@@ -298,16 +299,26 @@ static void rms_norm(float *out, const float *x, const float *w, uint32_t n,
         out[i] = x[i] * inv * w[i];
 }
 
+/* The angles of a position: cos and sin of pos * base^(-2i / n) for the
+ * n / 2 pairs, computed once per row and layer for all its heads. */
+static void rope_angles(float *cs, float *sn, uint32_t n, uint32_t pos,
+                        float base)
+{
+    for (uint32_t i = 0; i < n / 2; i++) {
+        double theta = pos * pow(base, -2.0 * i / n);
+        cs[i] = (float)cos(theta);
+        sn[i] = (float)sin(theta);
+    }
+}
+
 /* NEOX RoPE of one head: channel i pairs with i + n / 2. */
-static void rope(float *h, uint32_t n, uint32_t pos, float base)
+static void rope(float *h, uint32_t n, const float *cs, const float *sn)
 {
     uint32_t half = n / 2;
     for (uint32_t i = 0; i < half; i++) {
-        double theta = pos * pow(base, -2.0 * i / n);
-        float c = (float)cos(theta), s = (float)sin(theta);
         float a = h[i], b = h[i + half];
-        h[i] = a * c - b * s;
-        h[i + half] = a * s + b * c;
+        h[i] = a * cs[i] - b * sn[i];
+        h[i + half] = a * sn[i] + b * cs[i];
     }
 }
 
@@ -383,16 +394,18 @@ static int attention(g3_model *m, g3_scratch *s, uint32_t l, uint32_t rows,
     matmul_run(m, y->wq, s->xb, s->q, d, qd, rows);
     matmul_run(m, y->wk, s->xb, s->k, d, kd, rows);
     matmul_run(m, y->wv, s->xb, s->v, d, kd, rows);
+    float cs[G3_MAX_HEAD_DIM / 2], sn[G3_MAX_HEAD_DIM / 2];
     for (uint32_t r = 0; r < rows; r++) {
+        rope_angles(cs, sn, hd, positions[r], m->rope_base[l]);
         for (uint32_t h = 0; h < c->num_heads; h++) {
             float *qh = s->q + (size_t)r * qd + (size_t)h * hd;
             rms_norm(qh, qh, y->q_norm, hd, c->rms_eps);
-            rope(qh, hd, positions[r], m->rope_base[l]);
+            rope(qh, hd, cs, sn);
         }
         for (uint32_t h = 0; h < c->num_kv_heads; h++) {
             float *kh = s->k + (size_t)r * kd + (size_t)h * hd;
             rms_norm(kh, kh, y->k_norm, hd, c->rms_eps);
-            rope(kh, hd, positions[r], m->rope_base[l]);
+            rope(kh, hd, cs, sn);
         }
     }
     if (attend(user, l, rows, s->q, s->k, s->v, s->att) != 0)

@@ -39,6 +39,7 @@
 
 #define G3_FULL_ATTENTION_EVERY 6  /* layers 5, 11, 17, ... */
 #define G3_WINDOWED_ROPE_BASE 10000.0f
+#define G3_MAX_HEAD_DIM 1024 /* key_len the forward pass takes */
 
 typedef struct g3_layer {
     const float *attn_norm, *q_norm, *k_norm, *post_attn_norm;
