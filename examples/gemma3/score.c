@@ -194,30 +194,31 @@ int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
         free(all);
         return 1;
     }
-    int32_t *ptrs[64];
-    uint32_t lens[64], first[64], last[64];
-    if (chunks > 64)
-        chunks = 64;
+    int32_t **ptrs = malloc(chunks * sizeof *ptrs);
+    uint32_t *lens = malloc(3 * (size_t)chunks * sizeof *lens);
+    if (ptrs == NULL || lens == NULL) {
+        fprintf(stderr, "pkv-gemma3: out of memory\n");
+        free(ptrs);
+        free(lens);
+        free(all);
+        return 1;
+    }
+    uint32_t *first = lens + chunks, *last = first + chunks;
     for (uint32_t c = 0; c < chunks; c++) {
         ptrs[c] = all + (size_t)c * ctx;
+        /* llama.cpp replaces each chunk's first token with BOS (no chunk
+         * reads another's tokens: each one's last target is before the
+         * next one's first token). */
+        ptrs[c][0] = m->config.bos;
         lens[c] = ctx - 1; /* the last token is only a target */
         first[c] = ctx / 2;
         last[c] = ctx - 2;
-    }
-    /* llama.cpp replaces each chunk's first token with BOS; saved to put
-     * the text back, since chunks share the array. */
-    int32_t saved[64];
-    for (uint32_t c = 0; c < chunks; c++) {
-        saved[c] = ptrs[c][0];
-        ptrs[c][0] = m->config.bos;
     }
     score_seqs s = {chunks, ptrs, lens, first, last};
     nll_sum acc = {&s, m->config.vocab_size, 0, 0};
     char backend[256];
     double t0 = now_s();
     int rc = run_seqs(m, &s, kv, add_nll, &acc, backend, sizeof backend);
-    for (uint32_t c = 0; c < chunks; c++)
-        ptrs[c][0] = saved[c];
     if (rc == 0)
         printf("{\"perplexity\": %.4f, \"nll\": %.6f, \"scored\": %llu, "
                "\"ctx\": %u, \"chunks\": %u, \"text_tokens\": %d, "
@@ -225,6 +226,8 @@ int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
                exp(acc.sum / (double)acc.count),
                acc.sum / (double)acc.count, (unsigned long long)acc.count,
                ctx, chunks, n, dtype_name(kv), backend, now_s() - t0);
+    free(ptrs);
+    free(lens);
     free(all);
     return rc;
 }
