@@ -87,6 +87,7 @@ static int run(const kv_config *kc, const sequence *s, const double *ref,
     pkv__backend_config cfg = {1,         Q_HEADS,       KV_HEADS,
                                HEAD_DIM,  BLOCK,         nb + 1,
                                kc->dtype, kc->key_quant, kc->value_quant,
+                               32,
                                kc->dtype == PKV_KV_U8 ? 1u : 0u,
                                0,         0};
     pkv__backend *be;

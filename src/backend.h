@@ -52,6 +52,7 @@
 #define PKV_BACKEND_H
 
 #include "alloc.h"
+#include "quant.h"
 #include "table.h"
 
 #include <stddef.h>
@@ -73,10 +74,12 @@ typedef struct pkv__backend_config {
     uint32_t num_blocks; /* block 0 is the engine's null block: never
                             written by append */
     int32_t kv_dtype;    /* pkv_kv_dtype */
-    int32_t key_quant;   /* U8: PKV_QUANT_PER_CHANNEL or _PER_TOKEN */
+    int32_t key_quant;   /* U8/U4: PKV_QUANT_PER_CHANNEL or _PER_TOKEN */
     int32_t value_quant; /* (PKV_QUANT_DEFAULT is resolved by the engine) */
-    uint32_t num_stages; /* U8: staging tails (the most running sequences);
-                            other dtypes: 0 */
+    uint32_t u4_group;   /* U4 parts: channels of a per-token group (a
+                            multiple of 8 dividing head_dim, or head_dim) */
+    uint32_t num_stages; /* quantized dtypes: staging tails (the most
+                            running sequences); f32, f16: 0 */
     /* The largest step the engine can plan: sequences, and tokens of one
      * sequence (max_num_seqs, max_model_len). A backend refuses at create
      * a config whose largest step it could not take (OpenCL: its block
@@ -241,6 +244,18 @@ pkv_status pkv__backend_config_check(const pkv__backend_config *config);
 
 /* Bytes of one block in one layer's arena. */
 size_t pkv__backend_layer_block_bytes(const pkv__backend_config *config);
+
+/* Whether config's blocks are quantized (U8, U4, U8K_U4V): such caches
+ * have staging tails and seal a block when it fills. */
+int pkv__backend_quantized(const pkv__backend_config *config);
+
+/* The dtype of config's K parts (kv 0) or V parts (kv 1), and how a
+ * quantized one groups its values. */
+int32_t pkv__backend_part_dtype(const pkv__backend_config *config, int kv);
+pkv__qformat pkv__backend_qformat(const pkv__backend_config *config, int kv);
+
+/* Bytes of one K (kv 0) or V (kv 1) part of one kv head of one block. */
+size_t pkv__backend_part_bytes(const pkv__backend_config *config, int kv);
 
 /* Bytes of one block over every layer: the unit of swap. */
 size_t pkv__backend_swap_block_bytes(const pkv__backend_config *config);

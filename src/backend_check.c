@@ -37,12 +37,18 @@ pkv_status pkv__backend_config_check(const pkv__backend_config *c)
                          "to %u",
                          (unsigned)c->block_size,
                          (unsigned)PKV_LAYOUT_MAX_BLOCK_SIZE);
-    if (c->kv_dtype != PKV_KV_F32 && c->kv_dtype != PKV_KV_F16 &&
-        c->kv_dtype != PKV_KV_U8)
+    if (c->kv_dtype < PKV_KV_F32 || c->kv_dtype > PKV_KV_U8K_U4V)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "backend: kv_dtype %d is not a pkv_kv_dtype",
                          (int)c->kv_dtype);
-    if (c->kv_dtype == PKV_KV_U8) {
+    if (pkv__backend_quantized(c)) {
+        int u4 = c->kv_dtype != PKV_KV_U8;
+        if (u4 && (c->u4_group == 0 || c->head_dim % c->u4_group != 0 ||
+                   (c->u4_group % 8 != 0 && c->u4_group != c->head_dim)))
+            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                             "backend: u4_group %u is not a multiple of 8 "
+                             "dividing head_dim %u, nor head_dim",
+                             (unsigned)c->u4_group, (unsigned)c->head_dim);
         int ok = (c->key_quant == PKV_QUANT_PER_CHANNEL ||
                   c->key_quant == PKV_QUANT_PER_TOKEN) &&
                  (c->value_quant == PKV_QUANT_PER_CHANNEL ||
@@ -55,7 +61,7 @@ pkv_status pkv__backend_config_check(const pkv__backend_config *c)
     } else if (c->num_stages != 0) {
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "backend: num_stages %u; staging tails exist for "
-                         "u8 caches only",
+                         "quantized caches only",
                          (unsigned)c->num_stages);
     }
     return PKV_OK;
@@ -65,7 +71,34 @@ size_t pkv__backend_layer_block_bytes(const pkv__backend_config *c)
 {
     return PKV_LAYOUT_LAYER_BLOCK_BYTES(
         (size_t)c->kv_dtype, (size_t)c->key_quant, (size_t)c->value_quant,
-        (size_t)c->block_size, (size_t)c->head_dim, (size_t)c->num_kv_heads);
+        (size_t)c->u4_group, (size_t)c->block_size, (size_t)c->head_dim,
+        (size_t)c->num_kv_heads);
+}
+
+int pkv__backend_quantized(const pkv__backend_config *c)
+{
+    return PKV_LAYOUT_QUANTIZED(c->kv_dtype);
+}
+
+int32_t pkv__backend_part_dtype(const pkv__backend_config *c, int kv)
+{
+    return kv ? PKV_LAYOUT_VALUE_DTYPE(c->kv_dtype)
+              : PKV_LAYOUT_KEY_DTYPE(c->kv_dtype);
+}
+
+pkv__qformat pkv__backend_qformat(const pkv__backend_config *c, int kv)
+{
+    pkv__qformat f = {pkv__backend_part_dtype(c, kv),
+                      kv ? c->value_quant : c->key_quant, c->u4_group};
+    return f;
+}
+
+size_t pkv__backend_part_bytes(const pkv__backend_config *c, int kv)
+{
+    pkv__qformat f = pkv__backend_qformat(c, kv);
+    return PKV_LAYOUT_PART_BYTES((size_t)f.dtype, (size_t)f.group,
+                                 (size_t)f.u4_group, (size_t)c->block_size,
+                                 (size_t)c->head_dim);
 }
 
 size_t pkv__backend_swap_block_bytes(const pkv__backend_config *c)
@@ -83,7 +116,7 @@ size_t pkv__backend_swap_bytes(const pkv__backend_config *c,
                                uint32_t num_blocks)
 {
     size_t size = num_blocks * pkv__backend_swap_block_bytes(c);
-    if (c->kv_dtype == PKV_KV_U8)
+    if (pkv__backend_quantized(c))
         size += pkv__backend_stage_bytes(c);
     return size;
 }
@@ -150,7 +183,7 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                          "is NULL");
     if (s->num_tokens > 0 && s->slots == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "step: slots is NULL");
-    if (c->kv_dtype == PKV_KV_U8 && s->num_seqs > 0 && s->stages == NULL)
+    if (pkv__backend_quantized(c) && s->num_seqs > 0 && s->stages == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "step: stages is NULL with a u8 cache");
     if (s->num_seqs > 0 && (s->query_start[0] != 0 ||
@@ -191,13 +224,13 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                                  (unsigned)(c->num_blocks - 1));
         if (!known)
             pkv__tables_seen_note(checked, s, i, nb);
-        if (c->kv_dtype == PKV_KV_U8 && s->stages[i] >= c->num_stages)
+        if (pkv__backend_quantized(c) && s->stages[i] >= c->num_stages)
             return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                              "step: sequence %u has staging tail %u of %u",
                              (unsigned)i, (unsigned)s->stages[i],
                              (unsigned)c->num_stages);
         /* A window must not be the tail the block seals from. */
-        for (uint32_t t = q0; c->kv_dtype == PKV_KV_U8 &&
+        for (uint32_t t = q0; pkv__backend_quantized(c) &&
                               s->windows != NULL && t < q1;
              t++) {
             uint32_t w = s->windows[t];

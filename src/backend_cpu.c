@@ -79,9 +79,7 @@ static pkv_status cpu_create(const pkv__backend_config *config,
     const pkv__backend_config *c = &b->cfg;
     b->layer_block_bytes = pkv__backend_layer_block_bytes(c);
     b->head_bytes = b->layer_block_bytes / c->num_kv_heads;
-    b->k_part_bytes = PKV_LAYOUT_PART_BYTES(
-        (size_t)c->kv_dtype, (size_t)c->key_quant, (size_t)c->block_size,
-        (size_t)c->head_dim);
+    b->k_part_bytes = pkv__backend_part_bytes(c, 0);
     b->stage_floats = pkv__backend_stage_bytes(c) / sizeof(float);
     int overflow = b->layer_block_bytes > SIZE_MAX / c->num_blocks;
     b->arena_bytes = overflow ? 0 : b->layer_block_bytes * c->num_blocks;
@@ -167,8 +165,8 @@ static void store_row(pkv__backend *b, uint32_t layer, uint32_t seq,
         if (off != c->block_size - 1)
             return;
         /* The block is full: seal it, keeping its rows in the window. */
-        pkv__quant_part(tail, c->block_size, d,
-                        kv ? c->value_quant : c->key_quant,
+        pkv__qformat f = pkv__backend_qformat(c, kv);
+        pkv__quant_part(tail, c->block_size, d, &f,
                         part_at(b, layer, blk, h, kv));
         const uint32_t *windows = b->step.windows;
         if (windows != NULL && windows[row] != PKV__NO_STAGE)
@@ -223,8 +221,8 @@ static const float *load_rows(const pkv__backend *b, uint32_t layer,
     }
     if (last)
         return stage_at(b, s->stages[seq], layer, h, kv);
-    pkv__dequant_part(part, c->block_size, c->head_dim,
-                      kv ? c->value_quant : c->key_quant, dst);
+    pkv__qformat f = pkv__backend_qformat(c, kv);
+    pkv__dequant_part(part, c->block_size, c->head_dim, &f, dst);
     return dst;
 }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Debug-build invariant check of the engine (check.h). */
 #include "check.h"
+#include "kv_layout.h"
 #include "lifecycle.h"
 
 #include <stdarg.h>
@@ -200,7 +201,7 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
     size_t n = 0;
     uint64_t swap = 0;
     uint32_t stages_held = 0;
-    int u8 = e->params.kv_dtype == PKV_KV_U8;
+    int u8 = PKV_LAYOUT_QUANTIZED(e->params.kv_dtype);
     for (size_t l = 0; l < 4; l++) {
         for (uint32_t i = 0; i < lists[l]->count; i++) {
             const pkv__seq *s = lists[l]->items[i];

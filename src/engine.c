@@ -3,6 +3,7 @@
  * arrays, its backend, and its counters. */
 #include "engine.h"
 #include "engine_params.h"
+#include "kv_layout.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -42,7 +43,7 @@ static pkv_status alloc_step_arrays(pkv_engine *e)
     e->positions = pkv__calloc(a, rows, sizeof *e->positions);
     e->slots = pkv__calloc(a, rows, sizeof *e->slots);
     e->row_bad = pkv__calloc(a, rows, 1);
-    if (e->params.kv_dtype == PKV_KV_U8) {
+    if (PKV_LAYOUT_QUANTIZED(e->params.kv_dtype)) {
         e->free_stages = pkv__calloc(a, seqs, sizeof *e->free_stages);
         if (e->free_stages == NULL)
             return PKV_ERR_OUT_OF_MEMORY;
@@ -123,9 +124,10 @@ static pkv_status create_backend(pkv_engine *e)
     c->kv_dtype = p->kv_dtype;
     c->key_quant = p->key_quant;
     c->value_quant = p->value_quant;
+    c->u4_group = p->u4_group;
     /* Working tails 0..max_num_seqs-1, then each one's rollback window
      * tails (rollback.h). */
-    c->num_stages = p->kv_dtype == PKV_KV_U8
+    c->num_stages = PKV_LAYOUT_QUANTIZED(p->kv_dtype)
                         ? p->max_num_seqs * (1 + p->u8_rollback_blocks)
                         : 0;
     c->max_step_seqs = p->max_num_seqs;

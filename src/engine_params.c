@@ -47,16 +47,12 @@ static int is_power_of_two(uint32_t x)
 
 uint64_t pkv__block_bytes(const pkv_engine_params *p)
 {
-    uint64_t k = PKV_LAYOUT_PART_BYTES((uint64_t)p->kv_dtype,
-                                       (uint64_t)p->key_quant,
-                                       (uint64_t)p->block_size,
-                                       (uint64_t)p->head_dim);
-    uint64_t v = PKV_LAYOUT_PART_BYTES((uint64_t)p->kv_dtype,
-                                       (uint64_t)p->value_quant,
-                                       (uint64_t)p->block_size,
-                                       (uint64_t)p->head_dim);
+    uint64_t head = PKV_LAYOUT_HEAD_BYTES(
+        (uint64_t)p->kv_dtype, (uint64_t)p->key_quant,
+        (uint64_t)p->value_quant, (uint64_t)p->u4_group,
+        (uint64_t)p->block_size, (uint64_t)p->head_dim);
     /* Geometry is bounded by validation, so this cannot overflow. */
-    return (k + v) * p->num_kv_heads * p->num_layers;
+    return head * p->num_kv_heads * p->num_layers;
 }
 
 pkv_status pkv__params_resolve(const pkv_engine_params *in,
@@ -99,7 +95,7 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          "params->block_size is %u; must be a power of two "
                          "up to %u, or 0 to follow the device",
                          (unsigned)p->block_size, (unsigned)MAX_BLOCK_SIZE);
-    if (p->kv_dtype < PKV_KV_F32 || p->kv_dtype > PKV_KV_U8)
+    if (p->kv_dtype < PKV_KV_F32 || p->kv_dtype > PKV_KV_U8K_U4V)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->kv_dtype is %d; not a pkv_kv_dtype",
                          (int)p->kv_dtype);
@@ -150,8 +146,17 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          "params->u8_rollback_blocks is %u; at most %u",
                          (unsigned)p->u8_rollback_blocks,
                          (unsigned)MAX_ROLLBACK_BLOCKS);
-    if (p->kv_dtype != PKV_KV_U8)
+    if (!PKV_LAYOUT_QUANTIZED(p->kv_dtype))
         p->u8_rollback_blocks = 0; /* documented: ignored */
+    if (p->u4_group == 0)
+        p->u4_group = p->head_dim % 32 == 0 ? 32 : p->head_dim;
+    int u4 = p->kv_dtype == PKV_KV_U4 || p->kv_dtype == PKV_KV_U8K_U4V;
+    if (u4 && (p->head_dim % p->u4_group != 0 ||
+               (p->u4_group % 8 != 0 && p->u4_group != p->head_dim)))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->u4_group is %u; must be a multiple of 8 "
+                         "dividing head_dim %u, or head_dim",
+                         (unsigned)p->u4_group, (unsigned)p->head_dim);
     if (p->layer_windows != NULL && p->sliding_window != 0)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->sliding_window is %u with layer_windows "

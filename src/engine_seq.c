@@ -3,6 +3,7 @@
  * introspection; has_work. */
 #include "check.h"
 #include "engine.h"
+#include "kv_layout.h"
 #include "lifecycle.h"
 #include "struct_sizes.h"
 
@@ -166,7 +167,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         st = pkv__prefix_chain_adopt(&child->chain, &e->pool,
                                      parent->chain.links,
                                      parent->chain.num_links);
-    if (st == PKV_OK && e->params.kv_dtype == PKV_KV_U8) {
+    if (st == PKV_OK && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype)) {
         pkv__block_copy pair = {parent->stage,
                                 e->free_stages[e->num_free_stages - 1]};
         st = e->ops->copy_stages(e->backend, &pair, 1);

@@ -4,6 +4,7 @@
  * engine_attend.c). */
 #include "check.h"
 #include "engine.h"
+#include "kv_layout.h"
 #include "lifecycle.h"
 #include "rollback.h"
 
@@ -265,7 +266,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
     st->max_blocks_per_seq = max_blocks;
     st->table_versions = e->table_versions;
     st->slots = e->slots;
-    st->stages = e->params.kv_dtype == PKV_KV_U8 ? e->stages : NULL;
+    st->stages = PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) ? e->stages : NULL;
     st->windows = e->window_blocks != NULL ? e->row_windows : NULL;
 }
 

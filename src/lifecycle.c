@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The sequence lifecycle (lifecycle.h). */
 #include "lifecycle.h"
+#include "kv_layout.h"
 
 #include "rollback.h"
 
@@ -170,7 +171,7 @@ void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
     /* U8: a sealed block's rows exist only quantised; without a window
      * holding them the cut drops the block. A block others hold (a fork,
      * the prefix cache) stays as it is: the next append copies it. */
-    if (keep > start && e->params.kv_dtype == PKV_KV_U8 &&
+    if (keep > start && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) &&
         start + bs <= s->num_computed &&
         !pkv__rollback_restore(e, s, start / bs))
         keep = start;

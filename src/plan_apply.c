@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Reserving for a step's plan and applying it (plan.h). */
 #include "engine.h"
+#include "kv_layout.h"
 #include "lifecycle.h"
 
 #include <assert.h>
@@ -124,7 +125,7 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
         pkv__engine_end_later(e, seq, PKV_FINISH_FAILED, PKV_ERR_INTERNAL);
         return 0;
     }
-    if (copy.dst != PKV__NULL_BLOCK && e->params.kv_dtype != PKV_KV_U8)
+    if (copy.dst != PKV__NULL_BLOCK && !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
         push_action(e, PKV__ACTION_COPY_BLOCK, seq, copy);
     return 1;
 }
@@ -149,7 +150,7 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
 /* A swapped or waiting sequence joins running. */
 static void start_running(pkv_engine *e, pkv__seq *seq)
 {
-    if (e->params.kv_dtype == PKV_KV_U8)
+    if (PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
         seq->stage = e->free_stages[--e->num_free_stages];
     seq->admitted = ++e->admissions;
     pkv__seq_list_insert(&e->running, e->running.count, seq);

@@ -24,6 +24,7 @@
  *     admissions.
  */
 #include "engine.h"
+#include "kv_layout.h"
 #include "lifecycle.h"
 
 #include <string.h>
@@ -125,7 +126,7 @@ static uint32_t blocks_needed(const planner *pl, const pkv__table *t,
 static uint32_t u8_room(const pkv_engine *e, uint32_t computed)
 {
     uint32_t bs = e->pool.block_size;
-    if (e->params.kv_dtype != PKV_KV_U8 || computed % bs == 0)
+    if (!PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) || computed % bs == 0)
         return UINT32_MAX;
     return bs - computed % bs;
 }
@@ -422,7 +423,7 @@ static pkv_status plan_drafts(planner *pl)
          * decoding's rows do; going on into the next block, every row
          * would read it sealed, its scales computed from the drafts. */
         uint32_t room =
-            e->params.kv_dtype == PKV_KV_U8 ? bs - s->num_computed % bs
+            PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) ? bs - s->num_computed % bs
                                             : UINT32_MAX;
         if (k + 1 > room)
             k = room - 1;

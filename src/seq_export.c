@@ -50,7 +50,7 @@ static uint64_t kv_bytes(const pkv__backend_config *c, uint32_t computed)
 {
     if (computed == 0)
         return 0;
-    if (c->kv_dtype == PKV_KV_U8)
+    if (pkv__backend_quantized(c))
         return (uint64_t)pkv__blocks_for(computed, c->block_size) *
                    pkv__backend_swap_block_bytes(c) +
                pkv__backend_stage_bytes(c);
@@ -63,8 +63,7 @@ static uint64_t kv_bytes(const pkv__backend_config *c, uint32_t computed)
 static size_t swap_row(const pkv__backend_config *c, uint32_t l, uint32_t h,
                        int kv, uint32_t t)
 {
-    size_t part = PKV_LAYOUT_PART_BYTES(c->kv_dtype, 0, c->block_size,
-                                        c->head_dim);
+    size_t part = pkv__backend_part_bytes(c, 0);
     size_t block = t / c->block_size, in_block = t % c->block_size;
     return block * pkv__backend_swap_block_bytes(c) +
            l * pkv__backend_layer_block_bytes(c) + h * 2 * part +
@@ -136,7 +135,7 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
         return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
                                 "export: %zu bytes of KV", size);
     pkv_status st = e->ops->swap_out(e->backend, s->table.blocks, n, host);
-    if (st == PKV_OK && c->kv_dtype == PKV_KV_U8)
+    if (st == PKV_OK && pkv__backend_quantized(c))
         st = e->ops->stage_out(e->backend, s->stage, host + blocks);
     if (st != PKV_OK) {
         pkv__free(&e->alloc, host, size, 1);
@@ -185,7 +184,7 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
 
     uint8_t *out = buffer;
     pkv__wire_put_header(out, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
-    int u8 = c->kv_dtype == PKV_KV_U8;
+    int u8 = pkv__backend_quantized(c);
     pkv__put_u32(out + AT_NUM_TOKENS, s->num_tokens);
     pkv__put_u32(out + AT_PROMPT_LEN, s->prompt_len);
     pkv__put_u32(out + AT_NUM_COMPUTED, s->num_computed);
@@ -238,7 +237,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
                                 "changed or damaged");
     const pkv__backend_config *c = &e->backend_config;
     uint32_t dtype = pkv__get_u32(d + PKV__AT_KV_DTYPE);
-    int u8 = c->kv_dtype == PKV_KV_U8;
+    int u8 = pkv__backend_quantized(c);
     /* The geometry must match this engine's; the block size (and U8's
      * groups) may differ. */
     uint8_t mine[HEADER_BYTES];
@@ -260,22 +259,15 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     src.block_size = pkv__get_u32(d + PKV__AT_BLOCK_SIZE);
     uint32_t kq = pkv__get_u32(d + PKV__AT_KEY_QUANT);
     uint32_t vq = pkv__get_u32(d + PKV__AT_VALUE_QUANT);
-    int groups_ok = u8 ? (kq == PKV_QUANT_PER_CHANNEL ||
-                          kq == PKV_QUANT_PER_TOKEN) &&
-                             (vq == PKV_QUANT_PER_CHANNEL ||
-                              vq == PKV_QUANT_PER_TOKEN)
+    int groups_ok = u8 ? pkv__wire_get_quant(&src, kq, vq)
                        : kq == 0 && vq == 0;
     if (src.block_size == 0 || src.block_size > PKV_LAYOUT_MAX_BLOCK_SIZE ||
         (src.block_size & (src.block_size - 1)) != 0 || !groups_ok)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                "import: block_size %u, quant %u/%u are not "
-                                "a pkv layout",
+                                "import: block_size %u, quant %#x/%#x are "
+                                "not a pkv layout",
                                 (unsigned)src.block_size, (unsigned)kq,
                                 (unsigned)vq);
-    if (u8) {
-        src.key_quant = (int32_t)kq;
-        src.value_quant = (int32_t)vq;
-    }
     *keep_kv = memcmp(d + PKV__AT_KEY_QUANT, mine + PKV__AT_KEY_QUANT, 8) ==
                    0 &&
                (!u8 || src.block_size == c->block_size);
@@ -393,7 +385,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     }
 
     const uint8_t *kv = d + HEADER_BYTES + (size_t)tokens * 4;
-    if (swap_size > 0 && c->kv_dtype == PKV_KV_U8)
+    if (swap_size > 0 && pkv__backend_quantized(c))
         memcpy(seq->swap_data, kv, swap_size);
     else if (swap_size > 0)
         copy_rows(c, computed, seq->swap_data, kv, 1);
@@ -427,14 +419,17 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     }
     if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0)
         pkv__engine_log(e, PKV_LOG_INFO,
-                        "import: U8 blocks of %u tokens (groups %u/%u) "
-                        "cannot move into blocks of %u (groups %d/%d) "
+                        "import: quantized blocks of %u tokens (groups "
+                        "%#x/%#x) cannot move into blocks of %u (groups "
+                        "%#x/%#x) "
                         "without re-quantising; sequence %llu computes its "
                         "%u tokens of KV again",
                         (unsigned)pkv__get_u32(d + PKV__AT_BLOCK_SIZE),
                         (unsigned)pkv__get_u32(d + PKV__AT_KEY_QUANT),
                         (unsigned)pkv__get_u32(d + PKV__AT_VALUE_QUANT),
-                        (unsigned)bs, (int)c->key_quant, (int)c->value_quant,
+                        (unsigned)bs,
+                        (unsigned)pkv__wire_quant(c, 0),
+                        (unsigned)pkv__wire_quant(c, 1),
                         (unsigned long long)seq->id,
                         (unsigned)pkv__get_u32(d + AT_NUM_COMPUTED));
     *out_id = seq->id;

@@ -18,8 +18,8 @@ enum {
     PKV__AT_VERSION = 8,
     PKV__AT_HEADER_BYTES = 12,
     PKV__AT_KV_DTYPE = 16,
-    PKV__AT_KEY_QUANT = 20,   /* U8; 0 for f32 and f16 */
-    PKV__AT_VALUE_QUANT = 24, /* U8; 0 for f32 and f16 */
+    PKV__AT_KEY_QUANT = 20,   /* pkv__wire_quant; 0 for f32 and f16 */
+    PKV__AT_VALUE_QUANT = 24, /* pkv__wire_quant; 0 for f32 and f16 */
     PKV__AT_NUM_LAYERS = 28,
     PKV__AT_NUM_KV_HEADS = 32,
     PKV__AT_HEAD_DIM = 36,
@@ -32,6 +32,18 @@ enum {
 void pkv__wire_put_header(uint8_t *h, size_t header_bytes,
                           const uint8_t magic[8], uint32_t version,
                           const pkv__backend_config *c);
+
+/* The header word that names how config c groups its K (kv 0) or V (kv 1)
+ * parts: 0 for f32 and f16; else the pkv_quant_group, with a U4 per-token
+ * part's group width in bits 16..31 (so U8 words are what they were
+ * before U4 existed, and two exports with equal words lay out their blocks
+ * alike). */
+uint32_t pkv__wire_quant(const pkv__backend_config *c, int kv);
+
+/* Read the two words into c's key_quant, value_quant and u4_group (c's
+ * dtype and head_dim given): 1, or 0 when they name no pkv layout. */
+int pkv__wire_get_quant(pkv__backend_config *c, uint32_t key_word,
+                        uint32_t value_word);
 
 void pkv__put_u32(uint8_t *p, uint32_t v);
 void pkv__put_u64(uint8_t *p, uint64_t v);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The CPU backend against the f64 dense reference: the grid of issue 3,
- * with f32 KV within 1e-4 and f16/u8 within the bound derived from their
+ * with f32 KV within 1e-4 and f16/u8/u4 within the bound derived from their
  * storage error (docs/design.md, "Attention error bounds"); and every other
  * op: validation, non-finite rejection, copy, swap, staging tails. */
 #include <setjmp.h>
@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "dense_ref.h"
 #include "half.h"
+#include "kv_layout.h"
 #include "quant.h"
 #include "test_rng.h"
 
@@ -111,10 +112,21 @@ static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
     for (uint32_t i = 0; i < n; i++)
         s->rows[i] = s->tables + (size_t)i * s->max_blocks;
     free(perm);
-    /* u8: a second tail per sequence, for the fork test. */
-    pkv__backend_config cfg = {layers, hq, hkv, d,  bs, nblocks,
-                               dtype,  kq, vq,  dtype == PKV_KV_U8 ? 2 * n : 0,
-                               0,      0};
+    /* Quantized: a second tail per sequence, for the fork test. U4
+     * groups of 32 channels, or 16 where 32 does not divide head_dim. */
+    pkv__backend_config cfg = {layers,
+                               hq,
+                               hkv,
+                               d,
+                               bs,
+                               nblocks,
+                               dtype,
+                               kq,
+                               vq,
+                               d % 32 == 0 ? 32 : 16,
+                               PKV_LAYOUT_QUANTIZED(dtype) ? 2 * n : 0,
+                               0,
+                               0};
     s->cfg = cfg;
     assert_int_equal(pkv__backend_cpu.create(&s->cfg, &s->alloc, &s->be),
                      PKV_OK);
@@ -186,7 +198,7 @@ static void step_build(const scenario *s, step_arrays *a,
                       s->max_blocks,
                       NULL,
                       a->slots,
-                      c->kv_dtype == PKV_KV_U8 ? a->stages : NULL,
+                      PKV_LAYOUT_QUANTIZED(c->kv_dtype) ? a->stages : NULL,
                       NULL};
     a->step = step;
 }
@@ -237,10 +249,10 @@ static void scenario_run(scenario *s, step_arrays *a, uint32_t window)
 }
 
 /* Per-element storage error bound of one cached tensor ([ctx][hkv][d]):
- * f16 rounding (half an ulp), or u8 scale / 2 plus the quantizer's f32
+ * f16 rounding (half an ulp), or u8/u4 scale / 2 plus the quantizer's f32
  * tolerance in sealed blocks and 0 in the staging tail. */
 static double *storage_bounds(const scenario *s, const float *x, uint32_t ctx,
-                              int32_t group)
+                              int kv)
 {
     const pkv__backend_config *c = &s->cfg;
     uint32_t hkv = c->num_kv_heads, d = c->head_dim, bs = c->block_size;
@@ -255,28 +267,31 @@ static double *storage_bounds(const scenario *s, const float *x, uint32_t ctx,
         return e;
     }
     uint32_t sealed = ctx / bs * bs;
-    uint32_t gs = group == PKV_QUANT_PER_CHANNEL ? bs : d; /* group size */
+    pkv__qformat f = pkv__backend_qformat(c, kv);
+    int per_channel = f.group == PKV_QUANT_PER_CHANNEL;
+    uint32_t width = PKV_LAYOUT_Q_WIDTH((uint32_t)f.dtype, f.u4_group, d);
+    uint32_t per_row = d / width; /* per-token groups of a row */
+    uint32_t gs = per_channel ? bs : width;
+    uint32_t levels = pkv__quant_levels(f.dtype);
     for (uint32_t h = 0; h < hkv; h++)
         for (uint32_t t0 = 0; t0 < sealed; t0 += bs)
-            for (uint32_t g = 0; g < (group == PKV_QUANT_PER_CHANNEL ? d : bs);
-                 g++) {
+            for (uint32_t g = 0; g < (per_channel ? d : bs * per_row); g++) {
+                /* Element i of group g: its index in x and e. */
+                size_t at[PKV_LAYOUT_MAX_HEAD_DIM]; /* >= bs and width */
                 float mn = INFINITY, mx = -INFINITY;
                 for (uint32_t i = 0; i < gs; i++) {
-                    uint32_t tok = group == PKV_QUANT_PER_CHANNEL ? t0 + i : t0 + g;
-                    uint32_t ch = group == PKV_QUANT_PER_CHANNEL ? g : i;
-                    float val = x[((size_t)tok * hkv + h) * d + ch];
-                    mn = val < mn ? val : mn;
-                    mx = val > mx ? val : mx;
+                    uint32_t tok = per_channel ? t0 + i : t0 + g / per_row;
+                    uint32_t ch = per_channel ? g : g % per_row * width + i;
+                    at[i] = ((size_t)tok * hkv + h) * d + ch;
+                    mn = x[at[i]] < mn ? x[at[i]] : mn;
+                    mx = x[at[i]] > mx ? x[at[i]] : mx;
                 }
                 uint16_t l16, s16;
-                pkv__quant_params(mn, mx, &l16, &s16);
+                pkv__quant_params(mn, mx, levels, &l16, &s16);
                 double lo = pkv__f16_to_f32(l16), sc = pkv__f16_to_f32(s16);
                 double bound = sc / 2 + ldexp(fabs(lo) + 256.0 * sc, -20);
-                for (uint32_t i = 0; i < gs; i++) {
-                    uint32_t tok = group == PKV_QUANT_PER_CHANNEL ? t0 + i : t0 + g;
-                    uint32_t ch = group == PKV_QUANT_PER_CHANNEL ? g : i;
-                    e[((size_t)tok * hkv + h) * d + ch] = bound;
-                }
+                for (uint32_t i = 0; i < gs; i++)
+                    e[at[i]] = bound;
             }
     return e;
 }
@@ -330,8 +345,8 @@ static void scenario_check(const scenario *s, const step_arrays *a,
         uint32_t rows[64];
         uint32_t n_rows = checked_rows(nq, rows);
         const double *ref = refs[i];
-        double *ek = storage_bounds(s, s->k[i], ctx, c->key_quant);
-        double *ev = storage_bounds(s, s->v[i], ctx, c->value_quant);
+        double *ek = storage_bounds(s, s->k[i], ctx, 0);
+        double *ev = storage_bounds(s, s->v[i], ctx, 1);
         double *vmin = xcalloc(d, sizeof *vmin);
         double *vmax = xcalloc(d, sizeof *vmax);
         double *evmax = xcalloc(d, sizeof *evmax);
@@ -407,15 +422,17 @@ static const uint32_t GRID_HEADS[][2] = {{8, 8}, {32, 8}, {9, 3}};
 static const uint32_t GRID_BLOCKS[] = {8, 16, 32};
 
 /*
- * The grid (for the head dims given by index): every (head_dim, heads) pair draws one data set and computes
- * its f64 reference once; the three block sizes then run it with the three
- * KV dtypes in rotation, so that every dtype meets every (head_dim, heads)
- * pair and every block size, and every grid point runs. u8 alternates its
- * groups (keys per-channel and values per-token, then the reverse).
+ * The grid (for the head dims given by index): every (head_dim, heads)
+ * pair draws one data set and computes its f64 reference once; the three
+ * block sizes then run it with the five KV dtypes in rotation (dtype
+ * (di + hi + bi) % 5), so that every dtype meets every head_dim, every
+ * heads pair and every block size. The quantized dtypes alternate their
+ * groups (keys per-channel and values per-token, then the reverse); U4
+ * per-token groups are 32 channels (16 at head_dim 80).
  */
 static void run_grid(const size_t *head_dims, size_t n_head_dims)
 {
-    check_stats st[3];
+    check_stats st[5];
     memset(st, 0, sizeof st);
     for (size_t x = 0; x < n_head_dims; x++)
         for (size_t hi = 0; hi < 3; hi++) {
@@ -423,7 +440,7 @@ static void run_grid(const size_t *head_dims, size_t n_head_dims)
             uint64_t seed = 1 + di * 3 + hi;
             double *ref[5];
             for (size_t bi = 0; bi < 3; bi++) {
-                int32_t dtype = (int32_t)((di + hi + bi) % 3);
+                int32_t dtype = (int32_t)((di + hi + bi) % 5);
                 int swap = di % 2 == 1;
                 int32_t kq = swap ? PKV_QUANT_PER_TOKEN : PKV_QUANT_PER_CHANNEL;
                 int32_t vq = swap ? PKV_QUANT_PER_CHANNEL : PKV_QUANT_PER_TOKEN;
@@ -442,7 +459,7 @@ static void run_grid(const size_t *head_dims, size_t n_head_dims)
             for (size_t i = 0; i < 5; i++)
                 free(ref[i]);
         }
-    for (int dt = 0; dt < 3; dt++)
+    for (int dt = 0; dt < 5; dt++)
         print_message("kv dtype %d: %llu outputs, max |err| %.3g, max "
                       "err/allowed %.3g\n",
                       dt, (unsigned long long)st[dt].checked, st[dt].max_err,
@@ -546,7 +563,7 @@ static void layers_are_separate(void **state)
 static void copy_fork_and_swap(void **state)
 {
     (void)state;
-    for (int32_t dtype = 0; dtype < 3; dtype++) {
+    for (int32_t dtype = 0; dtype <= PKV_KV_U8K_U4V; dtype++) {
         scenario s;
         step_arrays a;
         scenario_init(&s, 64, 8, 4, 16, dtype, PKV_QUANT_PER_CHANNEL,
@@ -580,7 +597,7 @@ static void copy_fork_and_swap(void **state)
                     break;
                 }
         }
-        if (dtype == PKV_KV_U8) {
+        if (PKV_LAYOUT_QUANTIZED(dtype)) {
             pkv__block_copy forks[4];
             for (uint32_t i = 0; i < 4; i++) {
                 forks[i].src = i;
@@ -599,7 +616,7 @@ static void copy_fork_and_swap(void **state)
             assert_int_equal(
                 pkv__backend_cpu.swap_in(s.be, junk, &pairs[i].src, 1),
                 PKV_OK);
-        for (uint32_t i = 0; dtype == PKV_KV_U8 && i < 4; i++)
+        for (uint32_t i = 0; PKV_LAYOUT_QUANTIZED(dtype) && i < 4; i++)
             assert_int_equal(pkv__backend_cpu.stage_in(s.be, junk, i), PKV_OK);
         assert_int_equal(pkv__backend_cpu.begin_step(s.be, &a.step), PKV_OK);
         assert_int_equal(pkv__backend_cpu.attend(s.be, 0, a.q, a.out, 0, 0),
@@ -614,14 +631,14 @@ static void copy_fork_and_swap(void **state)
         uint8_t *tails = xcalloc(4, sb);
         assert_int_equal(pkv__backend_cpu.swap_out(s.be, ids, n, host),
                          PKV_OK);
-        for (uint32_t i = 0; dtype == PKV_KV_U8 && i < 4; i++)
+        for (uint32_t i = 0; PKV_LAYOUT_QUANTIZED(dtype) && i < 4; i++)
             assert_int_equal(
                 pkv__backend_cpu.stage_out(s.be, 4 + i, tails + i * sb),
                 PKV_OK);
         for (uint32_t i = 0; i < n; i++)
             assert_int_equal(pkv__backend_cpu.swap_in(s.be, junk, &ids[i], 1),
                              PKV_OK);
-        for (uint32_t i = 0; dtype == PKV_KV_U8 && i < 4; i++) {
+        for (uint32_t i = 0; PKV_LAYOUT_QUANTIZED(dtype) && i < 4; i++) {
             assert_int_equal(pkv__backend_cpu.stage_in(s.be, junk, 4 + i),
                              PKV_OK);
             assert_int_equal(
@@ -650,15 +667,19 @@ static void rejects_bad_config(void **state)
 {
     (void)state;
     pkv__allocator al = test_allocator();
-    pkv__backend_config ok = {2,  8, 2, 64, 16, 10, PKV_KV_U8,
-                              PKV_QUANT_PER_CHANNEL, PKV_QUANT_PER_TOKEN, 4,
-                              0,  0};
+    pkv__backend_config ok = {2,  8,
+                              2,  64,
+                              16, 10,
+                              PKV_KV_U8, PKV_QUANT_PER_CHANNEL,
+                              PKV_QUANT_PER_TOKEN, 0,
+                              4,  0,
+                              0};
     pkv__backend *be = (pkv__backend *)&al; /* must come back NULL */
     struct {
         pkv__backend_config c;
         pkv_status want;
-    } cases[8];
-    for (int i = 0; i < 8; i++)
+    } cases[10];
+    for (int i = 0; i < 10; i++)
         cases[i].c = ok;
     cases[0].c.num_q_heads = 9; /* not a multiple of 2 */
     cases[0].want = PKV_ERR_UNSUPPORTED;
@@ -666,7 +687,7 @@ static void rejects_bad_config(void **state)
     cases[1].want = PKV_ERR_UNSUPPORTED;
     cases[2].c.block_size = 24;
     cases[2].want = PKV_ERR_UNSUPPORTED;
-    cases[3].c.kv_dtype = 3;
+    cases[3].c.kv_dtype = 5;
     cases[3].want = PKV_ERR_INVALID_ARGUMENT;
     cases[4].c.key_quant = PKV_QUANT_DEFAULT;
     cases[4].want = PKV_ERR_INVALID_ARGUMENT;
@@ -676,7 +697,12 @@ static void rejects_bad_config(void **state)
     cases[6].want = PKV_ERR_INVALID_ARGUMENT;
     cases[7].c.head_dim = 1024;
     cases[7].want = PKV_ERR_UNSUPPORTED;
-    for (int i = 0; i < 8; i++) {
+    cases[8].c.kv_dtype = PKV_KV_U4; /* U4 groups of 0 channels */
+    cases[8].want = PKV_ERR_INVALID_ARGUMENT;
+    cases[9].c.kv_dtype = PKV_KV_U8K_U4V; /* 12 does not divide 64 */
+    cases[9].c.u4_group = 12;
+    cases[9].want = PKV_ERR_INVALID_ARGUMENT;
+    for (int i = 0; i < 10; i++) {
         be = (pkv__backend *)&al;
         assert_int_equal(pkv__backend_cpu.create(&cases[i].c, &al, &be),
                          cases[i].want);

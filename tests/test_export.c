@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
 #include "test_model.h"
@@ -25,11 +26,6 @@
 #include <string.h>
 
 enum { PROMPT = 13, HEADER = 80 };
-
-static float tolerance(int32_t dtype)
-{
-    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
-}
 
 /* Rows of sequence id in the batch. */
 static uint32_t rows_of(const pkv_batch *b, pkv_seq_id id)
@@ -109,8 +105,8 @@ static void move_once(const pkv_engine_params *pa,
                       const pkv_engine_params *pb, uint32_t steps)
 {
     tm_host a, b;
-    tm_host_init(&a, pa, tolerance(pa->kv_dtype));
-    tm_host_init(&b, pb, tolerance(pb->kv_dtype));
+    tm_host_init(&a, pa, tm_tolerance(pa->kv_dtype));
+    tm_host_init(&b, pb, tm_tolerance(pb->kv_dtype));
     int32_t *prompt = tm_prompt(PROMPT, 7), *other = tm_prompt(9, 8);
     tm_add(&a, other, 9, 6, 0, 0);
     pkv_seq_id id = tm_add(&a, prompt, PROMPT, 20, 0, 0);
@@ -128,7 +124,7 @@ static void move_once(const pkv_engine_params *pa,
     uint32_t rows = rows_of(batch, moved), want = tokens - computed;
     /* U8: a step that fills a staged block stops at its end (sched.c). */
     uint32_t bs = pb->block_size;
-    if (pb->kv_dtype == PKV_KV_U8 && computed % bs != 0 &&
+    if (PKV_LAYOUT_QUANTIZED(pb->kv_dtype) && computed % bs != 0 &&
         want > bs - computed % bs)
         want = bs - computed % bs;
     if (rows != want)
@@ -137,7 +133,7 @@ static void move_once(const pkv_engine_params *pa,
                  (int)pa->kv_dtype, (unsigned)pa->block_size,
                  (unsigned)pb->block_size, (int)pa->backend,
                  (int)pb->backend, (unsigned)rows, (unsigned)want);
-    if (pa->kv_dtype == PKV_KV_U8) {
+    if (PKV_LAYOUT_QUANTIZED(pa->kv_dtype)) {
         /* The sealed blocks arrived as stored: export again and compare. */
         size_t size2;
         uint8_t *again = export_seq(&b, moved, &size2);
@@ -168,16 +164,17 @@ static pkv_engine_params params_of(int32_t backend, int32_t dtype,
 static void test_move_cpu(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
     const uint32_t steps[] = {0, 1, 6, 7};
-    for (size_t d = 0; d < 3; d++)
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t s = 0; s < 4; s++) {
             pkv_engine_params pa = params_of(PKV_BACKEND_CPU, dtypes[d], 4);
             pa.long_prefill_threshold = 5; /* the prompt in 3 steps */
             pkv_engine_params pb = pa;
             pb.long_prefill_threshold = 0;
             move_once(&pa, &pb, steps[s]);
-            if (dtypes[d] != PKV_KV_U8) {
+            if (!PKV_LAYOUT_QUANTIZED(dtypes[d])) {
                 pb.block_size = 16;
                 move_once(&pa, &pb, steps[s]);
                 pa.block_size = 8;
@@ -193,13 +190,14 @@ static void test_move_cpu(void **state)
 static void test_move_across_backends(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    for (size_t d = 0; d < 3; d++) {
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
         pkv_engine_params cpu = params_of(PKV_BACKEND_CPU, dtypes[d], 4);
         pkv_engine_params ocl = params_of(PKV_BACKEND_OPENCL, dtypes[d], 4);
         move_once(&cpu, &ocl, 1);
         move_once(&ocl, &cpu, 6);
-        if (dtypes[d] != PKV_KV_U8) {
+        if (!PKV_LAYOUT_QUANTIZED(dtypes[d])) {
             ocl.block_size = 16;
             move_once(&cpu, &ocl, 6);
         }
@@ -220,9 +218,9 @@ static void test_move_swapped_and_waiting(void **state)
     p.swap_bytes = 1 << 20;
     p.max_num_seqs = 3;
     tm_host a, b;
-    tm_host_init(&a, &p, tolerance(PKV_KV_F32));
+    tm_host_init(&a, &p, tm_tolerance(PKV_KV_F32));
     pkv_engine_params pb = tm_params(PKV_BACKEND_CPU);
-    tm_host_init(&b, &pb, tolerance(PKV_KV_F32));
+    tm_host_init(&b, &pb, tm_tolerance(PKV_KV_F32));
     pkv_seq_id ids[5];
     for (uint32_t i = 0; i < 5; i++) {
         int32_t *prompt = tm_prompt(PROMPT, 20 + i);
@@ -281,8 +279,8 @@ static void test_bad_input(void **state)
     (void)state;
     pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
     tm_host a, b;
-    tm_host_init(&a, &p, tolerance(PKV_KV_F32));
-    tm_host_init(&b, &p, tolerance(PKV_KV_F32));
+    tm_host_init(&a, &p, tm_tolerance(PKV_KV_F32));
+    tm_host_init(&b, &p, tm_tolerance(PKV_KV_F32));
     int32_t *prompt = tm_prompt(PROMPT, 5);
     pkv_seq_id id = tm_add(&a, prompt, PROMPT, 8, 0, 0);
     /* Not seen by a step yet. */
@@ -380,20 +378,22 @@ static void test_bad_input(void **state)
     free(prompt);
 }
 
-/* U8 blocks are never re-quantised: into another block size or other
- * groups a sequence moves without its KV, and computes it again (every
- * token in its first step), to the same tokens. */
-static void test_u8_block_size(void **state)
+/* U8 and U4 blocks are never re-quantised: into another block size or
+ * other groups (U4: also other per-token group widths) a sequence moves
+ * without its KV, and computes it again (every token in its first step),
+ * to the same tokens. */
+static void block_size_case(int32_t dtype)
 {
-    (void)state;
-    pkv_engine_params pa = params_of(PKV_BACKEND_CPU, PKV_KV_U8, 4);
-    pkv_engine_params pb[2] = {pa, pa};
+    pkv_engine_params pa = params_of(PKV_BACKEND_CPU, dtype, 4);
+    pa.head_dim = 16; /* U4 groups of 16 by default; 8 is the other one */
+    pkv_engine_params pb[3] = {pa, pa, pa};
     pb[0].block_size = 8;
     pb[1].key_quant = PKV_QUANT_PER_TOKEN;
-    for (int i = 0; i < 2; i++) {
+    pb[2].u4_group = 8;
+    for (int i = 0; i < (dtype == PKV_KV_U4 ? 3 : 2); i++) {
         tm_host a, b;
-        tm_host_init(&a, &pa, tolerance(PKV_KV_U8));
-        tm_host_init(&b, &pb[i], tolerance(PKV_KV_U8));
+        tm_host_init(&a, &pa, tm_tolerance(dtype));
+        tm_host_init(&b, &pb[i], tm_tolerance(dtype));
         int32_t *prompt = tm_prompt(PROMPT, 9);
         pkv_seq_id id = tm_add(&a, prompt, PROMPT, 8, 0, 0);
         for (int step = 0; step < 3; step++)
@@ -411,6 +411,13 @@ static void test_u8_block_size(void **state)
     }
 }
 
+static void test_quantized_block_size(void **state)
+{
+    (void)state;
+    block_size_case(PKV_KV_U8);
+    block_size_case(PKV_KV_U4);
+}
+
 #endif
 
 /* The export of sequence id of h (malloc'd, *size bytes). */
@@ -424,7 +431,7 @@ static uint8_t *export_of(tm_host *h, pkv_seq_id id, size_t *size)
     return bytes;
 }
 
-/* Two U8 sequences that hold the same tokens and the same stored KV
+/* Two U8 (or U4) sequences that hold the same tokens and the same stored KV
  * export the same bytes, whatever they held before: one decoded plainly,
  * the other ran rejected drafts that filled and sealed its block (and,
  * with a rollback window, rolled that seal back), or was truncated
@@ -437,14 +444,16 @@ static void test_u8_canonical(void **state)
 #else
     int32_t backend = PKV_BACKEND_CPU;
 #endif
-    for (uint32_t window = 0; window < 3; window += 2) {
-        pkv_engine_params p = params_of(backend, PKV_KV_U8, 8);
+    for (uint32_t run = 0; run < 4; run++) {
+        uint32_t window = run % 2 * 2;
+        int32_t dtype = run < 2 ? PKV_KV_U8 : PKV_KV_U4;
+        pkv_engine_params p = params_of(backend, dtype, 8);
         p.u8_rollback_blocks = window;
         int32_t *prompt = tm_prompt(3, 9);
         tm_host plain, spec, cut;
-        tm_host_init(&plain, &p, 0.05f);
-        tm_host_init(&spec, &p, 0.05f);
-        tm_host_init(&cut, &p, 0.05f);
+        tm_host_init(&plain, &p, tm_tolerance(dtype));
+        tm_host_init(&spec, &p, tm_tolerance(dtype));
+        tm_host_init(&cut, &p, tm_tolerance(dtype));
         pkv_seq_id a = tm_add(&plain, prompt, 3, 20, 0, 0);
         pkv_seq_id b = tm_add(&spec, prompt, 3, 20, 0, 0);
         pkv_seq_id c = tm_add(&cut, prompt, 3, 20, 0, 0);
@@ -510,7 +519,7 @@ int main(void)
         cmocka_unit_test(test_move_cpu),
         cmocka_unit_test(test_move_swapped_and_waiting),
         cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_u8_block_size),
+        cmocka_unit_test(test_quantized_block_size),
         cmocka_unit_test(test_u8_canonical),
     };
 #endif

@@ -23,6 +23,7 @@
 
 #include "check.h"
 #include "engine.h"
+#include "kv_layout.h"
 #include "lifecycle.h"
 #include "test_model.h"
 
@@ -313,15 +314,13 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     p.swap_bytes = 1 << 20;
     /* U8: prompt chunks of 3 rows start inside staged blocks (a repeated
      * attend must not seal from overwritten staged rows). */
-    p.long_prefill_threshold = dtype == PKV_KV_U8 ? 3 : 0;
+    p.long_prefill_threshold = PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 0;
     if (at == AT_ALLOC) {
         p.allocator.alloc = fault_alloc;
         p.allocator.free = fault_free;
     }
     tm_host h;
-    tm_host_init(&h, &p, dtype == PKV_KV_U8 ? 0.05f
-                           : dtype == PKV_KV_F16 ? 2e-3f
-                                                 : 1e-4f);
+    tm_host_init(&h, &p, tm_tolerance(dtype));
     h.retry = 1;
     if (at == AT_BACKEND)
         make_faulty(h.engine);
@@ -444,6 +443,7 @@ static void test_faults_swap_u8(void **state)
 {
     (void)state;
     sweep(AT_BACKEND, PKV_BACKEND_CPU, PKV_PREEMPT_SWAP, PKV_KV_U8);
+    sweep(AT_BACKEND, PKV_BACKEND_CPU, PKV_PREEMPT_SWAP, PKV_KV_U4);
 }
 
 /* Every allocation from the first step on: a step_begin whose plan or
@@ -483,6 +483,7 @@ static void test_faults_opencl_swap_u8(void **state)
     if (!have_opencl())
         skip();
     sweep(AT_BACKEND, PKV_BACKEND_OPENCL, PKV_PREEMPT_SWAP, PKV_KV_U8);
+    sweep(AT_BACKEND, PKV_BACKEND_OPENCL, PKV_PREEMPT_SWAP, PKV_KV_U4);
 }
 
 static void test_faults_opencl_calls_swap_u8(void **state)

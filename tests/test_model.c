@@ -51,6 +51,13 @@ int32_t tm_sample(int32_t last_token, uint32_t position, uint32_t vocab)
                      vocab);
 }
 
+float tm_tolerance(int32_t dtype)
+{
+    if (dtype == PKV_KV_U4 || dtype == PKV_KV_U8K_U4V)
+        return 0.5f;
+    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
+}
+
 pkv_engine_params tm_params(int32_t backend)
 {
     pkv_engine_params p;

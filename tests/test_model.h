@@ -32,6 +32,13 @@ int32_t tm_sample(int32_t last_token, uint32_t position, uint32_t vocab);
  * vocabulary 1000, max_model_len 1024) on the given backend. */
 pkv_engine_params tm_params(int32_t backend);
 
+/* The most |output - dense f64 reference| a cache of dtype allows on the
+ * test model's values (uniform in [-1, 1), head_dim 8): f32 1e-4, f16
+ * 2e-3, U8 0.05, and 0.5 with U4 parts, from the bound of docs/design.md
+ * ("Attention error bounds": U4's step, 2/15, perturbs a score by up to
+ * 0.19 and a value by 0.07). */
+float tm_tolerance(int32_t dtype);
+
 /* A prompt of len tokens below 1000, a fixed function of seed (malloc'd). */
 int32_t *tm_prompt(uint32_t len, uint32_t seed);
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kv_layout.h"
 #include "engine.h"
 #include "test_model.h"
 
@@ -21,11 +22,6 @@
 #include <string.h>
 
 enum { PROMPT = 21 }; /* 5 full blocks of 4 before the last token */
-
-static float tolerance(int32_t dtype)
-{
-    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
-}
 
 static pkv_seq_id add_salted(tm_host *h, const int32_t *prompt, uint64_t salt)
 {
@@ -56,7 +52,7 @@ static uint8_t *saved_cache(const pkv_engine_params *p, const int32_t *prompt,
                             size_t *size)
 {
     tm_host a;
-    tm_host_init(&a, p, tolerance(p->kv_dtype));
+    tm_host_init(&a, p, tm_tolerance(p->kv_dtype));
     add_salted(&a, prompt, 0);
     add_salted(&a, prompt, 1);
     tm_run(&a, 100);
@@ -83,7 +79,7 @@ static void reload_once(const pkv_engine_params *pa,
     size_t size;
     uint8_t *data = saved_cache(pa, prompt, &size);
     tm_host b;
-    tm_host_init(&b, pb, tolerance(pb->kv_dtype));
+    tm_host_init(&b, pb, tm_tolerance(pb->kv_dtype));
     uint32_t loaded = 0;
     assert_int_equal(
         pkv_engine_load_prefix_cache(b.engine, data, size, &loaded), PKV_OK);
@@ -121,8 +117,9 @@ static pkv_engine_params params_of(int32_t backend, int32_t dtype)
 static void test_reload(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    for (size_t d = 0; d < 3; d++) {
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
         pkv_engine_params p = params_of(PKV_BACKEND_CPU, dtypes[d]);
         reload_once(&p, &p);
     }
@@ -140,7 +137,7 @@ static void test_small_pool(void **state)
     p.num_blocks = 10; /* 9 usable; the running prompt holds 6 */
     p.watermark = 0;
     tm_host b;
-    tm_host_init(&b, &p, tolerance(PKV_KV_F32));
+    tm_host_init(&b, &p, tm_tolerance(PKV_KV_F32));
     int32_t *other = tm_prompt(PROMPT, 13);
     tm_add(&b, other, PROMPT, 3, 0, 0);
     tm_step(&b, NULL);
@@ -179,7 +176,7 @@ static void test_bad_input(void **state)
     size_t size;
     uint8_t *data = saved_cache(&p, prompt, &size);
     tm_host b;
-    tm_host_init(&b, &p, tolerance(PKV_KV_F32));
+    tm_host_init(&b, &p, tm_tolerance(PKV_KV_F32));
     pkv_engine_stats before, after;
     before.struct_size = after.struct_size = sizeof before;
     assert_int_equal(pkv_engine_get_stats(b.engine, &before), PKV_OK);
@@ -242,8 +239,9 @@ static void test_bad_input(void **state)
 static void test_reload_across_backends(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    for (size_t d = 0; d < 3; d++) {
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
         pkv_engine_params cpu = params_of(PKV_BACKEND_CPU, dtypes[d]);
         pkv_engine_params ocl = params_of(PKV_BACKEND_OPENCL, dtypes[d]);
         reload_once(&cpu, &ocl);

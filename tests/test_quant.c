@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* f16 conversion and the U8 quantizer: exactness of the conversions and the
+/* f16 conversion and the U8 and U4 quantizer: exactness of the conversions and the
  * per-element bound |x - x'| <= scale / 2 + tolerance (quant.h). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -113,35 +113,43 @@ static void half_rounding_modes(void **state)
 
 /* ---------------------------------------------------------------- quant */
 
-/* Quantize a part, read it back, and check every element against the
- * bound with its group's stored parameters. Returns the worst error over
- * scale (<= 0.5 + tolerance). */
+/* Quantize a part of format f, read it back, and check every element
+ * against the bound with its group's stored parameters. Returns the worst
+ * error over scale (<= 0.5 + tolerance). */
 static double check_part(const float *src, uint32_t bs, uint32_t d,
-                         int32_t group)
+                         const pkv__qformat *f)
 {
-    size_t bytes = PKV_LAYOUT_PART_BYTES((size_t)PKV_LAYOUT_U8, (size_t)group,
-                                         (size_t)bs, (size_t)d);
+    uint32_t pd = (uint32_t)f->dtype, w = f->u4_group;
+    size_t bytes = PKV_LAYOUT_PART_BYTES(pd, (uint32_t)f->group, w, bs, d);
     uint8_t *part = malloc(bytes);
     float *back = malloc((size_t)bs * d * sizeof *back);
     assert_non_null(part);
     assert_non_null(back);
-    pkv__quant_part(src, bs, d, group, part);
-    pkv__dequant_part(part, bs, d, group, back);
-    uint32_t groups = PKV_LAYOUT_U8_GROUPS(group, bs, d);
+    pkv__quant_part(src, bs, d, f, part);
+    pkv__dequant_part(part, bs, d, f, back);
+    uint32_t groups = PKV_LAYOUT_Q_GROUPS(pd, f->group, w, bs, d);
+    uint32_t width = PKV_LAYOUT_Q_WIDTH(pd, w, d);
+    double levels = pd == PKV_KV_U4 ? 15.0 : 255.0;
     double worst = 0.0;
     for (uint32_t g = 0; g < groups; g++) {
         uint16_t l16, s16;
-        memcpy(&l16, part + PKV_LAYOUT_U8_LO_OFFSET(bs, d) + 2u * g, 2);
-        memcpy(&s16, part + PKV_LAYOUT_U8_SCALE_OFFSET(group, bs, d) + 2u * g,
+        memcpy(&l16, part + PKV_LAYOUT_Q_LO_OFFSET(pd, bs, d) + 2u * g, 2);
+        memcpy(&s16,
+               part + PKV_LAYOUT_Q_SCALE_OFFSET(pd, f->group, w, bs, d) +
+                   2u * g,
                2);
         double lo = pkv__f16_to_f32(l16), scale = pkv__f16_to_f32(s16);
         assert_true(scale > 0.0 && isfinite(scale) && isfinite(lo));
         double tol = ldexp(fabs(lo) + 256.0 * scale, -20);
-        uint32_t n = group == PKV_QUANT_PER_CHANNEL ? bs : d;
+        int per_channel = f->group == PKV_QUANT_PER_CHANNEL;
+        uint32_t n = per_channel ? bs : width;
         double mn = INFINITY, mx = -INFINITY;
         for (uint32_t i = 0; i < n; i++) {
-            size_t at = group == PKV_QUANT_PER_CHANNEL ? (size_t)i * d + g
-                                                       : (size_t)g * d + i;
+            /* Per token: group g is token g / (d / width), channels from
+             * (g % (d / width)) * width. */
+            size_t at = per_channel ? (size_t)i * d + g
+                                    : (size_t)(g / (d / width)) * d +
+                                          (g % (d / width)) * width + i;
             double x = src[at], err = fabs(x - (double)back[at]);
             mn = x < mn ? x : mn;
             mx = x > mx ? x : mx;
@@ -150,7 +158,7 @@ static double check_part(const float *src, uint32_t bs, uint32_t d,
         }
         /* The stored range covers the group: lo rounded down, scale up. */
         assert_true(lo <= mn);
-        assert_true(lo + 255.0 * scale >= mx);
+        assert_true(lo + levels * scale >= mx);
     }
     free(part);
     free(back);
@@ -161,6 +169,24 @@ static const uint32_t BLOCK_SIZES[] = {1, 8, 16, 32, 128};
 static const uint32_t HEAD_DIMS[] = {4, 64, 80, 128, 256};
 
 typedef float (*gen_fn)(uint64_t *rng, uint32_t token, uint32_t channel);
+
+/* Every format on one block: U8 and U4 per channel, per token (U4 with
+ * groups of 8, 32 and a whole row, where they divide d). */
+static void check_formats(const float *src, uint32_t bs, uint32_t d)
+{
+    for (int32_t group = 1; group <= 2; group++) {
+        pkv__qformat u8 = {PKV_KV_U8, group, 0};
+        check_part(src, bs, d, &u8);
+        const uint32_t widths[] = {8, 32, d};
+        for (size_t i = 0; i < 3; i++) {
+            if (d % widths[i] != 0 ||
+                (group == PKV_QUANT_PER_CHANNEL && i > 0))
+                continue;
+            pkv__qformat u4 = {PKV_KV_U4, group, widths[i]};
+            check_part(src, bs, d, &u4);
+        }
+    }
+}
 
 static void check_all_shapes(gen_fn gen)
 {
@@ -173,8 +199,7 @@ static void check_all_shapes(gen_fn gen)
             for (uint32_t t = 0; t < bs; t++)
                 for (uint32_t c = 0; c < d; c++)
                     src[(size_t)t * d + c] = gen(&rng, t, c);
-            check_part(src, bs, d, PKV_QUANT_PER_CHANNEL);
-            check_part(src, bs, d, PKV_QUANT_PER_TOKEN);
+            check_formats(src, bs, d);
             free(src);
         }
 }
@@ -262,27 +287,58 @@ static void quant_bound_outlier_channels(void **state)
 }
 
 /* A constant group that f16 holds exactly comes back exact, with every
- * code 0 and the smallest positive scale. */
+ * code 0 and the smallest positive scale; U8 and U4 alike. */
 static void quant_constant_exact(void **state)
 {
     (void)state;
-    uint16_t lo, scale;
-    pkv__quant_params(-2.5f, -2.5f, &lo, &scale);
-    assert_true(pkv__f16_to_f32(lo) == -2.5f);
-    assert_int_equal(scale, 0x0001u);
-    assert_int_equal(pkv__quant_code(-2.5f, -2.5f, pkv__f16_to_f32(scale)),
-                     0);
-    pkv__quant_params(0.0f, 0.0f, &lo, &scale);
-    assert_true(pkv__f16_to_f32(lo) == 0.0f);
-    assert_int_equal(scale, 0x0001u);
-    /* Full f16 range: the largest span there is. */
-    pkv__quant_params(-65504.0f, 65504.0f, &lo, &scale);
-    assert_true(pkv__f16_to_f32(lo) == -65504.0f);
-    assert_true(-65504.0 + 255.0 * pkv__f16_to_f32(scale) >= 65504.0);
+    for (uint32_t levels = 15; levels <= 255; levels += 240) {
+        uint16_t lo, scale;
+        pkv__quant_params(-2.5f, -2.5f, levels, &lo, &scale);
+        assert_true(pkv__f16_to_f32(lo) == -2.5f);
+        assert_int_equal(scale, 0x0001u);
+        assert_int_equal(pkv__quant_code(-2.5f, -2.5f,
+                                         pkv__f16_to_f32(scale), levels),
+                         0);
+        pkv__quant_params(0.0f, 0.0f, levels, &lo, &scale);
+        assert_true(pkv__f16_to_f32(lo) == 0.0f);
+        assert_int_equal(scale, 0x0001u);
+        /* Full f16 range: the largest span there is. */
+        pkv__quant_params(-65504.0f, 65504.0f, levels, &lo, &scale);
+        assert_true(pkv__f16_to_f32(lo) == -65504.0f);
+        assert_true(-65504.0 + levels * (double)pkv__f16_to_f32(scale) >=
+                    65504.0);
+        /* Codes saturate at the top level. */
+        assert_int_equal(pkv__quant_code(1e9f, 0.0f, 1.0f, levels), levels);
+    }
+}
+
+/* U4 codes: two a byte, channel 2i in the low nibble of byte i
+ * (kv_layout.h), the layout every kernel reads. */
+static void quant_u4_nibble_order(void **state)
+{
+    (void)state;
+    enum { BS = 2, D = 8 };
+    float src[BS * D];
+    for (uint32_t i = 0; i < BS * D; i++)
+        src[i] = (float)(i % D); /* channel c holds c in every token */
+    /* Per token, one group of 8: lo 0, scale 7/15 rounded up to f16. */
+    pkv__qformat f = {PKV_KV_U4, PKV_QUANT_PER_TOKEN, 8};
+    uint8_t part[PKV_LAYOUT_PART_BYTES(PKV_LAYOUT_U4, 2, 8, BS, D)];
+    pkv__quant_part(src, BS, D, &f, part);
+    for (uint32_t t = 0; t < BS; t++)
+        for (uint32_t c = 0; c < D; c++) {
+            uint8_t code = pkv__quant_code_at(part + t * D / 2, PKV_KV_U4, c);
+            uint8_t byte = part[t * D / 2 + c / 2];
+            assert_int_equal(code, c % 2 ? byte >> 4 : byte & 15);
+        }
+    /* Channel 7 is the group's max: code 15 in the high nibble of byte 3. */
+    assert_int_equal(part[3] >> 4, 15);
+    assert_int_equal(part[0] & 15, 0);
 }
 
 /* Per-channel groups put an outlier channel's range on that channel only;
- * per-token groups spread it over every channel of the token. */
+ * per-token groups spread it over every channel of the token (U8: the
+ * whole row; U4: the group of 32 channels that holds it). */
 static void quant_per_channel_isolates_outliers(void **state)
 {
     (void)state;
@@ -291,20 +347,24 @@ static void quant_per_channel_isolates_outliers(void **state)
     uint64_t rng = 7;
     for (uint32_t i = 0; i < bs * d; i++)
         src[i] = gen_outlier_channels(&rng, i / d, i % d);
-    uint8_t part[16 * 64 + 4 * 64];
+    uint8_t part[16 * 64 + 4 * 64]; /* the largest: U8 per channel */
     float back[16 * 64];
-    double err[2];
-    for (int g = 0; g < 2; g++) {
-        int32_t group = g ? PKV_QUANT_PER_TOKEN : PKV_QUANT_PER_CHANNEL;
-        pkv__quant_part(src, bs, d, group, part);
-        pkv__dequant_part(part, bs, d, group, back);
-        double e = 0.0;
-        for (uint32_t i = 0; i < bs * d; i++)
-            if (i % d % 16 != 3) /* the ordinary channels */
-                e += fabs((double)src[i] - back[i]);
-        err[g] = e;
+    for (int32_t dtype = PKV_KV_U8; dtype <= PKV_KV_U4; dtype++) {
+        double err[2];
+        for (int g = 0; g < 2; g++) {
+            pkv__qformat f = {dtype,
+                              g ? PKV_QUANT_PER_TOKEN : PKV_QUANT_PER_CHANNEL,
+                              32};
+            pkv__quant_part(src, bs, d, &f, part);
+            pkv__dequant_part(part, bs, d, &f, back);
+            double e = 0.0;
+            for (uint32_t i = 0; i < bs * d; i++)
+                if (i % d % 16 != 3) /* the ordinary channels */
+                    e += fabs((double)src[i] - back[i]);
+            err[g] = e;
+        }
+        assert_true(err[0] * 3.0 < err[1]);
     }
-    assert_true(err[0] * 5.0 < err[1]);
 }
 
 int main(void)
@@ -318,6 +378,7 @@ int main(void)
         cmocka_unit_test(quant_bound_denormals),
         cmocka_unit_test(quant_bound_outlier_channels),
         cmocka_unit_test(quant_constant_exact),
+        cmocka_unit_test(quant_u4_nibble_order),
         cmocka_unit_test(quant_per_channel_isolates_outliers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kv_layout.h"
 #include "test_model.h"
 
 #include <math.h>
@@ -174,8 +175,9 @@ static void test_preempt_swap(void **state)
 static void test_preempt_swap_u8(void **state)
 {
     (void)state;
-    /* U8 tails live in the staging area: swap carries them too. */
-    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U8, 0.05f);
+    /* U8 and U4 tails live in the staging area: swap carries them too. */
+    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U8, tm_tolerance(PKV_KV_U8));
+    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U4, tm_tolerance(PKV_KV_U4));
 }
 
 static void test_preempt_recompute_f16(void **state)
@@ -297,13 +299,13 @@ static void test_abort_every_state(void **state)
 static void test_fork_then_diverge(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    const float tols[] = {1e-4f, 5e-3f, 0.05f};
-    for (int k = 0; k < 3; k++) {
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    for (int k = 0; k < (int)(sizeof dtypes / sizeof dtypes[0]); k++) {
         pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
         p.kv_dtype = dtypes[k];
         tm_host h;
-        tm_host_init(&h, &p, tols[k]);
+        tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
         int32_t *prompt = tm_prompt(10, 50);
         pkv_seq_id parent = tm_add(&h, prompt, 10, 8, 0, 0);
         tm_step(&h, NULL); /* prefill and first sample */
@@ -870,11 +872,11 @@ static void test_non_finite_fails_one_sequence(void **state)
 {
     (void)state;
     const float bad[3] = {(float)NAN, (float)INFINITY, -(float)INFINITY};
-    const int32_t dtypes[3] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    const float tols[3] = {1e-4f, 5e-3f, 0.05f};
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
     for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 3; j++)
-            non_finite_case(bad[i], dtypes[j], tols[j]);
+        for (int j = 0; j < (int)(sizeof dtypes / sizeof dtypes[0]); j++)
+            non_finite_case(bad[i], dtypes[j], tm_tolerance(dtypes[j]));
 }
 
 int main(void)

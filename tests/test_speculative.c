@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
 #include "test_model.h"
@@ -36,11 +37,6 @@ typedef struct spec_case {
     uint32_t k; /* drafts per step */
     uint32_t window; /* u8_rollback_blocks */
 } spec_case;
-
-static float tolerance(int32_t dtype)
-{
-    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
-}
 
 /* Drafts for a decoding sequence: the true next tokens (tm_sample), each
  * replaced by a wrong one with probability 1 - p, at most k and what
@@ -76,7 +72,7 @@ static void run(const spec_case *c, int speculative, tm_host *h)
     uint32_t per_seq = (PROMPT + NEW + c->k + c->block_size - 1) /
                        c->block_size;
     p.num_blocks = 3 * per_seq + 1;
-    tm_host_init(h, &p, tolerance(c->dtype));
+    tm_host_init(h, &p, tm_tolerance(c->dtype));
     int32_t *prompts[SEQS];
     for (uint32_t i = 0; i < SEQS; i++) {
         prompts[i] = tm_prompt(PROMPT, 40 + i);
@@ -129,7 +125,7 @@ static void same_outputs(const spec_case *c)
     st.struct_size = sizeof st;
     assert_int_equal(pkv_engine_get_stats(spec.engine, &st), PKV_OK);
     /* U8 drafts stay inside their row's block: at block size 1 none run. */
-    if (c->dtype == PKV_KV_U8 && c->block_size == 1) {
+    if (PKV_LAYOUT_QUANTIZED(c->dtype) && c->block_size == 1) {
         assert_int_equal(st.draft_tokens, 0);
     } else {
         if (st.draft_tokens == 0 ||
@@ -152,16 +148,17 @@ static void same_outputs(const spec_case *c)
 static void test_same_tokens(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
     const uint32_t sizes[] = {1, 4, 16};
     const int32_t modes[] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
-    for (size_t d = 0; d < 3; d++)
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t b = 0; b < 3; b++)
             for (size_t m = 0; m < 2; m++) {
                 spec_case c = {PKV_BACKEND_CPU, dtypes[d], sizes[b],
                                modes[m], 0.7, 4, 0};
                 same_outputs(&c);
-                if (dtypes[d] == PKV_KV_U8) { /* a rollback window */
+                if (PKV_LAYOUT_QUANTIZED(dtypes[d])) { /* a rollback window */
                     c.window = 2;
                     same_outputs(&c);
                 }
@@ -179,14 +176,15 @@ static void test_same_tokens(void **state)
 static void test_same_tokens_opencl(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_U8};
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_U8, PKV_KV_U4};
     const uint32_t sizes[] = {4, 16};
-    for (size_t d = 0; d < 2; d++)
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t b = 0; b < 2; b++) {
             spec_case c = {PKV_BACKEND_OPENCL, dtypes[d], sizes[b],
                            (int32_t)(b % 2 ? PKV_PREEMPT_SWAP
                                            : PKV_PREEMPT_RECOMPUTE),
-                           0.7, 4, dtypes[d] == PKV_KV_U8 ? 2u : 0u};
+                           0.7, 4,
+                           PKV_LAYOUT_QUANTIZED(dtypes[d]) ? 2u : 0u};
             same_outputs(&c);
         }
 }
@@ -245,7 +243,7 @@ static void committed_rows(int32_t backend, int32_t dtype, uint32_t bs,
         p.num_q_heads = 2;
         p.num_kv_heads = 1;
         p.head_dim = 64;
-        tm_host_init(&h[i], &p, tolerance(dtype));
+        tm_host_init(&h[i], &p, tm_tolerance(dtype));
         h[i].record_samples = 1;
         id = tm_add(&h[i], prompt, PROMPT, NEW, 0, 0);
     }
@@ -290,13 +288,15 @@ static void test_committed_rows(void **state)
     committed_rows(PKV_BACKEND_OPENCL, PKV_KV_F32, 8, 0);
     committed_rows(PKV_BACKEND_OPENCL, PKV_KV_U8, 8, 0);
     committed_rows(PKV_BACKEND_OPENCL, PKV_KV_U8, 16, 1);
+    committed_rows(PKV_BACKEND_OPENCL, PKV_KV_U4, 16, 1);
 #else
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
     const uint32_t sizes[] = {4, 8, 16};
-    for (size_t d = 0; d < 3; d++)
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t b = 0; b < 3; b++) {
             committed_rows(PKV_BACKEND_CPU, dtypes[d], sizes[b], 0);
-            if (dtypes[d] == PKV_KV_U8)
+            if (PKV_LAYOUT_QUANTIZED(dtypes[d]))
                 committed_rows(PKV_BACKEND_CPU, dtypes[d], sizes[b], 1);
         }
 #endif
@@ -330,21 +330,21 @@ static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
     return kv;
 }
 
-/* U8 with every draft wrong, in lockstep with plain decoding (both gain
+/* U8 or U4 (dtype) with every draft wrong, in lockstep with plain decoding (both gain
  * one token per step): after every step the stored KV must be the same
  * bytes, so a rollback keeps every element's bound. With a window that
  * covers every block a step seals, no step computes a row twice (its
  * first row is the last sampled token); without one, some step does. */
-static void window_case(int32_t backend, uint32_t bs, uint32_t k,
-                        uint32_t window, int expect_recompute)
+static void window_case(int32_t backend, int32_t dtype, uint32_t bs,
+                        uint32_t k, uint32_t window, int expect_recompute)
 {
     tm_host h[2];
     for (int i = 0; i < 2; i++) {
         pkv_engine_params p = tm_params(backend);
-        p.kv_dtype = PKV_KV_U8;
+        p.kv_dtype = dtype;
         p.block_size = bs;
         p.u8_rollback_blocks = window;
-        tm_host_init(&h[i], &p, tolerance(PKV_KV_U8));
+        tm_host_init(&h[i], &p, tm_tolerance(dtype));
     }
     int32_t *prompt = tm_prompt(PROMPT, 5);
     pkv_seq_id id = 0;
@@ -360,7 +360,7 @@ static void window_case(int32_t backend, uint32_t bs, uint32_t k,
             recomputed = 1;
         else if (step > 0) {
             int32_t drafts[PKV_MAX_DRAFTS];
-            spec_case c = {backend, PKV_KV_U8, bs, 0, 0.0, k, window};
+            spec_case c = {backend, dtype, bs, 0, 0.0, k, window};
             uint64_t rng = 1;
             tm_propose(&h[1], id, drafts,
                        make_drafts(&h[1], es, &c, &rng, drafts));
@@ -396,11 +396,13 @@ static void test_u8_window(void **state)
 #else
     int32_t backend = PKV_BACKEND_CPU;
 #endif
-    window_case(backend, 4, 2, 0, 1);
-    window_case(backend, 4, 2, 1, 0);
-    window_case(backend, 4, 8, 0, 1);
-    window_case(backend, 4, 8, 1, 0);
-    window_case(backend, 8, 6, 1, 0);
+    for (int32_t dtype = PKV_KV_U8; dtype <= PKV_KV_U4; dtype++) {
+        window_case(backend, dtype, 4, 2, 0, 1);
+        window_case(backend, dtype, 4, 2, 1, 0);
+        window_case(backend, dtype, 4, 8, 0, 1);
+        window_case(backend, dtype, 4, 8, 1, 0);
+        window_case(backend, dtype, 8, 6, 1, 0);
+    }
 }
 
 #ifndef PKV_HAVE_OPENCL
@@ -448,7 +450,7 @@ static void test_propose_states(void **state)
 #endif
     p.block_size = 8;
     tm_host h;
-    tm_host_init(&h, &p, tolerance(PKV_KV_F32));
+    tm_host_init(&h, &p, tm_tolerance(PKV_KV_F32));
     int32_t *prompt = tm_prompt(13, 5);
     pkv_seq_id a = tm_add(&h, prompt, 13, 20, 0, 0);
     for (int i = 0; i < 7; i++)
@@ -472,7 +474,7 @@ static void test_propose_states(void **state)
      * it (fewer stored tokens than all but the last). */
     p.kv_dtype = PKV_KV_U8;
     p.u8_rollback_blocks = 0;
-    tm_host_init(&h, &p, tolerance(PKV_KV_U8));
+    tm_host_init(&h, &p, tm_tolerance(PKV_KV_U8));
     pkv_seq_id b = tm_add(&h, prompt, 3, 20, 0, 0);
     tm_step(&h, NULL);
     tm_seq *rb = tm_find(&h, b);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
 #include "test_model.h"
@@ -25,11 +26,6 @@
 #include <string.h>
 
 enum { PROMPT = 13, GROWN = 23 };
-
-static float tolerance(int32_t dtype)
-{
-    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
-}
 
 /* Cut the host's record as pkv_seq_truncate cuts the sequence. */
 static void cut(tm_host *h, pkv_seq_id id, uint32_t n)
@@ -65,7 +61,7 @@ static uint32_t expected_kept(int32_t dtype, uint32_t bs, uint32_t window,
     uint32_t keep = n - 1 < computed ? n - 1 : computed;
     uint32_t start = keep / bs * bs;
     uint32_t sealed = computed / bs; /* blocks 0 .. sealed - 1 */
-    if (dtype == PKV_KV_U8 && keep > start && start + bs <= computed &&
+    if (PKV_LAYOUT_QUANTIZED(dtype) && keep > start && start + bs <= computed &&
         start / bs + window < sealed)
         keep = start;
     return keep;
@@ -79,7 +75,7 @@ static void cut_once(int32_t dtype, uint32_t bs, uint32_t window, uint32_t n)
     p.block_size = bs;
     p.u8_rollback_blocks = window;
     tm_host h;
-    tm_host_init(&h, &p, tolerance(dtype));
+    tm_host_init(&h, &p, tm_tolerance(dtype));
     int32_t *prompt = tm_prompt(PROMPT, 7);
     pkv_seq_id id = tm_add(&h, prompt, PROMPT, 20, 0, 0);
     grow_to(&h, id, GROWN);
@@ -106,21 +102,23 @@ static void cut_once(int32_t dtype, uint32_t bs, uint32_t window, uint32_t n)
 static void test_cut_points(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
     const uint32_t sizes[] = {4, 16};
     /* 1 token; in the prompt; a block boundary; just after one; in a
      * sealed block; in the last, unsealed block; all but one. */
     const uint32_t cuts[] = {1, 6, 8, 9, 14, 17, 21, 22};
-    for (size_t d = 0; d < 3; d++)
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t s = 0; s < 2; s++)
             for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
                 cut_once(dtypes[d], sizes[s], 0, cuts[c]);
-    /* U8 with a rollback window of 1, 2 and 4 blocks: a cut inside one of
-     * the last sealed blocks keeps its rows. */
-    for (uint32_t w = 1; w <= 4; w *= 2)
-        for (size_t s = 0; s < 2; s++)
-            for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
-                cut_once(PKV_KV_U8, sizes[s], w, cuts[c]);
+    /* U8 and U4 with a rollback window of 1, 2 and 4 blocks: a cut inside
+     * one of the last sealed blocks keeps its rows. */
+    for (int32_t dtype = PKV_KV_U8; dtype <= PKV_KV_U4; dtype++)
+        for (uint32_t w = 1; w <= 4; w *= 2)
+            for (size_t s = 0; s < 2; s++)
+                for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
+                    cut_once(dtype, sizes[s], w, cuts[c]);
 }
 
 #endif
@@ -135,7 +133,7 @@ static void cut_shared(int32_t backend, int32_t dtype)
     pkv_engine_params p = tm_params(backend);
     p.kv_dtype = dtype;
     tm_host h;
-    tm_host_init(&h, &p, tolerance(dtype));
+    tm_host_init(&h, &p, tm_tolerance(dtype));
     int32_t *prompt = tm_prompt(PROMPT, 9);
     pkv_seq_id parent = tm_add(&h, prompt, PROMPT, 16, 0, 0);
     grow_to(&h, parent, 18);
@@ -146,7 +144,7 @@ static void cut_shared(int32_t backend, int32_t dtype)
     cut(&h, parent, 11);
     const pkv_batch *b;
     tm_step(&h, &b);
-    assert_int_equal(rows_of(b, parent), dtype == PKV_KV_U8 ? 3 : 1);
+    assert_int_equal(rows_of(b, parent), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
     tm_run(&h, 100);
     /* The same prompt again: its full blocks come from the cache. */
     pkv_seq_id again = tm_add(&h, prompt, PROMPT, 4, 0, 0);
@@ -175,7 +173,7 @@ static void cut_prefix_hit(int32_t backend, int32_t dtype)
     p.kv_dtype = dtype;
     p.block_size = 8;
     tm_host h;
-    tm_host_init(&h, &p, tolerance(dtype));
+    tm_host_init(&h, &p, tm_tolerance(dtype));
     int32_t *p0 = tm_prompt(24, 11), *p1 = tm_prompt(24, 12);
     memcpy(p1, p0, 20 * sizeof *p1);
     tm_add(&h, p0, 24, 3, 0, 0);
@@ -187,7 +185,7 @@ static void cut_prefix_hit(int32_t backend, int32_t dtype)
     cut(&h, id, 11);
     const pkv_batch *b;
     tm_step(&h, &b);
-    assert_int_equal(rows_of(b, id), dtype == PKV_KV_U8 ? 3 : 1);
+    assert_int_equal(rows_of(b, id), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
     tm_run(&h, 100);
     tm_add(&h, p0, 24, 3, 0, 0);
     tm_run(&h, 100);
@@ -209,16 +207,18 @@ static const int32_t backend = PKV_BACKEND_CPU;
 static void test_cut_shared_blocks(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    for (size_t d = 0; d < 3; d++)
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         cut_shared(backend, dtypes[d]);
 }
 
 static void test_cut_prefix_hit(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    for (size_t d = 0; d < 3; d++)
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         cut_prefix_hit(backend, dtypes[d]);
 }
 
@@ -233,7 +233,7 @@ static void test_cut_swapped(void **state)
     p.preempt_mode = PKV_PREEMPT_SWAP;
     p.swap_bytes = 1 << 20;
     tm_host h;
-    tm_host_init(&h, &p, tolerance(PKV_KV_F32));
+    tm_host_init(&h, &p, tm_tolerance(PKV_KV_F32));
     pkv_seq_id ids[4];
     for (uint32_t i = 0; i < 4; i++) {
         int32_t *prompt = tm_prompt(PROMPT, 20 + i);

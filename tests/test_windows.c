@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
 #include "test_model.h"
@@ -33,11 +34,6 @@ static const int32_t backend = PKV_BACKEND_CPU;
 enum { PROMPT = 13, SEQS = 4, NEW = 12 };
 
 static const uint32_t windows[3] = {5, 0, 4};
-
-static float tolerance(int32_t dtype)
-{
-    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
-}
 
 static pkv_engine_params window_params(int32_t dtype, int32_t mode)
 {
@@ -74,7 +70,7 @@ static void workload(int32_t dtype, int32_t mode)
 {
     pkv_engine_params p = window_params(dtype, mode);
     tm_host h;
-    tm_host_init(&h, &p, tolerance(dtype));
+    tm_host_init(&h, &p, tm_tolerance(dtype));
     int32_t *prompts[SEQS];
     pkv_seq_id ids[SEQS];
     for (uint32_t i = 0; i < SEQS; i++) {
@@ -140,7 +136,7 @@ static void workload(int32_t dtype, int32_t mode)
         pkv_engine_save_prefix_cache(h.engine, data, size, &size), PKV_OK);
     tm_check_idle(&h);
     tm_host_free(&h);
-    tm_host_init(&h, &p, tolerance(dtype));
+    tm_host_init(&h, &p, tm_tolerance(dtype));
     uint32_t loaded = 0;
     assert_int_equal(
         pkv_engine_load_prefix_cache(h.engine, data, size, &loaded), PKV_OK);
@@ -174,6 +170,7 @@ static void test_mixed_windows_u8(void **state)
     (void)state;
     workload(PKV_KV_U8, PKV_PREEMPT_RECOMPUTE);
     workload(PKV_KV_U8, PKV_PREEMPT_SWAP);
+    workload(PKV_KV_U4, PKV_PREEMPT_SWAP);
 }
 
 /* Decode steps of long contexts (the decode kernels on OpenCL), with
@@ -182,8 +179,9 @@ static void test_mixed_windows_u8(void **state)
 static void test_decode_windows(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    for (size_t d = 0; d < 3; d++) {
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
         pkv_engine_params p = window_params(dtypes[d], PKV_PREEMPT_RECOMPUTE);
         p.num_q_heads = 4;
         p.num_kv_heads = 1;
@@ -194,7 +192,7 @@ static void test_decode_windows(void **state)
         static const uint32_t model_windows[3] = {24, 0, 16};
         p.layer_windows = model_windows;
         tm_host h;
-        tm_host_init(&h, &p, tolerance(dtypes[d]));
+        tm_host_init(&h, &p, tm_tolerance(dtypes[d]));
         int32_t *prompt = tm_prompt(40, 9);
         tm_add(&h, prompt, 40, 30, 0, 0);
         tm_run(&h, 100);

@@ -133,20 +133,34 @@ PKV_API const char *pkv_last_error(void);
 
 /* ----------------------------------------------------------------- enums */
 
-/* Element type of the KV cache. Stored in structs as int32_t. */
+/*
+ * Element type of the KV cache. Stored in structs as int32_t.
+ * U8, U4 and U8K_U4V are the quantized caches: a block is quantized once,
+ * when it is full, and the last block of a sequence is kept in f32 until
+ * then, so every stored element is within half its group's step of its
+ * input and is never quantized twice (mechanism: docs/design.md, "U8
+ * quantization" and "U4"). What this header says of U8 caches (sealing,
+ * staging tails, u8_rollback_blocks, exports) holds for all three.
+ */
 typedef enum pkv_kv_dtype {
     PKV_KV_F32 = 0, /* 4 bytes per element */
     PKV_KV_F16 = 1, /* 2 bytes per element (storage only; math in f32) */
-    PKV_KV_U8 = 2   /* 1 byte per element plus per-group lo/scale (f16) */
+    PKV_KV_U8 = 2,  /* 1 byte per element plus per-group lo/scale (f16) */
+    /* Appended after 0.1.0. Half a byte per element plus per-group
+     * lo/scale (f16); per-token groups of u4_group channels. */
+    PKV_KV_U4 = 3,
+    /* Appended after 0.1.0. Keys as U8, values as U4. */
+    PKV_KV_U8K_U4V = 4
 } pkv_kv_dtype;
 
-/* How U8 quantization groups values. Stored in structs as int32_t. */
+/* How U8 and U4 quantization group values. Stored in structs as int32_t. */
 typedef enum pkv_quant_group {
     /* Default for the tensor: per-channel for keys, per-token for values. */
     PKV_QUANT_DEFAULT = 0,
     /* One lo/scale per channel, per kv head, over one block's tokens. */
     PKV_QUANT_PER_CHANNEL = 1,
-    /* One lo/scale per token, per kv head, over the head's channels. */
+    /* One lo/scale per token, per kv head, over the head's channels (U8)
+     * or over each run of u4_group channels (U4). */
     PKV_QUANT_PER_TOKEN = 2
 } pkv_quant_group;
 
@@ -241,8 +255,8 @@ typedef struct pkv_engine_params {
                                0 (the default): follow the device, 16 on a
                                GPU, 64 on a CPU device or the CPU backend */
     int32_t kv_dtype;       /* pkv_kv_dtype, default PKV_KV_F16 */
-    int32_t key_quant;      /* pkv_quant_group for U8 keys */
-    int32_t value_quant;    /* pkv_quant_group for U8 values */
+    int32_t key_quant;      /* pkv_quant_group for U8/U4 keys */
+    int32_t value_quant;    /* pkv_quant_group for U8/U4 values */
     uint32_t num_blocks;    /* blocks in the pool, null block included:
                                2 to 0xfffffffe; 0: derive from cache_bytes */
     uint64_t cache_bytes;   /* KV budget in bytes over all layers, used when
@@ -312,6 +326,15 @@ typedef struct pkv_engine_params {
      * must then be 0 when layer_windows is set. The KV of every token is
      * kept in every layer. */
     const uint32_t *layer_windows;
+
+    /* Appended after 0.1.0. U4 parts grouped per token (values by
+     * default, keys with PKV_QUANT_PER_TOKEN): the channels of one group,
+     * a multiple of 8 that divides head_dim, or head_dim itself. 0 (the
+     * default): 32 when it divides head_dim, else head_dim. Smaller
+     * groups follow the values more closely and cost 4 bytes of lo/scale
+     * per group and token (at 32, one bit per element). Ignored by other
+     * dtypes. */
+    uint32_t u4_group;
 } pkv_engine_params;
 
 /*
@@ -570,7 +593,8 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * The engine must have the exporter's num_layers, num_kv_heads, head_dim
  * and kv_dtype; f32 and f16 take any block_size. A U8 block's groups
  * depend on its size and pkv never re-quantises, so a U8 export whose
- * block_size or quantization groups differ from this engine's is imported
+ * block_size or quantization groups (U4: or u4_group) differ from this
+ * engine's is imported
  * without its KV: the sequence joins the waiting sequences and computes
  * the KV of all its tokens again (logged at PKV_LOG_INFO), to the same
  * bound as any U8 block. params (NULL: defaults) gives tenant,
@@ -619,7 +643,7 @@ PKV_API pkv_status pkv_engine_save_prefix_cache(pkv_engine *engine,
 
 /*
  * Load a saved prefix cache (pkv_engine_save_prefix_cache of an engine
- * with the same num_layers, num_kv_heads, head_dim, kv_dtype, U8 groups
+ * with the same num_layers, num_kv_heads, head_dim, kv_dtype, U8/U4 groups
  * and block_size). The blocks go into free blocks only, parents first, so
  * nothing the engine caches or holds is evicted: blocks it already caches
  * are skipped, and when free blocks run out the rest (and blocks whose

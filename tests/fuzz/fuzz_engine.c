@@ -62,7 +62,7 @@ static struct totals {
     uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
         forks, truncations, shared_cuts, moves, drafts, drafts_run,
         drafts_accepted, reloads;
-    double max_error[3];
+    double max_error[5]; /* by pkv_kv_dtype */
 } TOT;
 
 static void print_totals(void)
@@ -74,7 +74,7 @@ static void print_totals(void)
             "cached block), %llu moves, %llu drafts "
             "proposed, %llu run, %llu accepted, %llu prefix cache reloads; "
             "max error f32 %.3g f16 "
-            "%.3g u8 %.3g\n",
+            "%.3g u8 %.3g u4 %.3g u8k-u4v %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
             (unsigned long long)TOT.rows, (unsigned long long)TOT.ended,
             (unsigned long long)TOT.preemptions,
@@ -86,7 +86,8 @@ static void print_totals(void)
             (unsigned long long)TOT.drafts_run,
             (unsigned long long)TOT.drafts_accepted,
             (unsigned long long)TOT.reloads, TOT.max_error[0],
-            TOT.max_error[1], TOT.max_error[2]);
+            TOT.max_error[1], TOT.max_error[2], TOT.max_error[3],
+            TOT.max_error[4]);
 }
 
 /* What a failing input set up and where the sequences are, for triage. */
@@ -229,7 +230,7 @@ static int create(world *w)
     }
     p.block_size = 1u << (next_byte(r) % 5u);
     uint8_t kv = next_byte(r);
-    p.kv_dtype = kv % 3;
+    p.kv_dtype = kv % 5;
     p.key_quant = (kv >> 2) % 3;
     p.value_quant = (kv >> 4) % 3;
     p.u8_rollback_blocks = (uint32_t)(kv >> 7) * (1u + (uint32_t)(g >> 7));
@@ -258,10 +259,12 @@ static int create(world *w)
         w->alpha = p.vocab_size;
 
     /* f32 KV: within 1e-4 of the dense reference; f16 rounds every element
-     * (tensors may then be f16 too); u8 quantizes each sealed block. */
+     * (tensors may then be f16 too); u8 and u4 quantize each sealed block
+     * (u4 steps are 17 times u8's). */
     double tolerance = p.kv_dtype == PKV_KV_F32   ? 1e-4
                        : p.kv_dtype == PKV_KV_F16 ? 2e-3
-                                                  : 0.03;
+                       : p.kv_dtype == PKV_KV_U8  ? 0.03
+                                                  : 0.5;
     if (eh_init(&w->host, &p, tolerance, fail) != PKV_OK)
         eh_failf(&w->host, "create: %s", pkv_last_error());
     w->host.f16_tensors = p.kv_dtype != PKV_KV_F32 && (kv >> 6) % 2 == 1;
