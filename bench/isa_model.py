@@ -6,8 +6,11 @@ of pkv's intel decode kernel: memory time (the KV bytes a step reads, at
 against ALU issue time (the hottest loops' cycles per K and V byte, from
 `pkv-bench isa --json`, times the bytes, over EUs x clock). A SIMD16 f32
 instruction takes 2 cycles of an EU's 8-wide ALU; sends and control flow
-are not counted; the softmax, the query and the epilogue are left out
-(a few percent of the loops' cycles at 256-token partitions).
+are not counted; the predicted step time is the longer of the two; the
+softmax, the query and the epilogue are left out
+(a few percent of the loops' cycles at 256-token partitions). KV: f16,
+u8 and u4 with their default groups (per-channel keys, per-token values;
+u4 groups of 32 channels), parameters as f16 lo and scale, block 16.
 
 Usage: pkv-bench isa --json isa.json; python3 bench/isa_model.py isa.json
 """
@@ -28,16 +31,22 @@ for line in open(sys.argv[1]):
     if r.get("kernel") == "pkv_decode_partial":
         isa[(r["device"], r["program"])] = r
 tokens, eff = 16 * 4096, 0.8  # batch 16 x ctx 4096
-print("| device | model | KV | bytes/token | memory ms | instruction ms | ratio |")
-print("|---|---|---|---:|---:|---:|---:|")
+print("| device | model | KV | bytes/token | memory ms | instruction ms | ratio | predicted ms |")
+print("|---|---|---|---:|---:|---:|---:|---:|")
 for name, (L, hkv, d, g) in geo.items():
     for dv, (eu, ghz, bw) in dev.items():
-        for kv, lab, eb, par in (("f16", "kv1-k1-v1", 2, 0), ("u8", "kv2-k1-v2", 1, 1)):
+        # KV, build label, element bytes, value groups a row (0: none).
+        for kv, lab, eb, vg in (("f16", "kv1-k1-v1", 2, 0), ("u8", "kv2-k1-v2", 1, 1),
+                                ("u4", "kv3-k1-v2", 0.5, d // 32)):
             r = isa[(dv, "intel-d%d-g%d-b16-%s" % (d, g, lab))]
             code = hkv * d * eb  # K or V code bytes per token and layer
-            params = hkv * (d * 4 / 16 + 4) if par else 0
+            # Per-channel keys: 4 bytes a channel over 16 tokens; per-token
+            # values: 4 bytes a group.
+            params = hkv * (d * 4 / 16 + 4 * vg) if vg else 0
             nbytes = 2 * code + params
             mem = tokens * L * nbytes / (eff * bw * 1e9) * 1e3
             cyc = r["kb_cyc"] * code + r["vb_cyc"] * code
             ins = tokens * L * cyc / (eu * ghz * 1e9) * 1e3
-            print("| %s | %s | %s | %d | %.1f | %.1f | %.2f |" % (dv, name, kv, nbytes, mem, ins, ins / mem))
+            # The step takes the longer of the two (no overlap is modelled
+            # beyond that).
+            print("| %s | %s | %s | %d | %.1f | %.1f | %.2f | %.1f |" % (dv, name, kv, nbytes, mem, ins, ins / mem, max(mem, ins)))

@@ -10,9 +10,12 @@
  *   PKV_HEAD_DIM    head_dim, a multiple of 4
  *   PKV_BLOCK_SIZE  tokens per block
  *   PKV_GROUP       query heads per kv head (num_q_heads / num_kv_heads)
- *   PKV_KV_DTYPE    PKV_LAYOUT_F32 (0), _F16 (1) or _U8 (2)
+ *   PKV_KV_DTYPE    PKV_LAYOUT_F32 (0), _F16 (1), _U8 (2), _U4 (3) or
+ *                   _U8K_U4V (4)
  *   PKV_KEY_QUANT, PKV_VALUE_QUANT
- *                   u8 only: PKV_LAYOUT_PER_CHANNEL (1) or _PER_TOKEN (2)
+ *                   quantized only: PKV_LAYOUT_PER_CHANNEL (1) or
+ *                   _PER_TOKEN (2)
+ *   PKV_U4_GROUP    u4 parts: channels of a per-token group
  *   PKV_DECODE_CONTIGUOUS optional, set by decode_contiguous.cl only.
  *   Each variant adds its own (see its file).
  *
@@ -22,13 +25,14 @@
  *
  *   kernel void pkv_decode_partial(
  *     global const uchar *arena,   this layer's arena (kv_layout.h)
- *     global const float *stages,  u8: the staging tails, laid out
+ *     global const float *stages,  quantized (u8, u4): the staging tails,
+ *                                  laid out
  *                                  [stage][layer][kv head][K, V][token][ch]
  *                                  f32; f32/f16: unused (may be NULL)
- *     uint stage_floats,           u8: floats of one tail (all layers)
- *     uint stage_layer_offset,     u8: layer * num_kv_heads * 2 *
+ *     uint stage_floats,           quantized: floats of one tail (all layers)
+ *     uint stage_layer_offset,     quantized: layer * num_kv_heads * 2 *
  *                                  block_size * head_dim
- *     global const uint *stage_ids,   u8: [num_seqs] tail of each sequence
+ *     global const uint *stage_ids,   quantized: [num_seqs] tail of each sequence
  *     global const float *q,       [num_seqs][num_q_heads][head_dim] from
  *     ulong q_off,                 element q_off: row i is sequence i's
  *                                  query
@@ -74,31 +78,41 @@
  *   one float4 (a whole row per work-item kept head_dim floats per lane in
  *   private memory on an Intel GPU).
  *
- * Math: f32 accumulation. The U8 block holding the context's last token
- * is read in f32 from the sequence's staging tail. Slots past the context
- * length and before the window are never read.
+ * Math: f32 accumulation. The quantized block holding the context's last
+ * token is read in f32 from the sequence's staging tail. Slots past the
+ * context length and before the window are never read.
  *
  * Tolerance: the kernels sum in another order than the CPU backend and,
- * for u8, may fold the parameters instead of dequantising first. Against a
- * double-precision reference on the same stored KV (values and queries in
- * [-1, 1], contexts up to 4096) pkv-bench kernels measures max |error|
- * about 1e-7 (f32, f16) and 2e-6 (u8); a test against the CPU backend on
- * such data can allow 1e-5 for f32/f16 and 1e-4 for u8, scaled by the
- * largest |v| for larger values.
+ * for u8 and u4, may fold the parameters instead of dequantising first.
+ * Against a double-precision reference on the same stored KV (values and
+ * queries in [-1, 1], contexts up to 4096) pkv-bench kernels measures max
+ * |error| about 1e-7 (f32, f16, u4, u8k-u4v) and 2e-6 (u8); a test against
+ * the CPU backend on such data can allow 1e-5 for f32/f16 and 1e-4 for
+ * quantized caches, scaled by the largest |v| for larger values.
  */
 #define D PKV_HEAD_DIM
 #define BS PKV_BLOCK_SIZE
 #define G PKV_GROUP
 
-#if PKV_KV_DTYPE == PKV_LAYOUT_U8
+#define U4G PKV_U4_GROUP
+/* The stored dtype of K parts and of V parts, and whether they are
+ * quantized (a staging tail then holds the last block in f32). */
+#define KD PKV_LAYOUT_KEY_DTYPE(PKV_KV_DTYPE)
+#define VD PKV_LAYOUT_VALUE_DTYPE(PKV_KV_DTYPE)
+#define QUANTIZED PKV_LAYOUT_QUANTIZED(PKV_KV_DTYPE)
+#if QUANTIZED
 #define KQ PKV_KEY_QUANT
 #define VQ PKV_VALUE_QUANT
 #else
 #define KQ PKV_LAYOUT_PER_CHANNEL
 #define VQ PKV_LAYOUT_PER_CHANNEL
 #endif
-#define K_PART_BYTES PKV_LAYOUT_PART_BYTES(PKV_KV_DTYPE, KQ, BS, D)
-#define HEAD_BYTES PKV_LAYOUT_HEAD_BYTES(PKV_KV_DTYPE, KQ, VQ, BS, D)
+/* How the K and V rows of a block that decode_block says is stored as dt
+ * are stored: f32 for a staging tail, else KD and VD. */
+#define K_OF(dt) ((dt) == PKV_LAYOUT_F32 ? PKV_LAYOUT_F32 : KD)
+#define V_OF(dt) ((dt) == PKV_LAYOUT_F32 ? PKV_LAYOUT_F32 : VD)
+#define K_PART_BYTES PKV_LAYOUT_PART_BYTES(KD, KQ, U4G, BS, D)
+#define HEAD_BYTES PKV_LAYOUT_HEAD_BYTES(PKV_KV_DTYPE, KQ, VQ, U4G, BS, D)
 
 /* Kernel 1's parameters, as documented above: every variant's
  * pkv_decode_partial takes exactly these. */
@@ -129,7 +143,7 @@ static uint2 part_range(uint ctx, uint part, uint sliding_window,
 /* What one work-group of pkv_decode_partial computes: partition part of
  * num_parts, kv head h, sequence seq (context ctx), tokens [range.x,
  * range.y) of it (empty when range.y <= range.x); and where that
- * sequence's blocks are: its block-table row and, for u8, the f32 rows of
+ * sequence's blocks are: its block-table row and, quantized, the f32 rows of
  * kv head h in its staging tail. */
 typedef struct decode_unit {
     uint part, num_parts, h, seq, ctx;
@@ -166,7 +180,7 @@ static decode_unit this_unit(global const uchar *arena,
     u.tables = block_tables;
     u.table_row = (size_t)u.seq * max_blocks_per_seq;
     u.num_kv_heads = num_kv_heads;
-#if PKV_KV_DTYPE == PKV_LAYOUT_U8
+#if QUANTIZED
     u.tail = pkv_tail_rows(stages, stage_ids[u.seq], stage_floats,
                            stage_layer_offset, u.h, BS, D);
 #else
@@ -182,14 +196,15 @@ static global const uchar *head_part(const decode_unit *u, size_t blk)
     return u->arena + (blk * u->num_kv_heads + u->h) * HEAD_BYTES;
 }
 
-/* The K part of the row's logical block j, stored as *dtype, and its V
- * part in *v: the sealed block in the arena or, for the u8 block that
- * holds the context's last token, the f32 rows of the staging tail (also
- * when this step sealed it: see pkv_block_source). */
+/* The K part of the row's logical block j and its V part in *v, with
+ * *dtype PKV_KV_DTYPE (K_OF and V_OF give each part's own) for the sealed
+ * block in the arena or, for the quantized block that holds the context's
+ * last token, PKV_LAYOUT_F32 and the rows of the staging tail (also when
+ * this step sealed it: see pkv_block_source). */
 static global const uchar *decode_block(const decode_unit *u, uint j,
                                         int *dtype, global const uchar **v)
 {
-#if PKV_KV_DTYPE == PKV_LAYOUT_U8
+#if QUANTIZED
     if ((j + 1) * BS >= u->ctx) {
         *dtype = PKV_LAYOUT_F32;
         *v = (global const uchar *)(u->tail + BS * D);

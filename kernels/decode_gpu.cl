@@ -26,7 +26,7 @@
  *      combining the per-lane results in the same order;
  *   3. values: lane (c, u) adds p * V for tokens u, u + tokens, ... into
  *      its chunks; the sums over u are combined per head at the end.
- * U8 is dequantised as it is read (lo + code * scale) and the tail block
+ * U8 and U4 are dequantised as they are read (lo + code * scale) and the tail block
  * that is not sealed comes from the f32 staging tail, as elsewhere.
  */
 
@@ -67,7 +67,8 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
             uint slot = (t0 + r + u) % BS;
             float4 k[NQ];
             for (int i = 0; i < NQ; i++)
-                k[i] = pkv_kv_row4(kp, dt, KQ, slot, c + C * i, D, BS);
+                k[i] = pkv_kv_row4(kp, K_OF(dt), KQ, U4G, slot, c + C * i,
+                                   D, BS);
             for (int g = 0; g < G; g++) {
                 float s = 0.0f;
                 for (int i = 0; i < NQ; i++)
@@ -132,7 +133,8 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         decode_block(&w, (t0 + x) / BS, &dt, &vp);
         uint slot = (t0 + x) % BS;
         for (int i = 0; i < NQ; i++) {
-            float4 v = pkv_kv_row4(vp, dt, VQ, slot, c + C * i, D, BS);
+            float4 v =
+                pkv_kv_row4(vp, V_OF(dt), VQ, U4G, slot, c + C * i, D, BS);
             for (int g = 0; g < G; g++)
                 acc[g][i] = fma((float4)lg[g * PMAX + x], v, acc[g][i]);
         }

@@ -28,20 +28,29 @@
  *      max, p = exp(s - max), the sum; p replaces the score.
  *   3. Values, lanes over channels: subgroup s owns channels
  *      [s DSUB, (s + 1) DSUB), DSUB = 32 PKV_INTEL_PAIRS, lane l the pairs
- *      (2u, 2u + 1), u = s DSUB / 2 + l + 16 i, i < PKV_INTEL_PAIRS: a u8
- *      row slice is one subgroup block read of ushorts, an f16 one of
- *      uints. In runs of 16 tokens each token's weights reach the lanes
- *      by broadcast from a register that holds 16 tokens' weights.
+ *      (2u, 2u + 1), u = s DSUB / 2 + l + 16 i, i < PKV_INTEL_PAIRS (u4
+ *      with 2 pairs: u = s DSUB / 2 + 2 l + i): a u8 row slice is one
+ *      subgroup block read of ushorts, an f16 one of uints. In runs of
+ *      16 tokens each token's weights reach the lanes by broadcast from a
+ *      register that holds 16 tokens' weights.
  *
  * A lane keeps G scores and G query channels in pass 1 and 2 G
  * PKV_INTEL_PAIRS sums in pass 3: the host picks PKV_INTEL_PAIRS (and so
  * NSG = head_dim / DSUB) to keep that within registers.
  *
- * U8 blocks: per-channel keys fold the block's scale into the query
- * channels and add q . lo once per chunk, per-token keys scale each
- * score; per-token values fold their scale into the weight and their lo
- * into a per-head sum (pass 2); per-channel values are dequantised per
- * row. The u8 tail block that is not sealed is read in f32 from the
+ * Quantized blocks (u8 and u4 parts: KD, VD): per-channel keys fold the
+ * block's scale into the query channels and add q . lo once per chunk.
+ * Per-token keys with one group a row (u8, or u4 with U4G = head_dim)
+ * scale each score and add lo times the query's sum; u4 keys with several
+ * groups a row do that per group, at the group's last run of 8 channels
+ * (a run lies in one group: U4G is a multiple of 8), with the query's
+ * per-group sums in local memory. u8 per-token values fold their scale
+ * into the weight and their lo into a per-head sum (pass 2); u4 per-token
+ * values are dequantised per row (a lane's channels lie in one group, so
+ * that is one lo and one scale a token) and per-channel values of either
+ * dtype per row with the lane's pairs' parameters. A lane's u4 pairs are
+ * one byte each: 2 pairs are one subgroup block read of ushorts, 1 pair a
+ * byte of its own. The block that is not sealed is read in f32 from the
  * staging tail.
  */
 #pragma OPENCL EXTENSION cl_intel_subgroups : enable
@@ -56,7 +65,23 @@
 #if D % DSUB != 0
 #error "PKV_INTEL_PAIRS must divide head_dim / 32"
 #endif
-#define IS_U8 (PKV_KV_DTYPE == PKV_LAYOUT_U8)
+/* Channels of a per-token key group, and whether a key row has several
+ * (u4 with U4G < head_dim): then each group is folded on its own. */
+#define KW PKV_LAYOUT_Q_WIDTH(KD, U4G, D)
+#define K_GROUPS (QUANTIZED && KQ == PKV_LAYOUT_PER_TOKEN && KW < D)
+/* Per-token groups of a u4 value row. */
+#define VNG (D / U4G)
+/* u4 values with 2 pairs a lane: lane l owns pairs 2 l, 2 l + 1 of its
+ * subgroup's slice (one ushort of codes), else pairs l + 16 i. */
+#define V_ADJACENT (VD == PKV_LAYOUT_U4 && NP == 2)
+/* u4 per-token values whose groups hold a half of the slice (U4G a
+ * multiple of DSUB / 2: lanes 0-7 own the first half, 8-15 the second):
+ * a run of 16 tokens loads their lo and scale once, lane l those of token
+ * c + l in both halves' groups, and each token takes them by broadcast as
+ * it takes its weights. Otherwise each row loads those of its lane. */
+#define V_RUN_PARAMS                                      \
+    (VD == PKV_LAYOUT_U4 && VQ == PKV_LAYOUT_PER_TOKEN && \
+     U4G % (DSUB / 2) == 0)
 
 #if NP == 1
 #define block_read_us(p) intel_sub_group_block_read_us(p)
@@ -74,13 +99,34 @@
 #error "PKV_INTEL_PAIRS must be 1 or 2"
 #endif
 
+/* Bytes of n channels of a row stored as dtype. */
+static size_t row_bytes(int dtype, size_t n)
+{
+    return dtype == PKV_LAYOUT_U4 ? n / 2
+           : dtype == PKV_LAYOUT_U8 ? n
+           : dtype == PKV_LAYOUT_F16 ? 2 * n
+                                     : 4 * n;
+}
+
+static int is_quantized(int dtype)
+{
+    return dtype == PKV_LAYOUT_U8 || dtype == PKV_LAYOUT_U4;
+}
+
 /* Channels [8 x, 8 x + 8) of a K row stored as dtype, as floats. Rows
- * and these runs are 8-byte aligned at least (kv_layout.h: parts are
+ * and these runs are 4-byte aligned at least (kv_layout.h: parts are
  * 16-byte aligned and head_dim is a multiple of 32), so each is one
- * aligned vector load. Eight, not sixteen: sixteen f32 channels of the u8
- * tail took 32 registers and made the kernel spill. */
+ * aligned vector load (u4: one uint, channel c in bits 4c..4c+3). Eight,
+ * not sixteen: sixteen f32 channels of the u8 tail took 32 registers and
+ * made the kernel spill. */
 static float8 k_run(global const uchar *row, int dtype, int x)
 {
+    if (dtype == PKV_LAYOUT_U4) {
+        uint c = ((global const uint *)row)[x];
+        return convert_float8((uint8)(c) >> (uint8)(0, 4, 8, 12, 16, 20, 24,
+                                                    28) &
+                              15u);
+    }
     if (dtype == PKV_LAYOUT_U8)
         return convert_float8(as_uchar8(((global const uint2 *)row)[x]));
     if (dtype == PKV_LAYOUT_F16)
@@ -90,22 +136,28 @@ static float8 k_run(global const uchar *row, int dtype, int x)
 
 /* Pass 1 for one chunk: the scores s[g] of the lane's token (slot `slot`
  * of the block whose K part is k, stored as dtype) against the G query
- * rows in local memory, laid out [channel][head]. A lane without a token
- * of its own reads the row of the chunk's first token instead and
- * drops its scores: a branch around the read cost more than the read. */
+ * rows in local memory, laid out [channel][head]; qsum: per-token keys
+ * with one group a row, each head's sum of query channels; qg: K_GROUPS,
+ * the sums per group, [group][head]. A lane without a token of its own
+ * reads the row of the chunk's first token instead and drops its scores:
+ * a branch around the read cost more than the read. */
 static void chunk_scores(global const uchar *k, int dtype, uint slot,
-                         local const float *qs, const float *qsum, float *s)
+                         local const float *qs, local const float *qg,
+                         const float *qsum, float *s)
 {
     uint lane = get_sub_group_local_id();
-    int ebytes = dtype == PKV_LAYOUT_U8 ? 1 : dtype == PKV_LAYOUT_F16 ? 2 : 4;
-    int u8 = dtype == PKV_LAYOUT_U8;
-    global const half *lo = (global const half *)(k + BS * D);
-    global const half *sc = lo + PKV_LAYOUT_U8_GROUPS(KQ, BS, D);
-    global const uchar *row = k + (size_t)slot * D * ebytes;
-    float qlo[G];
+    int quant = is_quantized(dtype);
+    global const half *lo =
+        (global const half *)(k + PKV_LAYOUT_Q_LO_OFFSET(KD, BS, D));
+    global const half *sc = (global const half *)(
+        k + PKV_LAYOUT_Q_SCALE_OFFSET(KD, KQ, U4G, BS, D));
+    global const uchar *row = k + slot * row_bytes(dtype, D);
+    float qlo[G]; /* per-channel keys: q . lo so far */
+    float gs[G];  /* K_GROUPS: the current group's sum of q . code */
     for (int g = 0; g < G; g++) {
         s[g] = 0.0f;
         qlo[g] = 0.0f;
+        gs[g] = 0.0f;
     }
 #pragma unroll 1
     for (int x = 0; x < D / 16; x++) {
@@ -113,7 +165,7 @@ static void chunk_scores(global const uchar *k, int dtype, uint slot,
         float qx[G];
         for (int g = 0; g < G; g++)
             qx[g] = qs[(16 * x + lane) * G + g];
-        if (KQ == PKV_LAYOUT_PER_CHANNEL && u8) {
+        if (KQ == PKV_LAYOUT_PER_CHANNEL && quant) {
             float lx = vload_half(16 * x + lane, lo);
             float sx = vload_half(16 * x + lane, sc);
             for (int g = 0; g < G; g++) {
@@ -122,32 +174,67 @@ static void chunk_scores(global const uchar *k, int dtype, uint slot,
             }
         }
         for (int half_run = 0; half_run < 2; half_run++) {
-            float8 kx = k_run(row, dtype, 2 * x + half_run);
-            for (int c = 0; c < 8; c++) {
-                float kc = kx[c];
-                for (int g = 0; g < G; g++)
-                    s[g] = fma(intel_sub_group_shuffle(
-                                   qx[g], (uint)(8 * half_run + c)),
-                               kc, s[g]);
+            int r = 2 * x + half_run;
+            float8 kx = k_run(row, dtype, r);
+            if (K_GROUPS && quant) {
+                for (int c = 0; c < 8; c++)
+                    for (int g = 0; g < G; g++)
+                        gs[g] = fma(intel_sub_group_shuffle(
+                                        qx[g], (uint)(8 * half_run + c)),
+                                    kx[c], gs[g]);
+                if ((r + 1) % (KW / 8) == 0) {
+                    int grp = r / (KW / 8);
+                    uint pi = slot * (D / KW) + (uint)grp;
+                    float lt = vload_half(pi, lo), st = vload_half(pi, sc);
+                    for (int g = 0; g < G; g++) {
+                        s[g] = fma(st, gs[g], fma(lt, qg[grp * G + g], s[g]));
+                        gs[g] = 0.0f;
+                    }
+                }
+            } else {
+                for (int c = 0; c < 8; c++) {
+                    float kc = kx[c];
+                    for (int g = 0; g < G; g++)
+                        s[g] = fma(intel_sub_group_shuffle(
+                                       qx[g], (uint)(8 * half_run + c)),
+                                   kc, s[g]);
+                }
             }
         }
     }
-    if (KQ == PKV_LAYOUT_PER_CHANNEL && u8)
+    if (KQ == PKV_LAYOUT_PER_CHANNEL && quant)
         for (int g = 0; g < G; g++)
             s[g] += sub_group_reduce_add(qlo[g]);
-    if (KQ == PKV_LAYOUT_PER_TOKEN && u8) {
+    if (KQ == PKV_LAYOUT_PER_TOKEN && quant && !K_GROUPS) {
         float lt = vload_half(slot, lo), st = vload_half(slot, sc);
         for (int g = 0; g < G; g++)
             s[g] = fma(st, s[g], lt * qsum[g]);
     }
 }
 
-/* The lane's channel pairs of a value row slice stored as dtype (f32: the
- * staging tail's rows when the kv dtype is u8). */
-static void v_pairs(global const uchar *row, int dtype, float2 *out)
+/* The slice pair (0 .. DSUB / 2 - 1) that the lane owns as its pair i. */
+static uint slice_pair(int i)
 {
     uint lane = get_sub_group_local_id();
-    if (dtype == PKV_LAYOUT_U8) {
+    return V_ADJACENT ? 2 * lane + (uint)i : lane + 16 * (uint)i;
+}
+
+/* The lane's channel pairs of a value row slice stored as dtype (f32: the
+ * staging tail's rows when the values are quantized). */
+static void v_pairs(global const uchar *row, int dtype, float2 *out)
+{
+    if (dtype == PKV_LAYOUT_U4) {
+        /* A pair is one byte, the even channel in its low nibble. */
+        if (V_ADJACENT) {
+            uchar2 b = as_uchar2(
+                intel_sub_group_block_read_us((const global ushort *)row));
+            out[0] = convert_float2((uchar2)(b.x & 15, b.x >> 4));
+            out[NP - 1] = convert_float2((uchar2)(b.y & 15, b.y >> 4));
+        } else {
+            uchar b = row[get_sub_group_local_id()];
+            out[0] = convert_float2((uchar2)(b & 15, b >> 4));
+        }
+    } else if (dtype == PKV_LAYOUT_U8) {
         ushortP c = block_read_us((const global ushort *)row);
         for (int i = 0; i < NP; i++)
             out[i] = convert_float2(as_uchar2(EL(c, i)));
@@ -159,36 +246,61 @@ static void v_pairs(global const uchar *row, int dtype, float2 *out)
         }
     } else {
         for (int i = 0; i < NP; i++)
-            out[i] = vload2(lane + 16 * i, (global const float *)row);
+            out[i] = vload2(slice_pair(i), (global const float *)row);
     }
 }
 
 /* Pass 3, token j of the rows of a V slice stored as dtype: add its
- * value pairs, weighted by p[g], to acc. */
+ * value pairs, weighted by p[g], to acc. Per-channel quantized values are
+ * dequantised with the pairs' vlo, vsc; u4 per-token ones with tq, the
+ * bits of token_param_bits for token j in the lane's group. */
 static void token_values(global const uchar *rows, int dtype, int j,
                          const float *p, const float2 *vlo,
-                         const float2 *vsc, float2 *acc)
+                         const float2 *vsc, uint tq, float2 *acc)
 {
-    int ebytes = dtype == PKV_LAYOUT_U8 ? 1 : dtype == PKV_LAYOUT_F16 ? 2 : 4;
     float2 r[NP];
-    v_pairs(rows + (size_t)j * D * ebytes, dtype, r);
-    if (VQ == PKV_LAYOUT_PER_CHANNEL && dtype == PKV_LAYOUT_U8)
+    v_pairs(rows + (size_t)j * row_bytes(dtype, D), dtype, r);
+    if (VQ == PKV_LAYOUT_PER_CHANNEL && is_quantized(dtype))
         for (int i = 0; i < NP; i++)
             r[i] = fma(vsc[i], r[i], vlo[i]);
+    if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4) {
+        float2 t = vload_half2(0, (const private half *)&tq);
+        for (int i = 0; i < NP; i++)
+            r[i] = fma((float2)t.y, r[i], (float2)t.x);
+    }
     for (int g = 0; g < G; g++)
         for (int i = 0; i < NP; i++)
             acc[g * NP + i] = fma((float2)p[g], r[i], acc[g * NP + i]);
 }
 
-/* Token c + j of a run of 16 whose weights lane l holds for token c + l:
- * j is a constant, so each weight is read from lane j's register in
- * place, with no instruction of its own. */
+/* u4 per-token values: the f16 lo and scale of token t of a block in
+ * group grp of its row, in the low and the high half (lo: the block's lo
+ * array; the scales follow it). Packed, a run's parameters take half the
+ * registers: as floats they spilled with GQA 4 and 2 pairs. */
+static uint token_param_bits(global const half *lo, uint t, uint grp)
+{
+    global const ushort *b = (global const ushort *)lo + t * VNG + grp;
+    return b[0] | (uint)b[BS * VNG] << 16;
+}
+
+/* Token c + j of a run of 16 whose weights lane l holds for token c + l
+ * (V_RUN_PARAMS: and the lo and scale of token c + l, in rp): j is a
+ * constant, so each is read from lane j's register in place, with no
+ * instruction of its own. */
 #define RUN_TOKEN(j)                                                          \
     do {                                                                      \
         float p[G];                                                           \
         for (int g = 0; g < G; g++)                                           \
             p[g] = intel_sub_group_shuffle(wl[g], (uint)(j));                 \
-        token_values(run, dtype, j, p, vlo, vsc, acc);                        \
+        uint tq = 0;                                                          \
+        if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4) {                         \
+            uint t0 = intel_sub_group_shuffle(rp.x, (uint)(j));               \
+            uint t1 = intel_sub_group_shuffle(rp.y, (uint)(j));               \
+            tq = lane < 8 ? t0 : t1;                                          \
+        } else if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4) {    \
+            tq = token_param_bits(lo, (uint)(c + (j)), grp);                  \
+        }                                                                     \
+        token_values(run, dtype, j, p, vlo, vsc, tq, acc);                    \
     } while (0)
 
 /* Pass 3 for tokens [a, e) of one block (V part v, stored as dtype): add
@@ -202,25 +314,37 @@ static void block_values(global const uchar *v, int dtype, int a, int e,
                          uint w0, local const float *w, float2 *acc)
 {
     uint lane = get_sub_group_local_id();
-    int ebytes = dtype == PKV_LAYOUT_U8 ? 1 : dtype == PKV_LAYOUT_F16 ? 2 : 4;
-    global const uchar *rows =
-        v + (size_t)get_sub_group_id() * DSUB * ebytes;
+    uint p0 = get_sub_group_id() * DSUB / 2;
+    global const uchar *rows = v + row_bytes(dtype, 2 * p0);
+    global const half *lo =
+        (global const half *)(v + PKV_LAYOUT_Q_LO_OFFSET(VD, BS, D));
+    global const half *sc = (global const half *)(
+        v + PKV_LAYOUT_Q_SCALE_OFFSET(VD, VQ, U4G, BS, D));
     float2 vlo[NP], vsc[NP];
-    if (VQ == PKV_LAYOUT_PER_CHANNEL && dtype == PKV_LAYOUT_U8) {
-        global const half *lo = (global const half *)(v + BS * D);
-        global const half *sc = lo + PKV_LAYOUT_U8_GROUPS(VQ, BS, D);
-        uint p0 = get_sub_group_id() * DSUB / 2 + lane;
+    if (VQ == PKV_LAYOUT_PER_CHANNEL && is_quantized(dtype))
         for (int i = 0; i < NP; i++) {
-            vlo[i] = vload_half2(p0 + 16 * i, lo);
-            vsc[i] = vload_half2(p0 + 16 * i, sc);
+            vlo[i] = vload_half2(p0 + slice_pair(i), lo);
+            vsc[i] = vload_half2(p0 + slice_pair(i), sc);
         }
-    }
+    /* u4 per-token values: the group of the lane's channels, and of the
+     * first channel of each half of the slice. */
+    uint grp = 2 * (p0 + slice_pair(0)) / U4G;
+    uint grp0 = 2 * p0 / U4G, grp1 = (2 * p0 + DSUB / 2) / U4G;
     int c = a;
-    for (; c + 16 <= e; c += 16) {
-        global const uchar *run = rows + (size_t)c * D * ebytes;
+    /* The staging tail's rows go token by token in builds with u4
+     * values (a block, at most a partition): in runs they spilled 192
+     * bytes on dg2-g10 at GQA 4 with 2 pairs, and Intel's CPU runtime
+     * (2026.22) gave wrong sums, a cause not found. */
+    int runs = VD != PKV_LAYOUT_U4 || dtype != PKV_LAYOUT_F32;
+    for (; runs && c + 16 <= e; c += 16) {
+        global const uchar *run = rows + (size_t)c * row_bytes(dtype, D);
         float wl[G];
         for (int g = 0; g < G; g++)
             wl[g] = w[(w0 + (uint)c + lane) * G + g];
+        uint2 rp = 0;
+        if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4)
+            rp = (uint2)(token_param_bits(lo, (uint)c + lane, grp0),
+                         token_param_bits(lo, (uint)c + lane, grp1));
         RUN_TOKEN(0);
         RUN_TOKEN(1);
         RUN_TOKEN(2);
@@ -242,7 +366,10 @@ static void block_values(global const uchar *v, int dtype, int a, int e,
         float p[G];
         for (int g = 0; g < G; g++)
             p[g] = w[(w0 + (uint)c) * G + g];
-        token_values(rows, dtype, c, p, vlo, vsc, acc);
+        uint tq = 0;
+        if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4)
+            tq = token_param_bits(lo, (uint)c, grp);
+        token_values(rows, dtype, c, p, vlo, vsc, tq, acc);
     }
 }
 
@@ -255,6 +382,12 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
                                  [token][head] */
     local float stat[3 * G];  /* per head: max, sum of weights, u8
                                  per-token values: sum of p lo */
+#if K_GROUPS
+    local float qg[D / KW * G]; /* the query's sums per key group,
+                                   [group][head] */
+#else
+    local const float *qg = qs;
+#endif
     uint lane = get_sub_group_local_id(), sg = get_sub_group_id();
     uint lid = get_local_id(0);
     decode_unit u = THIS_UNIT();
@@ -271,15 +404,26 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
                           : q[qrow + i]) *
             scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    /* u8 per-token keys: each head's sum of query channels. */
+    /* Per-token keys: each head's sum of query channels over a key group
+     * (one group a row: in registers). */
     float qsum[G];
-    if (IS_U8 && KQ == PKV_LAYOUT_PER_TOKEN)
+    if (QUANTIZED && KQ == PKV_LAYOUT_PER_TOKEN && !K_GROUPS)
         for (int g = 0; g < G; g++) {
             float part = 0.0f;
             for (int c = (int)lane; c < D; c += 16)
                 part += qs[c * G + g];
             qsum[g] = sub_group_reduce_add(part);
         }
+#if K_GROUPS
+    for (uint i = lid; i < D / KW * G; i += WG) {
+        uint grp = i / G, g = i % G;
+        float sum = 0.0f;
+        for (uint c = grp * KW; c < (grp + 1) * KW; c++)
+            sum += qs[c * G + g];
+        qg[i] = sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 
     /* 1. Scores. Chunks start at multiples of TC, which divides BS. */
     for (uint c0 = t0 / TC * TC + sg * TC; c0 < t1; c0 += NSG * TC) {
@@ -293,10 +437,10 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         /* A constant dtype in each call, so that each is compiled for one
          * storage (a dtype known only at run time kept both paths' values
          * live and spilled). */
-        if (IS_U8 && dtype == PKV_LAYOUT_F32)
-            chunk_scores(kp, PKV_LAYOUT_F32, slot, qs, qsum, s);
+        if (QUANTIZED && dtype == PKV_LAYOUT_F32)
+            chunk_scores(kp, PKV_LAYOUT_F32, slot, qs, qg, qsum, s);
         else
-            chunk_scores(kp, PKV_KV_DTYPE, slot, qs, qsum, s);
+            chunk_scores(kp, KD, slot, qs, qg, qsum, s);
         if (valid)
             for (int g = 0; g < G; g++)
                 w[(t - t0) * G + g] = s[g];
@@ -313,12 +457,13 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         for (uint i = lane; i < n; i += 16) {
             float p = exp(w[i * G + g] - m);
             l += p;
-            if (IS_U8 && VQ == PKV_LAYOUT_PER_TOKEN) {
+            if (VD == PKV_LAYOUT_U8 && VQ == PKV_LAYOUT_PER_TOKEN) {
                 int dtype;
                 global const uchar *vp;
                 decode_block(&u, (t0 + i) / BS, &dtype, &vp);
-                if (dtype == PKV_LAYOUT_U8) {
-                    global const half *lo = (global const half *)(vp + BS * D);
+                if (dtype != PKV_LAYOUT_F32) {
+                    global const half *lo = (global const half *)(
+                        vp + PKV_LAYOUT_Q_LO_OFFSET(VD, BS, D));
                     uint slot = (t0 + i) % BS;
                     accl = fma(p, vload_half(slot, lo), accl);
                     p *= vload_half(slot, lo + BS);
@@ -345,10 +490,10 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         global const uchar *vp;
         decode_block(&u, b0 / BS, &dtype, &vp);
         int a = (int)(max(b0, t0) - b0), e = (int)(min(b0 + BS, t1) - b0);
-        if (IS_U8 && dtype == PKV_LAYOUT_F32)
+        if (QUANTIZED && dtype == PKV_LAYOUT_F32)
             block_values(vp, PKV_LAYOUT_F32, a, e, b0 - t0, w, acc);
         else
-            block_values(vp, PKV_KV_DTYPE, a, e, b0 - t0, w, acc);
+            block_values(vp, VD, a, e, b0 - t0, w, acc);
     }
 
     for (int g = 0; g < G; g++) {
@@ -358,6 +503,6 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         float accl = stat[2 * G + g];
         for (int i = 0; i < NP; i++)
             decode_store2(&d, (acc[g * NP + i] + accl),
-                          2 * (sg * DSUB / 2 + lane + 16 * i));
+                          2 * (sg * DSUB / 2 + slice_pair(i)));
     }
 }

@@ -3,8 +3,8 @@
  * kv_append: write one layer's K or V rows of a step into the cache.
  *
  * f32/f16 caches: each row goes to its slot (pkv_kv_append).
- * u8 caches (DESIGN.md section 4): a block is quantized once, when it is
- * full. The host lists the blocks this step fills (seals); pkv_kv_seal
+ * u8 and u4 caches (DESIGN.md section 4): a block is quantized once, when
+ * it is full. The host lists the blocks this step fills (seals); pkv_kv_seal
  * quantizes each from the tokens already in its sequence's staging tail
  * plus this step's rows, and runs first; then pkv_kv_append writes the
  * rows of blocks still partly filled into the tails. Doing it in that
@@ -12,8 +12,9 @@
  * without the rows of one block overwriting the tail another still needs.
  *
  * The seal follows src/quant.c exactly: lo rounded down and scale rounded
- * up to f16 (scale the smallest f16 with lo + 255 * scale >= max, checked
- * exactly), codes floor((x - lo) / scale + 0.5) against the stored values.
+ * up to f16 (scale the smallest f16 with lo + L * scale >= max, checked
+ * exactly; L = 255 for u8, 15 for u4), codes floor((x - lo) / scale + 0.5)
+ * against the stored values.
  * With a correctly rounded f32 division (the host asks for it when the
  * device has it) the sealed bytes equal the CPU backend's.
  *
@@ -30,11 +31,12 @@ static inline float pkv_load1(__global const float *t, ulong i, uint is_f16)
     return t[i];
 }
 
-/* lo + 255 * s >= hi, exactly: 255 * s is exact in f32 (an f16 mantissa
- * times 8 bits), and TwoSum gives the rounding error of the sum. */
-static inline int pkv_covers(float lo, float s, float hi)
+/* lo + n * s >= hi, exactly (n = 255 or 15): n * s is exact in f32 (an
+ * f16 mantissa times 8 bits), and TwoSum gives the rounding error of the
+ * sum. */
+static inline int pkv_covers(float lo, float s, float hi, float n)
 {
-    float p = 255.0f * s;
+    float p = n * s;
     float sum = lo + p;
     float bb = sum - lo;
     float err = (lo - (sum - bb)) + (p - bb);
@@ -42,30 +44,30 @@ static inline int pkv_covers(float lo, float s, float hi)
 }
 
 /* src/quant.c pkv__quant_params: the smallest positive f16 scale that
- * covers [lo16, hi]. */
-static inline void pkv_quant_params(float mn, float mx, uint *lo16,
+ * covers [lo16, hi] with codes 0..n. */
+static inline void pkv_quant_params(float mn, float mx, float n, uint *lo16,
                                     uint *scale16)
 {
     uint l = pkv_f16_down(mn);
     float lf = pkv_f16_to_f32(l);
-    uint s = pkv_f16_up((mx - lf) / 255.0f);
+    uint s = pkv_f16_up((mx - lf) / n);
     if (s == 0u)
         s = 1u;
-    while (!pkv_covers(lf, pkv_f16_to_f32(s), mx))
+    while (!pkv_covers(lf, pkv_f16_to_f32(s), mx, n))
         s++;
-    while (s > 1u && pkv_covers(lf, pkv_f16_to_f32(s - 1u), mx))
+    while (s > 1u && pkv_covers(lf, pkv_f16_to_f32(s - 1u), mx, n))
         s--;
     *lo16 = l;
     *scale16 = s;
 }
 
-static inline uchar pkv_quant_code(float x, float lo, float scale)
+static inline uchar pkv_quant_code(float x, float lo, float scale, float n)
 {
     float t = floor((x - lo) / scale + 0.5f);
     if (t <= 0.0f)
         return (uchar)0;
-    if (t >= 255.0f)
-        return (uchar)255;
+    if (t >= n)
+        return (uchar)n;
     return (uchar)t;
 }
 
@@ -77,11 +79,29 @@ static inline uchar pkv_quant_code(float x, float lo, float scale)
                                               * hkv + h) * d + (c),          \
                                src_f16))
 
+/* Store code q of token t, channel c: a byte (u8), or a nibble (u4, the
+ * even channel low; the odd channel of a pair always follows its even
+ * one, so the first write of a byte may drop what it held). */
+static inline void pkv_put_code(__global uchar *part, uint pd, uint t,
+                                uint c, uint d, uchar q)
+{
+    if (pd != PKV_LAYOUT_U4) {
+        part[(ulong)t * d + c] = q;
+        return;
+    }
+    __global uchar *byte = part + (ulong)t * (d / 2u) + c / 2u;
+    *byte = c % 2u == 0u ? q : (uchar)(*byte | (q << 4));
+}
+
+/* Seal the listed blocks: one work-item per (block, kv head) quantizes one
+ * part of dtype pd (u8 or u4) with group `group` (u4g: channels of a u4
+ * per-token group). */
 __kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
                           __global const float *src, ulong src_off,
                           uint src_f16, __global const uint *step,
-                          uint num_seals, uint kv, uint group, uint hkv,
-                          uint d, uint bs, uint head_bytes, uint k_part_bytes,
+                          uint num_seals, uint kv, uint pd, uint group,
+                          uint u4g, uint hkv, uint d, uint bs,
+                          uint head_bytes, uint k_part_bytes,
                           uint layer_block_bytes, uint stage_floats,
                           uint layer)
 {
@@ -101,9 +121,10 @@ __kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
         stages + stage * stage_floats +
         ((ulong)(layer * hkv + h) * 2u + kv) * bs * d;
     __global ushort *lo_p =
-        (__global ushort *)(part + PKV_LAYOUT_U8_LO_OFFSET(bs, d));
-    __global ushort *scale_p =
-        (__global ushort *)(part + PKV_LAYOUT_U8_SCALE_OFFSET(group, bs, d));
+        (__global ushort *)(part + PKV_LAYOUT_Q_LO_OFFSET(pd, bs, d));
+    __global ushort *scale_p = (__global ushort *)(
+        part + PKV_LAYOUT_Q_SCALE_OFFSET(pd, group, u4g, bs, d));
+    float n = (float)PKV_LAYOUT_Q_LEVELS(pd);
     uint lo16, scale16;
     if (group == PKV_LAYOUT_PER_CHANNEL) {
         for (uint c = 0; c < d; c++) {
@@ -113,30 +134,35 @@ __kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
                 mn = x < mn ? x : mn;
                 mx = x > mx ? x : mx;
             }
-            pkv_quant_params(mn, mx, &lo16, &scale16);
+            pkv_quant_params(mn, mx, n, &lo16, &scale16);
             lo_p[c] = (ushort)lo16;
             scale_p[c] = (ushort)scale16;
             float lo = pkv_f16_to_f32(lo16), sc = pkv_f16_to_f32(scale16);
             for (uint t = 0; t < bs; t++)
-                part[(ulong)t * d + c] =
-                    pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc);
+                pkv_put_code(part, pd, t, c, d,
+                             pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc, n));
         }
     } else {
-        for (uint t = 0; t < bs; t++) {
-            float mn = PKV_SEAL_VALUE(t, 0u), mx = mn;
-            for (uint c = 1; c < d; c++) {
-                float x = PKV_SEAL_VALUE(t, c);
-                mn = x < mn ? x : mn;
-                mx = x > mx ? x : mx;
+        uint w = PKV_LAYOUT_Q_WIDTH(pd, u4g, d);
+        for (uint t = 0; t < bs; t++)
+            for (uint c0 = 0; c0 < d; c0 += w) {
+                float mn = PKV_SEAL_VALUE(t, c0), mx = mn;
+                for (uint c = c0 + 1u; c < c0 + w; c++) {
+                    float x = PKV_SEAL_VALUE(t, c);
+                    mn = x < mn ? x : mn;
+                    mx = x > mx ? x : mx;
+                }
+                pkv_quant_params(mn, mx, n, &lo16, &scale16);
+                uint g = t * (d / w) + c0 / w;
+                lo_p[g] = (ushort)lo16;
+                scale_p[g] = (ushort)scale16;
+                float lo = pkv_f16_to_f32(lo16);
+                float sc = pkv_f16_to_f32(scale16);
+                for (uint c = c0; c < c0 + w; c++)
+                    pkv_put_code(
+                        part, pd, t, c, d,
+                        pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc, n));
             }
-            pkv_quant_params(mn, mx, &lo16, &scale16);
-            lo_p[t] = (ushort)lo16;
-            scale_p[t] = (ushort)scale16;
-            float lo = pkv_f16_to_f32(lo16), sc = pkv_f16_to_f32(scale16);
-            for (uint c = 0; c < d; c++)
-                part[(ulong)t * d + c] =
-                    pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc);
-        }
     }
     /* The rollback window: the block's f32 rows, for an exact cut. */
     if (window != PKV_STEP_NO_TAIL) {

@@ -34,13 +34,14 @@ static inline void pkv_query_row(float4 *qv, float4 *acc,
 }
 
 /* The f32 K rows of kv head kvh in sequence seq's staging tail (its V rows
- * follow at bs * d); u8 only, else stages itself (never read). */
+ * follow at bs * d); quantized caches only, else stages itself (never
+ * read). */
 static inline __global const float *
 pkv_seq_tail(__global const float *stages, __global const uint *step,
              uint seq, uint dtype, uint stage_floats, uint layer, uint hkv,
              uint kvh, uint bs, uint d)
 {
-    if (dtype != PKV_LAYOUT_U8)
+    if (!PKV_LAYOUT_QUANTIZED(dtype))
         return stages;
     return pkv_tail_rows(stages, step[step[PKV_STEP_STAGES] + seq],
                          stage_floats, (ulong)layer * hkv * 2u * bs * d, kvh,
@@ -48,13 +49,13 @@ pkv_seq_tail(__global const float *stages, __global const uint *step,
 }
 
 /* Where kv head kvh of a block keeps its K and V rows: the block's parts,
- * or for the u8 block that holds the context's last token (`last`) the
+ * or for the quantized block that holds the context's last token (`last`) the
  * f32 rows of the staging tail, also when this step filled and sealed it:
  * a step's rows read the block they write as plain decoding's one row
  * does (src/kv_step.h), and the sealed codes from the next step on. */
 typedef struct pkv_block_rows {
     __global const uchar *kp, *vp;
-    int dtype; /* how kp and vp store their rows (PKV_LAYOUT_*) */
+    int kd, vd; /* how kp and vp store their rows (PKV_LAYOUT_*) */
 } pkv_block_rows;
 
 static inline pkv_block_rows
@@ -65,9 +66,11 @@ pkv_block_source(__global const uchar *arena, uint block, uint kvh, int last,
     pkv_block_rows b;
     b.kp = arena + (ulong)block * layer_block_bytes + (ulong)kvh * head_bytes;
     b.vp = b.kp + k_part_bytes;
-    b.dtype = (int)dtype;
-    if (dtype == PKV_LAYOUT_U8 && last) {
-        b.dtype = PKV_LAYOUT_F32;
+    b.kd = PKV_LAYOUT_KEY_DTYPE((int)dtype);
+    b.vd = PKV_LAYOUT_VALUE_DTYPE((int)dtype);
+    if (PKV_LAYOUT_QUANTIZED(dtype) && last) {
+        b.kd = PKV_LAYOUT_F32;
+        b.vd = PKV_LAYOUT_F32;
         b.kp = (__global const uchar *)tail;
         b.vp = (__global const uchar *)(tail + (ulong)bs * d);
     }
@@ -95,7 +98,7 @@ __kernel void pkv_paged_attention(
     __global const float *q, ulong q_off, __global float *out, ulong out_off,
     uint flags, __global const uint *step, __global const uint *tables,
     uint num_tokens, uint max_blocks, uint hq, uint hkv, uint d, uint bs,
-    uint dtype, uint key_quant, uint value_quant, uint head_bytes,
+    uint dtype, uint key_quant, uint value_quant, uint u4g, uint head_bytes,
     uint k_part_bytes, uint layer_block_bytes, uint stage_floats, uint layer,
     float scale, uint window)
 {
@@ -132,7 +135,7 @@ __kernel void pkv_paged_attention(
         for (uint t = j0; t < j1; t++) {
             float4 s4 = (float4)(0.0f);
             for (uint i = 0; i < n4; i++)
-                s4 += qv[i] * pkv_kv_row4(br.kp, br.dtype, (int)key_quant,
+                s4 += qv[i] * pkv_kv_row4(br.kp, br.kd, (int)key_quant, u4g,
                                           t, i, d, bs);
             sc[t] = ((s4.x + s4.z) + (s4.y + s4.w)) * scale;
             mb = sc[t] > mb ? sc[t] : mb;
@@ -142,8 +145,8 @@ __kernel void pkv_paged_attention(
             float p = exp(sc[t] - m);
             l += p;
             for (uint i = 0; i < n4; i++)
-                acc[i] += p * pkv_kv_row4(br.vp, br.dtype, (int)value_quant,
-                                          t, i, d, bs);
+                acc[i] += p * pkv_kv_row4(br.vp, br.vd, (int)value_quant,
+                                          u4g, t, i, d, bs);
         }
     }
     /* Every row sees at least its own token, so l >= 1. */

@@ -30,7 +30,8 @@ __kernel void pkv_paged_attention_tiled(
     __global const float *q, ulong q_off, __global float *out, ulong out_off,
     uint flags, __global const uint *step, __global const uint *tables,
     uint tile_rows, uint chunk, uint max_blocks, uint hq, uint hkv, uint d,
-    uint bs, uint dtype, uint key_quant, uint value_quant, uint head_bytes,
+    uint bs, uint dtype, uint key_quant, uint value_quant, uint u4g,
+    uint head_bytes,
     uint k_part_bytes, uint layer_block_bytes, uint stage_floats, uint layer,
     float scale, uint window, __local float4 *kv)
 {
@@ -79,10 +80,10 @@ __kernel void pkv_paged_attention_tiled(
             barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk is consumed */
             for (uint x = lid; x < cn * n4; x += lanes) {
                 uint t = c0 + x / n4, i = x % n4;
-                kt[x] = pkv_kv_row4(br.kp, br.dtype, (int)key_quant, t, i,
-                                    d, bs);
-                vt[x] = pkv_kv_row4(br.vp, br.dtype, (int)value_quant, t, i,
-                                    d, bs);
+                kt[x] = pkv_kv_row4(br.kp, br.kd, (int)key_quant, u4g, t,
+                                    i, d, bs);
+                vt[x] = pkv_kv_row4(br.vp, br.vd, (int)value_quant, u4g, t,
+                                    i, d, bs);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             /* This row's tokens of the chunk. */

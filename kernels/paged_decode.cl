@@ -10,12 +10,21 @@
  * each block's heads in address order (PoCL: 20-25% less CPU time than
  * local size 1). A work-item streams its blocks with 16-wide vector loads;
  * the online softmax is updated once per block (all of the block's scores,
- * one rescale, then the V sums), as the CPU backend does. U8 blocks are
- * never dequantised: per-channel keys fold the block's scale into the query
- * once per block (qs = q * scale, plus q . lo), so a score costs one fma
- * per code; per-token values fold their scale into the softmax weight
- * (p * scale) and their lo into a scalar sum; per-token keys and
- * per-channel values fold the other way round.
+ * one rescale, then the V sums), as the CPU backend does. U8 and U4 blocks
+ * are never dequantised: per-channel keys fold the block's scale into the
+ * query once per block (qs = q * scale, plus q . lo), so a score costs one
+ * fma per code; per-token values fold their scale into the softmax weight
+ * (p * scale, one weight per u4 group) and their lo into a sum; per-token
+ * keys and per-channel values fold the other way round (u4 per-token keys
+ * are dequantised instead: each group would need its own dot product).
+ *
+ * A vector of VW u4 codes is VW / 2 bytes: it unpacks into its low nibbles
+ * then its high ones, the even channels then the odd ones (two whole-vector
+ * operations, where putting each code back in its place costs a shuffle per
+ * vector). The lanes of whatever meets u4 codes follow that "dealt" order:
+ * the query and the per-channel parameters of u4 keys, the accumulators and
+ * per-channel parameters of u4 values (restored once, at the store), and
+ * the staging tail's rows.
  */
 
 /* The helpers below pass float16 vectors by value. On a CPU target without
@@ -27,7 +36,16 @@
 #pragma clang diagnostic ignored "-Wpsabi"
 #endif
 
-#if D % 16 == 0
+/* Channels are handled a vector of VW at a time. A u4 per-token group
+ * (U4G channels, a multiple of 8 or all of them) must not straddle two
+ * vectors, so that its lo and scale are one scalar per vector. */
+#if (KD == PKV_LAYOUT_U4 && KQ == PKV_LAYOUT_PER_TOKEN) || \
+    (VD == PKV_LAYOUT_U4 && VQ == PKV_LAYOUT_PER_TOKEN)
+#define RUN U4G
+#else
+#define RUN D
+#endif
+#if D % 16 == 0 && RUN % 16 == 0
 #define VW 16
 #define floatV float16
 #define vloadV vload16
@@ -35,10 +53,34 @@
 #define vload_halfV vload_half16
 #define vstore_halfV_rte vstore_half16_rte
 #define convert_floatV convert_float16
+#define ucharV uchar16
+#define ucharH uchar8 /* half a vector: the bytes of VW u4 codes */
+#define uintH uint8
+#define convert_uintH convert_uint8
+#define convert_floatH convert_float8
 static float hsum(float16 x)
 {
     float8 a = x.lo + x.hi;
     float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+#elif D % 8 == 0 && RUN % 8 == 0
+#define VW 8
+#define floatV float8
+#define vloadV vload8
+#define vstoreV vstore8
+#define vload_halfV vload_half8
+#define vstore_halfV_rte vstore_half8_rte
+#define convert_floatV convert_float8
+#define ucharV uchar8
+#define ucharH uchar4
+#define uintH uint4
+#define convert_uintH convert_uint4
+#define convert_floatH convert_float4
+static float hsum(float8 x)
+{
+    float4 b = x.lo + x.hi;
     float2 c = b.lo + b.hi;
     return c.x + c.y;
 }
@@ -50,6 +92,11 @@ static float hsum(float16 x)
 #define vload_halfV vload_half4
 #define vstore_halfV_rte vstore_half4_rte
 #define convert_floatV convert_float4
+#define ucharV uchar4
+#define ucharH uchar2
+#define uintH uint2
+#define convert_uintH convert_uint2
+#define convert_floatH convert_float2
 static float hsum(float4 x)
 {
     float2 c = x.lo + x.hi;
@@ -136,6 +183,26 @@ static float hmaxS(floatS x)
     return x;
 #endif
 }
+
+#if VD == PKV_LAYOUT_U4 && VQ == PKV_LAYOUT_PER_TOKEN
+/* a[0], a[n], a[2n], ...: SW elements n apart. */
+static float4 gather4(const float *a, int n)
+{
+    return (float4)(a[0], a[n], a[2 * n], a[3 * n]);
+}
+
+static floatS gatherS(const float *a, int n)
+{
+#if SW == 16
+    return (float16)(gather4(a, n), gather4(a + 4 * n, n),
+                     gather4(a + 8 * n, n), gather4(a + 12 * n, n));
+#elif SW == 4
+    return gather4(a, n);
+#else
+    return a[0];
+#endif
+}
+#endif
 
 /* (Not hsum: that one takes the channel vector, float4 when head_dim is
  * not a multiple of 16, while a block of 16 tokens gives float16.) */
@@ -230,7 +297,39 @@ static floatV load_row(global const uchar *p, size_t i, int f16)
                : vloadV(i, (global const float *)p);
 }
 
-/* Fold tokens [t0, t1) of an f32 or f16 block ([token][ch] K and V). */
+#if KD == PKV_LAYOUT_U4 || VD == PKV_LAYOUT_U4
+/* A vector in dealt order (its even lanes, then its odd ones), and back. */
+static floatV deal(floatV x)
+{
+    return (floatV)(x.even, x.odd);
+}
+
+static floatV undeal(floatV x)
+{
+    floatV y;
+    y.even = x.lo;
+    y.odd = x.hi;
+    return y;
+}
+#endif
+
+/* The lane order of K and of V: channel order, or dealt for u4 parts. */
+#if KD == PKV_LAYOUT_U4
+#define K_ORDER(x) deal(x)
+#else
+#define K_ORDER(x) (x)
+#endif
+#if VD == PKV_LAYOUT_U4
+#define V_ORDER(x) deal(x)
+#define V_UNORDER(x) undeal(x)
+#else
+#define V_ORDER(x) (x)
+#define V_UNORDER(x) (x)
+#endif
+
+/* Fold tokens [t0, t1) of an f32 or f16 block ([token][ch] K and V): the
+ * blocks of an f32 or f16 cache, and the f32 staging tail of a quantized
+ * one (its rows put in the lane order of the sealed blocks). */
 static void block_float(global const uchar *k, global const uchar *v,
                         int f16, int t0, int t1, const floatV *qv,
                         global const uchar *nxt, state *st)
@@ -244,7 +343,7 @@ static void block_float(global const uchar *k, global const uchar *v,
             sa[g] = 0.0f;
 #pragma unroll
         for (int x = 0; x < NV; x++) {
-            floatV kx = load_row(k, (size_t)(t * NV + x), f16);
+            floatV kx = K_ORDER(load_row(k, (size_t)(t * NV + x), f16));
 #pragma unroll
             for (int g = 0; g < G; g++)
                 sa[g] = fma(qv[g * NV + x], kx, sa[g]);
@@ -265,7 +364,7 @@ static void block_float(global const uchar *k, global const uchar *v,
         for (int g = 0; g < G; g++)
             a[g] = st->acc[g][x];
         for (int t = t0; t < t1; t++) {
-            floatV vx = load_row(v, (size_t)(t * NV + x), f16);
+            floatV vx = V_ORDER(load_row(v, (size_t)(t * NV + x), f16));
 #pragma unroll
             for (int g = 0; g < G; g++)
                 a[g] = fma((floatV)s[g * BS + t], vx, a[g]);
@@ -276,27 +375,54 @@ static void block_float(global const uchar *k, global const uchar *v,
     }
 }
 
-#if PKV_KV_DTYPE == PKV_LAYOUT_U8
-/* Code rows are VW-byte aligned (parts are 16-byte aligned, head_dim a
- * multiple of VW): an aligned vector load. vload16 on uchar promises only
- * byte alignment, and PoCL's LLVM then assembles the 16 codes from eight
- * 16-bit inserts, which cost more than the arithmetic on them. */
-#if VW == 16
-#define loadcodes(i, p) convert_float16(((global const uchar16 *)(p))[i])
+#if QUANTIZED
+/* Code rows are VW-byte aligned (u4: VW / 2; parts are 16-byte aligned,
+ * head_dim a multiple of VW): an aligned vector load. vload16 on uchar
+ * promises only byte alignment, and PoCL's LLVM then assembles the 16
+ * codes from eight 16-bit inserts, which cost more than the arithmetic on
+ * them. */
+static floatV codes_u8(global const uchar *p, size_t i)
+{
+    return convert_floatV(((global const ucharV *)p)[i]);
+}
+
+/* Vector i of u4 codes, dealt: the low nibbles (even channels), then the
+ * high ones (odd channels). */
+static floatV codes_u4(global const uchar *p, size_t i)
+{
+    uintH b = convert_uintH(((global const ucharH *)p)[i]);
+    return (floatV)(convert_floatH(b & 15u), convert_floatH(b >> 4));
+}
+
+#if KD == PKV_LAYOUT_U4
+#define k_codes codes_u4
 #else
-#define loadcodes(i, p) convert_float4(((global const uchar4 *)(p))[i])
+#define k_codes codes_u8
+#endif
+#if VD == PKV_LAYOUT_U4
+#define v_codes codes_u4
+#else
+#define v_codes codes_u8
 #endif
 
-/* Fold tokens [t0, t1) of a sealed u8 block: codes [token][ch], then f16
- * lo[groups], scale[groups] (kv_layout.h). */
-static void block_u8(global const uchar *k, global const uchar *v, int t0,
-                     int t1, const floatV *qv, const float *qsum,
-                     global const uchar *nxt, state *st)
+/* A quantized part's f16 lo and scale of each group (kv_layout.h), and the
+ * per-token groups of a row: one (u8) or head_dim / U4G (u4). */
+#define Q_LO(p, pd) \
+    ((global const half *)((p) + PKV_LAYOUT_Q_LO_OFFSET(pd, BS, D)))
+#define Q_SCALE(p, pd, grp) \
+    ((global const half *)((p) + \
+                           PKV_LAYOUT_Q_SCALE_OFFSET(pd, grp, U4G, BS, D)))
+#define K_GROUPS (D / PKV_LAYOUT_Q_WIDTH(KD, U4G, D))
+#define V_GROUPS (D / PKV_LAYOUT_Q_WIDTH(VD, U4G, D))
+
+/* Fold tokens [t0, t1) of a sealed u8 or u4 block: codes [token][ch],
+ * then f16 lo[groups], scale[groups] (kv_layout.h). */
+static void block_quant(global const uchar *k, global const uchar *v, int t0,
+                        int t1, const floatV *qv, const float *qsum,
+                        global const uchar *nxt, state *st)
 {
-    global const half *klo = (global const half *)(k + BS * D);
-    global const half *ksc = klo + PKV_LAYOUT_U8_GROUPS(KQ, BS, D);
-    global const half *vlo = (global const half *)(v + BS * D);
-    global const half *vsc = vlo + PKV_LAYOUT_U8_GROUPS(VQ, BS, D);
+    global const half *klo = Q_LO(k, KD), *ksc = Q_SCALE(k, KD, KQ);
+    global const half *vlo = Q_LO(v, VD), *vsc = Q_SCALE(v, VD, VQ);
     float s[G * BS];
 #if KQ == PKV_LAYOUT_PER_CHANNEL
     /* s = sum_c q_c (lo_c + code sc_c) = q.lo + sum_c (q_c sc_c) code */
@@ -309,7 +435,8 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
             ql[g] = 0.0f;
 #pragma unroll
         for (int x = 0; x < NV; x++) {
-            floatV lx = vload_halfV(x, klo), sx = vload_halfV(x, ksc);
+            floatV lx = K_ORDER(vload_halfV(x, klo));
+            floatV sx = K_ORDER(vload_halfV(x, ksc));
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 qs[g][x] = qv[g * NV + x] * sx;
@@ -329,7 +456,13 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
             sa[g] = 0.0f;
 #pragma unroll
         for (int x = 0; x < NV; x++) {
-            floatV cx = loadcodes(t * NV + x, k);
+            floatV cx = k_codes(k, (size_t)(t * NV + x));
+#if KQ == PKV_LAYOUT_PER_TOKEN && KD == PKV_LAYOUT_U4
+            /* Dequantised: the row's groups have a lo and scale each. */
+            int i = t * K_GROUPS + x * VW / U4G;
+            cx = fma(cx, (floatV)vload_half(i, ksc),
+                     (floatV)vload_half(i, klo));
+#endif
 #pragma unroll
             for (int g = 0; g < G; g++)
 #if KQ == PKV_LAYOUT_PER_CHANNEL
@@ -344,17 +477,21 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
 #pragma unroll
         for (int g = 0; g < G; g++)
             s[g * BS + t] = r[g] + qlo[g];
-#else
+#elif KD == PKV_LAYOUT_U8
         /* s = sc_t (q . code) + lo_t sum(q) */
         float lt = vload_half(t, klo), sct = vload_half(t, ksc);
 #pragma unroll
         for (int g = 0; g < G; g++)
             s[g * BS + t] = fma(sct, r[g], lt * qsum[g]);
+#else
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            s[g * BS + t] = r[g];
 #endif
     }
     mask_scores(s, t0, t1);
     block_softmax(s, st);
-#if VQ == PKV_LAYOUT_PER_TOKEN
+#if VQ == PKV_LAYOUT_PER_TOKEN && VD == PKV_LAYOUT_U8
     /* acc_c += p (lo_t + sc_t code) = (p sc_t) code, plus p lo_t to accl */
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -372,7 +509,7 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
         for (int g = 0; g < G; g++)
             a[g] = st->acc[g][x];
         for (int t = t0; t < t1; t++) {
-            floatV cx = loadcodes(t * NV + x, v);
+            floatV cx = v_codes(v, (size_t)(t * NV + x));
 #pragma unroll
             for (int g = 0; g < G; g++)
                 a[g] = fma((floatV)s[g * BS + t], cx, a[g]);
@@ -380,6 +517,54 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
 #pragma unroll
         for (int g = 0; g < G; g++)
             st->acc[g][x] = a[g];
+    }
+#elif VQ == PKV_LAYOUT_PER_TOKEN
+    /* The same per u4 group j: acc_c += (p sc_tj) code for its channels,
+     * plus sum_t p lo_tj, added to them straight away. The parameters,
+     * [token][group], are converted a vector at a time, then gathered per
+     * group in registers: on Intel's CPU runtime, converting them one at a
+     * time took 15% more time per step (ctx 4096, batch 16), a transposed
+     * copy in private memory 5% more. */
+    float lo[BS * V_GROUPS], sc[BS * V_GROUPS];
+    for (int c = 0; c < BS * V_GROUPS / SW; c++) {
+        vstoreS(vload_halfS(c, vlo), c, lo);
+        vstoreS(vload_halfS(c, vsc), c, sc);
+    }
+    for (int j = 0; j < V_GROUPS; j++) {
+        float w[G * BS], pl[G];
+        floatS al[G];
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            al[g] = 0.0f;
+        for (int c = 0; c < BS / SW; c++) {
+            floatS lc = gatherS(lo + c * SW * V_GROUPS + j, V_GROUPS);
+            floatS sc_c = gatherS(sc + c * SW * V_GROUPS + j, V_GROUPS);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                floatS p = vloadS(c, s + g * BS);
+                al[g] = fma(p, lc, al[g]);
+                vstoreS(p * sc_c, c, w + g * BS);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            pl[g] = hsumS(al[g]);
+        for (int x = j * (NV / V_GROUPS); x < (j + 1) * (NV / V_GROUPS);
+             x++) {
+            floatV a[G];
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                a[g] = st->acc[g][x] + pl[g];
+            for (int t = t0; t < t1; t++) {
+                floatV cx = v_codes(v, (size_t)(t * NV + x));
+#pragma unroll
+                for (int g = 0; g < G; g++)
+                    a[g] = fma((floatV)w[g * BS + t], cx, a[g]);
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                st->acc[g][x] = a[g];
+        }
     }
 #else
     /* acc_c += sum_t p (lo_c + sc_c code) = sc_c sum_t p code + lo_c sum p */
@@ -397,12 +582,13 @@ static void block_u8(global const uchar *k, global const uchar *v, int t0,
         for (int g = 0; g < G; g++)
             bsum[g] = 0.0f;
         for (int t = t0; t < t1; t++) {
-            floatV cx = loadcodes(t * NV + x, v);
+            floatV cx = v_codes(v, (size_t)(t * NV + x));
 #pragma unroll
             for (int g = 0; g < G; g++)
                 bsum[g] = fma((floatV)s[g * BS + t], cx, bsum[g]);
         }
-        floatV lx = vload_halfV(x, vlo), sx = vload_halfV(x, vsc);
+        floatV lx = V_ORDER(vload_halfV(x, vlo));
+        floatV sx = V_ORDER(vload_halfV(x, vsc));
 #pragma unroll
         for (int g = 0; g < G; g++)
             st->acc[g][x] =
@@ -419,7 +605,7 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
     uint hq = num_kv_heads * G;
     size_t row0 = (size_t)u.seq * hq + u.h * G;
 
-    /* The query rows, pre-scaled. */
+    /* The query rows, pre-scaled, in the lane order of K. */
     floatV qv[G * NV];
     float qsum[G];
     ulong qrow = q_off + row0 * D;
@@ -427,10 +613,10 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         floatV sum = 0.0f;
         for (int x = 0; x < NV; x++) {
             ulong e = qrow + (ulong)(g * NV + x) * VW;
-            qv[g * NV + x] =
+            qv[g * NV + x] = K_ORDER(
                 (Q_F16(flags) ? vload_halfV(0, (global const half *)q + e)
                               : vloadV(0, q + e)) *
-                scale;
+                scale);
             sum += qv[g * NV + x];
         }
         qsum[g] = hsum(sum);
@@ -454,10 +640,10 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         global const uchar *nxt =
             b0 + BS < t_end ? decode_block(&u, b0 / BS + 1, &next_dtype, &nvp)
                             : NULL;
-#if PKV_KV_DTYPE == PKV_LAYOUT_U8
-        if (dtype == PKV_LAYOUT_U8)
-            block_u8(kp, vp, t0, t1, qv, qsum, nxt, &st);
-        else /* the staging tail, in f32 */
+#if QUANTIZED
+        if (dtype != PKV_LAYOUT_F32)
+            block_quant(kp, vp, t0, t1, qv, qsum, nxt, &st);
+        else /* the staging tail */
             block_float(kp, vp, 0, t0, t1, qv, NULL, &st);
 #else
         block_float(kp, vp, PKV_KV_DTYPE == PKV_LAYOUT_F16, t0, t1, qv, nxt,
@@ -470,7 +656,7 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
         decode_dest d = decode_dest_of(&u, row0 + g, st.m[g], st.l[g], 1, out,
                                        out_off, flags, part_acc, part_ml);
         for (int x = 0; x < NV; x++) {
-            floatV y = (st.acc[g][x] + st.accl[g]) * d.mul;
+            floatV y = V_UNORDER(st.acc[g][x] + st.accl[g]) * d.mul;
             ulong e = d.off + (ulong)x * VW;
             if (d.f16)
                 vstore_halfV_rte(y, 0, (global half *)d.p + e);

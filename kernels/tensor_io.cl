@@ -31,25 +31,39 @@ static inline void pkv_store4(float4 x, __global float *t, ulong i,
         vstore4(x, 0, t + i);
 }
 
-/* Channels 4x .. 4x + 3 of token t of a block part stored as dtype
- * (PKV_LAYOUT_F32, _F16 or _U8; a U8 staging tail holds F32 rows), U8
- * dequantised with the part's group parameters. */
-static inline float4 pkv_kv_row4(__global const uchar *part, int dtype,
-                                 int group, uint t, uint x, uint d, uint bs)
+/* The four u4 codes of channels 4x .. 4x + 3 in a row of codes (two a
+ * byte, the even channel in the low nibble: kv_layout.h). */
+static inline float4 pkv_u4_codes4(__global const uchar *row, uint x)
 {
-    if (dtype == PKV_LAYOUT_F32)
+    uchar2 b = vload2(x, row);
+    return convert_float4((uchar4)(b.x & 15, b.x >> 4, b.y & 15, b.y >> 4));
+}
+
+/* Channels 4x .. 4x + 3 of token t of a block part stored as pd
+ * (PKV_LAYOUT_F32, _F16, _U8 or _U4; a staging tail holds F32 rows),
+ * quantized parts dequantised with their group parameters (u4g: the
+ * channels of a u4 per-token group). */
+static inline float4 pkv_kv_row4(__global const uchar *part, int pd,
+                                 int group, uint u4g, uint t, uint x, uint d,
+                                 uint bs)
+{
+    if (pd == PKV_LAYOUT_F32)
         return vload4(x, (__global const float *)part + (ulong)t * d);
-    if (dtype == PKV_LAYOUT_F16)
+    if (pd == PKV_LAYOUT_F16)
         return vload_half4(x, (__global const half *)part + (ulong)t * d);
-    float4 code = convert_float4(vload4(x, part + (ulong)t * d));
+    float4 code = pd == PKV_LAYOUT_U4
+                      ? pkv_u4_codes4(part + (ulong)t * (d / 2u), x)
+                      : convert_float4(vload4(x, part + (ulong)t * d));
     __global const half *lo =
-        (__global const half *)(part + PKV_LAYOUT_U8_LO_OFFSET(bs, d));
+        (__global const half *)(part + PKV_LAYOUT_Q_LO_OFFSET(pd, bs, d));
     __global const half *sc =
-        (__global const half *)(part +
-                                PKV_LAYOUT_U8_SCALE_OFFSET(group, bs, d));
+        (__global const half *)(part + PKV_LAYOUT_Q_SCALE_OFFSET(
+                                           pd, group, u4g, bs, d));
     if (group == PKV_LAYOUT_PER_CHANNEL)
         return fma(code, vload_half4(x, sc), vload_half4(x, lo));
-    return fma(code, (float4)vload_half(t, sc), (float4)vload_half(t, lo));
+    uint w = PKV_LAYOUT_Q_WIDTH(pd, u4g, d);
+    uint g = t * (d / w) + 4u * x / w;
+    return fma(code, (float4)vload_half(g, sc), (float4)vload_half(g, lo));
 }
 
 /* The f32 K rows of kv head h in staging tail `stage`, whose layer starts

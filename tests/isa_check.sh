@@ -16,11 +16,13 @@
 # - the intel decode variant (kernels/decode_intel.cl: the partial and the
 #   reduce kernel), which AUTO picks on every Intel GPU for head_dim a
 #   multiple of 32, over head_dim 64/96/128/256, GQA 1/4/8 at block 16
-#   for f32, f16 and u8 (per-channel keys with per-token values, per-token
-#   keys and values, per-channel keys and values), and blocks 8/32/64 for
-#   f16 and u8 at GQA 4. PKV_INTEL_PAIRS follows pkv__decode_intel_pairs
-#   (src/opencl/features.c; tests/test_opencl_features.c checks its
-#   values).
+#   for f32, f16, u8 and u4 (per-channel keys with per-token values, u4
+#   groups of 32 channels) and, at head_dim 128 and 256, u8's per-token
+#   keys and values and per-channel keys and values, u4's per-token keys
+#   with per-channel values and u8 keys with u4 values; blocks 8/32/64 for
+#   f16, u8 and u4 at GQA 4. PKV_INTEL_PAIRS follows
+#   pkv__decode_intel_pairs (src/opencl/features.c;
+#   tests/test_opencl_features.c checks its values).
 #
 # A line: device, program, kernel, SIMD width (the dump that ships: IGC's
 # retry at another width, "_1_" in the file name, when there is one),
@@ -33,7 +35,9 @@
 # least 8 G mad instructions streams KV (the loops over 16 channels of 16
 # tokens and over runs of 16 tokens; fewer are the one-token loops at a
 # partition's edge); it reads (mads / G) x 16 lanes x element-bytes bytes
-# a turn (one mad per head per element a lane); loops
+# a turn (one mad per head per element a lane; u4: half a byte an
+# element; the mads that fold or dequantise parameters count as elements
+# too, so quantized figures lean low); loops
 # before the kernel's first exp are the score pass, after it the value
 # pass. kb_inst/vb_inst: instructions per K and V byte of the costliest
 # such loop; kb_cyc/vb_cyc: cycles of an 8-wide ALU per byte, a SIMD16
@@ -82,7 +86,7 @@ cat "$root/src/kv_layout.h" "$root/kernels/tensor_io.cl" \
 base="-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
 
 # pkv__decode_intel_pairs.
-pairs() { # head_dim group u8_channel_values
+pairs() { # head_dim group quantized_channel_values
     per=$((2 * $2 + 4 * $3))
     if [ $(($1 % 64)) -eq 0 ] && [ $((2 * per)) -le 16 ]; then
         echo 2
@@ -91,43 +95,56 @@ pairs() { # head_dim group u8_channel_values
     fi
 }
 
-# The list of builds: id, device, source, group, element bytes, label,
-# options (the rest of the line).
+# The list of builds: id, device, source, group, K and V element bytes,
+# label, options (the rest of the line).
 n=0
-add() { # device source group ebytes label options...
+add() { # device source group kbytes vbytes label options...
     n=$((n + 1))
     echo "$n $*" >>"$tmp/builds"
 }
 : >"$tmp/builds"
 for dev in $devices; do
-    add "$dev" generic.cl 0 0 generic "$base"
-    for layout in "0 1 1" "1 1 1" "2 1 2" "2 2 2" "2 1 1"; do
+    add "$dev" generic.cl 0 0 0 generic "$base"
+    for layout in "0 1 1" "1 1 1" "2 1 2" "2 2 2" "2 1 1" "3 1 2" "3 2 1" \
+        "4 1 2"; do
         set -- $layout
         dt=$1 kq=$2 vq=$3
         for d in $dims; do
             for g in 1 4 8; do
                 for bs in 8 16 32 64; do
                     if [ "$bs" != 16 ]; then
-                        # Other blocks: f16 and the default u8 at GQA 4.
+                        # Other blocks: f16 and the default u8 and u4 at
+                        # GQA 4.
                         [ "$g" = 4 ] || continue
-                        [ "$layout" = "1 1 1" ] || [ "$layout" = "2 1 2" ] ||
-                            continue
+                        case "$layout" in
+                        "1 1 1" | "2 1 2" | "3 1 2") ;;
+                        *) continue ;;
+                        esac
                     fi
-                    # The other u8 layouts at head_dim 128 and 256 only.
-                    if [ "$dt" = 2 ] && [ "$layout" != "2 1 2" ]; then
-                        [ "$d" -ge 128 ] || continue
-                    fi
-                    u8ch=0
-                    [ "$dt" = 2 ] && [ "$vq" = 1 ] && u8ch=1
-                    np=$(pairs "$d" "$g" "$u8ch")
-                    eb=$((dt == 0 ? 4 : dt == 1 ? 2 : 1))
-                    add "$dev" decode_intel.cl "$g" "$eb" \
+                    # The other quantized layouts at head_dim 128 and 256
+                    # only.
+                    case "$layout" in
+                    "2 1 2" | "3 1 2") ;;
+                    "2 "* | "3 "* | "4 "*) [ "$d" -ge 128 ] || continue ;;
+                    esac
+                    qch=0
+                    [ "$dt" -ge 2 ] && [ "$vq" = 1 ] && qch=1
+                    np=$(pairs "$d" "$g" "$qch")
+                    # Element bytes of the K and the V parts.
+                    case "$dt" in
+                    0) kb=4 vb=4 ;;
+                    1) kb=2 vb=2 ;;
+                    2) kb=1 vb=1 ;;
+                    3) kb=0.5 vb=0.5 ;;
+                    4) kb=1 vb=0.5 ;;
+                    esac
+                    add "$dev" decode_intel.cl "$g" "$kb" "$vb" \
                         "intel-d$d-g$g-b$bs-kv$dt-k$kq-v$vq" \
                         "$base -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS" \
                         "-DPKV_INTEL_PAIRS=$np -DPKV_INTEL_PARTITION=256" \
                         "-DPKV_HEAD_DIM=$d -DPKV_BLOCK_SIZE=$bs" \
                         "-DPKV_GROUP=$g -DPKV_KV_DTYPE=$dt" \
-                        "-DPKV_KEY_QUANT=$kq -DPKV_VALUE_QUANT=$vq"
+                        "-DPKV_KEY_QUANT=$kq -DPKV_VALUE_QUANT=$vq -DPKV_U4_GROUP=32"
                 done
             done
         done
@@ -136,9 +153,9 @@ done
 
 # One build: its dumps into a directory of its own (dumps of one source
 # overwrite each other across devices), then its lines into out.N.
-build() { # id device source group ebytes label options...
-    id=$1 dev=$2 src=$3 g=$4 eb=$5 label=$6
-    shift 6
+build() { # id device source group kbytes vbytes label options...
+    id=$1 dev=$2 src=$3 g=$4 keb=$5 veb=$6 label=$7
+    shift 7
     dir=$tmp/dump.$id
     mkdir -p "$dir"
     if ! IGC_ShaderDumpEnable=1 IGC_DumpLLVMIR=0 IGC_DumpToCustomDir=$dir \
@@ -155,7 +172,8 @@ build() { # id device source group ebytes label options...
         *) ls "$dir"/*_1_simd*_entry_"${asm##*_entry_}" >/dev/null 2>&1 &&
             continue ;;
         esac
-        awk -v dev="$dev" -v label="$label" -v G="$g" -v eb="$eb" \
+        awk -v dev="$dev" -v label="$label" -v G="$g" -v keb="$keb" \
+            -v veb="$veb" \
             -v file="$asm" '
         /^\/\/\.kernel / { kernel = $2 }
         /^\/\/\.instCount / { inst = $2 }
@@ -204,11 +222,14 @@ build() { # id device source group ebytes label options...
                     c += cyc(k)
                 }
                 if (mads < 8 * G) continue
-                bytes = mads / G * 16 * eb
                 ins = lend[l] - lstart[l] + 1
                 if (firstexp == "" || lstart[l] < firstexp) {
+                    bytes = mads / G * 16 * keb
                     if (c / bytes > kb_c) { kb_c = c / bytes; kb_i = ins / bytes }
-                } else if (c / bytes > vb_c) { vb_c = c / bytes; vb_i = ins / bytes }
+                } else {
+                    bytes = mads / G * 16 * veb
+                    if (c / bytes > vb_c) { vb_c = c / bytes; vb_i = ins / bytes }
+                }
             }
             printf "%s %s %s simd%s inst=%d spill=%d private=%d", dev, label, kernel, simd, inst, spill, priv
             # A pass whose loop the compiler unrolled away has no figure.

@@ -79,7 +79,8 @@ if [ $# -gt 0 ]; then
     build "program: ${names:-}" "$tmp/program.cl" "$intel"
 fi
 
-# The decode kernels: every dtype; u8 with both quantization groupings.
+# The decode kernels: every dtype; u8 and u4 with both quantization
+# groupings; u8 keys with u4 values.
 decode_src() { # variant file -> the program source
     cat "$root/src/kv_layout.h" "$root/kernels/tensor_io.cl" \
         "$root/kernels/decode_common.cl" "$root/kernels/$1"
@@ -90,19 +91,21 @@ decode_src decode_intel.cl >"$tmp/decode_intel.cl"
 geom="-DPKV_HEAD_DIM=128 -DPKV_BLOCK_SIZE=16 -DPKV_GROUP=4"
 ishape="-DPKV_INTEL_PARTITION=256 -DPKV_INTEL_PAIRS"
 gpu="-DPKV_GPU_CHUNKS=4 -DPKV_GPU_TOKENS=8 -DPKV_GPU_PARTITION=256"
-for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1"; do
+for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1" "3 1 2" "3 2 1" "4 1 2"; do
     set -- $variant
-    d="$geom -DPKV_KV_DTYPE=$1 -DPKV_KEY_QUANT=$2 -DPKV_VALUE_QUANT=$3"
+    d="$geom -DPKV_KV_DTYPE=$1 -DPKV_KEY_QUANT=$2 -DPKV_VALUE_QUANT=$3 -DPKV_U4_GROUP=32"
     build paged_decode.cl "$tmp/decode.cl" "$plain $d"
     build decode_intel.cl "$tmp/decode_intel.cl" "$intel $ishape=2 $d"
     build decode_gpu.cl "$tmp/decode_gpu.cl" "$plain $d $gpu"
 done
 # Another geometry.
 build decode_intel.cl "$tmp/decode_intel.cl" \
-    "$intel $ishape=1 -DPKV_HEAD_DIM=64 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
+    "$intel $ishape=1 -DPKV_HEAD_DIM=64 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2 -DPKV_U4_GROUP=32"
+build decode_intel.cl "$tmp/decode_intel.cl" \
+    "$intel $ishape=1 -DPKV_HEAD_DIM=96 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=3 -DPKV_KEY_QUANT=2 -DPKV_VALUE_QUANT=1 -DPKV_U4_GROUP=8"
 build decode_gpu.cl "$tmp/decode_gpu.cl" \
-    "$plain -DPKV_HEAD_DIM=96 -DPKV_BLOCK_SIZE=8 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=2 -DPKV_VALUE_QUANT=1 -DPKV_GPU_CHUNKS=1 -DPKV_GPU_TOKENS=2 -DPKV_GPU_PARTITION=256"
-d="$geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2"
+    "$plain -DPKV_HEAD_DIM=96 -DPKV_BLOCK_SIZE=8 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=2 -DPKV_VALUE_QUANT=1 -DPKV_U4_GROUP=32 -DPKV_GPU_CHUNKS=1 -DPKV_GPU_TOKENS=2 -DPKV_GPU_PARTITION=256"
+d="$geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2 -DPKV_U4_GROUP=32"
 build "paged_decode.cl (contiguous)" "$tmp/decode.cl" \
     "$plain -DPKV_DECODE_CONTIGUOUS $d"
 build "decode_intel.cl (contiguous)" "$tmp/decode_intel.cl" \

@@ -4,7 +4,9 @@
  * identical inputs: the grid of the quantizer issue (head_dim 64/80/128/
  * 256, (Hq, Hkv) (8,8)/(32,8)/(9,3), block size 8/16/32, mixed batches
  * (seqs, rows) (1,1)/(1,1000)/(17,17)/(3,16)/(98,1145), random
- * non-contiguous block tables), contexts up to 8192, f32/f16/u8 caches.
+ * non-contiguous block tables), contexts up to 8192, f32/f16/u8/u4/u8k_u4v
+ * caches (u4 per-token groups of 32 channels, 16 at head_dim 80, 8 at
+ * head_dim 8).
  *
  * Tolerances:
  * - Cache contents (every block of every layer, read back with swap_out,
@@ -61,6 +63,7 @@ typedef struct geo {
     uint32_t d, hq, hkv, bs;
     int32_t dtype, kq, vq;
     uint32_t layers;
+    uint32_t u4g; /* u4 groups; 0: 32, or 16 or 8 where 32 does not divide d */
 } geo;
 
 /* Both backends on one config. */
@@ -84,7 +87,11 @@ static void pair_init(pair *p, const geo *g, uint32_t num_blocks,
     p->cfg.kv_dtype = g->dtype;
     p->cfg.key_quant = g->kq;
     p->cfg.value_quant = g->vq;
-    p->cfg.num_stages = g->dtype == PKV_KV_U8 ? num_stages : 0;
+    p->cfg.u4_group = g->u4g != 0        ? g->u4g
+                      : g->d % 32 == 0 ? 32
+                      : g->d % 16 == 0 ? 16
+                                       : 8;
+    p->cfg.num_stages = PKV_LAYOUT_QUANTIZED(g->dtype) ? num_stages : 0;
     assert_int_equal(pkv__backend_cpu.create(&p->cfg, &p->alloc, &p->cpu),
                      PKV_OK);
     pkv_status st = pkv__backend_opencl.create(&p->cfg, &p->alloc, &p->ocl);
@@ -200,7 +207,7 @@ static double run_step(pair *p, const batch *b, uint32_t layer, int attend,
                        uint32_t window, uint64_t *rng)
 {
     const pkv__backend_config *c = &p->cfg;
-    pkv__step s = batch_step(b, c->kv_dtype == PKV_KV_U8);
+    pkv__step s = batch_step(b, PKV_LAYOUT_QUANTIZED(c->kv_dtype));
     check_ok(pkv__backend_cpu.begin_step(p->cpu, &s), "cpu begin_step");
     check_ok(pkv__backend_opencl.begin_step(p->ocl, &s), "ocl begin_step");
     size_t kvn = (size_t)b->num_tokens * c->num_kv_heads * c->head_dim;
@@ -261,7 +268,7 @@ static void compare_caches(pair *p, const uint32_t *blocks, uint32_t nb,
                      h1[i], h2[i]);
     free(h1);
     free(h2);
-    if (c->kv_dtype != PKV_KV_U8)
+    if (!PKV_LAYOUT_QUANTIZED(c->kv_dtype))
         return;
     size_t sb = pkv__backend_stage_bytes(c);
     float *t1 = malloc(sb), *t2 = malloc(sb);
@@ -368,13 +375,15 @@ static const uint32_t heads[][2] = {{8, 8}, {32, 8}, {9, 3}};
 static const uint32_t sizes[] = {8, 16, 32};
 static const uint32_t shapes[][2] = {
     {1, 1}, {1, 1000}, {17, 17}, {3, 16}, {98, 1145}};
-static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
+                                 PKV_KV_U4, PKV_KV_U8K_U4V};
+#define NUM_DTYPES (sizeof dtypes / sizeof dtypes[0])
 
 static geo make_geo(uint32_t d, uint32_t hq, uint32_t hkv, uint32_t bs,
                     int32_t dtype, int flip_quant)
 {
     geo g = {d, hq, hkv, bs, dtype, PKV_QUANT_PER_CHANNEL,
-             PKV_QUANT_PER_TOKEN, 2};
+             PKV_QUANT_PER_TOKEN, 2, 0};
     if (flip_quant) {
         g.kq = PKV_QUANT_PER_TOKEN;
         g.vq = PKV_QUANT_PER_CHANNEL;
@@ -390,7 +399,7 @@ static void test_large_grid(void **state)
         for (unsigned hi = 0; hi < 3; hi++)
             for (unsigned si = 0; si < 3; si++, idx++) {
                 const uint32_t *shape = shapes[idx % 5];
-                int32_t dtype = dtypes[(idx / 5 + idx) % 3];
+                int32_t dtype = dtypes[(idx / 5 + idx) % NUM_DTYPES];
                 uint32_t hq = heads[hi][0], hkv = heads[hi][1];
                 uint32_t d = dims[di];
                 /* The long prefills with the widest heads would dominate
@@ -423,29 +432,48 @@ static const struct {
     int32_t dtype;
     int flip;
     uint32_t window, prior; /* prior 0: 2 * bs + 5 */
+    uint32_t u4g;           /* 0: geo's default */
 } small_cases[] = {
-    {64, 4, 4, 8, PKV_KV_F32, 0, 0, 0},
-    {96, 8, 2, 16, PKV_KV_F16, 0, 0, 0},
-    {128, 8, 1, 32, PKV_KV_U8, 0, 0, 0},
-    {64, 8, 2, 64, PKV_KV_U8, 1, 0, 0},
-    {128, 4, 1, 16, PKV_KV_U8, 0, 21, 0},
-    {96, 8, 1, 8, PKV_KV_U8, 1, 0, 0},
-    {128, 8, 8, 64, PKV_KV_F16, 0, 9, 0},
-    {64, 16, 2, 32, PKV_KV_F32, 0, 0, 0},
+    {64, 4, 4, 8, PKV_KV_F32, 0, 0, 0, 0},
+    {96, 8, 2, 16, PKV_KV_F16, 0, 0, 0, 0},
+    {128, 8, 1, 32, PKV_KV_U8, 0, 0, 0, 0},
+    {64, 8, 2, 64, PKV_KV_U8, 1, 0, 0, 0},
+    {128, 4, 1, 16, PKV_KV_U8, 0, 21, 0, 0},
+    {96, 8, 1, 8, PKV_KV_U8, 1, 0, 0, 0},
+    {128, 8, 8, 64, PKV_KV_F16, 0, 9, 0, 0},
+    {64, 16, 2, 32, PKV_KV_F32, 0, 0, 0, 0},
     /* The smallest and the largest head_dim the header allows. */
-    {8, 4, 2, 16, PKV_KV_U8, 0, 0, 0},
-    {512, 2, 1, 8, PKV_KV_F16, 0, 0, 0},
+    {8, 4, 2, 16, PKV_KV_U8, 0, 0, 0, 0},
+    {512, 2, 1, 8, PKV_KV_F16, 0, 0, 0, 0},
     /* Up to three partitions of 256 tokens, and the reduce kernel. */
-    {64, 2, 1, 8, PKV_KV_U8, 0, 0, 600},
+    {64, 2, 1, 8, PKV_KV_U8, 0, 0, 600, 0},
+    /* U4: per-channel keys and per-token value groups, the reverse, and
+     * U8 keys with U4 values; groups of 32 channels (8 at head_dim 8). */
+    {128, 8, 2, 16, PKV_KV_U4, 0, 0, 0, 0},
+    {256, 4, 1, 16, PKV_KV_U4, 0, 0, 0, 0},
+    {96, 8, 1, 32, PKV_KV_U4, 1, 17, 0, 0},
+    {64, 8, 8, 8, PKV_KV_U8K_U4V, 0, 0, 0, 0},
+    {256, 8, 1, 64, PKV_KV_U8K_U4V, 1, 0, 0, 0},
+    {8, 4, 2, 16, PKV_KV_U4, 0, 0, 0, 0},
+    {64, 2, 1, 8, PKV_KV_U4, 0, 0, 600, 0},
+    /* U4 groups other than the default: 8 at head_dim 128 with per-token
+     * keys (every key group folded on its own), 24 at 96 (not a multiple
+     * of 16: the CPU-shaped variant's narrower vectors), and a whole row;
+     * block 8 with GQA 4. */
+    {128, 8, 2, 16, PKV_KV_U4, 1, 0, 0, 8},
+    {96, 8, 2, 16, PKV_KV_U8K_U4V, 0, 0, 0, 24},
+    {64, 8, 2, 8, PKV_KV_U4, 0, 0, 0, 64},
 };
 
 #define NUM_SMALL (sizeof small_cases / sizeof small_cases[0])
 
 static geo small_geo(unsigned i)
 {
-    return make_geo(small_cases[i].d, small_cases[i].hq, small_cases[i].hkv,
-                    small_cases[i].bs, small_cases[i].dtype,
-                    small_cases[i].flip);
+    geo g = make_geo(small_cases[i].d, small_cases[i].hq, small_cases[i].hkv,
+                     small_cases[i].bs, small_cases[i].dtype,
+                     small_cases[i].flip);
+    g.u4g = small_cases[i].u4g;
+    return g;
 }
 
 /* Small shapes over the kernel variants' axes: head_dim 64/96/128, block
@@ -518,15 +546,16 @@ static void test_small_variants(void **state)
 /* Long contexts: two decode rows over 8191 and 5000 tokens, and a short
  * prefill chunk at the end of a 4000-token context, every dtype; then a
  * decode step (with a window), on the device's own decode variant, and for
- * u8 (to keep the run short) on the generic kernel and the GPU-shaped
- * variant too. */
+ * u8 and u4 (to keep the run short) on the generic kernel and the
+ * GPU-shaped variant too. */
 static void test_large_contexts(void **state)
 {
     (void)state;
-    for (unsigned run = 0; run < 5; run++) {
-        unsigned i = run < 3 ? run : 2;
-        if (run >= 3)
-            setenv("PKV_OPENCL_DECODE", run == 3 ? "off" : "gpu", 1);
+    for (unsigned run = 0; run < 9; run++) {
+        /* f32, f16, u8, u4, u8k_u4v; then u8 and u4 on off and gpu. */
+        unsigned i = run < 5 ? run : run < 7 ? 2 : 3;
+        if (run >= 5)
+            setenv("PKV_OPENCL_DECODE", run % 2 == 1 ? "off" : "gpu", 1);
         geo g = make_geo(128, 32, 8, 16, dtypes[i], 0);
         g.layers = 1;
         uint64_t rng = 77 + i;
@@ -579,7 +608,7 @@ static void test_large_contexts(void **state)
 static void test_copy_and_swap(void **state)
 {
     (void)state;
-    for (unsigned i = 0; i < 3; i++) {
+    for (unsigned i = 0; i < NUM_DTYPES; i++) {
         geo g = make_geo(64, 8, 4, 8, dtypes[i], 0);
         uint64_t rng = 5 + i;
         pair p;
@@ -602,7 +631,7 @@ static void test_copy_and_swap(void **state)
         check_ok(pkv__backend_opencl.copy_blocks(p.ocl, chain, 2),
                  "ocl copy chain");
         pkv__block_copy tails[1] = {{1, 3}};
-        if (g.dtype == PKV_KV_U8) {
+        if (PKV_LAYOUT_QUANTIZED(g.dtype)) {
             check_ok(pkv__backend_cpu.copy_stages(p.cpu, tails, 1), "cpu");
             check_ok(pkv__backend_opencl.copy_stages(p.ocl, tails, 1),
                      "ocl copy stages");
@@ -620,7 +649,7 @@ static void test_copy_and_swap(void **state)
         check_ok(pkv__backend_cpu.swap_in(p.cpu, host, in_ids, 2),
                  "cpu swap in");
         free(host);
-        if (g.dtype == PKV_KV_U8) {
+        if (PKV_LAYOUT_QUANTIZED(g.dtype)) {
             float *t = malloc(pkv__backend_stage_bytes(&p.cfg));
             assert_non_null(t);
             check_ok(pkv__backend_opencl.stage_out(p.ocl, 0, t), "stage out");
@@ -632,7 +661,7 @@ static void test_copy_and_swap(void **state)
         for (uint32_t j = 0; j < 31; j++)
             all[j] = j + 1;
         uint32_t ctx[4] = {21, 13, 21, 13};
-        compare_caches(&p, all, 31, ctx, g.dtype == PKV_KV_U8 ? 4 : 0);
+        compare_caches(&p, all, 31, ctx, PKV_LAYOUT_QUANTIZED(g.dtype) ? 4 : 0);
         /* Bad ids: the same status as the CPU backend, nothing written. */
         pkv__block_copy bad = {1, 0};
         assert_int_equal(pkv__backend_opencl.copy_blocks(p.ocl, &bad, 1),

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kv_layout.h"
 #include "pkv/pkv_opencl.h"
 #include "test_model.h"
 
@@ -41,8 +42,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-static const float tols[] = {1e-4f, 5e-3f, 0.05f};
+static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8, PKV_KV_U4,
+                                 PKV_KV_U8K_U4V};
+#define NUM_DTYPES (int)(sizeof dtypes / sizeof dtypes[0])
 
 /* Counts bytes the engine allocates, to check that failures leak none. */
 typedef struct counter {
@@ -83,11 +85,11 @@ static void capture_log(void *user, int32_t level, const char *message)
 static void test_decode_and_prefix_hit(void **state)
 {
     (void)state;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NUM_DTYPES; k++) {
         pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
         tm_host h;
-        tm_host_init(&h, &p, tols[k]);
+        tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
         int32_t *prompt = tm_prompt(19, 4);
         tm_add(&h, prompt, 19, 6, 0, 0);
         tm_run(&h, 100);
@@ -111,11 +113,11 @@ static void test_decode_and_prefix_hit(void **state)
 static void test_fork_then_diverge(void **state)
 {
     (void)state;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NUM_DTYPES; k++) {
         pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
         tm_host h;
-        tm_host_init(&h, &p, tols[k]);
+        tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
         int32_t *prompt = tm_prompt(10, 50);
         pkv_seq_id parent = tm_add(&h, prompt, 10, 8, 0, 0);
         tm_step(&h, NULL);
@@ -143,7 +145,7 @@ static void run_tiny_pool(int32_t mode, int k)
     p.kv_dtype = dtypes[k];
     p.swap_bytes = 1 << 20;
     tm_host h;
-    tm_host_init(&h, &p, tols[k]);
+    tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
     int32_t *prompts[4];
     for (uint32_t i = 0; i < 4; i++) {
         prompts[i] = tm_prompt(9, 20 + i);
@@ -165,7 +167,7 @@ static void run_tiny_pool(int32_t mode, int k)
 static void test_preemption(void **state)
 {
     (void)state;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NUM_DTYPES; k++) {
         run_tiny_pool(PKV_PREEMPT_RECOMPUTE, k);
         run_tiny_pool(PKV_PREEMPT_SWAP, k);
     }
@@ -175,7 +177,7 @@ static void test_preemption(void **state)
 static void test_mixed_load(void **state)
 {
     (void)state;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NUM_DTYPES; k++) {
         pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
         p.num_q_heads = 6;
@@ -186,7 +188,7 @@ static void test_mixed_load(void **state)
         p.max_batch_tokens = 128;
         p.num_blocks = 64;
         tm_host h;
-        tm_host_init(&h, &p, tols[k]);
+        tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
         h.check_stride = 3;
         int32_t *prompts[12];
         for (uint32_t i = 0; i < 12; i++) {

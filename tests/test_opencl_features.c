@@ -115,6 +115,13 @@ static void test_intel_shape(void **state)
     assert_int_equal(pkv__decode_intel_pairs(128, 8, 0), 1);
     assert_int_equal(pkv__decode_intel_pairs(96, 1, 0), 1);
     assert_int_equal(pkv__decode_intel_pairs(64, 2, 0), 2);
+    /* Per-channel u4 values keep the same parameters a pair as u8 ones;
+     * u4 per-token values none past a row: the u8 figures. */
+    assert_int_equal(pkv__decode_intel_pairs(128, 4, 1), 1);
+    assert_int_equal(pkv__decode_intel_pairs(256, 2, 1), 2);
+    /* Local memory: the query, 256 weights, 3 floats and up to head_dim /
+     * 8 u4 key-group sums a head: 4 x 4 x (128 + 16 + 259) bytes. */
+    assert_int_equal(pkv__decode_intel_local_bytes(128, 4), 6448);
     /* A device without room for the query and the partition's weights, or
      * for the work-group, is refused. */
     assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 256, 8, 16, 0,

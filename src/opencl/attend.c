@@ -16,12 +16,15 @@ static pkv_status enqueue_append(pkv__backend *b, uint32_t layer, kt k, kt v)
     cl_uint dtype = (cl_uint)c->kv_dtype, lyr = layer;
     cl_uint ntok = b->step.num_tokens, nseal = b->num_seals;
     cl_mem arena = b->arenas[layer];
-    for (cl_uint kv = 0; kv < 2 && c->kv_dtype == PKV_KV_U8 && nseal; kv++) {
+    for (cl_uint kv = 0; kv < 2 && pkv__backend_quantized(c) && nseal; kv++) {
         kt src = kv ? v : k;
-        cl_uint group = (cl_uint)(kv ? c->value_quant : c->key_quant);
+        pkv__qformat f = pkv__backend_qformat(c, (int)kv);
+        cl_uint pd = (cl_uint)f.dtype, group = (cl_uint)f.group;
+        cl_uint u4g = f.u4_group;
         karg a[] = {KA(arena), KA(b->stages), KA(src.mem), KA(src.off),
-                    KA(src.f16), KA(b->step_mem), KA(nseal), KA(kv),
-                    KA(group), KA(hkv), KA(d), KA(bs), KA(b->head_bytes),
+                    KA(src.f16), KA(b->step_mem), KA(nseal), KA(kv), KA(pd),
+                    KA(group), KA(u4g), KA(hkv), KA(d), KA(bs),
+                    KA(b->head_bytes),
                     KA(b->k_part_bytes), KA(b->layer_block_bytes),
                     KA(b->stage_floats), KA(lyr)};
         pkv_status st =
@@ -53,6 +56,7 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     cl_uint hq = c->num_q_heads, hkv = c->num_kv_heads, d = c->head_dim;
     cl_uint bs = c->block_size, dtype = (cl_uint)c->kv_dtype;
     cl_uint kq = (cl_uint)c->key_quant, vq = (cl_uint)c->value_quant;
+    cl_uint u4g = c->u4_group;
     cl_uint flags = q.f16 | out.f16 << 1, lyr = layer, win = window;
     cl_uint ntok = b->step.num_tokens, maxb = b->table_stride;
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)d) : scale;
@@ -63,7 +67,8 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
                     KA(q.off), KA(out.mem), KA(out.off), KA(flags),
                     KA(b->step_mem), KA(b->tables), KA(rows), KA(chunk),
                     KA(maxb), KA(hq), KA(hkv), KA(d), KA(bs), KA(dtype),
-                    KA(kq), KA(vq), KA(b->head_bytes), KA(b->k_part_bytes),
+                    KA(kq), KA(vq), KA(u4g), KA(b->head_bytes),
+                    KA(b->k_part_bytes),
                     KA(b->layer_block_bytes), KA(b->stage_floats), KA(lyr),
                     KA(sc), KA(win), {(size_t)2 * chunk * d * 4, NULL}};
         size_t lanes = (size_t)rows * (hq / hkv);
@@ -74,7 +79,7 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(q.mem), KA(q.off),
                 KA(out.mem), KA(out.off), KA(flags), KA(b->step_mem),
                 KA(b->tables), KA(ntok), KA(maxb), KA(hq), KA(hkv), KA(d),
-                KA(bs), KA(dtype), KA(kq), KA(vq), KA(b->head_bytes),
+                KA(bs), KA(dtype), KA(kq), KA(vq), KA(u4g), KA(b->head_bytes),
                 KA(b->k_part_bytes), KA(b->layer_block_bytes),
                 KA(b->stage_floats), KA(lyr), KA(sc), KA(win)};
     return pkv__ocl_launch(b, b->k_attend, "pkv_paged_attention", a,

@@ -175,9 +175,7 @@ static pkv_status check_fit(pkv__backend *b)
     b->arena_bytes = (size_t)arena;
     b->stage_floats = (uint32_t)(stage_bytes / 4);
     b->head_bytes = (uint32_t)(lbb / c->num_kv_heads);
-    b->k_part_bytes = (uint32_t)PKV_LAYOUT_PART_BYTES(
-        (size_t)c->kv_dtype, (size_t)c->key_quant, (size_t)c->block_size,
-        (size_t)c->head_dim);
+    b->k_part_bytes = (uint32_t)pkv__backend_part_bytes(c, 0);
     return PKV_OK;
 }
 

@@ -19,7 +19,7 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
                                  char *opts, size_t size, int *program)
 {
     const pkv__backend_config *c = &b->cfg;
-    int u8 = c->kv_dtype == PKV_KV_U8;
+    int u8 = pkv__backend_quantized(c);
     uint32_t group = c->num_q_heads / c->num_kv_heads;
     cl_ulong local_mem = 0;
     size_t max_group = 0;
@@ -43,11 +43,14 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
                                            : PKV__CL_DECODE;
     snprintf(opts, size,
              " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
-             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d%s",
+             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d "
+             "-DPKV_U4_GROUP=%u%s",
              (unsigned)c->head_dim, (unsigned)c->block_size, (unsigned)group,
              (int)c->kv_dtype,
              u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
-             u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL, su.options);
+             u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL,
+             (unsigned)(c->u4_group != 0 ? c->u4_group : c->head_dim),
+             su.options);
     return PKV_OK;
 }
 

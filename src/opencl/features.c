@@ -80,27 +80,32 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
 }
 
 uint32_t pkv__decode_intel_pairs(uint32_t head_dim, uint32_t group,
-                                 int u8_channel_values)
+                                 int q_channel_values)
 {
-    /* Per pair a lane keeps 2 sums of each head, and for per-channel u8
-     * values the pair's lo and scale: 2 pairs (64 channels a subgroup) when
-     * that stays within 16 floats, else 1. More pairs a lane spilled at
-     * SIMD16 on Intel's compiler: the 16 rows in flight of a run of
-     * tokens grow with them (docs/performance.md, "Intel GPU code"). */
-    uint32_t per_pair = 2 * group + (u8_channel_values ? 4u : 0u);
+    /* Per pair a lane keeps 2 sums of each head, and for per-channel
+     * quantized values (u8 or u4) the pair's lo and scale: 2 pairs (64
+     * channels a subgroup) when that stays within 16 floats, else 1. More
+     * pairs a lane spilled at SIMD16 on Intel's compiler: the 16 rows in
+     * flight of a run of tokens grow with them (docs/performance.md,
+     * "Intel GPU code"). u4 per-token values are dequantised per row with
+     * one lo and scale a token, held no longer than the row. */
+    uint32_t per_pair = 2 * group + (q_channel_values ? 4u : 0u);
     return head_dim % 64 == 0 && 2 * per_pair <= 16 ? 2u : 1u;
 }
 
 uint64_t pkv__decode_intel_local_bytes(uint32_t head_dim, uint32_t group)
 {
-    /* The query rows, the partition's weights, 3 floats a head
-     * (kernels/decode_intel.cl: qs, w, stat). */
-    return 4ull * group * (head_dim + PKV__DECODE_INTEL_PARTITION + 3);
+    /* The query rows, the partition's weights, 3 floats a head, and for
+     * u4 per-token keys the query's sums per key group, at most head_dim /
+     * 8 a head (kernels/decode_intel.cl: qs, w, stat, qg). The geometry
+     * does not say whether the keys are u4: counted always. */
+    return 4ull * group *
+           (head_dim + head_dim / 8 + PKV__DECODE_INTEL_PARTITION + 3);
 }
 
 int pkv__decode_setup_make(pkv__decode_kind kind, uint32_t head_dim,
                            uint32_t group, uint32_t block_size,
-                           int u8_channel_values, uint64_t local_mem,
+                           int q_channel_values, uint64_t local_mem,
                            size_t max_group,
                            pkv__decode_setup *out)
 {
@@ -109,7 +114,7 @@ int pkv__decode_setup_make(pkv__decode_kind kind, uint32_t head_dim,
     out->lanes = 1;
     if (kind == PKV__DECODE_INTEL) {
         uint32_t pairs =
-            pkv__decode_intel_pairs(head_dim, group, u8_channel_values);
+            pkv__decode_intel_pairs(head_dim, group, q_channel_values);
         out->file = "decode_intel.cl";
         out->lanes = 16 * (head_dim / (32 * pairs));
         out->partition = PKV__DECODE_INTEL_PARTITION;

@@ -84,13 +84,14 @@ uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *shape,
 
 /* The INTEL variant's channel pairs per lane in its value pass
  * (kernels/decode_intel.cl: PKV_INTEL_PAIRS): 2 where head_dim is a
- * multiple of 64 and a lane's sums (and, with per-channel u8 values, their
- * parameters) stay within 16 floats, else 1. The work-group holds
- * head_dim / (32 pairs) subgroups of 16 lanes. */
+ * multiple of 64 and a lane's sums (and, with per-channel quantized
+ * values, u8 or u4, their parameters) stay within 16 floats, else 1. The
+ * work-group holds head_dim / (32 pairs) subgroups of 16 lanes. */
 uint32_t pkv__decode_intel_pairs(uint32_t head_dim, uint32_t group,
-                                 int u8_channel_values);
+                                 int q_channel_values);
 
-/* Local memory bytes the INTEL variant uses. */
+/* Local memory bytes the INTEL variant uses, at most (u4 per-token keys
+ * add up to head_dim / 8 floats a head, counted for every dtype). */
 uint64_t pkv__decode_intel_local_bytes(uint32_t head_dim, uint32_t group);
 
 /* How to build and launch decode variant `kind` (CPU, GPU or INTEL). */
@@ -104,15 +105,15 @@ typedef struct pkv__decode_setup {
 } pkv__decode_setup;
 
 /* The setup of `kind` on a device with this much local memory and this
- * largest work-group, for the geometry (u8_channel_values: u8
- * KV with per-channel value groups). INTEL: "-cl-std=CL2.0
+ * largest work-group, for the geometry (q_channel_values: quantized
+ * values, u8 or u4, with per-channel groups). INTEL: "-cl-std=CL2.0
  * -DPKV_INTEL_SUBGROUPS -DPKV_INTEL_PAIRS=p -DPKV_INTEL_PARTITION=256",
  * 16 head_dim / (32 p) lanes; GPU: the shape of
  * pkv__decode_gpu_shape_make. Returns 0, or -1 when the variant does not
  * fit the device. */
 int pkv__decode_setup_make(pkv__decode_kind kind, uint32_t head_dim,
                            uint32_t group, uint32_t block_size,
-                           int u8_channel_values, uint64_t local_mem,
+                           int q_channel_values, uint64_t local_mem,
                            size_t max_group, pkv__decode_setup *out);
 
 #endif

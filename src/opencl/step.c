@@ -148,7 +148,7 @@ pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s)
     if (st != PKV_OK)
         return st;
     uint32_t n = s->num_seqs, bs = b->cfg.block_size;
-    int u8 = b->cfg.kv_dtype == PKV_KV_U8;
+    int u8 = pkv__backend_quantized(&b->cfg);
     uint32_t seals = 0;
     for (uint32_t i = 0; u8 && i < n; i++) {
         uint32_t ctx = s->context_lens[i];
@@ -189,7 +189,7 @@ static pkv_status upload_step(pkv__backend *b)
             return pkv__cl_fail(err, "clWaitForEvents(step upload)");
     }
     uint32_t n = s->num_seqs, bs = b->cfg.block_size;
-    int u8 = b->cfg.kv_dtype == PKV_KV_U8;
+    int u8 = pkv__backend_quantized(&b->cfg);
     size_t off[PKV_STEP_HEADER], lens[PKV_STEP_HEADER];
     size_t at = step_layout(s, b->num_seals, b->num_tiles, off, lens);
     pkv_status st = grow_step(b, at);
