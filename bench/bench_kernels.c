@@ -42,6 +42,7 @@ int bench_kernels(const bench_options *opt)
 #define HKV 8u
 #define HEAD_DIM 128u
 #define GROUP (HQ / HKV)
+#define U4G 32u /* channels of a U4 per-token group */
 
 static double now(void)
 {
@@ -171,6 +172,19 @@ static void share(double x, double ref, char text[16], char json[16])
 {
     if (ref > 0.0) {
         snprintf(text, 16, "%.0f%%", 100.0 * x / ref);
+        snprintf(json, 16, "%.4f", x / ref);
+    } else {
+        snprintf(text, 16, "-");
+        snprintf(json, 16, "null");
+    }
+}
+
+/* x / ref for the ratio rows ("0.562" and "0.5620"): "-" and null when
+ * there is no ref (0: a case that did not run). */
+static void ratio(double x, double ref, char text[16], char json[16])
+{
+    if (ref > 0.0) {
+        snprintf(text, 16, "%.3f", x / ref);
         snprintf(json, 16, "%.4f", x / ref);
     } else {
         snprintf(text, 16, "-");
@@ -319,9 +333,9 @@ static cl_program build(const cl_env *e, int contiguous, int dtype,
     snprintf(opts, sizeof opts,
              "-I %s -I %s -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u "
              "-DPKV_GROUP=%u -DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d "
-             "-DPKV_VALUE_QUANT=%d%s",
+             "-DPKV_VALUE_QUANT=%d -DPKV_U4_GROUP=%u%s",
              PKV_KERNELS_DIR, PKV_SRC_DIR, HEAD_DIM, (unsigned)block_size,
-             GROUP, dtype, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN,
+             GROUP, dtype, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN, U4G,
              e->variant_opts);
     cl_int err;
     const char *srcs[1] = {src};
@@ -343,7 +357,9 @@ static cl_program build(const cl_env *e, int contiguous, int dtype,
 
 /* ------------------------------------------------------------ the data */
 
-static const char *const DTYPE_NAME[] = {"f32", "f16", "u8"};
+static const char *const DTYPE_NAME[] = {"f32", "f16", "u8", "u4",
+                                          "u8k-u4v"};
+#define NUM_DTYPES 5
 static const char *const VARIANT_NAME[] = {"off", "cpu", "gpu", "intel"};
 
 typedef struct decode_case {
@@ -357,8 +373,8 @@ typedef struct decode_case {
 static size_t head_bytes(int dtype, uint32_t bs)
 {
     return PKV_LAYOUT_HEAD_BYTES((size_t)dtype, (size_t)PKV_LAYOUT_PER_CHANNEL,
-                                 (size_t)PKV_LAYOUT_PER_TOKEN, (size_t)bs,
-                                 (size_t)HEAD_DIM);
+                                 (size_t)PKV_LAYOUT_PER_TOKEN, (size_t)U4G,
+                                 (size_t)bs, (size_t)HEAD_DIM);
 }
 
 static float rand_sym(uint64_t *rng)
@@ -366,29 +382,47 @@ static float rand_sym(uint64_t *rng)
     return (float)(2.0 * host_uniform(rng) - 1.0);
 }
 
-/* Random contents for every block: f32/f16 in [-1, 1]; u8 random codes
- * with lo in [-1, 0] and scale in [0, 2/255], as the quantizer would store
- * for values of that range. */
+/* The dtype and grouping of a cache's K part (kv 0) or V part (kv 1): keys
+ * per channel, values per token (u4: in groups of U4G channels). */
+static int part_dtype(int dtype, int kv)
+{
+    return kv ? PKV_LAYOUT_VALUE_DTYPE(dtype) : PKV_LAYOUT_KEY_DTYPE(dtype);
+}
+
+static int part_group(int kv)
+{
+    return kv ? PKV_LAYOUT_PER_TOKEN : PKV_LAYOUT_PER_CHANNEL;
+}
+
+/* Byte offset of a head's V part (after its K part). */
+static size_t v_offset(int dtype, uint32_t bs)
+{
+    return PKV_LAYOUT_PART_BYTES((size_t)part_dtype(dtype, 0),
+                                 (size_t)part_group(0), (size_t)U4G,
+                                 (size_t)bs, (size_t)HEAD_DIM);
+}
+
+/* Random contents for every block: f32/f16 in [-1, 1]; u8 and u4 random
+ * codes with lo in [-1, 0] and scale in [0, 2 / levels], as the quantizer
+ * would store for values of that range. */
 static void fill_arena(uint8_t *arena, size_t blocks, int dtype, uint32_t bs,
                        uint64_t *rng)
 {
     size_t hb = head_bytes(dtype, bs);
-    size_t kpart = PKV_LAYOUT_PART_BYTES((size_t)dtype,
-                                         (size_t)PKV_LAYOUT_PER_CHANNEL,
-                                         (size_t)bs, (size_t)HEAD_DIM);
     for (size_t h = 0; h < blocks * HKV; h++) {
         uint8_t *head = arena + h * hb;
         for (int kv = 0; kv < 2; kv++) {
-            uint8_t *part = head + (kv ? kpart : 0);
+            uint8_t *part = head + (kv ? v_offset(dtype, bs) : 0);
+            int pd = part_dtype(dtype, kv);
             size_t n = (size_t)bs * HEAD_DIM;
-            if (dtype == PKV_LAYOUT_F32) {
+            if (pd == PKV_LAYOUT_F32) {
                 float *x = (float *)(void *)part;
                 for (size_t i = 0; i < n; i += 2) {
                     uint64_t r = host_rand(rng);
                     x[i] = (float)(r >> 40) * 0x1p-23f - 1.0f;
                     x[i + 1] = (float)(r & 0xffffff) * 0x1p-23f - 1.0f;
                 }
-            } else if (dtype == PKV_LAYOUT_F16) {
+            } else if (pd == PKV_LAYOUT_F16) {
                 /* Random sign and mantissa, exponent 2^-3 to 2^-1. */
                 uint16_t *x = (uint16_t *)(void *)part;
                 for (size_t i = 0; i < n; i += 4) {
@@ -400,16 +434,22 @@ static void fill_arena(uint8_t *arena, size_t blocks, int dtype, uint32_t bs,
                     }
                 }
             } else {
-                for (size_t i = 0; i < n; i += 8) {
+                size_t code_bytes =
+                    PKV_LAYOUT_Q_CODE_BYTES((size_t)pd, (size_t)bs,
+                                            (size_t)HEAD_DIM);
+                for (size_t i = 0; i < code_bytes; i += 8) {
                     uint64_t r = host_rand(rng);
                     memcpy(part + i, &r, 8);
                 }
-                uint32_t groups = kv ? bs : HEAD_DIM;
-                uint16_t *lo = (uint16_t *)(void *)(part + n);
-                for (uint32_t g = 0; g < groups; g++) {
+                size_t groups = PKV_LAYOUT_Q_GROUPS(
+                    (size_t)pd, (size_t)part_group(kv), (size_t)U4G,
+                    (size_t)bs, (size_t)HEAD_DIM);
+                float levels = (float)PKV_LAYOUT_Q_LEVELS(pd);
+                uint16_t *lo = (uint16_t *)(void *)(part + code_bytes);
+                for (size_t g = 0; g < groups; g++) {
                     lo[g] = pkv__f32_to_f16(-(float)host_uniform(rng));
                     lo[groups + g] = pkv__f32_to_f16(
-                        (float)host_uniform(rng) * (2.0f / 255.0f));
+                        (float)host_uniform(rng) * (2.0f / levels));
                 }
             }
         }
@@ -417,35 +457,46 @@ static void fill_arena(uint8_t *arena, size_t blocks, int dtype, uint32_t bs,
 }
 
 /* K or V value (channel c, token t) of a head's part, as the kernels read
- * it (u8: lo + code * scale in f32). */
+ * it (u8, u4: lo + code * scale in f32). */
 static float kv_value(const uint8_t *head, int dtype, uint32_t bs, int kv,
                       uint32_t t, uint32_t c)
 {
-    size_t kpart = PKV_LAYOUT_PART_BYTES((size_t)dtype,
-                                         (size_t)PKV_LAYOUT_PER_CHANNEL,
-                                         (size_t)bs, (size_t)HEAD_DIM);
-    const uint8_t *part = head + (kv ? kpart : 0);
+    const uint8_t *part = head + (kv ? v_offset(dtype, bs) : 0);
+    int pd = part_dtype(dtype, kv);
     size_t i = (size_t)t * HEAD_DIM + c;
-    if (dtype == PKV_LAYOUT_F32) {
+    if (pd == PKV_LAYOUT_F32) {
         float x;
         memcpy(&x, part + i * 4, 4);
         return x;
     }
-    if (dtype == PKV_LAYOUT_F16) {
+    if (pd == PKV_LAYOUT_F16) {
         uint16_t x;
         memcpy(&x, part + i * 2, 2);
         return pkv__f16_to_f32(x);
     }
-    uint32_t groups = kv ? bs : HEAD_DIM, g = kv ? t : c;
+    /* u4: channel 2k in the low nibble of byte k of the row, 2k + 1 in
+     * the high one. */
+    uint32_t code = pd == PKV_LAYOUT_U4
+                        ? (uint32_t)(part[i / 2] >> (4 * (i % 2))) & 15u
+                        : part[i];
+    uint32_t width = PKV_LAYOUT_Q_WIDTH((uint32_t)pd, U4G, HEAD_DIM);
+    size_t g = kv ? (size_t)t * (HEAD_DIM / width) + c / width : c;
     uint16_t lo, sc;
-    memcpy(&lo, part + (size_t)bs * HEAD_DIM + 2 * g, 2);
-    memcpy(&sc, part + (size_t)bs * HEAD_DIM + 2 * (groups + g), 2);
-    return pkv__f16_to_f32(lo) + (float)part[i] * pkv__f16_to_f32(sc);
+    memcpy(&lo, part + PKV_LAYOUT_Q_LO_OFFSET((size_t)pd, bs, HEAD_DIM) +
+                    2 * g,
+           2);
+    memcpy(&sc, part + PKV_LAYOUT_Q_SCALE_OFFSET((size_t)pd,
+                                                 (size_t)part_group(kv),
+                                                 (size_t)U4G, (size_t)bs,
+                                                 (size_t)HEAD_DIM) +
+                    2 * g,
+           2);
+    return pkv__f16_to_f32(lo) + (float)code * pkv__f16_to_f32(sc);
 }
 
-/* Plain C reference of one decode row, in double. The u8 block holding
- * the context's last token reads the staging tail, also when it is full
- * (the step that fills a block reads it from there). */
+/* Plain C reference of one decode row, in double. The quantized block
+ * holding the context's last token reads the staging tail, also when it is
+ * full (the step that fills a block reads it from there). */
 static void reference(const uint8_t *arena, const float *stages,
                       const uint32_t *table, const decode_case *c,
                       uint32_t max_blocks, uint32_t seq, const float *q,
@@ -470,7 +521,8 @@ static void reference(const uint8_t *arena, const float *stages,
                     arena + (size_t)table[(size_t)seq * max_blocks + j] *
                                 HKV * hb +
                     kh * hb;
-                int tail = c->dtype == PKV_LAYOUT_U8 && (j + 1) * bs >= ctx;
+                int tail =
+                    PKV_LAYOUT_QUANTIZED(c->dtype) && (j + 1) * bs >= ctx;
                 const float *tk =
                     stages + ((size_t)seq * HKV + kh) * 2 * bs * HEAD_DIM;
                 if (pass == 0) {
@@ -758,12 +810,13 @@ done:
 /* ------------------------------------------------------------ the report */
 
 /* Correctness: every dtype against the plain C reference, with ragged
- * contexts, a u8 tail block, split partitions and a sliding window. */
+ * contexts, a quantized tail block, split partitions and a sliding
+ * window. */
 static int check_all(const cl_env *e, const bench_options *opt)
 {
     static const uint32_t lens[5] = {1000, 37, 517, 1, 4096};
     int rc = 0;
-    for (int dt = 0; dt < 3; dt++) {
+    for (int dt = 0; dt < NUM_DTYPES; dt++) {
         for (uint32_t w = 0; w <= 300; w += 300) {
             decode_case c = {dt, 4096, 5, 16, w, lens};
             decode_result r;
@@ -772,7 +825,7 @@ static int check_all(const cl_env *e, const bench_options *opt)
             /* f32 accumulation over up to 4096 tokens in a different order
              * than the double reference; outputs are O(1). */
             int ok = r.max_error < 1e-4;
-            printf("check %-3s window %3u: max |kernel - C reference| = "
+            printf("check %-7s window %3u: max |kernel - C reference| = "
                    "%.2e %s\n",
                    DTYPE_NAME[dt], (unsigned)w, r.max_error,
                    ok ? "ok" : "FAILED (tolerance 1e-4)");
@@ -790,6 +843,77 @@ static int check_all(const cl_env *e, const bench_options *opt)
     return rc;
 }
 
+/* The case of dtype dt at c's context, batch and block size that ran, or
+ * NULL. */
+static const decode_result *same_shape(const decode_case *cases,
+                                       const decode_result *results, int n,
+                                       const decode_case *c, int dt)
+{
+    for (int i = 0; i < n; i++)
+        if (cases[i].dtype == dt && cases[i].ctx_max == c->ctx_max &&
+            cases[i].batch == c->batch &&
+            cases[i].block_size == c->block_size && results[i].seconds > 0.0)
+            return &results[i];
+    return NULL;
+}
+
+/* The ratio rows: u8, u4 and u8k-u4v against u8 and f16 of the same
+ * context, batch and block size, in bytes per token, median time per step
+ * and median CPU time per step. */
+static void print_ratios(const cl_env *e, const bench_options *opt,
+                         const decode_case *cases,
+                         const decode_result *results, int n)
+{
+    static const int refs[2] = {PKV_LAYOUT_U8, PKV_LAYOUT_F16};
+    printf("\nQuantized KV against u8 and against f16, same ctx, batch and "
+           "block (x / ref:\nunder 1 is fewer bytes, less time):\n");
+    printf("%-7s %5s %5s %4s  %7s %7s %7s  %7s %7s %7s\n", "kv", "ctx",
+           "batch", "bs", "B/tok", "ms", "CPU ms", "B/tok", "ms", "CPU ms");
+    printf("%-7s %5s %5s %4s  %23s  %23s\n", "", "", "", "", "/ u8 ",
+           "/ f16 ");
+    for (int i = 0; i < n; i++) {
+        const decode_case *c = &cases[i];
+        const decode_result *r = &results[i];
+        if (!PKV_LAYOUT_QUANTIZED(c->dtype) || r->seconds <= 0.0)
+            continue;
+        char text[2][3][16], json[2][3][16];
+        int any = 0;
+        for (int k = 0; k < 2; k++) {
+            const decode_result *ref =
+                refs[k] == c->dtype
+                    ? NULL
+                    : same_shape(cases, results, n, c, refs[k]);
+            any |= ref != NULL;
+            double bytes = (double)head_bytes(c->dtype, c->block_size);
+            double ref_bytes =
+                ref ? (double)head_bytes(refs[k], c->block_size) : 0.0;
+            ratio(bytes, ref_bytes, text[k][0], json[k][0]);
+            ratio(r->seconds, ref ? ref->seconds : 0.0, text[k][1],
+                  json[k][1]);
+            ratio(r->cpu_seconds, ref ? ref->cpu_seconds : 0.0, text[k][2],
+                  json[k][2]);
+        }
+        if (!any)
+            continue;
+        printf("%-7s %5u %5u %4u  %7s %7s %7s  %7s %7s %7s\n",
+               DTYPE_NAME[c->dtype], (unsigned)c->ctx_max, (unsigned)c->batch,
+               (unsigned)c->block_size, text[0][0], text[0][1], text[0][2],
+               text[1][0], text[1][1], text[1][2]);
+        if (opt->json != NULL)
+            fprintf(opt->json,
+                    "{\"bench\":\"decode_ratio\",\"variant\":\"%s\","
+                    "\"device\":\"%s\",\"kv\":\"%s\",\"ctx\":%u,"
+                    "\"batch\":%u,\"block_size\":%u,"
+                    "\"bytes_over_u8\":%s,\"seconds_over_u8\":%s,"
+                    "\"cpu_seconds_over_u8\":%s,\"bytes_over_f16\":%s,"
+                    "\"seconds_over_f16\":%s,\"cpu_seconds_over_f16\":%s}\n",
+                    VARIANT_NAME[e->variant], e->name, DTYPE_NAME[c->dtype],
+                    (unsigned)c->ctx_max, (unsigned)c->batch,
+                    (unsigned)c->block_size, json[0][0], json[0][1],
+                    json[0][2], json[1][0], json[1][1], json[1][2]);
+    }
+}
+
 int bench_kernels(const bench_options *opt)
 {
     cl_env e;
@@ -798,14 +922,20 @@ int bench_kernels(const bench_options *opt)
         cl_close(&e);
         return 1;
     }
+    static const int dtypes[NUM_DTYPES] = {
+        PKV_LAYOUT_U8, PKV_LAYOUT_U4, PKV_LAYOUT_U8K_U4V, PKV_LAYOUT_F16,
+        PKV_LAYOUT_F32};
     static const uint32_t ctxs[4] = {512, 2048, 4096, 8192};
-    static const uint32_t batches[3] = {1, 16, 64};
+    static const uint32_t batches[4] = {1, 16, 32, 64};
     static const uint32_t sweep[4] = {16, 32, 64, 128};
-    decode_case cases[64];
+    decode_case cases[96];
     int n = 0;
-    for (int dt = 2; dt >= 0; dt--)
-        for (int ci = 0; ci < 4; ci++)
-            for (int bi = 0; bi < 3; bi++) {
+    /* The dtypes of a shape back to back, so that the ratio rows compare
+     * steps timed under about the same load. */
+    for (int ci = 0; ci < 4; ci++)
+        for (int bi = 0; bi < 4; bi++)
+            for (int di = 0; di < NUM_DTYPES; di++) {
+                int dt = dtypes[di];
                 if (opt->quick && !(ctxs[ci] == 4096 && batches[bi] == 16 &&
                                     dt != PKV_LAYOUT_F32))
                     continue;
@@ -823,8 +953,8 @@ int bench_kernels(const bench_options *opt)
      * shuffled blocks of every head-part size the cases read. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = ncpu > 0 ? (int)ncpu : 1;
-    size_t part_bytes[8];
-    double part_gbps[8];
+    size_t part_bytes[16];
+    double part_gbps[16];
     int parts = 0;
     double bw = 0.0;
     bw_vec *buf = aligned_alloc(64, BW_BYTES);
@@ -836,7 +966,7 @@ int bench_kernels(const bench_options *opt)
             int k = 0;
             while (k < parts && part_bytes[k] != hb)
                 k++;
-            if (k == parts && parts < 8) {
+            if (k == parts && parts < 16) {
                 part_bytes[parts] = hb;
                 part_gbps[parts++] = read_gbps(buf, threads, hb, 1);
             }
@@ -866,11 +996,13 @@ int bench_kernels(const bench_options *opt)
     int rc = check_all(&e, opt);
 
     FILE *plot = bench_plot_open(opt, "kernels");
-    printf("%-4s %5s %5s %4s %6s %9s %8s %7s %7s %8s %8s %5s %s\n", "kv",
+    printf("%-7s %5s %5s %4s %6s %9s %8s %7s %7s %8s %8s %5s %s\n", "kv",
            "ctx", "batch", "bs", "B/tok", "ms", "KV GB/s", "of bw", "of blk",
            "paged/", "CPU ms", "parts", "");
-    printf("%-4s %5s %5s %4s %6s %9s %8s %7s %7s %8s %8s %5s %s\n", "", "",
+    printf("%-7s %5s %5s %4s %6s %9s %8s %7s %7s %8s %8s %5s %s\n", "", "",
            "", "", "", "(median)", "", "", "", "contig", "", "", "");
+    decode_result results[96];
+    memset(results, 0, sizeof results);
     for (int i = 0; i < n && rc == 0; i++) {
         const decode_case *c = &cases[i];
         decode_result r;
@@ -882,8 +1014,9 @@ int bench_kernels(const bench_options *opt)
             rc = 1;
             break;
         }
+        results[i] = r;
         if (r.skipped) {
-            printf("%-4s %5u %5u %4u %6zu  skipped: KV exceeds "
+            printf("%-7s %5u %5u %4u %6zu  skipped: KV exceeds "
                    "CL_DEVICE_MAX_MEM_ALLOC_SIZE (%.0f MiB)\n",
                    DTYPE_NAME[c->dtype], (unsigned)c->ctx_max,
                    (unsigned)c->batch, (unsigned)c->block_size, bpt,
@@ -903,7 +1036,7 @@ int bench_kernels(const bench_options *opt)
         char of_bw[16], of_blk[16], json_bw[16], json_blk[16];
         share(gbps, bw, of_bw, json_bw);
         share(gbps, blk, of_blk, json_blk);
-        printf("%-4s %5u %5u %4u %6zu %9.2f %8.2f %7s %7s %8.3f "
+        printf("%-7s %5u %5u %4u %6zu %9.2f %8.2f %7s %7s %8.3f "
                "%8.2f %5u %s\n",
                DTYPE_NAME[c->dtype], (unsigned)c->ctx_max, (unsigned)c->batch,
                (unsigned)c->block_size, bpt, r.seconds * 1e3, gbps, of_bw,
@@ -950,12 +1083,16 @@ int bench_kernels(const bench_options *opt)
                      "plot data using 2:xtic(1) title 'KV GB/s, % of bandwidth', "
                      "'' using 0:3 axes x1y2 with points pt 7 "
                      "title 'paged / contiguous'");
-    printf("\nB/tok: KV bytes per token over all %u kv heads (K + V, u8 "
-           "parameters included);\nu8 keys per channel, values per token. "
-           "of blk: share of the block read of the\ncase's head-part size. "
-           "CPU ms: process CPU time per step (all threads;\non a CPU device "
-           "the kernel's own cost, whatever other processes take).\n",
-           HKV);
+    printf("\nB/tok: KV bytes per token over all %u kv heads (K + V, "
+           "quantization parameters\nincluded); u8 and u4 keys per channel, "
+           "values per token (u4: a lo and scale\nper %u channels of a "
+           "token). of blk: share of the block read of the case's\n"
+           "head-part size. CPU ms: process CPU time per step (all threads; "
+           "on a CPU\ndevice the kernel's own cost, whatever other processes "
+           "take).\n",
+           HKV, U4G);
+    if (rc == 0)
+        print_ratios(&e, opt, cases, results, n);
     cl_close(&e);
     return rc;
 }

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-bench memory: how much KV memory requests really use, under static
  * max-length allocation (one max_model_len slab per request, as servers did
- * before paging) and under pkv's paged block tables; and how much n parallel
- * samples of one prompt share. Host-side only: no device is touched. */
+ * before paging) and under pkv's paged block tables; how much n parallel
+ * samples of one prompt share; and what each KV format costs per token.
+ * Host-side only: no device is touched. */
 #include "bench.h"
 #include "sample.h"
 
+#include "kv_layout.h"
 #include "table.h"
 
 #include <math.h>
@@ -135,6 +137,78 @@ static int run_parallel_samples(uint32_t n, uint32_t prompt, uint32_t gen,
     return rc;
 }
 
+/* The formats table's model: sequences of FORMAT_SEQ_LEN tokens in
+ * FORMAT_LAYERS layers of FORMAT_KV_HEADS kv heads (Llama-3-8B's at
+ * head_dim 128). */
+#define FORMAT_LAYERS 32u
+#define FORMAT_KV_HEADS 8u
+#define FORMAT_SEQ_LEN 1024u
+#define FORMAT_U4_GROUP 32u
+
+/* One KV format: its pkv_kv_dtype and K / V groups. */
+typedef struct kv_format {
+    const char *name;
+    uint32_t dtype, key_group, value_group;
+} kv_format;
+
+/* Bytes per token of every format at head_dim 128 and 256 and block 16,
+ * 32 and 64 (one kv head of one layer, K and V, parameters and padding
+ * included), and how many FORMAT_SEQ_LEN-token sequences of the format's
+ * model fit in a GiB (a fraction: the point is the ratio), a quantized
+ * format's staging tail (one block of f32 K and V, all layers) counted per
+ * sequence. */
+static void formats_table(const bench_options *opt)
+{
+    static const kv_format formats[] = {
+        {"f16", PKV_LAYOUT_F16, PKV_LAYOUT_PER_CHANNEL,
+         PKV_LAYOUT_PER_CHANNEL},
+        {"u8", PKV_LAYOUT_U8, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN},
+        {"u8k-u4v", PKV_LAYOUT_U8K_U4V, PKV_LAYOUT_PER_CHANNEL,
+         PKV_LAYOUT_PER_TOKEN},
+        {"u4", PKV_LAYOUT_U4, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN},
+        {"u4 token keys", PKV_LAYOUT_U4, PKV_LAYOUT_PER_TOKEN,
+         PKV_LAYOUT_PER_TOKEN},
+    };
+    static const uint32_t dims[] = {128, 256}, blocks[] = {16, 32, 64};
+    printf("\nformats: bytes per token of one kv head (K + V), and sequences "
+           "of %u tokens per GiB (%u layers x %u kv heads, u4 groups of %u)\n",
+           FORMAT_SEQ_LEN, FORMAT_LAYERS, FORMAT_KV_HEADS, FORMAT_U4_GROUP);
+    printf("%-14s %5s %5s %12s %8s %12s\n", "format", "dim", "block",
+           "bytes/token", "vs f16", "seqs/GiB");
+    for (size_t di = 0; di < 2; di++)
+        for (size_t bi = 0; bi < 3; bi++)
+            for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+                const kv_format *k = &formats[f];
+                uint64_t d = dims[di], bs = blocks[bi];
+                uint64_t head = PKV_LAYOUT_HEAD_BYTES(
+                    (uint64_t)k->dtype, (uint64_t)k->key_group,
+                    (uint64_t)k->value_group, (uint64_t)FORMAT_U4_GROUP, bs,
+                    d);
+                uint64_t f16 = 2 * 2 * d;
+                uint64_t heads = (uint64_t)FORMAT_LAYERS * FORMAT_KV_HEADS;
+                uint64_t nblocks = (FORMAT_SEQ_LEN + bs - 1) / bs;
+                uint64_t tail = PKV_LAYOUT_QUANTIZED(k->dtype)
+                                    ? heads * 2 * bs * d * 4
+                                    : 0;
+                uint64_t seq = nblocks * head * heads + tail;
+                double per_token = (double)head / (double)bs;
+                double fit = (double)(1ull << 30) / (double)seq;
+                printf("%-14s %5llu %5llu %12.1f %7.2fx %12.2f\n", k->name,
+                       (unsigned long long)d, (unsigned long long)bs,
+                       per_token, (double)f16 / per_token, fit);
+                if (opt->json)
+                    fprintf(opt->json,
+                            "{\"bench\":\"memory\",\"workload\":"
+                            "\"formats\",\"format\":\"%s\","
+                            "\"head_dim\":%llu,\"block_size\":%llu,"
+                            "\"bytes_per_token\":%.2f,\"vs_f16\":%.3f,"
+                            "\"seqs_per_gib\":%.3f}\n",
+                            k->name, (unsigned long long)d,
+                            (unsigned long long)bs, per_token,
+                            (double)f16 / per_token, fit);
+            }
+}
+
 int bench_memory(const bench_options *opt)
 {
     printf("memory: lognormal lengths (median 400, sigma 1, max %u), "
@@ -203,5 +277,6 @@ int bench_memory(const bench_options *opt)
                 "\"blocks_bound\":%llu}\n",
                 n, prompt, gen, (unsigned long long)used,
                 (unsigned long long)unshared, (unsigned long long)bound);
+    formats_table(opt);
     return used <= bound ? 0 : 1;
 }
