@@ -8,7 +8,7 @@ set -u
 name=pkv-llama
 binary=$1
 . "$(dirname "$0")/cli_lib.sh"
-expect 2 "--kv u9: expected f32, f16 or u8" --kv u9
+expect 2 "--kv u9: expected f32, f16, u8, u4 or u8k-u4v" --kv u9
 expect 2 "--requests 0: expected a whole number >= 1" --requests 0
 expect 2 "--backend needs a value" --backend
 expect 2 "unknown option --frobnicate" --frobnicate

@@ -2,13 +2,13 @@
 /*
  * pkv-gemma3: Gemma 3 270M served through pkv, text in and text out.
  *
- *   pkv-gemma3 [--weights PATH] [--kv f32|f16|u8] [--backend auto|cpu|opencl]
+ *   pkv-gemma3 [--weights PATH] [--kv f32|f16|u8|u4|u8k-u4v] [--backend auto|cpu|opencl]
  *              [--prompt TEXT | --file PATH] [--max-new N]
  *              [--temperature T] [--top-p P] [--seed S] [--threads N]
  *              [--json] [--quiet]
  *   pkv-gemma3 --prompt-ids PATH [--logits PATH [--logits-from K]] ...
  *   pkv-gemma3 --perplexity PATH [--ctx N] [--max-tokens N] [--kv ...]
- *              [--u8-keys channel|token]
+ *              [--keys channel|token]
  *   pkv-gemma3 --agreement [--max-new N] [--kv ...]
  *
  * Without --prompt or --file it serves the demo's 32 requests at once (a
@@ -80,7 +80,7 @@ typedef struct run {
 static int usage(void)
 {
     fprintf(stderr,
-            "usage: pkv-gemma3 [--weights PATH] [--kv f32|f16|u8] "
+            "usage: pkv-gemma3 [--weights PATH] [--kv f32|f16|u8|u4|u8k-u4v] "
             "[--backend auto|cpu|opencl]\n"
             "                  [--prompt TEXT | --file PATH] [--max-new N] "
             "[--temperature T]\n"
@@ -90,7 +90,7 @@ static int usage(void)
             "[--logits-from K]] ...\n"
             "       pkv-gemma3 --perplexity PATH [--ctx N] [--max-tokens N] "
             "[--kv ...]\n"
-            "                  [--u8-keys channel|token]\n"
+            "                  [--keys channel|token]\n"
             "       pkv-gemma3 --agreement [--max-new N] [--kv ...]\n"
             "Without --prompt or --file: the demo's 32 requests at once.\n"
             "Weights: sh examples/gemma3/setup.sh writes them (default\n"
@@ -132,8 +132,8 @@ static int parse_value(options *o, const char *a, const char *v)
         o->perplexity = v;
     } else if (strcmp(a, "--kv") == 0) {
         if (host_parse_kv(v, &o->kv_dtype) != 0)
-            return bad_arg(a, v, "f32, f16 or u8");
-    } else if (strcmp(a, "--u8-keys") == 0) {
+            return bad_arg(a, v, "f32, f16, u8, u4 or u8k-u4v");
+    } else if (strcmp(a, "--keys") == 0) {
         if (strcmp(v, "channel") == 0)
             o->key_quant = PKV_QUANT_PER_CHANNEL;
         else if (strcmp(v, "token") == 0)
@@ -184,7 +184,7 @@ static int parse_options(int argc, char **argv, options *o)
         "--weights", "--prompt",      "--file",  "--perplexity",
         "--kv",      "--backend",     "--max-new", "--ctx",
         "--max-tokens", "--temperature", "--top-p", "--seed",
-        "--threads", "--u8-keys", "--prompt-ids", "--logits",
+        "--threads", "--keys", "--prompt-ids", "--logits",
         "--logits-from"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -32,7 +32,12 @@ static const char *dtype_name(const g3_kv_choice *kv)
         return "f32";
     if (kv->dtype == PKV_KV_F16)
         return "f16";
-    return kv->key_quant == PKV_QUANT_PER_TOKEN ? "u8-token-keys" : "u8";
+    int token_keys = kv->key_quant == PKV_QUANT_PER_TOKEN;
+    if (kv->dtype == PKV_KV_U4)
+        return token_keys ? "u4-token-keys" : "u4";
+    if (kv->dtype == PKV_KV_U8K_U4V)
+        return token_keys ? "u8k-u4v-token-keys" : "u8k-u4v";
+    return token_keys ? "u8-token-keys" : "u8";
 }
 
 /* Sequences to run through an engine, each scored from position first:

@@ -31,16 +31,23 @@ int host_parse_u32(const char *s, uint32_t *out)
     return 0;
 }
 
+/* The names of the pkv_kv_dtype values, in order. */
+static const char *const KV_NAMES[] = {"f32", "f16", "u8", "u4", "u8k-u4v"};
+#define NUM_KV (sizeof KV_NAMES / sizeof KV_NAMES[0])
+
 int host_parse_kv(const char *s, int32_t *out)
 {
-    static const char *const names[] = {"f32", "f16", "u8"};
-    static const int32_t kinds[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(s, names[i]) == 0) {
-            *out = kinds[i];
+    for (size_t i = 0; i < NUM_KV; i++)
+        if (strcmp(s, KV_NAMES[i]) == 0) {
+            *out = (int32_t)i;
             return 0;
         }
     return -1;
+}
+
+const char *host_kv_name(int32_t dtype)
+{
+    return dtype >= 0 && (size_t)dtype < NUM_KV ? KV_NAMES[dtype] : "?";
 }
 
 int host_parse_backend(const char *s, int32_t *out)

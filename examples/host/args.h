@@ -18,8 +18,12 @@ int host_bad_arg(const char *program, const char *arg, const char *value,
 /* A decimal whole number that fits 32 bits. 0 or -1. */
 int host_parse_u32(const char *s, uint32_t *out);
 
-/* f32, f16 or u8 to a pkv_kv_dtype. 0 or -1. */
+/* f32, f16, u8, u4 or u8k-u4v (U8 keys, U4 values) to a pkv_kv_dtype.
+ * 0 or -1. */
 int host_parse_kv(const char *s, int32_t *out);
+
+/* The name host_parse_kv reads for a pkv_kv_dtype ("?" for none). */
+const char *host_kv_name(int32_t dtype);
 
 /* auto, cpu or opencl to a pkv_backend_kind. 0 or -1. */
 int host_parse_backend(const char *s, int32_t *out);

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "serve.h"
 
+#include "args.h"
 #include "sample.h"
 
 #include <stdio.h>
@@ -219,7 +220,6 @@ void host_print_summary(const char *program, pkv_engine *e,
     pkv_engine_stats st;
     pkv_engine_stats_init(&st);
     pkv_engine_get_stats(e, &st);
-    static const char *const dtypes[] = {"f32", "f16", "u8"};
     printf("\n%s: %u requests, %llu tokens generated, %llu processed in "
            "%.2f s (%llu steps)\n",
            program, n, (unsigned long long)r->generated,
@@ -232,7 +232,7 @@ void host_print_summary(const char *program, pkv_engine *e,
            "over %llu steps; %u blocks of %u tokens, %s)\n",
            100.0 * r->kv_util_mean, (unsigned long long)r->util_samples,
            p->num_blocks, st.block_size,
-           p->kv_dtype >= 0 && p->kv_dtype <= 2 ? dtypes[p->kv_dtype] : "?");
+           host_kv_name(p->kv_dtype));
     printf("preemptions:      %llu\n", (unsigned long long)st.preemptions);
     printf("prefix hits:      %llu of %llu prompt tokens\n",
            (unsigned long long)st.prefix_hit_tokens,

@@ -5,7 +5,7 @@
  * batch mixes prompt chunks and decodes, and each sequence's tokens are
  * printed as they are sampled, prefixed by its id.
  *
- *   pkv-llama [--checkpoint model.bin] [--prompts FILE] [--kv f32|f16|u8]
+ *   pkv-llama [--checkpoint model.bin] [--prompts FILE] [--kv f32|f16|u8|u4|u8k-u4v]
  *             [--backend auto|cpu|opencl] [--requests N] [--max-new N]
  *             [--temperature T] [--seed S] [--blocks N] [--stop ID]
  *             [--dense] [--quiet]
@@ -63,7 +63,7 @@ static int usage(void)
 {
     fprintf(stderr,
             "usage: pkv-llama [--checkpoint PATH] [--prompts FILE] "
-            "[--kv f32|f16|u8]\n"
+            "[--kv f32|f16|u8|u4|u8k-u4v]\n"
             "                 [--backend auto|cpu|opencl] [--requests N] "
             "[--max-new N]\n"
             "                 [--temperature T] [--seed S] [--blocks N] "
@@ -127,7 +127,7 @@ static int parse_options(int argc, char **argv, options *o)
             o->prompts = v;
         } else if (strcmp(a, "--kv") == 0) {
             if (host_parse_kv(v, &o->kv_dtype) != 0)
-                return bad_arg(a, v, "f32, f16 or u8");
+                return bad_arg(a, v, "f32, f16, u8, u4 or u8k-u4v");
         } else if (strcmp(a, "--backend") == 0) {
             if (host_parse_backend(v, &o->backend) != 0)
                 return bad_arg(a, v, "auto, cpu or opencl");

@@ -8,9 +8,9 @@ set -u
 name=pkv-gemma3
 binary=$1
 . "$(dirname "$0")/../cli_lib.sh"
-expect 2 "--kv u9: expected f32, f16 or u8" --kv u9
+expect 2 "--kv u9: expected f32, f16, u8, u4 or u8k-u4v" --kv u9
 expect 2 "--top-p 0: expected a number in (0, 1]" --top-p 0
-expect 2 "--u8-keys needs a value" --u8-keys
+expect 2 "--keys needs a value" --keys
 expect 2 "unknown option --frobnicate" --frobnicate
 expect 2 "exclude each other" --prompt a --file b
 expect 2 "--logits needs --prompt-ids" --logits x
