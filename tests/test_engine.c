@@ -137,6 +137,19 @@ static void test_create_rejects_bad_params(void **state)
     p = small_params();
     p.value_quant = -1;
     expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "value_quant");
+    /* U4 groups: a multiple of 8 dividing head_dim (64), or head_dim;
+     * ignored by the other dtypes. */
+    p = small_params();
+    p.kv_dtype = PKV_KV_U4;
+    p.u4_group = 12;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "u4_group");
+    p.kv_dtype = PKV_KV_U8K_U4V;
+    p.u4_group = 48;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "u4_group");
+    p.kv_dtype = PKV_KV_U8;
+    pkv_engine *e8;
+    assert_int_equal(pkv_engine_create(&p, &e8), PKV_OK);
+    pkv_engine_destroy(e8);
     p = small_params();
     p.num_blocks = 1;
     expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "num_blocks");

@@ -340,10 +340,11 @@ typedef struct pkv_engine_params {
 /*
  * Fill *params with defaults: struct_size set, block_size 0 (follow the
  * device; pkv_engine_get_stats reports the size chosen), KV in f16,
- * default quantization groups, cache_bytes 256 MiB, max_model_len 4096,
- * max_num_seqs 256, max_batch_tokens 2048, FCFS, recompute, watermark 0.01,
- * no quotas, no swap, backend AUTO, malloc/free, no log, no OpenCL device
- * preference, no program cache, pkv's own OpenCL context.
+ * default quantization groups and u4_group, cache_bytes 256 MiB,
+ * max_model_len 4096, max_num_seqs 256, max_batch_tokens 2048, FCFS,
+ * recompute, watermark 0.01, no quotas, no swap, backend AUTO,
+ * malloc/free, no log, no OpenCL device preference, no program cache,
+ * pkv's own OpenCL context.
  * Model geometry is left 0 and must be set by the caller.
  * Returns PKV_ERR_INVALID_ARGUMENT if params is NULL.
  * Thread-safety: safe from any thread. Ownership: writes *params only.
