@@ -43,8 +43,7 @@ pkv_status pkv__backend_config_check(const pkv__backend_config *c)
                          (int)c->kv_dtype);
     if (pkv__backend_quantized(c)) {
         int u4 = c->kv_dtype != PKV_KV_U8;
-        if (u4 && (c->u4_group == 0 || c->head_dim % c->u4_group != 0 ||
-                   (c->u4_group % 8 != 0 && c->u4_group != c->head_dim)))
+        if (u4 && !pkv__u4_group_ok(c->u4_group, c->head_dim))
             return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                              "backend: u4_group %u is not a multiple of 8 "
                              "dividing head_dim %u, nor head_dim",

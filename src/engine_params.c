@@ -5,6 +5,7 @@
 
 #include "error.h"
 #include "kv_layout.h"
+#include "quant.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -151,8 +152,7 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
     if (p->u4_group == 0)
         p->u4_group = p->head_dim % 32 == 0 ? 32 : p->head_dim;
     int u4 = p->kv_dtype == PKV_KV_U4 || p->kv_dtype == PKV_KV_U8K_U4V;
-    if (u4 && (p->head_dim % p->u4_group != 0 ||
-               (p->u4_group % 8 != 0 && p->u4_group != p->head_dim)))
+    if (u4 && !pkv__u4_group_ok(p->u4_group, p->head_dim))
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->u4_group is %u; must be a multiple of 8 "
                          "dividing head_dim %u, or head_dim",

@@ -8,6 +8,12 @@
 #include <math.h>
 #include <string.h>
 
+int pkv__u4_group_ok(uint32_t width, uint32_t head_dim)
+{
+    return width != 0 && head_dim % width == 0 &&
+           (width % 8 == 0 || width == head_dim);
+}
+
 uint32_t pkv__quant_levels(int32_t dtype)
 {
     return dtype == PKV_KV_U4 ? 15u : 255u;

@@ -38,6 +38,11 @@ typedef struct pkv__qformat {
     uint32_t u4_group;
 } pkv__qformat;
 
+/* Whether width channels can form a U4 per-token group of a head_dim-wide
+ * row: a multiple of 8 dividing head_dim (kernels read codes 8 at a
+ * time), or the whole row. */
+int pkv__u4_group_ok(uint32_t width, uint32_t head_dim);
+
 /* The largest code of dtype: 255 (U8) or 15 (U4). */
 uint32_t pkv__quant_levels(int32_t dtype);
 

@@ -88,7 +88,7 @@ static void copy_rows(const pkv__backend_config *c, uint32_t computed,
                 }
 }
 
-/* A U8 export holds what the sequence holds and nothing else. The arena
+/* A quantized export holds what the sequence holds and nothing else. The arena
  * bytes of an unsealed last block are never read (its rows are in the
  * staging tail), nor are the tail's rows past the last stored token (all
  * of them when the last block is sealed); they can hold KV of tokens the
@@ -96,8 +96,8 @@ static void copy_rows(const pkv__backend_config *c, uint32_t computed,
  * back seal), so they are exported as zeros: two sequences with the same
  * tokens and stored KV export the same bytes. kv: the export's KV part
  * (swap layout, then the tail [layer][kv head][K, V][token][ch]). */
-static void u8_canonical(const pkv__backend_config *c, uint32_t computed,
-                         uint8_t *kv)
+static void quantized_canonical(const pkv__backend_config *c,
+                                uint32_t computed, uint8_t *kv)
 {
     uint32_t bs = c->block_size, used = computed % bs;
     uint32_t n = pkv__blocks_for(computed, bs);
@@ -184,7 +184,7 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
 
     uint8_t *out = buffer;
     pkv__wire_put_header(out, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
-    int u8 = pkv__backend_quantized(c);
+    int quantized = pkv__backend_quantized(c);
     pkv__put_u32(out + AT_NUM_TOKENS, s->num_tokens);
     pkv__put_u32(out + AT_PROMPT_LEN, s->prompt_len);
     pkv__put_u32(out + AT_NUM_COMPUTED, s->num_computed);
@@ -194,9 +194,9 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     uint8_t *p = out + HEADER_BYTES;
     for (uint32_t i = 0; i < s->num_tokens; i++, p += 4)
         pkv__put_u32(p, (uint32_t)s->tokens[i]);
-    if (kv > 0 && u8) {
+    if (kv > 0 && quantized) {
         memcpy(p, swap, (size_t)kv);
-        u8_canonical(c, s->num_computed, p);
+        quantized_canonical(c, s->num_computed, p);
     } else if (kv > 0)
         copy_rows(c, s->num_computed, p, swap, 0);
     pkv__put_u64(out + AT_CHECKSUM,
@@ -237,7 +237,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
                                 "changed or damaged");
     const pkv__backend_config *c = &e->backend_config;
     uint32_t dtype = pkv__get_u32(d + PKV__AT_KV_DTYPE);
-    int u8 = pkv__backend_quantized(c);
+    int quantized = pkv__backend_quantized(c);
     /* The geometry must match this engine's; the block size (and U8's
      * groups) may differ. */
     uint8_t mine[HEADER_BYTES];
@@ -259,7 +259,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     src.block_size = pkv__get_u32(d + PKV__AT_BLOCK_SIZE);
     uint32_t kq = pkv__get_u32(d + PKV__AT_KEY_QUANT);
     uint32_t vq = pkv__get_u32(d + PKV__AT_VALUE_QUANT);
-    int groups_ok = u8 ? pkv__wire_get_quant(&src, kq, vq)
+    int groups_ok = quantized ? pkv__wire_get_quant(&src, kq, vq)
                        : kq == 0 && vq == 0;
     if (src.block_size == 0 || src.block_size > PKV_LAYOUT_MAX_BLOCK_SIZE ||
         (src.block_size & (src.block_size - 1)) != 0 || !groups_ok)
@@ -270,7 +270,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
                                 (unsigned)vq);
     *keep_kv = memcmp(d + PKV__AT_KEY_QUANT, mine + PKV__AT_KEY_QUANT, 8) ==
                    0 &&
-               (!u8 || src.block_size == c->block_size);
+               (!quantized || src.block_size == c->block_size);
     uint32_t prompt = pkv__get_u32(d + AT_PROMPT_LEN);
     uint32_t computed = pkv__get_u32(d + AT_NUM_COMPUTED);
     uint32_t generated = pkv__get_u32(d + AT_NUM_GENERATED);

@@ -67,8 +67,7 @@ static int quant_word_ok(uint32_t w, int32_t dtype, uint32_t head_dim,
         return 0;
     if (dtype != PKV_KV_U4 || group != PKV_QUANT_PER_TOKEN)
         return *width == 0;
-    return *width != 0 && head_dim % *width == 0 &&
-           (*width % 8 == 0 || *width == head_dim);
+    return pkv__u4_group_ok(*width, head_dim);
 }
 
 int pkv__wire_get_quant(pkv__backend_config *c, uint32_t key_word,

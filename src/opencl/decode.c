@@ -19,7 +19,7 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
                                  char *opts, size_t size, int *program)
 {
     const pkv__backend_config *c = &b->cfg;
-    int u8 = pkv__backend_quantized(c);
+    int quantized = pkv__backend_quantized(c);
     uint32_t group = c->num_q_heads / c->num_kv_heads;
     cl_ulong local_mem = 0;
     size_t max_group = 0;
@@ -28,9 +28,10 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
     clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
                     sizeof max_group, &max_group, NULL);
     pkv__decode_setup su;
-    int u8_channel_values = u8 && c->value_quant == PKV_QUANT_PER_CHANNEL;
+    int q_channel_values =
+        quantized && c->value_quant == PKV_QUANT_PER_CHANNEL;
     if (pkv__decode_setup_make(kind, c->head_dim, group, c->block_size,
-                               u8_channel_values, local_mem, max_group,
+                               q_channel_values, local_mem, max_group,
                                &su) != 0)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the variant does not fit the device: %llu bytes of "
@@ -47,8 +48,8 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
              "-DPKV_U4_GROUP=%u%s",
              (unsigned)c->head_dim, (unsigned)c->block_size, (unsigned)group,
              (int)c->kv_dtype,
-             u8 ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
-             u8 ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL,
+             quantized ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
+             quantized ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL,
              (unsigned)(c->u4_group != 0 ? c->u4_group : c->head_dim),
              su.options);
     return PKV_OK;

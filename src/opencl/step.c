@@ -148,9 +148,9 @@ pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s)
     if (st != PKV_OK)
         return st;
     uint32_t n = s->num_seqs, bs = b->cfg.block_size;
-    int u8 = pkv__backend_quantized(&b->cfg);
+    int quantized = pkv__backend_quantized(&b->cfg);
     uint32_t seals = 0;
-    for (uint32_t i = 0; u8 && i < n; i++) {
+    for (uint32_t i = 0; quantized && i < n; i++) {
         uint32_t ctx = s->context_lens[i];
         uint32_t first = ctx - (s->query_start[i + 1] - s->query_start[i]);
         /* Blocks whose last token is one of this step's rows. */
@@ -189,7 +189,7 @@ static pkv_status upload_step(pkv__backend *b)
             return pkv__cl_fail(err, "clWaitForEvents(step upload)");
     }
     uint32_t n = s->num_seqs, bs = b->cfg.block_size;
-    int u8 = pkv__backend_quantized(&b->cfg);
+    int quantized = pkv__backend_quantized(&b->cfg);
     size_t off[PKV_STEP_HEADER], lens[PKV_STEP_HEADER];
     size_t at = step_layout(s, b->num_seals, b->num_tiles, off, lens);
     pkv_status st = grow_step(b, at);
@@ -202,7 +202,7 @@ static pkv_status upload_step(pkv__backend *b)
         memcpy(w + off[PKV_STEP_QUERY_START], s->query_start,
                lens[PKV_STEP_QUERY_START] * 4);
         memcpy(w + off[PKV_STEP_CONTEXT_LENS], s->context_lens, (size_t)n * 4);
-        if (u8)
+        if (quantized)
             memcpy(w + off[PKV_STEP_STAGES], s->stages, (size_t)n * 4);
         else
             memset(w + off[PKV_STEP_STAGES], 0, (size_t)n * 4);
@@ -222,12 +222,12 @@ static pkv_status upload_step(pkv__backend *b)
              * seals it: the step's rows read that block from there. */
             int in_last = tok / bs == (ctx - 1) / bs;
             w[off[PKV_STEP_ROW_TAIL] + r] =
-                u8 && in_last ? s->stages[i] : PKV_STEP_NO_TAIL;
+                quantized && in_last ? s->stages[i] : PKV_STEP_NO_TAIL;
             w[off[PKV_STEP_SLOTS] + 2 * (size_t)r] = (uint32_t)s->slots[r];
             w[off[PKV_STEP_SLOTS] + 2 * (size_t)r + 1] =
                 (uint32_t)(s->slots[r] >> 32);
         }
-        for (uint32_t j = first / bs; u8 && j < ctx / bs; j++) {
+        for (uint32_t j = first / bs; quantized && j < ctx / bs; j++) {
             uint32_t b0 = j * bs;
             uint32_t in_tail = first > b0 ? first - b0 : 0;
             seal[PKV_SEAL_BLOCK] = table[j];
