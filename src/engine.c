@@ -150,6 +150,9 @@ static void engine_free(pkv_engine *e)
         }
         pkv__seq_list_release(lists[l], &e->alloc);
     }
+    /* Before the backend and pool: the store's operations in flight are
+     * cancelled, so the connector stops writing into their buffers. */
+    pkv__store_release(e);
     if (e->ops != NULL)
         e->ops->destroy(e->backend);
     free_step_arrays(e);
@@ -226,6 +229,11 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (st == PKV_OK) {
         what = "prefix index";
         st = pkv__prefix_init(&e->prefix, &e->pool);
+    }
+    if (st == PKV_OK) {
+        what = "store state";
+        st = pkv__store_init(e, p.store);
+        e->params.store = p.store != NULL ? &e->store.cb : NULL;
     }
     if (st == PKV_OK) {
         what = "step arrays";
@@ -318,6 +326,23 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.seqs_finished = engine->totals.seqs_finished;
     s.draft_tokens = engine->totals.draft_tokens;
     s.draft_tokens_accepted = engine->totals.draft_tokens_accepted;
+    /* The store's counters are kept in totals as they are reported. */
+    const pkv_engine_stats *t = &engine->totals;
+    s.num_loading = engine->store.num_loading;
+    s.store_lookups = t->store_lookups;
+    s.store_query_blocks = t->store_query_blocks;
+    s.store_hit_blocks = t->store_hit_blocks;
+    s.store_hit_tokens = t->store_hit_tokens;
+    s.store_load_bytes = t->store_load_bytes;
+    s.store_wait_us = t->store_wait_us;
+    s.store_saves = t->store_saves;
+    s.store_save_bytes = t->store_save_bytes;
+    s.store_saves_skipped = t->store_saves_skipped;
+    s.store_load_failures = t->store_load_failures;
+    s.store_save_failures = t->store_save_failures;
+    s.store_timeouts = t->store_timeouts;
+    s.store_damaged = t->store_damaged;
+    s.store_mismatched = t->store_mismatched;
     memcpy(stats, &s, stats->struct_size);
     return PKV_OK;
 }

@@ -9,6 +9,7 @@
 #include "lock.h"
 #include "map.h"
 #include "plan.h"
+#include "store/engine_store.h"
 
 /* A device operation of the step's plan, run in order before the step's
  * first layer. */
@@ -99,6 +100,8 @@ struct pkv_engine {
     size_t scratch_capacity;
     uint8_t *row_bad;           /* [max_batch_tokens]: non-finite K/V */
     uint8_t *seq_bad;           /* [max_num_seqs] */
+
+    pkv__engine_store store; /* params.store's state */
 
     pkv_engine_stats totals; /* the cumulative counters */
     /* PKV__ERROR_MAX bytes behind a pointer, so that a function taking a

@@ -6,6 +6,7 @@
 #include "error.h"
 #include "kv_layout.h"
 #include "quant.h"
+#include "store/engine_store.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -157,6 +158,11 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          "params->u4_group is %u; must be a multiple of 8 "
                          "dividing head_dim %u, or head_dim",
                          (unsigned)p->u4_group, (unsigned)p->head_dim);
+    if (p->store != NULL) {
+        pkv_status st = pkv__store_check(p->store);
+        if (st != PKV_OK)
+            return st;
+    }
     if (p->layer_windows != NULL && p->sliding_window != 0)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->sliding_window is %u with layer_windows "

@@ -309,6 +309,8 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     /* Later tokens may differ from the prompt's: keep whole blocks only. */
     if (s->num_prompt_hashes > num_tokens / bs)
         s->num_prompt_hashes = num_tokens / bs;
+    if (pkv__store_enabled(&e->store))
+        pkv__store_forget(e, s, num_tokens / bs);
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }
@@ -346,5 +348,5 @@ int pkv_engine_has_work(const pkv_engine *e)
 {
     if (e == NULL)
         return 0;
-    return pkv__inbox_live_count(&e->inbox) > 0;
+    return pkv__inbox_busy(&e->inbox);
 }

@@ -306,6 +306,9 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
         st = reserve_step(e);
     if (st != PKV_OK)
         return pkv__engine_fail(e, st, "step arrays");
+    /* The store's landed blocks join the prefix cache before the plan
+     * looks there; waiting prompts are asked for theirs. */
+    pkv__store_step_begin(e);
     /* The plan, and every allocation applying it needs: until both
      * succeeded nothing changed. */
     st = pkv__sched_plan(e);
@@ -434,12 +437,17 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
          * are read (seq.h), where num_computed equals table.num_tokens. */
         assert(s->num_computed == s->table.num_tokens);
         if (pkv__prefix_chain_behind(&s->chain, s->num_computed,
-                                     e->pool.block_size) &&
-            pkv__prefix_register(&e->prefix, &s->chain, &s->table, s->tokens,
-                                 s->salt) != PKV_OK)
-            pkv__engine_log(e, PKV_LOG_DEBUG,
-                            "seq %llu: prefix registration skipped (memory)",
-                            (unsigned long long)s->id);
+                                     e->pool.block_size)) {
+            uint32_t registered = s->chain.num_links;
+            if (pkv__prefix_register(&e->prefix, &s->chain, &s->table,
+                                     s->tokens, s->salt) != PKV_OK)
+                pkv__engine_log(e, PKV_LOG_DEBUG,
+                                "seq %llu: prefix registration skipped "
+                                "(memory)",
+                                (unsigned long long)s->id);
+            if (pkv__store_enabled(&e->store))
+                pkv__store_collect(e, s, registered);
+        }
         if (samples_here == 0)
             continue;
         s->tokens[s->num_tokens++] = sampled[sample];
@@ -457,6 +465,9 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
     }
     /* One pass over running for every sequence that ended here. */
     pkv__engine_sweep_ended(e);
+    /* No block changed since the collect: ended sequences' blocks stay
+     * cached until an allocation takes them. */
+    pkv__store_send(e);
     e->in_step = 0;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;

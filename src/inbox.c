@@ -113,6 +113,21 @@ void pkv__inbox_retire(pkv__inbox *inbox, uint64_t n)
     pkv__lock_give(inbox->lock);
 }
 
+void pkv__inbox_set_saving(pkv__inbox *inbox, uint32_t n)
+{
+    pkv__lock_take(inbox->lock);
+    inbox->saving = n;
+    pkv__lock_give(inbox->lock);
+}
+
+int pkv__inbox_busy(const pkv__inbox *inbox)
+{
+    pkv__lock_take(inbox->lock);
+    int busy = inbox->live > 0 || inbox->saving > 0;
+    pkv__lock_give(inbox->lock);
+    return busy;
+}
+
 uint64_t pkv__inbox_live_count(const pkv__inbox *inbox)
 {
     pkv__lock_take(inbox->lock);

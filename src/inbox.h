@@ -20,6 +20,7 @@ typedef struct pkv__inbox {
     pkv_seq_id last_id;  /* ids issued: 1 .. last_id */
     uint64_t arrivals;   /* arrival counter */
     uint64_t live;       /* added and not yet reported as ended */
+    uint32_t saving;     /* KV store saves in flight (has_work) */
 } pkv__inbox;
 
 pkv_status pkv__inbox_init(pkv__inbox *inbox, const pkv__allocator *alloc);
@@ -54,6 +55,13 @@ int pkv__inbox_abort_pending(const pkv__inbox *inbox, pkv_seq_id id);
 
 /* An id and arrival for a sequence created on the stepping thread (fork). */
 void pkv__inbox_issue(pkv__inbox *inbox, pkv__seq *seq);
+
+/* The KV store's saves in flight are now n (engine_store.c). Thread-safe. */
+void pkv__inbox_set_saving(pkv__inbox *inbox, uint32_t n);
+
+/* Whether sequences are live or saves in flight: pkv_engine_has_work.
+ * Thread-safe. */
+int pkv__inbox_busy(const pkv__inbox *inbox);
 
 /* n sequences have been reported as ended. Thread-safe. */
 void pkv__inbox_retire(pkv__inbox *inbox, uint64_t n);

@@ -84,6 +84,8 @@ void pkv__engine_end_later(pkv_engine *e, pkv__seq *seq, int32_t reason,
                            pkv_status status)
 {
     e->unswept |= 1u << seq->state;
+    if (seq->store_state == PKV__STORE_LOADING)
+        pkv__store_forget(e, seq, 0);
     pkv__engine_drop_blocks(e, seq);
     pkv__engine_drop_swap(e, seq);
     seq->state = PKV__SEQ_FINISHED;

@@ -350,6 +350,11 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     pkv__plan *plan = pl->plan;
     pkv__seq *seq = e->waiting.items[index];
     uint32_t bs = e->pool.block_size;
+    /* Not before the store answered (or time ran out): passed over, as
+     * a tenant at its quota is. */
+    if (pkv__store_enabled(&e->store) &&
+        seq->store_state != PKV__STORE_ASKED)
+        return 0;
     pkv_status never = never_fits(e, pkv__blocks_for(seq->num_tokens, bs));
     if (never != PKV_OK) {
         *st = plan_end(pl, seq, never);

@@ -137,5 +137,6 @@ void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)
     pkv__free(alloc, seq->swap_blocks, seq->swap_num_blocks,
               sizeof *seq->swap_blocks);
     pkv__free(alloc, seq->drafts, seq->drafts_size, sizeof *seq->drafts);
+    pkv__free(alloc, seq->store_digests, seq->store_digests_capacity, 1);
     pkv__free(alloc, seq, 1, sizeof *seq);
 }

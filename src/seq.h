@@ -94,6 +94,15 @@ typedef struct pkv__seq {
     int32_t *drafts;
     uint32_t drafts_size;
     uint64_t drafts_step;
+
+    /* KV store (store/engine_store.h): whether its blocks were asked of
+     * the store (enum pkv__store_seq_state), and the SHA-256 chain of its
+     * tokens as far as it was needed: the root, then one digest per full
+     * block, num_store_digests of store_digests_capacity bytes / 32. */
+    uint8_t store_state;
+    uint8_t *store_digests;
+    uint32_t num_store_digests;
+    uint32_t store_digests_capacity; /* in bytes */
 } pkv__seq;
 
 /* Prefetch what a step reads of the sequence (prefetch.h): its first

@@ -735,7 +735,20 @@ void eh_check(eh_host *host)
         uint64_t live = queued + e->running.count + e->waiting.count +
                         e->swapped.count + e->ended.count;
         CHECK(host, live == e->inbox.live);
-        CHECK(host, (pkv_engine_has_work(e) != 0) == (live != 0));
+        /* KV store: each loading sequence waits with one load in flight;
+         * saves in flight keep the engine busy. */
+        uint32_t loads = 0, saves = 0, loading = 0;
+        for (uint32_t i = 0; i < e->store.num_ops; i++) {
+            const pkv__seq *s = e->store.ops[i].seq;
+            loads += s != NULL;
+            saves += s == NULL;
+            CHECK(host, s == NULL || (s->state == PKV__SEQ_WAITING &&
+                                      s->store_state == PKV__STORE_LOADING));
+        }
+        for (uint32_t i = 0; i < e->waiting.count; i++)
+            loading += e->waiting.items[i]->store_state == PKV__STORE_LOADING;
+        CHECK(host, loads == loading && loads == e->store.num_loading);
+        CHECK(host, (pkv_engine_has_work(e) != 0) == (live != 0 || saves != 0));
     }
 }
 

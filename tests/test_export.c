@@ -27,15 +27,6 @@
 
 enum { PROMPT = 13, HEADER = 80 };
 
-/* Rows of sequence id in the batch. */
-static uint32_t rows_of(const pkv_batch *b, pkv_seq_id id)
-{
-    for (uint32_t i = 0; i < b->num_seqs; i++)
-        if (b->seq_ids[i] == id)
-            return b->query_start[i + 1] - b->query_start[i];
-    return 0;
-}
-
 /* The export of sequence id (malloc'd), its size in *size. */
 static uint8_t *export_seq(tm_host *h, pkv_seq_id id, size_t *size)
 {
@@ -121,7 +112,7 @@ static void move_once(const pkv_engine_params *pa,
 
     const pkv_batch *batch;
     tm_step(&b, &batch);
-    uint32_t rows = rows_of(batch, moved), want = tokens - computed;
+    uint32_t rows = tm_rows_of(batch, moved), want = tokens - computed;
     /* U8: a step that fills a staged block stops at its end (sched.c). */
     uint32_t bs = pb->block_size;
     if (PKV_LAYOUT_QUANTIZED(pb->kv_dtype) && computed % bs != 0 &&
@@ -404,7 +395,7 @@ static void block_size_case(int32_t dtype)
         pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
         const pkv_batch *batch;
         tm_step(&b, &batch);
-        assert_int_equal(rows_of(batch, moved), tokens);
+        assert_int_equal(tm_rows_of(batch, moved), tokens);
         finish_both(&a, id, &b, moved);
         free(data);
         free(prompt);

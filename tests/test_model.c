@@ -418,6 +418,14 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
     free(ref);
 }
 
+uint32_t tm_rows_of(const pkv_batch *b, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < b->num_seqs; i++)
+        if (b->seq_ids[i] == id)
+            return b->query_start[i + 1] - b->query_start[i];
+    return 0;
+}
+
 void tm_run(tm_host *host, uint32_t max_steps)
 {
     for (uint32_t i = 0; i < max_steps && pkv_engine_has_work(host->engine);

@@ -116,6 +116,9 @@ tm_seq *tm_find(tm_host *host, pkv_seq_id id);
  * *batch_out (optional) receives the batch of the step. */
 void tm_step(tm_host *host, const pkv_batch **batch_out);
 
+/* The rows sequence id has in batch b (0 when it does not run). */
+uint32_t tm_rows_of(const pkv_batch *b, pkv_seq_id id);
+
 /* Step until the engine has no work (at most max_steps). */
 void tm_run(tm_host *host, uint32_t max_steps);
 

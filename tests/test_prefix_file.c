@@ -37,15 +37,6 @@ static pkv_seq_id add_salted(tm_host *h, const int32_t *prompt, uint64_t salt)
     return id;
 }
 
-/* Rows of sequence id in the batch. */
-static uint32_t rows_of(const pkv_batch *b, pkv_seq_id id)
-{
-    for (uint32_t i = 0; i < b->num_seqs; i++)
-        if (b->seq_ids[i] == id)
-            return b->query_start[i + 1] - b->query_start[i];
-    return 0;
-}
-
 /* The saved prefix cache of a host whose prompts (salts 0 and 1) ran to
  * their end (malloc'd). */
 static uint8_t *saved_cache(const pkv_engine_params *p, const int32_t *prompt,
@@ -96,9 +87,9 @@ static void reload_once(const pkv_engine_params *pa,
     pkv_seq_id miss = add_salted(&b, prompt, 2);
     const pkv_batch *batch;
     tm_step(&b, &batch);
-    assert_int_equal(rows_of(batch, hit0), 1);
-    assert_int_equal(rows_of(batch, hit1), 1);
-    assert_int_equal(rows_of(batch, miss), PROMPT);
+    assert_int_equal(tm_rows_of(batch, hit0), 1);
+    assert_int_equal(tm_rows_of(batch, hit1), 1);
+    assert_int_equal(tm_rows_of(batch, miss), PROMPT);
     tm_run(&b, 100);
     tm_check_idle(&b);
     tm_host_free(&b);
@@ -149,7 +140,7 @@ static void test_small_pool(void **state)
     pkv_seq_id id = add_salted(&b, prompt, 0);
     const pkv_batch *batch;
     tm_step(&b, &batch);
-    uint32_t rows = rows_of(batch, id);
+    uint32_t rows = tm_rows_of(batch, id);
     if (rows == PROMPT || rows == 1)
         fail_msg("%u rows: expected a hit of 1 to 4 blocks", (unsigned)rows);
     tm_run(&b, 100);

@@ -34,15 +34,6 @@ static void cut(tm_host *h, pkv_seq_id id, uint32_t n)
     tm_find(h, id)->num_tokens = n;
 }
 
-/* Rows of sequence id in the batch. */
-static uint32_t rows_of(const pkv_batch *b, pkv_seq_id id)
-{
-    for (uint32_t i = 0; i < b->num_seqs; i++)
-        if (b->seq_ids[i] == id)
-            return b->query_start[i + 1] - b->query_start[i];
-    return 0;
-}
-
 /* Step until sequence id holds n tokens. */
 static void grow_to(tm_host *h, pkv_seq_id id, uint32_t n)
 {
@@ -83,11 +74,11 @@ static void cut_once(int32_t dtype, uint32_t bs, uint32_t window, uint32_t n)
     uint32_t kept = expected_kept(dtype, bs, window, GROWN - 1, n);
     const pkv_batch *b;
     tm_step(&h, &b);
-    if (rows_of(b, id) != n - kept)
+    if (tm_rows_of(b, id) != n - kept)
         fail_msg("dtype %d, block %u, window %u, cut to %u: %u rows, "
                  "expected %u",
                  (int)dtype, (unsigned)bs, (unsigned)window, (unsigned)n,
-                 (unsigned)rows_of(b, id), (unsigned)(n - kept));
+                 (unsigned)tm_rows_of(b, id), (unsigned)(n - kept));
     tm_run(&h, 100);
     /* 20 sampled tokens, counted from the cut: n - min(n, PROMPT) kept. */
     tm_seq *s = tm_find(&h, id);
@@ -144,12 +135,12 @@ static void cut_shared(int32_t backend, int32_t dtype)
     cut(&h, parent, 11);
     const pkv_batch *b;
     tm_step(&h, &b);
-    assert_int_equal(rows_of(b, parent), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
+    assert_int_equal(tm_rows_of(b, parent), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
     tm_run(&h, 100);
     /* The same prompt again: its full blocks come from the cache. */
     pkv_seq_id again = tm_add(&h, prompt, PROMPT, 4, 0, 0);
     tm_step(&h, &b);
-    assert_int_equal(rows_of(b, again), 1); /* 12 of 13 tokens hit */
+    assert_int_equal(tm_rows_of(b, again), 1); /* 12 of 13 tokens hit */
     tm_run(&h, 100);
     assert_int_equal(tm_find(&h, child)->finish_reason, PKV_FINISH_LENGTH);
     tm_check_idle(&h);
@@ -185,7 +176,7 @@ static void cut_prefix_hit(int32_t backend, int32_t dtype)
     cut(&h, id, 11);
     const pkv_batch *b;
     tm_step(&h, &b);
-    assert_int_equal(rows_of(b, id), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
+    assert_int_equal(tm_rows_of(b, id), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
     tm_run(&h, 100);
     tm_add(&h, p0, 24, 3, 0, 0);
     tm_run(&h, 100);

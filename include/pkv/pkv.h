@@ -23,9 +23,10 @@
  *   library reads only the fields that fit in struct_size, so a program built
  *   against an older header keeps working with a newer library.
  *
- * Sections, in order: version; status; enums; callbacks; engine (create,
- * destroy, errors); sequences (add, abort, fork); state transfer (truncate,
- * propose, export, import); prefix cache (save, load); step (the batch,
+ * Sections, in order: version; status; enums; callbacks; KV store (the
+ * connector); engine (create, destroy, errors); sequences (add, abort,
+ * fork); state transfer (truncate, propose, export, import); prefix cache
+ * (save, load); step (the batch,
  * tensors, step_begin, attend, step_end); introspection (stats, block
  * tables). This header says what a host can rely on; how it works inside
  * is in docs/design.md.
@@ -101,7 +102,8 @@ PKV_API const char *pkv_version_string(void);
     X(PKV_ERR_BUILD, -10, "OpenCL program build failed")                      \
     X(PKV_ERR_DEVICE_MEMORY, -11, "configuration does not fit the device")    \
     X(PKV_ERR_QUOTA, -12, "block quota exceeded")                             \
-    X(PKV_ERR_INTERNAL, -13, "internal invariant violated (a pkv bug)")
+    X(PKV_ERR_INTERNAL, -13, "internal invariant violated (a pkv bug)")     \
+    X(PKV_ERR_STORE, -14, "the KV store failed or did not answer")
 
 #define PKV_STATUS_ENUM_ITEM_(name, value, message) name = (value),
 typedef enum pkv_status { PKV_STATUS_LIST(PKV_STATUS_ENUM_ITEM_) } pkv_status;
@@ -225,6 +227,99 @@ typedef struct pkv_allocator {
  */
 typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
 
+/* -------------------------------------------------------------- KV store */
+
+/*
+ * A KV store shared by engines in other processes or on other machines
+ * (Redis: pkv_redis.h; any other through these callbacks). An engine with
+ * a store saves the full blocks it computes from prompts under keys that
+ * name the model geometry, KV format, cache_salt and every token up to
+ * the block's end; a later prompt's blocks that neither its prefix cache
+ * holds are asked of the store before the prompt is admitted. Each block
+ * that arrives is verified before any row can attend to it: its size,
+ * checksum, geometry, key, parent's key and tokens must be those the
+ * prompt asks for. A block that fails, is missing, or does not arrive in
+ * time is computed, never used; so a store can lose, evict or damage
+ * values and the outputs stay those of an engine without one. (Keys,
+ * values and the verification: docs/design.md, "KV store".)
+ *
+ * Threads: pkv starts none. Every callback is called on the stepping
+ * thread, from pkv_engine_step_begin (poll, load, cancel), step_end
+ * (save) and pkv_engine_destroy (cancel). load and save start an
+ * operation and return without waiting for it; the connector does the
+ * work on its own threads (or in poll) and reports each operation once,
+ * through poll, which must not block. A sequence whose blocks are being
+ * loaded waits (pkv_engine_stats.num_loading) and is admitted when they
+ * land, fail, or timeout_ms passes; sequences behind it are not held up.
+ */
+
+/* The longest key a store is given, its NUL included: "pkv1:", 16 hex
+ * digits of the geometry, ':', 64 hex digits of the block's SHA-256. */
+#define PKV_STORE_KEY_MAX 88u
+
+/* Save the blocks sequences fill with generated tokens too, not only
+ * those of prompts (pkv_store.flags). */
+#define PKV_STORE_SAVE_GENERATED 1u
+
+/* An operation the connector finished (pkv_store.poll). */
+typedef struct pkv_store_done {
+    uint64_t ticket;   /* as given to load or save */
+    int32_t status;    /* PKV_OK, or why it failed (PKV_ERR_STORE) */
+    uint32_t reserved0; /* 0 */
+} pkv_store_done;
+
+/* The connector of pkv_engine_params.store. Fields are append-only. */
+typedef struct pkv_store {
+    uint32_t struct_size; /* sizeof(pkv_store), set by pkv_store_init */
+    uint32_t flags;       /* PKV_STORE_SAVE_GENERATED, or 0 */
+    void *user;           /* passed to every callback */
+    /*
+     * Start fetching the values of num_keys keys (1 or more: consecutive
+     * blocks of one prompt) into values: value i goes to values + i *
+     * value_size and its length as stored to sizes[i], 0 when the store
+     * does not hold it (only the first value_size bytes of a longer value
+     * are written). Returns PKV_OK once started (finished later through
+     * poll), or an error: then nothing was started and nothing is
+     * touched. values and sizes stay valid until the operation is polled
+     * or cancelled.
+     */
+    pkv_status (*load)(void *user, uint64_t ticket, const char *const *keys,
+                       uint32_t num_keys, void *values, size_t value_size,
+                       uint64_t *sizes);
+    /*
+     * Start storing value (value_size bytes) under key, replacing any
+     * value there. As load: PKV_OK once started; value stays valid until
+     * the operation is polled or cancelled.
+     */
+    pkv_status (*save)(void *user, uint64_t ticket, const char *key,
+                       const void *value, size_t value_size);
+    /* Write up to capacity finished operations to done; return how many.
+     * Never blocks. */
+    uint32_t (*poll)(void *user, pkv_store_done *done, uint32_t capacity);
+    /* Forget an operation not yet polled: when cancel returns, the
+     * connector no longer touches its buffers and never reports it. */
+    void (*cancel)(void *user, uint64_t ticket);
+    /* The engine's deadline for a load, in milliseconds: a sequence waits
+     * at most this long, then its blocks are computed (a timeout).
+     * Default 1000. Saves are cancelled after 10 times as long. */
+    uint32_t timeout_ms;
+    uint32_t reserved0; /* 0 */
+    /* Host memory the engine gives the operations in flight at most,
+     * loads and saves apart (default 64 MiB each). A prompt asks for as
+     * many of its blocks as fit; a block that does not fit in the saves'
+     * budget is not saved (pkv_engine_stats.store_saves_skipped). */
+    uint64_t max_load_bytes;
+    uint64_t max_save_bytes;
+} pkv_store;
+
+/*
+ * Zero *store and set struct_size and the defaults (timeout_ms 1000,
+ * max_load_bytes and max_save_bytes 64 MiB). The four callbacks must be
+ * set before the store is given to pkv_engine_create.
+ * Thread-safety: safe from any thread. Ownership: writes *store only.
+ */
+PKV_API pkv_status pkv_store_init(pkv_store *store);
+
 /* ---------------------------------------------------------------- engine */
 
 /* The engine: KV cache, block manager, attention backend. Opaque. */
@@ -335,6 +430,11 @@ typedef struct pkv_engine_params {
      * per group and token (at 32, one bit per element). Ignored by other
      * dtypes. */
     uint32_t u4_group;
+
+    /* Appended after 0.1.0. A KV store shared with other engines (see
+     * "KV store" above); NULL (the default): none. Copied at create; its
+     * callbacks and user must outlive the engine. */
+    const pkv_store *store;
 } pkv_engine_params;
 
 /*
@@ -861,7 +961,9 @@ PKV_API pkv_status pkv_engine_step_end(pkv_engine *engine,
 
 /*
  * Nonzero while the engine holds any sequence (queued, waiting, running,
- * swapped) or an end not yet reported in a batch.
+ * swapped) or an end not yet reported in a batch, or a KV store save is in
+ * flight (steps poll it: a host that steps until this is 0 before
+ * pkv_engine_destroy loses no save; destroy cancels those in flight).
  * Thread-safety: safe from any thread.
  */
 PKV_API int pkv_engine_has_work(const pkv_engine *engine);
@@ -904,6 +1006,30 @@ typedef struct pkv_engine_stats {
      * step, and of those, the ones step_end accepted. */
     uint64_t draft_tokens;
     uint64_t draft_tokens_accepted;
+    /* Appended after 0.1.0: the KV store (pkv_engine_params.store). */
+    uint32_t num_loading; /* waiting sequences whose blocks are loading
+                             (counted in num_waiting too) */
+    uint32_t reserved1;   /* always 0 */
+    uint64_t store_lookups;      /* prompts asked of the store */
+    uint64_t store_query_blocks; /* blocks asked for */
+    uint64_t store_hit_blocks;   /* blocks loaded and verified */
+    uint64_t store_hit_tokens;   /* their tokens */
+    uint64_t store_load_bytes;   /* bytes of the values that arrived */
+    uint64_t store_wait_us;      /* time sequences waited for loads */
+    uint64_t store_saves;        /* blocks the store accepted */
+    uint64_t store_save_bytes;   /* their bytes */
+    uint64_t store_saves_skipped; /* not saved: the budget or host memory */
+    /* Failures by kind. A load or save the connector refused or reported
+     * failed (connection, server error, its own timeout): */
+    uint64_t store_load_failures;
+    uint64_t store_save_failures;
+    /* Loads the engine gave up on after timeout_ms (cancelled): */
+    uint64_t store_timeouts;
+    /* Values that arrived and were rejected, the block computed instead:
+     * damaged (another size, a checksum that does not match) or for
+     * another block (geometry, key, parent's key or tokens differ). */
+    uint64_t store_damaged;
+    uint64_t store_mismatched;
 } pkv_engine_stats;
 
 /*

@@ -9,8 +9,10 @@
  * never-issued ids), fork (at valid and invalid moments), truncate (to
  * every length, 0 and one too many included), full steps (with
  * stop flags, NaN K/V, and bad calls in the middle of the step), bad calls
- * between steps, block-table reads. At the end the engine is stepped until
- * it has no work.
+ * between steps, block-table reads; with a KV store (the in-process one
+ * of store_fake.h) on half the inputs: loads and saves late by a few
+ * polls, refused or failed, values damaged or evicted in the store. At
+ * the end the engine is stepped until it has no work.
  *
  * Checked (engine_host.h): every batch against the host's record of each
  * sequence; every output row against the dense reference (tight for f32
@@ -24,6 +26,7 @@
 #include "fuzz_engine.h"
 
 #include "../engine_host.h"
+#include "../store_fake.h"
 #include "../test_model.h"
 
 #include "engine.h"
@@ -52,6 +55,11 @@ typedef struct world {
     uint32_t ring_n, ring_next;
     pkv__block *before; /* pool snapshot for "nothing changed" */
     uint32_t layer_windows[2];
+    /* The KV store of this input, when it has one. */
+    int has_store;
+    fs_data store_data;
+    fs_store store_fake;
+    pkv_store store;
 } world;
 
 static world W;
@@ -61,7 +69,8 @@ static world W;
 static struct totals {
     uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
         forks, truncations, shared_cuts, moves, drafts, drafts_run,
-        drafts_accepted, reloads;
+        drafts_accepted, reloads, store_inputs, store_hit_blocks,
+        store_saves, store_rejected, store_faults;
     double max_error[5]; /* by pkv_kv_dtype */
 } TOT;
 
@@ -73,6 +82,8 @@ static void print_totals(void)
             "tokens, %llu forks, %llu truncations (%llu inside a shared or "
             "cached block), %llu moves, %llu drafts "
             "proposed, %llu run, %llu accepted, %llu prefix cache reloads; "
+            "%llu inputs with a store: %llu blocks loaded, %llu saved, "
+            "%llu rejected, %llu store faults; "
             "max error f32 %.3g f16 "
             "%.3g u8 %.3g u4 %.3g u8k-u4v %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
@@ -85,7 +96,12 @@ static void print_totals(void)
             (unsigned long long)TOT.moves, (unsigned long long)TOT.drafts,
             (unsigned long long)TOT.drafts_run,
             (unsigned long long)TOT.drafts_accepted,
-            (unsigned long long)TOT.reloads, TOT.max_error[0],
+            (unsigned long long)TOT.reloads,
+            (unsigned long long)TOT.store_inputs,
+            (unsigned long long)TOT.store_hit_blocks,
+            (unsigned long long)TOT.store_saves,
+            (unsigned long long)TOT.store_rejected,
+            (unsigned long long)TOT.store_faults, TOT.max_error[0],
             TOT.max_error[1], TOT.max_error[2], TOT.max_error[3],
             TOT.max_error[4]);
 }
@@ -257,6 +273,24 @@ static int create(world *w)
     w->alpha = 1u + next_byte(r) % 3u;
     if (w->alpha > p.vocab_size)
         w->alpha = p.vocab_size;
+    /* A store on odd bytes: late, failing, saving generated blocks, with
+     * a load budget of one or two blocks. No hung operations: timeouts
+     * would make a replay depend on the clock. */
+    uint8_t st = next_byte(r);
+    w->has_store = st % 2;
+    if (w->has_store) {
+        CHECK(pkv_store_init(&w->store) == PKV_OK);
+        fs_connect(&w->store_fake, &w->store_data, &w->store);
+        w->store_fake.delay_polls = (st >> 1) % 4u;
+        w->store_fake.fail_loads = (st >> 3) % 8 == 0;
+        w->store_fake.fail_saves = (st >> 4) % 8 == 0;
+        w->store_fake.refuse_saves = (st >> 4) % 8 == 1;
+        w->store.flags = (st >> 6) % 2 ? PKV_STORE_SAVE_GENERATED : 0;
+        if ((st >> 7) % 2) /* below one value: nothing is asked */
+            w->store.max_load_bytes = 1u + (st >> 5) % 2u;
+        p.store = &w->store;
+        TOT.store_inputs++;
+    }
 
     /* f32 KV: within 1e-4 of the dense reference; f16 rounds every element
      * (tensors may then be f16 too); u8 and u4 quantize each sealed block
@@ -448,6 +482,30 @@ static void op_reload(world *w)
     CHECK(loaded == 0 && e->pool.num_free == free_before);
     free(data);
     TOT.reloads++;
+}
+
+/* Damage or evict a value in the store (or make loads fail for a
+ * while): the engine must compute those blocks. */
+static void op_store_fault(world *w)
+{
+    uint8_t b = next_byte(&w->in), at = next_byte(&w->in);
+    fs_data *d = &w->store_data;
+    if (!w->has_store)
+        return;
+    TOT.store_faults++;
+    if (b % 4 == 3) {
+        w->store_fake.fail_loads = !w->store_fake.fail_loads;
+        return;
+    }
+    if (d->count == 0)
+        return;
+    fs_entry *e = &d->entries[(size_t)at % d->count];
+    if (b % 4 == 0)
+        fs_delete(d, e->key);
+    else if (b % 4 == 1)
+        e->value[((size_t)b * 131u + at) % e->size] ^= (uint8_t)(1u << (b % 8));
+    else if (e->size > 1)
+        e->size -= 1u + (size_t)at % (e->size - 1); /* truncated */
 }
 
 static void op_block_table(world *w)
@@ -746,6 +804,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 op_move(w);
             else if (op / 16 % 8 == 2)
                 op_reload(w);
+            else if (op / 16 % 8 == 6)
+                op_store_fault(w);
             else
                 op_block_table(w);
             break;
@@ -770,11 +830,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     TOT.hit_tokens += st.prefix_hit_tokens;
     TOT.drafts_run += st.draft_tokens;
     TOT.drafts_accepted += st.draft_tokens_accepted;
+    TOT.store_hit_blocks += st.store_hit_blocks;
+    TOT.store_saves += st.store_saves;
+    TOT.store_rejected += st.store_damaged + st.store_mismatched;
     int dt = w->host.params.kv_dtype;
     if (w->host.max_error > TOT.max_error[dt])
         TOT.max_error[dt] = w->host.max_error;
     free(w->before);
     w->before = NULL;
     eh_free(&w->host);
+    if (w->has_store) {
+        fs_free(&w->store_fake); /* nothing left in flight */
+        fs_data_free(&w->store_data);
+        w->has_store = 0;
+    }
     return 0;
 }

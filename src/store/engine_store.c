@@ -1,0 +1,611 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine's side of a KV store (engine_store.h). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
+#include "store/engine_store.h"
+
+#include "check.h"
+#include "engine.h"
+#include "store/value.h"
+
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_TIMEOUT_MS 1000u
+#define DEFAULT_BUDGET (64ull << 20)
+#define SAVE_TIMEOUT_FACTOR 10u
+#define POLL_BATCH 32u
+
+pkv_status pkv_store_init(pkv_store *store)
+{
+    if (store == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "store is NULL");
+    memset(store, 0, sizeof *store);
+    store->struct_size = sizeof *store;
+    store->timeout_ms = DEFAULT_TIMEOUT_MS;
+    store->max_load_bytes = DEFAULT_BUDGET;
+    store->max_save_bytes = DEFAULT_BUDGET;
+    return PKV_OK;
+}
+
+pkv_status pkv__store_check(const pkv_store *s)
+{
+    if (s->struct_size != sizeof *s)
+        return pkv__fail(PKV_ERR_STRUCT_SIZE,
+                         "params->store->struct_size is %u; this library "
+                         "knows %u (call pkv_store_init)",
+                         (unsigned)s->struct_size, (unsigned)sizeof *s);
+    if (s->load == NULL || s->save == NULL || s->poll == NULL ||
+        s->cancel == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->store: load, save, poll and cancel must "
+                         "all be set");
+    if ((s->flags & ~PKV_STORE_SAVE_GENERATED) != 0 || s->reserved0 != 0)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->store->flags is %#x; only "
+                         "PKV_STORE_SAVE_GENERATED is defined",
+                         (unsigned)s->flags);
+    if (s->timeout_ms == 0)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->store->timeout_ms is 0");
+    return PKV_OK;
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
+{
+    pkv__engine_store *s = &e->store;
+    memset(s, 0, sizeof *s);
+    if (store == NULL)
+        return PKV_OK;
+    s->sent = pkv__calloc(&e->alloc, e->pool.num_blocks, sizeof *s->sent);
+    if (s->sent == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    s->cb = *store;
+    s->value_bytes = pkv__value_bytes(&e->backend_config);
+    pkv__digest_fingerprint(&e->backend_config, s->fingerprint);
+    s->next_ticket = 1;
+    return PKV_OK;
+}
+
+/* ------------------------------------------------------------ operations */
+
+/* Free what an op holds and give its bytes back to its budget. */
+static void free_op(pkv_engine *e, pkv__store_op *op)
+{
+    size_t n = op->seq != NULL ? op->num_keys : 1;
+    pkv__free(&e->alloc, op->values, n * e->store.value_bytes, 1);
+    pkv__free(&e->alloc, op->keys, n * PKV_STORE_KEY_MAX, 1);
+    if (op->seq != NULL) {
+        pkv__free(&e->alloc, op->sizes, n, sizeof *op->sizes);
+        e->store.load_bytes -= n * e->store.value_bytes;
+    } else {
+        e->store.save_bytes -= e->store.value_bytes;
+    }
+    memset(op, 0, sizeof *op);
+}
+
+/* Take ops[i] out of the list (order does not matter). */
+static void remove_op(pkv__engine_store *s, uint32_t i)
+{
+    s->ops[i] = s->ops[--s->num_ops];
+}
+
+/* A sequence's load ends (landed, failed, timed out or cancelled). */
+static void end_wait(pkv_engine *e, pkv__seq *seq, uint64_t started)
+{
+    seq->store_state = PKV__STORE_ASKED;
+    e->store.num_loading--;
+    e->totals.store_wait_us += now_us() - started;
+}
+
+void pkv__store_release(pkv_engine *e)
+{
+    pkv__engine_store *s = &e->store;
+    for (uint32_t i = 0; i < s->num_ops; i++) {
+        s->cb.cancel(s->cb.user, s->ops[i].ticket);
+        free_op(e, &s->ops[i]);
+    }
+    for (uint32_t i = 0; i < s->num_pending; i++)
+        free_op(e, &s->pending[i]);
+    pkv__free(&e->alloc, s->ops, s->ops_capacity, sizeof *s->ops);
+    pkv__free(&e->alloc, s->pending, s->pending_capacity,
+              sizeof *s->pending);
+    pkv__free(&e->alloc, s->pending_blocks, s->pending_capacity,
+              sizeof *s->pending_blocks);
+    pkv__free(&e->alloc, s->scratch, s->scratch_capacity, 1);
+    if (s->sent != NULL)
+        pkv__free(&e->alloc, s->sent, e->pool.num_blocks, sizeof *s->sent);
+    memset(s, 0, sizeof *s);
+}
+
+/* Room for one more op in flight. */
+static pkv_status reserve_op(pkv_engine *e)
+{
+    pkv__engine_store *s = &e->store;
+    size_t capacity = s->ops_capacity;
+    void *ops;
+    pkv_status st = pkv__grow(&e->alloc, s->ops, &capacity, s->num_ops,
+                              (size_t)s->num_ops + 1, sizeof *s->ops, &ops);
+    s->ops = ops;
+    s->ops_capacity = (uint32_t)capacity;
+    return st;
+}
+
+/* Scratch of at least n bytes; NULL when memory runs out. */
+static uint8_t *scratch(pkv_engine *e, size_t n)
+{
+    pkv__engine_store *s = &e->store;
+    if (n > s->scratch_capacity) {
+        uint8_t *p = pkv__calloc(&e->alloc, n, 1);
+        if (p == NULL)
+            return NULL;
+        pkv__free(&e->alloc, s->scratch, s->scratch_capacity, 1);
+        s->scratch = p;
+        s->scratch_capacity = n;
+    }
+    return s->scratch;
+}
+
+/* --------------------------------------------------------------- digests */
+
+/* The digests of seq's root and first n blocks: digests[0] the root,
+ * digests[j + 1] block j's. NULL when memory runs out. */
+static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
+{
+    uint32_t have = seq->num_store_digests;
+    if (n + 1 <= have)
+        return seq->store_digests;
+    size_t capacity = seq->store_digests_capacity;
+    void *grown;
+    if (pkv__grow(&e->alloc, seq->store_digests, &capacity,
+                  (size_t)have * PKV__DIGEST_BYTES,
+                  ((size_t)n + 1) * PKV__DIGEST_BYTES, 1, &grown) != PKV_OK)
+        return NULL;
+    seq->store_digests = grown;
+    seq->store_digests_capacity = (uint32_t)capacity;
+    uint8_t *d = seq->store_digests;
+    uint32_t bs = e->pool.block_size;
+    if (have == 0)
+        pkv__digest_root(&e->backend_config, seq->salt, d);
+    for (uint32_t j = have ? have - 1 : 0; j < n; j++)
+        pkv__digest_block(d + (size_t)j * PKV__DIGEST_BYTES,
+                          seq->tokens + (size_t)j * bs, bs,
+                          d + ((size_t)j + 1) * PKV__DIGEST_BYTES);
+    seq->num_store_digests = n + 1;
+    return d;
+}
+
+void pkv__store_forget(pkv_engine *e, pkv__seq *seq, uint32_t keep_blocks)
+{
+    pkv__engine_store *s = &e->store;
+    if (seq->num_store_digests > keep_blocks + 1)
+        seq->num_store_digests = keep_blocks + 1;
+    if (seq->store_state == PKV__STORE_LOADING)
+        for (uint32_t i = 0; i < s->num_ops; i++)
+            if (s->ops[i].seq == seq) {
+                s->cb.cancel(s->cb.user, s->ops[i].ticket);
+                end_wait(e, seq, s->ops[i].started_us);
+                free_op(e, &s->ops[i]);
+                remove_op(s, i);
+                break;
+            }
+    seq->store_state = PKV__STORE_NOT_ASKED;
+}
+
+/* ----------------------------------------------------------------- loads */
+
+/* Ask the store for the blocks of seq's prompt that its prefix cache
+ * lacks, as many as the load budget holds. Returns 0 when the budget is
+ * full (the next sequences wait too), else 1. */
+static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
+{
+    pkv__engine_store *s = &e->store;
+    uint32_t bs = e->pool.block_size;
+    uint32_t n_max = seq->num_tokens ? (seq->num_tokens - 1) / bs : 0;
+    uint32_t hits = 0;
+    pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
+                       seq->prompt_hashes, seq->num_prompt_hashes, links,
+                       &hits);
+    seq->store_state = PKV__STORE_ASKED;
+    if (hits >= n_max)
+        return 1;
+    size_t vb = s->value_bytes;
+    uint64_t room = s->cb.max_load_bytes > s->load_bytes
+                        ? s->cb.max_load_bytes - s->load_bytes
+                        : 0;
+    uint32_t n = n_max - hits;
+    if (room / vb < n)
+        n = (uint32_t)(room / vb);
+    if (n == 0) {
+        if (s->load_bytes == 0)
+            return 1; /* one block is over the budget: never asks */
+        seq->store_state = PKV__STORE_NOT_ASKED;
+        return 0;
+    }
+    const uint8_t *d = digests(e, seq, hits + n);
+    pkv__store_op op;
+    memset(&op, 0, sizeof op);
+    op.values = d ? pkv__calloc(&e->alloc, (size_t)n * vb, 1) : NULL;
+    op.sizes = op.values ? pkv__calloc(&e->alloc, n, sizeof *op.sizes) : NULL;
+    op.keys = op.sizes ? pkv__calloc(&e->alloc, (size_t)n * PKV_STORE_KEY_MAX,
+                                     1)
+                       : NULL;
+    const char **keys = op.keys ? pkv__calloc(&e->alloc, n, sizeof *keys)
+                                : NULL;
+    op.seq = seq;
+    op.num_keys = n;
+    s->load_bytes += (uint64_t)n * vb; /* free_op takes it back */
+    if (keys == NULL || reserve_op(e) != PKV_OK) {
+        pkv__free(&e->alloc, keys, n, sizeof *keys);
+        free_op(e, &op);
+        pkv__engine_log(e, PKV_LOG_DEBUG,
+                        "seq %llu: not asked of the store (memory)",
+                        (unsigned long long)seq->id);
+        return 1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        char *key = op.keys + (size_t)i * PKV_STORE_KEY_MAX;
+        pkv__digest_key(s->fingerprint,
+                        d + ((size_t)hits + i + 1) * PKV__DIGEST_BYTES, key);
+        keys[i] = key;
+    }
+    op.first = hits;
+    op.ticket = s->next_ticket++;
+    op.started_us = now_us();
+    op.deadline_us = op.started_us + 1000u * (uint64_t)s->cb.timeout_ms;
+    e->totals.store_lookups++;
+    e->totals.store_query_blocks += n;
+    pkv_status st = s->cb.load(s->cb.user, op.ticket,
+                               (const char *const *)keys, n, op.values, vb,
+                               op.sizes);
+    pkv__free(&e->alloc, keys, n, sizeof *keys);
+    if (st != PKV_OK) {
+        e->totals.store_load_failures++;
+        free_op(e, &op);
+        pkv__engine_log(e, PKV_LOG_DEBUG,
+                        "seq %llu: the store refused a load: %s",
+                        (unsigned long long)seq->id, pkv_status_name(st));
+        return 1;
+    }
+    seq->store_state = PKV__STORE_LOADING;
+    s->num_loading++;
+    s->ops[s->num_ops++] = op;
+    return 1;
+}
+
+/* The run of op's values, from block `from` on, that pass verification:
+ * its length. Counts the values that arrived and those rejected. */
+static uint32_t verified_run(pkv_engine *e, const pkv__store_op *op,
+                             uint32_t from)
+{
+    const pkv__seq *seq = op->seq;
+    const uint8_t *d = seq->store_digests;
+    uint32_t bs = e->pool.block_size;
+    size_t vb = e->store.value_bytes;
+    for (uint32_t i = 0; i < op->num_keys; i++)
+        e->totals.store_load_bytes +=
+            op->sizes[i] < vb ? op->sizes[i] : vb;
+    uint32_t j = from;
+    for (; j < op->first + op->num_keys; j++) {
+        uint32_t i = j - op->first;
+        if (op->sizes[i] == 0)
+            break; /* not held: a miss */
+        enum pkv__value_verdict v = pkv__value_check(
+            op->values + (size_t)i * vb, op->sizes[i], &e->backend_config,
+            j, d + ((size_t)j + 1) * PKV__DIGEST_BYTES,
+            d + (size_t)j * PKV__DIGEST_BYTES, seq->tokens + (size_t)j * bs);
+        if (v == PKV__VALUE_GOOD)
+            continue;
+        if (v == PKV__VALUE_DAMAGED)
+            e->totals.store_damaged++;
+        else
+            e->totals.store_mismatched++;
+        pkv__engine_log(e, PKV_LOG_WARN,
+                        "seq %llu: the store's block %u is %s: computed "
+                        "instead",
+                        (unsigned long long)seq->id, (unsigned)j,
+                        v == PKV__VALUE_DAMAGED ? "damaged"
+                                                : "another block's");
+        break;
+    }
+    return j - from;
+}
+
+/* A load landed: its verified blocks join the prefix cache after the
+ * blocks the cache holds now, unreferenced (most recently used), where
+ * admission finds them. */
+static void install(pkv_engine *e, const pkv__store_op *op,
+                    pkv__chain_link *links)
+{
+    pkv__seq *seq = op->seq;
+    pkv__pool *pool = &e->pool;
+    uint32_t bs = pool->block_size;
+    uint32_t hits = 0;
+    pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
+                       seq->prompt_hashes, seq->num_prompt_hashes, links,
+                       &hits);
+    /* The cache lost the block before the first loaded one: they cannot
+     * join it (their parent is gone). Every value is still checked. */
+    uint32_t from = hits > op->first ? hits : op->first;
+    uint32_t n = verified_run(e, op, from);
+    if (hits < op->first || n == 0)
+        return;
+    /* Pin the blocks they follow, so that taking blocks for them cannot
+     * evict those. */
+    for (uint32_t h = 0; h < hits; h++)
+        pkv__pool_incref(pool, links[h].block);
+    uint32_t available = pkv__pool_available(pool);
+    if (n > available)
+        n = available;
+    size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
+    size_t kv_at = pkv__value_kv_offset(&e->backend_config);
+    uint8_t *kv = scratch(e, (size_t)n * block_bytes);
+    uint32_t *ids = kv ? pkv__calloc(&e->alloc, n ? n : 1, sizeof *ids)
+                       : NULL;
+    pkv_status st = ids ? PKV_OK : PKV_ERR_OUT_OF_MEMORY;
+    if (st == PKV_OK && n > 0) {
+        for (uint32_t i = 0; i < n; i++)
+            memcpy(kv + (size_t)i * block_bytes,
+                   op->values + (size_t)(from - op->first + i) *
+                                    e->store.value_bytes +
+                       kv_at,
+                   block_bytes);
+        pkv__pool_alloc(pool, n, ids); /* n <= available: cannot fail */
+        st = e->ops->swap_in(e->backend, kv, ids, n);
+        if (st != PKV_OK)
+            for (uint32_t i = n; i-- > 0;)
+                pkv__pool_decref(pool, ids[i]);
+    }
+    if (st != PKV_OK) {
+        e->totals.store_load_failures++;
+        pkv__engine_log(e, PKV_LOG_WARN,
+                        "seq %llu: store blocks not installed: %s",
+                        (unsigned long long)seq->id, pkv_status_name(st));
+        n = 0;
+    }
+    uint64_t parent_hash = hits ? links[hits - 1].hash : 0;
+    uint32_t parent = hits ? links[hits - 1].block : PKV__NULL_BLOCK;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = from + i;
+        const int32_t *t = seq->tokens + (size_t)j * bs;
+        uint64_t h = j < seq->num_prompt_hashes
+                         ? seq->prompt_hashes[j]
+                         : pkv__prefix_hash(parent_hash, t, bs, seq->salt);
+        pkv__pool_set_fill(pool, ids[i], bs);
+        pkv__prefix_insert(&e->prefix, ids[i], h, t, seq->salt, parent,
+                           pool->blocks[parent].generation);
+        e->store.sent[ids[i]] = 1 + (uint64_t)pool->blocks[ids[i]].generation;
+        parent_hash = h;
+        parent = ids[i];
+    }
+    /* Deepest first into the LRU queue: evicted before their parents. */
+    for (uint32_t i = n; i-- > 0;)
+        pkv__pool_decref(pool, ids[i]);
+    for (uint32_t h = hits; h-- > 0;)
+        pkv__pool_decref(pool, links[h].block);
+    pkv__free(&e->alloc, ids, n ? n : 1, sizeof *ids);
+    e->totals.store_hit_blocks += n;
+    e->totals.store_hit_tokens += (uint64_t)n * bs;
+}
+
+/* Links for a lookup of the longest sequence; NULL when memory runs out
+ * (*capacity links). */
+static pkv__chain_link *lookup_links(pkv_engine *e, size_t *capacity)
+{
+    *capacity = (size_t)e->longest_tokens / e->pool.block_size + 1;
+    return pkv__calloc(&e->alloc, *capacity, sizeof(pkv__chain_link));
+}
+
+/* Tell has_work how many saves are in flight (it runs on any thread). */
+static void count_saves(pkv_engine *e)
+{
+    pkv__engine_store *s = &e->store;
+    uint32_t saves = 0;
+    for (uint32_t i = 0; i < s->num_ops; i++)
+        saves += s->ops[i].seq == NULL;
+    if (saves != s->num_saving) {
+        s->num_saving = saves;
+        pkv__inbox_set_saving(&e->inbox, saves);
+    }
+}
+
+/* One finished operation. */
+static void finish(pkv_engine *e, uint32_t index, pkv_status status,
+                   pkv__chain_link *links)
+{
+    pkv__engine_store *s = &e->store;
+    pkv__store_op *op = &s->ops[index];
+    if (op->seq != NULL) {
+        end_wait(e, op->seq, op->started_us);
+        if (status != PKV_OK)
+            e->totals.store_load_failures++;
+        else if (links != NULL)
+            install(e, op, links);
+    } else if (status == PKV_OK) {
+        e->totals.store_saves++;
+        e->totals.store_save_bytes += s->value_bytes;
+    } else {
+        e->totals.store_save_failures++;
+    }
+    free_op(e, op);
+    remove_op(s, index);
+}
+
+static uint32_t find_op(const pkv__engine_store *s, uint64_t ticket)
+{
+    for (uint32_t i = 0; i < s->num_ops; i++)
+        if (s->ops[i].ticket == ticket)
+            return i;
+    return UINT32_MAX;
+}
+
+void pkv__store_step_begin(pkv_engine *e)
+{
+    pkv__engine_store *s = &e->store;
+    if (!pkv__store_enabled(s))
+        return;
+    size_t capacity;
+    pkv__chain_link *links = lookup_links(e, &capacity);
+    /* What the connector finished. */
+    pkv_store_done done[POLL_BATCH];
+    uint32_t n;
+    do {
+        n = s->cb.poll(s->cb.user, done, POLL_BATCH);
+        if (n > POLL_BATCH)
+            n = POLL_BATCH; /* a connector bug: take what fits */
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t at = find_op(s, done[i].ticket);
+            if (at != UINT32_MAX)
+                finish(e, at, (pkv_status)done[i].status, links);
+        }
+    } while (n == POLL_BATCH);
+    /* Loads past their deadline, saves long past theirs. */
+    uint64_t now = now_us();
+    for (uint32_t i = s->num_ops; i-- > 0;) {
+        pkv__store_op *op = &s->ops[i];
+        if (now < op->deadline_us)
+            continue;
+        s->cb.cancel(s->cb.user, op->ticket);
+        if (op->seq != NULL) {
+            end_wait(e, op->seq, op->started_us);
+            e->totals.store_timeouts++;
+        } else {
+            e->totals.store_save_failures++;
+        }
+        free_op(e, op);
+        remove_op(s, i);
+    }
+    /* Waiting prompts not asked yet, in order, while the budget lasts. */
+    for (uint32_t i = 0; links != NULL && i < e->waiting.count; i++) {
+        pkv__seq *seq = e->waiting.items[i];
+        if (seq->store_state == PKV__STORE_NOT_ASKED && !ask(e, seq, links))
+            break;
+    }
+    if (links == NULL) /* asked later; those waiting are admitted now */
+        for (uint32_t i = 0; i < e->waiting.count; i++)
+            if (e->waiting.items[i]->store_state == PKV__STORE_NOT_ASKED)
+                e->waiting.items[i]->store_state = PKV__STORE_ASKED;
+    pkv__free(&e->alloc, links, capacity, sizeof *links);
+    count_saves(e);
+}
+
+/* ----------------------------------------------------------------- saves */
+
+/* Room for one more pending save (pending and pending_blocks share a
+ * capacity). */
+static pkv_status reserve_pending(pkv_engine *e)
+{
+    pkv__engine_store *s = &e->store;
+    if (s->num_pending < s->pending_capacity)
+        return PKV_OK;
+    size_t capacity = (size_t)s->pending_capacity * 2 + 8;
+    pkv__store_op *ops = pkv__calloc(&e->alloc, capacity, sizeof *ops);
+    uint32_t *blocks = pkv__calloc(&e->alloc, capacity, sizeof *blocks);
+    if (ops == NULL || blocks == NULL) {
+        pkv__free(&e->alloc, ops, capacity, sizeof *ops);
+        pkv__free(&e->alloc, blocks, capacity, sizeof *blocks);
+        return PKV_ERR_OUT_OF_MEMORY;
+    }
+    if (s->num_pending) {
+        memcpy(ops, s->pending, s->num_pending * sizeof *ops);
+        memcpy(blocks, s->pending_blocks, s->num_pending * sizeof *blocks);
+    }
+    pkv__free(&e->alloc, s->pending, s->pending_capacity,
+              sizeof *s->pending);
+    pkv__free(&e->alloc, s->pending_blocks, s->pending_capacity,
+              sizeof *s->pending_blocks);
+    s->pending = ops;
+    s->pending_blocks = blocks;
+    s->pending_capacity = (uint32_t)capacity;
+    return PKV_OK;
+}
+
+void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
+{
+    pkv__engine_store *s = &e->store;
+    const pkv__pool *pool = &e->pool;
+    uint32_t bs = pool->block_size;
+    uint32_t end = seq->chain.num_links;
+    if (!(s->cb.flags & PKV_STORE_SAVE_GENERATED) &&
+        end > seq->prompt_len / bs)
+        end = seq->prompt_len / bs;
+    for (uint32_t j = first_new; j < end; j++) {
+        uint32_t b = seq->chain.links[j].block;
+        uint64_t stamp = 1 + (uint64_t)pool->blocks[b].generation;
+        if (s->sent[b] == stamp)
+            continue;
+        const uint8_t *d = digests(e, seq, j + 1);
+        pkv__store_op op;
+        memset(&op, 0, sizeof op);
+        if (d != NULL &&
+            s->save_bytes + s->value_bytes <= s->cb.max_save_bytes &&
+            reserve_pending(e) == PKV_OK) {
+            op.values = pkv__calloc(&e->alloc, s->value_bytes, 1);
+            op.keys = pkv__calloc(&e->alloc, PKV_STORE_KEY_MAX, 1);
+        }
+        s->save_bytes += s->value_bytes; /* free_op takes it back */
+        if (op.values == NULL || op.keys == NULL) {
+            free_op(e, &op);
+            e->totals.store_saves_skipped++;
+            continue;
+        }
+        /* The header and tokens now (the sequence may end before the
+         * send); the KV and the checksum at the send. */
+        pkv__value_begin(op.values, &e->backend_config, j,
+                         d + ((size_t)j + 1) * PKV__DIGEST_BYTES,
+                         d + (size_t)j * PKV__DIGEST_BYTES,
+                         seq->tokens + (size_t)j * bs);
+        pkv__digest_key(s->fingerprint,
+                        d + ((size_t)j + 1) * PKV__DIGEST_BYTES, op.keys);
+        s->pending[s->num_pending] = op;
+        s->pending_blocks[s->num_pending++] = b;
+        s->sent[b] = stamp;
+    }
+}
+
+void pkv__store_send(pkv_engine *e)
+{
+    pkv__engine_store *s = &e->store;
+    uint32_t n = s->num_pending;
+    if (n == 0)
+        return;
+    s->num_pending = 0;
+    size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
+    size_t kv_at = pkv__value_kv_offset(&e->backend_config);
+    uint8_t *kv = scratch(e, (size_t)n * block_bytes);
+    pkv_status st = kv ? e->ops->swap_out(e->backend, s->pending_blocks, n, kv)
+                       : PKV_ERR_OUT_OF_MEMORY;
+    uint64_t now = now_us();
+    for (uint32_t i = 0; i < n; i++) {
+        pkv__store_op op = s->pending[i];
+        if (st == PKV_OK && reserve_op(e) == PKV_OK) {
+            memcpy(op.values + kv_at, kv + (size_t)i * block_bytes,
+                   block_bytes);
+            pkv__value_seal(op.values, &e->backend_config);
+            op.ticket = s->next_ticket++;
+            op.started_us = now;
+            op.deadline_us = now + 1000u * SAVE_TIMEOUT_FACTOR *
+                                       (uint64_t)s->cb.timeout_ms;
+            pkv_status sent = s->cb.save(s->cb.user, op.ticket, op.keys,
+                                         op.values, s->value_bytes);
+            if (sent == PKV_OK) {
+                s->ops[s->num_ops++] = op;
+                continue;
+            }
+            e->totals.store_save_failures++;
+        } else {
+            e->totals.store_saves_skipped++;
+        }
+        /* Not sent: a later prompt that fills the block tries again. */
+        s->sent[s->pending_blocks[i]] = 0;
+        free_op(e, &op);
+    }
+    count_saves(e);
+}

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The engine's side of a KV store (pkv_engine_params.store): asking the
+ * store for a waiting prompt's blocks, installing those that arrive and
+ * pass verification into the prefix cache, saving the blocks the engine
+ * fills, and the operations in flight. Mechanism: docs/design.md, "KV
+ * store".
+ *
+ * A sequence's store state: NOT_ASKED until step_begin asks the store
+ * for the blocks its prefix cache lacks (or finds there is nothing to
+ * ask); LOADING while that load is in flight; ASKED once the load is
+ * polled, failed or timed out, or when nothing was asked. The scheduler
+ * admits only ASKED sequences when a store is set. Loaded blocks join the
+ * prefix cache, unreferenced, so admission finds them as it finds any
+ * cached block: a hit through the store is a prefix-cache hit.
+ */
+#ifndef PKV_STORE_ENGINE_STORE_H
+#define PKV_STORE_ENGINE_STORE_H
+
+#include "seq.h"
+#include "store/digest.h"
+
+enum pkv__store_seq_state {
+    PKV__STORE_NOT_ASKED = 0,
+    PKV__STORE_LOADING = 1,
+    PKV__STORE_ASKED = 2
+};
+
+/* An operation in flight. */
+typedef struct pkv__store_op {
+    uint64_t ticket;
+    pkv__seq *seq;   /* a load's sequence; NULL for a save */
+    uint8_t *values; /* a load's num_keys values, or a save's one */
+    uint64_t *sizes; /* a load's */
+    char *keys;      /* a load's, PKV_STORE_KEY_MAX bytes each */
+    uint32_t first;  /* a load's first block (index in its prompt) */
+    uint32_t num_keys;
+    uint64_t started_us;
+    uint64_t deadline_us;
+} pkv__store_op;
+
+typedef struct pkv__engine_store {
+    pkv_store cb; /* the host's connector; cb.load NULL: no store */
+    size_t value_bytes;
+    char fingerprint[17];
+    pkv__store_op *ops;
+    uint32_t num_ops;
+    uint32_t ops_capacity;
+    uint64_t next_ticket;
+    uint64_t load_bytes; /* host bytes of loads in flight */
+    uint64_t save_bytes; /* of saves in flight */
+    uint32_t num_loading;
+    uint32_t num_saving; /* as told to the inbox */
+    /* [num_blocks]: 1 + the generation at which the block was saved to or
+     * loaded from the store (0: never), so a block goes out once. */
+    uint64_t *sent;
+    /* Saves collected by step_end, sent at its end. */
+    pkv__store_op *pending;
+    uint32_t num_pending;
+    uint32_t pending_capacity;
+    uint32_t *pending_blocks;
+    uint8_t *scratch; /* KV of many blocks, gathered */
+    size_t scratch_capacity;
+} pkv__engine_store;
+
+/* Whether the engine has a store. */
+static inline int pkv__store_enabled(const pkv__engine_store *s)
+{
+    return s->cb.load != NULL;
+}
+
+/* Check a host's pkv_store (create): PKV_OK, or the status with this
+ * thread's message set. */
+pkv_status pkv__store_check(const pkv_store *store);
+
+/* Set up the engine's store state for config c and a pool of num_blocks
+ * (store NULL: none). */
+pkv_status pkv__store_init(pkv_engine *engine, const pkv_store *store);
+
+/* Cancel every operation in flight and free everything (destroy). */
+void pkv__store_release(pkv_engine *engine);
+
+/* step_begin, before the plan: take what the connector finished, give up
+ * on loads past their deadline, install verified blocks, and ask for the
+ * blocks of waiting prompts not asked yet. Never fails: what cannot be
+ * done is a miss. */
+void pkv__store_step_begin(pkv_engine *engine);
+
+/* step_end, after seq registered its full blocks in the prefix cache:
+ * collect the ones to save (links from first_new on). */
+void pkv__store_collect(pkv_engine *engine, pkv__seq *seq,
+                        uint32_t first_new);
+
+/* step_end's last act: read the collected blocks' KV and start saving
+ * them. */
+void pkv__store_send(pkv_engine *engine);
+
+/* A sequence leaves waiting (ends) or its tokens change (truncate): its
+ * load, if any, is cancelled, it is asked again if it waits again, and
+ * its block digests past keep_blocks are forgotten. */
+void pkv__store_forget(pkv_engine *engine, pkv__seq *seq,
+                       uint32_t keep_blocks);
+
+#endif

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/* A KV store's value for one block: sealing and checking (value.h). */
+#include "store/value.h"
+
+#include "wire.h"
+
+#include <string.h>
+
+#define HEADER_BYTES 128u
+#define FORMAT_VERSION 1u
+static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'B', 'L', 'O', 'C', 'K'};
+
+/* Header fields after the common ones (wire.h). */
+enum {
+    AT_INDEX = PKV__AT_FORMAT_FIELDS, /* u32: the block's place */
+    AT_DIGEST = 48,                   /* its key digest */
+    AT_PARENT = 80,                   /* its parent's */
+    AT_VALUE_BYTES = 112,             /* u64: the whole value */
+    AT_CHECKSUM = 120                 /* u64 */
+};
+
+size_t pkv__value_kv_offset(const pkv__backend_config *c)
+{
+    return HEADER_BYTES + (size_t)4 * c->block_size;
+}
+
+size_t pkv__value_bytes(const pkv__backend_config *c)
+{
+    return pkv__value_kv_offset(c) + pkv__backend_swap_block_bytes(c);
+}
+
+/* The header a value of these fields has, into h (HEADER_BYTES); its
+ * checksum word left zero. */
+static void put_header(uint8_t *h, const pkv__backend_config *c,
+                       uint32_t index, const uint8_t *digest,
+                       const uint8_t *parent)
+{
+    pkv__wire_put_header(h, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
+    pkv__put_u32(h + AT_INDEX, index);
+    memcpy(h + AT_DIGEST, digest, PKV__DIGEST_BYTES);
+    memcpy(h + AT_PARENT, parent, PKV__DIGEST_BYTES);
+    pkv__put_u64(h + AT_VALUE_BYTES, pkv__value_bytes(c));
+}
+
+void pkv__value_begin(uint8_t *value, const pkv__backend_config *c,
+                      uint32_t index, const uint8_t digest[PKV__DIGEST_BYTES],
+                      const uint8_t parent[PKV__DIGEST_BYTES],
+                      const int32_t *tokens)
+{
+    put_header(value, c, index, digest, parent);
+    for (uint32_t t = 0; t < c->block_size; t++)
+        pkv__put_u32(value + HEADER_BYTES + 4 * t, (uint32_t)tokens[t]);
+}
+
+void pkv__value_seal(uint8_t *value, const pkv__backend_config *c)
+{
+    pkv__put_u64(value + AT_CHECKSUM,
+                 pkv__checksum(value, pkv__value_bytes(c), AT_CHECKSUM));
+}
+
+enum pkv__value_verdict pkv__value_check(
+    const uint8_t *value, uint64_t size, const pkv__backend_config *c,
+    uint32_t index, const uint8_t digest[PKV__DIGEST_BYTES],
+    const uint8_t parent[PKV__DIGEST_BYTES], const int32_t *tokens)
+{
+    size_t n = pkv__value_bytes(c);
+    if (size != n ||
+        pkv__checksum(value, n, AT_CHECKSUM) !=
+            pkv__get_u64(value + AT_CHECKSUM))
+        return PKV__VALUE_DAMAGED;
+    /* Everything before the KV but the checksum, as this block's would
+     * be: magic, version, geometry, place, names, then the tokens. */
+    uint8_t head[HEADER_BYTES];
+    put_header(head, c, index, digest, parent);
+    if (memcmp(value, head, AT_CHECKSUM) != 0)
+        return PKV__VALUE_MISMATCHED;
+    for (uint32_t t = 0; t < c->block_size; t++)
+        if (pkv__get_u32(value + HEADER_BYTES + 4 * t) != (uint32_t)tokens[t])
+            return PKV__VALUE_MISMATCHED;
+    return PKV__VALUE_GOOD;
+}

@@ -1,0 +1,603 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The engine with a KV store (pkv_engine_params.store), through the
+ * in-process store of store_fake.h. One engine computes prompts and saves
+ * their blocks; a second engine, sharing the store, must load them (its
+ * first request for the prompt computes only the last token), with every
+ * output row checked against dense attention under tm_step. Then every
+ * way a value can be wrong (each byte flipped, truncated, extended, from
+ * another geometry, salt, block or prompt) and every way the store can
+ * fail (refused, failed, never answering, evicting, aborted or truncated
+ * sequences while loading): no wrong row, no lost sequence, no operation
+ * left in flight, and the stats say what happened.
+ */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "store/digest.h"
+#include "store_fake.h"
+#include "test_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { PROMPT = 41 }; /* 10 full blocks of 4 before the last token */
+
+static pkv_engine_params params_of(int32_t dtype)
+{
+#ifdef PKV_HAVE_OPENCL
+    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+#else
+    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+#endif
+    p.kv_dtype = dtype;
+    return p;
+}
+
+/* A host whose engine uses a fake connector over data. */
+typedef struct store_host {
+    tm_host host;
+    fs_store fs;
+    pkv_store store;
+} store_host;
+
+/* The connector, whose fields a test may change before sh_start. */
+static void sh_connect(store_host *h, fs_data *data)
+{
+    assert_int_equal(pkv_store_init(&h->store), PKV_OK);
+    fs_connect(&h->fs, data, &h->store);
+}
+
+static void sh_start(store_host *h, pkv_engine_params p)
+{
+    p.store = &h->store;
+    tm_host_init(&h->host, &p, tm_tolerance(p.kv_dtype));
+}
+
+static void sh_init(store_host *h, pkv_engine_params p, fs_data *data)
+{
+    sh_connect(h, data);
+    sh_start(h, p);
+}
+
+static void sh_free(store_host *h)
+{
+    tm_host_free(&h->host);
+    fs_free(&h->fs); /* the engine cancelled what was in flight */
+}
+
+static pkv_engine_stats stats_of(store_host *h)
+{
+    pkv_engine_stats s;
+    pkv_engine_stats_init(&s);
+    assert_int_equal(pkv_engine_get_stats(h->host.engine, &s), PKV_OK);
+    return s;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec t = {0, ms * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* Step until the engine is idle, sleeping a little on steps without rows
+ * (a load or a timeout on its way). */
+static void sh_run(store_host *h)
+{
+    for (uint32_t i = 0; i < 5000 && pkv_engine_has_work(h->host.engine);
+         i++) {
+        const pkv_batch *b;
+        tm_step(&h->host, &b);
+        if (b->num_tokens == 0)
+            sleep_ms(1);
+    }
+    assert_false(pkv_engine_has_work(h->host.engine));
+    tm_check_idle(&h->host);
+}
+
+static pkv_seq_id add(store_host *h, const int32_t *prompt, uint64_t salt)
+{
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = PROMPT;
+    sp.max_new_tokens = 3;
+    sp.cache_salt = salt;
+    pkv_seq_id id = 0;
+    assert_int_equal(pkv_seq_add(h->host.engine, &sp, &id), PKV_OK);
+    tm_record(&h->host, id, prompt, PROMPT);
+    return id;
+}
+
+/* Run prompt (salt) on an engine of params p that saves into data. */
+static void fill(fs_data *data, pkv_engine_params p, const int32_t *prompt,
+                 uint64_t salt)
+{
+    store_host a;
+    sh_init(&a, p, data);
+    add(&a, prompt, salt);
+    sh_run(&a);
+    pkv_engine_stats s = stats_of(&a);
+    assert_int_equal(s.store_saves, PROMPT / 4);
+    assert_int_equal(s.store_save_failures + s.store_saves_skipped, 0);
+    sh_free(&a);
+}
+
+/* The rows the first step that runs id gives it. */
+static uint32_t first_rows(store_host *h, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < 5000; i++) {
+        const pkv_batch *b;
+        tm_step(&h->host, &b);
+        uint32_t rows = tm_rows_of(b, id);
+        if (rows)
+            return rows;
+        sleep_ms(1);
+    }
+    fail_msg("sequence %llu never ran", (unsigned long long)id);
+    return 0;
+}
+
+/* A second engine's first request for a prompt another engine computed
+ * loads all its blocks: one row computed; then each engine's outputs are
+ * the dense reference's (tm_step checks every row). */
+static void test_share(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8, PKV_KV_U4,
+                              PKV_KV_U8K_U4V};
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+        fs_data data = {0};
+        fill(&data, params_of(dtypes[d]), prompt, 0);
+        store_host b;
+        sh_init(&b, params_of(dtypes[d]), &data);
+        pkv_seq_id id = add(&b, prompt, 0);
+        const pkv_batch *batch;
+        tm_step(&b.host, &batch); /* asks; the seq waits for its blocks */
+        assert_int_equal(tm_rows_of(batch, id), 0);
+        assert_int_equal(stats_of(&b).num_loading, 1);
+        assert_int_equal(first_rows(&b, id), 1);
+        sh_run(&b);
+        pkv_engine_stats s = stats_of(&b);
+        assert_int_equal(s.store_lookups, 1);
+        assert_int_equal(s.store_query_blocks, PROMPT / 4);
+        assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+        assert_int_equal(s.store_hit_tokens, PROMPT / 4 * 4);
+        assert_int_equal(s.num_loading, 0);
+        assert_true(s.store_load_bytes > 0);
+        /* Loaded blocks are not sent back. */
+        assert_int_equal(s.store_saves, 0);
+        assert_int_equal(s.store_damaged + s.store_mismatched +
+                             s.store_load_failures + s.store_timeouts,
+                         0);
+        sh_free(&b);
+        fs_data_free(&data);
+    }
+    free(prompt);
+}
+
+/* Blocks the prefix cache holds are not asked for: a prompt sharing its
+ * first 3 blocks with one computed locally asks for the other 7. */
+static void test_local_first(void **state)
+{
+    (void)state;
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *other = tm_prompt(PROMPT, 8);
+    memcpy(other, prompt, 12 * sizeof *other);
+    fs_data data = {0};
+    fill(&data, params_of(PKV_KV_F16), prompt, 0);
+    store_host b;
+    sh_init(&b, params_of(PKV_KV_F16), &data);
+    add(&b, other, 0);
+    sh_run(&b);
+    uint64_t asked = stats_of(&b).store_query_blocks;
+    pkv_seq_id id = add(&b, prompt, 0);
+    assert_int_equal(first_rows(&b, id), 1);
+    sh_run(&b);
+    pkv_engine_stats s = stats_of(&b);
+    assert_int_equal(s.store_query_blocks - asked, PROMPT / 4 - 3);
+    /* 3 blocks loaded for the first prompt, 7 for the second. */
+    assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+    sh_free(&b);
+    fs_data_free(&data);
+    free(prompt);
+    free(other);
+}
+
+/* Run prompt on a fresh engine over data; returns its stats after the
+ * first request ran to its end, checking every row. *rows gets the rows
+ * its first step computed. */
+static pkv_engine_stats serve(fs_data *data, pkv_engine_params p,
+                              const int32_t *prompt, uint64_t salt,
+                              uint32_t *rows)
+{
+    store_host b;
+    sh_init(&b, p, data);
+    pkv_seq_id id = add(&b, prompt, salt);
+    uint32_t r = first_rows(&b, id);
+    if (rows != NULL)
+        *rows = r;
+    sh_run(&b);
+    pkv_engine_stats s = stats_of(&b);
+    sh_free(&b);
+    return s;
+}
+
+/* The entry of a table filled with one prompt that holds block j (the
+ * value's index field, docs/design.md "KV store"). */
+static fs_entry *entry_at(fs_data *data, uint32_t j)
+{
+    for (size_t i = 0; i < data->count; i++) {
+        const uint8_t *v = data->entries[i].value;
+        uint32_t index = (uint32_t)v[44] | (uint32_t)v[45] << 8 |
+                         (uint32_t)v[46] << 16 | (uint32_t)v[47] << 24;
+        if (index == j)
+            return &data->entries[i];
+    }
+    fail_msg("no block %u", (unsigned)j);
+    return NULL;
+}
+
+/* Serve prompt over data, which holds its blocks but a bad block 2:
+ * blocks 0 and 1 load, 2 is computed and counted as `kind`. */
+static void expect_bad_block2(fs_data *data, pkv_engine_params p,
+                              const int32_t *prompt, int damaged)
+{
+    uint32_t rows;
+    pkv_engine_stats s = serve(data, p, prompt, 0, &rows);
+    assert_int_equal(rows, PROMPT - 8);
+    assert_int_equal(s.store_hit_blocks, 2);
+    assert_int_equal(s.store_damaged, damaged ? 1 : 0);
+    assert_int_equal(s.store_mismatched, damaged ? 0 : 1);
+}
+
+/* Every byte of a value flipped in turn (CPU build; the OpenCL build
+ * flips a few), and the value truncated or extended: damaged. */
+static void test_damaged_values(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_U8);
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    fill(&data, p, prompt, 0);
+    fs_entry *e = entry_at(&data, 2);
+    size_t size = e->size;
+#ifdef PKV_HAVE_OPENCL
+    size_t step = size / 7;
+#else
+    size_t step = 1;
+#endif
+    uint8_t *whole = malloc(size + 1);
+    assert_non_null(whole);
+    memcpy(whole, e->value, size);
+    whole[size] = 0;
+    char key[PKV_STORE_KEY_MAX];
+    strcpy(key, e->key);
+    /* Each serve computes block 2 again and saves it, mending the store:
+     * every flip starts from the intact value. */
+    for (size_t i = 0; i < size; i += step) {
+        whole[i] ^= (uint8_t)(1u << (i % 8));
+        fs_put(&data, key, whole, size);
+        whole[i] ^= (uint8_t)(1u << (i % 8));
+        expect_bad_block2(&data, p, prompt, 1);
+        assert_memory_equal(fs_get(&data, key)->value, whole, size);
+    }
+    const size_t cuts[] = {0, 1, size / 2, size - 1, size + 1};
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        fs_put(&data, key, whole, cuts[c]);
+        if (cuts[c] == 0) {
+            /* An empty value reads as missing: a plain miss. */
+            uint32_t rows;
+            pkv_engine_stats s = serve(&data, p, prompt, 0, &rows);
+            assert_int_equal(s.store_hit_blocks, 2);
+            assert_int_equal(rows, PROMPT - 8);
+            continue;
+        }
+        expect_bad_block2(&data, p, prompt, 1);
+    }
+    fs_put(&data, key, whole, size);
+    uint32_t rows;
+    serve(&data, p, prompt, 0, &rows);
+    assert_int_equal(rows, 1); /* whole again */
+    free(whole);
+    fs_data_free(&data);
+    free(prompt);
+}
+
+/* Intact values of other blocks under block 2's key: another geometry of
+ * the same size, another salt, another block of the prompt, another
+ * prompt's block 2 (a forced collision): mismatched, computed. */
+static void test_other_blocks(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_F16);
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *other = tm_prompt(PROMPT, 9);
+    fs_data data = {0}, salted = {0}, shaped = {0}, foreign = {0};
+    fill(&data, p, prompt, 0);
+    fill(&salted, p, prompt, 1);
+    fill(&foreign, p, other, 0);
+    pkv_engine_params q = p; /* the same KV bytes per block */
+    q.num_layers = 4;
+    q.num_kv_heads = 1;
+    q.num_q_heads = 2;
+    fill(&shaped, q, prompt, 0);
+    char key[PKV_STORE_KEY_MAX];
+    strcpy(key, entry_at(&data, 2)->key);
+    fs_entry *good = entry_at(&data, 2);
+    size_t size = good->size;
+    uint8_t *kept = malloc(size);
+    assert_non_null(kept);
+    memcpy(kept, good->value, size);
+    fs_entry *imposters[] = {entry_at(&shaped, 2), entry_at(&salted, 2),
+                             entry_at(&data, 3), entry_at(&foreign, 2)};
+    for (size_t i = 0; i < 4; i++) {
+        fs_entry *x = imposters[i];
+        assert_int_equal(x->size, size);
+        uint8_t *copy = malloc(x->size);
+        assert_non_null(copy);
+        memcpy(copy, x->value, x->size);
+        fs_put(&data, key, copy, x->size);
+        free(copy);
+        expect_bad_block2(&data, p, prompt, 0);
+        fs_put(&data, key, kept, size);
+    }
+    /* The salted engine's blocks are under other keys: no hit either. */
+    uint32_t rows;
+    pkv_engine_stats s = serve(&salted, p, prompt, 0, &rows);
+    assert_int_equal(rows, PROMPT);
+    assert_int_equal(s.store_hit_blocks + s.store_mismatched, 0);
+    free(kept);
+    fs_data_free(&data);
+    fs_data_free(&salted);
+    fs_data_free(&shaped);
+    fs_data_free(&foreign);
+    free(prompt);
+    free(other);
+}
+
+/* A block evicted from the store: the blocks before it load, the rest
+ * are computed (and saved again). */
+static void test_evicted(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_F16);
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    fill(&data, p, prompt, 0);
+    char key[PKV_STORE_KEY_MAX];
+    strcpy(key, entry_at(&data, 5)->key);
+    fs_delete(&data, key);
+    uint32_t rows;
+    pkv_engine_stats s = serve(&data, p, prompt, 0, &rows);
+    assert_int_equal(rows, PROMPT - 20);
+    assert_int_equal(s.store_hit_blocks, 5);
+    assert_int_equal(s.store_saves, 5); /* blocks 5..9 again */
+    assert_non_null(fs_get(&data, key));
+    fs_data_free(&data);
+    free(prompt);
+}
+
+/* The connector refuses, fails, answers late or never: every prompt is
+ * computed and served, the stats name the failure. */
+static void test_connector_faults(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_F16);
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    fill(&data, p, prompt, 0);
+    for (int fault = 0; fault < 6; fault++) {
+        store_host b;
+        sh_connect(&b, &data);
+        b.store.timeout_ms = 30;
+        b.fs.refuse_loads = fault == 0;
+        b.fs.fail_loads = fault == 1;
+        b.fs.hang_loads = fault == 2;
+        b.fs.delay_polls = fault == 3 ? 3 : 0;
+        b.fs.refuse_saves = fault == 4;
+        b.fs.fail_saves = fault == 4;
+        if (fault == 5)
+            b.store.max_save_bytes = 1;
+        sh_start(&b, p);
+        int32_t *fresh = tm_prompt(PROMPT, 100 + (uint32_t)fault);
+        pkv_seq_id id = add(&b, prompt, 0);
+        add(&b, fresh, 0); /* saves, when the store takes them */
+        uint32_t rows = first_rows(&b, id);
+        sh_run(&b);
+        pkv_engine_stats s = stats_of(&b);
+        int hit = fault >= 3;
+        assert_int_equal(rows, hit ? 1 : PROMPT);
+        assert_int_equal(s.store_hit_blocks, hit ? PROMPT / 4 : 0);
+        assert_int_equal(s.store_load_failures, fault <= 1 ? 2 : 0);
+        assert_int_equal(s.store_timeouts, fault == 2 ? 2 : 0);
+        assert_true(fault != 2 || s.store_wait_us >= 2 * 30000);
+        assert_int_equal(s.store_save_failures, fault == 4 ? PROMPT / 4 : 0);
+        assert_int_equal(s.store_saves_skipped, fault == 5 ? PROMPT / 4 : 0);
+        /* Both prompts' blocks when the first one missed. */
+        assert_int_equal(s.store_saves, fault >= 4  ? 0
+                                        : hit      ? PROMPT / 4
+                                                   : 2 * PROMPT / 4);
+        assert_int_equal(b.fs.cancels, fault == 2 ? 2 : 0);
+        sh_free(&b);
+        free(fresh);
+    }
+    fs_data_free(&data);
+    free(prompt);
+}
+
+/* A sequence aborted or truncated while its blocks load: the load is
+ * cancelled (the fake store checks nothing is left in flight); destroy
+ * cancels what is still in flight. */
+static void test_cancel(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_F16);
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    fill(&data, p, prompt, 0);
+    store_host b;
+    sh_init(&b, p, &data);
+    b.fs.hang_loads = 1;
+    pkv_seq_id gone = add(&b, prompt, 0);
+    const pkv_batch *batch;
+    tm_step(&b.host, &batch);
+    assert_int_equal(b.fs.num_ops, 1);
+    assert_int_equal(pkv_seq_abort(b.host.engine, gone), PKV_OK);
+    tm_step(&b.host, &batch);
+    assert_int_equal(b.fs.cancels, 1);
+    assert_int_equal(b.fs.num_ops, 0);
+    /* Truncated while loading: asked again for its shorter prompt. */
+    pkv_seq_id cut = add(&b, prompt, 0);
+    tm_step(&b.host, &batch);
+    assert_int_equal(b.fs.num_ops, 1);
+    b.fs.hang_loads = 0;
+    assert_int_equal(pkv_seq_truncate(b.host.engine, cut, 21), PKV_OK);
+    tm_find(&b.host, cut)->num_tokens = 21;
+    assert_int_equal(b.fs.cancels, 2);
+    uint32_t rows = first_rows(&b, cut);
+    assert_int_equal(rows, 1);
+    sh_run(&b);
+    assert_int_equal(stats_of(&b).store_hit_blocks, 5);
+    /* Destroyed while loading. */
+    b.fs.hang_loads = 1;
+    add(&b, prompt, 0);
+    tm_step(&b.host, &batch);
+    assert_int_equal(b.fs.num_ops, 1);
+    pkv_engine_destroy(b.host.engine);
+    b.host.engine = NULL;
+    assert_int_equal(b.fs.num_ops, 0);
+    tm_host_free(&b.host);
+    fs_free(&b.fs);
+    fs_data_free(&data);
+    free(prompt);
+}
+
+/* The load budget: a prompt asks for as many blocks as fit. */
+static void test_load_budget(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_F16);
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    fill(&data, p, prompt, 0);
+    store_host b;
+    sh_connect(&b, &data);
+    b.store.max_load_bytes = 3 * data.entries[0].size;
+    sh_start(&b, p);
+    pkv_seq_id id = add(&b, prompt, 0);
+    assert_int_equal(first_rows(&b, id), PROMPT - 12);
+    sh_run(&b);
+    assert_int_equal(stats_of(&b).store_hit_blocks, 3);
+    sh_free(&b);
+    fs_data_free(&data);
+    free(prompt);
+}
+
+/* A store without every callback, with unknown flags, a zero timeout or
+ * another struct_size is refused at create. */
+static void test_bad_store(void **state)
+{
+    (void)state;
+    fs_data data = {0};
+    fs_store fs;
+    for (int c = 0; c < 4; c++) {
+        pkv_store st;
+        assert_int_equal(pkv_store_init(&st), PKV_OK);
+        fs_connect(&fs, &data, &st);
+        if (c == 0)
+            st.cancel = NULL;
+        if (c == 1)
+            st.flags = 2;
+        if (c == 2)
+            st.timeout_ms = 0;
+        if (c == 3)
+            st.struct_size = 8;
+        pkv_engine_params p = params_of(PKV_KV_F16);
+        p.store = &st;
+        pkv_engine *e = NULL;
+        pkv_status want = c == 3 ? PKV_ERR_STRUCT_SIZE
+                                 : PKV_ERR_INVALID_ARGUMENT;
+        assert_int_equal(pkv_engine_create(&p, &e), want);
+        assert_null(e);
+        assert_true(strstr(pkv_last_error(), "store") != NULL);
+        fs_free(&fs);
+    }
+    assert_int_equal(pkv_store_init(NULL), PKV_ERR_INVALID_ARGUMENT);
+}
+
+/* SHA-256 against FIPS 180-4's examples. */
+static void test_sha256(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        const char *hex;
+    } cases[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc",
+         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+    };
+    for (size_t c = 0; c < 3; c++) {
+        pkv__sha256 h;
+        uint8_t d[PKV__DIGEST_BYTES];
+        char hex[65];
+        /* Fed one byte at a time and whole: the same. */
+        for (int whole = 0; whole < 2; whole++) {
+            pkv__sha256_init(&h);
+            size_t n = strlen(cases[c].text);
+            if (whole)
+                pkv__sha256_update(&h, cases[c].text, n);
+            else
+                for (size_t i = 0; i < n; i++)
+                    pkv__sha256_update(&h, cases[c].text + i, 1);
+            pkv__sha256_final(&h, d);
+            for (int i = 0; i < 32; i++)
+                snprintf(hex + 2 * i, 3, "%02x", d[i]);
+            assert_string_equal(hex, cases[c].hex);
+        }
+    }
+    /* One million 'a's. */
+    pkv__sha256 h;
+    uint8_t d[PKV__DIGEST_BYTES];
+    char a[1000];
+    memset(a, 'a', sizeof a);
+    pkv__sha256_init(&h);
+    for (int i = 0; i < 1000; i++)
+        pkv__sha256_update(&h, a, sizeof a);
+    pkv__sha256_final(&h, d);
+    assert_int_equal(d[0], 0xcd);
+    assert_int_equal(d[1], 0xc7);
+    assert_int_equal(d[31], 0xd0);
+}
+
+int main(void)
+{
+#ifdef PKV_HAVE_OPENCL
+    int skip = tm_opencl_start();
+    if (skip)
+        return skip;
+#endif
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_share),
+        cmocka_unit_test(test_local_first),
+        cmocka_unit_test(test_damaged_values),
+        cmocka_unit_test(test_other_blocks),
+        cmocka_unit_test(test_evicted),
+        cmocka_unit_test(test_connector_faults),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_load_budget),
+        cmocka_unit_test(test_bad_store),
+        cmocka_unit_test(test_sha256),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
