@@ -761,6 +761,8 @@ void eh_drain(eh_host *host, uint64_t max_steps)
                      (unsigned long long)max_steps);
         eh_step(host);
         eh_check(host);
+        if (host->idle != NULL)
+            host->idle();
     }
     for (uint64_t id = 1; id <= host->last_id; id++) {
         const eh_seq *s = eh_find(host, id);

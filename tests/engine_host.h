@@ -50,6 +50,9 @@ typedef struct eh_host {
     /* Tensors passed to attend as f16 (never with an f32 cache). */
     int f16_tensors;
     void (*fail)(const char *message);
+    /* Called after each step of eh_drain, or NULL: a host whose store
+     * answers from another thread waits there a little. */
+    void (*idle)(void);
 
     eh_seq *seqs; /* by id - 1 */
     uint64_t num_ids;

@@ -135,9 +135,9 @@ OCL_ICD_VENDORS=$POCL_ICD \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
     ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE ocloc
 
-pass "ThreadSanitizer build (threads label)"
+pass "ThreadSanitizer build (threads and redis labels: the connector's thread)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPKV_WERROR=ON \
     -DPKV_SANITIZE=thread -DPKV_BUILD_BENCH=OFF -DPKV_BUILD_EXAMPLES=OFF
 cmake --build build-tsan -j "$JOBS"
 OCL_ICD_VENDORS=$POCL_ICD \
-    ctest --test-dir build-tsan --output-on-failure -L threads
+    ctest --test-dir build-tsan --output-on-failure -L 'threads|redis'

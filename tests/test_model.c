@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static uint64_t mix(uint64_t x)
 {
@@ -416,6 +418,54 @@ void tm_step(tm_host *host, const pkv_batch **batch_out)
     free(v);
     free(outs);
     free(ref);
+}
+
+pkv_seq_id tm_add_salted(tm_host *host, const int32_t *prompt, uint32_t len,
+                         uint32_t max_new_tokens, uint64_t salt)
+{
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.prompt = prompt;
+    sp.prompt_len = len;
+    sp.max_new_tokens = max_new_tokens;
+    sp.cache_salt = salt;
+    pkv_seq_id id = 0;
+    assert_int_equal(pkv_seq_add(host->engine, &sp, &id), PKV_OK);
+    tm_record(host, id, prompt, len);
+    return id;
+}
+
+static void sleep_1ms(void)
+{
+    struct timespec t = {0, 1000000L};
+    nanosleep(&t, NULL);
+}
+
+uint32_t tm_first_rows(tm_host *host, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < 20000; i++) {
+        const pkv_batch *b;
+        tm_step(host, &b);
+        uint32_t rows = tm_rows_of(b, id);
+        if (rows)
+            return rows;
+        if (b->num_tokens == 0)
+            sleep_1ms();
+    }
+    fail_msg("sequence %llu never ran", (unsigned long long)id);
+    return 0;
+}
+
+void tm_run_idle(tm_host *host)
+{
+    for (uint32_t i = 0; pkv_engine_has_work(host->engine); i++) {
+        assert_true(i < 20000);
+        const pkv_batch *b;
+        tm_step(host, &b);
+        if (b->num_tokens == 0)
+            sleep_1ms();
+    }
+    tm_check_idle(host);
 }
 
 uint32_t tm_rows_of(const pkv_batch *b, pkv_seq_id id)

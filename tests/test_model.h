@@ -116,6 +116,20 @@ tm_seq *tm_find(tm_host *host, pkv_seq_id id);
  * *batch_out (optional) receives the batch of the step. */
 void tm_step(tm_host *host, const pkv_batch **batch_out);
 
+/* pkv_seq_add a prompt of len tokens with max_new_tokens and cache_salt,
+ * recording it. Returns the id. */
+pkv_seq_id tm_add_salted(tm_host *host, const int32_t *prompt, uint32_t len,
+                         uint32_t max_new_tokens, uint64_t salt);
+
+/* Step until sequence id runs; the rows of its first step. Steps without
+ * rows (a KV store's load on its way) sleep 1 ms; fails after 20,000. */
+uint32_t tm_first_rows(tm_host *host, pkv_seq_id id);
+
+/* Step until the engine has no work, sleeping 1 ms on steps without rows
+ * (a store's load or save on its way; fails after 20,000 steps), then
+ * tm_check_idle. */
+void tm_run_idle(tm_host *host);
+
 /* The rows sequence id has in batch b (0 when it does not run). */
 uint32_t tm_rows_of(const pkv_batch *b, pkv_seq_id id);
 

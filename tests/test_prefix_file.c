@@ -25,16 +25,7 @@ enum { PROMPT = 21 }; /* 5 full blocks of 4 before the last token */
 
 static pkv_seq_id add_salted(tm_host *h, const int32_t *prompt, uint64_t salt)
 {
-    pkv_seq_params sp;
-    pkv_seq_params_init(&sp);
-    sp.prompt = prompt;
-    sp.prompt_len = PROMPT;
-    sp.max_new_tokens = 3;
-    sp.cache_salt = salt;
-    pkv_seq_id id = 0;
-    assert_int_equal(pkv_seq_add(h->engine, &sp, &id), PKV_OK);
-    tm_record(h, id, prompt, PROMPT);
-    return id;
+    return tm_add_salted(h, prompt, PROMPT, 3, salt);
 }
 
 /* The saved prefix cache of a host whose prompts (salts 0 and 1) ran to

@@ -11,7 +11,6 @@
  * sequences while loading): no wrong row, no lost sequence, no operation
  * left in flight, and the stats say what happened.
  */
-#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { PROMPT = 41 }; /* 10 full blocks of 4 before the last token */
 
@@ -80,39 +78,14 @@ static pkv_engine_stats stats_of(store_host *h)
     return s;
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec t = {0, ms * 1000000L};
-    nanosleep(&t, NULL);
-}
-
-/* Step until the engine is idle, sleeping a little on steps without rows
- * (a load or a timeout on its way). */
 static void sh_run(store_host *h)
 {
-    for (uint32_t i = 0; i < 5000 && pkv_engine_has_work(h->host.engine);
-         i++) {
-        const pkv_batch *b;
-        tm_step(&h->host, &b);
-        if (b->num_tokens == 0)
-            sleep_ms(1);
-    }
-    assert_false(pkv_engine_has_work(h->host.engine));
-    tm_check_idle(&h->host);
+    tm_run_idle(&h->host);
 }
 
 static pkv_seq_id add(store_host *h, const int32_t *prompt, uint64_t salt)
 {
-    pkv_seq_params sp;
-    pkv_seq_params_init(&sp);
-    sp.prompt = prompt;
-    sp.prompt_len = PROMPT;
-    sp.max_new_tokens = 3;
-    sp.cache_salt = salt;
-    pkv_seq_id id = 0;
-    assert_int_equal(pkv_seq_add(h->host.engine, &sp, &id), PKV_OK);
-    tm_record(&h->host, id, prompt, PROMPT);
-    return id;
+    return tm_add_salted(&h->host, prompt, PROMPT, 3, salt);
 }
 
 /* Run prompt (salt) on an engine of params p that saves into data. */
@@ -129,19 +102,9 @@ static void fill(fs_data *data, pkv_engine_params p, const int32_t *prompt,
     sh_free(&a);
 }
 
-/* The rows the first step that runs id gives it. */
 static uint32_t first_rows(store_host *h, pkv_seq_id id)
 {
-    for (uint32_t i = 0; i < 5000; i++) {
-        const pkv_batch *b;
-        tm_step(&h->host, &b);
-        uint32_t rows = tm_rows_of(b, id);
-        if (rows)
-            return rows;
-        sleep_ms(1);
-    }
-    fail_msg("sequence %llu never ran", (unsigned long long)id);
-    return 0;
+    return tm_first_rows(&h->host, id);
 }
 
 /* A second engine's first request for a prompt another engine computed
@@ -361,6 +324,33 @@ static void test_other_blocks(void **state)
     fs_data_free(&foreign);
     free(prompt);
     free(other);
+}
+
+/* Engines of different models (pkv_store.model) share nothing, though
+ * geometry, prompt and salt are equal. */
+static void test_models_apart(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_F16);
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    fill(&data, p, prompt, 0); /* model NULL: "" */
+    const char *names[] = {"llama-3-8b@abc", ""};
+    for (int i = 0; i < 2; i++) {
+        store_host b;
+        sh_connect(&b, &data);
+        b.store.model = names[i];
+        sh_start(&b, p);
+        pkv_seq_id id = add(&b, prompt, 0);
+        assert_int_equal(first_rows(&b, id), i == 0 ? PROMPT : 1);
+        sh_run(&b);
+        pkv_engine_stats s = stats_of(&b);
+        assert_int_equal(s.store_hit_blocks, i == 0 ? 0 : PROMPT / 4);
+        assert_int_equal(s.store_mismatched + s.store_damaged, 0);
+        sh_free(&b);
+    }
+    fs_data_free(&data);
+    free(prompt);
 }
 
 /* A block evicted from the store: the blocks before it load, the rest
@@ -592,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_local_first),
         cmocka_unit_test(test_damaged_values),
         cmocka_unit_test(test_other_blocks),
+        cmocka_unit_test(test_models_apart),
         cmocka_unit_test(test_evicted),
         cmocka_unit_test(test_connector_faults),
         cmocka_unit_test(test_cancel),

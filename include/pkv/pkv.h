@@ -233,8 +233,8 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
  * A KV store shared by engines in other processes or on other machines
  * (Redis: pkv_redis.h; any other through these callbacks). An engine with
  * a store saves the full blocks it computes from prompts under keys that
- * name the model geometry, KV format, cache_salt and every token up to
- * the block's end; a later prompt's blocks that neither its prefix cache
+ * name the model (pkv_store.model), its geometry, the KV format,
+ * cache_salt and every token up to the block's end; a later prompt's blocks that neither its prefix cache
  * holds are asked of the store before the prompt is admitted. Each block
  * that arrives is verified before any row can attend to it: its size,
  * checksum, geometry, key, parent's key and tokens must be those the
@@ -310,6 +310,13 @@ typedef struct pkv_store {
      * budget is not saved (pkv_engine_stats.store_saves_skipped). */
     uint64_t max_load_bytes;
     uint64_t max_save_bytes;
+    /* The model's name, part of every key: the KV of a block depends on
+     * the weights, which pkv never sees, so engines share blocks only
+     * under equal names. Name the weights, not the family (a checksum of
+     * the weights file, or a name and revision). NULL: "", which two
+     * different models must not both use with one store. Copied at
+     * create. */
+    const char *model;
 } pkv_store;
 
 /*

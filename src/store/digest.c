@@ -116,7 +116,17 @@ void pkv__sha256_final(pkv__sha256 *h, uint8_t out[PKV__DIGEST_BYTES])
  * meet this one's. */
 static const char ROOT_TAG[16] = "pkv-store-key-1";
 
-void pkv__digest_root(const pkv__backend_config *c, uint64_t salt,
+void pkv__digest_model(const char *name, uint8_t out[PKV__DIGEST_BYTES])
+{
+    pkv__sha256 h;
+    pkv__sha256_init(&h);
+    if (name != NULL)
+        pkv__sha256_update(&h, name, strlen(name));
+    pkv__sha256_final(&h, out);
+}
+
+void pkv__digest_root(const uint8_t model[PKV__DIGEST_BYTES],
+                      const pkv__backend_config *c, uint64_t salt,
                       uint8_t out[PKV__DIGEST_BYTES])
 {
     static const uint8_t magic[8] = {0};
@@ -127,6 +137,7 @@ void pkv__digest_root(const pkv__backend_config *c, uint64_t salt,
     pkv__sha256 h;
     pkv__sha256_init(&h);
     pkv__sha256_update(&h, ROOT_TAG, sizeof ROOT_TAG);
+    pkv__sha256_update(&h, model, PKV__DIGEST_BYTES);
     pkv__sha256_update(&h, words + PKV__AT_KV_DTYPE,
                        PKV__AT_FORMAT_FIELDS - PKV__AT_KV_DTYPE);
     pkv__sha256_update(&h, salt_bytes, sizeof salt_bytes);
@@ -158,10 +169,11 @@ static void hex(const uint8_t *bytes, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-void pkv__digest_fingerprint(const pkv__backend_config *c, char out[17])
+void pkv__digest_fingerprint(const uint8_t model[PKV__DIGEST_BYTES],
+                             const pkv__backend_config *c, char out[17])
 {
     uint8_t root[PKV__DIGEST_BYTES];
-    pkv__digest_root(c, 0, root);
+    pkv__digest_root(model, c, 0, root);
     hex(root, 8, out);
 }
 

@@ -28,9 +28,13 @@ void pkv__sha256_init(pkv__sha256 *h);
 void pkv__sha256_update(pkv__sha256 *h, const void *data, size_t n);
 void pkv__sha256_final(pkv__sha256 *h, uint8_t out[PKV__DIGEST_BYTES]);
 
-/* The digest a prompt's chain starts from: the geometry and KV format of
- * config c (the export header's words) and the salt. */
-void pkv__digest_root(const pkv__backend_config *c, uint64_t salt,
+/* The digest of a model's name (pkv_store.model; NULL is ""). */
+void pkv__digest_model(const char *name, uint8_t out[PKV__DIGEST_BYTES]);
+
+/* The digest a prompt's chain starts from: the model's, the geometry and
+ * KV format of config c (the export header's words) and the salt. */
+void pkv__digest_root(const uint8_t model[PKV__DIGEST_BYTES],
+                      const pkv__backend_config *c, uint64_t salt,
                       uint8_t out[PKV__DIGEST_BYTES]);
 
 /* The digest of a block: its parent's (the root for the first block) and
@@ -39,10 +43,11 @@ void pkv__digest_block(const uint8_t parent[PKV__DIGEST_BYTES],
                        const int32_t *tokens, uint32_t block_size,
                        uint8_t out[PKV__DIGEST_BYTES]);
 
-/* 16 hex digits naming config c's geometry and KV format (the first 8
- * bytes of the root digest of salt 0), for keys that can be listed per
- * model. */
-void pkv__digest_fingerprint(const pkv__backend_config *c, char out[17]);
+/* 16 hex digits naming the model, config c's geometry and KV format (the
+ * first 8 bytes of the root digest of salt 0), for keys that can be
+ * listed per model. */
+void pkv__digest_fingerprint(const uint8_t model[PKV__DIGEST_BYTES],
+                             const pkv__backend_config *c, char out[17]);
 
 /* The store key of a block: "pkv1:<fingerprint>:<64 hex digits>", NUL
  * terminated, PKV_STORE_KEY_MAX bytes. */

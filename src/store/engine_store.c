@@ -69,7 +69,10 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
         return PKV_ERR_OUT_OF_MEMORY;
     s->cb = *store;
     s->value_bytes = pkv__value_bytes(&e->backend_config);
-    pkv__digest_fingerprint(&e->backend_config, s->fingerprint);
+    /* The name is not kept: its digest is what keys use. */
+    pkv__digest_model(store->model, s->model);
+    s->cb.model = NULL;
+    pkv__digest_fingerprint(s->model, &e->backend_config, s->fingerprint);
     s->next_ticket = 1;
     return PKV_OK;
 }
@@ -173,7 +176,7 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
     uint8_t *d = seq->store_digests;
     uint32_t bs = e->pool.block_size;
     if (have == 0)
-        pkv__digest_root(&e->backend_config, seq->salt, d);
+        pkv__digest_root(e->store.model, &e->backend_config, seq->salt, d);
     for (uint32_t j = have ? have - 1 : 0; j < n; j++)
         pkv__digest_block(d + (size_t)j * PKV__DIGEST_BYTES,
                           seq->tokens + (size_t)j * bs, bs,

@@ -42,6 +42,7 @@ typedef struct pkv__store_op {
 typedef struct pkv__engine_store {
     pkv_store cb; /* the host's connector; cb.load NULL: no store */
     size_t value_bytes;
+    uint8_t model[PKV__DIGEST_BYTES]; /* cb.model's digest */
     char fingerprint[17];
     pkv__store_op *ops;
     uint32_t num_ops;

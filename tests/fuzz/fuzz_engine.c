@@ -23,6 +23,9 @@
  * stats; a bad call returns its documented status and changes nothing; at
  * the end the pool is idle.
  */
+#ifdef PKV_FUZZ_REDIS
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#endif
 #include "fuzz_engine.h"
 
 #include "../engine_host.h"
@@ -35,6 +38,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef PKV_FUZZ_REDIS
+#include "pkv/pkv_redis.h"
+#include <time.h>
+#endif
 
 enum { MAX_OPS = 400, RING = 8, MAX_PROMPT = 64, MAX_DRAIN_STEPS = 20000 };
 
@@ -60,6 +67,7 @@ typedef struct world {
     fs_data store_data;
     fs_store store_fake;
     pkv_store store;
+    void *redis; /* a pkv_redis instead of the fake (PKV_FUZZ_REDIS) */
 } world;
 
 static world W;
@@ -222,6 +230,40 @@ static void unchanged(world *w, const snapshot *s, const char *call)
 
 /* ------------------------------------------------------------------ setup */
 
+#ifdef PKV_FUZZ_REDIS
+static void idle(void)
+{
+    struct timespec t = {0, 50000};
+    nanosleep(&t, NULL);
+}
+#endif
+
+/* With PKV_FUZZ_REDIS_PORT set (a build with PKV_FUZZ_REDIS), the store is
+ * a redis-server on that loopback port, each input under keys of its own:
+ * the fake's faults then do nothing, the real server's timing is the
+ * fault. */
+static void connect_redis(world *w)
+{
+#ifdef PKV_FUZZ_REDIS
+    const char *port = getenv("PKV_FUZZ_REDIS_PORT");
+    if (port == NULL)
+        return;
+    pkv_redis_params rp;
+    CHECK(pkv_redis_params_init(&rp) == PKV_OK);
+    rp.port = (uint32_t)atoi(port);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "fuzz%llu:",
+             (unsigned long long)TOT.inputs);
+    rp.key_prefix = prefix;
+    pkv_redis *r = NULL;
+    CHECK(pkv_redis_create(&rp, &r) == PKV_OK);
+    CHECK(pkv_redis_store(r, &w->store) == PKV_OK);
+    w->redis = r;
+#else
+    (void)w;
+#endif
+}
+
 static const float watermarks[4] = {0.0f, 0.01f, 0.1f, 0.3f};
 
 static int create(world *w)
@@ -281,6 +323,7 @@ static int create(world *w)
     if (w->has_store) {
         CHECK(pkv_store_init(&w->store) == PKV_OK);
         fs_connect(&w->store_fake, &w->store_data, &w->store);
+        connect_redis(w);
         w->store_fake.delay_polls = (st >> 1) % 4u;
         w->store_fake.fail_loads = (st >> 3) % 8 == 0;
         w->store_fake.fail_saves = (st >> 4) % 8 == 0;
@@ -301,6 +344,10 @@ static int create(world *w)
                                                   : 0.5;
     if (eh_init(&w->host, &p, tolerance, fail) != PKV_OK)
         eh_failf(&w->host, "create: %s", pkv_last_error());
+#ifdef PKV_FUZZ_REDIS
+    if (w->redis != NULL)
+        w->host.idle = idle;
+#endif
     w->host.f16_tensors = p.kv_dtype != PKV_KV_F32 && (kv >> 6) % 2 == 1;
     w->before = malloc(p.num_blocks * sizeof *w->before);
     CHECK(w->before != NULL);
@@ -839,6 +886,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(w->before);
     w->before = NULL;
     eh_free(&w->host);
+#ifdef PKV_FUZZ_REDIS
+    pkv_redis_destroy(w->redis);
+    w->redis = NULL;
+#endif
     if (w->has_store) {
         fs_free(&w->store_fake); /* nothing left in flight */
         fs_data_free(&w->store_data);

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv_redis: a KV store connector (pkv_store, pkv.h) over Redis or any
+ * server that speaks its protocol (Valkey, KeyDB), through hiredis. A
+ * separate small library, libpkv_redis, built when hiredis is found
+ * (CMake says whether it was).
+ *
+ * One connection and one worker thread per pkv_redis: the engine's
+ * callbacks queue operations and return; the worker sends them one at a
+ * time, a prompt's load as one MGET (one round trip), a save as one SET,
+ * and queues each result for the engine's poll, in the order they
+ * finished. Queued loads go before queued saves (a sequence waits for a
+ * load, nobody for a save); loads finish in the order they were started,
+ * and so do saves. A connection error, a timeout or an error reply fails
+ * the operation (PKV_ERR_STORE, never a value); after a connection error
+ * or a timeout the connection is closed and the worker connects again for
+ * a later operation, at most once per retry_ms: operations that come
+ * sooner fail at once. Keys are key_prefix followed by the engine's key.
+ *
+ * A cancelled operation's buffers are never touched once cancel returns,
+ * and cancel never waits for the network: a save's value is read when
+ * its command is formatted (hiredis sends a copy), a load's values are
+ * written when the whole reply has arrived, both under the connector's
+ * lock. The worker blocks every signal (a write to a closed connection
+ * raises SIGPIPE, which then cannot end the process).
+ *
+ * libpkv_redis needs only this header and pkv.h's types: it does not link
+ * libpkv, and reports its own failures through pkv_redis_last_error.
+ */
+#ifndef PKV_PKV_REDIS_H
+#define PKV_PKV_REDIS_H
+
+#include "pkv/pkv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pkv_redis pkv_redis;
+
+/* Parameters of pkv_redis_create. Fields are append-only. */
+typedef struct pkv_redis_params {
+    uint32_t struct_size; /* sizeof(pkv_redis_params), set by _init */
+    uint32_t port;        /* 1..65535; default 6379 */
+    const char *host;     /* name or address; default "127.0.0.1"; NULL
+                             with unix_path set: the socket */
+    const char *unix_path; /* a Unix socket instead of TCP (host and
+                              port are then ignored); NULL: TCP */
+    const char *key_prefix; /* prepended to every key (a namespace);
+                               NULL: none. At most 64 bytes */
+    uint32_t timeout_ms; /* connect, and every send and receive (socket
+                            timeouts: a reply that trickles in can take
+                            longer); not 0; default 500 */
+    uint32_t retry_ms;   /* least time between a connection's failure or
+                            a failed attempt and the next attempt;
+                            default 100 */
+    uint32_t ttl_seconds; /* SET ... EX ttl; 0 (the default): no expiry */
+    uint32_t reserved0;   /* 0 */
+} pkv_redis_params;
+
+/* Counters of one connector. Fields are append-only. */
+typedef struct pkv_redis_stats {
+    uint32_t struct_size; /* sizeof(pkv_redis_stats), set by _init */
+    uint32_t connected;   /* 1 while the worker holds a connection (a
+                             server that went away is noticed by the
+                             next operation) */
+    uint64_t connects;    /* connections made, the first included */
+    uint64_t connect_failures;
+    uint64_t commands;    /* MGETs and SETs sent */
+    uint64_t errors;      /* operations failed: connection, timeout,
+                             error reply, or no connection yet (retry_ms) */
+    uint64_t bytes_read;  /* value bytes received */
+    uint64_t bytes_written; /* value bytes sent */
+} pkv_redis_stats;
+
+/*
+ * Fill *params with defaults (127.0.0.1:6379, no prefix, timeout 500 ms,
+ * retry 100 ms, no expiry).
+ * Thread-safety: safe from any thread. Ownership: writes *params only.
+ */
+PKV_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
+
+/*
+ * Create a connector and start its worker. It connects in the
+ * background: a server that is down is not an error here (operations
+ * fail until it is up). Errors: PKV_ERR_INVALID_ARGUMENT (NULL, a
+ * key_prefix too long, no host and no unix_path, a unix_path too long
+ * for a socket address, port 0 or above 65535, timeout_ms 0, reserved0
+ * not 0), PKV_ERR_STRUCT_SIZE, PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
+ * the thread cannot start; pkv_redis_last_error() says why.
+ * Thread-safety: safe from any thread.
+ * Ownership: params' strings are copied; the caller destroys the
+ * connector with pkv_redis_destroy, after every engine that uses it.
+ */
+PKV_API pkv_status pkv_redis_create(const pkv_redis_params *params,
+                                    pkv_redis **out);
+
+/*
+ * Stop the worker, close the connection, free everything; queued
+ * operations are dropped unreported. An operation sending or waiting for
+ * its reply ends at once (the socket is shut down); a connection attempt
+ * in progress ends within timeout_ms (a host name's lookup is not
+ * bounded by it). NULL is a no-op.
+ * Thread-safety: no engine may still use the connector.
+ */
+PKV_API void pkv_redis_destroy(pkv_redis *redis);
+
+/*
+ * Set the callbacks and user of *store (after pkv_store_init, which sets
+ * the engine-side defaults) to this connector's. One connector serves one
+ * engine. The callbacks' load and save fail with
+ * PKV_ERR_INVALID_ARGUMENT (a NULL or too long key, no keys) or
+ * PKV_ERR_OUT_OF_MEMORY, and then start nothing.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (NULL), PKV_ERR_STRUCT_SIZE (a store
+ * not set up by pkv_store_init).
+ * Thread-safety: safe from any thread. Ownership: writes *store only.
+ */
+PKV_API pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store);
+
+/*
+ * Zero *stats and set its struct_size, ready for pkv_redis_get_stats.
+ */
+PKV_API pkv_status pkv_redis_stats_init(pkv_redis_stats *stats);
+
+/*
+ * The connector's counters.
+ * Thread-safety: safe from any thread (read under the connector's lock).
+ */
+PKV_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
+                                       pkv_redis_stats *stats);
+
+/*
+ * The message of the last failure of a pkv_redis_* function on this
+ * thread ("PKV_ERR_X: why"), or "" if there was none. (libpkv_redis does
+ * not link libpkv, so pkv_last_error does not see these.)
+ * Thread-safety: the message is thread-local.
+ * Ownership: valid until the next pkv_redis_* call on this thread; never
+ * free it.
+ */
+PKV_API const char *pkv_redis_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PKV_PKV_REDIS_H */

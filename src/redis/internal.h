@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The connector's state, shared by its three files: redis.c (the public
+ * functions), ops.c (the engine-facing callbacks and the queues) and
+ * worker.c (the thread that talks to the server).
+ *
+ * One mutex guards the queues, the cancelled flags, the stats and the
+ * published socket; the engine's callbacks only take it to queue, dequeue
+ * or flag, so they never wait for the network. The worker owns the
+ * hiredis context and the op it runs: it sends and receives without the
+ * lock, and takes it to touch an engine's buffer (reading a save's value,
+ * writing a load's values), after checking that the op was not cancelled.
+ */
+#ifndef PKV_REDIS_INTERNAL_H
+#define PKV_REDIS_INTERNAL_H
+
+#include "pkv/pkv.h"
+#include "pkv/pkv_redis.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest key_prefix, without its NUL (pkv_redis.h). */
+#define PKV__REDIS_PREFIX_MAX 64u
+
+/* ttl_seconds in decimal (a uint32_t), NUL included. */
+#define PKV__REDIS_TTL_MAX 11u
+
+/* Messages of pkv_redis_last_error. */
+#define PKV__REDIS_ERROR_MAX 256u
+
+/* First release: every field up to reserved0 (append-only from here). */
+#define PKV__REDIS_END_OF(type, field) \
+    (offsetof(type, field) + sizeof(((type *)0)->field))
+#define PKV__REDIS_PARAMS_MIN_SIZE \
+    PKV__REDIS_END_OF(pkv_redis_params, reserved0)
+#define PKV__REDIS_STATS_MIN_SIZE \
+    PKV__REDIS_END_OF(pkv_redis_stats, bytes_written)
+
+enum pkv__redis_kind { PKV__REDIS_LOAD, PKV__REDIS_SAVE };
+
+/* One load or save, from its callback to its report or cancel. */
+typedef struct pkv__redis_op {
+    struct pkv__redis_op *next;
+    uint64_t ticket;
+    int kind;       /* enum pkv__redis_kind */
+    int cancelled;  /* under the lock: set by cancel while running */
+    int32_t status; /* the result, for poll */
+    uint32_t num_keys;
+    /* The engine's buffers: touched only under the lock, and only while
+     * cancelled is 0. */
+    void *values;        /* load */
+    size_t value_size;   /* load: each slot; save: the value */
+    uint64_t *sizes;     /* load */
+    const void *value;   /* save */
+    /* The command, its keys copied into the op (key_prefix included):
+     * MGET k1 .. kn, or SET k value [EX ttl], whose argv[2] is the
+     * engine's value, read only while the command is formatted. */
+    int argc;
+    const char **argv;
+    size_t *argvlen;
+} pkv__redis_op;
+
+/* A FIFO of ops. */
+typedef struct pkv__redis_list {
+    pkv__redis_op *head;
+    pkv__redis_op *tail;
+} pkv__redis_list;
+
+struct pkv_redis {
+    /* Copied from the params at create; read-only afterwards. */
+    char *host;
+    char *unix_path;
+    uint32_t port;
+    uint32_t timeout_ms;
+    uint32_t retry_ms;
+    char prefix[PKV__REDIS_PREFIX_MAX + 1];
+    size_t prefix_len;
+    char ttl[PKV__REDIS_TTL_MAX]; /* "" for no expiry */
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* the worker: work queued, or stop */
+    pthread_t thread;
+
+    /* Under the lock. Queued for the worker, loads before saves: a
+     * sequence waits for a load, nobody waits for a save. */
+    pkv__redis_list loads;
+    pkv__redis_list saves;
+    pkv__redis_list done;    /* finished, waiting for poll */
+    pkv__redis_op *running;  /* the worker's op, or NULL */
+    int stop;                /* destroy asked the worker to end */
+    int fd;                  /* the connection's socket, -1: none; destroy
+                                shuts it down to end a wait at once */
+    pkv_redis_stats stats;
+
+    /* The worker's alone. */
+    void *ctx;               /* redisContext, NULL when disconnected */
+    int tried;               /* a connection was attempted */
+    uint64_t last_attempt_ms;
+};
+
+/* ops.c. A list's functions: the caller holds the lock, or owns the list
+ * (destroy frees the queues after the worker ended). */
+pkv__redis_op *pkv__redis_list_pop(pkv__redis_list *list);
+void pkv__redis_list_free(pkv__redis_list *list);
+/* The worker is done with op (it takes the lock): report it (done
+ * queue), or free it when it was cancelled meanwhile. */
+void pkv__redis_finish(pkv_redis *redis, pkv__redis_op *op,
+                       pkv_status status);
+/* The four pkv_store callbacks (user is the pkv_redis). */
+pkv_status pkv__redis_load(void *user, uint64_t ticket,
+                           const char *const *keys, uint32_t num_keys,
+                           void *values, size_t value_size, uint64_t *sizes);
+pkv_status pkv__redis_save(void *user, uint64_t ticket, const char *key,
+                           const void *value, size_t value_size);
+uint32_t pkv__redis_poll(void *user, pkv_store_done *done,
+                         uint32_t capacity);
+void pkv__redis_cancel(void *user, uint64_t ticket);
+
+/* worker.c: start the thread (0, or an errno value); stop and join it. */
+int pkv__redis_worker_start(pkv_redis *redis);
+void pkv__redis_worker_stop(pkv_redis *redis);
+
+#endif

@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The public functions of libpkv_redis (pkv_redis.h): params, create and
+ * destroy, the pkv_store it fills in, its stats and its thread-local
+ * message. It does not link libpkv, so it keeps its own message and
+ * status names.
+ */
+#define _POSIX_C_SOURCE 200809L /* strdup, strnlen */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+#if defined(__GNUC__)
+#define PKV__REDIS_PRINTF(fmt_index, first_arg) \
+    __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define PKV__REDIS_PRINTF(fmt_index, first_arg)
+#endif
+
+static _Thread_local char last_error[PKV__REDIS_ERROR_MAX];
+
+const char *pkv_redis_last_error(void)
+{
+    return last_error;
+}
+
+static const char *status_name(pkv_status status)
+{
+    switch (status) {
+#define PKV__REDIS_NAME_CASE(name, value, message) \
+    case name:                                     \
+        return #name;
+        PKV_STATUS_LIST(PKV__REDIS_NAME_CASE)
+#undef PKV__REDIS_NAME_CASE
+    }
+    return "PKV_UNKNOWN_STATUS";
+}
+
+/* Set this thread's message, "PKV_ERR_X: text" as libpkv's, and return
+ * status. */
+static pkv_status fail(pkv_status status, const char *fmt, ...)
+    PKV__REDIS_PRINTF(2, 3);
+
+static pkv_status fail(pkv_status status, const char *fmt, ...)
+{
+    int n = snprintf(last_error, sizeof last_error, "%s: ",
+                     status_name(status));
+    if (n > 0 && (size_t)n < sizeof last_error) {
+        va_list args;
+        va_start(args, fmt);
+        vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, args);
+        va_end(args);
+    }
+    return status;
+}
+
+pkv_status pkv_redis_params_init(pkv_redis_params *params)
+{
+    if (params == NULL)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "params is NULL");
+    memset(params, 0, sizeof *params);
+    params->struct_size = sizeof *params;
+    params->port = 6379;
+    params->host = "127.0.0.1";
+    params->timeout_ms = 500;
+    params->retry_ms = 100;
+    return PKV_OK;
+}
+
+/* The fields of in that its struct_size covers, over the defaults. */
+static pkv_status read_params(const pkv_redis_params *in,
+                              pkv_redis_params *p)
+{
+    if (in->struct_size < PKV__REDIS_PARAMS_MIN_SIZE ||
+        in->struct_size > sizeof *p)
+        return fail(PKV_ERR_STRUCT_SIZE,
+                    "params->struct_size is %u; this library knows %u",
+                    (unsigned)in->struct_size, (unsigned)sizeof *p);
+    pkv_redis_params_init(p);
+    memcpy(p, in, in->struct_size);
+    size_t sun_path = sizeof(((struct sockaddr_un *)0)->sun_path);
+    if (p->unix_path != NULL && strnlen(p->unix_path, sun_path) >= sun_path)
+        return fail(PKV_ERR_INVALID_ARGUMENT,
+                    "unix_path is longer than %zu bytes", sun_path - 1);
+    if (p->unix_path == NULL && p->host == NULL)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "no host and no unix_path");
+    if (p->unix_path == NULL && (p->port == 0 || p->port > 65535))
+        return fail(PKV_ERR_INVALID_ARGUMENT, "port %u is not 1..65535",
+                    (unsigned)p->port);
+    if (p->key_prefix != NULL &&
+        strnlen(p->key_prefix, PKV__REDIS_PREFIX_MAX + 1) >
+            PKV__REDIS_PREFIX_MAX)
+        return fail(PKV_ERR_INVALID_ARGUMENT,
+                    "key_prefix is longer than %u bytes",
+                    PKV__REDIS_PREFIX_MAX);
+    /* 0 would be no timeout at all: an operation, and destroy, could wait
+     * for ever on a hung server. */
+    if (p->timeout_ms == 0)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "timeout_ms is 0");
+    if (p->reserved0 != 0)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "reserved0 is not 0");
+    return PKV_OK;
+}
+
+static void free_connector(pkv_redis *redis)
+{
+    free(redis->host);
+    free(redis->unix_path);
+    free(redis);
+}
+
+/* A connector with p's settings, its lock and queues ready, no thread. */
+static pkv_status new_connector(const pkv_redis_params *p, pkv_redis **out)
+{
+    pkv_redis *redis = calloc(1, sizeof *redis);
+    if (redis == NULL)
+        return fail(PKV_ERR_OUT_OF_MEMORY, "no memory for the connector");
+    if (p->unix_path != NULL)
+        redis->unix_path = strdup(p->unix_path);
+    else
+        redis->host = strdup(p->host);
+    if (redis->unix_path == NULL && redis->host == NULL) {
+        free_connector(redis);
+        return fail(PKV_ERR_OUT_OF_MEMORY, "no memory for the connector");
+    }
+    redis->port = p->port;
+    redis->timeout_ms = p->timeout_ms;
+    redis->retry_ms = p->retry_ms;
+    if (p->key_prefix != NULL) {
+        redis->prefix_len = strlen(p->key_prefix);
+        memcpy(redis->prefix, p->key_prefix, redis->prefix_len);
+    }
+    if (p->ttl_seconds > 0)
+        snprintf(redis->ttl, sizeof redis->ttl, "%u",
+                 (unsigned)p->ttl_seconds);
+    redis->fd = -1;
+    redis->stats.struct_size = sizeof redis->stats;
+    if (pthread_mutex_init(&redis->lock, NULL) != 0) {
+        free_connector(redis);
+        return fail(PKV_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
+    }
+    if (pthread_cond_init(&redis->wake, NULL) != 0) {
+        pthread_mutex_destroy(&redis->lock);
+        free_connector(redis);
+        return fail(PKV_ERR_OUT_OF_MEMORY, "pthread_cond_init failed");
+    }
+    *out = redis;
+    return PKV_OK;
+}
+
+static void release_connector(pkv_redis *redis)
+{
+    pkv__redis_list_free(&redis->loads);
+    pkv__redis_list_free(&redis->saves);
+    pkv__redis_list_free(&redis->done);
+    pthread_cond_destroy(&redis->wake);
+    pthread_mutex_destroy(&redis->lock);
+    free_connector(redis);
+}
+
+pkv_status pkv_redis_create(const pkv_redis_params *params, pkv_redis **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (params == NULL || out == NULL)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "params or out is NULL");
+    pkv_redis_params p;
+    pkv_status st = read_params(params, &p);
+    pkv_redis *redis = NULL;
+    if (st == PKV_OK)
+        st = new_connector(&p, &redis);
+    if (st != PKV_OK)
+        return st;
+    int rc = pkv__redis_worker_start(redis);
+    if (rc != 0) {
+        release_connector(redis);
+        return fail(PKV_ERR_STORE, "cannot start the worker thread: %s",
+                    strerror(rc));
+    }
+    *out = redis;
+    return PKV_OK;
+}
+
+void pkv_redis_destroy(pkv_redis *redis)
+{
+    if (redis == NULL)
+        return;
+    /* The worker finishes the op it runs (at once if it was sending or
+     * receiving: the socket is shut down); queued ones are never sent. */
+    pkv__redis_worker_stop(redis);
+    release_connector(redis);
+}
+
+pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store)
+{
+    if (redis == NULL || store == NULL)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "redis or store is NULL");
+    if (store->struct_size < PKV__REDIS_END_OF(pkv_store, cancel))
+        return fail(PKV_ERR_STRUCT_SIZE,
+                    "store->struct_size is %u: call pkv_store_init first",
+                    (unsigned)store->struct_size);
+    store->user = redis;
+    store->load = pkv__redis_load;
+    store->save = pkv__redis_save;
+    store->poll = pkv__redis_poll;
+    store->cancel = pkv__redis_cancel;
+    return PKV_OK;
+}
+
+pkv_status pkv_redis_stats_init(pkv_redis_stats *stats)
+{
+    if (stats == NULL)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "stats is NULL");
+    memset(stats, 0, sizeof *stats);
+    stats->struct_size = sizeof *stats;
+    return PKV_OK;
+}
+
+pkv_status pkv_redis_get_stats(const pkv_redis *redis, pkv_redis_stats *stats)
+{
+    if (redis == NULL || stats == NULL)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "redis or stats is NULL");
+    if (stats->struct_size < PKV__REDIS_STATS_MIN_SIZE ||
+        stats->struct_size > sizeof *stats)
+        return fail(PKV_ERR_STRUCT_SIZE,
+                    "stats->struct_size is %u; this library knows %u",
+                    (unsigned)stats->struct_size, (unsigned)sizeof *stats);
+    /* The lock is the one mutable part of a const connector. */
+    pkv_redis *r = (pkv_redis *)redis;
+    pthread_mutex_lock(&r->lock);
+    pkv_redis_stats s = r->stats;
+    pthread_mutex_unlock(&r->lock);
+    s.struct_size = stats->struct_size;
+    memcpy(stats, &s, stats->struct_size);
+    return PKV_OK;
+}

@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The connector's worker thread and its one blocking hiredis connection.
+ * It runs the queued operations one at a time: loads first, in the order
+ * they were started, then saves, in theirs (a sequence waits for a load;
+ * nobody waits for a save, so a burst of saves must not delay a load). A
+ * load is one MGET, a save one SET.
+ *
+ * Cancel never waits for it: the worker reads a save's value while it
+ * formats the command under the lock (hiredis sends its own copy), and
+ * writes a load's values under the lock after the whole reply arrived,
+ * both only if the op was not cancelled.
+ *
+ * A failed connection (error, timeout, EOF) is freed at once, since a late
+ * reply would be taken for the next command's; the next operation
+ * connects again, but no sooner than retry_ms after the failure or the
+ * last attempt: one that comes sooner fails at once instead of waiting.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_sigmask */
+#include "internal.h"
+
+#include <hiredis/hiredis.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void disconnect(pkv_redis *redis)
+{
+    pthread_mutex_lock(&redis->lock);
+    redis->fd = -1;
+    redis->stats.connected = 0;
+    pthread_mutex_unlock(&redis->lock);
+    redisFree(redis->ctx);
+    redis->ctx = NULL;
+    redis->last_attempt_ms = now_ms();
+}
+
+/* A connection with timeout_ms on connect, and on every send and receive
+ * (socket timeouts: hiredis then fails the call), or NULL. */
+static redisContext *open_context(const pkv_redis *redis)
+{
+    struct timeval tv;
+    tv.tv_sec = (time_t)(redis->timeout_ms / 1000u);
+    tv.tv_usec = (suseconds_t)(redis->timeout_ms % 1000u * 1000u);
+    redisContext *c = redis->unix_path != NULL
+                          ? redisConnectUnixWithTimeout(redis->unix_path, tv)
+                          : redisConnectWithTimeout(redis->host,
+                                                    (int)redis->port, tv);
+    if (c != NULL && (c->err != 0 || redisSetTimeout(c, tv) != REDIS_OK)) {
+        redisFree(c);
+        c = NULL;
+    }
+    return c;
+}
+
+static pkv_status ensure_connected(pkv_redis *redis)
+{
+    if (redis->ctx != NULL)
+        return PKV_OK;
+    if (redis->tried && now_ms() - redis->last_attempt_ms < redis->retry_ms)
+        return PKV_ERR_STORE;
+    redisContext *c = open_context(redis);
+    redis->tried = 1;
+    redis->last_attempt_ms = now_ms();
+    redis->ctx = c;
+    pthread_mutex_lock(&redis->lock);
+    if (c != NULL) {
+        /* Published for destroy, which shuts it down to end a wait. */
+        redis->fd = c->fd;
+        redis->stats.connected = 1;
+        redis->stats.connects++;
+    } else {
+        redis->stats.connect_failures++;
+    }
+    /* destroy came while connecting, too early to shut the socket down:
+     * send nothing that could wait. */
+    int stop = redis->stop;
+    pthread_mutex_unlock(&redis->lock);
+    return c != NULL && !stop ? PKV_OK : PKV_ERR_STORE;
+}
+
+/* Format op's command under the lock unless op was cancelled, then send
+ * it. Returns 1 once sent, 0 when cancelled, -1 when the connection (or
+ * memory) failed. */
+static int send_command(pkv_redis *redis, pkv__redis_op *op)
+{
+    sds cmd = NULL;
+    pthread_mutex_lock(&redis->lock);
+    int cancelled = op->cancelled;
+    int len = cancelled ? 0
+                        : redisFormatSdsCommandArgv(&cmd, op->argc, op->argv,
+                                                    op->argvlen);
+    pthread_mutex_unlock(&redis->lock);
+    if (cancelled)
+        return 0;
+    if (len < 0)
+        return -1;
+    redisContext *c = redis->ctx;
+    int rc = redisAppendFormattedCommand(c, cmd, (size_t)len);
+    redisFreeSdsCommand(cmd);
+    int written = 0;
+    while (rc == REDIS_OK && !written)
+        rc = redisBufferWrite(c, &written);
+    if (rc != REDIS_OK)
+        return -1;
+    pthread_mutex_lock(&redis->lock);
+    redis->stats.commands++;
+    if (op->kind == PKV__REDIS_SAVE)
+        redis->stats.bytes_written += op->value_size;
+    pthread_mutex_unlock(&redis->lock);
+    return 1;
+}
+
+/* Under the lock, and only when op was not cancelled. */
+static void copy_values(pkv__redis_op *op, const redisReply *reply)
+{
+    unsigned char *values = op->values;
+    for (uint32_t i = 0; i < op->num_keys; i++) {
+        const redisReply *e = reply->element[i];
+        if (e->type == REDIS_REPLY_NIL) {
+            op->sizes[i] = 0;
+            continue;
+        }
+        size_t n = e->len < op->value_size ? e->len : op->value_size;
+        if (n > 0)
+            memcpy(values + (size_t)i * op->value_size, e->str, n);
+        op->sizes[i] = e->len;
+    }
+}
+
+/* An MGET's reply: an array of one string or nil per key. */
+static pkv_status take_values(pkv_redis *redis, pkv__redis_op *op,
+                              const redisReply *reply)
+{
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != op->num_keys)
+        return PKV_ERR_STORE;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < reply->elements; i++) {
+        const redisReply *e = reply->element[i];
+        if (e->type == REDIS_REPLY_STRING)
+            bytes += e->len;
+        else if (e->type != REDIS_REPLY_NIL)
+            return PKV_ERR_STORE;
+    }
+    pthread_mutex_lock(&redis->lock);
+    redis->stats.bytes_read += bytes;
+    if (!op->cancelled)
+        copy_values(op, reply);
+    pthread_mutex_unlock(&redis->lock);
+    return PKV_OK;
+}
+
+static pkv_status check_saved(const redisReply *reply)
+{
+    int ok = reply->type == REDIS_REPLY_STATUS && reply->len == 2 &&
+             memcmp(reply->str, "OK", 2) == 0;
+    return ok ? PKV_OK : PKV_ERR_STORE;
+}
+
+static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
+{
+    pkv_status st = ensure_connected(redis);
+    if (st != PKV_OK)
+        return st;
+    int sent = send_command(redis, op);
+    if (sent == 0)
+        return PKV_OK; /* cancelled: pkv__redis_finish drops it */
+    void *reply = NULL;
+    if (sent < 0 || redisGetReply(redis->ctx, &reply) != REDIS_OK) {
+        disconnect(redis);
+        return PKV_ERR_STORE;
+    }
+    /* An error reply (full memory, wrong type) fails the op only: the
+     * connection is in step. */
+    st = op->kind == PKV__REDIS_LOAD ? take_values(redis, op, reply)
+                                     : check_saved(reply);
+    freeReplyObject(reply);
+    return st;
+}
+
+static void *worker_main(void *arg)
+{
+    pkv_redis *redis = arg;
+    ensure_connected(redis); /* early, so the first op finds it up */
+    pthread_mutex_lock(&redis->lock);
+    for (;;) {
+        while (!redis->stop && redis->loads.head == NULL &&
+               redis->saves.head == NULL)
+            pthread_cond_wait(&redis->wake, &redis->lock);
+        if (redis->stop)
+            break;
+        pkv__redis_op *op = redis->loads.head != NULL
+                                ? pkv__redis_list_pop(&redis->loads)
+                                : pkv__redis_list_pop(&redis->saves);
+        redis->running = op;
+        pthread_mutex_unlock(&redis->lock);
+        pkv__redis_finish(redis, op, run(redis, op));
+        pthread_mutex_lock(&redis->lock);
+    }
+    pthread_mutex_unlock(&redis->lock);
+    if (redis->ctx != NULL)
+        disconnect(redis);
+    return NULL;
+}
+
+int pkv__redis_worker_start(pkv_redis *redis)
+{
+    /* The worker blocks every signal: the host's go to its own threads,
+     * and the SIGPIPE of a write to a connection the server closed
+     * (hiredis 0.14 writes without MSG_NOSIGNAL) stays pending on the
+     * worker instead of ending the process; the write fails with EPIPE. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&redis->thread, NULL, worker_main, redis);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+void pkv__redis_worker_stop(pkv_redis *redis)
+{
+    pthread_mutex_lock(&redis->lock);
+    redis->stop = 1;
+    /* Ends a send or receive in flight at once. The worker clears fd under
+     * the lock before it closes the socket, so fd is still this
+     * connection's. */
+    if (redis->fd >= 0)
+        shutdown(redis->fd, SHUT_RDWR);
+    pthread_cond_signal(&redis->wake);
+    pthread_mutex_unlock(&redis->lock);
+    pthread_join(redis->thread, NULL);
+}

@@ -1,0 +1,1042 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libpkv_redis alone, without an engine, against redis-servers the test
+ * starts (redis_server.h): values round-trip, prefixes, expiry, FIFO
+ * polls, cancels that leave buffers alone, a server killed, hung or down
+ * at create, and the parameters. Skipped (77) without redis-server.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep, mkdtemp */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "pkv/pkv_redis.h"
+#include "redis_server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The server the tests that do not stop it share. */
+static rs_server shared;
+
+/* One connector and the pkv_store it fills in. */
+typedef struct conn {
+    pkv_redis *redis;
+    pkv_store store;
+} conn;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void open_conn(conn *c, const rs_server *rs, const char *prefix,
+                      uint32_t timeout_ms, uint32_t ttl)
+{
+    pkv_redis_params p;
+    assert_int_equal(pkv_redis_params_init(&p), PKV_OK);
+    p.port = (uint32_t)rs->port;
+    p.key_prefix = prefix;
+    p.timeout_ms = timeout_ms;
+    p.retry_ms = 100;
+    p.ttl_seconds = ttl;
+    assert_int_equal(pkv_redis_create(&p, &c->redis), PKV_OK);
+    /* pkv_store_init's part, without linking libpkv. */
+    memset(&c->store, 0, sizeof c->store);
+    c->store.struct_size = sizeof c->store;
+    assert_int_equal(pkv_redis_store(c->redis, &c->store), PKV_OK);
+}
+
+static void close_conn(conn *c)
+{
+    pkv_redis_destroy(c->redis);
+    c->redis = NULL;
+}
+
+static pkv_redis_stats get_stats(const conn *c)
+{
+    pkv_redis_stats s;
+    assert_int_equal(pkv_redis_stats_init(&s), PKV_OK);
+    assert_int_equal(pkv_redis_get_stats(c->redis, &s), PKV_OK);
+    return s;
+}
+
+/* Poll until want operations are reported or ms pass; how many were. */
+static uint32_t poll_until(conn *c, pkv_store_done *done, uint32_t want,
+                           long ms)
+{
+    uint32_t got = 0;
+    uint64_t end = now_ms() + (uint64_t)ms;
+    while (got < want && now_ms() < end) {
+        uint32_t n = c->store.poll(c->store.user, done + got, want - got);
+        got += n;
+        if (n == 0)
+            sleep_ms(1);
+    }
+    return got;
+}
+
+/* The status of one operation already started as ticket. */
+static int32_t wait_op(conn *c, uint64_t ticket)
+{
+    pkv_store_done d;
+    assert_int_equal(poll_until(c, &d, 1, 5000), 1);
+    assert_int_equal(d.ticket, ticket);
+    return d.status;
+}
+
+static int32_t save_sync(conn *c, uint64_t ticket, const char *key,
+                         const void *value, size_t size)
+{
+    assert_int_equal(c->store.save(c->store.user, ticket, key, value, size),
+                     PKV_OK);
+    return wait_op(c, ticket);
+}
+
+static int32_t load_sync(conn *c, uint64_t ticket, const char *const *keys,
+                         uint32_t n, void *values, size_t value_size,
+                         uint64_t *sizes)
+{
+    assert_int_equal(c->store.load(c->store.user, ticket, keys, n, values,
+                                   value_size, sizes),
+                     PKV_OK);
+    return wait_op(c, ticket);
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)((i * 131u + seed * 7u) % 256u);
+}
+
+static int all_bytes(const unsigned char *p, size_t n, unsigned char b)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != b)
+            return 0;
+    return 1;
+}
+
+/* Wait until the connector has written n commands in all. */
+static void wait_commands(const conn *c, uint64_t n)
+{
+    uint64_t end = now_ms() + 5000;
+    while (get_stats(c).commands < n && now_ms() < end)
+        sleep_ms(1);
+    assert_int_equal(get_stats(c).commands, n);
+}
+
+/* ------------------------------------------------------------ fixtures */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return rs_start(&shared, NULL) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    rs_stop(&shared);
+    return 0;
+}
+
+/* A server of the test's own, to kill or freeze. */
+static int private_setup(void **state)
+{
+    rs_server *rs = calloc(1, sizeof *rs);
+    if (rs == NULL || rs_start(rs, NULL) != 0) {
+        free(rs);
+        return -1;
+    }
+    *state = rs;
+    return 0;
+}
+
+static int private_teardown(void **state)
+{
+    rs_server *rs = *state;
+    rs_stop(rs);
+    free(rs);
+    return 0;
+}
+
+/* -------------------------------------------------------------- params */
+
+static void test_params(void **state)
+{
+    (void)state;
+    pkv_redis_params p;
+    pkv_redis *r = (pkv_redis *)&p;
+    assert_int_equal(pkv_redis_params_init(NULL), PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_redis_params_init(&p), PKV_OK);
+    assert_int_equal(p.struct_size, sizeof p);
+    assert_int_equal(p.port, 6379);
+    assert_string_equal(p.host, "127.0.0.1");
+    assert_null(p.unix_path);
+    assert_null(p.key_prefix);
+    assert_int_equal(p.timeout_ms, 500);
+    assert_int_equal(p.retry_ms, 100);
+    assert_int_equal(p.ttl_seconds, 0);
+
+    assert_int_equal(pkv_redis_create(NULL, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_null(r);
+    assert_int_equal(pkv_redis_create(&p, NULL), PKV_ERR_INVALID_ARGUMENT);
+    assert_true(strstr(pkv_redis_last_error(), "PKV_ERR_INVALID_ARGUMENT")
+                != NULL);
+
+    char prefix[80];
+    memset(prefix, 'p', sizeof prefix);
+    prefix[65] = '\0';
+    p.key_prefix = prefix;
+    assert_int_equal(pkv_redis_create(&p, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_true(strstr(pkv_redis_last_error(), "key_prefix") != NULL);
+    prefix[64] = '\0'; /* 64 bytes: the longest */
+    assert_int_equal(pkv_redis_create(&p, &r), PKV_OK);
+    pkv_redis_destroy(r);
+
+    pkv_redis_params q = p;
+    q.host = NULL;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q = p;
+    q.port = 0;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q.port = 65536;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q = p;
+    q.timeout_ms = 0;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q = p;
+    q.reserved0 = 1;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q = p;
+    char path[200];
+    memset(path, 's', sizeof path);
+    path[sizeof path - 1] = '\0';
+    q.unix_path = path;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q = p;
+    q.struct_size = 8;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_STRUCT_SIZE);
+    q.struct_size = sizeof q + 8;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_STRUCT_SIZE);
+    assert_true(strstr(pkv_redis_last_error(), "struct_size") != NULL);
+    assert_null(r);
+
+    /* No server on this port: create still succeeds (connects later). */
+    q = p;
+    q.port = 1;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_OK);
+    pkv_store s;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(pkv_redis_store(NULL, &s), PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_redis_store(r, NULL), PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_redis_store(r, &s), PKV_ERR_STRUCT_SIZE);
+    s.struct_size = sizeof s;
+    assert_int_equal(pkv_redis_store(r, &s), PKV_OK);
+    assert_ptr_equal(s.user, r);
+    assert_non_null(s.load);
+    assert_non_null(s.save);
+    assert_non_null(s.poll);
+    assert_non_null(s.cancel);
+
+    pkv_redis_stats st;
+    assert_int_equal(pkv_redis_stats_init(NULL), PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_redis_stats_init(&st), PKV_OK);
+    assert_int_equal(st.struct_size, sizeof st);
+    assert_int_equal(pkv_redis_get_stats(NULL, &st),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_redis_get_stats(r, NULL), PKV_ERR_INVALID_ARGUMENT);
+    st.struct_size = 4;
+    assert_int_equal(pkv_redis_get_stats(r, &st), PKV_ERR_STRUCT_SIZE);
+    pkv_redis_destroy(r);
+    pkv_redis_destroy(NULL);
+}
+
+/* load and save refuse what they cannot send, and start nothing. */
+static void test_bad_ops(void **state)
+{
+    (void)state;
+    conn c;
+    open_conn(&c, &shared, "bad:", 500, 0);
+    void *u = c.store.user;
+    unsigned char buf[16];
+    uint64_t sizes[2];
+    char long_key[PKV_STORE_KEY_MAX + 1];
+    memset(long_key, 'k', sizeof long_key);
+    long_key[PKV_STORE_KEY_MAX] = '\0'; /* 88 characters: too long */
+    const char *keys[2] = {"a", long_key};
+    const char *null_key[1] = {NULL};
+    assert_int_equal(c.store.load(u, 1, NULL, 1, buf, 8, sizes),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.store.load(u, 1, keys, 0, buf, 8, sizes),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.store.load(u, 1, keys, 2, buf, 8, sizes),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.store.load(u, 1, null_key, 1, buf, 8, sizes),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.store.load(u, 1, keys, 1, NULL, 8, sizes),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.store.load(u, 1, keys, 1, buf, 8, NULL),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.store.save(u, 1, NULL, buf, 8),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.store.save(u, 1, long_key, buf, 8),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.store.save(u, 1, "a", NULL, 8),
+                     PKV_ERR_INVALID_ARGUMENT);
+    pkv_store_done d[1];
+    assert_int_equal(poll_until(&c, d, 1, 100), 0);
+    assert_int_equal(get_stats(&c).commands, 0);
+
+    /* The longest key, with the longest prefix. */
+    long_key[PKV_STORE_KEY_MAX - 1] = '\0';
+    close_conn(&c);
+    char prefix[65];
+    memset(prefix, 'x', 64);
+    prefix[64] = '\0';
+    open_conn(&c, &shared, prefix, 500, 0);
+    fill(buf, 8, 3);
+    assert_int_equal(save_sync(&c, 2, long_key, buf, 8), PKV_OK);
+    redisReply *r = rs_command(&shared, "STRLEN %s%s", prefix, long_key);
+    assert_non_null(r);
+    assert_int_equal(r->integer, 8);
+    freeReplyObject(r);
+    close_conn(&c);
+}
+
+/* ----------------------------------------------------------- round trip */
+
+static void test_roundtrip(void **state)
+{
+    (void)state;
+    enum { N = 3, SIZE = 100 };
+    conn c;
+    open_conn(&c, &shared, "rt:", 500, 0);
+    unsigned char in[N][SIZE];
+    const char *keys[N + 1] = {"k0", "k1", "k2", "missing"};
+    for (unsigned i = 0; i < N; i++) {
+        fill(in[i], SIZE, i + 1);
+        in[i][5] = 0; /* binary: NULs and \r\n inside */
+        in[i][6] = '\r';
+        in[i][7] = '\n';
+        assert_int_equal(save_sync(&c, 10 + i, keys[i], in[i], SIZE),
+                         PKV_OK);
+    }
+    unsigned char out[N + 1][SIZE];
+    uint64_t sizes[N + 1];
+    memset(out, 0xAA, sizeof out);
+    memset(sizes, 0xFF, sizeof sizes);
+    assert_int_equal(load_sync(&c, 20, keys, N + 1, out, SIZE, sizes),
+                     PKV_OK);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(sizes[i], SIZE);
+        assert_memory_equal(out[i], in[i], SIZE);
+    }
+    assert_int_equal(sizes[N], 0);
+    assert_true(all_bytes(out[N], SIZE, 0xAA));
+
+    /* What the server holds, under the prefix. */
+    redisReply *r = rs_command(&shared, "GET rt:k1");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_int_equal(r->len, SIZE);
+    assert_memory_equal(r->str, in[1], SIZE);
+    freeReplyObject(r);
+
+    pkv_redis_stats s = get_stats(&c);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.connects, 1);
+    assert_int_equal(s.connect_failures, 0);
+    assert_int_equal(s.commands, N + 1);
+    assert_int_equal(s.errors, 0);
+    assert_int_equal(s.bytes_written, N * SIZE);
+    assert_int_equal(s.bytes_read, N * SIZE);
+
+    /* An empty value. */
+    assert_int_equal(save_sync(&c, 30, "empty", NULL, 0), PKV_OK);
+    r = rs_command(&shared, "STRLEN rt:empty");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    close_conn(&c);
+}
+
+/* A value longer than value_size: its full length in sizes, only
+ * value_size bytes written; a shorter one writes only its bytes. */
+static void test_long_value(void **state)
+{
+    (void)state;
+    enum { SIZE = 64 };
+    unsigned char big[300], small[10];
+    fill(big, sizeof big, 9);
+    fill(small, sizeof small, 4);
+    redisReply *r = rs_command(&shared, "SET lv:big %b", (const void *)big,
+                               sizeof big);
+    assert_non_null(r);
+    freeReplyObject(r);
+    r = rs_command(&shared, "SET lv:small %b", (const void *)small,
+                   sizeof small);
+    assert_non_null(r);
+    freeReplyObject(r);
+
+    conn c;
+    open_conn(&c, &shared, "lv:", 500, 0);
+    unsigned char out[3 * SIZE]; /* two slots and a guard */
+    uint64_t sizes[2];
+    memset(out, 0xAA, sizeof out);
+    const char *keys[2] = {"big", "small"};
+    assert_int_equal(load_sync(&c, 1, keys, 2, out, SIZE, sizes), PKV_OK);
+    assert_int_equal(sizes[0], sizeof big);
+    assert_memory_equal(out, big, SIZE);
+    assert_int_equal(sizes[1], sizeof small);
+    assert_memory_equal(out + SIZE, small, sizeof small);
+    assert_true(all_bytes(out + SIZE + sizeof small,
+                          2 * SIZE - sizeof small, 0xAA));
+    assert_int_equal(get_stats(&c).bytes_read, sizeof big + sizeof small);
+    close_conn(&c);
+}
+
+/* A thousand keys: saves reported in order, then one MGET for all. */
+static void test_many_keys(void **state)
+{
+    (void)state;
+    enum { N = 1000, SIZE = 32 };
+    conn c;
+    open_conn(&c, &shared, "many:", 2000, 0);
+    static char names[N][16];
+    static const char *keys[N];
+    static unsigned char in[N][SIZE], out[N][SIZE];
+    static uint64_t sizes[N];
+    static pkv_store_done done[N];
+    for (unsigned i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "key%u", i);
+        keys[i] = names[i];
+        fill(in[i], SIZE, i);
+        assert_int_equal(c.store.save(c.store.user, 1000 + i, keys[i],
+                                      in[i], SIZE),
+                         PKV_OK);
+    }
+    assert_int_equal(poll_until(&c, done, N, 10000), N);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(done[i].ticket, 1000 + i);
+        assert_int_equal(done[i].status, PKV_OK);
+    }
+    uint64_t commands = get_stats(&c).commands;
+    assert_int_equal(load_sync(&c, 7, keys, N, out, SIZE, sizes), PKV_OK);
+    assert_int_equal(get_stats(&c).commands, commands + 1);
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(sizes[i], SIZE);
+    assert_memory_equal(out, in, sizeof in);
+    close_conn(&c);
+}
+
+/* Two prefixes, the same key: each connector sees its own value. */
+static void test_prefix(void **state)
+{
+    (void)state;
+    conn a, b;
+    open_conn(&a, &shared, "ns-a:", 500, 0);
+    open_conn(&b, &shared, "ns-b:", 500, 0);
+    assert_int_equal(save_sync(&a, 1, "key", "from a", 6), PKV_OK);
+    assert_int_equal(save_sync(&b, 1, "key", "from b!", 7), PKV_OK);
+    char out[16];
+    uint64_t size;
+    const char *keys[1] = {"key"};
+    assert_int_equal(load_sync(&a, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 6);
+    assert_memory_equal(out, "from a", 6);
+    assert_int_equal(load_sync(&b, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 7);
+    assert_memory_equal(out, "from b!", 7);
+    redisReply *r = rs_command(&shared, "EXISTS key");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    r = rs_command(&shared, "GET ns-a:key");
+    assert_non_null(r);
+    assert_string_equal(r->str, "from a");
+    freeReplyObject(r);
+    close_conn(&a);
+    close_conn(&b);
+}
+
+static long long ttl_of(const char *key)
+{
+    redisReply *r = rs_command(&shared, "TTL %s", key);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long ttl = r->integer;
+    freeReplyObject(r);
+    return ttl;
+}
+
+static void test_ttl(void **state)
+{
+    (void)state;
+    conn c;
+    open_conn(&c, &shared, "ttl:", 500, 100);
+    assert_int_equal(save_sync(&c, 1, "a", "v", 1), PKV_OK);
+    long long ttl = ttl_of("ttl:a");
+    assert_true(ttl > 90 && ttl <= 100);
+    close_conn(&c);
+    open_conn(&c, &shared, "ttl:", 500, 0);
+    assert_int_equal(save_sync(&c, 2, "b", "v", 1), PKV_OK);
+    assert_int_equal(ttl_of("ttl:b"), -1); /* no expiry */
+    close_conn(&c);
+}
+
+/* The ticket after t of its kind in test_poll_order: saves are those
+ * that are multiples of 3, loads the others. */
+static uint64_t next_of_kind(uint64_t t)
+{
+    uint64_t n = t + 1;
+    while ((n % 3 == 0) != (t % 3 == 0))
+        n++;
+    return n;
+}
+
+/* Operations are reported once each, a few at a time, loads in the order
+ * they were started and saves in theirs; poll on nothing returns at once.
+ */
+static void test_poll_order(void **state)
+{
+    (void)state;
+    enum { N = 200, SIZE = 8 };
+    conn c;
+    open_conn(&c, &shared, "fifo:", 500, 0);
+    static unsigned char values[N][SIZE];
+    static uint64_t sizes[N];
+    for (unsigned i = 0; i < N; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%u", i % 10);
+        const char *keys[1] = {key};
+        pkv_status st = i % 3 == 0
+                            ? c.store.save(c.store.user, i, key, "12345678",
+                                           SIZE)
+                            : c.store.load(c.store.user, i, keys, 1,
+                                           values[i], SIZE, &sizes[i]);
+        assert_int_equal(st, PKV_OK);
+    }
+    pkv_store_done done[3];
+    uint64_t next_save = 0, next_load = 1; /* i % 3 == 0: saves */
+    uint32_t got = 0;
+    uint64_t end = now_ms() + 10000;
+    while (got < N && now_ms() < end) {
+        assert_int_equal(c.store.poll(c.store.user, done, 0), 0);
+        uint32_t n = c.store.poll(c.store.user, done, 3);
+        assert_true(n <= 3);
+        for (uint32_t i = 0; i < n; i++, got++) {
+            uint64_t *next = done[i].ticket % 3 == 0 ? &next_save
+                                                     : &next_load;
+            assert_int_equal(done[i].ticket, *next);
+            *next = next_of_kind(*next);
+            assert_int_equal(done[i].status, PKV_OK);
+            assert_int_equal(done[i].reserved0, 0);
+        }
+    }
+    assert_int_equal(got, N);
+    uint64_t t0 = now_ms();
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(c.store.poll(c.store.user, done, 3), 0);
+    assert_true(now_ms() - t0 < 500);
+    close_conn(&c);
+}
+
+/* A load queued behind saves goes first. */
+static void test_load_first(void **state)
+{
+    rs_server *rs = *state;
+    conn c;
+    open_conn(&c, rs, "lf1:", 3000, 0);
+    assert_int_equal(save_sync(&c, 1, "a", "v", 1), PKV_OK);
+    rs_stop_process(rs);
+    assert_int_equal(c.store.save(c.store.user, 2, "a", "v", 1), PKV_OK);
+    wait_commands(&c, 2); /* in flight */
+    const char *keys[1] = {"a"};
+    char out[4];
+    uint64_t size;
+    assert_int_equal(c.store.save(c.store.user, 3, "b", "v", 1), PKV_OK);
+    assert_int_equal(c.store.save(c.store.user, 4, "c", "v", 1), PKV_OK);
+    assert_int_equal(c.store.load(c.store.user, 5, keys, 1, out, sizeof out,
+                                  &size),
+                     PKV_OK);
+    rs_continue(rs);
+    pkv_store_done d[4];
+    assert_int_equal(poll_until(&c, d, 4, 3000), 4);
+    assert_int_equal(d[0].ticket, 2);
+    assert_int_equal(d[1].ticket, 5);
+    assert_int_equal(d[2].ticket, 3);
+    assert_int_equal(d[3].ticket, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(d[i].status, PKV_OK);
+    close_conn(&c);
+}
+
+/* A finished op cancelled before it is polled is never reported. */
+static void test_cancel_done(void **state)
+{
+    (void)state;
+    conn c;
+    open_conn(&c, &shared, "cd:", 500, 0);
+    unsigned char out[8];
+    uint64_t size;
+    const char *keys[1] = {"k"};
+    assert_int_equal(c.store.save(c.store.user, 1, "k", "abcdefgh", 8),
+                     PKV_OK);
+    assert_int_equal(c.store.load(c.store.user, 2, keys, 1, out, 8, &size),
+                     PKV_OK);
+    assert_int_equal(c.store.save(c.store.user, 3, "k", "abcdefgh", 8),
+                     PKV_OK);
+    wait_commands(&c, 3);
+    sleep_ms(50); /* the last reply */
+    c.store.cancel(c.store.user, 2);
+    c.store.cancel(c.store.user, 99); /* unknown: nothing happens */
+    pkv_store_done d[3];
+    assert_int_equal(poll_until(&c, d, 3, 300), 2);
+    assert_int_equal(d[0].ticket, 1);
+    assert_int_equal(d[1].ticket, 3);
+    close_conn(&c);
+}
+
+/* A hung server (SIGSTOP) holds a save in flight: it and the ops queued
+ * behind it are cancelled; when the server resumes, the save it had
+ * received lands (its value was copied before cancel returned: the buffer
+ * is freed at once), the queued ones were never sent, nothing is reported
+ * and the load's buffers are as they were. */
+static void test_cancel_queued(void **state)
+{
+    rs_server *rs = *state;
+    conn c;
+    open_conn(&c, rs, "cq:", 3000, 0);
+    assert_int_equal(save_sync(&c, 1, "warm", "x", 1), PKV_OK);
+    rs_stop_process(rs);
+    unsigned char *value = malloc(64);
+    assert_non_null(value);
+    fill(value, 64, 1);
+    unsigned char expect[64];
+    memcpy(expect, value, 64);
+    assert_int_equal(c.store.save(c.store.user, 2, "sent", value, 64),
+                     PKV_OK);
+    wait_commands(&c, 2); /* in flight: written, no reply */
+    unsigned char out[64];
+    uint64_t size = 12345;
+    memset(out, 0x5A, sizeof out);
+    const char *keys[1] = {"sent"};
+    unsigned char *late = malloc(64);
+    assert_non_null(late);
+    memset(late, 1, 64);
+    assert_int_equal(c.store.load(c.store.user, 3, keys, 1, out, 64, &size),
+                     PKV_OK);
+    assert_int_equal(c.store.save(c.store.user, 4, "never", late, 64),
+                     PKV_OK);
+    c.store.cancel(c.store.user, 3);
+    c.store.cancel(c.store.user, 4);
+    c.store.cancel(c.store.user, 2);
+    free(value);
+    free(late);
+    rs_continue(rs);
+    pkv_store_done d[1];
+    assert_int_equal(poll_until(&c, d, 1, 300), 0);
+    assert_true(all_bytes(out, sizeof out, 0x5A));
+    assert_int_equal(size, 12345);
+    assert_int_equal(get_stats(&c).commands, 2);
+
+    redisReply *r = rs_command(rs, "GET cq:sent");
+    assert_non_null(r);
+    assert_int_equal(r->len, 64);
+    assert_memory_equal(r->str, expect, 64);
+    freeReplyObject(r);
+    r = rs_command(rs, "EXISTS cq:never");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+
+    /* The connection is in step: the cancelled save's reply was read. */
+    assert_int_equal(load_sync(&c, 5, keys, 1, out, 64, &size), PKV_OK);
+    assert_int_equal(size, 64);
+    assert_memory_equal(out, expect, 64);
+    assert_int_equal(get_stats(&c).connects, 1);
+    close_conn(&c);
+}
+
+/* A load cancelled in flight whose reply arrives after the cancel: the
+ * values are not written and it is not reported. */
+static void test_cancel_load_in_flight(void **state)
+{
+    rs_server *rs = *state;
+    unsigned char value[32];
+    fill(value, sizeof value, 2);
+    redisReply *r = rs_command(rs, "SET lf:k %b", (const void *)value,
+                               sizeof value);
+    assert_non_null(r);
+    freeReplyObject(r);
+    conn c;
+    open_conn(&c, rs, "lf:", 3000, 0);
+    const char *keys[1] = {"k"};
+    uint64_t size = 777;
+    unsigned char out[32];
+    memset(out, 0x5A, sizeof out);
+    assert_int_equal(load_sync(&c, 1, keys, 1, out, sizeof out, &size),
+                     PKV_OK); /* connected */
+    memset(out, 0x5A, sizeof out);
+    size = 777;
+    rs_stop_process(rs);
+    assert_int_equal(c.store.load(c.store.user, 2, keys, 1, out, sizeof out,
+                                  &size),
+                     PKV_OK);
+    wait_commands(&c, 2);
+    c.store.cancel(c.store.user, 2);
+    rs_continue(rs);
+    /* The reply comes now; the worker reads it and drops it. */
+    uint64_t end = now_ms() + 3000;
+    while (get_stats(&c).bytes_read < 2 * sizeof value && now_ms() < end)
+        sleep_ms(1);
+    assert_int_equal(get_stats(&c).bytes_read, 2 * sizeof value);
+    pkv_store_done d[1];
+    assert_int_equal(poll_until(&c, d, 1, 100), 0);
+    assert_true(all_bytes(out, sizeof out, 0x5A));
+    assert_int_equal(size, 777);
+    assert_int_equal(get_stats(&c).errors, 0);
+    close_conn(&c);
+}
+
+/* Destroy with operations queued and in flight: nothing leaks. */
+static void test_destroy_busy(void **state)
+{
+    (void)state;
+    enum { N = 100, SIZE = 4096 };
+    conn c;
+    open_conn(&c, &shared, "busy:", 500, 0);
+    static unsigned char value[SIZE];
+    static unsigned char out[N][SIZE];
+    static uint64_t sizes[N];
+    for (unsigned i = 0; i < N; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%u", i);
+        const char *keys[1] = {key};
+        pkv_status st = i % 2
+                            ? c.store.save(c.store.user, i, key, value, SIZE)
+                            : c.store.load(c.store.user, i, keys, 1, out[i],
+                                           SIZE, &sizes[i]);
+        assert_int_equal(st, PKV_OK);
+    }
+    sleep_ms(2);
+    close_conn(&c);
+}
+
+/* -------------------------------------------------------------- faults */
+
+/* A killed server: operations fail within about timeout_ms; once it is
+ * back, the connector connects again and they succeed. */
+static void test_server_killed(void **state)
+{
+    rs_server *rs = *state;
+    conn c;
+    open_conn(&c, rs, "kill:", 300, 0);
+    assert_int_equal(save_sync(&c, 1, "a", "value", 5), PKV_OK);
+    pkv_redis_stats s = get_stats(&c);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.connects, 1);
+
+    rs_kill(rs);
+    /* A big value to a closed connection: the writes after the first fail
+     * with EPIPE, whose SIGPIPE must not end the process. */
+    enum { BIG = 8 << 20 };
+    unsigned char *big = calloc(1, BIG);
+    assert_non_null(big);
+    uint64_t t0 = now_ms();
+    assert_int_equal(save_sync(&c, 2, "big", big, BIG), PKV_ERR_STORE);
+    free(big);
+    const char *keys[1] = {"a"};
+    char out[8];
+    uint64_t size;
+    for (uint64_t t = 3; t < 6; t++)
+        assert_int_equal(load_sync(&c, t, keys, 1, out, sizeof out, &size),
+                         PKV_ERR_STORE);
+    assert_true(now_ms() - t0 < 1000);
+    s = get_stats(&c);
+    assert_int_equal(s.connected, 0);
+    assert_int_equal(s.errors, 4);
+
+    assert_int_equal(rs_restart(rs), 0);
+    sleep_ms(150); /* retry_ms */
+    assert_int_equal(save_sync(&c, 6, "a", "again", 5), PKV_OK);
+    assert_int_equal(load_sync(&c, 7, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 5);
+    assert_memory_equal(out, "again", 5);
+    s = get_stats(&c);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.connects, 2);
+    close_conn(&c);
+}
+
+/* A hung server: an operation fails by its timeout, polls never wait, and
+ * destroy with an operation in flight returns at once. */
+static void test_server_hung(void **state)
+{
+    rs_server *rs = *state;
+    conn c;
+    open_conn(&c, rs, "hung:", 200, 0);
+    assert_int_equal(save_sync(&c, 1, "a", "v", 1), PKV_OK);
+    rs_stop_process(rs);
+    const char *keys[1] = {"a"};
+    char out[8];
+    uint64_t size;
+    uint64_t t0 = now_ms();
+    assert_int_equal(c.store.load(c.store.user, 2, keys, 1, out, sizeof out,
+                                  &size),
+                     PKV_OK);
+    pkv_store_done d;
+    uint64_t longest = 0;
+    uint32_t n = 0;
+    while (n == 0 && now_ms() - t0 < 3000) {
+        uint64_t p0 = now_ms();
+        n = c.store.poll(c.store.user, &d, 1);
+        if (now_ms() - p0 > longest)
+            longest = now_ms() - p0;
+    }
+    uint64_t took = now_ms() - t0;
+    assert_int_equal(n, 1);
+    assert_int_equal(d.ticket, 2);
+    assert_int_equal(d.status, PKV_ERR_STORE);
+    assert_true(took >= 150 && took < 1500);
+    assert_true(longest < 100);
+    assert_int_equal(get_stats(&c).connected, 0);
+
+    sleep_ms(150); /* retry_ms: the next op connects (the kernel accepts) */
+    assert_int_equal(c.store.load(c.store.user, 3, keys, 1, out, sizeof out,
+                                  &size),
+                     PKV_OK);
+    wait_commands(&c, 3);
+    t0 = now_ms();
+    close_conn(&c);
+    assert_true(now_ms() - t0 < 150);
+    rs_continue(rs);
+}
+
+/* No server at create: create succeeds, operations fail; once a server
+ * is up, they succeed. */
+static void test_server_down_at_create(void **state)
+{
+    rs_server *rs = *state;
+    rs_kill(rs); /* its port is now free */
+    conn c;
+    open_conn(&c, rs, "down:", 300, 0);
+    const char *keys[1] = {"a"};
+    char out[8];
+    uint64_t size;
+    assert_int_equal(load_sync(&c, 1, keys, 1, out, sizeof out, &size),
+                     PKV_ERR_STORE);
+    sleep_ms(150);
+    assert_int_equal(load_sync(&c, 2, keys, 1, out, sizeof out, &size),
+                     PKV_ERR_STORE);
+    pkv_redis_stats s = get_stats(&c);
+    assert_int_equal(s.connected, 0);
+    assert_int_equal(s.connects, 0);
+    assert_true(s.connect_failures >= 2);
+    assert_int_equal(s.errors, 2);
+
+    assert_int_equal(rs_restart(rs), 0);
+    sleep_ms(150);
+    assert_int_equal(save_sync(&c, 3, "a", "up", 2), PKV_OK);
+    assert_int_equal(load_sync(&c, 4, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 2);
+    s = get_stats(&c);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.connects, 1);
+    close_conn(&c);
+}
+
+/* An error reply (full memory) fails the op, not the connection. */
+static void test_error_reply(void **state)
+{
+    rs_server *rs = *state;
+    conn c;
+    open_conn(&c, rs, "oom:", 500, 0);
+    assert_int_equal(save_sync(&c, 1, "a", "v", 1), PKV_OK);
+    redisReply *r = rs_command(rs, "CONFIG SET maxmemory 1");
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(save_sync(&c, 2, "b", "v", 1), PKV_ERR_STORE);
+    r = rs_command(rs, "LPUSH oom:list x"); /* refused too: no memory */
+    assert_non_null(r);
+    freeReplyObject(r);
+    r = rs_command(rs, "CONFIG SET maxmemory 0");
+    assert_non_null(r);
+    freeReplyObject(r);
+    r = rs_command(rs, "LPUSH oom:list x");
+    assert_non_null(r);
+    freeReplyObject(r);
+    /* MGET answers nil for a key of another type. */
+    const char *keys[2] = {"a", "list"};
+    char out[2][8];
+    uint64_t sizes[2];
+    assert_int_equal(load_sync(&c, 3, keys, 2, out, 8, sizes), PKV_OK);
+    assert_int_equal(sizes[0], 1);
+    assert_int_equal(sizes[1], 0);
+    assert_int_equal(save_sync(&c, 4, "b", "v", 1), PKV_OK);
+    pkv_redis_stats s = get_stats(&c);
+    assert_int_equal(s.connects, 1);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.errors, 1);
+    close_conn(&c);
+}
+
+/* A Unix socket instead of TCP. */
+static void test_unix_socket(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/pkv-redis-sock-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/redis.sock", dir);
+    const char *extra[] = {"--unixsocket", path, "--unixsocketperm", "700",
+                           NULL};
+    rs_server rs;
+    assert_int_equal(rs_start(&rs, extra), 0);
+    pkv_redis_params p;
+    pkv_redis_params_init(&p);
+    p.host = NULL;
+    p.unix_path = path;
+    p.key_prefix = "unix:";
+    conn c;
+    assert_int_equal(pkv_redis_create(&p, &c.redis), PKV_OK);
+    memset(&c.store, 0, sizeof c.store);
+    c.store.struct_size = sizeof c.store;
+    assert_int_equal(pkv_redis_store(c.redis, &c.store), PKV_OK);
+    assert_int_equal(save_sync(&c, 1, "k", "over unix", 9), PKV_OK);
+    redisReply *r = rs_command(&rs, "GET unix:k");
+    assert_non_null(r);
+    assert_string_equal(r->str, "over unix");
+    freeReplyObject(r);
+    close_conn(&c);
+    rs_stop(&rs);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* ------------------------------------------------------------- threads */
+
+/* The engine's side of many operations against the worker: random loads,
+ * saves, cancels and polls. Every op not cancelled is reported once; no
+ * cancelled one is, and its buffer keeps what was written after cancel. */
+static void test_stress(void **state)
+{
+    (void)state;
+    enum { N = 3000, SIZE = 48 };
+    enum { ISSUED = 1, CANCELLED = 2, REPORTED = 3 };
+    static unsigned char out[N][SIZE];
+    static uint64_t sizes[N];
+    static int st[N];
+    conn c;
+    open_conn(&c, &shared, "stress:", 2000, 0);
+    unsigned char value[SIZE];
+    fill(value, SIZE, 5);
+    unsigned seed = 12345;
+    uint32_t issued = 0, finished = 0;
+    pkv_store_done done[8];
+    while (finished < N) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned pick = (seed >> 16) % 10;
+        if (pick < 5 && issued < N) {
+            uint32_t i = issued++;
+            char key[16];
+            snprintf(key, sizeof key, "k%u", i % 50);
+            const char *keys[1] = {key};
+            pkv_status s = i % 2
+                               ? c.store.save(c.store.user, i, key, value,
+                                              SIZE)
+                               : c.store.load(c.store.user, i, keys, 1,
+                                              out[i], SIZE, &sizes[i]);
+            assert_int_equal(s, PKV_OK);
+            st[i] = ISSUED;
+        } else if (pick < 7 && issued > 0) {
+            uint32_t i = (seed >> 4) % issued;
+            if (st[i] == ISSUED) {
+                c.store.cancel(c.store.user, i);
+                st[i] = CANCELLED;
+                finished++;
+                memset(out[i], 0x5A, SIZE);
+                sizes[i] = 999;
+            }
+        } else {
+            uint32_t n = c.store.poll(c.store.user, done, 8);
+            for (uint32_t k = 0; k < n; k++) {
+                uint64_t t = done[k].ticket;
+                assert_true(t < issued);
+                assert_int_equal(st[t], ISSUED);
+                assert_int_equal(done[k].status, PKV_OK);
+                st[t] = REPORTED;
+                finished++;
+            }
+            if (issued == N && n == 0)
+                sleep_ms(1);
+        }
+    }
+    for (uint32_t i = 0; i < N; i++)
+        if (st[i] == CANCELLED) {
+            assert_true(all_bytes(out[i], SIZE, 0x5A));
+            assert_int_equal(sizes[i], 999);
+        }
+    assert_int_equal(c.store.poll(c.store.user, done, 8), 0);
+    close_conn(&c);
+}
+
+int main(void)
+{
+    if (!rs_available()) {
+        printf("test_redis: skipped: %s not found (install redis-server, "
+               "or set PKV_REDIS_SERVER)\n",
+               rs_binary());
+        return RS_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_params),
+        cmocka_unit_test(test_bad_ops),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_long_value),
+        cmocka_unit_test(test_many_keys),
+        cmocka_unit_test(test_prefix),
+        cmocka_unit_test(test_ttl),
+        cmocka_unit_test(test_poll_order),
+        cmocka_unit_test(test_cancel_done),
+        cmocka_unit_test(test_destroy_busy),
+        cmocka_unit_test(test_unix_socket),
+        cmocka_unit_test(test_stress),
+        cmocka_unit_test_setup_teardown(test_load_first, private_setup,
+                                        private_teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_queued, private_setup,
+                                        private_teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_load_in_flight,
+                                        private_setup, private_teardown),
+        cmocka_unit_test_setup_teardown(test_server_killed, private_setup,
+                                        private_teardown),
+        cmocka_unit_test_setup_teardown(test_server_hung, private_setup,
+                                        private_teardown),
+        cmocka_unit_test_setup_teardown(test_server_down_at_create,
+                                        private_setup, private_teardown),
+        cmocka_unit_test_setup_teardown(test_error_reply, private_setup,
+                                        private_teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
