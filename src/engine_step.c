@@ -132,6 +132,7 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
     }
     s->num_computed = 0;
     s->state = PKV__SEQ_WAITING;
+    s->store_state = PKV__STORE_NOT_ASKED; /* as a preempted one */
     pkv__engine_enqueue(e, &e->waiting, s);
 }
 

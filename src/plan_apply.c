@@ -106,6 +106,8 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
     } else {
         seq->num_computed = 0;
         seq->state = PKV__SEQ_WAITING;
+        /* Recomputed: the store may hold what its prefix cache lost. */
+        seq->store_state = PKV__STORE_NOT_ASKED;
     }
 }
 

@@ -22,5 +22,7 @@
 #define PKV__ENGINE_STATS_MIN_SIZE PKV__END_OF(pkv_engine_stats, seqs_finished)
 #define PKV__SEQ_PARAMS_MIN_SIZE PKV__END_OF(pkv_seq_params, cache_salt)
 #define PKV__TENSOR_MIN_SIZE PKV__END_OF(pkv_tensor, offset)
+/* Structs that came after 0.1.0: their size when they came. */
+#define PKV__STORE_MIN_SIZE PKV__END_OF(pkv_store, model)
 
 #endif

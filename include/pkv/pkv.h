@@ -884,8 +884,11 @@ static inline pkv_tensor pkv_tensor_host(const void *data, uint64_t offset,
 /*
  * Schedule the next step: admit waiting sequences, cut prompt chunks,
  * preempt when blocks run out, allocate slots. *out is the batch to run,
- * which may hold no rows (everything waiting on an abort or nothing left
- * but finished reports). Call pkv_engine_attend for every layer, then
+ * which may hold no rows (everything waiting on an abort, nothing left
+ * but finished reports, or every waiting sequence waiting for a KV store's
+ * load or the engine for its saves: pkv_engine_stats.num_loading; a host
+ * may then sleep briefly, say 0.1 ms, before the next step instead of
+ * spinning). Call pkv_engine_attend for every layer, then
  * pkv_engine_step_end; a batch with no rows may skip the attend calls (or
  * make them with NULL data, as before).
  * Errors: PKV_ERR_BAD_STATE if a step is already begun;

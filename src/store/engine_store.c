@@ -7,6 +7,7 @@
 #include "check.h"
 #include "engine.h"
 #include "store/value.h"
+#include "struct_sizes.h"
 
 #include <string.h>
 #include <time.h>
@@ -30,7 +31,7 @@ pkv_status pkv_store_init(pkv_store *store)
 
 pkv_status pkv__store_check(const pkv_store *s)
 {
-    if (s->struct_size != sizeof *s)
+    if (s->struct_size < PKV__STORE_MIN_SIZE || s->struct_size > sizeof *s)
         return pkv__fail(PKV_ERR_STRUCT_SIZE,
                          "params->store->struct_size is %u; this library "
                          "knows %u (call pkv_store_init)",
@@ -67,7 +68,10 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
     s->sent = pkv__calloc(&e->alloc, e->pool.num_blocks, sizeof *s->sent);
     if (s->sent == NULL)
         return PKV_ERR_OUT_OF_MEMORY;
-    s->cb = *store;
+    /* Over the defaults: fields appended after the caller's header keep
+     * theirs. */
+    pkv_store_init(&s->cb);
+    memcpy(&s->cb, store, store->struct_size);
     s->value_bytes = pkv__value_bytes(&e->backend_config);
     /* The name is not kept: its digest is what keys use. */
     pkv__digest_model(store->model, s->model);
