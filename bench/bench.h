@@ -18,5 +18,8 @@ int bench_isa(const bench_options *opt); /* bench_isa.c */
 #ifdef PKV_BENCH_OPENCL
 int bench_interop(const bench_options *opt); /* bench_interop.c */
 #endif
+#ifdef PKV_BENCH_REDIS
+int bench_store(const bench_options *opt); /* bench_store.c */
+#endif
 
 #endif

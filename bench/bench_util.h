@@ -14,6 +14,9 @@ typedef struct bench_options {
     const char *plot; /* directory for gnuplot PNGs, or NULL */
     int resident;     /* kernels --resident: KV that stays in cache */
     const char *model; /* serve --model: llama (NULL) or gemma3 */
+    uint32_t prompt;   /* store --prompt: tokens (0: its default) */
+    uint32_t runs;     /* store --runs: second engines (0: default) */
+    const char *redis; /* store --redis HOST:PORT, or NULL: its own */
 } bench_options;
 
 /* --plot: bench_plot_open gives a file for NAME's data columns in the plot
