@@ -412,6 +412,52 @@ static void test_long_value(void **state)
     close_conn(&c);
 }
 
+/* Values larger than the connector's 1 MiB read buffer (read straight
+ * into their slot), one just over it, a small one after them; then the
+ * large one into a smaller slot (its rest read and dropped). */
+static void test_large_values(void **state)
+{
+    (void)state;
+    enum { MIB = 1 << 20, SLOT = 3 * MIB };
+    const size_t lens[3] = {3 * MIB, MIB + 7, 5};
+    const char *names[3] = {"lg:a", "lg:b", "lg:c"};
+    unsigned char *in[3], *out = malloc(3 * (size_t)SLOT + 64);
+    assert_non_null(out);
+    for (int i = 0; i < 3; i++) {
+        in[i] = malloc(lens[i]);
+        assert_non_null(in[i]);
+        fill(in[i], lens[i], (unsigned)i + 3);
+        redisReply *r = rs_command(&shared, "SET %s %b", names[i],
+                                   (const void *)in[i], lens[i]);
+        assert_non_null(r);
+        freeReplyObject(r);
+    }
+    conn c;
+    open_conn(&c, &shared, "lg:", 2000, 0);
+    const char *keys[3] = {"a", "b", "c"};
+    uint64_t sizes[3];
+    memset(out, 0xAA, 3 * (size_t)SLOT + 64);
+    assert_int_equal(load_sync(&c, 1, keys, 3, out, SLOT, sizes), PKV_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sizes[i], lens[i]);
+        assert_memory_equal(out + (size_t)i * SLOT, in[i], lens[i]);
+    }
+    assert_true(all_bytes(out + 2 * (size_t)SLOT + 5, SLOT - 5 + 64, 0xAA));
+    /* The 3 MiB value into a 2 MiB slot, then the small one. */
+    const char *two[2] = {"a", "c"};
+    memset(out, 0xAA, 3 * (size_t)SLOT + 64);
+    assert_int_equal(load_sync(&c, 2, two, 2, out, 2 * MIB, sizes), PKV_OK);
+    assert_int_equal(sizes[0], lens[0]);
+    assert_memory_equal(out, in[0], 2 * MIB);
+    assert_int_equal(sizes[1], lens[2]);
+    assert_memory_equal(out + 2 * MIB, in[2], lens[2]);
+    assert_true(all_bytes(out + 2 * MIB + 5, 64, 0xAA));
+    close_conn(&c);
+    for (int i = 0; i < 3; i++)
+        free(in[i]);
+    free(out);
+}
+
 /* A thousand keys: saves reported in order, then one MGET for all. */
 static void test_many_keys(void **state)
 {
@@ -1015,6 +1061,7 @@ int main(void)
         cmocka_unit_test(test_bad_ops),
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_long_value),
+        cmocka_unit_test(test_large_values),
         cmocka_unit_test(test_many_keys),
         cmocka_unit_test(test_prefix),
         cmocka_unit_test(test_ttl),

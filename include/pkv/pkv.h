@@ -307,7 +307,8 @@ typedef struct pkv_store {
     /* Host memory the engine gives the operations in flight at most,
      * loads and saves apart (default 64 MiB each). A prompt asks for as
      * many of its blocks as fit; a block that does not fit in the saves'
-     * budget is not saved (pkv_engine_stats.store_saves_skipped). */
+     * budget is not saved (pkv_engine_stats.store_saves_skipped). The
+     * engine keeps its largest load's buffer between loads. */
     uint64_t max_load_bytes;
     uint64_t max_save_bytes;
     /* The model's name, part of every key: the KV of a block depends on

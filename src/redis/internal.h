@@ -98,6 +98,13 @@ struct pkv_redis {
     void *ctx;               /* redisContext, NULL when disconnected */
     int tried;               /* a connection was attempted */
     uint64_t last_attempt_ms;
+    /* A load's reply as read (reply.h), before it is copied into the
+     * engine's buffers: kept from load to load, as large as the largest. */
+    uint8_t *staging;
+    size_t staging_size;
+    uint8_t *read_buffer;    /* PKV__REPLY_BUFFER bytes, or NULL */
+    uint64_t *staged_sizes;
+    uint32_t staged_capacity;
 };
 
 /* ops.c. A list's functions: the caller holds the lock, or owns the list

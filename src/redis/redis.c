@@ -110,6 +110,9 @@ static void free_connector(pkv_redis *redis)
 {
     free(redis->host);
     free(redis->unix_path);
+    free(redis->staging);
+    free(redis->read_buffer);
+    free(redis->staged_sizes);
     free(redis);
 }
 

@@ -11,6 +11,9 @@
  * writes a load's values under the lock after the whole reply arrived,
  * both only if the op was not cancelled.
  *
+ * A load's reply is read by reply.c, not hiredis: straight from the
+ * socket into the connector's staging buffer, then copied once.
+ *
  * A failed connection (error, timeout, EOF) is freed at once, since a late
  * reply would be taken for the next command's; the next operation
  * connects again, but no sooner than retry_ms after the failure or the
@@ -18,9 +21,11 @@
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_sigmask */
 #include "internal.h"
+#include "reply.h"
 
 #include <hiredis/hiredis.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -119,41 +124,63 @@ static int send_command(pkv_redis *redis, pkv__redis_op *op)
     return 1;
 }
 
-/* Under the lock, and only when op was not cancelled. */
-static void copy_values(pkv__redis_op *op, const redisReply *reply)
+/* Room in the staging buffers for op's reply. 0, or -1. */
+static int reserve_staging(pkv_redis *redis, const pkv__redis_op *op)
 {
-    unsigned char *values = op->values;
-    for (uint32_t i = 0; i < op->num_keys; i++) {
-        const redisReply *e = reply->element[i];
-        if (e->type == REDIS_REPLY_NIL) {
-            op->sizes[i] = 0;
-            continue;
-        }
-        size_t n = e->len < op->value_size ? e->len : op->value_size;
-        if (n > 0)
-            memcpy(values + (size_t)i * op->value_size, e->str, n);
-        op->sizes[i] = e->len;
+    if (redis->read_buffer == NULL)
+        redis->read_buffer = malloc(PKV__REPLY_BUFFER);
+    if (redis->read_buffer == NULL)
+        return -1;
+    size_t bytes = (size_t)op->num_keys * op->value_size;
+    if (bytes > redis->staging_size) {
+        uint8_t *p = realloc(redis->staging, bytes);
+        if (p == NULL)
+            return -1;
+        redis->staging = p;
+        redis->staging_size = bytes;
     }
+    if (op->num_keys > redis->staged_capacity) {
+        uint64_t *s = realloc(redis->staged_sizes,
+                              op->num_keys * sizeof *s);
+        if (s == NULL)
+            return -1;
+        redis->staged_sizes = s;
+        redis->staged_capacity = op->num_keys;
+    }
+    return 0;
 }
 
-/* An MGET's reply: an array of one string or nil per key. */
-static pkv_status take_values(pkv_redis *redis, pkv__redis_op *op,
-                              const redisReply *reply)
+/* An MGET's reply, read into the staging buffers, then copied into the
+ * engine's under the lock unless op was cancelled meanwhile. */
+static pkv_status take_values(pkv_redis *redis, pkv__redis_op *op)
 {
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != op->num_keys)
+    redisContext *c = redis->ctx;
+    if (reserve_staging(redis, op) != 0) {
+        disconnect(redis); /* the reply is left unread */
+        return PKV_ERR_STORE;
+    }
+    enum pkv__reply_result got = pkv__redis_read_mget(
+        c->fd, redis->read_buffer, op->num_keys, redis->staging,
+        op->value_size, redis->staged_sizes);
+    if (got == PKV__REPLY_BROKEN)
+        disconnect(redis);
+    if (got != PKV__REPLY_VALUES)
         return PKV_ERR_STORE;
     uint64_t bytes = 0;
-    for (size_t i = 0; i < reply->elements; i++) {
-        const redisReply *e = reply->element[i];
-        if (e->type == REDIS_REPLY_STRING)
-            bytes += e->len;
-        else if (e->type != REDIS_REPLY_NIL)
-            return PKV_ERR_STORE;
-    }
+    for (uint32_t i = 0; i < op->num_keys; i++)
+        bytes += redis->staged_sizes[i];
     pthread_mutex_lock(&redis->lock);
     redis->stats.bytes_read += bytes;
-    if (!op->cancelled)
-        copy_values(op, reply);
+    if (!op->cancelled) {
+        uint8_t *values = op->values;
+        for (uint32_t i = 0; i < op->num_keys; i++) {
+            uint64_t len = redis->staged_sizes[i];
+            size_t keep = len < op->value_size ? (size_t)len : op->value_size;
+            size_t at = (size_t)i * op->value_size;
+            memcpy(values + at, redis->staging + at, keep);
+            op->sizes[i] = len;
+        }
+    }
     pthread_mutex_unlock(&redis->lock);
     return PKV_OK;
 }
@@ -173,15 +200,22 @@ static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
     int sent = send_command(redis, op);
     if (sent == 0)
         return PKV_OK; /* cancelled: pkv__redis_finish drops it */
-    void *reply = NULL;
-    if (sent < 0 || redisGetReply(redis->ctx, &reply) != REDIS_OK) {
+    if (sent < 0) {
         disconnect(redis);
         return PKV_ERR_STORE;
     }
-    /* An error reply (full memory, wrong type) fails the op only: the
-     * connection is in step. */
-    st = op->kind == PKV__REDIS_LOAD ? take_values(redis, op, reply)
-                                     : check_saved(reply);
+    /* hiredis has read nothing ahead: one command is in flight at a time,
+     * and each reply is read to its end. */
+    if (op->kind == PKV__REDIS_LOAD)
+        return take_values(redis, op);
+    void *reply = NULL;
+    if (redisGetReply(redis->ctx, &reply) != REDIS_OK) {
+        disconnect(redis);
+        return PKV_ERR_STORE;
+    }
+    /* An error reply (full memory) fails the op only: the connection is
+     * in step. */
+    st = check_saved(reply);
     freeReplyObject(reply);
     return st;
 }

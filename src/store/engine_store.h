@@ -31,6 +31,7 @@ typedef struct pkv__store_op {
     uint64_t ticket;
     pkv__seq *seq;   /* a load's sequence; NULL for a save */
     uint8_t *values; /* a load's num_keys values, or a save's one */
+    size_t values_bytes; /* a load's values buffer (may be larger) */
     uint64_t *sizes; /* a load's */
     char *keys;      /* a load's, PKV_STORE_KEY_MAX bytes each */
     uint32_t first;  /* a load's first block (index in its prompt) */
@@ -62,6 +63,8 @@ typedef struct pkv__engine_store {
     uint32_t *pending_blocks;
     uint8_t *scratch; /* KV of many blocks, gathered */
     size_t scratch_capacity;
+    uint8_t *spare; /* the largest load's values buffer, kept for reuse */
+    size_t spare_bytes;
 } pkv__engine_store;
 
 /* Whether the engine has a store. */

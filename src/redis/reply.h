@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * An MGET's reply read from the socket by the connector itself, straight
+ * into its staging buffer: values of a few KiB to a few MiB each, which
+ * hiredis would read 16 KiB a call (64 system calls a MiB), copy into its
+ * reader's buffer and again into one reply object each before the
+ * connector copied them a third time. Here one recv takes what the socket
+ * holds into a 1 MiB buffer, values are copied from it into the staging
+ * buffer, and the connector copies them once more, into the engine's
+ * (docs/design.md, "KV store").
+ */
+#ifndef PKV_REDIS_REPLY_H
+#define PKV_REDIS_REPLY_H
+
+#include "pkv/pkv.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a read of a reply found. */
+enum pkv__reply_result {
+    PKV__REPLY_VALUES = 0, /* an array of n strings or nils */
+    PKV__REPLY_ERROR = 1,  /* an error reply (-OOM ...): the connection
+                              is still in step */
+    PKV__REPLY_BROKEN = 2  /* a timeout, EOF, or a reply of another
+                              shape: the connection must be dropped */
+};
+
+/* The read buffer pkv__redis_read_mget takes: 1 MiB, so that one recv
+ * can take all the socket holds (values of a few KiB each). */
+#define PKV__REPLY_BUFFER ((size_t)1 << 20)
+
+/* Read the reply to an MGET of n keys from socket fd through buffer
+ * (PKV__REPLY_BUFFER bytes): value i goes to staging + i * value_size (at
+ * most value_size bytes; a longer one is read to its end), its length to
+ * sizes[i], 0 for nil. */
+enum pkv__reply_result pkv__redis_read_mget(int fd, uint8_t *buffer,
+                                            uint32_t n, uint8_t *staging,
+                                            size_t value_size,
+                                            uint64_t *sizes);
+
+#endif
