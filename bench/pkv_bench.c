@@ -110,19 +110,20 @@ static const subcommand SUBCOMMANDS[] = {
     {"store", bench_store,
      "first token of a 2,000-token prompt: cold vs loaded from Redis",
      "Time to first token of a 2,000-token shared prompt (restart's model\n"
-     "and prompt, CPU backend), f16 and u8 KV: a cold engine computes it\n"
-     "and saves its blocks to Redis through libpkv_redis; a second engine\n"
-     "(a new engine and connector) loads them; both must sample the same\n"
-     "first token. Then load GB/s: the engine's wait, the connector alone\n"
-     "(one MGET) and redis-benchmark against the same server (GET -P 16\n"
-     "at the same value size; MGET of the same keys). Starts its own\n"
+     "and prompt, CPU backend), f16 and u8 KV, for N tenants (salts): a\n"
+     "cold engine per tenant computes it and saves its blocks to Redis\n"
+     "through libpkv_redis; a second engine (a new engine and connector)\n"
+     "serves the tenants in turn, loading them (its first request apart,\n"
+     "the medians over the others); every run must sample the same first\n"
+     "token. Then load GB/s: the engine's wait, the connector alone (one\n"
+     "MGET) and redis-benchmark against the same server (GET -P 16 at the\n"
+     "same value size; MGET of the same keys). Starts its own\n"
      "redis-server on a free loopback port (skips without one) unless\n"
      "--redis names a server (keys under a prefix of the run's, deleted\n"
-     "at the end). 3 cold and 5 second engines per dtype, about 17 s on a\n"
-     "2-core machine; --quick 1 and 1 and a tenth of the redis-benchmark\n"
-     "requests, about 5 s.\n"
+     "at the end). About 20 s on a 2-core machine; --quick 2 tenants and a\n"
+     "tenth of the redis-benchmark requests, about 7 s.\n"
      "  --prompt N         prompt tokens, 17 to 2047 (default 2000)\n"
-     "  --runs N           second engines per dtype; cold: (N + 1) / 2\n"
+     "  --runs N           tenants, 2 to 99 (default 5)\n"
      "  --redis HOST:PORT  an existing server instead of its own"},
 #endif
 };
