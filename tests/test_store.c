@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "engine.h"
 #include "store/digest.h"
 #include "store_fake.h"
 #include "test_model.h"
@@ -470,6 +471,120 @@ static void test_cancel(void **state)
     free(prompt);
 }
 
+/* An allocator that fails its Nth allocation once armed and checks that
+ * every free is given the size that was asked for (pkv.h's promise). */
+typedef struct sized_alloc {
+    int armed;
+    long calls, fail_at;
+    long bad_frees;
+} sized_alloc;
+
+enum { HEADER = 16 }; /* the size, keeping malloc's alignment */
+
+static void *sized_alloc_fn(void *user, size_t size)
+{
+    sized_alloc *a = user;
+    if (a->armed && ++a->calls == a->fail_at)
+        return NULL;
+    unsigned char *p = malloc(size + HEADER);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, &size, sizeof size);
+    return p + HEADER;
+}
+
+static void sized_free_fn(void *user, void *ptr, size_t size)
+{
+    sized_alloc *a = user;
+    unsigned char *p = (unsigned char *)ptr - HEADER;
+    size_t asked;
+    memcpy(&asked, p, sizeof asked);
+    a->bad_frees += asked != size;
+    free(p);
+}
+
+/* The backend's swap_in (how a load's blocks are written) fails once. */
+static const pkv__backend_ops *real_ops;
+static pkv__backend_ops failing_ops;
+static int swap_in_failures;
+
+static pkv_status failing_swap_in(pkv__backend *b, const void *host,
+                                  const uint32_t *blocks, uint32_t n)
+{
+    if (swap_in_failures > 0) {
+        swap_in_failures--;
+        return PKV_ERR_DEVICE;
+    }
+    return real_ops->swap_in(b, host, blocks, n);
+}
+
+/* A second engine's hit with its Nth allocation failed, for every N the
+ * workload makes, then with the install's swap_in failed: every row
+ * right (tm_step; a failed step_begin is called again), nothing leaked
+ * (tm_check_idle, the fake store's check), every free of the right
+ * size. */
+static void test_store_faults(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_U8);
+    int32_t *prompt = tm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    fill(&data, p, prompt, 0);
+    long made = 0;
+    for (long n = 1;; n++) {
+        sized_alloc a = {0, 0, n, 0};
+        store_host b;
+        sh_connect(&b, &data);
+        pkv_engine_params pb = p;
+        pb.allocator.alloc = sized_alloc_fn;
+        pb.allocator.free = sized_free_fn;
+        pb.allocator.user = &a;
+        sh_start(&b, pb);
+        b.host.retry = 1;
+        pkv_seq_id id = add(&b, prompt, 0);
+        a.armed = 1; /* from the first step on: asks, loads, installs */
+        uint32_t rows = first_rows(&b, id);
+        sh_run(&b);
+        a.armed = 0;
+        pkv_engine_stats s = stats_of(&b);
+        assert_true(rows == 1 || rows == PROMPT);
+        assert_int_equal(s.store_hit_blocks, rows == 1 ? PROMPT / 4 : 0);
+        sh_free(&b);
+        assert_int_equal(a.bad_frees, 0);
+        made = a.calls;
+        if (a.calls < n)
+            break; /* the workload made fewer: every one was failed */
+    }
+    assert_true(made > 5);
+    for (int install = 0; install < 2; install++) {
+        sized_alloc a = {0, 0, 0, 0};
+        store_host b;
+        sh_connect(&b, &data);
+        pkv_engine_params pb = p;
+        pb.allocator.alloc = sized_alloc_fn;
+        pb.allocator.free = sized_free_fn;
+        pb.allocator.user = &a;
+        sh_start(&b, pb);
+        pkv_engine *e = b.host.engine;
+        real_ops = e->ops;
+        failing_ops = *real_ops;
+        failing_ops.swap_in = failing_swap_in;
+        e->ops = &failing_ops;
+        swap_in_failures = 1;
+        pkv_seq_id id = add(&b, prompt, 0);
+        assert_int_equal(first_rows(&b, id), PROMPT);
+        sh_run(&b);
+        pkv_engine_stats s = stats_of(&b);
+        assert_int_equal(s.store_hit_blocks, 0);
+        assert_int_equal(s.store_load_failures, 1);
+        e->ops = real_ops;
+        sh_free(&b);
+        assert_int_equal(a.bad_frees, 0);
+    }
+    fs_data_free(&data);
+    free(prompt);
+}
+
 /* The load budget: a prompt asks for as many blocks as fit. */
 static void test_load_budget(void **state)
 {
@@ -587,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_connector_faults),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_load_budget),
+        cmocka_unit_test(test_store_faults),
         cmocka_unit_test(test_bad_store),
         cmocka_unit_test(test_sha256),
     };

@@ -305,7 +305,8 @@ typedef struct pkv_store {
     uint32_t timeout_ms;
     uint32_t reserved0; /* 0 */
     /* Host memory the engine gives the operations in flight at most,
-     * loads and saves apart (default 64 MiB each). A prompt asks for as
+     * loads and saves apart (default 64 MiB each; each at most
+     * SIZE_MAX). A prompt asks for as
      * many of its blocks as fit; a block that does not fit in the saves'
      * budget is not saved (pkv_engine_stats.store_saves_skipped). The
      * engine keeps its largest load's buffer between loads. */

@@ -49,6 +49,12 @@ pkv_status pkv__store_check(const pkv_store *s)
     if (s->timeout_ms == 0)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->store->timeout_ms is 0");
+    /* Buffers of a budget's size must be addressable (32-bit hosts). */
+    if ((uint64_t)(size_t)s->max_load_bytes != s->max_load_bytes ||
+        (uint64_t)(size_t)s->max_save_bytes != s->max_save_bytes)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->store: max_load_bytes and max_save_bytes "
+                         "must fit in size_t");
     return PKV_OK;
 }
 
@@ -371,13 +377,13 @@ static void install(pkv_engine *e, const pkv__store_op *op,
         pkv__pool_incref(pool, links[h].block);
     uint32_t available = pkv__pool_available(pool);
     if (n > available)
-        n = available;
+        n = available; /* the rest: a miss for want of room */
     size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
     size_t kv_at = pkv__value_kv_offset(&e->backend_config);
-    uint8_t *kv = scratch(e, (size_t)n * block_bytes);
-    uint32_t *ids = kv ? pkv__calloc(&e->alloc, n ? n : 1, sizeof *ids)
-                       : NULL;
-    pkv_status st = ids ? PKV_OK : PKV_ERR_OUT_OF_MEMORY;
+    uint32_t taken = n; /* ids' length, n may drop to 0 below */
+    uint8_t *kv = n ? scratch(e, (size_t)n * block_bytes) : NULL;
+    uint32_t *ids = kv ? pkv__calloc(&e->alloc, n, sizeof *ids) : NULL;
+    pkv_status st = ids || n == 0 ? PKV_OK : PKV_ERR_OUT_OF_MEMORY;
     if (st == PKV_OK && n > 0) {
         for (uint32_t i = 0; i < n; i++)
             memcpy(kv + (size_t)i * block_bytes,
@@ -418,7 +424,7 @@ static void install(pkv_engine *e, const pkv__store_op *op,
         pkv__pool_decref(pool, ids[i]);
     for (uint32_t h = hits; h-- > 0;)
         pkv__pool_decref(pool, links[h].block);
-    pkv__free(&e->alloc, ids, n ? n : 1, sizeof *ids);
+    pkv__free(&e->alloc, ids, taken, sizeof *ids);
     e->totals.store_hit_blocks += n;
     e->totals.store_hit_tokens += (uint64_t)n * bs;
 }
