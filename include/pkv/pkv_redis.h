@@ -17,6 +17,10 @@
  * a later operation, at most once per retry_ms: operations that come
  * sooner fail at once. Keys are key_prefix followed by the engine's key.
  *
+ * poll and cancel take the connector's lock, so they may wait for a copy
+ * in progress (a load's values into the engine's buffers: about 0.1 ms a
+ * MiB), never for the network.
+ *
  * A cancelled operation's buffers are never touched once cancel returns,
  * and cancel never waits for the network: a save's value is read when
  * its command is formatted (hiredis sends a copy), a load's values are
