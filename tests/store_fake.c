@@ -147,7 +147,8 @@ static int32_t run(fs_store *fs, fs_op *op)
     if (fs->fail_loads)
         return PKV_ERR_STORE;
     for (uint32_t i = 0; i < op->num_keys; i++) {
-        fs_entry *e = fs_get(fs->data, op->keys + (size_t)i * PKV_STORE_KEY_MAX);
+        const char *key = op->keys + (size_t)i * PKV_STORE_KEY_MAX;
+        fs_entry *e = fs_get(fs->data, key);
         op->sizes[i] = e ? e->size : 0;
         if (e)
             memcpy((uint8_t *)op->values + (size_t)i * op->value_size,

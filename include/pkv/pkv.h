@@ -234,8 +234,9 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
  * (Redis: pkv_redis.h; any other through these callbacks). An engine with
  * a store saves the full blocks it computes from prompts under keys that
  * name the model (pkv_store.model), its geometry, the KV format,
- * cache_salt and every token up to the block's end; a later prompt's blocks that neither its prefix cache
- * holds are asked of the store before the prompt is admitted. Each block
+ * cache_salt and every token up to the block's end; the blocks a later
+ * prompt's prefix cache lacks are asked of the store before the prompt
+ * is admitted. Each block
  * that arrives is verified before any row can attend to it: its size,
  * checksum, geometry, key, parent's key and tokens must be those the
  * prompt asks for. A block that fails, is missing, or does not arrive in
@@ -254,7 +255,8 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
  */
 
 /* The longest key a store is given, its NUL included: "pkv1:", 16 hex
- * digits of the geometry, ':', 64 hex digits of the block's SHA-256. */
+ * digits naming the model and geometry, ':', 64 hex digits of the
+ * block's SHA-256. */
 #define PKV_STORE_KEY_MAX 88u
 
 /* Save the blocks sequences fill with generated tokens too, not only
@@ -305,11 +307,11 @@ typedef struct pkv_store {
     uint32_t timeout_ms;
     uint32_t reserved0; /* 0 */
     /* Host memory the engine gives the operations in flight at most,
-     * loads and saves apart (default 64 MiB each; each at most
-     * SIZE_MAX). A prompt asks for as
-     * many of its blocks as fit; a block that does not fit in the saves'
-     * budget is not saved (pkv_engine_stats.store_saves_skipped). The
-     * engine keeps its largest load's buffer between loads. */
+     * loads and saves apart (default 64 MiB each; each at most SIZE_MAX).
+     * A prompt asks for as many of its blocks as fit; a block that does
+     * not fit in the saves' budget is not saved
+     * (pkv_engine_stats.store_saves_skipped). The engine keeps its
+     * largest load's buffer between loads. */
     uint64_t max_load_bytes;
     uint64_t max_save_bytes;
     /* The model's name, part of every key: the KV of a block depends on
