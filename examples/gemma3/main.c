@@ -2,10 +2,11 @@
 /*
  * pkv-gemma3: Gemma 3 270M served through pkv, text in and text out.
  *
- *   pkv-gemma3 [--weights PATH] [--kv f32|f16|u8|u4|u8k-u4v] [--backend auto|cpu|opencl]
+ *   pkv-gemma3 [--weights PATH] [--kv f32|f16|u8|u4|u8k-u4v]
+ *              [--backend auto|cpu|opencl]
  *              [--prompt TEXT | --file PATH] [--max-new N]
  *              [--temperature T] [--top-p P] [--seed S] [--threads N]
- *              [--json] [--quiet]
+ *              [--json] [--quiet] [--store HOST:PORT]
  *   pkv-gemma3 --prompt-ids PATH [--logits PATH [--logits-from K]] ...
  *   pkv-gemma3 --perplexity PATH [--ctx N] [--max-tokens N] [--kv ...]
  *              [--keys channel|token]
@@ -17,15 +18,17 @@
  * --prompt-ids reads the prompt as token ids; with --logits it writes the
  * logits of its positions K.. instead of generating (the tests compare
  * them with tests/gemma3/reference.py). --perplexity and --agreement
- * measure the KV formats (score.h). The
- * weights come from examples/gemma3/setup.sh (default path: the cache it
- * writes to).
+ * measure the KV formats (score.h). --store shares prompt blocks with
+ * other processes through a Redis server (host/store.h): a second
+ * pkv-gemma3 loads the prompt blocks the first computed. The weights come
+ * from examples/gemma3/setup.sh (default path: the cache it writes to).
  */
 #define _POSIX_C_SOURCE 200809L /* fileno, isatty */
 #include "args.h"
 #include "host.h"
 #include "prompts.h"
 #include "score.h"
+#include "store.h"
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -57,6 +60,7 @@ typedef struct options {
     uint32_t threads;
     int json;
     int quiet;
+    const char *store; /* HOST:PORT of a Redis sharing blocks, or NULL */
 } options;
 
 /* A request's text: its prompt for printing and its answer so far. */
@@ -86,6 +90,7 @@ static int usage(void)
             "[--temperature T]\n"
             "                  [--top-p P] [--seed S] [--threads N] [--json] "
             "[--quiet]\n"
+            "                  [--store HOST:PORT]\n"
             "       pkv-gemma3 --prompt-ids PATH [--logits PATH "
             "[--logits-from K]] ...\n"
             "       pkv-gemma3 --perplexity PATH [--ctx N] [--max-tokens N] "
@@ -122,6 +127,8 @@ static int parse_value(options *o, const char *a, const char *v)
         o->weights = v;
     } else if (strcmp(a, "--prompt") == 0) {
         o->prompt = v;
+    } else if (strcmp(a, "--store") == 0) {
+        o->store = v;
     } else if (strcmp(a, "--file") == 0) {
         o->file = v;
     } else if (strcmp(a, "--prompt-ids") == 0) {
@@ -185,7 +192,7 @@ static int parse_options(int argc, char **argv, options *o)
         "--kv",      "--backend",     "--max-new", "--ctx",
         "--max-tokens", "--temperature", "--top-p", "--seed",
         "--threads", "--keys", "--prompt-ids", "--logits",
-        "--logits-from"};
+        "--logits-from", "--store"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--json") == 0) {
@@ -427,6 +434,12 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
     int rc = 1;
     pkv_engine *e = NULL;
     g3_host h = {0};
+    host_store store = {0};
+    /* The weights' name for the store's keys: this model, this file. */
+    if (o->store != NULL &&
+        host_store_open(&store, "pkv-gemma3", o->store,
+                        "gemma-3-270m/pkv-f16-from-q4_k_m") != 0)
+        goto out;
     if (make_requests(o, tok, &reqs, &texts, &n, &file_text) != 0) {
         fprintf(stderr, "pkv-gemma3: cannot make the requests\n");
         goto out;
@@ -447,6 +460,7 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
     p.max_batch_tokens = 256;
     p.log = host_log_stderr;
     p.log_level = PKV_LOG_WARN;
+    p.store = o->store != NULL ? &store.store : NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         fprintf(stderr, "pkv-gemma3: engine: %s\n", pkv_last_error());
         goto out;
@@ -477,6 +491,8 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
         print_json(&r, e, &s);
     else
         host_print_summary("pkv-gemma3", e, &p, n, &s);
+    if (o->store != NULL && !o->json)
+        host_store_print(e);
 out:
     for (uint32_t i = 0; i < n; i++) {
         free(reqs[i].prompt);
@@ -488,6 +504,7 @@ out:
     free(file_text);
     g3_host_free(&h);
     pkv_engine_destroy(e);
+    host_store_close(&store);
     return rc;
 }
 
