@@ -503,6 +503,17 @@ static void sized_free_fn(void *user, void *ptr, size_t size)
     free(p);
 }
 
+/* A host over data whose engine allocates through a. */
+static void sh_start_sized(store_host *b, pkv_engine_params p, fs_data *data,
+                           sized_alloc *a)
+{
+    sh_connect(b, data);
+    p.allocator.alloc = sized_alloc_fn;
+    p.allocator.free = sized_free_fn;
+    p.allocator.user = a;
+    sh_start(b, p);
+}
+
 /* The backend's swap_in (how a load's blocks are written) fails once. */
 static const pkv__backend_ops *real_ops;
 static pkv__backend_ops failing_ops;
@@ -534,12 +545,7 @@ static void test_store_faults(void **state)
     for (long n = 1;; n++) {
         sized_alloc a = {0, 0, n, 0};
         store_host b;
-        sh_connect(&b, &data);
-        pkv_engine_params pb = p;
-        pb.allocator.alloc = sized_alloc_fn;
-        pb.allocator.free = sized_free_fn;
-        pb.allocator.user = &a;
-        sh_start(&b, pb);
+        sh_start_sized(&b, p, &data, &a);
         b.host.retry = 1;
         pkv_seq_id id = add(&b, prompt, 0);
         a.armed = 1; /* from the first step on: asks, loads, installs */
@@ -559,12 +565,7 @@ static void test_store_faults(void **state)
     for (int install = 0; install < 2; install++) {
         sized_alloc a = {0, 0, 0, 0};
         store_host b;
-        sh_connect(&b, &data);
-        pkv_engine_params pb = p;
-        pb.allocator.alloc = sized_alloc_fn;
-        pb.allocator.free = sized_free_fn;
-        pb.allocator.user = &a;
-        sh_start(&b, pb);
+        sh_start_sized(&b, p, &data, &a);
         pkv_engine *e = b.host.engine;
         real_ops = e->ops;
         failing_ops = *real_ops;

@@ -146,6 +146,7 @@ void pkv__store_release(pkv_engine *e)
               sizeof *s->pending_blocks);
     pkv__free(&e->alloc, s->scratch, s->scratch_capacity, 1);
     pkv__free(&e->alloc, s->spare, s->spare_bytes, 1);
+    pkv__free(&e->alloc, s->links, s->links_capacity, sizeof *s->links);
     if (s->sent != NULL)
         pkv__free(&e->alloc, s->sent, e->pool.num_blocks, sizeof *s->sent);
     memset(s, 0, sizeof *s);
@@ -168,14 +169,11 @@ static pkv_status reserve_op(pkv_engine *e)
 static uint8_t *scratch(pkv_engine *e, size_t n)
 {
     pkv__engine_store *s = &e->store;
-    if (n > s->scratch_capacity) {
-        uint8_t *p = pkv__calloc(&e->alloc, n, 1);
-        if (p == NULL)
-            return NULL;
-        pkv__free(&e->alloc, s->scratch, s->scratch_capacity, 1);
-        s->scratch = p;
-        s->scratch_capacity = n;
-    }
+    void *p;
+    if (pkv__grow(&e->alloc, s->scratch, &s->scratch_capacity, 0, n, 1,
+                  &p) != PKV_OK)
+        return NULL;
+    s->scratch = p;
     return s->scratch;
 }
 
@@ -429,12 +427,19 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     e->totals.store_hit_tokens += (uint64_t)n * bs;
 }
 
-/* Links for a lookup of the longest sequence; NULL when memory runs out
- * (*capacity links). */
-static pkv__chain_link *lookup_links(pkv_engine *e, size_t *capacity)
+/* Links for a lookup of the longest sequence, kept between steps (a
+ * step_begin allocates nothing once they fit); NULL when memory runs
+ * out. */
+static pkv__chain_link *lookup_links(pkv_engine *e)
 {
-    *capacity = (size_t)e->longest_tokens / e->pool.block_size + 1;
-    return pkv__calloc(&e->alloc, *capacity, sizeof(pkv__chain_link));
+    pkv__engine_store *s = &e->store;
+    size_t needed = (size_t)e->longest_tokens / e->pool.block_size + 1;
+    void *links;
+    if (pkv__grow(&e->alloc, s->links, &s->links_capacity, 0, needed,
+                  sizeof *s->links, &links) != PKV_OK)
+        return NULL;
+    s->links = links;
+    return s->links;
 }
 
 /* Tell has_work how many saves are in flight (it runs on any thread). */
@@ -485,8 +490,7 @@ void pkv__store_step_begin(pkv_engine *e)
     pkv__engine_store *s = &e->store;
     if (!pkv__store_enabled(s))
         return;
-    size_t capacity;
-    pkv__chain_link *links = lookup_links(e, &capacity);
+    pkv__chain_link *links = lookup_links(e);
     /* What the connector finished. */
     pkv_store_done done[POLL_BATCH];
     uint32_t n;
@@ -526,7 +530,6 @@ void pkv__store_step_begin(pkv_engine *e)
         for (uint32_t i = 0; i < e->waiting.count; i++)
             if (e->waiting.items[i]->store_state == PKV__STORE_NOT_ASKED)
                 e->waiting.items[i]->store_state = PKV__STORE_ASKED;
-    pkv__free(&e->alloc, links, capacity, sizeof *links);
     count_saves(e);
 }
 

@@ -65,6 +65,8 @@ typedef struct pkv__engine_store {
     size_t scratch_capacity;
     uint8_t *spare; /* the largest load's values buffer, kept for reuse */
     size_t spare_bytes;
+    pkv__chain_link *links; /* a prefix lookup's, scratch */
+    size_t links_capacity;
 } pkv__engine_store;
 
 /* Whether the engine has a store. */
