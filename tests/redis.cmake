@@ -7,7 +7,8 @@ pkv_add_test(test_redis SOURCES test_redis.c redis_server.c LABELS redis)
 find_package(Threads REQUIRED)
 target_link_libraries(test_redis PRIVATE pkv_redis PkgConfig::HIREDIS
   Threads::Threads)
-set_tests_properties(test_redis PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+set_tests_properties(test_redis PROPERTIES SKIP_RETURN_CODE 77)
+pkv_test_timeout(test_redis 600)
 
 # libpkv_redis.so exports exactly the functions pkv_redis.h declares.
 add_test(NAME exported_symbols_redis
@@ -23,8 +24,9 @@ target_link_libraries(test_store_redis PRIVATE pkv_redis PkgConfig::HIREDIS)
 if(PKV_WITH_OPENCL)
   target_compile_definitions(test_store_redis PRIVATE PKV_HAVE_OPENCL)
 endif()
+pkv_test_timeout(test_store_redis 1200)
 set_tests_properties(test_store_redis PROPERTIES SKIP_RETURN_CODE 77
-  TIMEOUT 300 ENVIRONMENT
+  ENVIRONMENT
   "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan.supp")
 
 # The engine fuzzer's replay driver with its store on a redis-server
