@@ -30,19 +30,12 @@
 # any of them and on private memory in the decode programs; the generic
 # program's attention kernels keep arrays a work-item indexes at run time
 # in private memory (reported: docs/performance.md, "Intel GPU code").
-# For decode partials
-# also the hottest loops' cost per KV byte: each innermost loop with at
-# least 8 G mad instructions streams KV (the loops over 16 channels of 16
-# tokens and over runs of 16 tokens; fewer are the one-token loops at a
-# partition's edge); it reads (mads / G) x 16 lanes x element-bytes bytes
-# a turn (one mad per head per element a lane; u4: half a byte an
-# element; the mads that fold or dequantise parameters count as elements
-# too, so quantized figures lean low); loops
-# before the kernel's first exp are the score pass, after it the value
-# pass. kb_inst/vb_inst: instructions per K and V byte of the costliest
-# such loop; kb_cyc/vb_cyc: cycles of an 8-wide ALU per byte, a SIMD16
-# instruction 2 cycles, sends and control flow 0 (docs/performance.md,
-# "Intel GPU code", has the model that uses them).
+# For decode partials also the hottest loops' cost per KV byte
+# (kb_inst, kb_cyc, vb_inst, vb_cyc: tests/isa_summary.awk says how).
+# Each build's lines are cached (tests/ocloc_lib.sh: keyed by the exact
+# source, options, device, compiler and summary program); the last line
+# says how many were built and how many read. PKV_ISA_REBUILD=1 builds
+# every one.
 # Exit 77 (ctest: skipped) when ocloc is not installed.
 set -u
 root=$1
@@ -62,10 +55,11 @@ if ! command -v ocloc >/dev/null 2>&1; then
          "installed (Debian package intel-opencl-icd)"
     exit 77
 fi
+. "$root/tests/ocloc_lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
-jobs=$(nproc)
+ocloc_cache_init isa_check
 
 devices="tgllp adl-p dg2-g10"
 dims="64 96 128 256"
@@ -151,11 +145,21 @@ for dev in $devices; do
     done
 done
 
-# One build: its dumps into a directory of its own (dumps of one source
-# overwrite each other across devices), then its lines into out.N.
-build() { # id device source group kbytes vbytes label options...
+# One build: its lines into out.N, from the cache or from its dumps (in a
+# directory of its own: dumps of one source overwrite each other across
+# devices).
+build() { # a builds line: id device source group kbytes vbytes label options...
+    # shellcheck disable=SC2086 # a line is a list of words
+    set -- $1
     id=$1 dev=$2 src=$3 g=$4 keb=$5 veb=$6 label=$7
     shift 7
+    key=$(ocloc_key "$(cat "$tmp/$src.sha256")" "$dev" "$*" \
+        "$summary_id $g $keb $veb $label")
+    if ocloc_cache_get "$key" "$tmp/out.$id"; then
+        echo read >"$tmp/how.$id"
+        return
+    fi
+    echo built >"$tmp/how.$id"
     dir=$tmp/dump.$id
     mkdir -p "$dir"
     if ! IGC_ShaderDumpEnable=1 IGC_DumpLLVMIR=0 IGC_DumpToCustomDir=$dir \
@@ -165,6 +169,7 @@ build() { # id device source group kbytes vbytes label options...
         sed 's/^/    /' "$dir/log" | head -20 >>"$tmp/out.$id"
         return
     fi
+    : >"$tmp/out.$id"
     for asm in "$dir"/*.asm; do
         # A kernel IGC retried at another width ships its "_1_" dump.
         case "$asm" in
@@ -173,87 +178,18 @@ build() { # id device source group kbytes vbytes label options...
             continue ;;
         esac
         awk -v dev="$dev" -v label="$label" -v G="$g" -v keb="$keb" \
-            -v veb="$veb" \
-            -v file="$asm" '
-        /^\/\/\.kernel / { kernel = $2 }
-        /^\/\/\.instCount / { inst = $2 }
-        /^\/\/\.spill size / { spill = $3 }
-        /^\/\/\.private memory size / { priv = $4 }
-        /^\/\//  { next }
-        /^[ \t]*$/ { next }
-        /^[A-Za-z_0-9]+:[ \t]*$/ { sub(/:.*/, ""); lab[$0] = n; next }
-        {
-            code = $0; sub(/\/\/.*/, "", code)
-            line[n] = code
-            # The opcode: the first word that is not a predicate.
-            op = ""
-            for (i = 1; i <= split(code, w, /[ \t]+/); i++)
-                if (w[i] != "" && w[i] !~ /^\(/) { op = w[i]; break }
-            sub(/\..*/, "", op)
-            opc[n] = op
-            if (op == "while" || op == "jmpi" || op == "goto")
-                for (i = split(code, w, /[ \t]+/); i > 0; i--)
-                    if (w[i] in lab) {
-                        lstart[nl] = lab[w[i]]; lend[nl] = n; nl++; break
-                    }
-            if (op == "math" && code ~ /exp/ && firstexp == "") firstexp = n
-            n++
-        }
-        function cyc(k,   m, s) {
-            if (opc[k] ~ /^(send|sendc|sync|if|else|endif|while|break|cont|jmpi|goto|join|nop|halt)$/) return 0
-            s = 1
-            if (match(line[k], /\([0-9]+\|M[0-9]+\)/)) {
-                m = substr(line[k], RSTART + 1, RLENGTH - 2); sub(/\|.*/, "", m)
-                s = int(m / 8); if (s < 1) s = 1
-            }
-            return s
-        }
-        END {
-            simd = file; sub(/.*_simd/, "", simd); sub(/_.*/, "", simd)
-            kb_i = kb_c = vb_i = vb_c = 0
-            for (l = 0; l < nl && G > 0; l++) {
-                inner = 0
-                for (k = 0; k < nl; k++)
-                    if (k != l && lstart[k] >= lstart[l] && lend[k] <= lend[l]) inner = 1
-                if (inner) continue
-                mads = 0; c = 0
-                for (k = lstart[l]; k <= lend[l]; k++) {
-                    if (opc[k] == "mad") mads++
-                    c += cyc(k)
-                }
-                if (mads < 8 * G) continue
-                ins = lend[l] - lstart[l] + 1
-                if (firstexp == "" || lstart[l] < firstexp) {
-                    bytes = mads / G * 16 * keb
-                    if (c / bytes > kb_c) { kb_c = c / bytes; kb_i = ins / bytes }
-                } else {
-                    bytes = mads / G * 16 * veb
-                    if (c / bytes > vb_c) { vb_c = c / bytes; vb_i = ins / bytes }
-                }
-            }
-            printf "%s %s %s simd%s inst=%d spill=%d private=%d", dev, label, kernel, simd, inst, spill, priv
-            # A pass whose loop the compiler unrolled away has no figure.
-            if (kb_c > 0)
-                printf " kb_inst=%.3f kb_cyc=%.3f", kb_i, kb_c
-            if (vb_c > 0)
-                printf " vb_inst=%.3f vb_cyc=%.3f", vb_i, vb_c
-            printf "\n"
-        }' "$asm" >>"$tmp/out.$id"
+            -v veb="$veb" -v file="$asm" -f "$root/tests/isa_summary.awk" \
+            "$asm" >>"$tmp/out.$id"
     done
     rm -rf "$dir"
+    ocloc_cache_put "$key" "$tmp/out.$id"
 }
 
-running=0
-while read -r line; do
-    set -- $line
-    build "$@" &
-    running=$((running + 1))
-    if [ "$running" -ge "$jobs" ]; then
-        wait
-        running=0
-    fi
-done <"$tmp/builds"
-wait
+for src in generic.cl decode_intel.cl; do
+    ocloc_hash "$tmp/$src" >"$tmp/$src.sha256"
+done
+summary_id=$(ocloc_hash "$root/tests/isa_summary.awk")
+ocloc_run_all "$tmp/builds" build
 
 fails=0
 for i in $(seq 1 "$n"); do
@@ -273,7 +209,7 @@ if [ -n "$json" ]; then
         printf "}\n"
     }' >"$json"
 fi
-echo "isa_check: $n builds, $(grep -c . "$tmp/all") lines, $fails failed" \
-     "(a spill, private memory in a decode program, or a build error)," \
-     "$(($(date +%s) - start))s"
+echo "isa_check: $n builds ($(ocloc_counts)), $(grep -c . "$tmp/all")" \
+     "lines, $fails failed (a spill, private memory in a decode program," \
+     "or a build error), $(($(date +%s) - start))s"
 [ "$fails" -eq 0 ]

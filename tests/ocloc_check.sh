@@ -18,6 +18,10 @@
 #   baseline). Any other
 #   kernels/*.cl is compiled alone after src/kv_layout.h. Exit 77 (ctest:
 #   skipped) when ocloc is not installed.
+# Builds run side by side, and a build that succeeded is remembered
+# (tests/ocloc_lib.sh: keyed by the exact source, options, device and
+# compiler; PKV_ISA_REBUILD=1 builds every one); the last line says how
+# many were built and how many read.
 set -u
 root=$1
 shift
@@ -31,33 +35,61 @@ if ! command -v ocloc >/dev/null 2>&1; then
          "builds were not checked"
     exit 77
 fi
+. "$root/tests/ocloc_lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 devices="tgllp adl-p dg2-g10"
-fails=0
-builds=0
 start=$(date +%s)
+ocloc_cache_init ocloc_check
+# What a build with "-I" may include: all of it keys such builds.
+includes_id=$(ocloc_hash "$root"/src/*.h "$root"/kernels/*.cl)
 
-# build NAME FILE OPTIONS: one ocloc compile per device.
+# build NAME FILE OPTIONS: one build per device, a line each in
+# $tmp/builds (id|device|file|name|options) for build_one.
+n=0
+: >"$tmp/builds"
 build() {
-    name=$1 file=$2 opts=$3
     for dev in $devices; do
-        t0=$(date +%s.%N)
-        if ocloc compile -file "$file" -device "$dev" -options "$opts" \
-            -output_no_suffix -output "$tmp/out" >"$tmp/log" 2>&1; then
+        n=$((n + 1))
+        printf '%s|%s|%s|%s|%s\n' "$n" "$dev" "$2" "$1" "$3" >>"$tmp/builds"
+    done
+}
+
+build_one() { # a builds line
+    line=$1
+    id=${line%%|*} line=${line#*|}
+    dev=${line%%|*} line=${line#*|}
+    file=${line%%|*} line=${line#*|}
+    name=${line%%|*} opts=${line#*|}
+    extra=""
+    case "$opts" in *"-I "*) extra=$includes_id ;; esac
+    # The options name this tree's directories: the key leaves them out,
+    # so another clone of the same sources reads the same entries.
+    key=$(ocloc_key "$(ocloc_hash "$file")" "$dev" \
+        "$(printf '%s' "$opts" | sed "s|$root|SRC|g")" "$extra")
+    t0=$(date +%s.%N)
+    if ocloc_cache_get "$key" "$tmp/log.$id"; then
+        echo read >"$tmp/how.$id"
+        status=ok
+        took=cached
+    else
+        echo built >"$tmp/how.$id"
+        if ocloc compile -q -file "$file" -device "$dev" -options "$opts" \
+            -output_no_suffix -output "$tmp/bin.$id" >"$tmp/log.$id" 2>&1
+        then
             status=ok
+            ocloc_cache_put "$key" "$tmp/log.$id"
         else
             status=FAILED
-            fails=$((fails + 1))
         fi
-        builds=$((builds + 1))
-        t1=$(date +%s.%N)
-        printf '%-6s %-7s %5.1fs  %s [%s]\n' "$status" "$dev" \
-            "$(echo "$t1 - $t0" | bc)" "$name" "$opts"
-        if [ "$status" = FAILED ]; then
-            sed 's/^/    /' "$tmp/log"
-        fi
-    done
+        rm -f "$tmp/bin.$id"*
+        took=$(printf '%.1fs' "$(echo "$(date +%s.%N) - $t0" | bc)")
+    fi
+    {
+        printf '%-6s %-7s %6s  %s [%s]\n' "$status" "$dev" "$took" "$name" \
+            "$opts"
+        [ "$status" = ok ] || sed 's/^/    /' "$tmp/log.$id"
+    } >"$tmp/out.$id"
 }
 
 plain="-cl-std=CL1.2"
@@ -116,10 +148,18 @@ covered="$covered decode_common.cl paged_decode.cl decode_gpu.cl decode_intel.cl
 for f in "$root"/kernels/*.cl; do
     base=$(basename "$f")
     case "$covered" in *" $base "*) continue ;; esac
-    cat "$root/src/kv_layout.h" "$f" >"$tmp/alone.cl"
-    build "$base (alone)" "$tmp/alone.cl" "$plain $inc"
-    build "$base (alone)" "$tmp/alone.cl" "$intel $inc"
+    cat "$root/src/kv_layout.h" "$f" >"$tmp/alone.$base"
+    build "$base (alone)" "$tmp/alone.$base" "$plain $inc"
+    build "$base (alone)" "$tmp/alone.$base" "$intel $inc"
 done
 
-echo "ocloc_check: $builds builds, $fails failed, $(($(date +%s) - start))s"
+# The builds were only listed: they run now, side by side.
+ocloc_run_all "$tmp/builds" build_one
+fails=0
+for i in $(seq 1 "$n"); do
+    cat "$tmp/out.$i"
+    grep -q "^FAILED" "$tmp/out.$i" && fails=$((fails + 1))
+done
+echo "ocloc_check: $n builds ($(ocloc_counts)), $fails failed," \
+    "$(($(date +%s) - start))s"
 [ "$fails" -eq 0 ]

@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: MIT
+# Sourced by tests/ocloc_check.sh and tests/isa_check.sh: a cache of
+# Intel offline compiler results, and a runner of builds side by side.
+#
+# An ocloc build takes seconds and the checks make hundreds, though their
+# inputs rarely change. A build's result (ocloc_check: it built;
+# isa_check: its dump summary) is kept in $PKV_CACHE/ocloc/<check>/
+# (PKV_CACHE defaults to ~/.cache/pkv, where Intel's CPU runtime and the
+# model live) under a key over everything that determines it: the program
+# source exactly as compiled (after concatenation), the options, the
+# device, the compiler's own bytes (ocloc and the IGC libraries it loads,
+# so a new driver rebuilds everything) and, for isa_check, the program
+# that summarises the dump. Only successful builds are kept: a build error
+# is compiled again every run. The checks judge the summaries each run, so
+# a cached summary can pass only where the same compile would.
+# PKV_ISA_REBUILD=1 ignores what is cached (and writes it anew).
+# Entries not used for 30 days are removed.
+
+# ocloc_cache_init CHECK: sets ocloc_cache_dir, or leaves it empty (no
+# caching, said on stdout) when the compiler's libraries are not found.
+ocloc_cache_init() {
+    ocloc_cache_dir=""
+    libs=$(ldconfig -p 2>/dev/null |
+        awk '/lib(ocloc|igdfcl|igc)\.so/ { print $NF }' | sort -u)
+    if [ -z "$libs" ]; then
+        echo "$1: the compiler's libraries (libocloc, libigc) were not" \
+             "found by ldconfig: nothing is cached"
+        return 0
+    fi
+    # shellcheck disable=SC2086 # one word a library
+    ocloc_compiler_id=$(cat "$(command -v ocloc)" $libs | sha256sum |
+        cut -d' ' -f1)
+    root_cache=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
+    ocloc_cache_dir=$root_cache/ocloc/$1
+    mkdir -p "$ocloc_cache_dir" || { ocloc_cache_dir=""; return 0; }
+    find "$ocloc_cache_dir" -type f -mtime +30 -delete 2>/dev/null
+    return 0
+}
+
+# ocloc_hash FILE...: the sha256 of the files' bytes, in order.
+ocloc_hash() {
+    cat "$@" | sha256sum | cut -d' ' -f1
+}
+
+# ocloc_key SOURCE_HASH DEVICE OPTIONS [EXTRA]: a build's cache key.
+ocloc_key() {
+    printf '%s\n%s\n%s\n%s\n%s\n' "$ocloc_compiler_id" "$1" "$2" "$3" \
+        "${4:-}" | sha256sum | cut -d' ' -f1
+}
+
+# ocloc_cache_get KEY OUT: copy the cached result to OUT; 0 when found.
+ocloc_cache_get() {
+    [ -n "$ocloc_cache_dir" ] && [ "${PKV_ISA_REBUILD:-0}" != 1 ] &&
+        [ -f "$ocloc_cache_dir/$1" ] || return 1
+    touch "$ocloc_cache_dir/$1" 2>/dev/null
+    cp "$ocloc_cache_dir/$1" "$2"
+}
+
+# ocloc_cache_put KEY FILE: keep FILE as KEY's result (written whole, then
+# renamed, so a reader beside it never sees half a file).
+ocloc_cache_put() {
+    [ -n "$ocloc_cache_dir" ] || return 0
+    cp "$2" "$ocloc_cache_dir/$1.$$" 2>/dev/null &&
+        mv -f "$ocloc_cache_dir/$1.$$" "$ocloc_cache_dir/$1"
+}
+
+# ocloc_run_all LIST FUNCTION: FUNCTION with each line of LIST as its
+# argument, nproc at a time. Each call records "read" or "built" in
+# $tmp/how.<first word> (ocloc_counts sums them).
+ocloc_run_all() {
+    jobs=$(nproc)
+    running=0
+    while read -r line; do
+        "$2" "$line" &
+        running=$((running + 1))
+        if [ "$running" -ge "$jobs" ]; then
+            wait
+            running=0
+        fi
+    done <"$1"
+    wait
+}
+
+# ocloc_counts: "N built, M read from the cache (DIR)".
+ocloc_counts() {
+    built=$(cat "$tmp"/how.* 2>/dev/null | grep -c built)
+    read_n=$(cat "$tmp"/how.* 2>/dev/null | grep -c read)
+    if [ -n "$ocloc_cache_dir" ]; then
+        echo "$built built, $read_n read from the cache ($ocloc_cache_dir)"
+    else
+        echo "$built built, no cache"
+    fi
+}
