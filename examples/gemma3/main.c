@@ -411,11 +411,12 @@ static int make_requests(const options *o, const g3_tokenizer *tok,
                                    g3_demo_preamble, g3_demo_topics[i]);
             text = demo;
         }
-        reqs[i].prompt = malloc((len + 2) * sizeof *reqs[i].prompt);
+        uint32_t most = g3_tokenize_bound(tok, len, G3_ADD_BOS);
+        reqs[i].prompt = malloc(most * sizeof *reqs[i].prompt);
         if (reqs[i].prompt == NULL)
             return -1;
-        int got = g3_tokenize(tok, text, len, 1, reqs[i].prompt,
-                              (uint32_t)len + 2);
+        int got = g3_tokenize(tok, text, len, G3_ADD_BOS, reqs[i].prompt,
+                              most);
         if (got <= 0)
             return -1;
         reqs[i].prompt_len = (uint32_t)got;

@@ -187,8 +187,9 @@ int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
 {
     size_t len = 0;
     char *text = host_read_file(path, &len);
-    int32_t *all = text ? malloc((len + 2) * sizeof *all) : NULL;
-    int n = all ? g3_tokenize(tok, text, len, 1, all, (uint32_t)len + 2) : -1;
+    uint32_t most = g3_tokenize_bound(tok, len, G3_ADD_BOS);
+    int32_t *all = text ? malloc(most * sizeof *all) : NULL;
+    int n = all ? g3_tokenize(tok, text, len, G3_ADD_BOS, all, most) : -1;
     free(text);
     uint32_t chunks = n > 0 && ctx >= 4 ? (uint32_t)n / ctx : 0;
     if (chunks > max_tokens / ctx)
@@ -356,11 +357,12 @@ int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
         char prompt[512];
         int plen = snprintf(prompt, sizeof prompt, "%sTopic: %s\nEntry:",
                             g3_demo_preamble, g3_demo_topics[i]);
-        tokens[i] = malloc(((size_t)plen + 2 + max_new) * sizeof *tokens[i]);
+        uint32_t most = g3_tokenize_bound(tok, (size_t)plen, G3_ADD_BOS);
+        tokens[i] = malloc(((size_t)most + max_new) * sizeof *tokens[i]);
         if (tokens[i] == NULL)
             goto out;
-        int got = g3_tokenize(tok, prompt, (size_t)plen, 1, tokens[i],
-                              (uint32_t)plen + 2);
+        int got = g3_tokenize(tok, prompt, (size_t)plen, G3_ADD_BOS,
+                              tokens[i], most);
         if (got <= 0)
             goto out;
         reqs[i].prompt = tokens[i];
