@@ -19,6 +19,7 @@
 #include "tokenizer.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,21 @@ enum { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, BYTE = 6 };
 #define REPLACEMENT_LEN 3
 
 /* ------------------------------------------------------------ the lookups */
+
+/* A message in err, and -1. The tokenizer's own rather than weights.c's
+ * g3_fail, so that it builds alone, without the model file's reader: the
+ * fuzz target (tests/fuzz/fuzz_tokenizer.c) links nothing else. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static int fail(char *err, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+    return -1;
+}
 
 /* FNV-1a: short keys, no need for better. */
 static uint32_t hash(const char *s, size_t n)
@@ -65,7 +81,7 @@ static int build_table(g3_tokenizer *t, char *err, size_t err_size)
         size *= 2;
     t->slots = calloc(size, sizeof *t->slots);
     if (t->slots == NULL)
-        return g3_fail(err, err_size, "out of memory");
+        return fail(err, err_size, "out of memory");
     t->mask = size - 1;
     for (uint32_t id = 0; id < t->n; id++) {
         const g3_piece *p = &t->vocab[id];
@@ -75,7 +91,7 @@ static int build_table(g3_tokenizer *t, char *err, size_t err_size)
             continue;
         if (lookup(t, p->text, p->len) >= 0)
             /* llama.cpp asserts the texts are distinct too. */
-            return g3_fail(err, err_size, "piece %u repeats an earlier one",
+            return fail(err, err_size, "piece %u repeats an earlier one",
                         id);
         uint32_t i = hash(p->text, p->len) & t->mask;
         while (t->slots[i] != 0)
@@ -138,7 +154,7 @@ static int find_specials(g3_tokenizer *t, char *err, size_t err_size)
     t->end_marker = lookup(t, "</s>", 4);
     special_key *keys = malloc((t->n + 1) * sizeof *keys);
     if (keys == NULL)
-        return g3_fail(err, err_size, "out of memory");
+        return fail(err, err_size, "out of memory");
     uint32_t k = 0;
     for (uint32_t id = 0; id < t->n; id++) {
         const g3_piece *p = &t->vocab[id];
@@ -151,7 +167,7 @@ static int find_specials(g3_tokenizer *t, char *err, size_t err_size)
     t->special = malloc((k + 1) * sizeof *t->special);
     if (t->special == NULL) {
         free(keys);
-        return g3_fail(err, err_size, "out of memory");
+        return fail(err, err_size, "out of memory");
     }
     for (uint32_t i = 0; i < k; i++)
         t->special[i] = keys[i].id;
@@ -165,13 +181,13 @@ int g3_tokenizer_init(g3_tokenizer *t, const g3_piece *vocab, uint32_t n,
 {
     memset(t, 0, sizeof *t);
     if (n == 0 || n > (1u << 30))
-        return g3_fail(err, err_size, "vocabulary of %u pieces", n);
+        return fail(err, err_size, "vocabulary of %u pieces", n);
     if (c->add_space_prefix)
         /* Gemma's is off; the space before the first piece of text that
          * llama.cpp would add is not implemented. */
-        return g3_fail(err, err_size, "add_space_prefix is not supported");
+        return fail(err, err_size, "add_space_prefix is not supported");
     if (c->bos < 0 || (uint32_t)c->bos >= n)
-        return g3_fail(err, err_size, "BOS id %d out of range", c->bos);
+        return fail(err, err_size, "BOS id %d out of range", c->bos);
     t->vocab = vocab;
     t->n = n;
     t->bos = c->bos;
