@@ -311,10 +311,8 @@ static void try_merge(const g3_tokenizer *t, work *w, int32_t left,
     heap_push(w, b);
 }
 
-/* Bytes of the valid UTF-8 character at s[0, n), n > 0, or 0 if s starts
- * none: no overlong form, surrogate or code point past U+10FFFF, as
- * SentencePiece's DecodeUTF8. */
-static uint32_t utf8_len(const char *s, size_t n)
+/* As SentencePiece's DecodeUTF8. */
+uint32_t g3_utf8_len(const char *s, size_t n)
 {
     static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
     const uint8_t *u = (const uint8_t *)s;
@@ -345,7 +343,7 @@ static int32_t split(work *w, const char *text, size_t n)
     int32_t count = 0;
     for (size_t i = 0; i < n; count++) {
         const char *c = text + i;
-        uint32_t len = utf8_len(c, n - i), used = len;
+        uint32_t len = g3_utf8_len(c, n - i), used = len;
         if (*c == ' ') {
             c = SPACE_MARK;
             len = SPACE_MARK_LEN;

@@ -73,6 +73,11 @@ int g3_tokenize(const g3_tokenizer *t, const char *text, size_t len,
 uint32_t g3_tokenize_bound(const g3_tokenizer *t, size_t len,
                            unsigned flags);
 
+/* Bytes of the valid UTF-8 character at s[0, n), n > 0, or 0 where s
+ * starts none (no overlong form, surrogate or code point past U+10FFFF):
+ * how g3_tokenize tells the bytes it reads as U+FFFD. */
+uint32_t g3_utf8_len(const char *s, size_t n);
+
 /* The bytes of token id (U+2581 as a space, a byte token as its byte,
  * control and unknown tokens as nothing), like llama.cpp's token_to_piece
  * without special tokens. Writes them to buf, cut at size bytes (64 hold
