@@ -2,9 +2,10 @@
 /*
  * Gemma 3's SentencePiece tokenizer, as llama.cpp runs it for a GGUF whose
  * tokenizer model is "llama" (llm_tokenizer_spm in src/llama-vocab.cpp):
- * user-defined pieces cut out of the text whole, then, in each remaining
- * piece of text, spaces written as U+2581, the characters merged pairwise
- * by piece score, and what is not a piece written as byte tokens <0xXX>.
+ * user-defined pieces (and with G3_PARSE_SPECIAL control and unknown ones)
+ * cut out of the text whole, then, in each remaining piece of text, spaces
+ * written as U+2581, the characters merged pairwise by piece score, and
+ * what is not a piece written as byte tokens <0xXX>.
  * Invalid UTF-8 reads as SentencePiece reads it (tokenizer.c says why).
  */
 #ifndef PKV_EXAMPLE_GEMMA3_TOKENIZER_H
