@@ -4,13 +4,15 @@
  *
  *   pkv-gemma3 [--weights PATH] [--kv f32|f16|u8|u4|u8k-u4v]
  *              [--backend auto|cpu|opencl]
- *              [--prompt TEXT | --file PATH] [--max-new N]
+ *              [--prompt TEXT | --file PATH] [--parse-special]
+ *              [--max-new N] [--ctx N]
  *              [--temperature T] [--top-p P] [--seed S] [--threads N]
  *              [--json] [--quiet] [--store HOST:PORT]
  *   pkv-gemma3 --prompt-ids PATH [--logits PATH [--logits-from K]] ...
  *   pkv-gemma3 --perplexity PATH [--ctx N] [--max-tokens N] [--kv ...]
- *              [--keys channel|token]
+ *              [--keys channel|token] [--parse-special]
  *   pkv-gemma3 --agreement [--max-new N] [--kv ...]
+ *   pkv-gemma3 --help
  *
  * Without --prompt or --file it serves the demo's 32 requests at once (a
  * shared preamble, then a topic each: prompts.c), printing each answer as
@@ -22,6 +24,21 @@
  * other processes through a Redis server (host/store.h): a second
  * pkv-gemma3 loads the prompt blocks the first computed. The weights come
  * from examples/gemma3/setup.sh (default path: the cache it writes to).
+ *
+ * A sequence holds at most the model's context of 32,768 tokens, or --ctx
+ * (with --perplexity, --ctx is the chunk length instead, 512 by default):
+ * a longer prompt is refused before any work, and the answer stops there
+ * whatever --max-new asks. Files are read before the model is loaded.
+ *
+ * --parse-special reads the texts of control pieces in the prompt or
+ * perplexity text ("<start_of_turn>", "<end_of_turn>", "<eos>") as those
+ * tokens, for Gemma's chat format ("<start_of_turn>user\n...<end_of_turn>
+ * \n<start_of_turn>model\n"), as llama.cpp's llama-cli reads a prompt.
+ * It is off by default: the model served is the pretrained one, whose
+ * prompts are plain text, a file from elsewhere may hold such texts as
+ * text (code, documentation) that must not end or restructure the prompt
+ * unasked, and plain text is how SentencePiece and llama-perplexity read
+ * it.
  */
 #define _POSIX_C_SOURCE 200809L /* fileno, isatty */
 #include "args.h"
@@ -38,6 +55,10 @@
 #include <unistd.h>
 
 #define BLOCK_SIZE 16
+/* Gemma 3 270M's context: the tokens one sequence holds, prompt and answer
+ * together (gemma3.context_length in its GGUF, which the weight file does
+ * not carry). */
+#define MODEL_CONTEXT 32768u
 
 typedef struct options {
     const char *weights;
@@ -53,6 +74,7 @@ typedef struct options {
     int32_t backend;
     uint32_t max_new;
     uint32_t ctx;
+    int ctx_given;
     uint32_t max_tokens;
     float temperature;
     float top_p;
@@ -60,7 +82,13 @@ typedef struct options {
     uint32_t threads;
     int json;
     int quiet;
+    unsigned tokenize_flags; /* G3_ADD_BOS, and G3_PARSE_SPECIAL */
     const char *store; /* HOST:PORT of a Redis sharing blocks, or NULL */
+    /* The file --file, --prompt-ids or --perplexity names, read before
+     * the model is loaded. */
+    const char *input;
+    char *input_text;
+    size_t input_len;
 } options;
 
 /* A request's text: its prompt for printing and its answer so far. */
@@ -70,6 +98,7 @@ typedef struct text_request {
     size_t len, cap;
     int32_t *tokens;
     uint32_t num_tokens;
+    uint32_t prompt_tokens;
     int32_t finish;
 } text_request;
 
@@ -81,27 +110,41 @@ typedef struct run {
     int stream; /* one request: print its tokens as they come */
 } run;
 
-static int usage(void)
+/* The usage on out; returns the exit code: 0 when asked for (--help, on
+ * stdout), 2 after a bad argument (on stderr). */
+static int usage(FILE *out, int code)
 {
-    fprintf(stderr,
+    fprintf(out,
             "usage: pkv-gemma3 [--weights PATH] [--kv f32|f16|u8|u4|u8k-u4v] "
             "[--backend auto|cpu|opencl]\n"
-            "                  [--prompt TEXT | --file PATH] [--max-new N] "
-            "[--temperature T]\n"
-            "                  [--top-p P] [--seed S] [--threads N] [--json] "
-            "[--quiet]\n"
-            "                  [--store HOST:PORT]\n"
+            "                  [--prompt TEXT | --file PATH] "
+            "[--parse-special] [--max-new N]\n"
+            "                  [--ctx N] [--temperature T] [--top-p P] "
+            "[--seed S]\n"
+            "                  [--threads N] [--json] [--quiet] "
+            "[--store HOST:PORT]\n"
             "       pkv-gemma3 --prompt-ids PATH [--logits PATH "
             "[--logits-from K]] ...\n"
             "       pkv-gemma3 --perplexity PATH [--ctx N] [--max-tokens N] "
             "[--kv ...]\n"
-            "                  [--keys channel|token]\n"
+            "                  [--keys channel|token] [--parse-special]\n"
             "       pkv-gemma3 --agreement [--max-new N] [--kv ...]\n"
+            "       pkv-gemma3 --help\n"
             "Without --prompt or --file: the demo's 32 requests at once.\n"
+            "--ctx N: the tokens a sequence holds, prompt and answer (4 to\n"
+            "  %u, the model's context, which is the default); a longer\n"
+            "  prompt is refused, the answer stops there. With --perplexity:\n"
+            "  the chunk length (default 512).\n"
+            "--parse-special: control-piece texts in the text\n"
+            "  (<start_of_turn>, <end_of_turn>, <eos>...) read as those\n"
+            "  tokens, for Gemma's chat format, as llama-cli reads a prompt.\n"
+            "  Off by default: the text is plain text, as SentencePiece\n"
+            "  reads it (this is the pretrained model, not a chat one).\n"
             "Weights: sh examples/gemma3/setup.sh writes them (default\n"
             "path: $PKV_CACHE/gemma3/gemma-3-270m.pkvw, PKV_CACHE defaulting"
-            " to ~/.cache/pkv).\n");
-    return 2;
+            " to ~/.cache/pkv).\n",
+            MODEL_CONTEXT);
+    return code;
 }
 
 static int bad_arg(const char *arg, const char *value, const char *takes)
@@ -164,7 +207,14 @@ static int parse_value(options *o, const char *a, const char *v)
     } else if (strcmp(a, "--max-new") == 0) {
         o->max_new = u;
     } else if (strcmp(a, "--ctx") == 0) {
+        char takes[64];
+        snprintf(takes, sizeof takes,
+                 "a whole number from 4 to %u, the model's context",
+                 MODEL_CONTEXT);
+        if (u < 4 || u > MODEL_CONTEXT)
+            return bad_arg(a, v, takes);
         o->ctx = u;
+        o->ctx_given = 1;
     } else if (strcmp(a, "--max-tokens") == 0) {
         o->max_tokens = u;
     } else if (strcmp(a, "--seed") == 0) {
@@ -177,9 +227,11 @@ static int parse_value(options *o, const char *a, const char *v)
     return 0;
 }
 
+/* 0, 1 for --help, or -1 after printing what is wrong. */
 static int parse_options(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
+    o->tokenize_flags = G3_ADD_BOS;
     o->kv_dtype = PKV_KV_F16;
     o->backend = PKV_BACKEND_AUTO;
     o->max_new = 48;
@@ -207,8 +259,12 @@ static int parse_options(int argc, char **argv, options *o)
             o->agreement = 1;
             continue;
         }
+        if (strcmp(a, "--parse-special") == 0) {
+            o->tokenize_flags |= G3_PARSE_SPECIAL;
+            continue;
+        }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return -1;
+            return 1;
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -222,12 +278,16 @@ static int parse_options(int argc, char **argv, options *o)
         if (parse_value(o, a, v) != 0)
             return -1;
     }
-    if ((o->prompt != NULL) + (o->file != NULL) + (o->prompt_ids != NULL) >
+    if ((o->prompt != NULL) + (o->file != NULL) + (o->prompt_ids != NULL) +
+            (o->perplexity != NULL) + o->agreement >
         1) {
-        fprintf(stderr, "pkv-gemma3: --prompt, --file and --prompt-ids "
-                        "exclude each other\n");
+        fprintf(stderr, "pkv-gemma3: --prompt, --file, --prompt-ids, "
+                        "--perplexity and --agreement exclude each other\n");
         return -1;
     }
+    o->input = o->file         ? o->file
+               : o->prompt_ids ? o->prompt_ids
+                               : o->perplexity;
     if (o->logits != NULL && o->prompt_ids == NULL) {
         fprintf(stderr, "pkv-gemma3: --logits needs --prompt-ids\n");
         return -1;
@@ -237,16 +297,16 @@ static int parse_options(int argc, char **argv, options *o)
 
 /* Whitespace-separated token ids, each below vocab. NULL after printing
  * why. */
-static int32_t *read_ids(const char *path, uint32_t vocab, uint32_t *n)
+static int32_t *read_ids(const char *path, const char *text, size_t len,
+                         uint32_t vocab, uint32_t *n)
 {
-    size_t len;
-    char *text = host_read_file(path, &len);
-    if (text == NULL) {
-        fprintf(stderr, "pkv-gemma3: cannot read %s\n", path);
+    if (len / 2 + 1 > UINT32_MAX) {
+        fprintf(stderr, "pkv-gemma3: %s: %zu bytes, too long\n", path, len);
         return NULL;
     }
     int32_t *ids = malloc((len / 2 + 1) * sizeof *ids);
-    char *p = text, *end;
+    const char *p = text;
+    char *end;
     *n = 0;
     while (ids != NULL) {
         errno = 0;
@@ -266,12 +326,11 @@ static int32_t *read_ids(const char *path, uint32_t vocab, uint32_t *n)
     while (ids != NULL && (*p == ' ' || *p == '\n' || *p == '\t' ||
                            *p == '\r'))
         p++;
-    if (ids != NULL && (*p != '\0' || *n == 0)) {
+    if (ids != NULL && (p != text + len || *n == 0)) {
         fprintf(stderr, "pkv-gemma3: %s: not a list of token ids\n", path);
         free(ids);
         ids = NULL;
     }
-    free(text);
     return ids;
 }
 
@@ -320,20 +379,27 @@ static void on_finish(void *user, uint32_t index, const pkv_finished *f)
     printf("[%u] %s:%s\n", index + 1, t->label, t->answer ? t->answer : "");
 }
 
-/* A JSON string. */
+/* A JSON string, which must be UTF-8: a byte of invalid UTF-8 (in a
+ * prompt, or an answer cut inside a character) is written as U+FFFD, as
+ * the tokenizer reads it. */
 static void json_string(const char *s, size_t n)
 {
     putchar('"');
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
+        uint32_t k = c < 0x80 ? 1 : g3_utf8_len(s + i, n - i);
+        if (c == '"' || c == '\\') {
             printf("\\%c", c);
-        else if (c == '\n')
+        } else if (c == '\n') {
             fputs("\\n", stdout);
-        else if (c < 0x20)
+        } else if (c < 0x20) {
             printf("\\u%04x", c);
-        else
-            putchar(c);
+        } else if (k == 0) {
+            fputs("\\ufffd", stdout);
+        } else {
+            fwrite(s + i, 1, k, stdout);
+            i += k - 1;
+        }
     }
     putchar('"');
 }
@@ -348,7 +414,8 @@ static void print_json(const run *r, pkv_engine *e, const host_serve_result *s)
         const text_request *t = &r->texts[i];
         printf("%s\n  {\"prompt\": ", i ? "," : "");
         json_string(t->label, strlen(t->label));
-        printf(", \"finish\": \"%s\", \"text\": ", host_reason_name(t->finish));
+        printf(", \"prompt_tokens\": %u, \"finish\": \"%s\", \"text\": ",
+               t->prompt_tokens, host_reason_name(t->finish));
         json_string(t->answer ? t->answer : "", t->len);
         printf(", \"tokens\": [");
         for (uint32_t k = 0; k < t->num_tokens; k++)
@@ -365,62 +432,113 @@ static void print_json(const run *r, pkv_engine *e, const host_serve_result *s)
            (unsigned long long)st.preemptions);
 }
 
-/* The requests: --prompt, --file, or the demo's. Labels point into the
- * options or the demo's topics; prompts are token arrays. */
+/* The tokens a sequence may hold, prompt and answer together: --ctx, or
+ * the model's context; and its name for messages. */
+static uint32_t seq_limit(const options *o, char *name, size_t size)
+{
+    if (o->ctx_given)
+        snprintf(name, size, "--ctx %u", o->ctx);
+    else
+        snprintf(name, size, "the model's context of %u tokens",
+                 MODEL_CONTEXT);
+    return o->ctx_given ? o->ctx : MODEL_CONTEXT;
+}
+
+/* Refuse a prompt with no room left for an answer, and cut max_new to the
+ * room there is (in 64 bits: --max-new goes up to 2^32 - 1), saying so
+ * once. 0, or -1 after printing why. */
+static int fit(const options *o, const char *label, host_request *r,
+               int *said)
+{
+    char name[64];
+    uint32_t limit = seq_limit(o, name, sizeof name);
+    if (r->prompt_len >= limit) {
+        fprintf(stderr, "pkv-gemma3: %s: a prompt of %u tokens does not fit "
+                        "%s (prompt and answer together)\n",
+                label, r->prompt_len, name);
+        return -1;
+    }
+    if ((uint64_t)r->prompt_len + r->max_new > limit) {
+        r->max_new = limit - r->prompt_len;
+        if (!*said)
+            fprintf(stderr, "pkv-gemma3: --max-new %u: the answer stops at "
+                            "%s (prompt and answer together)\n",
+                    o->max_new, name);
+        *said = 1;
+    }
+    return 0;
+}
+
+/* The requests: --prompt, --file, --prompt-ids, or the demo's. Labels
+ * point into the options or the demo's topics; prompts are token arrays.
+ * 0, or -1 after printing why. */
 static int make_requests(const options *o, const g3_tokenizer *tok,
                          host_request **out_reqs, text_request **out_texts,
-                         uint32_t *out_n, char **file_text)
+                         uint32_t *out_n)
 {
-    uint32_t n = o->prompt || o->file || o->prompt_ids ? 1
-                                                       : g3_demo_num_topics;
+    uint32_t n = o->prompt || o->input ? 1 : g3_demo_num_topics;
     host_request *reqs = calloc(n, sizeof *reqs);
     text_request *texts = calloc(n, sizeof *texts);
     *out_reqs = reqs;
     *out_texts = texts;
     *out_n = n;
-    if (reqs == NULL || texts == NULL)
+    if (reqs == NULL || texts == NULL) {
+        fprintf(stderr, "pkv-gemma3: out of memory\n");
         return -1;
+    }
+    int said = 0;
     for (uint32_t i = 0; i < n; i++) {
         char demo[512];
-        const char *text;
+        const char *text, *what;
         size_t len;
+        reqs[i].max_new = o->max_new;
+        reqs[i].rng = o->seed ^ (0x9e3779b97f4a7c15ull * (i + 1));
         if (o->prompt_ids != NULL) {
-            texts[i].label = o->prompt_ids;
-            reqs[i].prompt = read_ids(o->prompt_ids, tok->n,
+            texts[i].label = what = o->prompt_ids;
+            reqs[i].prompt = read_ids(o->prompt_ids, o->input_text,
+                                      o->input_len, tok->n,
                                       &reqs[i].prompt_len);
-            if (reqs[i].prompt == NULL)
+            if (reqs[i].prompt == NULL || fit(o, what, &reqs[i], &said) != 0)
                 return -1;
-            reqs[i].max_new = o->max_new;
-            reqs[i].rng = o->seed ^ 0x9e3779b97f4a7c15ull;
+            texts[i].prompt_tokens = reqs[i].prompt_len;
             continue;
         }
         if (o->prompt != NULL) {
             text = texts[i].label = o->prompt;
             len = strlen(text);
+            what = "--prompt";
         } else if (o->file != NULL) {
-            *file_text = host_read_file(o->file, &len);
-            if (*file_text == NULL) {
-                fprintf(stderr, "pkv-gemma3: cannot read %s\n", o->file);
-                return -1;
-            }
-            text = *file_text;
-            texts[i].label = o->file;
+            text = o->input_text;
+            len = o->input_len;
+            texts[i].label = what = o->file;
         } else {
-            texts[i].label = g3_demo_topics[i];
+            texts[i].label = what = g3_demo_topics[i];
             len = (size_t)snprintf(demo, sizeof demo, "%sTopic: %s\nEntry:",
                                    g3_demo_preamble, g3_demo_topics[i]);
             text = demo;
         }
-        reqs[i].prompt = malloc((len + 2) * sizeof *reqs[i].prompt);
-        if (reqs[i].prompt == NULL)
+        if (len > G3_MAX_TEXT) {
+            fprintf(stderr, "pkv-gemma3: %s: %zu bytes, more than the "
+                            "tokenizer reads (%zu)\n",
+                    what, len, G3_MAX_TEXT);
             return -1;
-        int got = g3_tokenize(tok, text, len, 1, reqs[i].prompt,
-                              (uint32_t)len + 2);
-        if (got <= 0)
+        }
+        uint32_t most = g3_tokenize_bound(tok, len, o->tokenize_flags);
+        reqs[i].prompt = malloc(most * sizeof *reqs[i].prompt);
+        int got = reqs[i].prompt == NULL
+                      ? -1
+                      : g3_tokenize(tok, text, len, o->tokenize_flags,
+                                    reqs[i].prompt, most);
+        if (got < 0) {
+            fprintf(stderr, "pkv-gemma3: %s: cannot tokenize (out of "
+                            "memory, or a byte with no token)\n",
+                    what);
             return -1;
+        }
         reqs[i].prompt_len = (uint32_t)got;
-        reqs[i].max_new = o->max_new;
-        reqs[i].rng = o->seed ^ (0x9e3779b97f4a7c15ull * (i + 1));
+        if (fit(o, what, &reqs[i], &said) != 0)
+            return -1;
+        texts[i].prompt_tokens = reqs[i].prompt_len;
     }
     return 0;
 }
@@ -429,7 +547,6 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
 {
     host_request *reqs = NULL;
     text_request *texts = NULL;
-    char *file_text = NULL;
     uint32_t n = 0;
     int rc = 1;
     pkv_engine *e = NULL;
@@ -440,13 +557,12 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
         host_store_open(&store, "pkv-gemma3", o->store,
                         "gemma-3-270m/pkv-f16-from-q4_k_m") != 0)
         goto out;
-    if (make_requests(o, tok, &reqs, &texts, &n, &file_text) != 0) {
-        fprintf(stderr, "pkv-gemma3: cannot make the requests\n");
+    if (make_requests(o, tok, &reqs, &texts, &n) != 0)
         goto out;
-    }
     pkv_engine_params p;
     uint32_t longest = 0, blocks = 1;
     for (uint32_t i = 0; i < n; i++) {
+        /* At most the context (fit). */
         uint32_t len = reqs[i].prompt_len + reqs[i].max_new;
         longest = len > longest ? len : longest;
         blocks += (len + BLOCK_SIZE - 1) / BLOCK_SIZE;
@@ -501,7 +617,6 @@ out:
     }
     free(reqs);
     free(texts);
-    free(file_text);
     g3_host_free(&h);
     pkv_engine_destroy(e);
     host_store_close(&store);
@@ -512,19 +627,47 @@ static int dump_logits(const options *o, g3_model *m, const g3_tokenizer *tok,
                        const g3_kv_choice *kv)
 {
     uint32_t n;
-    int32_t *ids = read_ids(o->prompt_ids, tok->n, &n);
+    int32_t *ids =
+        read_ids(o->prompt_ids, o->input_text, o->input_len, tok->n, &n);
     if (ids == NULL)
         return 1;
+    char name[64];
+    if (n > seq_limit(o, name, sizeof name)) {
+        fprintf(stderr, "pkv-gemma3: %s: %u tokens do not fit %s\n",
+                o->prompt_ids, n, name);
+        free(ids);
+        return 1;
+    }
     int rc = g3_score_logits(m, ids, n, o->logits_from, kv, o->logits);
     free(ids);
     return rc;
 }
 
+/* The file --file, --prompt-ids or --perplexity names, before the model
+ * is loaded: an unreadable one is named at once. 0, or -1 after printing
+ * why. */
+static int read_input(options *o)
+{
+    if (o->input == NULL)
+        return 0;
+    errno = 0;
+    o->input_text = host_read_file(o->input, &o->input_len);
+    if (o->input_text == NULL) {
+        fprintf(stderr, "pkv-gemma3: cannot read %s: %s\n", o->input,
+                errno ? strerror(errno) : "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     options o;
-    if (parse_options(argc, argv, &o) != 0)
-        return usage();
+    int asked = parse_options(argc, argv, &o);
+    if (asked != 0)
+        return asked > 0 ? usage(stdout, 0) : usage(stderr, 2);
+    if (read_input(&o) != 0)
+        return 1;
     char *path = o.weights ? NULL : g3_default_weights_path();
     const char *weights = o.weights ? o.weights : path;
     g3_model m;
@@ -536,6 +679,7 @@ int main(int argc, char **argv)
                         "examples/gemma3/setup.sh)\n",
                 weights ? err : "out of memory");
         free(path);
+        free(o.input_text);
         return 1;
     }
     free(path);
@@ -543,6 +687,7 @@ int main(int argc, char **argv)
                           err, sizeof err) != 0) {
         fprintf(stderr, "pkv-gemma3: tokenizer: %s\n", err);
         g3_model_free(&m);
+        free(o.input_text);
         return 1;
     }
     g3_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend};
@@ -550,13 +695,16 @@ int main(int argc, char **argv)
     if (o.logits != NULL)
         rc = dump_logits(&o, &m, &tok, &kv);
     else if (o.perplexity != NULL)
-        rc = g3_score_perplexity(&m, &tok, o.perplexity, o.ctx, o.max_tokens,
-                                 &kv);
+        rc = g3_score_perplexity(&m, &tok, o.perplexity, o.input_text,
+                                 o.input_len, o.tokenize_flags, o.ctx,
+                                 o.max_tokens, &kv);
     else if (o.agreement)
-        rc = g3_score_agreement(&m, &tok, o.max_new, &kv);
+        rc = g3_score_agreement(&m, &tok, o.max_new,
+                                seq_limit(&o, err, sizeof err), &kv);
     else
         rc = serve(&o, &m, &tok);
     g3_tokenizer_free(&tok);
     g3_model_free(&m);
+    free(o.input_text);
     return rc;
 }

@@ -3,7 +3,6 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "score.h"
 
-#include "args.h"
 #include "host.h"
 #include "prompts.h"
 
@@ -182,20 +181,34 @@ static void add_nll(void *user, uint32_t seq, uint32_t position,
 }
 
 int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
-                        const char *path, uint32_t ctx, uint32_t max_tokens,
+                        const char *name, const char *text, size_t len,
+                        unsigned flags, uint32_t ctx, uint32_t max_tokens,
                         const g3_kv_choice *kv)
 {
-    size_t len = 0;
-    char *text = host_read_file(path, &len);
-    int32_t *all = text ? malloc((len + 2) * sizeof *all) : NULL;
-    int n = all ? g3_tokenize(tok, text, len, 1, all, (uint32_t)len + 2) : -1;
-    free(text);
-    uint32_t chunks = n > 0 && ctx >= 4 ? (uint32_t)n / ctx : 0;
+    if (len > G3_MAX_TEXT) {
+        fprintf(stderr, "pkv-gemma3: %s: %zu bytes, more than the tokenizer "
+                        "reads (%zu)\n",
+                name, len, G3_MAX_TEXT);
+        return 1;
+    }
+    flags |= G3_ADD_BOS;
+    uint32_t most = g3_tokenize_bound(tok, len, flags);
+    int32_t *all = malloc(most * sizeof *all);
+    int n = all ? g3_tokenize(tok, text, len, flags, all, most) : -1;
+    if (n < 0) {
+        fprintf(stderr, "pkv-gemma3: %s: cannot tokenize (out of memory, "
+                        "or a byte with no token)\n",
+                name);
+        free(all);
+        return 1;
+    }
+    uint32_t chunks = (uint32_t)n / ctx;
     if (chunks > max_tokens / ctx)
         chunks = max_tokens / ctx;
     if (chunks == 0) {
-        fprintf(stderr, "pkv-gemma3: %s: not one chunk of %u tokens\n", path,
-                ctx);
+        fprintf(stderr, "pkv-gemma3: %s: %d tokens, not one chunk of %u "
+                        "(--max-tokens %u)\n",
+                name, n, ctx, max_tokens);
         free(all);
         return 1;
     }
@@ -343,7 +356,8 @@ static int generate_f32(g3_model *m, host_request *reqs, uint32_t n,
 }
 
 int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
-                       uint32_t max_new, const g3_kv_choice *kv)
+                       uint32_t max_new, uint32_t max_len,
+                       const g3_kv_choice *kv)
 {
     enum { N = AGREEMENT_PROMPTS };
     host_request reqs[N];
@@ -356,16 +370,26 @@ int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
         char prompt[512];
         int plen = snprintf(prompt, sizeof prompt, "%sTopic: %s\nEntry:",
                             g3_demo_preamble, g3_demo_topics[i]);
-        tokens[i] = malloc(((size_t)plen + 2 + max_new) * sizeof *tokens[i]);
-        if (tokens[i] == NULL)
+        /* The count first: the answer's room depends on it. */
+        int got = g3_tokenize(tok, prompt, (size_t)plen, G3_ADD_BOS, NULL, 0);
+        /* Room for an answer of at least one token in max_len. */
+        if (got < 0 || (uint32_t)got >= max_len) {
+            fprintf(stderr, "pkv-gemma3: demo prompt %u: %s\n", i + 1,
+                    got < 0 ? "cannot tokenize" : "longer than --ctx");
             goto out;
-        int got = g3_tokenize(tok, prompt, (size_t)plen, 1, tokens[i],
-                              (uint32_t)plen + 2);
-        if (got <= 0)
+        }
+        uint32_t room = max_len - (uint32_t)got;
+        reqs[i].max_new = max_new < room ? max_new : room;
+        tokens[i] =
+            malloc(((size_t)got + reqs[i].max_new) * sizeof *tokens[i]);
+        if (tokens[i] == NULL ||
+            g3_tokenize(tok, prompt, (size_t)plen, G3_ADD_BOS, tokens[i],
+                        (uint32_t)got) != got) {
+            fprintf(stderr, "pkv-gemma3: out of memory\n");
             goto out;
+        }
         reqs[i].prompt = tokens[i];
         reqs[i].prompt_len = len[i] = (uint32_t)got;
-        reqs[i].max_new = max_new;
         first[i] = len[i] - 1;
     }
     double t0 = now_s();

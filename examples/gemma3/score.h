@@ -18,14 +18,16 @@ typedef struct g3_kv_choice {
 } g3_kv_choice;
 
 /*
- * Perplexity of the text in path, as llama.cpp's llama-perplexity computes
- * it: the text tokenized with BOS, cut into chunks of ctx tokens (at most
- * max_tokens in all), each chunk's first token replaced by BOS, and the
- * predictions of its second half scored (positions ctx/2 .. ctx - 2). Every
- * chunk is a sequence in one engine. 0, or 1 after printing why.
+ * Perplexity of text[0, len) (read from the file name), as llama.cpp's
+ * llama-perplexity computes it: the text tokenized with BOS (and flags,
+ * g3_tokenize's), cut into chunks of ctx >= 4 tokens (at most max_tokens
+ * in all), each chunk's first token replaced by BOS, and the predictions
+ * of its second half scored (positions ctx/2 .. ctx - 2). Every chunk is
+ * a sequence in one engine. 0, or 1 after printing why.
  */
 int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
-                        const char *path, uint32_t ctx, uint32_t max_tokens,
+                        const char *name, const char *text, size_t len,
+                        unsigned flags, uint32_t ctx, uint32_t max_tokens,
                         const g3_kv_choice *kv);
 
 /*
@@ -38,11 +40,13 @@ int g3_score_logits(g3_model *m, int32_t *ids, uint32_t n, uint32_t from,
 
 /*
  * Top-1 agreement with an f32 cache: greedy decoding of max_new tokens
- * from each of 8 demo prompts with an f32 cache on the CPU backend, then
- * the same tokens run through the cache under test, counting the positions
+ * (fewer where a prompt and its answer would pass max_len tokens) from
+ * each of 8 demo prompts with an f32 cache on the CPU backend, then the
+ * same tokens run through the cache under test, counting the positions
  * where its argmax is the token f32 chose. 0, or 1 after printing why.
  */
 int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
-                       uint32_t max_new, const g3_kv_choice *kv);
+                       uint32_t max_new, uint32_t max_len,
+                       const g3_kv_choice *kv);
 
 #endif

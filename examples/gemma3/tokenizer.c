@@ -3,13 +3,23 @@
  * Gemma 3's SentencePiece tokenizer (tokenizer.h). It does what llama.cpp
  * does for this vocabulary, read in src/llama-vocab.cpp at commit 0c1e570
  * (the one vendored by llama-cpp-python 0.3.36): llama_vocab::impl::
- * tokenize's LLAMA_VOCAB_TYPE_SPM case with parse_special false, which
- * runs tokenizer_st_partition and then llm_tokenizer_spm_session on each
- * piece of plain text. Names in comments are that file's.
+ * tokenize's LLAMA_VOCAB_TYPE_SPM case, which runs tokenizer_st_partition
+ * and then llm_tokenizer_spm_session on each piece of plain text. Names in
+ * comments are that file's.
+ *
+ * One difference: invalid UTF-8. llama.cpp cuts the text into characters
+ * by their first byte alone, so a truncated character swallows the bytes
+ * after it, even the first byte of an escaped space ("\xc3 " becomes the
+ * symbols "\xc3\xe2", "\x96", "\x81": four byte tokens where the text had
+ * two bytes), and its ids depend on what follows. SentencePiece, whose ids
+ * the model was trained on, reads each byte that starts no valid character
+ * as U+FFFD; so does this tokenizer, which keeps one symbol per character
+ * of the text, and so a bound on the ids per byte (g3_tokenize_bound).
  */
 #include "tokenizer.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +31,26 @@ enum { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, BYTE = 6 };
 /* U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space. */
 #define SPACE_MARK "\xe2\x96\x81"
 #define SPACE_MARK_LEN 3
+/* U+FFFD REPLACEMENT CHARACTER, what a byte of invalid UTF-8 reads as. */
+#define REPLACEMENT "\xef\xbf\xbd"
+#define REPLACEMENT_LEN 3
 
 /* ------------------------------------------------------------ the lookups */
+
+/* A message in err, and -1. The tokenizer's own rather than weights.c's
+ * g3_fail, so that it builds alone, without the model file's reader: the
+ * fuzz target (tests/fuzz/fuzz_tokenizer.c) links nothing else. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static int fail(char *err, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+    return -1;
+}
 
 /* FNV-1a: short keys, no need for better. */
 static uint32_t hash(const char *s, size_t n)
@@ -53,7 +81,7 @@ static int build_table(g3_tokenizer *t, char *err, size_t err_size)
         size *= 2;
     t->slots = calloc(size, sizeof *t->slots);
     if (t->slots == NULL)
-        return g3_fail(err, err_size, "out of memory");
+        return fail(err, err_size, "out of memory");
     t->mask = size - 1;
     for (uint32_t id = 0; id < t->n; id++) {
         const g3_piece *p = &t->vocab[id];
@@ -63,7 +91,7 @@ static int build_table(g3_tokenizer *t, char *err, size_t err_size)
             continue;
         if (lookup(t, p->text, p->len) >= 0)
             /* llama.cpp asserts the texts are distinct too. */
-            return g3_fail(err, err_size, "piece %u repeats an earlier one",
+            return fail(err, err_size, "piece %u repeats an earlier one",
                         id);
         uint32_t i = hash(p->text, p->len) & t->mask;
         while (t->slots[i] != 0)
@@ -98,8 +126,8 @@ typedef struct special_key {
 /* Longest first, as cache_special_tokens; llama.cpp's std::sort leaves
  * pieces of equal length in no set order, ours go by id. That order would
  * only matter for two such pieces that can overlap in a text, and no two
- * of Gemma's can (tags are delimited by "<" and ">", the rest are runs of
- * one character). */
+ * of Gemma's can (tags are delimited by "<" and ">" or "[" and "]", the
+ * rest are runs of one character). */
 static int longer_first(const void *a, const void *b)
 {
     const special_key *x = a, *y = b;
@@ -108,30 +136,38 @@ static int longer_first(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-/* The pieces cut whole out of the text before the merges: the
- * user-defined ones (with parse_special false, tokenizer_st_partition
- * skips control and unknown ones). llama.cpp's loader makes "</s>" a
- * control token ("control-looking token ... will be overridden", an
- * end-of-generation text) although Gemma's vocabulary has it
- * user-defined, so it is left to the merges too. */
+/* Whether the piece is cut whole out of plain text (tokenizer_st_partition
+ * with parse_special false): the user-defined ones. llama.cpp's loader
+ * makes "</s>" a control token ("control-looking token ... will be
+ * overridden", an end-of-generation text) although Gemma's vocabulary has
+ * it user-defined, so it is left to the merges too. */
+static int cut_from_plain_text(const g3_tokenizer *t, int32_t id)
+{
+    return t->vocab[id].type == USER_DEFINED && id != t->end_marker;
+}
+
+/* The pieces cut whole out of the text before the merges
+ * (cache_special_tokens): the user-defined ones always, the control and
+ * unknown ones with G3_PARSE_SPECIAL. */
 static int find_specials(g3_tokenizer *t, char *err, size_t err_size)
 {
     t->end_marker = lookup(t, "</s>", 4);
     special_key *keys = malloc((t->n + 1) * sizeof *keys);
     if (keys == NULL)
-        return g3_fail(err, err_size, "out of memory");
+        return fail(err, err_size, "out of memory");
     uint32_t k = 0;
     for (uint32_t id = 0; id < t->n; id++) {
         const g3_piece *p = &t->vocab[id];
-        if (p->type == USER_DEFINED && p->len > 0 &&
-            (int32_t)id != t->end_marker)
+        if ((p->type == USER_DEFINED || p->type == CONTROL ||
+             p->type == UNKNOWN) &&
+            p->len > 0)
             keys[k++] = (special_key){p->len, (int32_t)id};
     }
     qsort(keys, k, sizeof *keys, longer_first);
     t->special = malloc((k + 1) * sizeof *t->special);
     if (t->special == NULL) {
         free(keys);
-        return g3_fail(err, err_size, "out of memory");
+        return fail(err, err_size, "out of memory");
     }
     for (uint32_t i = 0; i < k; i++)
         t->special[i] = keys[i].id;
@@ -145,13 +181,13 @@ int g3_tokenizer_init(g3_tokenizer *t, const g3_piece *vocab, uint32_t n,
 {
     memset(t, 0, sizeof *t);
     if (n == 0 || n > (1u << 30))
-        return g3_fail(err, err_size, "vocabulary of %u pieces", n);
+        return fail(err, err_size, "vocabulary of %u pieces", n);
     if (c->add_space_prefix)
         /* Gemma's is off; the space before the first piece of text that
          * llama.cpp would add is not implemented. */
-        return g3_fail(err, err_size, "add_space_prefix is not supported");
+        return fail(err, err_size, "add_space_prefix is not supported");
     if (c->bos < 0 || (uint32_t)c->bos >= n)
-        return g3_fail(err, err_size, "BOS id %d out of range", c->bos);
+        return fail(err, err_size, "BOS id %d out of range", c->bos);
     t->vocab = vocab;
     t->n = n;
     t->bos = c->bos;
@@ -161,6 +197,10 @@ int g3_tokenizer_init(g3_tokenizer *t, const g3_piece *vocab, uint32_t n,
         return -1;
     }
     find_byte_tokens(t);
+    t->ids_per_byte = lookup(t, SPACE_MARK, SPACE_MARK_LEN) >= 0 &&
+                              lookup(t, REPLACEMENT, REPLACEMENT_LEN) >= 0
+                          ? 1
+                          : 3;
     return 0;
 }
 
@@ -203,7 +243,8 @@ typedef struct bigram {
 
 /* Scratch memory of one g3_tokenize call, sized for the whole text: a
  * piece of text of n bytes never needs more than 3n escaped bytes, n
- * symbols and 3n bigrams (n - 1 at first, two more per merge). */
+ * symbols (split makes one per character, space or invalid byte) and 3n
+ * bigrams (n - 1 at first, two more per merge). */
 typedef struct work {
     int32_t *at; /* per byte of the text, see mark_specials */
     char *esc;
@@ -270,36 +311,51 @@ static void try_merge(const g3_tokenizer *t, work *w, int32_t left,
     heap_push(w, b);
 }
 
-/* Bytes in the UTF-8 character starting with byte c, by its top four bits
- * only (unicode_len_utf8): a stray continuation byte counts as one. */
-static uint32_t utf8_len(char c)
+/* As SentencePiece's DecodeUTF8. */
+uint32_t g3_utf8_len(const char *s, size_t n)
 {
-    static const uint8_t len[16] = {1, 1, 1, 1, 1, 1, 1, 1,
-                                    1, 1, 1, 1, 2, 2, 3, 4};
-    return len[(uint8_t)c >> 4];
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    const uint8_t *u = (const uint8_t *)s;
+    if (u[0] < 0x80)
+        return 1;
+    uint32_t len = u[0] >= 0xf0 ? 4 : u[0] >= 0xe0 ? 3 : u[0] >= 0xc0 ? 2 : 0;
+    if (len == 0 || u[0] > 0xf4 || len > n)
+        return 0;
+    uint32_t cp = u[0] & (0x7fu >> len);
+    for (uint32_t i = 1; i < len; i++) {
+        if ((u[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (u[i] & 0x3fu);
+    }
+    if (cp < least[len] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+        return 0;
+    return len;
 }
 
-/* Escape the spaces of text[0, n) into w->esc and cut it into one symbol
- * per character. The number of symbols. */
+/* Cut text[0, n), n > 0, into one symbol per character, writing each into
+ * w->esc as SentencePiece's normalizer does: a space as U+2581, a byte
+ * that starts no valid character as U+FFFD, the rest as it is. So each
+ * byte of the text makes at most one symbol and three escaped bytes. The
+ * number of symbols. */
 static int32_t split(work *w, const char *text, size_t n)
 {
     uint32_t e = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (text[i] == ' ') {
-            memcpy(w->esc + e, SPACE_MARK, SPACE_MARK_LEN);
-            e += SPACE_MARK_LEN;
-        } else {
-            w->esc[e++] = text[i];
-        }
-    }
     int32_t count = 0;
-    for (uint32_t at = 0; at < e;) {
-        uint32_t len = utf8_len(w->esc[at]);
-        if (len > e - at)
-            len = e - at;
-        w->sym[count] = (symbol){at, len, count - 1, count + 1};
-        at += len;
-        count++;
+    for (size_t i = 0; i < n; count++) {
+        const char *c = text + i;
+        uint32_t len = g3_utf8_len(c, n - i), used = len;
+        if (*c == ' ') {
+            c = SPACE_MARK;
+            len = SPACE_MARK_LEN;
+        } else if (len == 0) {
+            c = REPLACEMENT;
+            len = REPLACEMENT_LEN;
+            used = 1;
+        }
+        memcpy(w->esc + e, c, len);
+        w->sym[count] = (symbol){e, len, count - 1, count + 1};
+        e += len;
+        i += used;
     }
     w->sym[count - 1].next = -1;
     return count;
@@ -365,7 +421,8 @@ static int all_raw(const int32_t *at, size_t from, size_t n)
     return 1;
 }
 
-/* Mark where the user-defined pieces are cut out of the text: at[i] is
+/* Mark where the special pieces are cut out of the text (the user-defined
+ * ones, and with parse_special the control and unknown ones too): at[i] is
  * the id of the piece starting at byte i, INSIDE for its other bytes, RAW
  * for bytes left to the merges. tokenizer_st_partition takes the pieces
  * one after the other, longest first, and splits every remaining run of
@@ -375,12 +432,14 @@ static int all_raw(const int32_t *at, size_t from, size_t n)
  * piece has llama.cpp's LSTRIP or RSTRIP attribute: no spaces are eaten
  * around them.) */
 static void mark_specials(const g3_tokenizer *t, const char *text,
-                          size_t len, int32_t *at)
+                          size_t len, int parse_special, int32_t *at)
 {
     for (size_t i = 0; i < len; i++)
         at[i] = RAW;
     for (uint32_t k = 0; k < t->num_special; k++) {
         int32_t id = t->special[k];
+        if (!parse_special && !cut_from_plain_text(t, id))
+            continue;
         const g3_piece *p = &t->vocab[id];
         size_t i = 0;
         while (p->len <= len - i) {
@@ -403,9 +462,9 @@ static void mark_specials(const g3_tokenizer *t, const char *text,
 }
 
 static int encode_all(const g3_tokenizer *t, work *w, const char *text,
-                      size_t len, sink *s)
+                      size_t len, int parse_special, sink *s)
 {
-    mark_specials(t, text, len, w->at);
+    mark_specials(t, text, len, parse_special, w->at);
     size_t i = 0;
     while (i < len) {
         if (w->at[i] >= 0) {
@@ -423,15 +482,23 @@ static int encode_all(const g3_tokenizer *t, work *w, const char *text,
     return 0;
 }
 
-int g3_tokenize(const g3_tokenizer *t, const char *text, size_t len,
-                int add_bos, int32_t *out, uint32_t max_out)
+uint32_t g3_tokenize_bound(const g3_tokenizer *t, size_t len,
+                           unsigned flags)
 {
-    /* Escaped offsets are 32-bit, the count must fit the int result and
-     * the scratch sizes size_t. */
-    if (len > (size_t)INT_MAX / 4 || len > SIZE_MAX / (3 * sizeof(bigram)))
+    if (len > G3_MAX_TEXT) /* g3_tokenize refuses longer texts */
+        len = G3_MAX_TEXT;
+    return t->ids_per_byte * (uint32_t)len + (flags & G3_ADD_BOS ? 1 : 0);
+}
+
+int g3_tokenize(const g3_tokenizer *t, const char *text, size_t len,
+                unsigned flags, int32_t *out, uint32_t max_out)
+{
+    /* Escaped offsets are 32-bit, the count must fit the int result
+     * (g3_tokenize_bound) and the scratch sizes size_t. */
+    if (len > G3_MAX_TEXT || len > SIZE_MAX / (3 * sizeof(bigram)))
         return -1;
     sink s = {out, max_out, 0};
-    if (add_bos)
+    if (flags & G3_ADD_BOS)
         emit(&s, t->bos);
     if (len == 0)
         return (int)s.count;
@@ -442,7 +509,8 @@ int g3_tokenize(const g3_tokenizer *t, const char *text, size_t len,
     w.heap = malloc(3 * len * sizeof *w.heap);
     int rc = -1;
     if (w.at != NULL && w.esc != NULL && w.sym != NULL && w.heap != NULL &&
-        encode_all(t, &w, text, len, &s) == 0)
+        encode_all(t, &w, text, len, (flags & G3_PARSE_SPECIAL) != 0,
+                   &s) == 0)
         rc = (int)s.count;
     free(w.at);
     free(w.esc);

@@ -15,6 +15,7 @@
  * a sequence KV computed from other tokens or under another salt.
  */
 #include "fuzz_blocks.h"
+#include "fuzz_check.h"
 
 #include "prefix.h"
 
@@ -38,18 +39,6 @@ static const uint64_t salts[NUM_SALTS] = {0, 1, 0x8000000000000000ull,
 static const int32_t alphabet[ALPHABET] = {7, -1, 0, INT32_MAX};
 
 uint64_t pkv_fuzz_ops;
-
-static void fail(const char *what, int line)
-{
-    fprintf(stderr, "fuzz_blocks.c:%d: check failed: %s\n", line, what);
-    abort();
-}
-
-#define CHECK(cond)                  \
-    do {                             \
-        if (!(cond))                 \
-            fail(#cond, __LINE__);   \
-    } while (0)
 
 /* ------------------------------------------------------------ history trie */
 

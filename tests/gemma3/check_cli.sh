@@ -1,7 +1,14 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# pkv-gemma3's command line, without the model: a bad argument is named
-# (exit 2), a missing weight file says how to make one (exit 1).
+# pkv-gemma3's command line. Without the model: --help on stdout (exit 0),
+# a bad argument named (exit 2), an unreadable file named with the
+# system's reason before the model is loaded (exit 1), a missing weight
+# file that says how to make one (exit 1). With the model (its default
+# path, when setup.sh has cached it): invalid UTF-8 in a prompt and in a
+# perplexity text read as U+FFFD (never more ids than bytes + BOS), a
+# prompt past the model's context or --ctx refused before any work,
+# --max-new 2^32 - 1 cut at the context, control-piece texts read as
+# their ids with --parse-special only.
 # Usage: check_cli.sh path/to/pkv-gemma3
 set -u
 
@@ -13,8 +20,80 @@ expect 2 "--top-p 0: expected a number in (0, 1]" --top-p 0
 expect 2 "--keys needs a value" --keys
 expect 2 "unknown option --frobnicate" --frobnicate
 expect 2 "exclude each other" --prompt a --file b
+expect 2 "exclude each other" --perplexity a --agreement
 expect 2 "--logits needs --prompt-ids" --logits x
+expect 2 "--ctx 40000: expected a whole number from 4 to 32768" --ctx 40000
 expect 1 "sh examples/gemma3/setup.sh" --weights "$tmp/none.pkvw"
 printf 'not a weight file' >"$tmp/bad.pkvw"
 expect 1 "not a pkv Gemma 3 weight file" --weights "$tmp/bad.pkvw"
-echo "pkv-gemma3 cli ok"
+
+# --help: the usage on stdout, exit 0, with the options it documents.
+"$binary" --help >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 0 ] || fail "$name --help exited $rc, not 0"
+[ ! -s "$tmp/err" ] || fail "$name --help wrote to stderr: $(cat "$tmp/err")"
+for text in "usage: pkv-gemma3" "--parse-special" "--ctx N"; do
+    grep -qF -- "$text" "$tmp/out" || fail "$name --help lacks '$text'"
+done
+
+# A file that cannot be read is named with why, before the model loads
+# (the weight file here does not exist either).
+for option in --perplexity --file --prompt-ids; do
+    expect 1 "cannot read $tmp/none: No such file or directory" \
+        --weights "$tmp/none.pkvw" "$option" "$tmp/none"
+done
+expect 1 "cannot read $tmp: Is a directory" --perplexity "$tmp"
+
+# With the model: a one-token answer tells whether it is there.
+if ! "$binary" --prompt x --max-new 1 --backend cpu --quiet \
+    >"$tmp/out" 2>"$tmp/err"; then
+    grep -qF "setup.sh" "$tmp/err" ||
+        fail "$name --prompt x: $(cat "$tmp/err")"
+    echo "pkv-gemma3 cli ok (the model is not cached: its checks skipped)"
+    exit 0
+fi
+
+json() { # EXPECTED_TEXT ARGS...: exit 0, stdout (--json) holds the text
+    text=$1
+    shift
+    "$binary" --json --backend cpu "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "$name $*: exited $rc: $(cat "$tmp/err")"
+    grep -qF -- "$text" "$tmp/out" ||
+        fail "$name $*: stdout lacks '$text': $(cat "$tmp/out")"
+}
+
+# Invalid UTF-8: each byte that starts no character is U+FFFD, as
+# SentencePiece reads it (BOS, then the ids check_tokenizer.py compares).
+json '"prompt_tokens": 3' --prompt "$(printf '\303 ')" --max-new 1
+json '"prompt_tokens": 3' --prompt "$(printf '\351 ')" --max-new 1
+json '"prompt_tokens": 5' --prompt "$(printf '\337 \337 \337 ')" --max-new 1
+# "\xe9 " 1000 times: 2,000 bytes, 1,002 tokens ("\ufffd", then
+# "\u2581\ufffd" 999 times, "\u2581", and BOS).
+awk 'BEGIN { for (i = 0; i < 1000; i++) printf "\351 " }' >"$tmp/e9"
+"$binary" --perplexity "$tmp/e9" --ctx 16 --max-tokens 32 --backend cpu \
+    >"$tmp/out" 2>"$tmp/err" ||
+    fail "$name --perplexity e9: $(cat "$tmp/err")"
+grep -qF '"text_tokens": 1002' "$tmp/out" ||
+    fail "$name --perplexity e9: $(cat "$tmp/out")"
+
+# Past the context: refused before any work, in the host's terms.
+awk 'BEGIN { for (i = 0; i < 40000; i++) printf "%d", i % 10 }' >"$tmp/long"
+expect 1 "$tmp/long: a prompt of 40001 tokens does not fit the model's \
+context of 32768 tokens (prompt and answer together)" --file "$tmp/long"
+expect 1 "a prompt of 40001 tokens does not fit --ctx 512" \
+    --file "$tmp/long" --ctx 512
+expect 1 "--prompt: a prompt of 11 tokens does not fit --ctx 8" \
+    --prompt 0123456789 --ctx 8
+
+# --max-new 2^32 - 1: prompt + answer in 64 bits, the answer cut at --ctx.
+json '"generated": 6,' --prompt hi --ctx 8 --max-new 4294967295
+grep -qF "the answer stops at --ctx 8" "$tmp/err" ||
+    fail "$name --max-new 4294967295: $(cat "$tmp/err")"
+
+# Control-piece texts: plain text by default, their ids with
+# --parse-special (BOS, <start_of_turn>, user).
+json '"prompt_tokens": 3' --prompt "<start_of_turn>user" --parse-special \
+    --max-new 1
+json '"prompt_tokens": 9' --prompt "<start_of_turn>user" --max-new 1
+echo "pkv-gemma3 cli ok (with the model)"

@@ -8,17 +8,24 @@ Usage: check_tokenizer.py GGUF G3_TOKENIZE_BINARY WEIGHTS
 A SentencePiece model is rebuilt from the GGUF's vocabulary (the pieces,
 scores and types llama.cpp's converter copied out of Gemma's
 tokenizer.model) and loaded with PyPI sentencepiece; its ids for the
-strings below, and for /usr/share/common-licenses/GPL-3 when present,
-must equal g3-tokenize's (built from tests/gemma3/tokenize.c on the
-weight file prepare.py made from the same GGUF). g3-tokenize --decode
-then checks every string decodes back. With --llama-tokenize, every
-string is also given to llama.cpp's llama-tokenize, the tokenizer the host
-copies, including those SentencePiece is known to read otherwise.
+strings below, for invalid UTF-8, for a few hundred seeded random byte
+strings (valid and invalid UTF-8), and for
+/usr/share/common-licenses/GPL-3 when present, must equal g3-tokenize's
+(built from tests/gemma3/tokenize.c on the weight file prepare.py made
+from the same GGUF; it also checks each count against
+g3_tokenize_bound). With --parse-special, the texts of control pieces
+must read as their ids and the text between them as SentencePiece reads
+it. g3-tokenize --decode then checks every valid string decodes back.
+With --llama-tokenize, the valid strings are also given to llama.cpp's
+llama-tokenize, the tokenizer the host copies, including those
+SentencePiece is known to read otherwise.
 
 Exit 0 when all agree, 1 showing the first difference, 77 when
 sentencepiece (or gguf) cannot be imported.
 """
 import os
+import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -115,6 +122,68 @@ LLAMA_ONLY = [
 # space.
 NO_ROUND_TRIP = {s for s in STRINGS + LLAMA_ONLY if "\u2581" in s}
 
+# Invalid UTF-8, read as SentencePiece reads it: each byte that starts no
+# valid character is U+FFFD. (llama.cpp cuts characters by their first
+# byte alone: "\xc3 " is its four byte tokens of "\xc3\xe2\x96\x81".)
+INVALID = [
+    b"\xc3 ",
+    b"\xe9 ",
+    b"\xdf \xdf \xdf ",
+    b"\xe9 " * 1000,
+    b"\xff",
+    b"\x80\xbf",
+    b"\xc0\x80 overlong NUL, \xe0\x80\xaf overlong slash",
+    b"\xed\xa0\x80 a surrogate, \xf4\x90\x80\x80 past U+10FFFF, \xf5\xf8",
+    b"truncated \xe2\x96 space mark, \xf0\x9f\x98 emoji, \xe6\x97",
+    b"\xe2\x96\xe2\x96\x81\xe2",
+]
+
+# What the random strings are made of: text, spaces and their runs, valid
+# characters of 2-4 bytes, user-defined pieces, control-piece texts (plain
+# text here), and invalid UTF-8 of every kind.
+PARTS = [
+    b"a", b"b", b"the", b"Hello", b"0", b"42", b".", b",", b"<", b">", b"/",
+    b" ", b"  ", b"   ", b"\n", b"\n\n", b"\t", b"\r\n", b"\x00", b"\x01",
+    "é".encode(), "ß".encode(), "日本".encode(), "😀".encode(),
+    "\u200d".encode(), "\ufffd".encode(), "Ω".encode(), "\u2580".encode(),
+    b"<b>", b"</td>", b"[multimodal]", b"<bos>", b"<start_of_turn>",
+    b"\x80", b"\xbf", b"\xc3", b"\xdf", b"\xe9", b"\xe2\x96", b"\xc0\x80",
+    b"\xc1\xbf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf5", b"\xfe",
+    b"\xff", b"\xf0\x9f\x98",
+]
+
+
+def valid_utf8(b):
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def known_apart(b):
+    """Texts where SentencePiece and llama.cpp are known to part ways
+    (LLAMA_ONLY): the host follows llama.cpp there."""
+    return b"</s>" in b or "\u2581".encode() in b
+
+
+def random_strings(seed=20260214, count=400):
+    """count byte strings from a fixed seed: a quarter made of the valid
+    PARTS, half of any PARTS, a quarter uniformly random bytes."""
+    rng = random.Random(seed)
+    valid = [p for p in PARTS if valid_utf8(p)]
+    out = []
+    while len(out) < count:
+        kind = len(out) % 4
+        if kind == 3:
+            b = bytes(rng.randrange(256) for _ in range(rng.randint(1, 40)))
+        else:
+            b = b"".join(rng.choice(valid if kind == 0 else PARTS)
+                         for _ in range(rng.randint(1, 30)))
+        if not known_apart(b):
+            out.append(b)
+    return out
+
 
 def fail(msg):
     print(f"check_tokenizer: FAIL: {msg}")
@@ -122,9 +191,9 @@ def fail(msg):
 
 
 def escape(s):
-    """s as one line of C escapes for g3-tokenize."""
+    """s (str or bytes) as one line of C escapes for g3-tokenize."""
     out = []
-    for b in s.encode("utf-8"):
+    for b in s if isinstance(s, bytes) else s.encode("utf-8"):
         if b == 0x5C:
             out.append("\\\\")
         elif 0x20 <= b < 0x7F:
@@ -180,11 +249,18 @@ def sp_model(gguf_path):
     n.escape_whitespaces = True
     sp = SentencePieceProcessor()
     sp.LoadFromSerializedProto(m.SerializeToString())
-    return sp
+    # The pieces llama.cpp's parse_special cuts out of the text besides the
+    # user-defined ones: control and unknown pieces, and "</s>", which its
+    # loader makes a control piece.
+    control = {t: i for i, (t, k) in enumerate(zip(tokens, types))
+               if k in (pb.ModelProto.SentencePiece.CONTROL,
+                        pb.ModelProto.SentencePiece.UNKNOWN) or t == "</s>"}
+    return sp, control
 
 
-def g3_lines(binary, weights, strings, decode=False):
-    args = [binary] + (["--decode"] if decode else []) + [weights]
+def g3_lines(binary, weights, strings, decode=False, flags=()):
+    args = [binary] + (["--decode"] if decode else []) + list(flags) + \
+        [weights]
     text = "".join(escape(s) + "\n" for s in strings)
     r = subprocess.run(args, input=text.encode(), capture_output=True)
     if r.returncode != 0:
@@ -205,6 +281,40 @@ def compare(what, s, want, got, ref="SentencePiece"):
     fail(f"{what} {s[:200]!r}: first difference at token {i}\n"
          f"  {ref}: {want[max(0, i - 3):i + 8]} ({len(want)} tokens)\n"
          f"  g3-tokenize: {got[max(0, i - 3):i + 8]} ({len(got)} tokens)")
+
+
+def special_ids(sp, control, s):
+    """The ids of s with control-piece texts read as their ids (longest
+    first: no two of them overlap in these strings) and SentencePiece's
+    ids for the text between them."""
+    pattern = "(" + "|".join(map(re.escape, sorted(control, key=len,
+                                                   reverse=True))) + ")"
+    ids = []
+    for i, part in enumerate(re.split(pattern, s)):
+        ids += [control[part]] if i % 2 else sp.encode(part)
+    return ids
+
+
+def special_strings(control, seed=20260215, count=60):
+    """Chat-format strings, and count seeded random mixes of control-piece
+    texts, user-defined pieces and plain text."""
+    out = [
+        "<start_of_turn>user\nWrite a poem.<end_of_turn>\n"
+        "<start_of_turn>model\n",
+        "<bos>text<eos>",
+        "a</s>b",
+        "<unused5>x<mask><pad><unk>",
+        "<start_of_turn <end_of_turn> <start_of_turn>>",
+    ]
+    rng = random.Random(seed)
+    names = sorted(control)
+    plain = ["a", " ", "  ", "\n", "<", ">", "user", "<b>", "[multimodal]",
+             "é"]
+    while len(out) < count:
+        out.append("".join(rng.choice(names) if rng.random() < 0.3
+                           else rng.choice(plain)
+                           for _ in range(rng.randint(1, 12))))
+    return out
 
 
 def llama_ids(binary, gguf_path, s):
@@ -232,7 +342,7 @@ def main(argv):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     gguf_path, binary, weights = argv[1:]
-    sp = sp_model(gguf_path)
+    sp, control = sp_model(gguf_path)
 
     lines = g3_lines(binary, weights, STRINGS + LLAMA_ONLY)
     got = dict(zip(STRINGS + LLAMA_ONLY, map(ids_of, lines)))
@@ -241,6 +351,20 @@ def main(argv):
         compare("string", s, sp.encode(s), got[s])
         tokens += len(got[s])
     checked = f"{len(STRINGS)} strings ({tokens} tokens)"
+
+    randoms = random_strings()
+    invalid = INVALID + randoms
+    for s, line in zip(invalid, g3_lines(binary, weights, invalid)):
+        compare("bytes", s, sp.encode(s), ids_of(line))
+    bad = sum(not valid_utf8(s) for s in invalid)
+    checked += f", {len(invalid)} byte strings ({bad} invalid UTF-8)"
+
+    specials = special_strings(control)
+    lines = g3_lines(binary, weights, specials, flags=["--parse-special"])
+    for s, line in zip(specials, lines):
+        compare("--parse-special", s, special_ids(sp, control, s),
+                ids_of(line), "control ids + SentencePiece")
+    checked += f", {len(specials)} with control pieces"
 
     if os.path.exists(GPL3):
         with open(GPL3, "rb") as f:
@@ -256,8 +380,8 @@ def main(argv):
                    f"{r.stderr.decode().strip().split(', ')[-1]})"
 
     g3_lines(binary, weights,
-             [s for s in STRINGS + LLAMA_ONLY if s not in NO_ROUND_TRIP],
-             decode=True)
+             [s for s in STRINGS + LLAMA_ONLY if s not in NO_ROUND_TRIP] +
+             [s for s in randoms if valid_utf8(s)], decode=True)
     checked += ", all decode back"
 
     if llama is not None:

@@ -11,8 +11,11 @@
  *   g3-tokenize --decode WEIGHTS     check each line of stdin decodes back
  *                                    from its ids to itself (and that the
  *                                    count-only and BOS calls agree)
+ *   g3-tokenize --parse-special ...  control-piece texts read as their ids
+ *                                    (G3_PARSE_SPECIAL)
  *
- * Ids are space-separated, without BOS. Exit 0, or 1 with a message.
+ * Ids are space-separated, without BOS; each count is checked against
+ * g3_tokenize_bound. Exit 0, or 1 with a message.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "args.h"
@@ -78,14 +81,19 @@ static long unescape(char *line, size_t n)
 
 /* The ids of text[0, len) without BOS, in a new array; its length in *n. */
 static int32_t *encode(const g3_tokenizer *t, const char *text, size_t len,
-                       int *n)
+                       unsigned flags, int *n)
 {
-    /* Never more ids than bytes (plus one for a BOS, not asked here). */
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
+    uint32_t most = g3_tokenize_bound(t, len, flags);
+    int32_t *ids = malloc(((size_t)most + 1) * sizeof *ids); /* not 0 */
     if (ids == NULL)
         return NULL;
-    *n = g3_tokenize(t, text, len, 0, ids, (uint32_t)len + 1);
-    if (*n < 0 || (size_t)*n > len + 1) {
+    /* The count comes back whole even past max_out. */
+    *n = g3_tokenize(t, text, len, flags, ids, most);
+    if (*n >= 0 && (uint32_t)*n > most)
+        fprintf(stderr, "g3-tokenize: %d ids for %zu bytes, past the bound "
+                        "of %u\n",
+                *n, len, most);
+    if (*n < 0 || (uint32_t)*n > most) {
         free(ids);
         return NULL;
     }
@@ -117,13 +125,15 @@ static int decodes_back(const g3_tokenizer *t, const int32_t *ids, int n,
 /* The calls besides the one encode makes: asking for the count only, and
  * with BOS, give the same ids. */
 static int same_other_ways(const g3_tokenizer *t, const int32_t *ids,
-                           int n, const char *text, size_t len)
+                           int n, const char *text, size_t len,
+                           unsigned flags)
 {
-    if (g3_tokenize(t, text, len, 0, NULL, 0) != n)
+    if (g3_tokenize(t, text, len, flags, NULL, 0) != n)
         return 0;
     int32_t *with_bos = malloc(((size_t)n + 1) * sizeof *with_bos);
     int ok = with_bos != NULL &&
-             g3_tokenize(t, text, len, 1, with_bos, (uint32_t)n + 1) ==
+             g3_tokenize(t, text, len, flags | G3_ADD_BOS, with_bos,
+                         (uint32_t)n + 1) ==
                  n + 1 &&
              with_bos[0] == t->bos &&
              memcmp(with_bos + 1, ids, (size_t)n * sizeof *ids) == 0;
@@ -131,7 +141,7 @@ static int same_other_ways(const g3_tokenizer *t, const int32_t *ids,
     return ok;
 }
 
-static int run_lines(const g3_tokenizer *t, int decode)
+static int run_lines(const g3_tokenizer *t, unsigned flags, int decode)
 {
     char *line = NULL;
     size_t cap = 0;
@@ -145,14 +155,16 @@ static int run_lines(const g3_tokenizer *t, int decode)
             n--;
         long len = unescape(line, n);
         int count;
-        int32_t *ids = len < 0 ? NULL : encode(t, line, (size_t)len, &count);
+        int32_t *ids =
+            len < 0 ? NULL : encode(t, line, (size_t)len, flags, &count);
         if (ids == NULL) {
             fprintf(stderr, "g3-tokenize: line %lu: %s\n", number,
                     len < 0 ? "bad escape" : "cannot tokenize");
             rc = 1;
         } else if (!decode) {
             print_ids(ids, count);
-        } else if (!same_other_ways(t, ids, count, line, (size_t)len)) {
+        } else if (!same_other_ways(t, ids, count, line, (size_t)len,
+                                    flags)) {
             fprintf(stderr, "g3-tokenize: line %lu: other calls differ\n",
                     number);
             rc = 1;
@@ -178,7 +190,7 @@ static double now_s(void)
 }
 
 /* The ids of the file, on stdout; the time it took, on stderr. */
-static int run_file(const g3_tokenizer *t, const char *path)
+static int run_file(const g3_tokenizer *t, unsigned flags, const char *path)
 {
     size_t len;
     char *text = host_read_file(path, &len);
@@ -188,7 +200,7 @@ static int run_file(const g3_tokenizer *t, const char *path)
     }
     int count;
     double t0 = now_s();
-    int32_t *ids = encode(t, text, len, &count);
+    int32_t *ids = encode(t, text, len, flags, &count);
     double seconds = now_s() - t0;
     int rc = 1;
     if (ids == NULL) {
@@ -210,15 +222,20 @@ int main(int argc, char **argv)
 {
     const char *file = NULL;
     int decode = 0, a = 1;
-    if (argc == 4 && strcmp(argv[1], "--file") == 0) {
-        file = argv[2];
-        a = 3;
-    } else if (argc == 3 && strcmp(argv[1], "--decode") == 0) {
-        decode = 1;
-        a = 2;
-    } else if (argc != 2 || argv[1][0] == '-') {
+    unsigned flags = 0;
+    for (; a < argc - 1; a++) {
+        if (strcmp(argv[a], "--file") == 0 && a + 2 < argc)
+            file = argv[++a];
+        else if (strcmp(argv[a], "--decode") == 0)
+            decode = 1;
+        else if (strcmp(argv[a], "--parse-special") == 0)
+            flags |= G3_PARSE_SPECIAL;
+        else
+            break;
+    }
+    if (a != argc - 1 || argv[a][0] == '-' || (file && decode)) {
         fprintf(stderr, "usage: g3-tokenize [--file PATH | --decode] "
-                        "WEIGHTS\n");
+                        "[--parse-special] WEIGHTS\n");
         return 2;
     }
     g3_file f;
@@ -234,7 +251,7 @@ int main(int argc, char **argv)
         g3_file_close(&f);
         return 1;
     }
-    int rc = file ? run_file(&t, file) : run_lines(&t, decode);
+    int rc = file ? run_file(&t, flags, file) : run_lines(&t, flags, decode);
     g3_tokenizer_free(&t);
     g3_file_close(&f);
     return rc;
