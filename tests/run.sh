@@ -72,6 +72,12 @@ skip() { # NAME WHY
     printf '%s|skipped|-\n' "$1" >>"$results"
 }
 
+# The model, its weight file and the venv of its checks, which
+# examples/gemma3/setup.sh (run by tests/deps.sh) caches.
+model_cached() {
+    [ -f "$MODEL/gemma-3-270m.pkvw" ] && [ -x "$MODEL/venv/bin/python" ]
+}
+
 normal_build() {
     cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPKV_WERROR=ON
     cmake --build build -j "$JOBS"
@@ -89,8 +95,6 @@ intel_tests() {
 }
 
 gemma3_tests() {
-    # examples/gemma3/setup.sh (run by tests/deps.sh) cached the model, its
-    # weight file and a venv with gguf, numpy and sentencepiece.
     "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py \
         "$MODEL/gemma-3-270m-q4_k_m.gguf" build/examples/g3-tokenize \
         "$MODEL/gemma-3-270m.pkvw"
@@ -178,6 +182,13 @@ asan_tests() {
     OCL_ICD_VENDORS=$POCL_ICD \
         LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
         ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE ocloc
+    if model_cached; then
+        # The tokenizer against SentencePiece again under the sanitizers:
+        # invalid UTF-8 and seeded random bytes.
+        "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py \
+            "$MODEL/gemma-3-270m-q4_k_m.gguf" build-asan/examples/g3-tokenize \
+            "$MODEL/gemma-3-270m.pkvw"
+    fi
 }
 
 tsan_tests() {
@@ -202,8 +213,7 @@ if [ "$built" -eq 0 ]; then
         skip "OpenCL tests on Intel's OpenCL runtime for CPUs" \
             "the runtime is not installed (PKV_NO_INTEL_RUNTIME)"
     fi
-    if [ -f "$MODEL/gemma-3-270m.pkvw" ] &&
-        [ -x "$MODEL/venv/bin/python" ]; then
+    if model_cached; then
         run_pass "Gemma 3 270M: tokenizer vs SentencePiece, host vs numpy" \
             gemma3_tests
     else
