@@ -381,7 +381,7 @@ static int step_cost(const served_model *m, const bench_options *opt,
         rows[r] = r;
     }
     double bytes = m->weight_bytes;
-    printf("step cost (forward pass without attention, %.0f MB of f32 "
+    printf("step cost (forward pass without attention, %.0f MB of "
            "weights; best of %d):\n",
            bytes / 1e6, reps);
     printf("%-6s %9s %9s %13s\n", "rows", "ms", "ms/row", "weights GB/s");
@@ -458,7 +458,7 @@ static int llama_open(served_model *m, llama_served *l)
     m->self = l;
     snprintf(m->description, sizeof m->description,
              "llama model dim %u, hidden %u, %u layers, %u heads (%u kv), "
-             "vocab %u, seeded random weights",
+             "vocab %u, seeded random f32 weights",
              c.dim, c.hidden_dim, c.num_layers, c.num_heads, c.num_kv_heads,
              c.vocab_size);
     return 0;
@@ -650,7 +650,7 @@ int bench_serve(const bench_options *opt)
     printf("serve: %u requests, Poisson arrivals at %.1f/s (%.1fx the "
            "calibrated capacity), prompts lognormal median 48 (mean %.0f), "
            "outputs lognormal median 32 sigma 1 (mean %.0f, max %u);\n"
-           "       %s, %.0f MB of f32 weights; f16 KV, CPU backend, %d "
+           "       %s, %.0f MB of weights; f16 KV, CPU backend, %d "
            "sequences at most, temperature 1\n",
            n, rate, LOAD_FACTOR, prompt_sum / n, out_sum / n, out_max,
            m.description, m.weight_bytes / 1e6, MAX_NUM_SEQS);
