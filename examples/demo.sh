@@ -12,16 +12,18 @@ if [ "${1:-}" = --random ]; then
     shift
 fi
 # Debian packages, Intel's OpenCL runtime for CPUs, and (the first time:
-# about 240 MB, Gemma terms of use) the model, cached in ~/.cache/pkv.
+# about 240 MB, Gemma terms of use) the model and ggml, which the host
+# runs it on, cached in ~/.cache/pkv.
 if [ "$random" = 1 ]; then
     PKV_NO_MODEL=1 sh tests/deps.sh
 else
     sh tests/deps.sh
 fi
 cache=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
-weights=$cache/gemma3/gemma-3-270m.pkvw
-if [ "$random" = 0 ] && [ ! -f "$weights" ]; then
-    echo "demo: the model could not be downloaded (offline?); serving the"
+weights=$cache/gemma3/gemma-3-270m-q4_k_m.gguf
+if [ "$random" = 0 ] && { [ ! -f "$weights" ] ||
+    [ ! -f "$cache/ggml/install/pkv-ggml.txt" ]; }; then
+    echo "demo: the model or ggml could not be downloaded (offline?); serving the"
     echo "      llama-architecture host with seeded random weights instead"
     random=1
 fi

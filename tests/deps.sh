@@ -10,9 +10,12 @@
 #   Downloaded once (about 700 MB), then reused. PKV_NO_INTEL_RUNTIME=1
 #   skips it;
 # - Gemma 3 270M for examples/gemma3 and its tests (about 240 MB, Gemma
-#   terms of use) into $PKV_CACHE/gemma3, by examples/gemma3/setup.sh.
+#   terms of use) into $PKV_CACHE/gemma3, and ggml, the tensor library the
+#   host's matrix products run on (MIT; built once from a pinned
+#   llama-cpp-python source package, a 77 MB download and about 100
+#   CPU-seconds, into $PKV_CACHE/ggml), by examples/gemma3/setup.sh.
 #   Offline without a cached copy, the model's tests and demo are skipped,
-#   saying so. PKV_NO_MODEL=1 skips it.
+#   saying so. PKV_NO_MODEL=1 skips both.
 set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
 opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang

@@ -72,10 +72,14 @@ skip() { # NAME WHY
     printf '%s|skipped|-\n' "$1" >>"$results"
 }
 
-# The model, its weight file and the venv of its checks, which
-# examples/gemma3/setup.sh (run by tests/deps.sh) caches.
+# The model, the venv of its checks and ggml, which
+# examples/gemma3/setup.sh (run by tests/deps.sh) caches; the host is
+# built only when CMake found ggml.
 model_cached() {
-    [ -f "$MODEL/gemma-3-270m.pkvw" ] && [ -x "$MODEL/venv/bin/python" ]
+    [ -f "$MODEL/gemma-3-270m-q4_k_m.gguf" ] &&
+        [ -x "$MODEL/venv/bin/python" ] &&
+        [ -f "$PKV_CACHE/ggml/install/pkv-ggml.txt" ] &&
+        [ -x build/examples/pkv-gemma3 ]
 }
 
 normal_build() {
@@ -95,12 +99,11 @@ intel_tests() {
 }
 
 gemma3_tests() {
-    "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py \
-        "$MODEL/gemma-3-270m-q4_k_m.gguf" build/examples/g3-tokenize \
-        "$MODEL/gemma-3-270m.pkvw"
+    gguf=$MODEL/gemma-3-270m-q4_k_m.gguf
+    "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py "$gguf" \
+        build/examples/g3-tokenize
     OCL_ICD_VENDORS=$POCL_ICD "$MODEL/venv/bin/python" \
-        tests/gemma3/check_reference.py "$MODEL/gemma-3-270m-q4_k_m.gguf" \
-        "$MODEL/gemma-3-270m.pkvw" build/examples/pkv-gemma3 \
+        tests/gemma3/check_reference.py "$gguf" build/examples/pkv-gemma3 \
         build/examples/g3-tokenize cpu opencl
 }
 
@@ -185,9 +188,9 @@ asan_tests() {
     if model_cached; then
         # The tokenizer against SentencePiece again under the sanitizers:
         # invalid UTF-8 and seeded random bytes.
-        "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py \
-            "$MODEL/gemma-3-270m-q4_k_m.gguf" build-asan/examples/g3-tokenize \
-            "$MODEL/gemma-3-270m.pkvw"
+        gguf=$MODEL/gemma-3-270m-q4_k_m.gguf
+        "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py "$gguf" \
+            build-asan/examples/g3-tokenize
     fi
 }
 
@@ -214,11 +217,11 @@ if [ "$built" -eq 0 ]; then
             "the runtime is not installed (PKV_NO_INTEL_RUNTIME)"
     fi
     if model_cached; then
-        run_pass "Gemma 3 270M: tokenizer vs SentencePiece, host vs numpy" \
+        run_pass "Gemma 3 270M on ggml: tokenizer vs SentencePiece, host vs numpy" \
             gemma3_tests
     else
-        skip "Gemma 3 270M: tokenizer vs SentencePiece, host vs numpy" \
-            "the model is not cached (offline, or PKV_NO_MODEL=1)"
+        skip "Gemma 3 270M on ggml: tokenizer vs SentencePiece, host vs numpy" \
+            "the model or ggml is not cached (offline, or PKV_NO_MODEL=1)"
     fi
     run_pass "install; examples/minimal.c via find_package and pkg-config" \
         install_check

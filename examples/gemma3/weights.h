@@ -1,14 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The weight file of the Gemma 3 example host (written once by prepare.py
- * from the GGUF, format in its docstring), mapped read-only: the model's
- * hyperparameters, its tensors by name and its vocabulary.
+ * The Gemma 3 host's model file: llama.cpp's GGUF as shipped, read with
+ * ggml's gguf reader and mapped read-only, so the tensors stay in their
+ * stored types (Q4_K, Q5_0, Q6_K, Q8_0, f32...) for ggml's products. Every
+ * key the host reads is checked for its type and range, and every tensor
+ * for lying inside the file, before anything uses them.
  */
 #ifndef PKV_EXAMPLE_GEMMA3_WEIGHTS_H
 #define PKV_EXAMPLE_GEMMA3_WEIGHTS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct ggml_context;
+struct ggml_tensor;
+struct gguf_context;
 
 typedef struct g3_file_config {
     uint32_t num_layers;
@@ -25,18 +31,8 @@ typedef struct g3_file_config {
     int add_space_prefix;
     float rope_base; /* of the full-attention layers */
     float rms_eps;
+    uint32_t context_length; /* the model's trained context */
 } g3_file_config;
-
-enum { G3_F32 = 0, G3_F16 = 1 };
-
-typedef struct g3_tensor {
-    const char *name;
-    uint32_t dtype; /* G3_F32 or G3_F16 */
-    uint32_t ndim;
-    uint64_t shape[4]; /* outermost first; unused dimensions are 1 */
-    const void *data;
-    uint64_t bytes;
-} g3_tensor;
 
 /* A vocabulary entry: SentencePiece's piece, score and type (1 normal,
  * 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte). */
@@ -49,28 +45,31 @@ typedef struct g3_piece {
 
 typedef struct g3_file {
     g3_file_config config;
-    uint32_t num_tensors;
-    g3_tensor *tensors;
-    g3_piece *vocab; /* vocab_size entries */
+    g3_piece *vocab; /* vocab_size entries; text in gguf's strings */
+    struct gguf_context *gguf;
+    struct ggml_context *tensors; /* the file's tensors, data in map */
+    uint64_t tensor_bytes;        /* of all of them */
     void *map;
     size_t map_size;
 } g3_file;
 
-/* Map and check the file: the magic, the version, every table entry and
- * vocabulary entry inside the file. 0, or -1 with a message in err. */
+/* Read and check the file: a GGUF of architecture gemma3 with a "llama"
+ * (SentencePiece) vocabulary, every tensor inside the file. 0, or -1 with
+ * a message in err (naming a truncated file as such). */
 int g3_file_open(g3_file *f, const char *path, char *err, size_t err_size);
 
-/* The tensor named name with the given dtype and shape (ndim entries,
- * outermost first), or NULL with a message in err naming what differs. */
-const g3_tensor *g3_file_tensor(const g3_file *f, const char *name,
-                                uint32_t dtype, uint32_t ndim,
-                                const uint64_t *shape, char *err,
-                                size_t err_size);
+/* The tensor named name with ndim dimensions ne (ggml's order: the
+ * innermost, contiguous one first), in a type ggml multiplies on the CPU
+ * (f32 only, when f32 is set), or NULL with a message in err naming what
+ * differs. */
+struct ggml_tensor *g3_file_tensor(const g3_file *f, const char *name,
+                                   uint32_t ndim, const int64_t *ne, int f32,
+                                   char *err, size_t err_size);
 
 void g3_file_close(g3_file *f);
 
-/* The weight file's default path, where examples/gemma3/setup.sh writes
- * it: $PKV_CACHE/gemma3/gemma-3-270m.pkvw, PKV_CACHE defaulting to
+/* The model's default path, where examples/gemma3/setup.sh puts it:
+ * $PKV_CACHE/gemma3/gemma-3-270m-q4_k_m.gguf, PKV_CACHE defaulting to
  * $XDG_CACHE_HOME/pkv or ~/.cache/pkv. The caller frees it; NULL when out
  * of memory. */
 char *g3_default_weights_path(void);

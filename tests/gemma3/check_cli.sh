@@ -2,13 +2,13 @@
 # SPDX-License-Identifier: MIT
 # pkv-gemma3's command line. Without the model: --help on stdout (exit 0),
 # a bad argument named (exit 2), an unreadable file named with the
-# system's reason before the model is loaded (exit 1), a missing weight
-# file that says how to make one (exit 1). With the model (its default
-# path, when setup.sh has cached it): invalid UTF-8 in a prompt and in a
-# perplexity text read as U+FFFD (never more ids than bytes + BOS), a
-# prompt past the model's context or --ctx refused before any work,
-# --max-new 2^32 - 1 cut at the context, control-piece texts read as
-# their ids with --parse-special only.
+# system's reason before the model is loaded (exit 1), a missing model
+# file that says how to get one and a bad one why (exit 1). With the model
+# (its default path, when setup.sh has cached it): invalid UTF-8 in a
+# prompt and in a perplexity text read as U+FFFD (never more ids than
+# bytes + BOS), a prompt past the model's context or --ctx refused before
+# any work, --max-new 2^32 - 1 cut at the context, control-piece texts
+# read as their ids with --parse-special only.
 # Usage: check_cli.sh path/to/pkv-gemma3
 set -u
 
@@ -23,9 +23,14 @@ expect 2 "exclude each other" --prompt a --file b
 expect 2 "exclude each other" --perplexity a --agreement
 expect 2 "--logits needs --prompt-ids" --logits x
 expect 2 "--ctx 40000: expected a whole number from 4 to 32768" --ctx 40000
-expect 1 "sh examples/gemma3/setup.sh" --weights "$tmp/none.pkvw"
-printf 'not a weight file' >"$tmp/bad.pkvw"
-expect 1 "not a pkv Gemma 3 weight file" --weights "$tmp/bad.pkvw"
+expect 1 "sh examples/gemma3/setup.sh" --weights "$tmp/none.gguf"
+printf 'not a model file' >"$tmp/bad.gguf"
+expect 1 "not a readable GGUF file: not one, truncated or damaged" \
+    --weights "$tmp/bad.gguf"
+# A GGUF v3 header with no tensors and no keys.
+printf 'GGUF\003\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000' \
+    >"$tmp/empty.gguf"
+expect 1 "no key general.architecture in the file" --weights "$tmp/empty.gguf"
 
 # --help: the usage on stdout, exit 0, with the options it documents.
 "$binary" --help >"$tmp/out" 2>"$tmp/err"
@@ -40,7 +45,7 @@ done
 # (the weight file here does not exist either).
 for option in --perplexity --file --prompt-ids; do
     expect 1 "cannot read $tmp/none: No such file or directory" \
-        --weights "$tmp/none.pkvw" "$option" "$tmp/none"
+        --weights "$tmp/none.gguf" "$option" "$tmp/none"
 done
 expect 1 "cannot read $tmp: Is a directory" --perplexity "$tmp"
 

@@ -3,15 +3,32 @@
 """The Gemma 3 host (pkv-gemma3, f32 KV through pkv) against the
 independent numpy forward pass of reference.py.
 
-Usage: check_reference.py GGUF WEIGHTS PKV_GEMMA3 G3_TOKENIZE [BACKEND...]
+Usage: check_reference.py GGUF PKV_GEMMA3 G3_TOKENIZE [BACKEND...]
 
 The prompt is BOS and the first tokens of /usr/share/common-licenses/GPL-3,
 PROMPT_LEN in all: past the 512-token window of the windowed layers, so
 both kinds of layer are checked beyond the window's edge. For each backend
-(default: cpu), the host's logits at the last LOGIT_ROWS positions must be
-within LOGIT_TOLERANCE of the reference's (the host rounds its weights to
-f16, the reference keeps gguf's f32 dequantization) with the same argmax,
-and its greedy continuation of GREEDY tokens must be the reference's.
+(default: cpu):
+- the host's logits at the last LOGIT_ROWS positions must be within
+  LOGIT_TOLERANCE of the reference's, and within MEAN_TOLERANCE on
+  average. The host multiplies the GGUF's weights as stored through ggml,
+  which rounds each activation row to 8 bits (Q8_0, or Q8_K for the
+  k-quants) before its quantized dot products, and the network amplifies
+  those roundings; the reference dequantizes the weights to f32 and keeps
+  f64 activations. Measured on this prompt: at most 1.60 apart (mean 0.19)
+  on the CPU backend, 1.36 (mean 0.19) on PoCL, on logits up to about 30;
+  the same graph with its weights cast to f32 first stays within 0.012, so
+  the difference is ggml's quantized products, not the host. The
+  tolerances leave about 2x of margin;
+- the argmax must agree at MIN_ARGMAX of the rows at least (measured: 64
+  of 64 on the CPU backend, 62 on PoCL), and at every row whose reference
+  top two logits are more than 2 * LOGIT_TOLERANCE apart;
+- the perplexity of the prompt's own next tokens over those rows must be
+  within PPL_TOLERANCE (relative) of the reference's (measured: -0.3% on
+  the CPU backend, -2.6% on PoCL, over 63 tokens);
+- the host's greedy continuation (decode rows, through pkv's decode path)
+  must be the reference's up to the first token whose reference margin is
+  below NEAR_TIE: a near-tie may flip, and every later token with it.
 
 Exit 0 when they agree, 1 with the first difference, 77 when numpy or
 gguf cannot be imported.
@@ -33,7 +50,11 @@ GPL3 = "/usr/share/common-licenses/GPL-3"
 PROMPT_LEN = 600
 LOGIT_ROWS = 64
 GREEDY = 32
-LOGIT_TOLERANCE = 0.05
+LOGIT_TOLERANCE = 3.0
+MEAN_TOLERANCE = 0.4
+MIN_ARGMAX = 58
+PPL_TOLERANCE = 0.05
+NEAR_TIE = 0.5
 BOS = 2
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -46,58 +67,94 @@ def run(args):
     return r.stdout
 
 
+def perplexity(logits, targets):
+    """exp of the mean negative log-probability of targets, row by row."""
+    x = logits.astype(np.float64)
+    top = x.max(axis=1, keepdims=True)
+    log_z = top[:, 0] + np.log(np.exp(x - top).sum(axis=1))
+    picked = x[np.arange(len(targets)), targets]
+    return float(np.exp(np.mean(log_z - picked)))
+
+
+def check_backend(backend, host, gguf_path, ids_path, ids, want, want_logits):
+    first = PROMPT_LEN - LOGIT_ROWS
+    vocab = want_logits.shape[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        got_path = os.path.join(tmp, f"{backend}.logits")
+        common = ["--weights", gguf_path, "--prompt-ids", ids_path,
+                  "--kv", "f32", "--backend", backend]
+        run([host, *common, "--logits", got_path,
+             "--logits-from", str(first)])
+        got = np.fromfile(got_path, dtype="<f4").reshape(LOGIT_ROWS, vocab)
+    diff = np.abs(got.astype(np.float64) - want_logits)
+    worst = np.unravel_index(np.argmax(diff), diff.shape)
+    if diff[worst] > LOGIT_TOLERANCE:
+        sys.exit(f"FAIL: {backend}: logit of token {worst[1]} at "
+                 f"position {first + worst[0]} differs by "
+                 f"{diff[worst]:.4f} (> {LOGIT_TOLERANCE})")
+    if diff.mean() > MEAN_TOLERANCE:
+        sys.exit(f"FAIL: {backend}: logits differ by {diff.mean():.4f} on "
+                 f"average (> {MEAN_TOLERANCE})")
+    argmax = got.argmax(axis=1).tolist()
+    equal = 0
+    for i, (a, b) in enumerate(zip(argmax, want["argmax"][first:])):
+        equal += a == b
+        if a != b and want["margin"][first + i] > 2 * LOGIT_TOLERANCE:
+            sys.exit(f"FAIL: {backend}: argmax {a} != reference {b} at "
+                     f"position {first + i}, no near-tie")
+    if equal < MIN_ARGMAX:
+        sys.exit(f"FAIL: {backend}: argmax equal at {equal} of "
+                 f"{LOGIT_ROWS} rows (< {MIN_ARGMAX})")
+    # Row i predicts token first + i + 1: the last row has no target.
+    targets = np.array(ids[first + 1:])
+    ppl_got = perplexity(got[:-1], targets)
+    ppl_want = perplexity(want_logits[:-1], targets)
+    if abs(ppl_got / ppl_want - 1) > PPL_TOLERANCE:
+        sys.exit(f"FAIL: {backend}: perplexity {ppl_got:.4f} vs reference "
+                 f"{ppl_want:.4f}")
+    out = json.loads(run([host, *common, "--max-new", str(GREEDY),
+                          "--temperature", "0", "--json"]))
+    tokens = out["requests"][0]["tokens"]
+    compared = 0
+    for a, b, gap in zip(tokens, want["greedy"], want["greedy_margin"]):
+        if gap < NEAR_TIE:
+            break
+        if a != b:
+            sys.exit(f"FAIL: {backend}: greedy {tokens} != reference "
+                     f"{want['greedy']} at token {compared} (reference "
+                     f"margin {gap:.3f})")
+        compared += 1
+    print(f"check_reference: {backend}: logits at positions "
+          f"{first}..{PROMPT_LEN - 1} within {diff.max():.4f} (mean "
+          f"{diff.mean():.4f}), argmax equal at {equal} of {LOGIT_ROWS}, "
+          f"perplexity {ppl_got:.4f} vs {ppl_want:.4f}, greedy equal for "
+          f"{compared} tokens up to the first near-tie")
+
+
 def main(argv):
-    if len(argv) < 5:
+    if len(argv) < 4:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    gguf_path, weights, host, tokenize = argv[1:5]
-    backends = argv[5:] or ["cpu"]
+    gguf_path, host, tokenize = argv[1:4]
+    backends = argv[4:] or ["cpu"]
     text_ids = [int(t) for t in run([tokenize, "--file", GPL3,
-                                     weights]).split()]
+                                     gguf_path]).split()]
     ids = [BOS] + text_ids[:PROMPT_LEN - 1]
-    vocab = None
     with tempfile.TemporaryDirectory() as tmp:
         ids_path = os.path.join(tmp, "ids")
         with open(ids_path, "w") as f:
             f.write(" ".join(map(str, ids)) + "\n")
-        first = PROMPT_LEN - LOGIT_ROWS
         ref = os.path.join(tmp, "ref")
         run([sys.executable, os.path.join(HERE, "reference.py"), gguf_path,
-             ids_path, ref, "--logits-from", str(first), "--greedy",
-             str(GREEDY)])
+             ids_path, ref, "--logits-from", str(PROMPT_LEN - LOGIT_ROWS),
+             "--greedy", str(GREEDY)])
         with open(ref + ".json") as f:
             want = json.load(f)
         want_logits = np.fromfile(ref + ".logits", dtype="<f4")
-        vocab = want_logits.size // LOGIT_ROWS
-        want_logits = want_logits.reshape(LOGIT_ROWS, vocab)
+        want_logits = want_logits.reshape(LOGIT_ROWS, -1)
         for backend in backends:
-            got_path = os.path.join(tmp, f"{backend}.logits")
-            common = ["--weights", weights, "--prompt-ids", ids_path,
-                      "--kv", "f32", "--backend", backend]
-            run([host, *common, "--logits", got_path,
-                 "--logits-from", str(first)])
-            got = np.fromfile(got_path, dtype="<f4").reshape(LOGIT_ROWS,
-                                                             vocab)
-            diff = np.abs(got.astype(np.float64) - want_logits)
-            worst = np.unravel_index(np.argmax(diff), diff.shape)
-            if diff[worst] > LOGIT_TOLERANCE:
-                sys.exit(f"FAIL: {backend}: logit of token {worst[1]} at "
-                         f"position {first + worst[0]} differs by "
-                         f"{diff[worst]:.4f} (> {LOGIT_TOLERANCE})")
-            argmax = got.argmax(axis=1).tolist()
-            if argmax != want["argmax"][first:]:
-                sys.exit(f"FAIL: {backend}: argmax {argmax} != reference "
-                         f"{want['argmax'][first:]}")
-            out = json.loads(run([host, *common, "--max-new", str(GREEDY),
-                                  "--temperature", "0", "--json"]))
-            tokens = out["requests"][0]["tokens"]
-            if tokens != want["greedy"]:
-                sys.exit(f"FAIL: {backend}: greedy {tokens} != reference "
-                         f"{want['greedy']}")
-            print(f"check_reference: {backend}: logits at positions "
-                  f"{first}..{PROMPT_LEN - 1} within {diff.max():.4f} "
-                  f"(mean {diff.mean():.5f}), same argmax; {GREEDY} greedy "
-                  f"tokens equal")
+            check_backend(backend, host, gguf_path, ids_path, ids, want,
+                          want_logits)
     return 0
 
 

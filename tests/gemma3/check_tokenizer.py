@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """The Gemma 3 host's tokenizer against SentencePiece itself.
 
-Usage: check_tokenizer.py GGUF G3_TOKENIZE_BINARY WEIGHTS
+Usage: check_tokenizer.py GGUF G3_TOKENIZE_BINARY
                           [--llama-tokenize LLAMA_TOKENIZE_BINARY]
 
 A SentencePiece model is rebuilt from the GGUF's vocabulary (the pieces,
@@ -11,8 +11,8 @@ tokenizer.model) and loaded with PyPI sentencepiece; its ids for the
 strings below, for invalid UTF-8, for a few hundred seeded random byte
 strings (valid and invalid UTF-8), and for
 /usr/share/common-licenses/GPL-3 when present, must equal g3-tokenize's
-(built from tests/gemma3/tokenize.c on the weight file prepare.py made
-from the same GGUF; it also checks each count against
+(built from tests/gemma3/tokenize.c, reading the vocabulary of the same
+GGUF through ggml's gguf reader; it also checks each count against
 g3_tokenize_bound). With --parse-special, the texts of control pieces
 must read as their ids and the text between them as SentencePiece reads
 it. g3-tokenize --decode then checks every valid string decodes back.
@@ -258,9 +258,9 @@ def sp_model(gguf_path):
     return sp, control
 
 
-def g3_lines(binary, weights, strings, decode=False, flags=()):
+def g3_lines(binary, gguf_path, strings, decode=False, flags=()):
     args = [binary] + (["--decode"] if decode else []) + list(flags) + \
-        [weights]
+        [gguf_path]
     text = "".join(escape(s) + "\n" for s in strings)
     r = subprocess.run(args, input=text.encode(), capture_output=True)
     if r.returncode != 0:
@@ -335,16 +335,16 @@ def llama_ids(binary, gguf_path, s):
 
 def main(argv):
     llama = None
-    if len(argv) == 6 and argv[4] == "--llama-tokenize":
-        llama = argv[5]
-        argv = argv[:4]
-    if len(argv) != 4:
+    if len(argv) == 5 and argv[3] == "--llama-tokenize":
+        llama = argv[4]
+        argv = argv[:3]
+    if len(argv) != 3:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    gguf_path, binary, weights = argv[1:]
+    gguf_path, binary = argv[1:]
     sp, control = sp_model(gguf_path)
 
-    lines = g3_lines(binary, weights, STRINGS + LLAMA_ONLY)
+    lines = g3_lines(binary, gguf_path, STRINGS + LLAMA_ONLY)
     got = dict(zip(STRINGS + LLAMA_ONLY, map(ids_of, lines)))
     tokens = 0
     for s in STRINGS:
@@ -354,13 +354,13 @@ def main(argv):
 
     randoms = random_strings()
     invalid = INVALID + randoms
-    for s, line in zip(invalid, g3_lines(binary, weights, invalid)):
+    for s, line in zip(invalid, g3_lines(binary, gguf_path, invalid)):
         compare("bytes", s, sp.encode(s), ids_of(line))
     bad = sum(not valid_utf8(s) for s in invalid)
     checked += f", {len(invalid)} byte strings ({bad} invalid UTF-8)"
 
     specials = special_strings(control)
-    lines = g3_lines(binary, weights, specials, flags=["--parse-special"])
+    lines = g3_lines(binary, gguf_path, specials, flags=["--parse-special"])
     for s, line in zip(specials, lines):
         compare("--parse-special", s, special_ids(sp, control, s),
                 ids_of(line), "control ids + SentencePiece")
@@ -369,7 +369,7 @@ def main(argv):
     if os.path.exists(GPL3):
         with open(GPL3, "rb") as f:
             text = f.read().decode("utf-8")
-        r = subprocess.run([binary, "--file", GPL3, weights],
+        r = subprocess.run([binary, "--file", GPL3, gguf_path],
                            capture_output=True)
         if r.returncode != 0:
             fail(f"g3-tokenize --file {GPL3}: "
@@ -379,7 +379,7 @@ def main(argv):
         checked += f", GPL-3 ({len(gpl)} tokens; " \
                    f"{r.stderr.decode().strip().split(', ')[-1]})"
 
-    g3_lines(binary, weights,
+    g3_lines(binary, gguf_path,
              [s for s in STRINGS + LLAMA_ONLY if s not in NO_ROUND_TRIP] +
              [s for s in randoms if valid_utf8(s)], decode=True)
     checked += ", all decode back"

@@ -27,8 +27,9 @@ Usage: reference.py GGUF IDS_FILE OUT_PREFIX [--logits-from K] [--greedy N]
   IDS_FILE   whitespace-separated token ids (used as is; no BOS is added)
   OUT.logits float32 little-endian logits of prompt rows K..n-1, vocab each
              (default K = max(0, n - 64))
-  OUT.json   {"n", "logits_from", "argmax": per prompt row,
-              "greedy": N tokens of greedy continuation}
+  OUT.json   {"n", "logits_from", "argmax" and "margin" (top-1 minus
+              top-2 logit) per prompt row, "greedy": N tokens of greedy
+              continuation, "greedy_margin": the margin of each}
 """
 import argparse
 import json
@@ -150,23 +151,29 @@ class Gemma3:
     def logits(self, h, sink=None, first=0):
         """Tied-head logits of hidden rows h [n][n_embd], chunked over the vocab.
 
-        Returns the argmax of every row (first maximum on ties). If `sink`
-        ([n - first][vocab]) is given, rows first..n-1 are stored there."""
+        Returns the argmax of every row (first maximum on ties) and its
+        margin over the second largest logit. If `sink` ([n - first][vocab])
+        is given, rows first..n-1 are stored there."""
         n = h.shape[0]
         h32 = h.astype(np.float32)
         best = np.full(n, -np.inf)
+        second = np.full(n, -np.inf)
         arg = np.zeros(n, dtype=np.int64)
+        rows = np.arange(n)
         for c in range(0, self.n_vocab, VOCAB_CHUNK):
             lg = h32 @ self.embd[c:c + VOCAB_CHUNK].T   # [n, chunk], float32
             if self.softcap:
                 lg = np.tanh(lg / self.softcap) * self.softcap
             j = lg.argmax(axis=1)
-            val = lg[np.arange(n), j]
+            val = lg[rows, j].astype(np.float64)
+            top2 = np.partition(lg, -2, axis=1)[:, -2].astype(np.float64)
             upd = val > best
+            second = np.where(upd, np.maximum(best, top2),
+                              np.maximum(second, val))
             best[upd], arg[upd] = val[upd], j[upd] + c
             if sink is not None:
                 sink[:, c:c + lg.shape[1]] = lg[first:]
-        return arg
+        return arg, best - second
 
 
 def main():
@@ -202,23 +209,27 @@ def main():
     else:
         open(a.out_prefix + ".logits", "wb").close()
         sink = None
-    argmax = model.logits(h, sink, first)
+    argmax, margin = model.logits(h, sink, first)
     if sink is not None:
         sink.flush()
         del sink
     t2 = time.time()
 
-    greedy = []
-    nxt = int(argmax[-1])
+    greedy, greedy_margin = [], []
+    nxt, gap = int(argmax[-1]), float(margin[-1])
     for i in range(a.greedy):
         greedy.append(nxt)
+        greedy_margin.append(gap)
         if i + 1 < a.greedy:
-            nxt = int(model.logits(model.forward(np.array([nxt]), cache))[0])
+            arg, mar = model.logits(model.forward(np.array([nxt]), cache))
+            nxt, gap = int(arg[0]), float(mar[0])
     t3 = time.time()
 
     with open(a.out_prefix + ".json", "w") as f:
-        json.dump({"n": n, "logits_from": first, "argmax": [int(t) for t in argmax],
-                   "greedy": greedy}, f)
+        json.dump({"n": n, "logits_from": first,
+                   "argmax": [int(t) for t in argmax],
+                   "margin": [float(g) for g in margin],
+                   "greedy": greedy, "greedy_margin": greedy_margin}, f)
         f.write("\n")
     print(f"reference: load {t1 - t0:.1f}s, prompt {n} tokens {t2 - t1:.1f}s, "
           f"greedy {a.greedy} tokens {t3 - t2:.1f}s", file=sys.stderr)
