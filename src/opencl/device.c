@@ -164,9 +164,12 @@ pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out)
             char dname[PKV__CL_NAME_MAX];
             pkv__cl_device_string(devs[i], CL_DEVICE_NAME, dname,
                                   sizeof dname);
+            /* The list is for a message: a long one is cut, and an
+             * encoding error leaves it as it was. */
             size_t used = strlen(seen);
-            snprintf(seen + used, sizeof seen - used, "%s'%s / %s'",
-                     used ? ", " : "", pname, dname);
+            if (snprintf(seen + used, sizeof seen - used, "%s'%s / %s'",
+                         used ? ", " : "", pname, dname) < 0)
+                seen[used] = '\0';
             cl_device_type type = 0;
             clGetDeviceInfo(devs[i], CL_DEVICE_TYPE, sizeof type, &type,
                             NULL);
