@@ -5,7 +5,7 @@ one window, the two sides alternating, threads equal.
 
     python3 bench/peer.py [--runs N] [--threads N] [--only W[,W...]]
                           [--json FILE|-] [--pkv-gemma3 PATH]
-                          [--pkv-bench PATH]
+                          [--pkv-bench PATH] [--llama-bin DIR] [--gguf PATH]
 
 llama.cpp's tools (llama-bench, llama-server) are built once from the
 pinned PyPI source package that the Gemma 3 host's ggml comes from
@@ -207,6 +207,8 @@ class Figures:
             self.order.append(key)
         self.values[key].append(value)
         self.loads[key].append(load_avg)
+        progress(f"{key[0]} ({key[1]}, {key[2]}): {value:.2f} "
+                 f"(load {load_avg:.2f})")
 
 
 # ------------------------------------------------------------ pkv's side
@@ -342,7 +344,7 @@ def llama_bench(opt, p, n):
 class Server:
     """llama-server on a free loopback port, its log in a file."""
 
-    def __init__(self, opt, slots, ctx):
+    def __init__(self, opt, slots, ctx, verbose=False):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -354,7 +356,7 @@ class Server:
              "--host", "127.0.0.1", "--port", str(self.port),
              "-t", str(opt.threads), "-tb", str(opt.threads),
              "-np", str(slots), "-c", str(ctx), "--cache-ram", "0",
-             "--no-webui"],
+             "--no-webui"] + (["-v"] if verbose else []),
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -374,14 +376,16 @@ class Server:
         fail("llama-server did not come up in 120 s")
 
     def kv_bytes_per_token(self):
-        """Bytes of K and V per token over all layers, from the load log:
-        each KV cache (the full layers' and the window's) prints its size
-        over its cells."""
+        """Bytes of K and V per token over all layers, from the load log
+        (a verbose server's): each KV cache (the full layers' and the
+        window's) prints its size over its cells, per sequence stream."""
         self.log.seek(0)
         total = 0.0
         for m in re.finditer(r"llama_kv_cache: size = +([0-9.]+) MiB "
-                             r"\( *([0-9]+) cells", self.log.read()):
-            total += float(m.group(1)) * 1048576 / int(m.group(2))
+                             r"\( *([0-9]+) cells, +[0-9]+ layers, "
+                             r"+[0-9]+/([0-9]+) seqs", self.log.read()):
+            total += (float(m.group(1)) * 1048576 /
+                      (int(m.group(2)) * int(m.group(3))))
         return total
 
     def stop(self):
@@ -485,11 +489,10 @@ def prefill_round(opt, fig, llama_first, ids_path):
                 la)
 
 
-def demo_round(opt, fig, llama_first, kv_bytes):
+def demo_round(opt, fig, llama_first):
     def llama():
         server = Server(opt, 32, 32 * 128)
         try:
-            kv_bytes["llama.cpp f16"] = server.kv_bytes_per_token()
             reqs = [{"prompt": t, "n_predict": DEMO_NEW}
                     for t in demo_texts()]
             r = drive(server.port, reqs, 600)
@@ -615,6 +618,8 @@ def main():
                                          "pkv-gemma3"))
     ap.add_argument("--pkv-bench",
                     default=os.path.join(ROOT, "build", "bench", "pkv-bench"))
+    ap.add_argument("--llama-bin",
+                    help="llama.cpp's tools already built there: no build")
     ap.add_argument("--gguf", default=os.path.join(
         pkv_cache(), "gemma3", "gemma-3-270m-q4_k_m.gguf"))
     opt = ap.parse_args()
@@ -630,7 +635,7 @@ def main():
                  "build of pkv make it)")
     opt.json = (sys.stdout if opt.json == "-" else
                 open(opt.json, "w") if opt.json else None)
-    opt.bins = build_llama(pkv_cache())
+    opt.bins = opt.llama_bin or build_llama(pkv_cache())
     opt.vocab = 262144  # Gemma 3's vocabulary, which the trace draws from
     opt.decode_prompt = ("Here is a long story about a lighthouse keeper "
                          "and the ships she saved:")
@@ -654,9 +659,14 @@ def main():
                 elif w == "prefill":
                     prefill_round(opt, fig, llama_first, ids.name)
                 elif w == "demo":
-                    demo_round(opt, fig, llama_first, kv_bytes)
+                    demo_round(opt, fig, llama_first)
                 else:
                     trace_round(opt, fig, llama_first)
+    if "demo" in work or "trace" in work:
+        # A verbose server logs every step too: this one only loads.
+        server = Server(opt, 32, 32 * 128, verbose=True)
+        kv_bytes["llama.cpp f16"] = server.kv_bytes_per_token()
+        server.stop()
     for name, b in pkv_kv_bytes(opt).items():
         kv_bytes["pkv " + name] = b
     report(opt, fig, kv_bytes)
