@@ -38,8 +38,9 @@ KV bytes per token: llama.cpp's from the KV buffers llama-server prints at
 load (every layer's K and V for one token), pkv's from pkv-bench memory's
 formats table (Gemma 3's head_dim 256, block 16) times its 18 layers.
 
-Time: about 12 minutes on a 2-core machine at --runs 3 (the trace is most
-of it); --runs 5 about 20. The load average (1 minute) is sampled beside
+Time: sized for about 10-15 minutes on a quiet 2-core machine at --runs 3
+(the trace most of it; an estimate from single runs); a loaded machine
+takes several times that. The load average (1 minute) is sampled beside
 every measurement: the machine may be shared, so read medians and ratios.
 """
 import argparse
