@@ -379,15 +379,17 @@ class Server:
     def kv_bytes_per_token(self):
         """Bytes of K and V per token over all layers, from the load log
         (a verbose server's): each KV cache (the full layers' and the
-        window's) prints its size over its cells, per sequence stream."""
+        window's) prints its size over its cells, per sequence stream.
+        The server creates its context more than once while it loads:
+        one figure per cache, keyed by its layer count."""
         self.log.seek(0)
-        total = 0.0
+        caches = {}
         for m in re.finditer(r"llama_kv_cache: size = +([0-9.]+) MiB "
-                             r"\( *([0-9]+) cells, +[0-9]+ layers, "
+                             r"\( *([0-9]+) cells, +([0-9]+) layers, "
                              r"+[0-9]+/([0-9]+) seqs", self.log.read()):
-            total += (float(m.group(1)) * 1048576 /
-                      (int(m.group(2)) * int(m.group(3))))
-        return total
+            caches[m.group(3)] = (float(m.group(1)) * 1048576 /
+                                  (int(m.group(2)) * int(m.group(4))))
+        return sum(caches.values())
 
     def stop(self):
         self.proc.terminate()
