@@ -168,7 +168,10 @@ def build_llama(cache):
             if m.name.startswith(prefix) and len(m.name) > len(prefix):
                 m.name = m.name[len(prefix):]
                 members.append(m)
-        tar.extractall(src, members=members, filter="data")
+        # The "data" filter (no links out of src) where this Python has
+        # it: 3.11.4 and later.
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(src, members=members, **safe)
     progress("llama.cpp: building " + ", ".join(TOOLS) +
              (" on the host's ggml" if ggml_dir else " and its ggml") +
              f" (nice, -j2; about 10 minutes on 2 cores) in {build}")
