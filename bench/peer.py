@@ -1,0 +1,682 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""pkv-gemma3 head to head with llama.cpp: the same GGUF, the same machine,
+one window, the two sides alternating, threads equal.
+
+    python3 bench/peer.py [--runs N] [--threads N] [--only W[,W...]]
+                          [--json FILE|-] [--pkv-gemma3 PATH]
+                          [--pkv-bench PATH] [--llama-bin DIR] [--gguf PATH]
+
+llama.cpp's tools (llama-bench, llama-server) are built once from the
+pinned PyPI source package that the Gemma 3 host's ggml comes from
+(llama-cpp-python 0.3.36, sha256 checked) into $PKV_CACHE/llama.cpp
+(PKV_CACHE defaulting to ~/.cache/pkv): CPU only, static, no OpenSSL, no
+web UI. When the host's ggml build is cached ($PKV_CACHE/ggml/install,
+built by examples/gemma3/ggml.sh from the same package) llama.cpp links
+that very library, so both sides run the same matrix products; otherwise
+it builds the vendored ggml with the same options. The build is niced.
+
+Workloads (--only picks some; all by default), each run once a side per
+round, the sides alternating (llama.cpp first in even rounds):
+  decode   batch-1 decode tokens/s: llama-bench -p 0 -n 64 (tg64) against
+           pkv-gemma3 on one short prompt, 64 new tokens, KV f16, u8, u4.
+           pkv's figure is (generated - 1) / (seconds at 64 - seconds at
+           1): the prompt's step taken out, as tg64 has no prompt.
+  prefill  prompt tokens/s at 512 tokens: llama-bench -p 512 -n 0 against
+           pkv-gemma3's first token of a 512-token prompt (--prompt-ids).
+  demo     pkv-gemma3's demo (32 requests sharing a 31-token preamble, 48
+           new tokens, greedy) against llama-server -np 32 given the same
+           32 texts at once by 32 clients (streamed, greedy, 48 tokens).
+           llama-server rather than llama-parallel: it takes the demo's own
+           texts and reports each request's first token, where
+           llama-parallel draws its own prompts and prints totals only.
+  trace    pkv-bench serve --model gemma3 --quick (20 requests, Poisson
+           arrivals at 2x what the engine sustains, random-token prompts)
+           against llama-server -np 16 given the same prompts, output
+           lengths and arrival times by a load generator on loopback.
+KV bytes per token: llama.cpp's from the KV buffers llama-server prints at
+load (every layer's K and V for one token), pkv's from pkv-bench memory's
+formats table (Gemma 3's head_dim 256, block 16) times its 18 layers.
+
+Time: sized for about 10-15 minutes on a quiet 2-core machine at --runs 3
+(the trace most of it; an estimate from single runs); a loaded machine
+takes several times that. The load average (1 minute) is sampled beside
+every measurement: the machine may be shared, so read medians and ratios.
+"""
+import argparse
+import hashlib
+import http.client
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+
+VERSION = "0.3.36"
+SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
+TOOLS = ["llama-bench", "llama-server"]
+# The options of examples/gemma3/ggml.sh, so that a vendored ggml build is
+# the host's; llama.cpp's own are the defaults but for what needs network
+# (OpenSSL, the web UI's prebuilt assets) and what is not measured.
+GGML_OPTIONS = ["-DGGML_NATIVE=ON", "-DGGML_OPENMP=OFF", "-DGGML_BLAS=OFF",
+                "-DGGML_BACKEND_DL=OFF", "-DGGML_LLAMAFILE=ON"]
+LLAMA_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
+                 "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                 "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF",
+                 "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+                 "-DLLAMA_BUILD_APP=OFF"]
+GEMMA3_LAYERS = 18
+DEMO_NEW = 48
+DECODE_NEW = 64
+PREFILL_LEN = 512
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def progress(msg):
+    print("... " + msg, file=sys.stderr, flush=True)
+
+
+def fail(msg):
+    print("peer: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def pkv_cache():
+    xdg = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
+    return os.environ.get("PKV_CACHE", os.path.join(xdg, "pkv"))
+
+
+def load():
+    return os.getloadavg()[0]
+
+
+def run_step(log, cmd, nice=False):
+    """Run cmd with its output in log; on failure show the log's tail."""
+    if nice:
+        cmd = ["nice", "-n", "10"] + cmd
+    with open(log, "w") as f:
+        if subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode:
+            with open(log) as g:
+                sys.stderr.write("".join(g.readlines()[-30:]))
+            fail("failed: " + " ".join(cmd))
+
+
+# ------------------------------------------------------------ the build
+
+def host_ggml(cache):
+    """The host's cached ggml install when it comes from the same package."""
+    prefix = os.path.join(cache, "ggml", "install")
+    try:
+        with open(os.path.join(prefix, "pkv-ggml.txt")) as f:
+            stamp = f.read()
+    except OSError:
+        return None
+    if f"llama-cpp-python {VERSION} sha256 {SHA256}" not in stamp:
+        return None
+    return os.path.join(prefix, "lib", "cmake", "ggml")
+
+
+def build_llama(cache):
+    """llama.cpp's tools in $PKV_CACHE/llama.cpp/build/bin, built once."""
+    top = os.path.join(cache, "llama.cpp")
+    bins = os.path.join(top, "build", "bin")
+    ggml_dir = host_ggml(cache)
+    options = LLAMA_OPTIONS + (
+        ["-DLLAMA_USE_SYSTEM_GGML=ON", "-Dggml_DIR=" + ggml_dir]
+        if ggml_dir else GGML_OPTIONS)
+    stamp = f"llama-cpp-python {VERSION} sha256 {SHA256} " + " ".join(
+        options + TOOLS)
+    stamp_path = os.path.join(top, "pkv-llama.txt")
+    if os.path.exists(stamp_path) and open(stamp_path).read() == stamp:
+        return bins
+    os.makedirs(top, exist_ok=True)
+    sdist = os.path.join(top, SDIST)
+    if not os.path.exists(sdist):
+        progress(f"llama.cpp: downloading llama-cpp-python {VERSION}'s "
+                 f"source (about 77 MB, MIT) into {top}")
+        # pip's download of a source package runs its build backend's
+        # metadata step; nothing is installed.
+        run_step(os.path.join(top, "download.log"),
+                 [sys.executable, "-m", "pip", "download",
+                  "--disable-pip-version-check", "--no-deps",
+                  "--no-binary", ":all:", "-d", top,
+                  f"llama-cpp-python=={VERSION}"])
+    digest = hashlib.sha256()
+    with open(sdist, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != SHA256:
+        fail(f"{sdist}: sha256 differs from the pinned one")
+    src = os.path.join(top, "src")
+    build = os.path.join(top, "build")
+    if os.path.exists(stamp_path):
+        os.remove(stamp_path)
+    subprocess.run(["rm", "-rf", src, build], check=True)
+    prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+    with tarfile.open(sdist) as tar:
+        members = []
+        for m in tar.getmembers():
+            if m.name.startswith(prefix) and len(m.name) > len(prefix):
+                m.name = m.name[len(prefix):]
+                members.append(m)
+        # The "data" filter (no links out of src) where this Python has
+        # it: 3.11.4 and later.
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(src, members=members, **safe)
+    progress("llama.cpp: building " + ", ".join(TOOLS) +
+             (" on the host's ggml" if ggml_dir else " and its ggml") +
+             f" (nice, -j2; about 10 minutes on 2 cores) in {build}")
+    run_step(os.path.join(top, "configure.log"),
+             ["cmake", "-S", src, "-B", build] + options, nice=True)
+    run_step(os.path.join(top, "build.log"),
+             ["cmake", "--build", build, "-j2", "--target"] + TOOLS,
+             nice=True)
+    with open(stamp_path, "w") as f:
+        f.write(stamp)
+    return bins
+
+
+# ------------------------------------------------------------ statistics
+
+def percentile(values, p):
+    """As bench_serve.c's: the sorted value nearest p of the way along."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    i = int(p * (len(s) - 1) + 0.5)
+    return s[min(i, len(s) - 1)]
+
+
+class Figures:
+    """Every run's value of each (workload, metric, side), with the load."""
+
+    def __init__(self):
+        self.values = {}
+        self.loads = {}
+        self.order = []
+
+    def add(self, key, value, load_avg):
+        if key not in self.values:
+            self.values[key] = []
+            self.loads[key] = []
+            self.order.append(key)
+        self.values[key].append(value)
+        self.loads[key].append(load_avg)
+        progress(f"{key[0]} ({key[1]}, {key[2]}): {value:.2f} "
+                 f"(load {load_avg:.2f})")
+
+
+# ------------------------------------------------------------ pkv's side
+
+def run_pkv_gemma3(binary, args):
+    out = subprocess.run([binary] + args + ["--json"], capture_output=True,
+                         text=True)
+    if out.returncode:
+        fail(f"{binary} {' '.join(args)}: {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+
+def pkv_decode(opt, kv):
+    """Decode tokens/s: 64 new tokens less the prompt's step."""
+    common = ["--prompt", opt.decode_prompt, "--kv", kv, "--backend", "cpu",
+              "--threads", str(opt.threads), "--temperature", "0"]
+    one = run_pkv_gemma3(opt.pkv_gemma3, common + ["--max-new", "1"])
+    full = run_pkv_gemma3(opt.pkv_gemma3,
+                          common + ["--max-new", str(DECODE_NEW)])
+    if full["generated"] < DECODE_NEW:
+        progress(f"pkv decode: the prompt stopped at {full['generated']} "
+                 "tokens (end of text)")
+    return (full["generated"] - 1) / (full["seconds"] - one["seconds"])
+
+
+def pkv_prefill(opt, ids_path):
+    r = run_pkv_gemma3(opt.pkv_gemma3,
+                       ["--prompt-ids", ids_path, "--max-new", "1",
+                        "--kv", "f16", "--backend", "cpu",
+                        "--threads", str(opt.threads)])
+    return PREFILL_LEN / r["seconds"]
+
+
+def pkv_demo(opt):
+    r = run_pkv_gemma3(opt.pkv_gemma3,
+                       ["--max-new", str(DEMO_NEW), "--kv", "f16",
+                        "--backend", "cpu", "--threads", str(opt.threads)])
+    return r["generated"] / r["seconds"], r["generated"]
+
+
+def pkv_trace(opt):
+    """pkv-bench serve's continuous run, and the rate it chose."""
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as js:
+        out = subprocess.run([opt.pkv_bench, "serve", "--model", "gemma3",
+                              "--quick", "--json", js.name],
+                             capture_output=True, text=True)
+        if out.returncode:
+            fail("pkv-bench serve: " + out.stderr.strip()[-2000:])
+        lines = [json.loads(x) for x in js.read().splitlines() if x]
+    rate = float(re.search(r"Poisson arrivals at ([0-9.]+)/s",
+                           out.stdout).group(1))
+    for r in lines:
+        if r.get("bench") == "serve" and r.get("mode") == "continuous":
+            return r, rate
+    fail("pkv-bench serve wrote no continuous result")
+
+
+def pkv_kv_bytes(opt):
+    """Bytes per token over Gemma 3's layers, from pkv-bench memory."""
+    out = subprocess.run([opt.pkv_bench, "memory", "--quick", "--json", "-"],
+                         capture_output=True, text=True)
+    if out.returncode:
+        fail("pkv-bench memory: " + out.stderr.strip()[-2000:])
+    per_head = {}
+    for line in out.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        if (r.get("workload") == "formats" and r["head_dim"] == 256 and
+                r["block_size"] == 16):
+            per_head[r["format"]] = r["bytes_per_token"]
+    # Gemma 3 270M: one kv head in each of its layers.
+    return {k: GEMMA3_LAYERS * v for k, v in per_head.items()
+            if k in ("f16", "u8", "u4", "u8k-u4v")}
+
+
+# ------------------------------------------------------------ the trace
+
+def host_rand(state):
+    """examples/host/sample.c's host_rand (splitmix64); state is a list."""
+    m = (1 << 64) - 1
+    state[0] = (state[0] + 0x9E3779B97F4A7C15) & m
+    z = state[0]
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+def host_uniform(state):
+    return ((host_rand(state) >> 11) + 0.5) / 9007199254740992.0
+
+
+def host_normal(state):
+    u1, u2 = host_uniform(state), host_uniform(state)
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(6.283185307179586 * u2)
+
+
+def lognormal_len(state, median, sigma, lo, hi):
+    x = median * math.exp(sigma * host_normal(state))
+    return lo if x < lo else hi if x > hi else int(x)
+
+
+def serve_trace(n, vocab, rate):
+    """bench_serve.c's make_trace(n, vocab, 2024) and set_arrivals(rate,
+    1): prompts, output lengths and arrival times."""
+    rng = [2024]
+    reqs = []
+    for _ in range(n):
+        prompt_len = lognormal_len(rng, 48, 0.6, 4, 512)
+        output_len = lognormal_len(rng, 32, 1.0, 2, 128)
+        prompt = [host_rand(rng) % vocab for _ in range(prompt_len)]
+        reqs.append({"prompt": prompt, "n_predict": output_len})
+    rng = [1 ^ 0xA5A5A5A5]
+    at = 0.0
+    for r in reqs:
+        r["arrival"] = at
+        at += -math.log(host_uniform(rng)) / rate
+    return reqs
+
+
+# ------------------------------------------------------------ llama.cpp's side
+
+def llama_bench(opt, p, n):
+    out = subprocess.run([os.path.join(opt.bins, "llama-bench"), "-m",
+                          opt.gguf, "-t", str(opt.threads), "-p", str(p),
+                          "-n", str(n), "-r", "1", "-o", "jsonl"],
+                         capture_output=True, text=True)
+    if out.returncode:
+        fail("llama-bench: " + out.stderr.strip()[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])["avg_ts"]
+
+
+class Server:
+    """llama-server on a free loopback port, its log in a file."""
+
+    def __init__(self, opt, slots, ctx, verbose=False):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")
+        # --cache-ram 0: no prompt cache in host memory, so that a round
+        # cannot reuse the last round's prompts; a server per round anyway.
+        self.proc = subprocess.Popen(
+            [os.path.join(opt.bins, "llama-server"), "-m", opt.gguf,
+             "--host", "127.0.0.1", "--port", str(self.port),
+             "-t", str(opt.threads), "-tb", str(opt.threads),
+             "-np", str(slots), "-c", str(ctx), "--cache-ram", "0",
+             "--no-webui"] + (["-v"] if verbose else []),
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                fail("llama-server exited:\n" + self.log.read()[-2000:])
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port,
+                                               timeout=5)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        fail("llama-server did not come up in 120 s")
+
+    def kv_bytes_per_token(self):
+        """Bytes of K and V per token over all layers, from the load log
+        (a verbose server's): each KV cache (the full layers' and the
+        window's) prints its size over its cells, per sequence stream.
+        The server creates its context more than once while it loads:
+        one figure per cache, keyed by its layer count."""
+        self.log.seek(0)
+        caches = {}
+        for m in re.finditer(r"llama_kv_cache: size = +([0-9.]+) MiB "
+                             r"\( *([0-9]+) cells, +([0-9]+) layers, "
+                             r"+[0-9]+/([0-9]+) seqs", self.log.read()):
+            caches[m.group(3)] = (float(m.group(1)) * 1048576 /
+                                  (int(m.group(2)) * int(m.group(4))))
+        return sum(caches.values())
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def client(port, req, t0, deadline, out):
+    """One streamed /completion: the time of every token chunk."""
+    wait = t0 + req.get("arrival", 0) - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    body = {k: req[k] for k in ("prompt", "n_predict")}
+    body.update(stream=True, temperature=req.get("temperature", 0.0),
+                top_k=0, top_p=1.0, min_p=0.0,
+                ignore_eos=req.get("ignore_eos", False), cache_prompt=True)
+    sent = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port,
+                                   timeout=max(1, deadline - sent))
+    c.request("POST", "/completion", json.dumps(body),
+              {"Content-Type": "application/json"})
+    resp = c.getresponse()
+    times = []
+    for line in resp:
+        if not line.startswith(b"data: "):
+            continue
+        chunk = json.loads(line[6:])
+        now = time.monotonic()
+        if chunk.get("stop"):
+            break
+        times += [now] * max(1, len(chunk.get("tokens") or []))
+    c.close()
+    out.append({"arrival": t0 + req.get("arrival", 0), "times": times})
+
+
+def drive(port, reqs, budget):
+    """Every request on its own thread at its arrival time; the figures
+    bench_serve.c takes: tokens/s, TTFT and inter-token gaps (ms)."""
+    out = []
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=client,
+                                args=(port, r, t0, t0 + budget, out))
+               for r in reqs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if len(out) != len(reqs):
+        fail(f"llama-server answered {len(out)} of {len(reqs)} requests")
+    end = max(r["times"][-1] for r in out if r["times"])
+    generated = sum(len(r["times"]) for r in out)
+    ttft = [1e3 * (r["times"][0] - r["arrival"]) for r in out if r["times"]]
+    gaps = [1e3 * (b - a) for r in out
+            for a, b in zip(r["times"], r["times"][1:])]
+    return {"tokens_per_s": generated / (end - t0), "generated": generated,
+            "ttft_p50_ms": percentile(ttft, 0.5),
+            "ttft_p99_ms": percentile(ttft, 0.99),
+            "itl_p50_ms": percentile(gaps, 0.5),
+            "itl_p99_ms": percentile(gaps, 0.99)}
+
+
+def demo_texts():
+    """The demo's 32 prompts, read from examples/gemma3/prompts.c so that
+    there is one copy of them."""
+    with open(os.path.join(ROOT, "examples", "gemma3", "prompts.c")) as f:
+        c = f.read()
+
+    def literals(s):
+        return [bytes(x, "ascii").decode("unicode_escape")
+                for x in re.findall(r'"((?:[^"\\]|\\.)*)"', s)]
+    preamble = "".join(literals(
+        re.search(r"g3_demo_preamble\[\] =(.*?);", c, re.S).group(1)))
+    topics = literals(re.search(r"g3_demo_topics\[\] = \{(.*?)\};", c,
+                                re.S).group(1))
+    return [f"{preamble}Topic: {t}\nEntry:" for t in topics]
+
+
+# ------------------------------------------------------------ the rounds
+
+def decode_round(opt, fig, llama_first):
+    sides = [("llama.cpp", lambda: {"f16": llama_bench(opt, 0, DECODE_NEW)}),
+             ("pkv", lambda: {kv: pkv_decode(opt, kv)
+                              for kv in ("f16", "u8", "u4")})]
+    for side, measure in sides if llama_first else sides[::-1]:
+        la = load()
+        for kv, v in measure().items():
+            fig.add(("decode tokens/s", kv, side), v, la)
+
+
+def prefill_round(opt, fig, llama_first, ids_path):
+    sides = [("llama.cpp", lambda: llama_bench(opt, PREFILL_LEN, 0)),
+             ("pkv", lambda: pkv_prefill(opt, ids_path))]
+    for side, measure in sides if llama_first else sides[::-1]:
+        la = load()
+        fig.add((f"prefill {PREFILL_LEN} tokens/s", "f16", side), measure(),
+                la)
+
+
+def demo_round(opt, fig, llama_first):
+    def llama():
+        server = Server(opt, 32, 32 * 128)
+        try:
+            reqs = [{"prompt": t, "n_predict": DEMO_NEW}
+                    for t in demo_texts()]
+            r = drive(server.port, reqs, 600)
+        finally:
+            server.stop()
+        fig.add(("demo TTFT p50 ms", "f16", "llama.cpp"), r["ttft_p50_ms"],
+                la)
+        fig.add(("demo TTFT p99 ms", "f16", "llama.cpp"), r["ttft_p99_ms"],
+                la)
+        fig.add(("demo generated", "f16", "llama.cpp"), r["generated"], la)
+        return r["tokens_per_s"]
+
+    def pkv():
+        rate, generated = pkv_demo(opt)
+        fig.add(("demo generated", "f16", "pkv"), generated, la)
+        return rate
+
+    for side, measure in [("llama.cpp", llama), ("pkv", pkv)][
+            :: 1 if llama_first else -1]:
+        la = load()
+        fig.add(("demo tokens/s", "f16", side), measure(), la)
+
+
+def trace_round(opt, fig, llama_first):
+    """llama.cpp replays the trace pkv-bench serve chose last (its rate comes
+    from pkv's calibration), so the first round starts with pkv."""
+    def pkv():
+        r, opt.trace_rate = pkv_trace(opt)
+        return r
+
+    def llama():
+        reqs = serve_trace(20, opt.vocab, opt.trace_rate)
+        for r in reqs:
+            r.update(temperature=1.0, ignore_eos=True)
+        server = Server(opt, 16, 16 * 1024)
+        try:
+            return drive(server.port, reqs, 600)
+        finally:
+            server.stop()
+
+    order = [("pkv", pkv), ("llama.cpp", llama)]
+    if llama_first and opt.trace_rate is not None:
+        order.reverse()
+    for side, measure in order:
+        la = load()
+        r = measure()
+        for key in ("tokens_per_s", "ttft_p50_ms", "ttft_p99_ms",
+                    "itl_p50_ms", "itl_p99_ms"):
+            fig.add((f"trace {key}", "f16", side), r[key], la)
+
+
+# ------------------------------------------------------------ the report
+
+def report(opt, fig, kv_bytes):
+    def emit(record):
+        if opt.json:
+            opt.json.write(json.dumps(record) + "\n")
+
+    print(f"\npkv beside llama.cpp (llama-cpp-python {VERSION}'s tree), "
+          f"{opt.threads} threads each, {opt.runs} rounds alternating; "
+          "median [min-max]; load: median 1-minute load average")
+    print(f"{'workload':<24} {'KV':<4} {'llama.cpp':>22} {'pkv':>22} "
+          f"{'pkv/llama':>9} {'load':>6}")
+    rows = []
+    for metric, kv, _ in fig.order:
+        if (metric, kv) not in rows:
+            rows.append((metric, kv))
+    for metric, kv in rows:
+        # llama.cpp runs f16 KV only: pkv's u8/u4 rows are set beside it.
+        llama = fig.values.get((metric, "f16", "llama.cpp"))
+        pkv = fig.values.get((metric, kv, "pkv"))
+        cells, loads = [], []
+        for side, vals in (("llama.cpp", llama), ("pkv", pkv)):
+            if not vals:
+                cells.append("-")
+                continue
+            key = (metric, kv if side == "pkv" else "f16", side)
+            if side == "pkv" or kv == "f16":
+                loads += fig.loads[key]
+            cells.append(f"{statistics.median(vals):.1f} "
+                         f"[{min(vals):.1f}-{max(vals):.1f}]")
+            if side == "pkv" or kv == "f16":
+                emit({"bench": "peer", "workload": metric, "kv": key[1],
+                      "side": side,
+                      "median": round(statistics.median(vals), 3),
+                      "min": round(min(vals), 3), "max": round(max(vals), 3),
+                      "runs": len(vals),
+                      "load": round(statistics.median(fig.loads[key]), 2)})
+        ratio = (statistics.median(pkv) / statistics.median(llama)
+                 if pkv and llama else None)
+        print(f"{metric:<24} {kv:<4} {cells[0]:>22} {cells[1]:>22} "
+              f"{(f'{ratio:.2f}x' if ratio else '-'):>9} "
+              f"{statistics.median(loads):>6.2f}")
+        if ratio:
+            emit({"bench": "peer", "workload": metric, "kv": kv,
+                  "pkv_over_llama": round(ratio, 4)})
+    if kv_bytes:
+        base = kv_bytes.get("llama.cpp f16")
+        print("\nKV bytes per token, every layer's K and V (pkv: block 16, "
+              "parameters included)")
+        for name, b in kv_bytes.items():
+            ratio = b / base if base else None
+            print(f"{name:<16} {b:>10.1f} "
+                  f"{(f'{ratio:.3f}x' if ratio else '-'):>9}")
+            emit({"bench": "peer", "workload": "kv bytes per token",
+                  "kv": name, "bytes": round(b, 1),
+                  "vs_llama_f16": round(ratio, 4) if ratio else None})
+    if opt.json:
+        opt.json.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3,
+                    help="rounds, each side once a round (default 3)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="threads of each side (default 2)")
+    ap.add_argument("--only", default="decode,prefill,demo,trace",
+                    help="workloads, comma-separated")
+    ap.add_argument("--json", help="JSON lines to FILE ('-': stdout)")
+    ap.add_argument("--pkv-gemma3",
+                    default=os.path.join(ROOT, "build", "examples",
+                                         "pkv-gemma3"))
+    ap.add_argument("--pkv-bench",
+                    default=os.path.join(ROOT, "build", "bench", "pkv-bench"))
+    ap.add_argument("--llama-bin",
+                    help="llama.cpp's tools already built there: no build")
+    ap.add_argument("--gguf", default=os.path.join(
+        pkv_cache(), "gemma3", "gemma-3-270m-q4_k_m.gguf"))
+    opt = ap.parse_args()
+    if opt.runs < 1 or opt.threads < 1:
+        fail("--runs and --threads take a number >= 1")
+    work = opt.only.split(",")
+    for w in work:
+        if w not in ("decode", "prefill", "demo", "trace"):
+            fail(f"--only: unknown workload {w}")
+    for path in (opt.gguf, opt.pkv_gemma3, opt.pkv_bench):
+        if not os.path.exists(path):
+            fail(f"{path} is missing (sh examples/gemma3/setup.sh and a "
+                 "build of pkv make it)")
+    opt.json = (sys.stdout if opt.json == "-" else
+                open(opt.json, "w") if opt.json else None)
+    opt.bins = opt.llama_bin or build_llama(pkv_cache())
+    opt.vocab = 262144  # Gemma 3's vocabulary, which the trace draws from
+    opt.decode_prompt = ("Here is a long story about a lighthouse keeper "
+                         "and the ships she saved:")
+    opt.trace_rate = None
+    fig = Figures()
+    kv_bytes = {}
+    with tempfile.NamedTemporaryFile("w", suffix=".ids") as ids:
+        # BOS, then 511 ids spread over the vocabulary: a prompt of
+        # exactly 512 tokens, as llama-bench's pp512 is (its tokens are
+        # random too).
+        ids.write(" ".join(str(2 if i == 0 else 1000 + i * 7919 % 250000)
+                           for i in range(PREFILL_LEN)) + "\n")
+        ids.flush()
+        for r in range(opt.runs):
+            llama_first = r % 2 == 0
+            for w in work:
+                progress(f"round {r + 1}/{opt.runs}: {w} (load "
+                         f"{load():.2f})")
+                if w == "decode":
+                    decode_round(opt, fig, llama_first)
+                elif w == "prefill":
+                    prefill_round(opt, fig, llama_first, ids.name)
+                elif w == "demo":
+                    demo_round(opt, fig, llama_first)
+                else:
+                    trace_round(opt, fig, llama_first)
+    if "demo" in work or "trace" in work:
+        # A verbose server logs every step too: this one only loads.
+        server = Server(opt, 32, 32 * 128, verbose=True)
+        kv_bytes["llama.cpp f16"] = server.kv_bytes_per_token()
+        server.stop()
+    for name, b in pkv_kv_bytes(opt).items():
+        kv_bytes["pkv " + name] = b
+    report(opt, fig, kv_bytes)
+
+
+if __name__ == "__main__":
+    main()
