@@ -716,10 +716,15 @@ int main(void)
         return 77;
     }
     /* PKV_TEST_FILTER: run only the tests whose names match (cmocka's
-     * pattern, * and ?), as the oclgrind pass in tests/run.sh does. */
+     * pattern, * and ?), as the oclgrind pass in tests/run.sh does;
+     * PKV_TEST_SKIP: skip those that match (ctest runs the large grid as a
+     * test of its own, beside the rest). */
     const char *filter = getenv("PKV_TEST_FILTER");
     if (filter != NULL)
         cmocka_set_test_filter(filter);
+    const char *skip = getenv("PKV_TEST_SKIP");
+    if (skip != NULL)
+        cmocka_set_skip_filter(skip);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_copy_and_swap),
