@@ -131,7 +131,7 @@ grind() { # name, test binary, test filter, VAR=value, oclgrind checks...
 oclgrind_tests() {
     all_checks="--check-api --data-races --uninitialized"
     rm -f "$LOGS"/oclgrind.*
-    # Two lanes of about equal time (idle: 570 s and 450 s), so that the
+    # Two lanes of about equal time (idle: about 350 s each), so that the
     # pass keeps both cores once the passes beside it have ended.
     (
         grind prefill_tiles test_opencl test_small_variants \
