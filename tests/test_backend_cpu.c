@@ -126,6 +126,9 @@ static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
                                d % 32 == 0 ? 32 : 16,
                                PKV_LAYOUT_QUANTIZED(dtype) ? 2 * n : 0,
                                0,
+                               0,
+                               NULL,
+                               NULL,
                                0};
     s->cfg = cfg;
     assert_int_equal(pkv__backend_cpu.create(&s->cfg, &s->alloc, &s->be),
@@ -517,6 +520,61 @@ static void sliding_window(void **state)
         }
 }
 
+/* pkv_parallel_fn for the tests: the tasks in reverse order, on the
+ * workers in turn, counted. */
+typedef struct fake_pool {
+    uint32_t workers, calls, tasks;
+} fake_pool;
+
+static void fake_parallel(void *user, pkv_task_fn task, void *arg,
+                          uint32_t count)
+{
+    fake_pool *p = user;
+    p->calls++;
+    p->tasks += count;
+    for (uint32_t i = count; i > 0; i--)
+        task(arg, i - 1, (count - i) % p->workers);
+}
+
+/* Attention cut into tasks run in another order on other workers gives
+ * the same bytes as the caller running them in order. */
+static void parallel_same_result(void **state)
+{
+    (void)state;
+    static const uint32_t windows[] = {0, 7};
+    for (int32_t dtype = 0; dtype < 3; dtype++)
+        for (size_t w = 0; w < 2; w++) {
+            scenario s, t;
+            step_arrays a, b;
+            scenario_init(&s, 64, 8, 2, 16, dtype, PKV_QUANT_PER_CHANNEL,
+                          PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 200 + w, 1);
+            scenario_init(&t, 64, 8, 2, 16, dtype, PKV_QUANT_PER_CHANNEL,
+                          PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 200 + w, 1);
+            fake_pool pool = {3, 0, 0};
+            pkv__backend_cpu.destroy(t.be);
+            t.cfg.parallel = fake_parallel;
+            t.cfg.parallel_user = &pool;
+            t.cfg.workers = pool.workers;
+            assert_int_equal(pkv__backend_cpu.create(&t.cfg, &t.alloc, &t.be),
+                             PKV_OK);
+            poison(&t);
+            scenario_run(&s, &a, windows[w]);
+            scenario_run(&t, &b, windows[w]);
+            assert_int_equal(a.step.num_tokens, b.step.num_tokens);
+            assert_memory_equal(a.out, b.out,
+                                (size_t)a.step.num_tokens * 8 * 64 *
+                                    sizeof(float));
+            /* Rows 3, 1, 5 and 40: 1 + 1 + 1 + 3 tasks of up to 16 rows
+             * per kv head, in one call. */
+            assert_int_equal(pool.calls, 1);
+            assert_int_equal(pool.tasks, 12);
+            step_free(&a);
+            step_free(&b);
+            scenario_free(&s);
+            scenario_free(&t);
+        }
+}
+
 /* Layer l > 0 holds K and V swapped: attention there equals the reference
  * with the roles swapped, and writing it left layer 0 alone. */
 static void layers_are_separate(void **state)
@@ -673,7 +731,8 @@ static void rejects_bad_config(void **state)
                               PKV_KV_U8, PKV_QUANT_PER_CHANNEL,
                               PKV_QUANT_PER_TOKEN, 0,
                               4,  0,
-                              0};
+                              0,  NULL,
+                              NULL, 0};
     pkv__backend *be = (pkv__backend *)&al; /* must come back NULL */
     struct {
         pkv__backend_config c;
@@ -835,6 +894,7 @@ int main(void)
         cmocka_unit_test(rejects_bad_step),
         cmocka_unit_test(checks_each_table_version_once),
         cmocka_unit_test(sliding_window),
+        cmocka_unit_test(parallel_same_result),
         cmocka_unit_test(layers_are_separate),
         cmocka_unit_test(copy_fork_and_swap),
         cmocka_unit_test(grid_first_half),
