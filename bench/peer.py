@@ -260,7 +260,8 @@ def pkv_trace(opt):
     """pkv-bench serve's continuous run, and the rate it chose."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as js:
         out = subprocess.run([opt.pkv_bench, "serve", "--model", "gemma3",
-                              "--quick", "--json", js.name],
+                              "--threads", str(opt.threads), "--quick",
+                              "--json", js.name],
                              capture_output=True, text=True)
         if out.returncode:
             fail("pkv-bench serve: " + out.stderr.strip()[-2000:])
