@@ -3,7 +3,10 @@
  * version (attend_math.h). */
 #include "attend_math.h"
 
+#include "half.h"
+
 #include <stddef.h>
+#include <string.h>
 
 /* Runs of 4 (head_dim is a multiple of 4), so that the compiler vectorises
  * them at -O2 without an epilogue or alias versioning; the four sums of a
@@ -47,15 +50,25 @@ static void accumulate(const float *p, uint32_t stride, uint32_t nq,
     }
 }
 
+static void widen(const uint8_t *src, float *dst, uint32_t n)
+{
+    uint16_t run[64];
+    for (uint32_t i = 0; i < n; i += 64) {
+        uint32_t m = n - i < 64 ? n - i : 64;
+        memcpy(run, src + 2 * (size_t)i, 2 * (size_t)m);
+        pkv__f16_to_f32_n(run, dst + i, m);
+    }
+}
+
 const pkv__attend_math pkv__attend_math_portable = {"portable", scores,
-                                                    accumulate};
+                                                    accumulate, widen};
 
 const pkv__attend_math *pkv__attend_math_for(uint32_t d)
 {
 #ifdef PKV_HAVE_AVX2
     __builtin_cpu_init();
     if (d % 8 == 0 && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma"))
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return &pkv__attend_math_avx2;
 #else
     (void)d;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CPU backend's attention arithmetic with AVX2 and FMA (attend_math.h),
- * compiled with -mavx2 -mfma and called only where the processor has both.
+ * The CPU backend's attention arithmetic with AVX2, FMA and F16C
+ * (attend_math.h), compiled with -mavx2 -mfma -mf16c and called only where
+ * the processor has all three.
  * Scores: 4 queries against 2 rows at a time, 8 channels a step, so that
  * each load feeds more than one multiply-add. Accumulation: 16 channels of
  * 4 accumulators held in registers over every row.
@@ -105,4 +106,16 @@ static void accumulate(const float *p, uint32_t stride, uint32_t nq,
         ACCUMULATE(1);
 }
 
-const pkv__attend_math pkv__attend_math_avx2 = {"avx2", scores, accumulate};
+static void widen(const uint8_t *src, float *dst, uint32_t n)
+{
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      (const __m128i *)(src + 2 * i))));
+    if (i < n) /* 4 left: n is a multiple of 4 */
+        _mm_storeu_ps(dst + i, _mm_cvtph_ps(_mm_loadl_epi64(
+                                   (const __m128i *)(src + 2 * i))));
+}
+
+const pkv__attend_math pkv__attend_math_avx2 = {"avx2", scores, accumulate,
+                                                widen};

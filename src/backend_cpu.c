@@ -259,13 +259,7 @@ static const float *load_rows(const pkv__backend *b, uint32_t layer,
     if (c->kv_dtype == PKV_KV_F32)
         return (const float *)(const void *)part;
     if (c->kv_dtype == PKV_KV_F16) {
-        uint16_t row[PKV_LAYOUT_MAX_HEAD_DIM];
-        for (uint32_t t = 0; t < n; t++) {
-            memcpy(row, part + (size_t)t * c->head_dim * 2,
-                   (size_t)c->head_dim * 2);
-            pkv__f16_to_f32_n(row, dst + (size_t)t * c->head_dim,
-                              c->head_dim);
-        }
+        b->math->widen(part, dst, n * c->head_dim);
         return dst;
     }
     if (last)

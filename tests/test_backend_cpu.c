@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "attend_math.h"
 #include "backend.h"
 #include "dense_ref.h"
 #include "half.h"
@@ -520,6 +521,89 @@ static void sliding_window(void **state)
         }
 }
 
+/* Each version of the attention arithmetic this build has, against the
+ * f64 sums: scores and weighted rows within f32 rounding, f16 widening
+ * exact; the version the processor gets is one of them. */
+static void attend_math_versions(void **state)
+{
+    (void)state;
+    const pkv__attend_math *versions[] = {
+        &pkv__attend_math_portable,
+#ifdef PKV_HAVE_AVX2
+        &pkv__attend_math_avx2,
+#endif
+    };
+    enum { N = 37, STRIDE = 40 };
+    static const uint32_t dims[] = {8, 24, 64, 256};
+    uint64_t rng = 77;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        uint32_t d = dims[di];
+        float *q = xcalloc(PKV__QUAD * (size_t)d, sizeof *q);
+        float *kv = xcalloc((size_t)N * d, sizeof *kv);
+        float *p = xcalloc(PKV__QUAD * STRIDE, sizeof *p);
+        test_normal_fill(&rng, q, PKV__QUAD * (size_t)d);
+        test_normal_fill(&rng, kv, (size_t)N * d);
+        test_normal_fill(&rng, p, PKV__QUAD * STRIDE);
+        uint8_t *h = xcalloc((size_t)N * d, 2);
+        for (size_t i = 0; i < (size_t)N * d; i++) {
+            uint16_t x = pkv__f32_to_f16(kv[i]);
+            h[2 * i] = (uint8_t)x;
+            h[2 * i + 1] = (uint8_t)(x >> 8);
+        }
+        const pkv__attend_math *mine = pkv__attend_math_for(d);
+        int found = 0;
+        for (size_t v = 0; v < sizeof versions / sizeof versions[0]; v++) {
+            const pkv__attend_math *m = versions[v];
+            found |= m == mine;
+            if (m != &pkv__attend_math_portable && d % 8 != 0)
+                continue; /* AVX2 takes d % 8 == 0 only */
+            const float *qs[PKV__QUAD] = {q, q + d, q + 2 * d, q + 3 * d};
+            float s[PKV__QUAD * STRIDE];
+            m->scores(qs, kv, N, d, s, STRIDE);
+            float *acc[PKV__QUAD];
+            for (uint32_t nq = 1; nq <= PKV__QUAD; nq++) {
+                for (uint32_t i = 0; i < nq; i++)
+                    acc[i] = xcalloc(d, sizeof(float));
+                m->accumulate(p, STRIDE, nq, kv, N, d, acc);
+                for (uint32_t i = 0; i < nq; i++) {
+                    for (uint32_t c = 0; c < d; c++) {
+                        double want = 0.0, size = 0.0;
+                        for (uint32_t j = 0; j < N; j++) {
+                            double t = (double)p[i * STRIDE + j] *
+                                       kv[(size_t)j * d + c];
+                            want += t;
+                            size += fabs(t);
+                        }
+                        assert_true(fabs(acc[i][c] - want) <= 1e-6 * size);
+                    }
+                    free(acc[i]);
+                }
+            }
+            for (uint32_t i = 0; i < PKV__QUAD; i++)
+                for (uint32_t j = 0; j < N; j++) {
+                    double want = 0.0, size = 0.0;
+                    for (uint32_t c = 0; c < d; c++) {
+                        double t = (double)qs[i][c] * kv[(size_t)j * d + c];
+                        want += t;
+                        size += fabs(t);
+                    }
+                    assert_true(fabs(s[i * STRIDE + j] - want) <=
+                                1e-6 * size);
+                }
+            float *w = xcalloc((size_t)N * d, sizeof *w);
+            m->widen(h, w, N * d);
+            for (size_t i = 0; i < (size_t)N * d; i++)
+                assert_true(w[i] == pkv__f16_to_f32(pkv__f32_to_f16(kv[i])));
+            free(w);
+        }
+        assert_true(found);
+        free(q);
+        free(kv);
+        free(p);
+        free(h);
+    }
+}
+
 /* pkv_parallel_fn for the tests: the tasks in reverse order, on the
  * workers in turn, counted. */
 typedef struct fake_pool {
@@ -895,6 +979,7 @@ int main(void)
         cmocka_unit_test(checks_each_table_version_once),
         cmocka_unit_test(sliding_window),
         cmocka_unit_test(parallel_same_result),
+        cmocka_unit_test(attend_math_versions),
         cmocka_unit_test(layers_are_separate),
         cmocka_unit_test(copy_fork_and_swap),
         cmocka_unit_test(grid_first_half),
