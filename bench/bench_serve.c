@@ -488,11 +488,11 @@ static int gemma3_no_attention(void *self, uint32_t rows,
 }
 
 /* Gemma 3 270M from examples/gemma3/setup.sh's cache. */
-static int gemma3_open(served_model *m, gemma3_served *g)
+static int gemma3_open(served_model *m, gemma3_served *g, uint32_t threads)
 {
     char *path = g3_default_weights_path(), err[512];
     if (path == NULL ||
-        g3_model_load(&g->weights, path, 0, err, sizeof err) != 0) {
+        g3_model_load(&g->weights, path, threads, err, sizeof err) != 0) {
         fprintf(stderr, "serve: %s (sh examples/gemma3/setup.sh gets it)\n",
                 path ? err : "out of memory");
         free(path);
@@ -530,10 +530,11 @@ typedef struct gemma3_served {
     int none;
 } gemma3_served;
 
-static int gemma3_open(served_model *m, gemma3_served *g)
+static int gemma3_open(served_model *m, gemma3_served *g, uint32_t threads)
 {
     (void)m;
     (void)g;
+    (void)threads;
     fprintf(stderr, "serve: --model gemma3 runs on ggml, which this "
                     "pkv-bench was built without (sh examples/gemma3/"
                     "setup.sh builds it; then configure again)\n");
@@ -620,7 +621,7 @@ int bench_serve(const bench_options *opt)
     llama_served llama;
     gemma3_served g3;
     memset(&m, 0, sizeof m);
-    if (gemma3 ? gemma3_open(&m, &g3) != 0 : llama_open(&m, &llama) != 0)
+    if (gemma3 ? gemma3_open(&m, &g3, opt->threads) != 0 : llama_open(&m, &llama) != 0)
         return 1;
     bench_progress("serve: the forward pass at 1 to 64 rows");
     if (step_cost(&m, opt, opt->quick ? 2 : 3) != 0)

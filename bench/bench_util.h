@@ -17,6 +17,7 @@ typedef struct bench_options {
     uint32_t prompt;   /* store --prompt: tokens (0: its default) */
     uint32_t runs;     /* store --runs: second engines (0: default) */
     const char *redis; /* store --redis HOST:PORT, or NULL: its own */
+    uint32_t threads;  /* serve --threads: gemma3's (0: every core) */
 } bench_options;
 
 /* --plot: bench_plot_open gives a file for NAME's data columns in the plot

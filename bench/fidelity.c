@@ -89,7 +89,8 @@ static int run(const kv_config *kc, const sequence *s, const double *ref,
                                kc->dtype, kc->key_quant, kc->value_quant,
                                32,
                                kc->dtype == PKV_KV_U8 ? 1u : 0u,
-                               0,         0};
+                               0,         0,
+                               NULL,      NULL,          0};
     pkv__backend *be;
     if (pkv__backend_cpu.create(&cfg, &alloc, &be) != PKV_OK)
         return -1;

@@ -54,7 +54,8 @@ static const subcommand SUBCOMMANDS[] = {
      "measured), most of it the model's forward passes.\n"
      "--model gemma3: the same on Gemma 3 270M (examples/gemma3, from\n"
      "setup.sh's cache), random token ids as prompts; --quick about 4\n"
-     "minutes (247 s measured beside another busy process).\n"
+     "minutes (247 s measured beside another busy process); --threads N:\n"
+     "ggml's threads (default: every core).\n"
      "--speculative instead: decode tokens/s of one sequence (32-token\n"
      "prompt, 128 new tokens: the latency case drafts are for) with 4\n"
      "drafts per step (pkv_seq_propose) right with probability 0.5, 0.7\n"
@@ -142,6 +143,8 @@ static int usage(FILE *to)
     fprintf(to, "usage: pkv-bench SUBCOMMAND [--quick] [--json FILE|-] "
                 "[--plot DIR]\n"
                 "       pkv-bench serve --speculative [...]\n"
+                "       pkv-bench serve --model gemma3 [--threads N] "
+                "[...]\n"
                 "       pkv-bench kernels --resident [...]\n" STORE_USAGE
                 "       pkv-bench SUBCOMMAND --help\n\n"
                 "subcommands:\n");
@@ -157,7 +160,7 @@ int main(int argc, char **argv)
         return usage(stderr);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
         return usage(stdout);
-    bench_options opt = {0, NULL, NULL, 0, NULL, 0, 0, NULL};
+    bench_options opt = {0, NULL, NULL, 0, NULL, 0, 0, NULL, 0};
     int speculative = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -213,9 +216,11 @@ int main(int argc, char **argv)
                         opt.model);
                 return 2;
             }
-        } else if ((strcmp(argv[i], "--prompt") == 0 ||
-                    strcmp(argv[i], "--runs") == 0) &&
-                   i + 1 < argc && strcmp(argv[1], "store") == 0) {
+        } else if (((strcmp(argv[i], "--prompt") == 0 ||
+                     strcmp(argv[i], "--runs") == 0) &&
+                    i + 1 < argc && strcmp(argv[1], "store") == 0) ||
+                   (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
+                    strcmp(argv[1], "serve") == 0)) {
             const char *value = argv[i + 1];
             char *end = NULL;
             unsigned long n = strtoul(value, &end, 10);
@@ -228,6 +233,8 @@ int main(int argc, char **argv)
             }
             if (strcmp(argv[i], "--prompt") == 0)
                 opt.prompt = (uint32_t)n;
+            else if (strcmp(argv[i], "--threads") == 0)
+                opt.threads = (uint32_t)n;
             else
                 opt.runs = (uint32_t)n;
             i++;

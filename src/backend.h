@@ -88,6 +88,13 @@ typedef struct pkv__backend_config {
      * by hand). */
     uint32_t max_step_seqs;
     uint32_t max_seq_tokens;
+    /* The host's threads for attention (pkv_engine_params.parallel):
+     * NULL, or a function that runs every task on up to `workers`
+     * threads (0 counts as 1). Backends that do their work elsewhere
+     * ignore them. */
+    pkv_parallel_fn parallel;
+    void *parallel_user;
+    uint32_t workers;
 } pkv__backend_config;
 
 /*

@@ -1,17 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The CPU reference backend: the oracle every kernel is tested against and
- * the fallback without an OpenCL device. Plain C, one thread.
+ * the fallback without an OpenCL device. Plain C; attention runs on the
+ * host's threads when it lends them (pkv_engine_params.parallel), else on
+ * the caller's.
  *
- * Attention walks, per sequence and kv head, the blocks its rows can see;
- * each block's K and V rows are read once as f32 (straight from an f32
- * arena or a u8 staging tail, else converted into a scratch tile) and used
- * for every query row and every query head of the kv head's group. The
- * online softmax is updated once per block: all of the block's scores, one
- * rescale, then the V sums.
+ * Attention is cut into tasks of up to TASK_ROWS query rows of one
+ * sequence and one kv head. A task walks the blocks its rows can see; each
+ * block's K and V rows are read once as f32 (straight from an f32 arena or
+ * a u8 staging tail, else converted into its worker's scratch tile) and
+ * used for every row and every query head of the kv head's group, four
+ * (row, head) pairs at a time (attend_math.h: AVX2 and FMA where the
+ * processor has them). The online softmax is updated once per block: all
+ * of the block's scores, one rescale, then the V sums. A row's result does
+ * not depend on the task cut, the threads or the rows beside it: each
+ * (row, head) folds the same blocks in the same order with the same
+ * arithmetic.
  */
 #include "backend.h"
 
+#include "attend_math.h"
 #include "error.h"
 #include "half.h"
 #include "kv_layout.h"
@@ -27,6 +35,23 @@ typedef struct softmax_state {
     float l;
 } softmax_state;
 
+/* Query rows per attention task: enough to share each converted block
+ * among many (row, head) pairs, few enough that a long prompt makes many
+ * tasks for the host's threads. */
+#define TASK_ROWS 16u
+
+/* One task: rows [r0, r1) of sequence seq, kv head h. */
+typedef struct attend_task {
+    uint32_t seq, h, r0, r1;
+} attend_task;
+
+/* A worker's scratch: converted K and V rows, and the softmax state of a
+ * task's (row, head) pairs. */
+typedef struct worker_scratch {
+    float *tile;          /* [K, V][block_size][head_dim] */
+    softmax_state *state; /* [TASK_ROWS][group] */
+} worker_scratch;
+
 struct pkv__backend {
     pkv__backend_config cfg;
     pkv__allocator alloc;
@@ -37,15 +62,26 @@ struct pkv__backend {
     uint8_t **arenas;    /* [num_layers] */
     float *stages;       /* [num_stages][layer][kv head][K, V][token][ch] */
     size_t stage_floats; /* one tail over every layer */
-    float *tile;         /* [K, V][block_size][head_dim]: converted rows */
+    const pkv__attend_math *math; /* the processor's fastest */
+    uint32_t workers;
+    worker_scratch *scratch; /* [workers] */
     pkv__step step;      /* borrowed from begin_step */
     int have_step;
     pkv__tables_seen checked; /* block-table rows begin_step checked */
-    softmax_state *state; /* attend's per-row softmax state, grown to
-                             the longest run of rows seen: no
-                             allocation per layer */
-    size_t state_capacity;
+    attend_task *tasks;  /* a layer's tasks, grown to the most a step has
+                            needed: no allocation per layer */
+    size_t tasks_capacity;
 };
+
+static size_t tile_floats(const pkv__backend_config *c)
+{
+    return 2u * (size_t)c->block_size * c->head_dim;
+}
+
+static size_t state_count(const pkv__backend_config *c)
+{
+    return (size_t)TASK_ROWS * (c->num_q_heads / c->num_kv_heads);
+}
 
 static void cpu_destroy(pkv__backend *b)
 {
@@ -57,9 +93,15 @@ static void cpu_destroy(pkv__backend *b)
             pkv__free(&a, b->arenas[l], b->arena_bytes, 1);
     pkv__free(&a, b->arenas, b->cfg.num_layers, sizeof *b->arenas);
     pkv__free(&a, b->stages, b->cfg.num_stages, b->stage_floats * 4);
-    pkv__free(&a, b->tile, 2u * b->cfg.block_size * b->cfg.head_dim,
-              sizeof(float));
-    pkv__free(&a, b->state, b->state_capacity, sizeof *b->state);
+    if (b->scratch != NULL)
+        for (uint32_t w = 0; w < b->workers; w++) {
+            pkv__free(&a, b->scratch[w].tile, tile_floats(&b->cfg),
+                      sizeof(float));
+            pkv__free(&a, b->scratch[w].state, state_count(&b->cfg),
+                      sizeof(softmax_state));
+        }
+    pkv__free(&a, b->scratch, b->workers, sizeof *b->scratch);
+    pkv__free(&a, b->tasks, b->tasks_capacity, sizeof *b->tasks);
     pkv__tables_seen_release(&b->checked, &a);
     pkv__free(&a, b, 1, sizeof *b);
 }
@@ -97,10 +139,17 @@ static pkv_status cpu_create(const pkv__backend_config *config,
     if (ok)
         ok = pkv__tables_seen_init(&b->checked, alloc, c->max_step_seqs) ==
              PKV_OK;
+    b->math = pkv__attend_math_for(c->head_dim);
+    b->workers = c->workers > 0 ? c->workers : 1;
     if (ok) {
-        b->tile = pkv__calloc(alloc, 2u * c->block_size * c->head_dim,
-                              sizeof(float));
-        ok = b->tile != NULL;
+        b->scratch = pkv__calloc(alloc, b->workers, sizeof *b->scratch);
+        ok = b->scratch != NULL;
+    }
+    for (uint32_t w = 0; ok && w < b->workers; w++) {
+        b->scratch[w].tile = pkv__calloc(alloc, tile_floats(c), sizeof(float));
+        b->scratch[w].state =
+            pkv__calloc(alloc, state_count(c), sizeof(softmax_state));
+        ok = b->scratch[w].tile != NULL && b->scratch[w].state != NULL;
     }
     if (!ok) {
         pkv_status fail = pkv__fail(
@@ -210,13 +259,7 @@ static const float *load_rows(const pkv__backend *b, uint32_t layer,
     if (c->kv_dtype == PKV_KV_F32)
         return (const float *)(const void *)part;
     if (c->kv_dtype == PKV_KV_F16) {
-        uint16_t row[PKV_LAYOUT_MAX_HEAD_DIM];
-        for (uint32_t t = 0; t < n; t++) {
-            memcpy(row, part + (size_t)t * c->head_dim * 2,
-                   (size_t)c->head_dim * 2);
-            pkv__f16_to_f32_n(row, dst + (size_t)t * c->head_dim,
-                              c->head_dim);
-        }
+        b->math->widen(part, dst, n * c->head_dim);
         return dst;
     }
     if (last)
@@ -226,115 +269,146 @@ static const float *load_rows(const pkv__backend *b, uint32_t layer,
     return dst;
 }
 
-/* The loops below work in fixed runs of 4 (head_dim is a multiple of 4)
- * so that the compiler vectorises them at -O2 without an epilogue or alias
- * versioning; dot's four independent sums are also more accurate than one
- * long chain. */
-static float dot(const float *restrict a, const float *restrict b, uint32_t n)
+/* Fold one block into a quad of (row, head) pairs: tokens [j0[i], j1[i])
+ * of it (relative to b0) for slot i < nq, an empty range for a slot that
+ * sees none of it. The online softmax: the slot's scores, one rescale of
+ * its sums when the block raises its max, then the V rows weighted. */
+static void fold_quad(const pkv__attend_math *math, const float *const *q,
+                      float *const *acc, softmax_state *const *st,
+                      uint32_t nq, const uint32_t *j0, const uint32_t *j1,
+                      const float *k, const float *v, uint32_t d,
+                      float scale)
 {
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    for (uint32_t i = 0; i < n; i += 4) {
-        s0 += a[i] * b[i];
-        s1 += a[i + 1] * b[i + 1];
-        s2 += a[i + 2] * b[i + 2];
-        s3 += a[i + 3] * b[i + 3];
-    }
-    return (s0 + s2) + (s1 + s3);
-}
-
-/* acc += p * x */
-static void add_scaled(float *restrict acc, float p, const float *restrict x,
-                       uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i += 4) {
-        acc[i] += p * x[i];
-        acc[i + 1] += p * x[i + 1];
-        acc[i + 2] += p * x[i + 2];
-        acc[i + 3] += p * x[i + 3];
-    }
-}
-
-
-/* Fold tokens [j0, j1) of one block into one (row, head). */
-static void attend_block(const float *q, const float *k, const float *v,
-                         uint32_t j0, uint32_t j1, uint32_t d, float scale,
-                         softmax_state *st, float *acc)
-{
-    float sc[PKV_LAYOUT_MAX_BLOCK_SIZE];
-    float mb = -INFINITY;
-    for (uint32_t j = j0; j < j1; j++) {
-        sc[j] = dot(q, k + (size_t)j * d, d) * scale;
-        mb = sc[j] > mb ? sc[j] : mb;
-    }
-    /* The first block finds m = -inf and a zero accumulator: nothing to
-     * rescale (and expf(-inf - -inf) would be NaN). */
-    if (mb > st->m) {
-        if (st->m != -INFINITY) {
-            float keep = expf(st->m - mb);
-            st->l *= keep;
-            for (uint32_t c = 0; c < d; c++)
-                acc[c] *= keep;
+    float sc[PKV__QUAD * PKV_LAYOUT_MAX_BLOCK_SIZE];
+    const uint32_t stride = PKV_LAYOUT_MAX_BLOCK_SIZE;
+    /* The rows any slot sees: [lo, hi). */
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (uint32_t i = 0; i < nq; i++)
+        if (j0[i] < j1[i]) {
+            lo = j0[i] < lo ? j0[i] : lo;
+            hi = j1[i] > hi ? j1[i] : hi;
         }
-        st->m = mb;
+    if (lo >= hi)
+        return;
+    uint32_t n = hi - lo;
+    const float *qq[PKV__QUAD];
+    for (uint32_t i = 0; i < PKV__QUAD; i++)
+        qq[i] = q[i < nq ? i : 0];
+    math->scores(qq, k + (size_t)lo * d, n, d, sc, stride);
+    for (uint32_t i = 0; i < PKV__QUAD; i++) {
+        float *p = sc + i * stride;
+        uint32_t a = i < nq && j0[i] < j1[i] ? j0[i] - lo : n;
+        uint32_t z = i < nq && j0[i] < j1[i] ? j1[i] - lo : n;
+        float mb = -INFINITY;
+        for (uint32_t j = a; j < z; j++) {
+            p[j] *= scale;
+            mb = p[j] > mb ? p[j] : mb;
+        }
+        softmax_state *t = i < nq ? st[i] : NULL;
+        /* The first block finds m = -inf and a zero accumulator: nothing
+         * to rescale (and expf(-inf - -inf) would be NaN). */
+        if (a < z && mb > t->m) {
+            if (t->m != -INFINITY) {
+                float keep = expf(t->m - mb);
+                t->l *= keep;
+                for (uint32_t c = 0; c < d; c++)
+                    acc[i][c] *= keep;
+            }
+            t->m = mb;
+        }
+        /* Rows outside the slot's range weigh 0: its sums stay as they
+         * are (every V value is finite). */
+        for (uint32_t j = 0; j < a; j++)
+            p[j] = 0.0f;
+        for (uint32_t j = a; j < z; j++) {
+            p[j] = expf(p[j] - t->m);
+            t->l += p[j];
+        }
+        for (uint32_t j = z; j < n; j++)
+            p[j] = 0.0f;
     }
-    for (uint32_t j = j0; j < j1; j++) {
-        float p = expf(sc[j] - st->m);
-        st->l += p;
-        add_scaled(acc, p, v + (size_t)j * d, d);
-    }
+    math->accumulate(sc, stride, nq, v + (size_t)lo * d, n, d, acc);
 }
 
-static void attend_seq(pkv__backend *b, uint32_t layer, uint32_t seq,
-                       const float *q, float *out, float scale,
-                       uint32_t window, softmax_state *state)
+/* One task: rows [t->r0, t->r1) of sequence t->seq over kv head t->h,
+ * on worker scratch w. Its (row, head) pairs, row-major, go through the
+ * blocks in quads. */
+static void attend_rows(const pkv__backend *b, uint32_t layer,
+                        const attend_task *t, const float *q, float *out,
+                        float scale, uint32_t window, worker_scratch *w)
 {
     const pkv__backend_config *c = &b->cfg;
     const pkv__step *s = &b->step;
-    uint32_t q0 = s->query_start[seq], nq = s->query_start[seq + 1] - q0;
-    uint32_t ctx = s->context_lens[seq], first = ctx - nq;
+    uint32_t q0 = s->query_start[t->seq];
+    uint32_t nq = s->query_start[t->seq + 1] - q0;
+    uint32_t ctx = s->context_lens[t->seq], first = ctx - nq;
     uint32_t hq = c->num_q_heads, group = hq / c->num_kv_heads;
-    uint32_t d = c->head_dim, bs = c->block_size;
+    uint32_t d = c->head_dim, bs = c->block_size, h = t->h;
+    uint32_t pairs = (t->r1 - t->r0) * group;
     /* Row r is token first + r and sees [lo_r, first + r]. */
-    uint32_t lo0 = window > 0 && first + 1 > window ? first + 1 - window : 0;
-    float *ktile = b->tile, *vtile = b->tile + (size_t)bs * d;
-    for (uint32_t h = 0; h < c->num_kv_heads; h++) {
-        for (uint32_t i = 0; i < nq * group; i++) {
-            state[i].m = -INFINITY;
-            state[i].l = 0.0f;
-        }
-        for (uint32_t r = 0; r < nq; r++)
-            memset(out + ((size_t)(q0 + r) * hq + h * group) * d, 0,
-                   (size_t)group * d * sizeof(float));
-        for (uint32_t j = lo0 / bs; j * bs < ctx; j++) {
-            uint32_t b0 = j * bs;
-            uint32_t n = ctx - b0 < bs ? ctx - b0 : bs;
-            int last = b0 + bs >= ctx;
-            const float *k = load_rows(b, layer, seq, j, n, last, h, 0, ktile);
-            const float *v = load_rows(b, layer, seq, j, n, last, h, 1, vtile);
-            for (uint32_t r = 0; r < nq; r++) {
+    uint32_t tok0 = first + t->r0, end = first + t->r1; /* tokens < end */
+    uint32_t lo0 = window > 0 && tok0 + 1 > window ? tok0 + 1 - window : 0;
+    float *ktile = w->tile, *vtile = w->tile + (size_t)bs * d;
+    for (uint32_t i = 0; i < pairs; i++) {
+        w->state[i].m = -INFINITY;
+        w->state[i].l = 0.0f;
+    }
+    for (uint32_t r = t->r0; r < t->r1; r++)
+        memset(out + ((size_t)(q0 + r) * hq + h * group) * d, 0,
+               (size_t)group * d * sizeof(float));
+    for (uint32_t j = lo0 / bs; j * bs < end; j++) {
+        uint32_t b0 = j * bs;
+        uint32_t n = ctx - b0 < bs ? ctx - b0 : bs;
+        int last = b0 + bs >= ctx;
+        const float *k = load_rows(b, layer, t->seq, j, n, last, h, 0, ktile);
+        const float *v = load_rows(b, layer, t->seq, j, n, last, h, 1, vtile);
+        for (uint32_t x = 0; x < pairs; x += PKV__QUAD) {
+            uint32_t m = pairs - x < PKV__QUAD ? pairs - x : PKV__QUAD;
+            const float *qs[PKV__QUAD];
+            float *acc[PKV__QUAD];
+            softmax_state *st[PKV__QUAD];
+            uint32_t j0[PKV__QUAD], j1[PKV__QUAD];
+            for (uint32_t i = 0; i < m; i++) {
+                uint32_t r = t->r0 + (x + i) / group, g = (x + i) % group;
                 uint32_t tok = first + r;
                 uint32_t lo =
                     window > 0 && tok + 1 > window ? tok + 1 - window : 0;
-                uint32_t j0 = lo > b0 ? lo - b0 : 0;
-                uint32_t j1 = tok + 1 - b0 < n ? tok + 1 - b0 : n;
-                if (tok < b0 || j0 >= j1)
-                    continue;
-                for (uint32_t g = 0; g < group; g++) {
-                    size_t row = ((size_t)(q0 + r) * hq + h * group + g) * d;
-                    attend_block(q + row, k, v, j0, j1, d, scale,
-                                 &state[r * group + g], out + row);
-                }
+                size_t row = ((size_t)(q0 + r) * hq + h * group + g) * d;
+                qs[i] = q + row;
+                acc[i] = out + row;
+                st[i] = &w->state[x + i];
+                j0[i] = lo > b0 ? lo - b0 : 0;
+                j1[i] = tok < b0 ? 0 : tok + 1 - b0 < n ? tok + 1 - b0 : n;
             }
+            fold_quad(b->math, qs, acc, st, m, j0, j1, k, v, d, scale);
         }
-        /* Every row sees at least its own token, so l >= 1. */
-        for (uint32_t r = 0; r < nq; r++)
-            for (uint32_t g = 0; g < group; g++) {
-                float *o = out + ((size_t)(q0 + r) * hq + h * group + g) * d;
-                float inv = 1.0f / state[r * group + g].l;
-                for (uint32_t x = 0; x < d; x++)
-                    o[x] *= inv;
-            }
     }
+    /* Every row sees at least its own token, so l >= 1. */
+    for (uint32_t i = 0; i < pairs; i++) {
+        uint32_t r = t->r0 + i / group, g = i % group;
+        float *o = out + ((size_t)(q0 + r) * hq + h * group + g) * d;
+        float inv = 1.0f / w->state[i].l;
+        for (uint32_t x = 0; x < d; x++)
+            o[x] *= inv;
+    }
+}
+
+/* A layer's attention as the tasks' shared argument. */
+typedef struct attend_job {
+    const pkv__backend *b;
+    uint32_t layer;
+    const float *q;
+    float *out;
+    float scale;
+    uint32_t window;
+} attend_job;
+
+static void run_task(void *arg, uint32_t index, uint32_t worker)
+{
+    const attend_job *job = arg;
+    const pkv__backend *b = job->b;
+    attend_rows(b, job->layer, &b->tasks[index], job->q, job->out,
+                job->scale, job->window, &b->scratch[worker]);
 }
 
 static pkv_status cpu_attend(pkv__backend *b, uint32_t layer, const float *q,
@@ -348,25 +422,42 @@ static pkv_status cpu_attend(pkv__backend *b, uint32_t layer, const float *q,
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "attend: scale must be finite and >= 0");
     const pkv__step *s = &b->step;
-    /* Softmax state for the step's longest run of rows, grown here rather
-     * than at begin_step, which never fails once the engine has planned. */
-    uint32_t max_rows = 0;
+    uint32_t hk = b->cfg.num_kv_heads;
+    /* The tasks, grown here rather than at begin_step, which never fails
+     * once the engine has planned. */
+    size_t count = 0;
     for (uint32_t i = 0; i < s->num_seqs; i++) {
         uint32_t n = s->query_start[i + 1] - s->query_start[i];
-        max_rows = n > max_rows ? n : max_rows;
+        count += (size_t)(n + TASK_ROWS - 1) / TASK_ROWS * hk;
     }
-    size_t need = (size_t)max_rows * (b->cfg.num_q_heads / b->cfg.num_kv_heads);
+    if (count > UINT32_MAX)
+        return pkv__fail(PKV_ERR_UNSUPPORTED, "attend: %zu tasks", count);
     void *grown;
-    if (pkv__grow(&b->alloc, b->state, &b->state_capacity, 0, need,
-                  sizeof *b->state, &grown) != PKV_OK)
+    if (pkv__grow(&b->alloc, b->tasks, &b->tasks_capacity, 0, count,
+                  sizeof *b->tasks, &grown) != PKV_OK)
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "attend: no memory");
-    b->state = grown;
+    b->tasks = grown;
+    /* A sequence's last rows see the most tokens: their tasks go first, so
+     * that threads taking tasks in order end together. */
+    attend_task *t = b->tasks;
+    for (uint32_t i = 0; i < s->num_seqs; i++) {
+        uint32_t n = s->query_start[i + 1] - s->query_start[i];
+        for (uint32_t c = (n + TASK_ROWS - 1) / TASK_ROWS; c > 0; c--)
+            for (uint32_t h = 0; h < hk; h++) {
+                uint32_t r0 = (c - 1) * TASK_ROWS;
+                *t++ = (attend_task){i, h, r0,
+                                     n - r0 < TASK_ROWS ? n : r0 + TASK_ROWS};
+            }
+    }
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)b->cfg.head_dim);
-    for (uint32_t i = 0; i < s->num_seqs; i++)
-        if (s->query_start[i + 1] > s->query_start[i])
-            attend_seq(b, layer, i, q, out, scale, sliding_window,
-                       b->state);
+    attend_job job = {b, layer, q, out, scale, sliding_window};
+    if (b->cfg.parallel != NULL && count > 1)
+        b->cfg.parallel(b->cfg.parallel_user, run_task, &job,
+                        (uint32_t)count);
+    else
+        for (uint32_t i = 0; i < (uint32_t)count; i++)
+            run_task(&job, i, 0);
     return PKV_OK;
 }
 

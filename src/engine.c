@@ -132,6 +132,9 @@ static pkv_status create_backend(pkv_engine *e)
                         : 0;
     c->max_step_seqs = p->max_num_seqs;
     c->max_seq_tokens = p->max_model_len;
+    c->parallel = p->parallel;
+    c->parallel_user = p->parallel_user;
+    c->workers = p->parallel_workers;
     return pkv__backend_create_for(p, c, &e->alloc, &e->ops, &e->backend);
 }
 

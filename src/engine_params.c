@@ -19,6 +19,7 @@
 #define MAX_NUM_SEQS 65536
 #define MAX_BATCH_TOKENS (1u << 20)
 #define MAX_ROLLBACK_BLOCKS 64
+#define MAX_WORKERS 256 /* pkv_engine_params.parallel_workers */
 
 pkv_status pkv_engine_params_init(pkv_engine_params *params)
 {
@@ -163,6 +164,15 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
         if (st != PKV_OK)
             return st;
     }
+    if (p->parallel != NULL &&
+        (p->parallel_workers == 0 || p->parallel_workers > MAX_WORKERS))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->parallel_workers is %u with parallel "
+                         "set; must be 1 to %u",
+                         (unsigned)p->parallel_workers,
+                         (unsigned)MAX_WORKERS);
+    if (p->parallel == NULL)
+        p->parallel_workers = 1; /* documented: ignored */
     if (p->layer_windows != NULL && p->sliding_window != 0)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->sliding_window is %u with layer_windows "

@@ -18,6 +18,11 @@ set +e
 rc=$?
 set -e
 [ "$rc" -eq 2 ] || { echo "FAIL: a bad option exits $rc, not 2"; exit 1; }
+set +e
+"$bench" serve --threads 0 >/dev/null 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "FAIL: serve --threads 0 exits $rc, not 2"; exit 1; }
 "$bench" scheduler --quick --json - 2>/dev/null | python3 -c '
 import json, sys
 lines = sys.stdin.read().splitlines()

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "attend_math.h"
 #include "backend.h"
 #include "dense_ref.h"
 #include "half.h"
@@ -126,6 +127,9 @@ static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
                                d % 32 == 0 ? 32 : 16,
                                PKV_LAYOUT_QUANTIZED(dtype) ? 2 * n : 0,
                                0,
+                               0,
+                               NULL,
+                               NULL,
                                0};
     s->cfg = cfg;
     assert_int_equal(pkv__backend_cpu.create(&s->cfg, &s->alloc, &s->be),
@@ -517,6 +521,144 @@ static void sliding_window(void **state)
         }
 }
 
+/* Each version of the attention arithmetic this build has, against the
+ * f64 sums: scores and weighted rows within f32 rounding, f16 widening
+ * exact; the version the processor gets is one of them. */
+static void attend_math_versions(void **state)
+{
+    (void)state;
+    const pkv__attend_math *versions[] = {
+        &pkv__attend_math_portable,
+#ifdef PKV_HAVE_AVX2
+        &pkv__attend_math_avx2,
+#endif
+    };
+    enum { N = 37, STRIDE = 40 };
+    static const uint32_t dims[] = {8, 24, 64, 256};
+    uint64_t rng = 77;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        uint32_t d = dims[di];
+        float *q = xcalloc(PKV__QUAD * (size_t)d, sizeof *q);
+        float *kv = xcalloc((size_t)N * d, sizeof *kv);
+        float *p = xcalloc(PKV__QUAD * STRIDE, sizeof *p);
+        test_normal_fill(&rng, q, PKV__QUAD * (size_t)d);
+        test_normal_fill(&rng, kv, (size_t)N * d);
+        test_normal_fill(&rng, p, PKV__QUAD * STRIDE);
+        uint8_t *h = xcalloc((size_t)N * d, 2);
+        for (size_t i = 0; i < (size_t)N * d; i++) {
+            uint16_t x = pkv__f32_to_f16(kv[i]);
+            h[2 * i] = (uint8_t)x;
+            h[2 * i + 1] = (uint8_t)(x >> 8);
+        }
+        const pkv__attend_math *mine = pkv__attend_math_for(d);
+        int found = 0;
+        for (size_t v = 0; v < sizeof versions / sizeof versions[0]; v++) {
+            const pkv__attend_math *m = versions[v];
+            found |= m == mine;
+            if (m != &pkv__attend_math_portable && d % 8 != 0)
+                continue; /* AVX2 takes d % 8 == 0 only */
+            const float *qs[PKV__QUAD] = {q, q + d, q + 2 * d, q + 3 * d};
+            float s[PKV__QUAD * STRIDE];
+            m->scores(qs, kv, N, d, s, STRIDE);
+            float *acc[PKV__QUAD];
+            for (uint32_t nq = 1; nq <= PKV__QUAD; nq++) {
+                for (uint32_t i = 0; i < nq; i++)
+                    acc[i] = xcalloc(d, sizeof(float));
+                m->accumulate(p, STRIDE, nq, kv, N, d, acc);
+                for (uint32_t i = 0; i < nq; i++) {
+                    for (uint32_t c = 0; c < d; c++) {
+                        double want = 0.0, size = 0.0;
+                        for (uint32_t j = 0; j < N; j++) {
+                            double t = (double)p[i * STRIDE + j] *
+                                       kv[(size_t)j * d + c];
+                            want += t;
+                            size += fabs(t);
+                        }
+                        assert_true(fabs(acc[i][c] - want) <= 1e-6 * size);
+                    }
+                    free(acc[i]);
+                }
+            }
+            for (uint32_t i = 0; i < PKV__QUAD; i++)
+                for (uint32_t j = 0; j < N; j++) {
+                    double want = 0.0, size = 0.0;
+                    for (uint32_t c = 0; c < d; c++) {
+                        double t = (double)qs[i][c] * kv[(size_t)j * d + c];
+                        want += t;
+                        size += fabs(t);
+                    }
+                    assert_true(fabs(s[i * STRIDE + j] - want) <=
+                                1e-6 * size);
+                }
+            float *w = xcalloc((size_t)N * d, sizeof *w);
+            m->widen(h, w, N * d);
+            for (size_t i = 0; i < (size_t)N * d; i++)
+                assert_true(w[i] == pkv__f16_to_f32(pkv__f32_to_f16(kv[i])));
+            free(w);
+        }
+        assert_true(found);
+        free(q);
+        free(kv);
+        free(p);
+        free(h);
+    }
+}
+
+/* pkv_parallel_fn for the tests: the tasks in reverse order, on the
+ * workers in turn, counted. */
+typedef struct fake_pool {
+    uint32_t workers, calls, tasks;
+} fake_pool;
+
+static void fake_parallel(void *user, pkv_task_fn task, void *arg,
+                          uint32_t count)
+{
+    fake_pool *p = user;
+    p->calls++;
+    p->tasks += count;
+    for (uint32_t i = count; i > 0; i--)
+        task(arg, i - 1, (count - i) % p->workers);
+}
+
+/* Attention cut into tasks run in another order on other workers gives
+ * the same bytes as the caller running them in order. */
+static void parallel_same_result(void **state)
+{
+    (void)state;
+    static const uint32_t windows[] = {0, 7};
+    for (int32_t dtype = 0; dtype < 3; dtype++)
+        for (size_t w = 0; w < 2; w++) {
+            scenario s, t;
+            step_arrays a, b;
+            scenario_init(&s, 64, 8, 2, 16, dtype, PKV_QUANT_PER_CHANNEL,
+                          PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 200 + w, 1);
+            scenario_init(&t, 64, 8, 2, 16, dtype, PKV_QUANT_PER_CHANNEL,
+                          PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 200 + w, 1);
+            fake_pool pool = {3, 0, 0};
+            pkv__backend_cpu.destroy(t.be);
+            t.cfg.parallel = fake_parallel;
+            t.cfg.parallel_user = &pool;
+            t.cfg.workers = pool.workers;
+            assert_int_equal(pkv__backend_cpu.create(&t.cfg, &t.alloc, &t.be),
+                             PKV_OK);
+            poison(&t);
+            scenario_run(&s, &a, windows[w]);
+            scenario_run(&t, &b, windows[w]);
+            assert_int_equal(a.step.num_tokens, b.step.num_tokens);
+            assert_memory_equal(a.out, b.out,
+                                (size_t)a.step.num_tokens * 8 * 64 *
+                                    sizeof(float));
+            /* Rows 3, 1, 5 and 40: 1 + 1 + 1 + 3 tasks of up to 16 rows
+             * per kv head, in one call. */
+            assert_int_equal(pool.calls, 1);
+            assert_int_equal(pool.tasks, 12);
+            step_free(&a);
+            step_free(&b);
+            scenario_free(&s);
+            scenario_free(&t);
+        }
+}
+
 /* Layer l > 0 holds K and V swapped: attention there equals the reference
  * with the roles swapped, and writing it left layer 0 alone. */
 static void layers_are_separate(void **state)
@@ -673,7 +815,8 @@ static void rejects_bad_config(void **state)
                               PKV_KV_U8, PKV_QUANT_PER_CHANNEL,
                               PKV_QUANT_PER_TOKEN, 0,
                               4,  0,
-                              0};
+                              0,  NULL,
+                              NULL, 0};
     pkv__backend *be = (pkv__backend *)&al; /* must come back NULL */
     struct {
         pkv__backend_config c;
@@ -835,6 +978,8 @@ int main(void)
         cmocka_unit_test(rejects_bad_step),
         cmocka_unit_test(checks_each_table_version_once),
         cmocka_unit_test(sliding_window),
+        cmocka_unit_test(parallel_same_result),
+        cmocka_unit_test(attend_math_versions),
         cmocka_unit_test(layers_are_separate),
         cmocka_unit_test(copy_fork_and_swap),
         cmocka_unit_test(grid_first_half),

@@ -99,6 +99,15 @@ static void test_params_init_defaults(void **state)
     assert_null(p.log);
 }
 
+/* A pkv_parallel_fn that runs the tasks in order on worker 0. */
+static void fake_parallel(void *user, pkv_task_fn task, void *arg,
+                          uint32_t count)
+{
+    (void)user;
+    for (uint32_t i = 0; i < count; i++)
+        task(arg, i, 0);
+}
+
 static void test_create_rejects_bad_params(void **state)
 {
     (void)state;
@@ -150,6 +159,16 @@ static void test_create_rejects_bad_params(void **state)
     pkv_engine *e8;
     assert_int_equal(pkv_engine_create(&p, &e8), PKV_OK);
     pkv_engine_destroy(e8);
+    /* The host's threads: 1 to 256 workers when lent, ignored when not. */
+    p = small_params();
+    p.parallel = fake_parallel;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "parallel_workers");
+    p.parallel_workers = 257;
+    expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "parallel_workers");
+    p.parallel = NULL;
+    pkv_engine *serial;
+    assert_int_equal(pkv_engine_create(&p, &serial), PKV_OK);
+    pkv_engine_destroy(serial);
     p = small_params();
     p.num_blocks = 1;
     expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "num_blocks");

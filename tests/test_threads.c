@@ -6,7 +6,9 @@
  * thread learns each sequence's tokens from the batches, and unique cache
  * salts rule out prefix hits across sequences). At the end every added
  * sequence has ended exactly once, only aborted ones as aborted, and the
- * pool is idle. Run under ThreadSanitizer in CI (tests/run.sh).
+ * pool is idle. Once more with the host's threads lent to the CPU
+ * backend's attention (pkv_engine_params.parallel). Run under
+ * ThreadSanitizer in CI (tests/run.sh).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -125,7 +127,94 @@ static int was_aborted(const worker *workers, pkv_seq_id id)
     return 0;
 }
 
-static void run(int32_t preempt_mode, uint64_t swap_bytes)
+/* The host's threads lent to pkv: POOL_THREADS threads and the caller
+ * take the tasks of a posted batch in turn (workers 1.. and 0). */
+enum { POOL_THREADS = 3 };
+
+typedef struct lent_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t wake, idle;
+    pkv_task_fn task; /* NULL between batches */
+    void *arg;
+    uint32_t count, next, running;
+    int stop;
+    pthread_t threads[POOL_THREADS];
+} lent_pool;
+
+static lent_pool pool;
+
+/* Under the lock: run tasks of the batch until none is left to take. */
+static void run_tasks(lent_pool *p, uint32_t who)
+{
+    while (p->task != NULL && p->next < p->count) {
+        uint32_t i = p->next++;
+        pkv_task_fn task = p->task;
+        void *arg = p->arg;
+        p->running++;
+        pthread_mutex_unlock(&p->lock);
+        task(arg, i, who);
+        pthread_mutex_lock(&p->lock);
+        if (--p->running == 0 && p->next == p->count)
+            pthread_cond_broadcast(&p->idle);
+    }
+}
+
+static void *pool_thread(void *arg)
+{
+    uint32_t who = (uint32_t)(uintptr_t)arg;
+    pthread_mutex_lock(&pool.lock);
+    while (!pool.stop) {
+        run_tasks(&pool, who);
+        if (!pool.stop)
+            pthread_cond_wait(&pool.wake, &pool.lock);
+    }
+    pthread_mutex_unlock(&pool.lock);
+    return NULL;
+}
+
+static void pool_parallel(void *user, pkv_task_fn task, void *arg,
+                          uint32_t count)
+{
+    lent_pool *p = user;
+    pthread_mutex_lock(&p->lock);
+    p->task = task;
+    p->arg = arg;
+    p->count = count;
+    p->next = 0;
+    pthread_cond_broadcast(&p->wake);
+    run_tasks(p, 0);
+    while (p->running > 0 || p->next < p->count)
+        pthread_cond_wait(&p->idle, &p->lock);
+    p->task = NULL;
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void pool_start(void)
+{
+    memset(&pool, 0, sizeof pool);
+    assert_int_equal(pthread_mutex_init(&pool.lock, NULL), 0);
+    assert_int_equal(pthread_cond_init(&pool.wake, NULL), 0);
+    assert_int_equal(pthread_cond_init(&pool.idle, NULL), 0);
+    for (uintptr_t t = 0; t < POOL_THREADS; t++)
+        assert_int_equal(pthread_create(&pool.threads[t], NULL, pool_thread,
+                                        (void *)(t + 1)),
+                         0);
+}
+
+static void pool_stop(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    pool.stop = 1;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    for (uint32_t t = 0; t < POOL_THREADS; t++)
+        assert_int_equal(pthread_join(pool.threads[t], NULL), 0);
+    pthread_cond_destroy(&pool.idle);
+    pthread_cond_destroy(&pool.wake);
+    pthread_mutex_destroy(&pool.lock);
+}
+
+static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
 {
     pkv_engine_params p;
     assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
@@ -144,6 +233,12 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes)
     p.preempt_mode = preempt_mode;
     p.swap_bytes = swap_bytes;
     p.backend = PKV_BACKEND_CPU;
+    if (lend) {
+        pool_start();
+        p.parallel = pool_parallel;
+        p.parallel_user = &pool;
+        p.parallel_workers = POOL_THREADS + 1;
+    }
 
     static eh_host host;
     assert_int_equal(eh_init(&host, &p, 1e-4, fail_test), PKV_OK);
@@ -212,18 +307,26 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes)
                   (unsigned long long)st.swap_outs);
     assert_true(host.rows_checked > 0);
     eh_free(&host);
+    if (lend)
+        pool_stop();
 }
 
 static void test_threads_recompute(void **state)
 {
     (void)state;
-    run(PKV_PREEMPT_RECOMPUTE, 0);
+    run(PKV_PREEMPT_RECOMPUTE, 0, 0);
 }
 
 static void test_threads_swap(void **state)
 {
     (void)state;
-    run(PKV_PREEMPT_SWAP, 1u << 16);
+    run(PKV_PREEMPT_SWAP, 1u << 16, 0);
+}
+
+static void test_threads_lent(void **state)
+{
+    (void)state;
+    run(PKV_PREEMPT_RECOMPUTE, 0, 1);
 }
 
 int main(void)
@@ -231,6 +334,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_recompute),
         cmocka_unit_test(test_threads_swap),
+        cmocka_unit_test(test_threads_lent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,10 @@ void g3_engine_params(pkv_engine_params *p, const g3_model *m,
     p->vocab_size = c->vocab_size;
     p->max_model_len = max_model_len;
     /* The default scale, 1 / sqrt(head_dim), is Gemma 3's (model.h). */
+    /* The CPU backend's attention on ggml's threads (lend.h). */
+    p->parallel = g3_lend_parallel;
+    p->parallel_user = m->lend;
+    p->parallel_workers = m->num_threads;
 }
 
 int g3_attend_pkv(void *user, uint32_t layer, uint32_t rows, const float *q,

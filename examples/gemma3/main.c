@@ -405,7 +405,8 @@ static void json_string(const char *s, size_t n)
     putchar('"');
 }
 
-static void print_json(const run *r, pkv_engine *e, const host_serve_result *s)
+static void print_json(const run *r, pkv_engine *e,
+                       const host_request *reqs, const host_serve_result *s)
 {
     pkv_engine_stats st;
     pkv_engine_stats_init(&st);
@@ -421,7 +422,13 @@ static void print_json(const run *r, pkv_engine *e, const host_serve_result *s)
         printf(", \"tokens\": [");
         for (uint32_t k = 0; k < t->num_tokens; k++)
             printf("%s%d", k ? ", " : "", t->tokens[k]);
-        printf("]}");
+        /* Seconds from the start to the first token, and between tokens
+         * after it on average. */
+        const host_request *q = &reqs[i];
+        printf("], \"ttft_s\": %.4f, \"itl_s\": %.4f}", q->first_token_s,
+               q->generated > 1 ? (q->last_token_s - q->first_token_s) /
+                                      (double)(q->generated - 1)
+                                : 0.0);
     }
     printf("],\n \"generated\": %llu, \"processed\": %llu, \"seconds\": %.3f, "
            "\"tokens_per_s\": %.2f, \"prefix_hit_tokens\": %llu, "
@@ -605,7 +612,7 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
     if (r.stream && !o->json)
         putchar('\n');
     if (o->json)
-        print_json(&r, e, &s);
+        print_json(&r, e, reqs, &s);
     else
         host_print_summary("pkv-gemma3", e, &p, n, &s);
     if (o->store != NULL && !o->json)

@@ -121,7 +121,8 @@ int g3_model_load(g3_model *m, const char *path, uint32_t threads, char *err,
     struct ggml_threadpool_params tp =
         ggml_threadpool_params_default((int)m->num_threads);
     m->threads = ggml_threadpool_new(&tp);
-    if (m->threads == NULL) {
+    m->lend = calloc(1, sizeof *m->lend);
+    if (m->threads == NULL || m->lend == NULL) {
         g3_fail(err, err_size, "cannot start %u threads", m->num_threads);
         goto fail;
     }
@@ -135,6 +136,7 @@ void g3_model_free(g3_model *m)
 {
     if (m->threads != NULL)
         ggml_threadpool_free(m->threads);
+    free(m->lend);
     free(m->layers);
     free(m->layer_windows);
     free(m->rope_base);
@@ -179,6 +181,7 @@ int g3_scratch_init(g3_scratch *s, const g3_model *m, uint32_t max_rows)
     }
     for (uint32_t l = 0; l < m->config.num_layers; l++)
         s->nodes[l] = (g3_attend_node){s, l};
+    s->lend = m->lend;
     return 0;
 }
 
@@ -198,21 +201,27 @@ void g3_scratch_free(g3_scratch *s)
 
 /* The attention node of a layer: the host's attend on the graph's q, k and
  * v, writing straight into the node's output. Every thread of the pool
- * passes through a node; the first one (the one that called g3_forward)
- * does the work while the others wait at the node's end. */
+ * passes through a node: the first one (the one that called g3_forward)
+ * calls attend, the others run the tasks it lends them (lend.h). */
 static void attend_node(struct ggml_tensor *dst, int ith, int nth,
                         void *user)
 {
     (void)nth;
     const g3_attend_node *node = user;
     g3_scratch *s = node->scratch;
-    if (ith != 0 || s->failed)
+    uint64_t key = s->key_base + node->layer;
+    if (ith != 0) {
+        g3_lend_help(s->lend, key, (uint32_t)ith);
         return;
+    }
+    g3_lend_open(s->lend, key);
     const struct ggml_tensor *q = dst->src[0], *k = dst->src[1];
     const struct ggml_tensor *v = dst->src[2];
-    if (s->attend(s->attend_user, node->layer, (uint32_t)dst->ne[1],
-                  q->data, k->data, v->data, dst->data) != 0)
+    if (!s->failed &&
+        s->attend(s->attend_user, node->layer, (uint32_t)dst->ne[1], q->data,
+                  k->data, v->data, dst->data) != 0)
         s->failed = 1;
+    g3_lend_close(s->lend);
 }
 
 typedef struct builder {
@@ -261,7 +270,8 @@ static struct ggml_tensor *attention(builder *b, uint32_t l,
                         c->value_len, c->num_kv_heads, x->ne[1])};
     struct ggml_tensor *att = ggml_custom_4d(
         b->ctx, GGML_TYPE_F32, (int64_t)c->num_heads * c->value_len,
-        x->ne[1], 1, 1, args, 3, attend_node, 1, &b->s->nodes[l]);
+        x->ne[1], 1, 1, args, 3, attend_node, GGML_N_TASKS_MAX,
+        &b->s->nodes[l]);
     return ggml_mul_mat(b->ctx, y->wo, att);
 }
 
@@ -356,6 +366,8 @@ int g3_forward(g3_model *m, g3_scratch *s, uint32_t rows,
     s->attend = attend;
     s->attend_user = attend_user;
     s->failed = 0;
+    /* Keys 1, 2, ...: never 0, never one an earlier node had. */
+    s->key_base = ++m->passes * m->config.num_layers + 1;
     return ggml_backend_graph_compute(s->backend, gf) == GGML_STATUS_SUCCESS &&
                    !s->failed
                ? 0

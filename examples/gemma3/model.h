@@ -32,6 +32,7 @@
 #ifndef PKV_EXAMPLE_GEMMA3_MODEL_H
 #define PKV_EXAMPLE_GEMMA3_MODEL_H
 
+#include "lend.h"
 #include "weights.h"
 
 #include <stddef.h>
@@ -64,6 +65,9 @@ typedef struct g3_model {
     /* ggml's worker threads, started once for every pass of the run. */
     struct ggml_threadpool *threads;
     uint32_t num_threads;
+    /* The threads lent to pkv inside attention nodes (lend.h). */
+    g3_lend *lend;
+    uint64_t passes; /* forward passes so far: their nodes' keys */
 } g3_model;
 
 /* Read the GGUF (weights.h) and start the threads; threads 0 uses every
@@ -76,7 +80,9 @@ void g3_model_free(g3_model *m);
  * Attention of one layer for the batch's rows: q [rows][heads][key_len],
  * k [rows][kv_heads][key_len], v [rows][kv_heads][value_len] (normed and
  * rotated), out [rows][heads][value_len], all in the graph's own memory.
- * Called on the thread that called g3_forward. 0, or -1 to abort the pass.
+ * Called on the thread that called g3_forward, while the pool's other
+ * threads wait in the node to run tasks given to g3_lend_parallel on the
+ * model's lend (pkv_engine_params.parallel). 0, or -1 to abort the pass.
  */
 typedef int (*g3_attend_fn)(void *user, uint32_t layer, uint32_t rows,
                             const float *q, const float *k, const float *v,
@@ -101,7 +107,9 @@ typedef struct g3_scratch {
     struct ggml_context *graph;
     size_t graph_size; /* nodes */
     g3_attend_node *nodes; /* [layers] */
-    /* The pass under way. */
+    g3_lend *lend;         /* the model's */
+    /* The pass under way; its nodes' keys follow key_base. */
+    uint64_t key_base;
     g3_attend_fn attend;
     void *attend_user;
     int failed;

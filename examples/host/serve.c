@@ -121,7 +121,7 @@ typedef struct step_buffers {
 static int step(pkv_engine *e, const host_model *m, host_request *reqs,
                 uint32_t added, const host_serve_options *o,
                 step_buffers *s, host_serve_result *out, int *shown,
-                const pkv_batch **batch)
+                const pkv_batch **batch, double t0)
 {
     const pkv_batch *b;
     if (pkv_engine_step_begin(e, &b) != PKV_OK) {
@@ -145,6 +145,7 @@ static int step(pkv_engine *e, const host_model *m, host_request *reqs,
     if (m->forward(m->self, e, b, s->logits) != 0)
         return -1;
     out->processed += b->num_tokens;
+    double at = now_s() - t0;
     for (uint32_t j = 0; j < b->num_samples; j++) {
         uint32_t index = find_request(reqs, added, b->sample_seq_ids[j]);
         host_request *r = &reqs[index];
@@ -152,7 +153,9 @@ static int step(pkv_engine *e, const host_model *m, host_request *reqs,
                                     m->vocab_size, o->temperature, o->top_p,
                                     &r->rng);
         s->stop[j] = (uint8_t)is_stop(o, s->sampled[j]);
-        r->generated++;
+        if (r->generated++ == 0)
+            r->first_token_s = at;
+        r->last_token_s = at;
         out->generated++;
         if (o->on_token != NULL) {
             clear_live(o, shown);
@@ -186,7 +189,7 @@ int host_serve(pkv_engine *e, const host_model *m, host_request *reqs,
     while (rc == 0 && (added < n || pkv_engine_has_work(e))) {
         const pkv_batch *b = NULL;
         if (arrive(e, reqs, n, o, &added) != 0 ||
-            step(e, m, reqs, added, o, &s, out, &shown, &b) != 0) {
+            step(e, m, reqs, added, o, &s, out, &shown, &b, t0) != 0) {
             rc = 1;
             break;
         }

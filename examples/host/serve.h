@@ -34,6 +34,9 @@ typedef struct host_request {
     /* Set by the loop. */
     pkv_seq_id id;
     uint32_t generated;
+    /* Seconds from the loop's start to the step that sampled the first
+     * and the last token (0 before the first). */
+    double first_token_s, last_token_s;
 } host_request;
 
 enum {

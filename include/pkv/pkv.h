@@ -337,6 +337,18 @@ PKV_API pkv_status pkv_store_init(pkv_store *store);
 typedef struct pkv_engine pkv_engine;
 
 /*
+ * The host's threads, lent to pkv for its CPU work (pkv starts no threads
+ * of its own). A pkv_parallel_fn runs task(arg, i, worker) once for every
+ * i in [0, count), on any of the host's threads including the caller's,
+ * and returns when every one has returned. worker names the thread that
+ * runs it, below pkv_engine_params.parallel_workers: two tasks never run
+ * at the same time with the same worker.
+ */
+typedef void (*pkv_task_fn)(void *arg, uint32_t index, uint32_t worker);
+typedef void (*pkv_parallel_fn)(void *user, pkv_task_fn task, void *arg,
+                                uint32_t count);
+
+/*
  * Parameters of pkv_engine_create. Fields are append-only.
  * Call pkv_engine_params_init first, then set the model geometry.
  */
@@ -446,6 +458,19 @@ typedef struct pkv_engine_params {
      * "KV store" above); NULL (the default): none. Copied at create; its
      * callbacks and user must outlive the engine. */
     const pkv_store *store;
+
+    /* Appended after 0.1.0. Threads for the CPU backend's attention (the
+     * OpenCL backend ignores them): pkv_engine_attend cuts a layer into
+     * tasks of up to 16 query rows of one sequence and one kv head, and
+     * hands them to parallel(parallel_user, ...), from the stepping thread,
+     * within pkv_engine_attend only. A task reads the cache and q and
+     * writes its own rows of out; the results do not depend on the
+     * threads or their order. parallel_workers: 1 to 256 when parallel is
+     * set (pkv keeps a scratch tile per worker), else ignored. NULL (the
+     * default): the stepping thread runs them. */
+    pkv_parallel_fn parallel;
+    void *parallel_user;
+    uint32_t parallel_workers;
 } pkv_engine_params;
 
 /*
