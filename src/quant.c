@@ -172,15 +172,30 @@ void pkv__dequant_part(const uint8_t *part, uint32_t block_size,
     size_t lo_off = lo_at(f, block_size, head_dim);
     size_t scale_off = scale_at(f, block_size, head_dim);
     float lo[PKV_LAYOUT_MAX_HEAD_DIM], scale[PKV_LAYOUT_MAX_HEAD_DIM];
+    /* Each channel's lo and scale, so that the rows below are one plain
+     * loop that the compiler vectorises: pkv__quant_value's arithmetic,
+     * lo + code * scale, element by element. */
+    float lo_c[PKV_LAYOUT_MAX_HEAD_DIM], scale_c[PKV_LAYOUT_MAX_HEAD_DIM];
     for (uint32_t t = 0; t < block_size; t++) {
         if (t == 0 || !per_channel) {
             params(part, lo_off, per_channel ? 0 : t * n, n, lo);
             params(part, scale_off, per_channel ? 0 : t * n, n, scale);
+            for (uint32_t c = 0; c < head_dim; c++) {
+                lo_c[c] = lo[c / width];
+                scale_c[c] = scale[c / width];
+            }
         }
         const uint8_t *codes = part + t * row_bytes(f, head_dim);
         float *out = dst + (size_t)t * head_dim;
-        for (uint32_t c = 0; c < head_dim; c++)
-            out[c] = pkv__quant_value(pkv__quant_code_at(codes, f->dtype, c),
-                                      lo[c / width], scale[c / width]);
+        if (f->dtype == PKV_KV_U4) {
+            for (uint32_t c = 0; c < head_dim; c += 2) {
+                out[c] = lo_c[c] + (float)(codes[c / 2] & 15u) * scale_c[c];
+                out[c + 1] =
+                    lo_c[c + 1] + (float)(codes[c / 2] >> 4) * scale_c[c + 1];
+            }
+        } else {
+            for (uint32_t c = 0; c < head_dim; c++)
+                out[c] = lo_c[c] + (float)codes[c] * scale_c[c];
+        }
     }
 }

@@ -24,6 +24,18 @@ static void test_greedy(void **state)
     float logits[5] = {0.1f, 2.0f, -1.0f, 1.99f, 0.0f};
     assert_int_equal(host_sample(logits, 5, 0.0f, 1.0f, NULL), 1);
     assert_int_equal(host_sample(logits, 5, 0.0f, 0.5f, NULL), 1);
+    /* Past the runs of 8 that greedy compares at once: the first of two
+     * equal maxima, one in the tail, one at index 0. */
+    float many[101];
+    for (uint32_t i = 0; i < 101; i++)
+        many[i] = (float)((i * 37u) % 101u) / 101.0f;
+    many[42] = 5.0f;
+    many[77] = 5.0f;
+    assert_int_equal(host_sample(many, 101, 0.0f, 1.0f, NULL), 42);
+    many[100] = 6.0f;
+    assert_int_equal(host_sample(many, 101, 0.0f, 1.0f, NULL), 100);
+    many[0] = 7.0f;
+    assert_int_equal(host_sample(many, 101, 0.0f, 1.0f, NULL), 0);
 }
 
 /* top_p 0.7 over 0.5, 0.25, 0.125, ...: the nucleus is the first two

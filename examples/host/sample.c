@@ -72,22 +72,46 @@ static int32_t sample_nucleus(const double *p, uint32_t vocab, double top_p,
     return chosen;
 }
 
+/* The first index of the largest logit. Runs of 8 are first compared as
+ * a whole (a loop the compiler vectorises): at a 262k vocabulary the
+ * plain loop was 2% of a decode step. */
+static int32_t argmax(const float *logits, uint32_t vocab)
+{
+    uint32_t best = 0, i = 1;
+    float top = logits[0];
+    for (; i + 8 <= vocab; i += 8) {
+        int above = 0;
+        for (uint32_t k = 0; k < 8; k++)
+            above |= logits[i + k] > top;
+        if (!above)
+            continue;
+        for (uint32_t k = 0; k < 8; k++)
+            if (logits[i + k] > top) {
+                top = logits[i + k];
+                best = i + k;
+            }
+    }
+    for (; i < vocab; i++)
+        if (logits[i] > top) {
+            top = logits[i];
+            best = i;
+        }
+    return (int32_t)best;
+}
+
 int32_t host_sample(const float *logits, uint32_t vocab, float temperature,
                     float top_p, uint64_t *rng)
 {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < vocab; i++)
-        if (logits[i] > logits[best])
-            best = i;
+    int32_t best = argmax(logits, vocab);
     if (!(temperature > 0))
-        return (int32_t)best;
+        return best;
     double *p = malloc(vocab * sizeof *p);
     if (p == NULL)
-        return (int32_t)best;
+        return best;
     double sum = 0;
     for (uint32_t i = 0; i < vocab; i++)
         sum += p[i] = exp((double)(logits[i] - logits[best]) / temperature);
-    int32_t chosen = (int32_t)best;
+    int32_t chosen = best;
     if (top_p < 1) {
         for (uint32_t i = 0; i < vocab; i++)
             p[i] /= sum;
