@@ -20,8 +20,9 @@ Workloads (--only picks some; all by default), each run once a side per
 round, the sides alternating (llama.cpp first in even rounds):
   decode   batch-1 decode tokens/s: llama-bench -p 0 -n 64 (tg64) against
            pkv-gemma3 on one short prompt, 64 new tokens, KV f16, u8, u4.
-           pkv's figure is (generated - 1) / (seconds at 64 - seconds at
-           1): the prompt's step taken out, as tg64 has no prompt.
+           pkv's figure is 1 / the mean time between its tokens (its
+           --json itl_s): the 63 steps after the prompt's, as tg64 has no
+           prompt.
   prefill  prompt tokens/s at 512 tokens: llama-bench -p 512 -n 0 against
            pkv-gemma3's first token of a 512-token prompt (--prompt-ids).
   demo     pkv-gemma3's demo (32 requests sharing a 31-token preamble, 48
@@ -36,7 +37,10 @@ round, the sides alternating (llama.cpp first in even rounds):
            lengths and arrival times by a load generator on loopback.
 KV bytes per token: llama.cpp's from the KV buffers llama-server prints at
 load (every layer's K and V for one token), pkv's from pkv-bench memory's
-formats table (Gemma 3's head_dim 256, block 16) times its 18 layers.
+formats table (Gemma 3's head_dim 256) times its 18 layers, at block 64
+(the CPU backend's, which pkv-gemma3 runs with here) and block 16 (a
+GPU's): the quantized formats' per-block parameters cost less per token in
+larger blocks.
 
 Time: sized for about 10-15 minutes on a quiet 2-core machine at --runs 3
 (the trace most of it; an estimate from single runs); a loaded machine
@@ -226,16 +230,17 @@ def run_pkv_gemma3(binary, args):
 
 
 def pkv_decode(opt, kv):
-    """Decode tokens/s: 64 new tokens less the prompt's step."""
-    common = ["--prompt", opt.decode_prompt, "--kv", kv, "--backend", "cpu",
-              "--threads", str(opt.threads), "--temperature", "0"]
-    one = run_pkv_gemma3(opt.pkv_gemma3, common + ["--max-new", "1"])
-    full = run_pkv_gemma3(opt.pkv_gemma3,
-                          common + ["--max-new", str(DECODE_NEW)])
-    if full["generated"] < DECODE_NEW:
-        progress(f"pkv decode: the prompt stopped at {full['generated']} "
+    """Decode tokens/s: one request's 63 steps after its first token (the
+    prompt's step taken out, as tg64 has no prompt), from the mean time
+    between its tokens."""
+    r = run_pkv_gemma3(opt.pkv_gemma3,
+                       ["--prompt", opt.decode_prompt, "--kv", kv,
+                        "--backend", "cpu", "--threads", str(opt.threads),
+                        "--temperature", "0", "--max-new", str(DECODE_NEW)])
+    if r["generated"] < DECODE_NEW:
+        progress(f"pkv decode: the prompt stopped at {r['generated']} "
                  "tokens (end of text)")
-    return (full["generated"] - 1) / (full["seconds"] - one["seconds"])
+    return 1.0 / r["requests"][0]["itl_s"]
 
 
 def pkv_prefill(opt, ids_path):
@@ -286,11 +291,12 @@ def pkv_kv_bytes(opt):
             continue
         r = json.loads(line)
         if (r.get("workload") == "formats" and r["head_dim"] == 256 and
-                r["block_size"] == 16):
-            per_head[r["format"]] = r["bytes_per_token"]
+                r["block_size"] in (16, 64) and
+                r["format"] in ("f16", "u8", "u4", "u8k-u4v")):
+            per_head[f"{r['format']} b{r['block_size']}"] = \
+                r["bytes_per_token"]
     # Gemma 3 270M: one kv head in each of its layers.
-    return {k: GEMMA3_LAYERS * v for k, v in per_head.items()
-            if k in ("f16", "u8", "u4", "u8k-u4v")}
+    return {k: GEMMA3_LAYERS * v for k, v in per_head.items()}
 
 
 # ------------------------------------------------------------ the trace
@@ -604,8 +610,8 @@ def report(opt, fig, kv_bytes):
                   "pkv_over_llama": round(ratio, 4)})
     if kv_bytes:
         base = kv_bytes.get("llama.cpp f16")
-        print("\nKV bytes per token, every layer's K and V (pkv: block 16, "
-              "parameters included)")
+        print("\nKV bytes per token, every layer's K and V (pkv: bN, block "
+              "N, parameters included)")
         for name, b in kv_bytes.items():
             ratio = b / base if base else None
             print(f"{name:<16} {b:>10.1f} "
