@@ -163,6 +163,8 @@ static void formats_table(const bench_options *opt)
         {"f16", PKV_LAYOUT_F16, PKV_LAYOUT_PER_CHANNEL,
          PKV_LAYOUT_PER_CHANNEL},
         {"u8", PKV_LAYOUT_U8, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN},
+        {"u8 token keys", PKV_LAYOUT_U8, PKV_LAYOUT_PER_TOKEN,
+         PKV_LAYOUT_PER_TOKEN},
         {"u8k-u4v", PKV_LAYOUT_U8K_U4V, PKV_LAYOUT_PER_CHANNEL,
          PKV_LAYOUT_PER_TOKEN},
         {"u4", PKV_LAYOUT_U4, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN},

@@ -37,10 +37,10 @@ round, the sides alternating (llama.cpp first in even rounds):
            lengths and arrival times by a load generator on loopback.
 KV bytes per token: llama.cpp's from the KV buffers llama-server prints at
 load (every layer's K and V for one token), pkv's from pkv-bench memory's
-formats table (Gemma 3's head_dim 256) times its 18 layers, at block 64
-(the CPU backend's, which pkv-gemma3 runs with here) and block 16 (a
-GPU's): the quantized formats' per-block parameters cost less per token in
-larger blocks.
+formats table (Gemma 3's head_dim 256, block 16: pkv-gemma3's) times its
+18 layers, U8 both with per-channel keys (the default) and per-token keys
+(`--keys token`), whose parameters cost 4 bytes a token rather than 4 per
+channel a block.
 
 Time: sized for about 10-15 minutes on a quiet 2-core machine at --runs 3
 (the trace most of it; an estimate from single runs); a loaded machine
@@ -78,6 +78,7 @@ LLAMA_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
                  "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
                  "-DLLAMA_BUILD_APP=OFF"]
 GEMMA3_LAYERS = 18
+PKV_GEMMA3_BLOCK = 16  # examples/gemma3/main.c's BLOCK_SIZE
 DEMO_NEW = 48
 DECODE_NEW = 64
 PREFILL_LEN = 512
@@ -291,10 +292,10 @@ def pkv_kv_bytes(opt):
             continue
         r = json.loads(line)
         if (r.get("workload") == "formats" and r["head_dim"] == 256 and
-                r["block_size"] in (16, 64) and
-                r["format"] in ("f16", "u8", "u4", "u8k-u4v")):
-            per_head[f"{r['format']} b{r['block_size']}"] = \
-                r["bytes_per_token"]
+                r["block_size"] == PKV_GEMMA3_BLOCK and
+                r["format"] in ("f16", "u8", "u8 token keys", "u4",
+                                "u8k-u4v")):
+            per_head[r["format"]] = r["bytes_per_token"]
     # Gemma 3 270M: one kv head in each of its layers.
     return {k: GEMMA3_LAYERS * v for k, v in per_head.items()}
 
@@ -610,8 +611,8 @@ def report(opt, fig, kv_bytes):
                   "pkv_over_llama": round(ratio, 4)})
     if kv_bytes:
         base = kv_bytes.get("llama.cpp f16")
-        print("\nKV bytes per token, every layer's K and V (pkv: bN, block "
-              "N, parameters included)")
+        print("\nKV bytes per token, every layer's K and V (pkv: block "
+              f"{PKV_GEMMA3_BLOCK}, parameters included)")
         for name, b in kv_bytes.items():
             ratio = b / base if base else None
             print(f"{name:<16} {b:>10.1f} "
