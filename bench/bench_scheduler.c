@@ -167,7 +167,7 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
 
 int bench_scheduler(const bench_options *opt)
 {
-    /* A tenant each, nothing waiting; then issue 11's loaded rows: 64
+    /* A tenant each, nothing waiting; then the loaded rows: 64
      * tenants with quotas and 10,000 sequences waiting; then 256
      * sequences of LONG_PROMPT-token prompts, whose steps should cost what
      * 64-token ones do: a decode step adds a block here and there, however

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The CPU backend against the f64 dense reference: the grid of issue 3,
+/* The CPU backend against the f64 dense reference: a grid of geometries,
  * with f32 KV within 1e-4 and f16/u8/u4 within the bound derived from their
  * storage error (docs/design.md, "Attention error bounds"); and every other
  * op: validation, non-finite rejection, copy, swap, staging tails. */

@@ -426,7 +426,7 @@ static uint8_t *export_of(tm_host *h, pkv_seq_id id, size_t *size)
  * export the same bytes, whatever they held before: one decoded plainly,
  * the other ran rejected drafts that filled and sealed its block (and,
  * with a rollback window, rolled that seal back), or was truncated
- * inside its unsealed block (issue 32, part 4). */
+ * inside its unsealed block. */
 static void test_u8_canonical(void **state)
 {
     (void)state;
