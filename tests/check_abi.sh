@@ -16,8 +16,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Types defined outside the public headers (the engine behind the opaque
 # pkv_engine handle, internal structs) are not ABI: drop them.
+# Paths in the tree's own terms (relative to its root, the build
+# directory as "."), so that the committed baseline names no machine.
 abidw --headers-dir "$src/include/pkv" --drop-private-types --no-corpus-path \
-    "$lib" >"$tmp/current"
+    "$lib" | sed -e "s|$src/||g" -e "s|comp-dir-path='[^']*'|comp-dir-path='.'|g" \
+    >"$tmp/current"
 if [ "${2:-}" = "--update" ]; then
     mkdir -p "$(dirname "$baseline")"
     cp "$tmp/current" "$baseline"
