@@ -7,6 +7,7 @@
 #include "kv_layout.h"
 #include "lifecycle.h"
 #include "rollback.h"
+#include "sched_plan.h"
 
 #include <assert.h>
 #include <string.h>

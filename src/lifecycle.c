@@ -49,16 +49,6 @@ void pkv__engine_count_blocks(pkv_engine *e, const pkv__seq *seq,
                            (int64_t)seq->table.num_blocks - (int64_t)before);
 }
 
-void pkv__engine_end(pkv_engine *e, pkv__seq *seq, int32_t reason,
-                     pkv_status status)
-{
-    pkv__seq_list *list = seq->state == PKV__SEQ_RUNNING   ? &e->running
-                          : seq->state == PKV__SEQ_SWAPPED ? &e->swapped
-                                                           : &e->waiting;
-    pkv__seq_list_remove(list, seq);
-    pkv__engine_end_later(e, seq, reason, status);
-}
-
 /* Remove the ended sequences from a list, keeping the others' order. */
 static void sweep(pkv__seq_list *list)
 {

@@ -21,15 +21,11 @@ pkv__seq *pkv__engine_find(const pkv_engine *engine, pkv_seq_id id);
 pkv_status pkv__engine_find_between_steps(pkv_engine *engine, pkv_seq_id id,
                                           const char *what, pkv__seq **out);
 
-/* End a sequence (any state but queued): take it out of its list, release
- * its blocks, tail and swap memory, and queue its report. */
-void pkv__engine_end(pkv_engine *engine, pkv__seq *seq, int32_t reason,
-                     pkv_status status);
-
-/* pkv__engine_end without taking it out of its list: for a call that may
- * end many sequences (step_end, a batch of aborts), which then takes them
- * all out with one pass, pkv__engine_sweep_ended, instead of searching a
- * list once per end. Until the sweep the list holds ended sequences. */
+/* End a sequence (any state but queued): release its blocks, tail and
+ * swap memory, and queue its report, leaving it in its list. A call that
+ * may end many sequences (step_end, a batch of aborts) then takes them all
+ * out with one pass, pkv__engine_sweep_ended, instead of searching a list
+ * once per end. Until the sweep the list holds ended sequences. */
 void pkv__engine_end_later(pkv_engine *engine, pkv__seq *seq, int32_t reason,
                            pkv_status status);
 void pkv__engine_sweep_ended(pkv_engine *engine);

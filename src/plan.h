@@ -80,11 +80,6 @@ pkv_status pkv__plan_reserve_links(pkv__plan *plan,
                                    const pkv__allocator *alloc, size_t more);
 void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
 
-/* Plan the step (sched.c): running sequences, swapped, waiting, drafts.
- * Reads the engine and writes only engine->plan. PKV_ERR_OUT_OF_MEMORY
- * when the plan's own arrays cannot grow. */
-pkv_status pkv__sched_plan(pkv_engine *engine);
-
 /* Make every allocation applying the plan needs (plan_apply.c): table and
  * chain room, room in tokens for what each sequence that runs may sample
  * at step_end; swap buffers, and a preemption whose buffer cannot be had

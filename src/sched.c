@@ -23,6 +23,8 @@
  *     preempts only its own sequences and does not hold up other tenants'
  *     admissions.
  */
+#include "sched_plan.h"
+
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
