@@ -23,10 +23,10 @@ static float dot(const float *restrict a, const float *restrict b, uint32_t n)
     return (s0 + s2) + (s1 + s3);
 }
 
-static void scores(const float *const *q, const float *k, uint32_t n,
-                   uint32_t d, float *s, uint32_t stride)
+static void scores(const float *const *q, uint32_t nq, const float *k,
+                   uint32_t n, uint32_t d, float *s, uint32_t stride)
 {
-    for (uint32_t i = 0; i < PKV__QUAD; i++)
+    for (uint32_t i = 0; i < nq; i++)
         for (uint32_t j = 0; j < n; j++)
             s[i * stride + j] = dot(q[i], k + (size_t)j * d, d);
 }

@@ -20,10 +20,10 @@
 
 typedef struct pkv__attend_math {
     const char *name;
-    /* s[i * stride + j] = dot(q[i], k row j) for i < PKV__QUAD (every
-     * q[i] set; repeat one for slots not used), j < n; k is [n][d]. */
-    void (*scores)(const float *const *q, const float *k, uint32_t n,
-                   uint32_t d, float *s, uint32_t stride);
+    /* s[i * stride + j] = dot(q[i], k row j) for i < nq (1 to
+     * PKV__QUAD), j < n; k is [n][d]. */
+    void (*scores)(const float *const *q, uint32_t nq, const float *k,
+                   uint32_t n, uint32_t d, float *s, uint32_t stride);
     /* acc[i] += sum over j < n of p[i * stride + j] * v row j, for
      * i < nq (1 to PKV__QUAD); v is [n][d]. */
     void (*accumulate)(const float *p, uint32_t stride, uint32_t nq,

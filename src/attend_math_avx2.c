@@ -4,7 +4,8 @@
  * (attend_math.h), compiled with -mavx2 -mfma -mf16c and called only where
  * the processor has all three.
  * Scores: 4 queries against 2 rows at a time, 8 channels a step, so that
- * each load feeds more than one multiply-add. Accumulation: 16 channels of
+ * each load feeds more than one multiply-add (fewer queries: one at a
+ * time, the same sums). Accumulation: 16 channels of
  * 4 accumulators held in registers over every row.
  */
 #include "attend_math.h"
@@ -22,9 +23,41 @@ static float hsum(__m256 v)
     return _mm_cvtss_f32(x);
 }
 
-static void scores(const float *const *q, const float *k, uint32_t n,
-                   uint32_t d, float *s, uint32_t stride)
+/* One query's scores, 2 rows at a time: the same sums, in the same order,
+ * as the 4-query kernel's. */
+static void one_query(const float *q0, const float *k, uint32_t n,
+                      uint32_t d, float *s)
 {
+    uint32_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const float *k0 = k + (size_t)j * d, *k1 = k0 + d;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (uint32_t c = 0; c < d; c += 8) {
+            __m256 y = _mm256_loadu_ps(q0 + c);
+            a0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(k0 + c), a0);
+            a1 = _mm256_fmadd_ps(y, _mm256_loadu_ps(k1 + c), a1);
+        }
+        s[j] = hsum(a0);
+        s[j + 1] = hsum(a1);
+    }
+    if (j < n) {
+        const float *k0 = k + (size_t)j * d;
+        __m256 a0 = _mm256_setzero_ps();
+        for (uint32_t c = 0; c < d; c += 8)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + c),
+                                 _mm256_loadu_ps(k0 + c), a0);
+        s[j] = hsum(a0);
+    }
+}
+
+static void scores(const float *const *q, uint32_t nq, const float *k,
+                   uint32_t n, uint32_t d, float *s, uint32_t stride)
+{
+    if (nq < PKV__QUAD) { /* a quad's last slots unused: no work for them */
+        for (uint32_t i = 0; i < nq; i++)
+            one_query(q[i], k, n, d, s + i * stride);
+        return;
+    }
     const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
     uint32_t j = 0;
     for (; j + 2 <= n; j += 2) {

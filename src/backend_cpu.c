@@ -291,10 +291,7 @@ static void fold_quad(const pkv__attend_math *math, const float *const *q,
     if (lo >= hi)
         return;
     uint32_t n = hi - lo;
-    const float *qq[PKV__QUAD];
-    for (uint32_t i = 0; i < PKV__QUAD; i++)
-        qq[i] = q[i < nq ? i : 0];
-    math->scores(qq, k + (size_t)lo * d, n, d, sc, stride);
+    math->scores(q, nq, k + (size_t)lo * d, n, d, sc, stride);
     for (uint32_t i = 0; i < PKV__QUAD; i++) {
         float *p = sc + i * stride;
         uint32_t a = i < nq && j0[i] < j1[i] ? j0[i] - lo : n;

@@ -522,8 +522,9 @@ static void sliding_window(void **state)
 }
 
 /* Each version of the attention arithmetic this build has, against the
- * f64 sums: scores and weighted rows within f32 rounding, f16 widening
- * exact; the version the processor gets is one of them. */
+ * f64 sums: scores and weighted rows within f32 rounding, a query's scores
+ * the same bits whatever queries share its quad, f16 widening exact; the
+ * version the processor gets is one of them. */
 static void attend_math_versions(void **state)
 {
     (void)state;
@@ -559,7 +560,17 @@ static void attend_math_versions(void **state)
                 continue; /* AVX2 takes d % 8 == 0 only */
             const float *qs[PKV__QUAD] = {q, q + d, q + 2 * d, q + 3 * d};
             float s[PKV__QUAD * STRIDE];
-            m->scores(qs, kv, N, d, s, STRIDE);
+            m->scores(qs, PKV__QUAD, kv, N, d, s, STRIDE);
+            /* Fewer queries: the same bits for each (the scores of the
+             * last ones, each query alone in its slot 0). */
+            for (uint32_t nq = 1; nq < PKV__QUAD; nq++) {
+                float part[PKV__QUAD * STRIDE];
+                m->scores(qs + PKV__QUAD - nq, nq, kv, N, d, part, STRIDE);
+                for (uint32_t i = 0; i < nq; i++)
+                    assert_memory_equal(part + i * STRIDE,
+                                        s + (PKV__QUAD - nq + i) * STRIDE,
+                                        N * sizeof *s);
+            }
             float *acc[PKV__QUAD];
             for (uint32_t nq = 1; nq <= PKV__QUAD; nq++) {
                 for (uint32_t i = 0; i < nq; i++)
