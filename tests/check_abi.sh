@@ -1,31 +1,48 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Compare the ABI of a freshly built libpkv.so with the committed baseline
-# (tests/abi/libpkv.abi, written by abidw). What docs/abi.md allows passes:
-# new functions, fields appended to the size-prefixed structs, new enum
-# values. What it forbids fails: a removed symbol, a changed signature, a
-# field moved, retyped or removed, an enum value changed or removed.
+# Compare the ABI of a freshly built library with its committed baseline,
+# tests/abi/<name>.abi (libpkv.so: tests/abi/libpkv.abi, the 0.1.0 ABI).
+# What docs/abi.md allows passes: new functions, fields appended to the
+# size-prefixed structs, new enum values. What it forbids fails: a removed
+# symbol, a changed signature, a field moved, retyped or removed, an enum
+# value changed or removed.
 # abidiff rates a struct layout change reached through a pointer as a plain
 # "ABI change" (exit bit 4), like an appended field, so its report is read.
 # Usage: check_abi.sh path/to/libpkv.so [--update]
+#   --update writes the baseline instead (docs/abi.md: only at a release).
 set -eu
 lib=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
-baseline=$src/tests/abi/libpkv.abi
+name=$(basename "$lib")
+name=${name%%.so*}
+baseline=$src/tests/abi/$name.abi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# Types defined outside the public headers (the engine behind the opaque
-# pkv_engine handle, internal structs) are not ABI: drop them.
-# Paths in the tree's own terms (relative to its root, the build
-# directory as "."), so that the committed baseline names no machine.
-abidw --headers-dir "$src/include/pkv" --drop-private-types --no-corpus-path \
-    "$lib" | sed -e "s|$src/||g" -e "s|comp-dir-path='[^']*'|comp-dir-path='.'|g" \
-    >"$tmp/current"
+
+# The ABI as abidw sees it, the same bytes from any source or build
+# directory: the exported functions and the public types they reach
+# (--exported-interfaces-only: no declaration of a hidden pkv__ function;
+# --drop-private-types with --headers-dir: no type defined outside
+# include/pkv, such as the struct behind the opaque pkv_engine), without
+# source locations, compilation directories, corpus path or DT_NEEDED
+# list; translation units by file name only (--short-locs).
+abidw --headers-dir "$src/include/pkv" --drop-private-types \
+    --exported-interfaces-only --no-show-locs --short-locs \
+    --no-comp-dir-path --no-corpus-path --no-elf-needed \
+    --out-file "$tmp/current" "$lib"
+if grep -q "='/" "$tmp/current"; then
+    echo "FAIL: abidw wrote a path into the ABI of $lib"
+    exit 1
+fi
 if [ "${2:-}" = "--update" ]; then
     mkdir -p "$(dirname "$baseline")"
     cp "$tmp/current" "$baseline"
     echo "baseline written: $baseline"
     exit 0
+fi
+if [ ! -f "$baseline" ]; then
+    echo "FAIL: no baseline $baseline"
+    exit 1
 fi
 set +e
 abidiff "$baseline" "$tmp/current" >"$tmp/report"
