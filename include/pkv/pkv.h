@@ -59,10 +59,16 @@ extern "C" {
 
 /* --------------------------------------------------------------- version */
 
+/*
+ * The header's version. A declaration added after 0.1.0 says in its
+ * comment the version it came with ("Since 0.2.0."): a host that needs it
+ * tests PKV_VERSION_NUMBER at compile time and pkv_version_number() at run
+ * time (CHANGELOG.md lists every addition).
+ */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 1
+#define PKV_VERSION_MINOR 2
 #define PKV_VERSION_PATCH 0
-#define PKV_VERSION_STRING "0.1.0"
+#define PKV_VERSION_STRING "0.2.0"
 /* One integer, comparable: 10000 * major + 100 * minor + patch. */
 #define PKV_VERSION_NUMBER \
     (PKV_VERSION_MAJOR * 10000 + PKV_VERSION_MINOR * 100 + PKV_VERSION_PATCH)
@@ -86,6 +92,7 @@ PKV_API const char *pkv_version_string(void);
 /*
  * Every status: X(name, value, message). Values are fixed forever and never
  * reused; a retired status keeps its value as a placeholder.
+ * PKV_ERR_STORE: since 0.2.0.
  */
 #define PKV_STATUS_LIST(X)                                                    \
     X(PKV_OK, 0, "success")                                                   \
@@ -148,10 +155,10 @@ typedef enum pkv_kv_dtype {
     PKV_KV_F32 = 0, /* 4 bytes per element */
     PKV_KV_F16 = 1, /* 2 bytes per element (storage only; math in f32) */
     PKV_KV_U8 = 2,  /* 1 byte per element plus per-group lo/scale (f16) */
-    /* Appended after 0.1.0. Half a byte per element plus per-group
+    /* Since 0.2.0. Half a byte per element plus per-group
      * lo/scale (f16); per-token groups of u4_group channels. */
     PKV_KV_U4 = 3,
-    /* Appended after 0.1.0. Keys as U8, values as U4. */
+    /* Since 0.2.0. Keys as U8, values as U4. */
     PKV_KV_U8K_U4V = 4
 } pkv_kv_dtype;
 
@@ -243,6 +250,7 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
  * time is computed, never used; so a store can lose, evict or damage
  * values and the outputs stay those of an engine without one. (Keys,
  * values and the verification: docs/design.md, "KV store".)
+ * Everything in this section: since 0.2.0.
  *
  * Threads: pkv starts none. Every callback is called on the stepping
  * thread, from pkv_engine_step_begin (poll, load, cancel), step_end
@@ -256,21 +264,22 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
 
 /* The longest key a store is given, its NUL included: "pkv1:", 16 hex
  * digits naming the model and geometry, ':', 64 hex digits of the
- * block's SHA-256. */
+ * block's SHA-256. Since 0.2.0. */
 #define PKV_STORE_KEY_MAX 88u
 
 /* Save the blocks sequences fill with generated tokens too, not only
- * those of prompts (pkv_store.flags). */
+ * those of prompts (pkv_store.flags). Since 0.2.0. */
 #define PKV_STORE_SAVE_GENERATED 1u
 
-/* An operation the connector finished (pkv_store.poll). */
+/* An operation the connector finished (pkv_store.poll). Since 0.2.0. */
 typedef struct pkv_store_done {
     uint64_t ticket;   /* as given to load or save */
     int32_t status;    /* PKV_OK, or why it failed (PKV_ERR_STORE) */
     uint32_t reserved0; /* 0 */
 } pkv_store_done;
 
-/* The connector of pkv_engine_params.store. Fields are append-only. */
+/* The connector of pkv_engine_params.store. Fields are append-only.
+ * Since 0.2.0. */
 typedef struct pkv_store {
     uint32_t struct_size; /* sizeof(pkv_store), set by pkv_store_init */
     uint32_t flags;       /* PKV_STORE_SAVE_GENERATED, or 0 */
@@ -327,6 +336,7 @@ typedef struct pkv_store {
  * Zero *store and set struct_size and the defaults (timeout_ms 1000,
  * max_load_bytes and max_save_bytes 64 MiB). The four callbacks must be
  * set before the store is given to pkv_engine_create.
+ * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *store only.
  */
 PKV_API pkv_status pkv_store_init(pkv_store *store);
@@ -342,7 +352,7 @@ typedef struct pkv_engine pkv_engine;
  * i in [0, count), on any of the host's threads including the caller's,
  * and returns when every one has returned. worker names the thread that
  * runs it, below pkv_engine_params.parallel_workers: two tasks never run
- * at the same time with the same worker.
+ * at the same time with the same worker. Since 0.2.0.
  */
 typedef void (*pkv_task_fn)(void *arg, uint32_t index, uint32_t worker);
 typedef void (*pkv_parallel_fn)(void *user, pkv_task_fn task, void *arg,
@@ -423,7 +433,8 @@ typedef struct pkv_engine_params {
                              pkv_opencl.h); NULL: pkv creates its own */
     void *opencl_queue;
 
-    /* Appended after 0.1.0 (a caller built against 0.1.0 gets 0).
+    /* Since 0.2.0 (a caller built against 0.1.0 gets 0 in every field
+     * from here on).
      * U8 caches: the rollback window, in blocks, 0 (the default: none) to
      * 64. A running sequence keeps the f32 rows of its last
      * u8_rollback_blocks sealed (quantised) blocks, so that a cut inside
@@ -437,7 +448,7 @@ typedef struct pkv_engine_params {
      * docs/design.md, "U8 rollback window"). */
     uint32_t u8_rollback_blocks;
 
-    /* Appended after 0.1.0. An attention window per layer, for models
+    /* Since 0.2.0. An attention window per layer, for models
      * that mix windowed and full layers: layer l's rows see their last
      * layer_windows[l] tokens (0: all), num_layers entries, copied at
      * create. NULL (the default): every layer has sliding_window, which
@@ -445,7 +456,7 @@ typedef struct pkv_engine_params {
      * kept in every layer. */
     const uint32_t *layer_windows;
 
-    /* Appended after 0.1.0. U4 parts grouped per token (values by
+    /* Since 0.2.0. U4 parts grouped per token (values by
      * default, keys with PKV_QUANT_PER_TOKEN): the channels of one group,
      * a multiple of 8 that divides head_dim, or head_dim itself. 0 (the
      * default): 32 when it divides head_dim, else head_dim. Smaller
@@ -454,12 +465,12 @@ typedef struct pkv_engine_params {
      * dtypes. */
     uint32_t u4_group;
 
-    /* Appended after 0.1.0. A KV store shared with other engines (see
+    /* Since 0.2.0. A KV store shared with other engines (see
      * "KV store" above); NULL (the default): none. Copied at create; its
      * callbacks and user must outlive the engine. */
     const pkv_store *store;
 
-    /* Appended after 0.1.0. Threads for the CPU backend's attention (the
+    /* Since 0.2.0. Threads for the CPU backend's attention (the
      * OpenCL backend ignores them): pkv_engine_attend cuts a layer into
      * tasks of up to 16 query rows of one sequence and one kv head, and
      * hands them to parallel(parallel_user, ...), from the stepping thread,
@@ -553,7 +564,7 @@ typedef struct pkv_seq_params {
     uint32_t tenant;       /* the block quota this sequence counts against */
     uint64_t cache_salt;   /* prefixes are shared only between sequences
                               with equal salts (isolate tenants) */
-    /* Appended after 0.1.0 (a caller built against 0.1.0 gets NULL). */
+    /* Since 0.2.0 (a caller built against 0.1.0 gets NULL). */
     void *user_data; /* the host's pointer for this sequence, never read by
                         pkv: echoed in every batch that lists the sequence
                         (pkv_batch.seq_user_data, finished_user_data) */
@@ -639,13 +650,14 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
  * sequence's tokens; PKV_ERR_BAD_STATE between step_begin and step_end or
  * for a sequence no step has seen yet; PKV_ERR_NOT_FOUND. num_tokens equal
  * to the sequence's tokens changes nothing.
+ * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: nothing is retained.
  */
 PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
                                     uint32_t num_tokens);
 
-/* The most drafts pkv_seq_propose takes for one step. */
+/* The most drafts pkv_seq_propose takes for one step. Since 0.2.0. */
 #define PKV_MAX_DRAFTS 64u
 
 /*
@@ -684,6 +696,7 @@ PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
  * PKV_ERR_INVALID_ARGUMENT for drafts NULL with num_drafts > 0, more than
  * PKV_MAX_DRAFTS, drafts that would reach max_model_len, or a token out of
  * range; PKV_ERR_OUT_OF_MEMORY.
+ * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: drafts are copied.
  */
@@ -711,6 +724,7 @@ PKV_API pkv_status pkv_seq_propose(pkv_engine *engine, pkv_seq_id id,
  * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
  * and step_end or for a sequence no step has seen yet; PKV_ERR_NOT_FOUND;
  * PKV_ERR_OUT_OF_MEMORY; a device error from reading the KV.
+ * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: nothing is retained.
  */
@@ -746,6 +760,7 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * PKV_ERR_NO_BLOCKS when its KV needs more blocks than the pool has;
  * PKV_ERR_BAD_STATE between step_begin and step_end; PKV_ERR_STRUCT_SIZE;
  * PKV_ERR_OUT_OF_MEMORY.
+ * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: data is read during the call only.
  */
@@ -770,6 +785,7 @@ PKV_API pkv_status pkv_seq_import(pkv_engine *engine,
  * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
  * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
  * and step_end; PKV_ERR_OUT_OF_MEMORY; a device error from reading the KV.
+ * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: nothing is retained.
  */
@@ -793,6 +809,7 @@ PKV_API pkv_status pkv_engine_save_prefix_cache(pkv_engine *engine,
  * PKV_ERR_UNSUPPORTED for another format version or geometry;
  * PKV_ERR_BAD_STATE between step_begin and step_end;
  * PKV_ERR_OUT_OF_MEMORY; a device error from writing the KV.
+ * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: data is read during the call only.
  */
@@ -859,7 +876,7 @@ typedef struct pkv_batch {
      * later (their generated tokens are kept). */
     uint32_t num_preempted;
     const pkv_seq_id *preempted;
-    /* Appended after 0.1.0: each sequence's pkv_seq_params.user_data,
+    /* Since 0.2.0: each sequence's pkv_seq_params.user_data,
      * parallel to seq_ids and to finished. */
     void *const *seq_user_data;      /* [num_seqs] */
     void *const *finished_user_data; /* [num_finished] */
@@ -893,7 +910,7 @@ typedef struct pkv_tensor {
 /* A pkv_tensor over host memory (no call into pkv; pkv_tensor_opencl in
  * pkv_opencl.h is its cl_mem twin). dtype is a pkv_tensor_dtype. data may
  * point to const: attend only reads q, k and v (out's memory must be
- * writable; attend writes it through the same field). */
+ * writable; attend writes it through the same field). Since 0.2.0. */
 static inline pkv_tensor pkv_tensor_host(const void *data, uint64_t offset,
                                          int32_t dtype, uint32_t rows,
                                          uint32_t heads, uint32_t head_dim)
@@ -1041,11 +1058,11 @@ typedef struct pkv_engine_stats {
     uint64_t seqs_finished;       /* every end (stop, length, abort,
                                      failure), counted when it happens,
                                      before the batch that reports it */
-    /* Speculative decoding (pkv_seq_propose): draft tokens that ran in a
-     * step, and of those, the ones step_end accepted. */
+    /* Since 0.2.0. Speculative decoding (pkv_seq_propose): draft tokens
+     * that ran in a step, and of those, the ones step_end accepted. */
     uint64_t draft_tokens;
     uint64_t draft_tokens_accepted;
-    /* Appended after 0.1.0: the KV store (pkv_engine_params.store). */
+    /* Since 0.2.0: the KV store (pkv_engine_params.store). */
     uint32_t num_loading; /* waiting sequences whose blocks are loading
                              (counted in num_waiting too) */
     uint32_t reserved1;   /* always 0 */
@@ -1073,6 +1090,7 @@ typedef struct pkv_engine_stats {
 
 /*
  * Zero *stats and set its struct_size, ready for pkv_engine_get_stats.
+ * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *stats only.
  */
 PKV_API pkv_status pkv_engine_stats_init(pkv_engine_stats *stats);

@@ -69,6 +69,7 @@ PKV_API pkv_status pkv_engine_get_opencl(const pkv_engine *engine,
  * kept until the process exits. Engines alive keep what they use and run
  * on; the next engine builds again (or loads program_cache_dir). Call it
  * after the last engine to give the memory back, or before unloading pkv.
+ * Since 0.2.0.
  * Thread-safety: safe from any thread, also while engines are created.
  * Ownership: nothing is retained.
  */

@@ -30,6 +30,8 @@
  *
  * libpkv_redis needs only this header and pkv.h's types: it does not link
  * libpkv, and reports its own failures through pkv_redis_last_error.
+ *
+ * The library and everything in this header: since 0.2.0.
  */
 #ifndef PKV_PKV_REDIS_H
 #define PKV_PKV_REDIS_H
@@ -42,7 +44,7 @@ extern "C" {
 
 typedef struct pkv_redis pkv_redis;
 
-/* Parameters of pkv_redis_create. Fields are append-only. */
+/* Parameters of pkv_redis_create. Fields are append-only. Since 0.2.0. */
 typedef struct pkv_redis_params {
     uint32_t struct_size; /* sizeof(pkv_redis_params), set by _init */
     uint32_t port;        /* 1..65535; default 6379 */
@@ -62,7 +64,7 @@ typedef struct pkv_redis_params {
     uint32_t reserved0;   /* 0 */
 } pkv_redis_params;
 
-/* Counters of one connector. Fields are append-only. */
+/* Counters of one connector. Fields are append-only. Since 0.2.0. */
 typedef struct pkv_redis_stats {
     uint32_t struct_size; /* sizeof(pkv_redis_stats), set by _init */
     uint32_t connected;   /* 1 while the worker holds a connection (a
@@ -80,6 +82,7 @@ typedef struct pkv_redis_stats {
 /*
  * Fill *params with defaults (127.0.0.1:6379, no prefix, timeout 500 ms,
  * retry 100 ms, no expiry).
+ * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *params only.
  */
 PKV_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
@@ -92,6 +95,7 @@ PKV_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
  * for a socket address, port 0 or above 65535, timeout_ms 0, reserved0
  * not 0), PKV_ERR_STRUCT_SIZE, PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
  * the thread cannot start; pkv_redis_last_error() says why.
+ * Since 0.2.0.
  * Thread-safety: safe from any thread.
  * Ownership: params' strings are copied; the caller destroys the
  * connector with pkv_redis_destroy, after every engine that uses it.
@@ -105,6 +109,7 @@ PKV_API pkv_status pkv_redis_create(const pkv_redis_params *params,
  * its reply ends at once (the socket is shut down); a connection attempt
  * in progress ends within timeout_ms (a host name's lookup is not
  * bounded by it). NULL is a no-op.
+ * Since 0.2.0.
  * Thread-safety: no engine may still use the connector.
  */
 PKV_API void pkv_redis_destroy(pkv_redis *redis);
@@ -117,17 +122,20 @@ PKV_API void pkv_redis_destroy(pkv_redis *redis);
  * PKV_ERR_OUT_OF_MEMORY, and then start nothing.
  * Errors: PKV_ERR_INVALID_ARGUMENT (NULL), PKV_ERR_STRUCT_SIZE (a store
  * not set up by pkv_store_init).
+ * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *store only.
  */
 PKV_API pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store);
 
 /*
  * Zero *stats and set its struct_size, ready for pkv_redis_get_stats.
+ * Since 0.2.0.
  */
 PKV_API pkv_status pkv_redis_stats_init(pkv_redis_stats *stats);
 
 /*
  * The connector's counters.
+ * Since 0.2.0.
  * Thread-safety: safe from any thread (read under the connector's lock).
  */
 PKV_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
@@ -137,6 +145,7 @@ PKV_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
  * The message of the last failure of a pkv_redis_* function on this
  * thread ("PKV_ERR_X: why"), or "" if there was none. (libpkv_redis does
  * not link libpkv, so pkv_last_error does not see these.)
+ * Since 0.2.0.
  * Thread-safety: the message is thread-local.
  * Ownership: valid until the next pkv_redis_* call on this thread; never
  * free it.
