@@ -336,6 +336,7 @@ typedef struct pkv_store {
  * Zero *store and set struct_size and the defaults (timeout_ms 1000,
  * max_load_bytes and max_save_bytes 64 MiB). The four callbacks must be
  * set before the store is given to pkv_engine_create.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL store (pkv_last_error).
  * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *store only.
  */
@@ -493,16 +494,17 @@ typedef struct pkv_engine_params {
  * malloc/free, no log, no OpenCL device preference, no program cache,
  * pkv's own OpenCL context.
  * Model geometry is left 0 and must be set by the caller.
- * Returns PKV_ERR_INVALID_ARGUMENT if params is NULL.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL params (pkv_last_error).
  * Thread-safety: safe from any thread. Ownership: writes *params only.
  */
 PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *params);
 
 /*
  * Create an engine. On success *out holds the engine; on failure *out is
- * NULL and pkv_last_error() says why: PKV_ERR_INVALID_ARGUMENT for a NULL
- * argument, a field out of its documented range or, on the OpenCL backend,
- * a value of PKV_OPENCL_DECODE or PKV_OPENCL_PREFILL it does not know
+ * NULL and pkv_last_error() says why.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL argument, a field out of
+ * its documented range or, on the OpenCL backend, a value of
+ * PKV_OPENCL_DECODE or PKV_OPENCL_PREFILL it does not know
  * (PKV_BACKEND_AUTO then takes the CPU backend, with a warning);
  * PKV_ERR_STRUCT_SIZE; PKV_ERR_UNSUPPORTED for a geometry pkv cannot run
  * (head_dim not a multiple of 4 or above 512, num_q_heads not a multiple
@@ -573,15 +575,17 @@ typedef struct pkv_seq_params {
 /*
  * Fill *params with defaults: struct_size set, no prompt, max_new_tokens 0,
  * priority 0, tenant 0, cache_salt 0, user_data NULL.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL params (pkv_last_error).
  * Thread-safety: safe from any thread. Ownership: writes *params only.
  */
 PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *params);
 
 /*
  * Queue a new sequence. It is admitted by a later pkv_engine_step_begin.
- * On success *out_id holds its id. Fails with PKV_ERR_INVALID_ARGUMENT for
- * a bad prompt (empty, too long for max_model_len, a token id < 0 or >=
- * vocab_size) and PKV_ERR_OUT_OF_MEMORY.
+ * On success *out_id holds its id.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL argument, flags not 0 or a
+ * bad prompt (NULL, empty, too long for max_model_len, a token id < 0 or
+ * >= vocab_size); PKV_ERR_STRUCT_SIZE; PKV_ERR_OUT_OF_MEMORY.
  * Thread-safety: safe from any thread, concurrently with the thread that
  * steps the engine (the inbox is locked); the engine must outlive the call.
  * Failures set both messages, this thread's (pkv_last_error) and the
@@ -598,7 +602,8 @@ PKV_API pkv_status pkv_seq_add(pkv_engine *engine,
  * running, swapped). It ends at the next pkv_engine_step_begin, which
  * reports it with PKV_FINISH_ABORTED unless it finished before. Aborting
  * an id that already ended does nothing and returns PKV_OK.
- * Returns PKV_ERR_NOT_FOUND for an id this engine never issued.
+ * Errors: PKV_ERR_NOT_FOUND for an id this engine never issued;
+ * PKV_ERR_INVALID_ARGUMENT for a NULL engine; PKV_ERR_OUT_OF_MEMORY.
  * Thread-safety: safe from any thread, like pkv_seq_add; failures set both
  * messages, as pkv_seq_add's do.
  * Ownership: nothing is retained.
@@ -1090,6 +1095,7 @@ typedef struct pkv_engine_stats {
 
 /*
  * Zero *stats and set its struct_size, ready for pkv_engine_get_stats.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL stats (pkv_last_error).
  * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *stats only.
  */
@@ -1098,6 +1104,9 @@ PKV_API pkv_status pkv_engine_stats_init(pkv_engine_stats *stats);
 /*
  * Read the engine's counters into *stats. stats->struct_size must be set
  * (pkv_engine_stats_init); only the fields that fit are written.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL engine (pkv_last_error) or
+ * stats; PKV_ERR_STRUCT_SIZE for a struct_size below 0.1.0's or above
+ * this library's (*stats is then unchanged).
  * Thread-safety: as any engine call. Ownership: writes *stats only.
  */
 PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
@@ -1110,7 +1119,8 @@ PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
  * the tokens whose KV is stored, all but the last of a sequence that
  * decodes, see pkv_seq_propose). A sequence that is waiting, swapped, or
  * added and not yet seen by a step has no blocks.
- * Returns PKV_ERR_NOT_FOUND for an id that is not live.
+ * Errors: PKV_ERR_NOT_FOUND for an id that is not live;
+ * PKV_ERR_INVALID_ARGUMENT for a NULL argument.
  * Thread-safety: as any engine call.
  * Ownership: *blocks is owned by the engine, valid until its next mutating
  * call (any call but the get_* ones and pkv_engine_has_work).

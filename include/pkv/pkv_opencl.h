@@ -42,8 +42,8 @@ extern "C" {
  * params->opencl_context and opencl_queue. The queue must belong to the
  * context and execute in order. The engine retains both until it is
  * destroyed. Pass NULL, NULL to go back to pkv's own context.
- * Returns PKV_ERR_INVALID_ARGUMENT for a NULL params or only one of the
- * two handles set.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL params or only one of the
+ * two handles set (pkv_last_error).
  * Thread-safety: safe from any thread. Ownership: writes *params only.
  */
 PKV_API pkv_status pkv_engine_params_set_opencl(pkv_engine_params *params,
@@ -53,7 +53,9 @@ PKV_API pkv_status pkv_engine_params_set_opencl(pkv_engine_params *params,
 /*
  * The context and queue an engine on the OpenCL backend runs on (its own
  * or the host's), to create cl_mem tensors in and to order the host's work
- * with pkv's. PKV_ERR_UNSUPPORTED when the engine runs on the CPU backend.
+ * with pkv's.
+ * Errors: PKV_ERR_UNSUPPORTED when the engine runs on the CPU backend;
+ * PKV_ERR_INVALID_ARGUMENT for a NULL argument (pkv_last_error).
  * Thread-safety: as any engine call.
  * Ownership: borrowed, valid until the engine is destroyed; retain them to
  * keep them longer.

@@ -82,6 +82,8 @@ typedef struct pkv_redis_stats {
 /*
  * Fill *params with defaults (127.0.0.1:6379, no prefix, timeout 500 ms,
  * retry 100 ms, no expiry).
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL params
+ * (pkv_redis_last_error).
  * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *params only.
  */
@@ -129,14 +131,22 @@ PKV_API pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store);
 
 /*
  * Zero *stats and set its struct_size, ready for pkv_redis_get_stats.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL stats
+ * (pkv_redis_last_error).
  * Since 0.2.0.
+ * Thread-safety: safe from any thread. Ownership: writes *stats only.
  */
 PKV_API pkv_status pkv_redis_stats_init(pkv_redis_stats *stats);
 
 /*
- * The connector's counters.
+ * The connector's counters, into *stats: stats->struct_size must be set
+ * (pkv_redis_stats_init); only the fields that fit are written.
+ * Errors (pkv_redis_last_error): PKV_ERR_INVALID_ARGUMENT for a NULL redis
+ * or stats; PKV_ERR_STRUCT_SIZE for a struct_size below 0.2.0's or above
+ * this library's (*stats is then unchanged).
  * Since 0.2.0.
  * Thread-safety: safe from any thread (read under the connector's lock).
+ * Ownership: writes *stats only.
  */
 PKV_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
                                        pkv_redis_stats *stats);
