@@ -42,6 +42,23 @@
 extern "C" {
 #endif
 
+/* libpkv_redis's own export macro: PKV_API marks libpkv's functions, so a
+ * host may link either library shared or static without the other's
+ * declarations changing. Since 0.2.0. */
+#if defined(PKV_REDIS_STATIC_DEFINE)
+#define PKV_REDIS_API
+#elif defined(_WIN32)
+#if defined(PKV_REDIS_BUILDING_LIBRARY)
+#define PKV_REDIS_API __declspec(dllexport)
+#else
+#define PKV_REDIS_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define PKV_REDIS_API __attribute__((visibility("default")))
+#else
+#define PKV_REDIS_API
+#endif
+
 typedef struct pkv_redis pkv_redis;
 
 /* Parameters of pkv_redis_create. Fields are append-only. Since 0.2.0. */
@@ -87,7 +104,7 @@ typedef struct pkv_redis_stats {
  * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *params only.
  */
-PKV_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
+PKV_REDIS_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
 
 /*
  * Create a connector and start its worker. It connects in the
@@ -102,8 +119,8 @@ PKV_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
  * Ownership: params' strings are copied; the caller destroys the
  * connector with pkv_redis_destroy, after every engine that uses it.
  */
-PKV_API pkv_status pkv_redis_create(const pkv_redis_params *params,
-                                    pkv_redis **out);
+PKV_REDIS_API pkv_status pkv_redis_create(const pkv_redis_params *params,
+                                          pkv_redis **out);
 
 /*
  * Stop the worker, close the connection, free everything; queued
@@ -114,7 +131,7 @@ PKV_API pkv_status pkv_redis_create(const pkv_redis_params *params,
  * Since 0.2.0.
  * Thread-safety: no engine may still use the connector.
  */
-PKV_API void pkv_redis_destroy(pkv_redis *redis);
+PKV_REDIS_API void pkv_redis_destroy(pkv_redis *redis);
 
 /*
  * Set the callbacks and user of *store (after pkv_store_init, which sets
@@ -127,7 +144,7 @@ PKV_API void pkv_redis_destroy(pkv_redis *redis);
  * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *store only.
  */
-PKV_API pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store);
+PKV_REDIS_API pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store);
 
 /*
  * Zero *stats and set its struct_size, ready for pkv_redis_get_stats.
@@ -136,7 +153,7 @@ PKV_API pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store);
  * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *stats only.
  */
-PKV_API pkv_status pkv_redis_stats_init(pkv_redis_stats *stats);
+PKV_REDIS_API pkv_status pkv_redis_stats_init(pkv_redis_stats *stats);
 
 /*
  * The connector's counters, into *stats: stats->struct_size must be set
@@ -148,8 +165,8 @@ PKV_API pkv_status pkv_redis_stats_init(pkv_redis_stats *stats);
  * Thread-safety: safe from any thread (read under the connector's lock).
  * Ownership: writes *stats only.
  */
-PKV_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
-                                       pkv_redis_stats *stats);
+PKV_REDIS_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
+                                             pkv_redis_stats *stats);
 
 /*
  * The message of the last failure of a pkv_redis_* function on this
@@ -160,7 +177,7 @@ PKV_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
  * Ownership: valid until the next pkv_redis_* call on this thread; never
  * free it.
  */
-PKV_API const char *pkv_redis_last_error(void);
+PKV_REDIS_API const char *pkv_redis_last_error(void);
 
 #ifdef __cplusplus
 }
