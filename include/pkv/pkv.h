@@ -143,6 +143,13 @@ PKV_API const char *pkv_last_error(void);
 /* ----------------------------------------------------------------- enums */
 
 /*
+ * Each enum's constants are named after it, PKV_<TYPE>_<VALUE> (e.g.
+ * PKV_SCHED_POLICY_FCFS of pkv_sched_policy), since 0.2.0; the earlier
+ * names stay as deprecated aliases with the same values. pkv_status keeps
+ * PKV_OK and PKV_ERR_*, the names pkv_status_name returns.
+ */
+
+/*
  * Element type of the KV cache. Stored in structs as int32_t.
  * U8, U4 and U8K_U4V are the quantized caches: a block is quantized once,
  * when it is full, and the last block of a sequence is kept in f32 until
@@ -152,64 +159,91 @@ PKV_API const char *pkv_last_error(void);
  * staging tails, u8_rollback_blocks, exports) holds for all three.
  */
 typedef enum pkv_kv_dtype {
-    PKV_KV_F32 = 0, /* 4 bytes per element */
-    PKV_KV_F16 = 1, /* 2 bytes per element (storage only; math in f32) */
-    PKV_KV_U8 = 2,  /* 1 byte per element plus per-group lo/scale (f16) */
+    PKV_KV_DTYPE_F32 = 0, /* 4 bytes per element */
+    /* 2 bytes per element (storage only; math in f32) */
+    PKV_KV_DTYPE_F16 = 1,
+    /* 1 byte per element plus per-group lo/scale (f16) */
+    PKV_KV_DTYPE_U8 = 2,
     /* Since 0.2.0. Half a byte per element plus per-group
      * lo/scale (f16); per-token groups of u4_group channels. */
-    PKV_KV_U4 = 3,
+    PKV_KV_DTYPE_U4 = 3,
     /* Since 0.2.0. Keys as U8, values as U4. */
-    PKV_KV_U8K_U4V = 4
+    PKV_KV_DTYPE_U8K_U4V = 4,
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_KV_F32 = PKV_KV_DTYPE_F32,
+    PKV_KV_F16 = PKV_KV_DTYPE_F16,
+    PKV_KV_U8 = PKV_KV_DTYPE_U8,
+    PKV_KV_U4 = PKV_KV_DTYPE_U4,
+    PKV_KV_U8K_U4V = PKV_KV_DTYPE_U8K_U4V
 } pkv_kv_dtype;
 
 /* How U8 and U4 quantization group values. Stored in structs as int32_t. */
 typedef enum pkv_quant_group {
     /* Default for the tensor: per-channel for keys, per-token for values. */
-    PKV_QUANT_DEFAULT = 0,
+    PKV_QUANT_GROUP_DEFAULT = 0,
     /* One lo/scale per channel, per kv head, over one block's tokens. */
-    PKV_QUANT_PER_CHANNEL = 1,
+    PKV_QUANT_GROUP_PER_CHANNEL = 1,
     /* One lo/scale per token, per kv head, over the head's channels (U8)
      * or over each run of u4_group channels (U4). */
-    PKV_QUANT_PER_TOKEN = 2
+    PKV_QUANT_GROUP_PER_TOKEN = 2,
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_QUANT_DEFAULT = PKV_QUANT_GROUP_DEFAULT,
+    PKV_QUANT_PER_CHANNEL = PKV_QUANT_GROUP_PER_CHANNEL,
+    PKV_QUANT_PER_TOKEN = PKV_QUANT_GROUP_PER_TOKEN
 } pkv_quant_group;
 
 /* Which attention backend an engine runs on. Stored in structs as int32_t. */
 typedef enum pkv_backend_kind {
     /* OpenCL when a device is found (and pkv was built with it), else the
      * CPU reference backend. The log says which. */
-    PKV_BACKEND_AUTO = 0,
-    PKV_BACKEND_CPU = 1,   /* plain C, the reference */
-    PKV_BACKEND_OPENCL = 2 /* an OpenCL device; fails if none fits */
+    PKV_BACKEND_KIND_AUTO = 0,
+    PKV_BACKEND_KIND_CPU = 1,    /* plain C, the reference */
+    PKV_BACKEND_KIND_OPENCL = 2, /* an OpenCL device; fails if none fits */
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_BACKEND_AUTO = PKV_BACKEND_KIND_AUTO,
+    PKV_BACKEND_CPU = PKV_BACKEND_KIND_CPU,
+    PKV_BACKEND_OPENCL = PKV_BACKEND_KIND_OPENCL
 } pkv_backend_kind;
 
 /* Order of waiting sequences and choice of preemption victims. */
 typedef enum pkv_sched_policy {
     /* First come, first served: admission in arrival order; the most
      * recently arrived running sequence is preempted first. */
-    PKV_POLICY_FCFS = 0,
+    PKV_SCHED_POLICY_FCFS = 0,
     /* Lowest pkv_seq_params.priority value first, then arrival; the
      * lowest-priority (highest value), most recently arrived running
      * sequence is preempted first. */
-    PKV_POLICY_PRIORITY = 1
+    PKV_SCHED_POLICY_PRIORITY = 1,
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_POLICY_FCFS = PKV_SCHED_POLICY_FCFS,
+    PKV_POLICY_PRIORITY = PKV_SCHED_POLICY_PRIORITY
 } pkv_sched_policy;
 
 /* What preemption does with a sequence's blocks. */
 typedef enum pkv_preempt_mode {
     /* Free the blocks; the sequence is computed again from its tokens when
      * it resumes (its cached prefix blocks usually hit). */
-    PKV_PREEMPT_RECOMPUTE = 0,
+    PKV_PREEMPT_MODE_RECOMPUTE = 0,
     /* Copy the blocks to host memory (swap_bytes budget) and bring them
      * back before any new sequence is admitted; recompute when the swap
      * budget is full. */
-    PKV_PREEMPT_SWAP = 1
+    PKV_PREEMPT_MODE_SWAP = 1,
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_PREEMPT_RECOMPUTE = PKV_PREEMPT_MODE_RECOMPUTE,
+    PKV_PREEMPT_SWAP = PKV_PREEMPT_MODE_SWAP
 } pkv_preempt_mode;
 
 /* Log levels passed to pkv_log_fn. */
 typedef enum pkv_log_level {
-    PKV_LOG_ERROR = 0,
-    PKV_LOG_WARN = 1,
-    PKV_LOG_INFO = 2,
-    PKV_LOG_DEBUG = 3
+    PKV_LOG_LEVEL_ERROR = 0,
+    PKV_LOG_LEVEL_WARN = 1,
+    PKV_LOG_LEVEL_INFO = 2,
+    PKV_LOG_LEVEL_DEBUG = 3,
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_LOG_ERROR = PKV_LOG_LEVEL_ERROR,
+    PKV_LOG_WARN = PKV_LOG_LEVEL_WARN,
+    PKV_LOG_INFO = PKV_LOG_LEVEL_INFO,
+    PKV_LOG_DEBUG = PKV_LOG_LEVEL_DEBUG
 } pkv_log_level;
 
 /* ------------------------------------------------------------- callbacks */
@@ -383,7 +417,7 @@ typedef struct pkv_engine_params {
     uint32_t block_size;    /* tokens per block, a power of two 1..256;
                                0 (the default): follow the device, 16 on a
                                GPU, 64 on a CPU device or the CPU backend */
-    int32_t kv_dtype;       /* pkv_kv_dtype, default PKV_KV_F16 */
+    int32_t kv_dtype;       /* pkv_kv_dtype, default PKV_KV_DTYPE_F16 */
     int32_t key_quant;      /* pkv_quant_group for U8/U4 keys */
     int32_t value_quant;    /* pkv_quant_group for U8/U4 values */
     uint32_t num_blocks;    /* blocks in the pool, null block included:
@@ -406,7 +440,7 @@ typedef struct pkv_engine_params {
                                   sequences when admitting, default 0.01 */
     uint32_t max_blocks_per_seq;    /* per-sequence block quota; 0: none.
                                        A sequence that would outgrow it
-                                       ends PKV_FINISH_FAILED with
+                                       ends PKV_FINISH_REASON_FAILED with
                                        PKV_ERR_QUOTA */
     uint32_t max_blocks_per_tenant; /* per-tenant block quota; 0: none */
 
@@ -419,8 +453,9 @@ typedef struct pkv_engine_params {
     int32_t log_level; /* highest pkv_log_level passed to log */
 
     /* OpenCL backend (0.1.0; ignored by the CPU backend). Kernel variants
-     * are chosen per device and logged at PKV_LOG_INFO; the environment
-     * variables PKV_OPENCL_DECODE and PKV_OPENCL_PREFILL force them
+     * are chosen per device and logged at PKV_LOG_LEVEL_INFO; the
+     * environment variables PKV_OPENCL_DECODE and PKV_OPENCL_PREFILL force
+     * them
      * (values: docs/design.md, "Environment variables"). */
     const char *opencl_device; /* a substring of the platform or device
                                   name, case-insensitive; NULL: the
@@ -457,9 +492,9 @@ typedef struct pkv_engine_params {
      * kept in every layer. */
     const uint32_t *layer_windows;
 
-    /* Since 0.2.0. U4 parts grouped per token (values by
-     * default, keys with PKV_QUANT_PER_TOKEN): the channels of one group,
-     * a multiple of 8 that divides head_dim, or head_dim itself. 0 (the
+    /* Since 0.2.0. U4 parts grouped per token (values by default, keys
+     * with PKV_QUANT_GROUP_PER_TOKEN): the channels of one group, a
+     * multiple of 8 that divides head_dim, or head_dim itself. 0 (the
      * default): 32 when it divides head_dim, else head_dim. Smaller
      * groups follow the values more closely and cost 4 bytes of lo/scale
      * per group and token (at 32, one bit per element). Ignored by other
@@ -505,7 +540,7 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *params);
  * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL argument, a field out of
  * its documented range or, on the OpenCL backend, a value of
  * PKV_OPENCL_DECODE or PKV_OPENCL_PREFILL it does not know
- * (PKV_BACKEND_AUTO then takes the CPU backend, with a warning);
+ * (PKV_BACKEND_KIND_AUTO then takes the CPU backend, with a warning);
  * PKV_ERR_STRUCT_SIZE; PKV_ERR_UNSUPPORTED for a geometry pkv cannot run
  * (head_dim not a multiple of 4 or above 512, num_q_heads not a multiple
  * of num_kv_heads, a backend that is not built in); PKV_ERR_OUT_OF_MEMORY;
@@ -562,7 +597,7 @@ typedef struct pkv_seq_params {
     uint32_t prompt_len;   /* 1 .. max_model_len - 1 */
     uint32_t max_new_tokens; /* finish after this many sampled tokens;
                                 0: only stop flags or max_model_len */
-    int32_t priority;      /* PKV_POLICY_PRIORITY: lower runs first */
+    int32_t priority;      /* PKV_SCHED_POLICY_PRIORITY: lower runs first */
     uint32_t tenant;       /* the block quota this sequence counts against */
     uint64_t cache_salt;   /* prefixes are shared only between sequences
                               with equal salts (isolate tenants) */
@@ -600,8 +635,8 @@ PKV_API pkv_status pkv_seq_add(pkv_engine *engine,
 /*
  * Ask for a sequence to end, in whatever state it is (waiting, mid-prefill,
  * running, swapped). It ends at the next pkv_engine_step_begin, which
- * reports it with PKV_FINISH_ABORTED unless it finished before. Aborting
- * an id that already ended does nothing and returns PKV_OK.
+ * reports it with PKV_FINISH_REASON_ABORTED unless it finished before.
+ * Aborting an id that already ended does nothing and returns PKV_OK.
  * Errors: PKV_ERR_NOT_FOUND for an id this engine never issued;
  * PKV_ERR_INVALID_ARGUMENT for a NULL engine; PKV_ERR_OUT_OF_MEMORY.
  * Thread-safety: safe from any thread, like pkv_seq_add; failures set both
@@ -752,7 +787,7 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * block_size or quantization groups (U4: or u4_group) differ from this
  * engine's is imported
  * without its KV: the sequence joins the waiting sequences and computes
- * the KV of all its tokens again (logged at PKV_LOG_INFO), to the same
+ * the KV of all its tokens again (logged at PKV_LOG_LEVEL_INFO), to the same
  * bound as any U8 block. params (NULL: defaults) gives tenant,
  * priority, cache_salt and user_data as for pkv_seq_add, and
  * max_new_tokens when non-zero (0 keeps the exported one); its prompt
@@ -826,11 +861,18 @@ PKV_API pkv_status pkv_engine_load_prefix_cache(pkv_engine *engine,
 
 /* Why a sequence ended. */
 typedef enum pkv_finish_reason {
-    PKV_FINISH_STOP = 1,          /* the host's stop flag (EOS, stop word) */
-    PKV_FINISH_LENGTH = 2,        /* max_new_tokens sampled */
-    PKV_FINISH_MAX_MODEL_LEN = 3, /* the sequence reached max_model_len */
-    PKV_FINISH_ABORTED = 4,       /* pkv_seq_abort */
-    PKV_FINISH_FAILED = 5         /* pkv could not run it: see status */
+    PKV_FINISH_REASON_STOP = 1,   /* the host's stop flag (EOS, stop word) */
+    PKV_FINISH_REASON_LENGTH = 2, /* max_new_tokens sampled */
+    /* the sequence reached max_model_len */
+    PKV_FINISH_REASON_MAX_MODEL_LEN = 3,
+    PKV_FINISH_REASON_ABORTED = 4, /* pkv_seq_abort */
+    PKV_FINISH_REASON_FAILED = 5,  /* pkv could not run it: see status */
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_FINISH_STOP = PKV_FINISH_REASON_STOP,
+    PKV_FINISH_LENGTH = PKV_FINISH_REASON_LENGTH,
+    PKV_FINISH_MAX_MODEL_LEN = PKV_FINISH_REASON_MAX_MODEL_LEN,
+    PKV_FINISH_ABORTED = PKV_FINISH_REASON_ABORTED,
+    PKV_FINISH_FAILED = PKV_FINISH_REASON_FAILED
 } pkv_finish_reason;
 
 /* One ended sequence. */
@@ -889,14 +931,20 @@ typedef struct pkv_batch {
 
 /* Element type of an attend tensor. */
 typedef enum pkv_tensor_dtype {
-    PKV_TENSOR_F32 = 0,
-    PKV_TENSOR_F16 = 1
+    PKV_TENSOR_DTYPE_F32 = 0,
+    PKV_TENSOR_DTYPE_F16 = 1,
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_TENSOR_F32 = PKV_TENSOR_DTYPE_F32,
+    PKV_TENSOR_F16 = PKV_TENSOR_DTYPE_F16
 } pkv_tensor_dtype;
 
 /* Where an attend tensor lives. */
 typedef enum pkv_tensor_memory {
-    PKV_MEMORY_HOST = 0,  /* data is a host pointer */
-    PKV_MEMORY_OPENCL = 1 /* data is a cl_mem (see pkv_opencl.h) */
+    PKV_TENSOR_MEMORY_HOST = 0,   /* data is a host pointer */
+    PKV_TENSOR_MEMORY_OPENCL = 1, /* data is a cl_mem (see pkv_opencl.h) */
+    /* Deprecated since 0.2.0: the names before it, same values. */
+    PKV_MEMORY_HOST = PKV_TENSOR_MEMORY_HOST,
+    PKV_MEMORY_OPENCL = PKV_TENSOR_MEMORY_OPENCL
 } pkv_tensor_memory;
 
 /* A packed [rows][heads][head_dim] tensor. */
@@ -923,7 +971,7 @@ static inline pkv_tensor pkv_tensor_host(const void *data, uint64_t offset,
     pkv_tensor t;
     t.struct_size = (uint32_t)sizeof t;
     t.dtype = dtype;
-    t.memory = PKV_MEMORY_HOST;
+    t.memory = PKV_TENSOR_MEMORY_HOST;
     t.rows = rows;
     t.heads = heads;
     t.head_dim = head_dim;
@@ -953,7 +1001,7 @@ static inline pkv_tensor pkv_tensor_host(const void *data, uint64_t offset,
  * first pkv_engine_attend, whose device errors may be repeated. A device
  * copy that fails for one sequence (swap-out, swap-in, copy-on-write) does
  * not fail the call either: that sequence sits the step out, recomputed
- * later or still swapped out, with a PKV_LOG_WARN line.
+ * later or still swapped out, with a PKV_LOG_LEVEL_WARN line.
  * Thread-safety: the stepping thread only.
  * Ownership: the batch and its arrays are owned by the engine, valid until
  * the next pkv_engine_step_begin.
@@ -973,7 +1021,7 @@ PKV_API pkv_status pkv_engine_step_begin(pkv_engine *engine,
  * or (f16 and u8 caches) a value beyond the f16 range fails alone: its
  * rows are stored as zeros in its own slots, the call still succeeds for
  * every other sequence, and at step_end the sequence ends with
- * PKV_FINISH_FAILED and status PKV_ERR_NON_FINITE, without adding any
+ * PKV_FINISH_REASON_FAILED and status PKV_ERR_NON_FINITE, without adding any
  * block to the prefix cache. Host-memory tensors only: cl_mem tensors are
  * not scanned. q is not scanned (a NaN query poisons its own rows only).
  * Errors: PKV_ERR_BAD_STATE outside a step or for a layer already done,

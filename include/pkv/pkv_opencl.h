@@ -6,25 +6,25 @@
  * OpenCL headers (define CL_TARGET_OPENCL_VERSION before including this if
  * you use the 1.2 API, as pkv does).
  *
- * cl_mem tensors: set pkv_tensor.memory to PKV_MEMORY_OPENCL and data to
- * the cl_mem (pkv_tensor_opencl below does both); offset is in bytes and
- * must be a multiple of 4 elements. q, k, v and out must then all be
- * cl_mem buffers of the engine's context (pkv_engine_get_opencl), f32 or
- * f16. attend checks the buffers' context and size, then only enqueues
- * work on the engine's queue: it does not wait, so the host's kernels and
- * pkv's run back to back on an in-order queue. Unlike host tensors, cl_mem
- * K and V are not scanned for NaN, infinity or (f16 and u8 caches) values
- * beyond +-65504: keeping them finite is the host's job, and a non-finite
- * value written to a block shared by a prefix can reach other sequences.
+ * cl_mem tensors: set pkv_tensor.memory to PKV_TENSOR_MEMORY_OPENCL and data
+ * to the cl_mem (pkv_tensor_opencl below does both); offset is in bytes and
+ * must be a multiple of 4 elements. q, k, v and out must then all be cl_mem
+ * buffers of the engine's context (pkv_engine_get_opencl), f32 or f16. attend
+ * checks the buffers' context and size, then only enqueues work on the
+ * engine's queue: it does not wait, so the host's kernels and pkv's run back
+ * to back on an in-order queue. Unlike host tensors, cl_mem K and V are not
+ * scanned for NaN, infinity or (f16 and u8 caches) values beyond +-65504:
+ * keeping them finite is the host's job, and a non-finite value written to a
+ * block shared by a prefix can reach other sequences.
  *
- * Host memory without a copy: host tensors (PKV_MEMORY_HOST) are borrowed
- * for one call, so pkv copies them through its own buffers. On a device
- * that shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY: Intel iGPUs), a
- * host that keeps its q, k, v and out buffers can wrap each once with
- * clCreateBuffer(CL_MEM_USE_HOST_PTR) in the engine's context, at the
- * device's CL_DEVICE_MEM_BASE_ADDR_ALIGN, pass the wraps as cl_mem
- * tensors, and map out (clEnqueueMapBuffer) to read the results. The host
- * knows how long its memory lives; pkv could not (`pkv-bench interop`).
+ * Host memory without a copy: host tensors (PKV_TENSOR_MEMORY_HOST) are
+ * borrowed for one call, so pkv copies them through its own buffers. On a
+ * device that shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY: Intel iGPUs),
+ * a host that keeps its q, k, v and out buffers can wrap each once with
+ * clCreateBuffer(CL_MEM_USE_HOST_PTR) in the engine's context, at the device's
+ * CL_DEVICE_MEM_BASE_ADDR_ALIGN, pass the wraps as cl_mem tensors, and map out
+ * (clEnqueueMapBuffer) to read the results. The host knows how long its memory
+ * lives; pkv could not (`pkv-bench interop`).
  */
 #ifndef PKV_PKV_OPENCL_H
 #define PKV_PKV_OPENCL_H
@@ -84,7 +84,7 @@ static inline pkv_tensor pkv_tensor_opencl(cl_mem mem, uint64_t offset,
 {
     pkv_tensor t =
         pkv_tensor_host((void *)mem, offset, dtype, rows, heads, head_dim);
-    t.memory = PKV_MEMORY_OPENCL;
+    t.memory = PKV_TENSOR_MEMORY_OPENCL;
     return t;
 }
 
