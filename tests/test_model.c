@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "test_model.h"
+#include "test_rng.h"
 
 #include "engine.h"
 #ifdef PKV_HAVE_OPENCL
@@ -18,23 +19,13 @@
 #include <string.h>
 #include <time.h>
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 float tm_value(int kind, int32_t token, uint32_t position, uint32_t layer,
                uint32_t head, uint32_t dim)
 {
-    uint64_t h = mix((uint64_t)(uint32_t)token * 0x9e3779b97f4a7c15ull ^
+    uint64_t h = test_mix((uint64_t)(uint32_t)token * 0x9e3779b97f4a7c15ull ^
                      ((uint64_t)kind << 56));
-    h = mix(h ^ ((uint64_t)position << 20) ^ layer);
-    h = mix(h ^ ((uint64_t)head << 32) ^ dim);
+    h = test_mix(h ^ ((uint64_t)position << 20) ^ layer);
+    h = test_mix(h ^ ((uint64_t)head << 32) ^ dim);
     return (float)((double)(h >> 40) / (double)(1 << 23) - 1.0);
 }
 
@@ -49,7 +40,7 @@ void tm_row(int kind, int32_t token, uint32_t position, uint32_t layer,
 
 int32_t tm_sample(int32_t last_token, uint32_t position, uint32_t vocab)
 {
-    return (int32_t)(mix((uint64_t)(uint32_t)last_token << 32 | position) %
+    return (int32_t)(test_mix((uint64_t)(uint32_t)last_token << 32 | position) %
                      vocab);
 }
 

@@ -44,6 +44,7 @@
 #include "backend.h"
 #include "opencl/opencl.h"
 #include "kv_layout.h"
+#include "mem_util.h"
 #include "test_rng.h"
 
 #include <math.h>
@@ -77,7 +78,7 @@ static void pair_init(pair *p, const geo *g, uint32_t num_blocks,
                       uint32_t num_stages)
 {
     memset(p, 0, sizeof *p);
-    p->alloc = test_allocator();
+    p->alloc = plain_allocator();
     p->cfg.num_layers = g->layers;
     p->cfg.num_q_heads = g->hq;
     p->cfg.num_kv_heads = g->hkv;

@@ -20,7 +20,7 @@
 #include "engine.h"
 #include "lifecycle.h"
 #include "test_model.h"
-#include "test_util.h"
+#include "test_rng.h"
 
 #include <math.h>
 #include <stdlib.h>

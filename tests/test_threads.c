@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "engine_host.h"
+#include "test_rng.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -50,14 +51,6 @@ static atomic_uint workers_done;
  * and aborts land between and during steps, not all before the first. */
 static atomic_uint steps_done;
 
-static uint64_t next_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void *work(void *arg)
 {
     worker *w = arg;
@@ -66,9 +59,9 @@ static void *work(void *arg)
              atomic_load(&steps_done) < i / 2 && spin < 1000000; spin++)
             sched_yield();
         int32_t prompt[MAX_PROMPT];
-        uint32_t len = 1u + (uint32_t)(next_rand(&w->rng) % MAX_PROMPT);
+        uint32_t len = 1u + (uint32_t)(test_rand(&w->rng) % MAX_PROMPT);
         for (uint32_t t = 0; t < len; t++)
-            prompt[t] = (int32_t)(next_rand(&w->rng) % VOCAB);
+            prompt[t] = (int32_t)(test_rand(&w->rng) % VOCAB);
         pkv_seq_params p;
         pkv_seq_params_init(&p);
         p.prompt = prompt;
@@ -84,7 +77,7 @@ static void *work(void *arg)
             break;
         }
         w->ids[w->num_ids++] = id;
-        uint64_t r = next_rand(&w->rng);
+        uint64_t r = test_rand(&w->rng);
         if (r % 3 == 0) {
             /* One of its own, maybe long gone, maybe just added. */
             pkv_seq_id victim = w->ids[(r >> 8) % w->num_ids];
