@@ -2,7 +2,7 @@
 /*
  * pkv_seq_add and pkv_seq_abort from four threads while the main thread
  * steps the engine (the host loop of DESIGN.md section 1), every output row
- * checked against the dense reference (engine_host.h, learn mode: the main
+ * checked against the dense reference (check_host.h, learn mode: the main
  * thread learns each sequence's tokens from the batches, and unique cache
  * salts rule out prefix hits across sequences). At the end every added
  * sequence has ended exactly once, only aborted ones as aborted, and the
@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "engine_host.h"
+#include "check_host_cmocka.h"
 #include "test_rng.h"
 
 #include <pthread.h>
@@ -104,11 +104,6 @@ static void *work(void *arg)
     }
     atomic_fetch_add(&workers_done, 1u);
     return NULL;
-}
-
-static void fail_test(const char *message)
-{
-    fail_msg("%s", message);
 }
 
 static int was_aborted(const worker *workers, pkv_seq_id id)
@@ -233,8 +228,8 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
         p.parallel_workers = POOL_THREADS + 1;
     }
 
-    static eh_host host;
-    assert_int_equal(eh_init(&host, &p, 1e-4, fail_test), PKV_OK);
+    static ch_host host;
+    ch_cmocka_init(&host, &p, 1e-4);
     host.learn = 1;
     host.learn_max_new_tokens = MAX_NEW_TOKENS;
 
@@ -258,19 +253,19 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
             sched_yield();
             continue;
         }
-        eh_step(&host);
-        eh_check(&host);
+        ch_step(&host, NULL);
+        ch_check(&host);
         /* The workers' failed aborts write the engine's message while this
          * thread reads it (ThreadSanitizer watches the lock). */
         const char *m = pkv_engine_last_error(host.engine);
         if (m[0] != '\0' && strstr(m, "was never added") == NULL)
-            fail_test(m);
+            fail_msg("%s", m);
         atomic_fetch_add(&steps_done, 1u);
         assert_true(++steps < 100000);
     }
     for (uint32_t t = 0; t < NUM_THREADS; t++)
         assert_int_equal(pthread_join(threads[t], NULL), 0);
-    eh_drain(&host, 10000);
+    ch_drain(&host, 10000);
 
     uint64_t added = 0;
     for (uint32_t t = 0; t < NUM_THREADS; t++) {
@@ -279,14 +274,14 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
         assert_int_equal(w->num_ids, ADDS_PER_THREAD);
         added += w->num_ids;
         for (uint32_t i = 0; i < w->num_ids; i++) {
-            const eh_seq *s = eh_find(&host, w->ids[i]);
+            const ch_seq *s = ch_find(&host, w->ids[i]);
             assert_non_null(s);
             assert_true(s->ended);
             if (!was_aborted(workers, w->ids[i]))
                 assert_int_equal(s->reason, PKV_FINISH_LENGTH);
         }
     }
-    /* Ids are 1..added, each ended once (eh_host fails on a second end). */
+    /* Ids are 1..added, each ended once (ch_host fails on a second end). */
     assert_int_equal(host.last_id, added);
     assert_int_equal(host.ended, added);
     pkv_engine_stats st;
@@ -299,7 +294,7 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
                   (unsigned long long)st.preemptions,
                   (unsigned long long)st.swap_outs);
     assert_true(host.rows_checked > 0);
-    eh_free(&host);
+    ch_free(&host);
     if (lend)
         pool_stop();
 }
