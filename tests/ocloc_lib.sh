@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
-# Sourced by tests/ocloc_check.sh and tests/isa_check.sh: a cache of
+# Sourced by tests/check_ocloc.sh and tests/isa_check.sh: a cache of
 # Intel offline compiler results, and a runner of builds side by side.
 #
 # An ocloc build takes seconds and the checks make hundreds, though their
-# inputs rarely change. A build's result (ocloc_check: it built;
+# inputs rarely change. A build's result (check_ocloc: it built;
 # isa_check: its dump summary) is kept in $PKV_CACHE/ocloc/<check>/
 # (PKV_CACHE defaults to ~/.cache/pkv, where Intel's CPU runtime and the
 # model live) under a key over everything that determines it: the program

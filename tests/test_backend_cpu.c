@@ -16,6 +16,7 @@
 #include "half.h"
 #include "kv_layout.h"
 #include "quant.h"
+#include "mem_util.h"
 #include "test_rng.h"
 
 #include <math.h>
@@ -75,7 +76,7 @@ static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
                           uint32_t layers)
 {
     memset(s, 0, sizeof *s);
-    s->alloc = test_allocator();
+    s->alloc = plain_allocator();
     s->num_seqs = n;
     memcpy(s->seqs, seqs, n * sizeof *seqs);
     uint64_t rng = seed;
@@ -819,7 +820,7 @@ static void copy_fork_and_swap(void **state)
 static void rejects_bad_config(void **state)
 {
     (void)state;
-    pkv__allocator al = test_allocator();
+    pkv__allocator al = plain_allocator();
     pkv__backend_config ok = {2,  8,
                               2,  64,
                               16, 10,

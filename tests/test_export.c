@@ -2,7 +2,7 @@
 /*
  * pkv_seq_export and pkv_seq_import. A sequence runs on one engine, moves
  * to another (other block size, other backend) and finishes there, while
- * the original goes on where it was: under tm_step every output row of
+ * the original goes on where it was: under ch_step every output row of
  * both is checked against dense attention over the sequence's tokens, so
  * KV lost or garbled on the way fails the test, and both must sample the
  * same tokens. The moved sequence's first step computes only the rows
@@ -19,7 +19,8 @@
 #include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 #include "wire.h"
 
 #include <stdlib.h>
@@ -28,7 +29,7 @@
 enum { PROMPT = 13, HEADER = 80 };
 
 /* The export of sequence id (malloc'd), its size in *size. */
-static uint8_t *export_seq(tm_host *h, pkv_seq_id id, size_t *size)
+static uint8_t *export_seq(ch_host *h, pkv_seq_id id, size_t *size)
 {
     size_t need = 0, got = 0;
     assert_int_equal(pkv_seq_export(h->engine, id, NULL, 0, &need), PKV_OK);
@@ -43,25 +44,25 @@ static uint8_t *export_seq(tm_host *h, pkv_seq_id id, size_t *size)
 }
 
 /* Import into h a sequence whose history is from's; returns its id. */
-static pkv_seq_id import_seq(tm_host *h, const tm_seq *from,
+static pkv_seq_id import_seq(ch_host *h, const ch_seq *from,
                              const uint8_t *data, size_t size)
 {
     pkv_seq_id id = 0;
     pkv_status st = pkv_seq_import(h->engine, NULL, data, size, &id);
     if (st != PKV_OK)
         fail_msg("import: %s", pkv_engine_last_error(h->engine));
-    tm_record(h, id, from->tokens, from->num_tokens);
+    ch_record_import(h, id, from);
     return id;
 }
 
 /* Both ran to their end with the same tokens. */
-static void assert_same_run(tm_host *a, pkv_seq_id ia, tm_host *b,
+static void assert_same_run(ch_host *a, pkv_seq_id ia, ch_host *b,
                             pkv_seq_id ib)
 {
-    const tm_seq *x = tm_find(a, ia), *y = tm_find(b, ib);
+    const ch_seq *x = ch_find(a, ia), *y = ch_find(b, ib);
     assert_true(x->ended && y->ended);
-    assert_int_equal(x->finish_reason, PKV_FINISH_LENGTH);
-    assert_int_equal(y->finish_reason, PKV_FINISH_LENGTH);
+    assert_int_equal(x->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(y->reason, PKV_FINISH_LENGTH);
     assert_int_equal(x->num_tokens, y->num_tokens);
     assert_memory_equal(x->tokens, y->tokens,
                         x->num_tokens * sizeof *x->tokens);
@@ -70,16 +71,16 @@ static void assert_same_run(tm_host *a, pkv_seq_id ia, tm_host *b,
 /* Run both engines to the end, check that the original and the moved
  * sequence sampled the same tokens and that both engines are idle, and
  * free both hosts. */
-static void finish_both(tm_host *a, pkv_seq_id ia, tm_host *b,
+static void finish_both(ch_host *a, pkv_seq_id ia, ch_host *b,
                         pkv_seq_id ib)
 {
-    tm_run(a, 200);
-    tm_run(b, 200);
+    ch_run(a, 200);
+    ch_run(b, 200);
     assert_same_run(a, ia, b, ib);
-    tm_check_idle(a);
-    tm_check_idle(b);
-    tm_host_free(a);
-    tm_host_free(b);
+    ch_check_idle(a);
+    ch_check_idle(b);
+    ch_free(a);
+    ch_free(b);
 }
 
 /* The block bytes of a U8 export: its first `blocks` blocks. */
@@ -95,24 +96,24 @@ static const uint8_t *u8_blocks(const uint8_t *data)
 static void move_once(const pkv_engine_params *pa,
                       const pkv_engine_params *pb, uint32_t steps)
 {
-    tm_host a, b;
-    tm_host_init(&a, pa, tm_tolerance(pa->kv_dtype));
-    tm_host_init(&b, pb, tm_tolerance(pb->kv_dtype));
-    int32_t *prompt = tm_prompt(PROMPT, 7), *other = tm_prompt(9, 8);
-    tm_add(&a, other, 9, 6, 0, 0);
-    pkv_seq_id id = tm_add(&a, prompt, PROMPT, 20, 0, 0);
+    ch_host a, b;
+    ch_cmocka_init(&a, pa, hm_tolerance(pa->kv_dtype));
+    ch_cmocka_init(&b, pb, hm_tolerance(pb->kv_dtype));
+    int32_t *prompt = hm_prompt(PROMPT, 7), *other = hm_prompt(9, 8);
+    ch_add_prompt(&a, other, 9, 6, 0, 0);
+    pkv_seq_id id = ch_add_prompt(&a, prompt, PROMPT, 20, 0, 0);
     for (uint32_t i = 0; i <= steps; i++)
-        tm_step(&a, NULL);
+        ch_step(&a, NULL);
     const pkv__seq *s = pkv__engine_find(a.engine, id);
     assert_non_null(s);
     uint32_t computed = s->num_computed, tokens = s->num_tokens;
     size_t size;
     uint8_t *data = export_seq(&a, id, &size);
-    pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
+    pkv_seq_id moved = import_seq(&b, ch_find(&a, id), data, size);
 
     const pkv_batch *batch;
-    tm_step(&b, &batch);
-    uint32_t rows = tm_rows_of(batch, moved), want = tokens - computed;
+    ch_step(&b, &batch);
+    uint32_t rows = ch_rows_of(batch, moved), want = tokens - computed;
     /* U8: a step that fills a staged block stops at its end (sched.c). */
     uint32_t bs = pb->block_size;
     if (PKV_LAYOUT_QUANTIZED(pb->kv_dtype) && computed % bs != 0 &&
@@ -143,7 +144,7 @@ static void move_once(const pkv_engine_params *pa,
 static pkv_engine_params params_of(int32_t backend, int32_t dtype,
                                    uint32_t block_size)
 {
-    pkv_engine_params p = tm_params(backend);
+    pkv_engine_params p = hm_params(backend);
     p.kv_dtype = dtype;
     p.block_size = block_size;
     return p;
@@ -202,23 +203,23 @@ static void test_move_across_backends(void **state)
 static void test_move_swapped_and_waiting(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.num_blocks = 17; /* 16 usable blocks of 4 tokens */
     p.watermark = 0;
     p.preempt_mode = PKV_PREEMPT_SWAP;
     p.swap_bytes = 1 << 20;
     p.max_num_seqs = 3;
-    tm_host a, b;
-    tm_host_init(&a, &p, tm_tolerance(PKV_KV_F32));
-    pkv_engine_params pb = tm_params(PKV_BACKEND_CPU);
-    tm_host_init(&b, &pb, tm_tolerance(PKV_KV_F32));
+    ch_host a, b;
+    ch_cmocka_init(&a, &p, hm_tolerance(PKV_KV_F32));
+    pkv_engine_params pb = hm_params(PKV_BACKEND_CPU);
+    ch_cmocka_init(&b, &pb, hm_tolerance(PKV_KV_F32));
     pkv_seq_id ids[5];
     for (uint32_t i = 0; i < 5; i++) {
-        int32_t *prompt = tm_prompt(PROMPT, 20 + i);
-        ids[i] = tm_add(&a, prompt, PROMPT, 12, 0, 0);
+        int32_t *prompt = hm_prompt(PROMPT, 20 + i);
+        ids[i] = ch_add_prompt(&a, prompt, PROMPT, 12, 0, 0);
         free(prompt);
     }
-    tm_step(&a, NULL);
+    ch_step(&a, NULL);
     pkv__seq *waiting = pkv__engine_find(a.engine, ids[4]);
     assert_non_null(waiting);
     assert_int_equal(waiting->state, PKV__SEQ_WAITING);
@@ -226,13 +227,13 @@ static void test_move_swapped_and_waiting(void **state)
     size_t size;
     uint8_t *data = export_seq(&a, ids[4], &size);
     assert_int_equal(size, HEADER + 4 * PROMPT);
-    pkv_seq_id moved_waiting = import_seq(&b, tm_find(&a, ids[4]), data,
+    pkv_seq_id moved_waiting = import_seq(&b, ch_find(&a, ids[4]), data,
                                           size);
     free(data);
 
     pkv__seq *swapped = NULL;
     for (int step = 0; step < 100 && swapped == NULL; step++) {
-        tm_step(&a, NULL);
+        ch_step(&a, NULL);
         for (uint32_t i = 0; i < 5 && swapped == NULL; i++) {
             pkv__seq *s = pkv__engine_find(a.engine, ids[i]);
             if (s != NULL && s->state == PKV__SEQ_SWAPPED &&
@@ -243,16 +244,16 @@ static void test_move_swapped_and_waiting(void **state)
     assert_non_null(swapped);
     pkv_seq_id id = swapped->id;
     data = export_seq(&a, id, &size);
-    pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
+    pkv_seq_id moved = import_seq(&b, ch_find(&a, id), data, size);
     free(data);
-    tm_run(&a, 300);
-    tm_run(&b, 300);
+    ch_run(&a, 300);
+    ch_run(&b, 300);
     assert_same_run(&a, id, &b, moved);
     assert_same_run(&a, ids[4], &b, moved_waiting);
-    tm_check_idle(&a);
-    tm_check_idle(&b);
-    tm_host_free(&a);
-    tm_host_free(&b);
+    ch_check_idle(&a);
+    ch_check_idle(&b);
+    ch_free(&a);
+    ch_free(&b);
 }
 
 static pkv_status try_import(pkv_engine *e, const uint8_t *data, size_t n)
@@ -268,19 +269,19 @@ static pkv_status try_import(pkv_engine *e, const uint8_t *data, size_t n)
 static void test_bad_input(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
-    tm_host a, b;
-    tm_host_init(&a, &p, tm_tolerance(PKV_KV_F32));
-    tm_host_init(&b, &p, tm_tolerance(PKV_KV_F32));
-    int32_t *prompt = tm_prompt(PROMPT, 5);
-    pkv_seq_id id = tm_add(&a, prompt, PROMPT, 8, 0, 0);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    ch_host a, b;
+    ch_cmocka_init(&a, &p, hm_tolerance(PKV_KV_F32));
+    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_F32));
+    int32_t *prompt = hm_prompt(PROMPT, 5);
+    pkv_seq_id id = ch_add_prompt(&a, prompt, PROMPT, 8, 0, 0);
     /* Not seen by a step yet. */
     size_t size = 1;
     assert_int_equal(pkv_seq_export(a.engine, id, NULL, 0, &size),
                      PKV_ERR_BAD_STATE);
     assert_int_equal(size, 0);
     for (int i = 0; i < 3; i++)
-        tm_step(&a, NULL);
+        ch_step(&a, NULL);
     uint8_t *data = export_seq(&a, id, &size);
 
     /* Arguments. */
@@ -348,12 +349,12 @@ static void test_bad_input(void **state)
     other[1].kv_dtype = PKV_KV_F16;
     other[2].num_blocks = 4;
     for (int i = 0; i < 3; i++) {
-        tm_host c;
-        tm_host_init(&c, &other[i], 1e-4f);
+        ch_host c;
+        ch_cmocka_init(&c, &other[i], 1e-4f);
         assert_int_equal(try_import(c.engine, data, size),
                          i == 2 ? PKV_ERR_NO_BLOCKS : PKV_ERR_UNSUPPORTED);
         assert_false(pkv_engine_has_work(c.engine));
-        tm_host_free(&c);
+        ch_free(&c);
     }
 
     /* During a step. */
@@ -363,7 +364,7 @@ static void test_bad_input(void **state)
     assert_int_equal(pkv_engine_step_end(b.engine, NULL, NULL, 0), PKV_OK);
 
     /* The same bytes, untouched, still import. */
-    pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
+    pkv_seq_id moved = import_seq(&b, ch_find(&a, id), data, size);
     finish_both(&a, id, &b, moved);
     free(data);
     free(prompt);
@@ -382,20 +383,20 @@ static void block_size_case(int32_t dtype)
     pb[1].key_quant = PKV_QUANT_PER_TOKEN;
     pb[2].u4_group = 8;
     for (int i = 0; i < (dtype == PKV_KV_U4 ? 3 : 2); i++) {
-        tm_host a, b;
-        tm_host_init(&a, &pa, tm_tolerance(dtype));
-        tm_host_init(&b, &pb[i], tm_tolerance(dtype));
-        int32_t *prompt = tm_prompt(PROMPT, 9);
-        pkv_seq_id id = tm_add(&a, prompt, PROMPT, 8, 0, 0);
+        ch_host a, b;
+        ch_cmocka_init(&a, &pa, hm_tolerance(dtype));
+        ch_cmocka_init(&b, &pb[i], hm_tolerance(dtype));
+        int32_t *prompt = hm_prompt(PROMPT, 9);
+        pkv_seq_id id = ch_add_prompt(&a, prompt, PROMPT, 8, 0, 0);
         for (int step = 0; step < 3; step++)
-            tm_step(&a, NULL);
-        uint32_t tokens = tm_find(&a, id)->num_tokens;
+            ch_step(&a, NULL);
+        uint32_t tokens = ch_find(&a, id)->num_tokens;
         size_t size;
         uint8_t *data = export_seq(&a, id, &size);
-        pkv_seq_id moved = import_seq(&b, tm_find(&a, id), data, size);
+        pkv_seq_id moved = import_seq(&b, ch_find(&a, id), data, size);
         const pkv_batch *batch;
-        tm_step(&b, &batch);
-        assert_int_equal(tm_rows_of(batch, moved), tokens);
+        ch_step(&b, &batch);
+        assert_int_equal(ch_rows_of(batch, moved), tokens);
         finish_both(&a, id, &b, moved);
         free(data);
         free(prompt);
@@ -412,7 +413,7 @@ static void test_quantized_block_size(void **state)
 #endif
 
 /* The export of sequence id of h (malloc'd, *size bytes). */
-static uint8_t *export_of(tm_host *h, pkv_seq_id id, size_t *size)
+static uint8_t *export_of(ch_host *h, pkv_seq_id id, size_t *size)
 {
     assert_int_equal(pkv_seq_export(h->engine, id, NULL, 0, size), PKV_OK);
     uint8_t *bytes = malloc(*size);
@@ -440,28 +441,26 @@ static void test_u8_canonical(void **state)
         int32_t dtype = run < 2 ? PKV_KV_U8 : PKV_KV_U4;
         pkv_engine_params p = params_of(backend, dtype, 8);
         p.u8_rollback_blocks = window;
-        int32_t *prompt = tm_prompt(3, 9);
-        tm_host plain, spec, cut;
-        tm_host_init(&plain, &p, tm_tolerance(dtype));
-        tm_host_init(&spec, &p, tm_tolerance(dtype));
-        tm_host_init(&cut, &p, tm_tolerance(dtype));
-        pkv_seq_id a = tm_add(&plain, prompt, 3, 20, 0, 0);
-        pkv_seq_id b = tm_add(&spec, prompt, 3, 20, 0, 0);
-        pkv_seq_id c = tm_add(&cut, prompt, 3, 20, 0, 0);
-        tm_step(&spec, NULL);
-        tm_seq *rb = tm_find(&spec, b);
-        tm_propose_wrong(&spec, b, 4);
+        int32_t *prompt = hm_prompt(3, 9);
+        ch_host plain, spec, cut;
+        ch_cmocka_init(&plain, &p, hm_tolerance(dtype));
+        ch_cmocka_init(&spec, &p, hm_tolerance(dtype));
+        ch_cmocka_init(&cut, &p, hm_tolerance(dtype));
+        pkv_seq_id a = ch_add_prompt(&plain, prompt, 3, 20, 0, 0);
+        pkv_seq_id b = ch_add_prompt(&spec, prompt, 3, 20, 0, 0);
+        pkv_seq_id c = ch_add_prompt(&cut, prompt, 3, 20, 0, 0);
+        ch_step(&spec, NULL);
+        ch_seq *rb = ch_find(&spec, b);
+        ch_propose_wrong(&spec, b, 4);
         for (int i = 0; i < 3; i++)
-            tm_step(&spec, NULL);
+            ch_step(&spec, NULL);
         for (int i = 0; i < 5; i++) /* one token more, block unsealed */
-            tm_step(&cut, NULL);
-        tm_seq *rc = tm_find(&cut, c);
-        assert_int_equal(pkv_seq_truncate(cut.engine, c, rb->num_tokens),
-                         PKV_OK);
-        rc->num_tokens = rb->num_tokens;
-        tm_seq *ra = tm_find(&plain, a);
+            ch_step(&cut, NULL);
+        ch_seq *rc = ch_find(&cut, c);
+        assert_int_equal(ch_truncate(&cut, c, rb->num_tokens), PKV_OK);
+        ch_seq *ra = ch_find(&plain, a);
         while (ra->num_tokens < rb->num_tokens)
-            tm_step(&plain, NULL);
+            ch_step(&plain, NULL);
         /* All three hold the same tokens, all but the last stored. */
         const uint32_t *blocks;
         uint32_t nb, stored[3];
@@ -486,9 +485,9 @@ static void test_u8_canonical(void **state)
         free(ea);
         free(eb);
         free(ec);
-        tm_host_free(&plain);
-        tm_host_free(&spec);
-        tm_host_free(&cut);
+        ch_free(&plain);
+        ch_free(&spec);
+        ch_free(&cut);
         free(prompt);
     }
 }
@@ -498,7 +497,7 @@ static void test_u8_canonical(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    int start = tm_opencl_start();
+    int start = ch_opencl_start();
     if (start != 0)
         return start;
     const struct CMUnitTest tests[] = {

@@ -7,7 +7,7 @@
  * creation or wait failing inside the OpenCL backend; and the same
  * workload with the engine's allocator failing its Nth allocation once the
  * prompts are in (a step_begin that fails must change nothing). The host
- * calls again after each failure (tm_host.retry); every
+ * calls again after each failure (ch_host.retry); every
  * sequence must still end by length with the tokens a fault-free run
  * gives, every output row must match the dense reference (so no sequence
  * ever attends over KV that was not written, from a prefix hit or
@@ -25,7 +25,8 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -279,11 +280,11 @@ typedef struct outcome {
 
 /* Drafts (3 at most, the middle one wrong) for every decoding sequence,
  * so that the failures meet steps with drafts too. */
-static void propose_all(tm_host *h)
+static void propose_all(ch_host *h)
 {
     uint32_t vocab = h->params.vocab_size;
-    for (uint32_t i = 0; i < h->num_seqs; i++) {
-        const pkv__seq *s = pkv__engine_find(h->engine, h->seqs[i].id);
+    for (pkv_seq_id id = 1; id <= h->last_id; id++) {
+        const pkv__seq *s = pkv__engine_find(h->engine, id);
         if (s == NULL || s->state != PKV__SEQ_RUNNING ||
             s->num_computed + 1 != s->num_tokens)
             continue;
@@ -291,12 +292,14 @@ static void propose_all(tm_host *h)
         uint32_t n = room < 3 ? room : 3;
         int32_t drafts[3], last = s->tokens[s->num_tokens - 1];
         for (uint32_t k = 0; k < n; k++) {
-            int32_t truth = tm_sample(last, s->num_tokens - 1 + k, vocab);
+            int32_t truth = hm_sample(last, s->num_tokens - 1 + k, vocab);
             drafts[k] = k == 1 ? (int32_t)((uint32_t)(truth + 1) % vocab)
                                : truth;
             last = drafts[k];
         }
-        tm_propose(h, h->seqs[i].id, drafts, n);
+        /* An injected fault counts in h->faults: no drafts this step. */
+        pkv_status st = ch_propose(h, id, drafts, n);
+        assert_true(st == PKV_OK || h->retry);
     }
 }
 
@@ -306,7 +309,7 @@ static void propose_all(tm_host *h)
 static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
                 long fail, outcome *o)
 {
-    pkv_engine_params p = tm_params(backend);
+    pkv_engine_params p = hm_params(backend);
     p.num_blocks = 17; /* 16 usable blocks of 4 tokens: preemption */
     p.watermark = 0;
     p.preempt_mode = mode;
@@ -319,8 +322,8 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
         p.allocator.alloc = fault_alloc;
         p.allocator.free = fault_free;
     }
-    tm_host h;
-    tm_host_init(&h, &p, tm_tolerance(dtype));
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
     h.retry = 1;
     if (at == AT_BACKEND)
         make_faulty(h.engine);
@@ -331,12 +334,12 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     fail_at = fail;
     /* Prompts share SHARED tokens (two blocks): later ones hit the
      * prefix cache once the first has run. */
-    int32_t *shared = tm_prompt(SHARED, 1);
+    int32_t *shared = hm_prompt(SHARED, 1);
     pkv_seq_id ids[NSEQ + 1];
     for (uint32_t i = 0; i < NSEQ; i++) {
-        int32_t *prompt = tm_prompt(PROMPT, 40 + i);
+        int32_t *prompt = hm_prompt(PROMPT, 40 + i);
         memcpy(prompt, shared, SHARED * sizeof *prompt);
-        ids[i] = tm_add(&h, prompt, PROMPT, NEW, 0, 0);
+        ids[i] = ch_add_prompt(&h, prompt, PROMPT, NEW, 0, 0);
         free(prompt);
     }
     free(shared);
@@ -345,23 +348,20 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     for (uint32_t step = 0; step < 400 && pkv_engine_has_work(h.engine);
          step++) {
         propose_all(&h);
-        tm_step(&h, NULL);
-        tm_seq *first = tm_find(&h, ids[0]);
+        ch_step(&h, NULL);
+        ch_seq *first = ch_find(&h, ids[0]);
         /* Fork the first sequence once it has sampled two tokens. */
         if (!forked && !first->ended && first->num_tokens >= PROMPT + 2 &&
             first->num_tokens < PROMPT + NEW) {
             pkv_seq_id child;
-            pkv_status st = pkv_seq_fork(h.engine, ids[0], -1, &child);
+            uint32_t faults = h.faults;
+            pkv_status st = ch_fork(&h, ids[0], -1, &child);
             if (st == PKV_OK) {
-                tm_record_fork(&h, ids[0], child, -1);
                 ids[NSEQ] = child;
                 forked = 1;
-            } else if (st == PKV_ERR_DEVICE || st == PKV_ERR_DEVICE_MEMORY ||
-                       st == PKV_ERR_OUT_OF_MEMORY) {
-                h.faults++; /* the injected fault: fork again next step */
-            } else {
+            } else if (h.faults == faults) {
                 assert_int_equal(st, PKV_ERR_BAD_STATE); /* swapped out */
-            }
+            } /* else the injected fault (counted): fork again next step */
         }
         char why[256];
         if (pkv__engine_check(h.engine, why, sizeof why) != NULL)
@@ -369,11 +369,11 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     }
     assert_true(forked);
     for (uint32_t i = 0; i <= NSEQ; i++) {
-        tm_seq *s = tm_find(&h, ids[i]);
-        if (!s->ended || s->finish_reason != PKV_FINISH_LENGTH)
+        ch_seq *s = ch_find(&h, ids[i]);
+        if (!s->ended || s->reason != PKV_FINISH_LENGTH)
             fail_msg("fail_at %ld: seq %llu ended %d, reason %d, status %d",
                      fail, (unsigned long long)ids[i], s->ended,
-                     s->finish_reason, s->finish_status);
+                     s->reason, s->status);
         o->num_tokens[i] = s->num_tokens;
         memcpy(o->tokens[i], s->tokens, s->num_tokens * sizeof *s->tokens);
     }
@@ -382,8 +382,8 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
 #ifdef PKV_HAVE_OPENCL
     cl_armed = 0;
 #endif
-    tm_check_idle(&h);
-    tm_host_free(&h);
+    ch_check_idle(&h);
+    ch_free(&h);
     return calls;
 }
 
@@ -467,7 +467,7 @@ static void test_faults_memory_recompute_u8(void **state)
  * creation, kernel argument and wait it makes. */
 static int have_opencl(void)
 {
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     pkv_engine *e = NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         print_message("no OpenCL device: %s\n", pkv_last_error());

@@ -8,14 +8,15 @@
 #include <cmocka.h>
 
 #include "map.h"
-#include "test_util.h"
+#include "mem_util.h"
+#include "test_rng.h"
 
 #define KEYS 300
 
 static void test_map_matches_an_array(void **state)
 {
     (void)state;
-    pkv__allocator a = test_allocator();
+    pkv__allocator a = plain_allocator();
     pkv__map map;
     pkv__map_init(&map);
     assert_int_equal(pkv__map_get(&map, 5), 0);

@@ -42,8 +42,10 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "check_host_cmocka.h"
 #include "opencl/opencl.h"
 #include "kv_layout.h"
+#include "mem_util.h"
 #include "test_rng.h"
 
 #include <math.h>
@@ -77,7 +79,7 @@ static void pair_init(pair *p, const geo *g, uint32_t num_blocks,
                       uint32_t num_stages)
 {
     memset(p, 0, sizeof *p);
-    p->alloc = test_allocator();
+    p->alloc = plain_allocator();
     p->cfg.num_layers = g->layers;
     p->cfg.num_q_heads = g->hq;
     p->cfg.num_kv_heads = g->hkv;
@@ -713,17 +715,12 @@ static void test_validation(void **state)
 
 int main(void)
 {
-    if (!pkv__opencl_available()) {
-        print_message("no OpenCL device: skipped\n");
-        return 77;
-    }
-    /* PKV_TEST_FILTER: run only the tests whose names match (cmocka's
-     * pattern, * and ?), as the oclgrind pass in tests/run.sh does;
-     * PKV_TEST_SKIP: skip those that match (ctest runs the large grid as a
-     * test of its own, beside the rest). */
-    const char *filter = getenv("PKV_TEST_FILTER");
-    if (filter != NULL)
-        cmocka_set_test_filter(filter);
+    /* PKV_TEST_FILTER as every OpenCL test takes it; PKV_TEST_SKIP: skip
+     * the tests that match (ctest runs the large grid as a test of its
+     * own, beside the rest). */
+    int skipped = ch_opencl_start();
+    if (skipped != 0)
+        return skipped;
     const char *skip = getenv("PKV_TEST_SKIP");
     if (skip != NULL)
         cmocka_set_skip_filter(skip);

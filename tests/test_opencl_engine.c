@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The engine loop on the OpenCL backend with the deterministic test model
- * (test_model.h), every output row checked against the dense f64
+ * (check_host.h), every output row checked against the dense f64
  * reference, through prefix hits, forks, and preemption by recompute and
  * by swap; host cl_mem tensors and the host's own queue; and the faults:
  * a program that does not build, a cache larger than the device allows,
@@ -26,7 +26,8 @@
 
 #include "kv_layout.h"
 #include "pkv/pkv_opencl.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 
 #include "opencl/opencl.h"
 #include "opencl/program.h"
@@ -86,27 +87,27 @@ static void test_decode_and_prefix_hit(void **state)
 {
     (void)state;
     for (int k = 0; k < NUM_DTYPES; k++) {
-        pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+        pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
-        tm_host h;
-        tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
-        int32_t *prompt = tm_prompt(19, 4);
-        tm_add(&h, prompt, 19, 6, 0, 0);
-        tm_run(&h, 100);
+        ch_host h;
+        ch_cmocka_init(&h, &p, hm_tolerance(dtypes[k]));
+        int32_t *prompt = hm_prompt(19, 4);
+        ch_add_prompt(&h, prompt, 19, 6, 0, 0);
+        ch_run(&h, 100);
         /* The same prompt again: 4 full blocks hit, 3 tokens computed. */
-        tm_add(&h, prompt, 19, 6, 0, 0);
+        ch_add_prompt(&h, prompt, 19, 6, 0, 0);
         const pkv_batch *b;
-        tm_step(&h, &b);
+        ch_step(&h, &b);
         assert_int_equal(b->num_tokens, 3);
-        tm_run(&h, 100);
+        ch_run(&h, 100);
         pkv_engine_stats s;
         s.struct_size = sizeof s;
         assert_int_equal(pkv_engine_get_stats(h.engine, &s), PKV_OK);
         assert_int_equal(s.prefix_hit_tokens, 16);
         assert_true(h.rows_checked > 0);
-        tm_check_idle(&h);
+        ch_check_idle(&h);
         free(prompt);
-        tm_host_free(&h);
+        ch_free(&h);
     }
 }
 
@@ -114,23 +115,22 @@ static void test_fork_then_diverge(void **state)
 {
     (void)state;
     for (int k = 0; k < NUM_DTYPES; k++) {
-        pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+        pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
-        tm_host h;
-        tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
-        int32_t *prompt = tm_prompt(10, 50);
-        pkv_seq_id parent = tm_add(&h, prompt, 10, 8, 0, 0);
-        tm_step(&h, NULL);
+        ch_host h;
+        ch_cmocka_init(&h, &p, hm_tolerance(dtypes[k]));
+        int32_t *prompt = hm_prompt(10, 50);
+        pkv_seq_id parent = ch_add_prompt(&h, prompt, 10, 8, 0, 0);
+        ch_step(&h, NULL);
         for (int i = 0; i < 3; i++) {
             pkv_seq_id kid;
-            assert_int_equal(pkv_seq_fork(h.engine, parent, 100 + i, &kid),
+            assert_int_equal(ch_fork(&h, parent, 100 + i, &kid),
                              PKV_OK);
-            tm_record_fork(&h, parent, kid, 100 + i);
         }
-        tm_run(&h, 100);
-        tm_check_idle(&h);
+        ch_run(&h, 100);
+        ch_check_idle(&h);
         free(prompt);
-        tm_host_free(&h);
+        ch_free(&h);
     }
 }
 
@@ -138,30 +138,30 @@ static void test_fork_then_diverge(void **state)
  * to the dense reference. */
 static void run_tiny_pool(int32_t mode, int k)
 {
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     p.num_blocks = 13;
     p.watermark = 0;
     p.preempt_mode = mode;
     p.kv_dtype = dtypes[k];
     p.swap_bytes = 1 << 20;
-    tm_host h;
-    tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(dtypes[k]));
     int32_t *prompts[4];
     for (uint32_t i = 0; i < 4; i++) {
-        prompts[i] = tm_prompt(9, 20 + i);
-        tm_add(&h, prompts[i], 9, 12, 0, 0);
+        prompts[i] = hm_prompt(9, 20 + i);
+        ch_add_prompt(&h, prompts[i], 9, 12, 0, 0);
     }
-    tm_run(&h, 500);
+    ch_run(&h, 500);
     pkv_engine_stats st;
     st.struct_size = sizeof st;
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_true(st.preemptions > 0);
     if (mode == PKV_PREEMPT_SWAP)
         assert_true(st.swap_outs > 0 && st.swap_ins == st.swap_outs);
-    tm_check_idle(&h);
+    ch_check_idle(&h);
     for (uint32_t i = 0; i < 4; i++)
         free(prompts[i]);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 static void test_preemption(void **state)
@@ -178,7 +178,7 @@ static void test_mixed_load(void **state)
 {
     (void)state;
     for (int k = 0; k < NUM_DTYPES; k++) {
-        pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+        pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
         p.kv_dtype = dtypes[k];
         p.num_q_heads = 6;
         p.num_kv_heads = 2;
@@ -187,20 +187,20 @@ static void test_mixed_load(void **state)
         p.sliding_window = k == 1 ? 40 : 0;
         p.max_batch_tokens = 128;
         p.num_blocks = 64;
-        tm_host h;
-        tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
+        ch_host h;
+        ch_cmocka_init(&h, &p, hm_tolerance(dtypes[k]));
         h.check_stride = 3;
         int32_t *prompts[12];
         for (uint32_t i = 0; i < 12; i++) {
             uint32_t len = 5 + 23 * i % 90;
-            prompts[i] = tm_prompt(len, 300 + i % 4);
-            tm_add(&h, prompts[i], len, 4 + i % 5, 0, 0);
+            prompts[i] = hm_prompt(len, 300 + i % 4);
+            ch_add_prompt(&h, prompts[i], len, 4 + i % 5, 0, 0);
         }
-        tm_run(&h, 1000);
-        tm_check_idle(&h);
+        ch_run(&h, 1000);
+        ch_check_idle(&h);
         for (uint32_t i = 0; i < 12; i++)
             free(prompts[i]);
-        tm_host_free(&h);
+        ch_free(&h);
     }
 }
 
@@ -221,11 +221,11 @@ static void model_rows(const pkv_engine_params *p, const pkv_batch *b,
 {
     uint32_t hq = p->num_q_heads, hkv = p->num_kv_heads, d = p->head_dim;
     for (uint32_t r = 0; r < b->num_tokens; r++) {
-        tm_row(TM_Q, b->token_ids[r], b->positions[r], layer, hq, d,
+        hm_row(HM_Q, b->token_ids[r], b->positions[r], layer, hq, d,
                q + (size_t)r * hq * d);
-        tm_row(TM_K, b->token_ids[r], b->positions[r], layer, hkv, d,
+        hm_row(HM_K, b->token_ids[r], b->positions[r], layer, hkv, d,
                k + (size_t)r * hkv * d);
-        tm_row(TM_V, b->token_ids[r], b->positions[r], layer, hkv, d,
+        hm_row(HM_V, b->token_ids[r], b->positions[r], layer, hkv, d,
                v + (size_t)r * hkv * d);
     }
 }
@@ -236,7 +236,7 @@ static void model_rows(const pkv_engine_params *p, const pkv_batch *b,
 static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
                         cl_context ctx, cl_command_queue queue)
 {
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     p.kv_dtype = kv_dtype;
     p.head_dim = 16;
     pkv_engine_params pc = p;
@@ -253,7 +253,7 @@ static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
     assert_int_equal(pkv_engine_get_opencl(ec, &gctx, &gq),
                      PKV_ERR_UNSUPPORTED);
     for (uint32_t i = 0; i < 3; i++) {
-        int32_t *prompt = tm_prompt(7 + 5 * i, 60 + i);
+        int32_t *prompt = hm_prompt(7 + 5 * i, 60 + i);
         pkv_seq_params sp;
         pkv_seq_params_init(&sp);
         sp.prompt = prompt;
@@ -347,7 +347,7 @@ static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
         clReleaseMemObject(buf);
         int32_t *sampled = calloc(bc->num_samples + 1, sizeof *sampled);
         for (uint32_t j = 0; j < bc->num_samples; j++)
-            sampled[j] = tm_sample(bc->token_ids[bc->sample_rows[j]],
+            sampled[j] = hm_sample(bc->token_ids[bc->sample_rows[j]],
                                    bc->positions[bc->sample_rows[j]], 1000);
         assert_int_equal(
             pkv_engine_step_end(eo, sampled, NULL, bc->num_samples), PKV_OK);
@@ -387,22 +387,22 @@ static void host_queue(cl_context *ctx, cl_command_queue *queue)
  * step and no others: a row changes when another sequence takes it or its
  * sequence took a new block. Prefill, decode and mixed steps (a prompt
  * admitted while the others decode) share the tables. The outputs
- * (tm_step checks every row against dense attention) show that the rows it
+ * (ch_step checks every row against dense attention) show that the rows it
  * kept are the right ones. */
 static void test_table_rows_uploaded(void **state)
 {
     (void)state;
     setenv("PKV_OPENCL_DECODE", "gpu", 1);
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
     unsetenv("PKV_OPENCL_DECODE");
     enum { SEQS = 4, MAX_ROWS = 8 };
     int32_t *prompts[SEQS];
     for (uint32_t i = 0; i < SEQS; i++) /* crossing at other steps */
-        prompts[i] = tm_prompt(5 + i, 20 + i);
+        prompts[i] = hm_prompt(5 + i, 20 + i);
     for (uint32_t i = 0; i < SEQS - 1; i++)
-        tm_add(&h, prompts[i], 5 + i, 12, 0, 0);
+        ch_add_prompt(&h, prompts[i], 5 + i, 12, 0, 0);
     const pkv__backend *be = h.engine->backend;
     const uint32_t stride = 16; /* tables of at most 16 blocks */
     pkv_seq_id ids[MAX_ROWS];
@@ -410,9 +410,9 @@ static void test_table_rows_uploaded(void **state)
     uint64_t words = pkv__opencl_table_words(be);
     for (int step = 0; step < 12; step++) {
         if (step == 4) /* the last prompt joins the decoding sequences */
-            tm_add(&h, prompts[SEQS - 1], 5 + SEQS - 1, 4, 0, 0);
+            ch_add_prompt(&h, prompts[SEQS - 1], 5 + SEQS - 1, 4, 0, 0);
         const pkv_batch *b;
-        tm_step(&h, &b);
+        ch_step(&h, &b);
         assert_true(b->num_seqs <= MAX_ROWS);
         /* A row's blocks cover its context: no fork here, so a row's
          * table changes only when it gains a block. */
@@ -437,7 +437,7 @@ static void test_table_rows_uploaded(void **state)
     assert_int_equal(mixed, 1);
     for (uint32_t i = 0; i < SEQS; i++)
         free(prompts[i]);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* A layer's host-tensor attend (append and attention) waits for the
@@ -445,19 +445,19 @@ static void test_table_rows_uploaded(void **state)
 static void test_one_wait_per_layer(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(9, 3);
-    tm_add(&h, prompt, 9, 4, 0, 0);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(9, 3);
+    ch_add_prompt(&h, prompt, 9, 4, 0, 0);
     for (int step = 0; step < 3; step++) { /* a prefill, then decodes */
         uint64_t before = pkv__opencl_finishes(h.engine->backend);
-        tm_step(&h, NULL);
+        ch_step(&h, NULL);
         assert_int_equal(pkv__opencl_finishes(h.engine->backend) - before,
                          p.num_layers);
     }
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* Host tensors go through the backend's own buffers: once those have
@@ -467,10 +467,10 @@ static void test_one_wait_per_layer(void **state)
 static void test_no_buffer_per_layer(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
-    int32_t *prompt = tm_prompt(9, 5);
+    int32_t *prompt = hm_prompt(9, 5);
     pkv_seq_params sp;
     pkv_seq_params_init(&sp);
     sp.prompt = prompt;
@@ -550,11 +550,11 @@ static void test_interop(void **state)
 static void test_invalid_cl_mem(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(6, 1);
-    tm_add(&h, prompt, 6, 2, 0, 0);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(6, 1);
+    ch_add_prompt(&h, prompt, 6, 2, 0, 0);
     const pkv_batch *b;
     assert_int_equal(pkv_engine_step_begin(h.engine, &b), PKV_OK);
     cl_context ctx;
@@ -610,17 +610,17 @@ static void test_invalid_cl_mem(void **state)
     clReleaseCommandQueue(other_q);
     clReleaseContext(other);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 
     /* A CPU engine takes no cl_mem. */
     p.backend = PKV_BACKEND_CPU;
-    tm_host_init(&h, &p, 1e-4f);
-    tm_add(&h, (const int32_t[]){1, 2, 3}, 3, 1, 0, 0);
+    ch_cmocka_init(&h, &p, 1e-4f);
+    ch_add_prompt(&h, (const int32_t[]){1, 2, 3}, 3, 1, 0, 0);
     assert_int_equal(pkv_engine_step_begin(h.engine, &b), PKV_OK);
     q.rows = k.rows = v.rows = o.rows = 3;
     assert_int_equal(pkv_engine_attend(h.engine, 0, &q, &k, &v, &o),
                      PKV_ERR_UNSUPPORTED);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* --------------------------------------------------------------- faults */
@@ -692,7 +692,7 @@ static void test_program_fails_to_build(void **state)
     char dir[64];
     kernel_tree(dir, "\n__kernel void broken(void) { this is not C; }\n");
     pkv__opencl_kernel_dir = dir;
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     expect_create_fails(p, PKV_ERR_BUILD, "clBuildProgram");
     /* AUTO falls back to the CPU backend and says so. */
     log_capture l;
@@ -712,7 +712,7 @@ static void test_program_fails_to_build(void **state)
     remove_tree(dir);
     /* A kernel directory that does not exist. */
     pkv__opencl_kernel_dir = "/nonexistent/pkv";
-    p = tm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_OPENCL);
     expect_create_fails(p, PKV_ERR_BUILD, "cannot be read");
     pkv__opencl_kernel_dir = saved;
 }
@@ -720,7 +720,7 @@ static void test_program_fails_to_build(void **state)
 static void test_cache_too_large(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     p.head_dim = 512;
     p.num_kv_heads = 8;
     p.num_q_heads = 8;
@@ -730,7 +730,7 @@ static void test_cache_too_large(void **state)
     /* A largest step whose block tables pass the device's largest buffer:
      * refused here, so that step_begin never refuses a planned step
      * (65,536 sequences of 2^20 blocks of 16 tokens: 256 GiB). */
-    p = tm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_OPENCL);
     p.max_num_seqs = 65536;
     p.max_model_len = 1u << 24;
     p.block_size = 16;
@@ -741,16 +741,16 @@ static void test_cache_too_large(void **state)
     assert_int_equal(pkv_engine_create(&p, &fits), PKV_OK);
     pkv_engine_destroy(fits);
     /* A device that is not there. */
-    p = tm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_OPENCL);
     p.opencl_device = "no such device anywhere";
     expect_create_fails(p, PKV_ERR_DEVICE, "no OpenCL device matches");
     /* Only one of the two host handles. */
-    p = tm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_OPENCL);
     p.opencl_queue = (void *)&p;
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT, "together");
     /* A decode variant that does not exist. */
     setenv("PKV_OPENCL_DECODE", "fast", 1);
-    p = tm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_OPENCL);
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT,
                         "PKV_OPENCL_DECODE=fast: expected auto, cpu, gpu");
     unsetenv("PKV_OPENCL_DECODE");
@@ -789,19 +789,19 @@ static size_t read_file(const char *path, unsigned char *buf, size_t cap)
 static void create_with_cache(const char *dir, cl_context ctx,
                               cl_command_queue queue, log_capture *l)
 {
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     p.program_cache_dir = dir;
     p.log = capture_log;
     p.log_user = l;
     p.log_level = PKV_LOG_DEBUG;
     assert_int_equal(pkv_engine_params_set_opencl(&p, ctx, queue), PKV_OK);
     memset(l, 0, sizeof *l);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
     int32_t prompt[5] = {1, 2, 3, 4, 5};
-    tm_add(&h, prompt, 5, 3, 0, 0);
-    tm_run(&h, 20);
-    tm_host_free(&h);
+    ch_add_prompt(&h, prompt, 5, 3, 0, 0);
+    ch_run(&h, 20);
+    ch_free(&h);
 }
 
 /* Counts the disk-cache hits an engine logs. */
@@ -814,23 +814,23 @@ static void count_hits(void *user, int32_t level, const char *message)
 
 /* An engine on pkv's own context with a disk cache, run a few steps: the
  * disk-cache hits it logged. */
-static int run_own_context(const char *dir, tm_host *keep)
+static int run_own_context(const char *dir, ch_host *keep)
 {
     int hits = 0;
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     p.program_cache_dir = dir;
     p.log = count_hits;
     p.log_user = &hits;
     p.log_level = PKV_LOG_DEBUG;
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
     int32_t prompt[5] = {1, 2, 3, 4, 5};
-    tm_add(&h, prompt, 5, 3, 0, 0);
-    tm_run(&h, 20);
+    ch_add_prompt(&h, prompt, 5, 3, 0, 0);
+    ch_run(&h, 20);
     if (keep != NULL)
         *keep = h;
     else
-        tm_host_free(&h);
+        ch_free(&h);
     return hits;
 }
 
@@ -846,14 +846,14 @@ static void test_release_programs(void **state)
     pkv_opencl_release_programs(); /* earlier tests' programs */
     assert_int_equal(run_own_context(dir, NULL), 0); /* built, written */
     pkv_opencl_release_programs();
-    tm_host alive;
+    ch_host alive;
     assert_true(run_own_context(dir, &alive) > 0); /* loaded from disk */
     assert_int_equal(run_own_context(dir, NULL), 0); /* shared */
     pkv_opencl_release_programs();
     int32_t prompt[5] = {5, 4, 3, 2, 1};
-    tm_add(&alive, prompt, 5, 3, 0, 0);
-    tm_run(&alive, 20); /* its programs are its own to keep */
-    tm_host_free(&alive);
+    ch_add_prompt(&alive, prompt, 5, 3, 0, 0);
+    ch_run(&alive, 20); /* its programs are its own to keep */
+    ch_free(&alive);
     pkv_opencl_release_programs();
     char path[600];
     DIR *d = opendir(dir);
@@ -921,10 +921,9 @@ static void test_program_cache(void **state)
 
 int main(void)
 {
-    if (!pkv__opencl_available()) {
-        print_message("no OpenCL device: skipped\n");
-        return 77;
-    }
+    int skipped = ch_opencl_start();
+    if (skipped != 0)
+        return skipped;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_and_prefix_hit),
         cmocka_unit_test(test_fork_then_diverge),

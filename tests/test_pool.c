@@ -7,11 +7,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "test_util.h"
+#include "mem_util.h"
 
 static pkv__pool make_pool(uint32_t n)
 {
-    pkv__allocator a = test_allocator();
+    pkv__allocator a = plain_allocator();
     pkv__pool pool;
     assert_int_equal(pkv__pool_init(&pool, &a, n, 4), PKV_OK);
     return pool;
@@ -26,7 +26,7 @@ static void check_counts(const pkv__pool *pool)
 static void test_init(void **state)
 {
     (void)state;
-    pkv__allocator a = test_allocator();
+    pkv__allocator a = plain_allocator();
     pkv__pool pool;
     assert_int_equal(pkv__pool_init(&pool, &a, 1, 4),
                      PKV_ERR_INVALID_ARGUMENT);

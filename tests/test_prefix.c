@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "prefix.h"
-#include "test_util.h"
+#include "mem_util.h"
 
 enum { BS = 4, MAX_TOKENS = 64 };
 
@@ -28,7 +28,7 @@ typedef struct seq {
 static int setup(void **state)
 {
     static fixture f;
-    pkv__allocator a = test_allocator();
+    pkv__allocator a = plain_allocator();
     if (pkv__pool_init(&f.pool, &a, 32, BS) != PKV_OK ||
         pkv__prefix_init(&f.prefix, &f.pool) != PKV_OK)
         return -1;

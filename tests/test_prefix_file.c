@@ -4,7 +4,7 @@
  * run to their end on one engine; its prefix cache is saved and loaded
  * into a new engine (the restart), whose first requests for the same
  * prompts must hit (only their last token computed) with every output row
- * checked against dense attention under tm_step, while a prompt with
+ * checked against dense attention under ch_step, while a prompt with
  * another salt must not. A pool too small loads a parents-first part;
  * bad input changes nothing.
  */
@@ -16,16 +16,17 @@
 
 #include "kv_layout.h"
 #include "engine.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 enum { PROMPT = 21 }; /* 5 full blocks of 4 before the last token */
 
-static pkv_seq_id add_salted(tm_host *h, const int32_t *prompt, uint64_t salt)
+static pkv_seq_id add_salted(ch_host *h, const int32_t *prompt, uint64_t salt)
 {
-    return tm_add_salted(h, prompt, PROMPT, 3, salt);
+    return ch_add_salted(h, prompt, PROMPT, 3, salt);
 }
 
 /* The saved prefix cache of a host whose prompts (salts 0 and 1) ran to
@@ -33,11 +34,11 @@ static pkv_seq_id add_salted(tm_host *h, const int32_t *prompt, uint64_t salt)
 static uint8_t *saved_cache(const pkv_engine_params *p, const int32_t *prompt,
                             size_t *size)
 {
-    tm_host a;
-    tm_host_init(&a, p, tm_tolerance(p->kv_dtype));
+    ch_host a;
+    ch_cmocka_init(&a, p, hm_tolerance(p->kv_dtype));
     add_salted(&a, prompt, 0);
     add_salted(&a, prompt, 1);
-    tm_run(&a, 100);
+    ch_run(&a, 100);
     size_t need = 0, got = 0;
     assert_int_equal(pkv_engine_save_prefix_cache(a.engine, NULL, 0, &need),
                      PKV_OK);
@@ -46,8 +47,8 @@ static uint8_t *saved_cache(const pkv_engine_params *p, const int32_t *prompt,
     assert_int_equal(pkv_engine_save_prefix_cache(a.engine, data, need, &got),
                      PKV_OK);
     assert_int_equal(got, need);
-    tm_check_idle(&a);
-    tm_host_free(&a);
+    ch_check_idle(&a);
+    ch_free(&a);
     *size = need;
     return data;
 }
@@ -57,11 +58,11 @@ static uint8_t *saved_cache(const pkv_engine_params *p, const int32_t *prompt,
 static void reload_once(const pkv_engine_params *pa,
                         const pkv_engine_params *pb)
 {
-    int32_t *prompt = tm_prompt(PROMPT, 11);
+    int32_t *prompt = hm_prompt(PROMPT, 11);
     size_t size;
     uint8_t *data = saved_cache(pa, prompt, &size);
-    tm_host b;
-    tm_host_init(&b, pb, tm_tolerance(pb->kv_dtype));
+    ch_host b;
+    ch_cmocka_init(&b, pb, hm_tolerance(pb->kv_dtype));
     uint32_t loaded = 0;
     assert_int_equal(
         pkv_engine_load_prefix_cache(b.engine, data, size, &loaded), PKV_OK);
@@ -77,20 +78,20 @@ static void reload_once(const pkv_engine_params *pa,
     pkv_seq_id hit1 = add_salted(&b, prompt, 1);
     pkv_seq_id miss = add_salted(&b, prompt, 2);
     const pkv_batch *batch;
-    tm_step(&b, &batch);
-    assert_int_equal(tm_rows_of(batch, hit0), 1);
-    assert_int_equal(tm_rows_of(batch, hit1), 1);
-    assert_int_equal(tm_rows_of(batch, miss), PROMPT);
-    tm_run(&b, 100);
-    tm_check_idle(&b);
-    tm_host_free(&b);
+    ch_step(&b, &batch);
+    assert_int_equal(ch_rows_of(batch, hit0), 1);
+    assert_int_equal(ch_rows_of(batch, hit1), 1);
+    assert_int_equal(ch_rows_of(batch, miss), PROMPT);
+    ch_run(&b, 100);
+    ch_check_idle(&b);
+    ch_free(&b);
     free(data);
     free(prompt);
 }
 
 static pkv_engine_params params_of(int32_t backend, int32_t dtype)
 {
-    pkv_engine_params p = tm_params(backend);
+    pkv_engine_params p = hm_params(backend);
     p.kv_dtype = dtype;
     return p;
 }
@@ -113,30 +114,30 @@ static void test_small_pool(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F32);
-    int32_t *prompt = tm_prompt(PROMPT, 12);
+    int32_t *prompt = hm_prompt(PROMPT, 12);
     size_t size;
     uint8_t *data = saved_cache(&p, prompt, &size);
     p.num_blocks = 10; /* 9 usable; the running prompt holds 6 */
     p.watermark = 0;
-    tm_host b;
-    tm_host_init(&b, &p, tm_tolerance(PKV_KV_F32));
-    int32_t *other = tm_prompt(PROMPT, 13);
-    tm_add(&b, other, PROMPT, 3, 0, 0);
-    tm_step(&b, NULL);
+    ch_host b;
+    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_F32));
+    int32_t *other = hm_prompt(PROMPT, 13);
+    ch_add_prompt(&b, other, PROMPT, 3, 0, 0);
+    ch_step(&b, NULL);
     uint32_t loaded = 0;
     assert_int_equal(
         pkv_engine_load_prefix_cache(b.engine, data, size, &loaded), PKV_OK);
     assert_int_equal(loaded, 3);
-    tm_run(&b, 100);
+    ch_run(&b, 100);
     pkv_seq_id id = add_salted(&b, prompt, 0);
     const pkv_batch *batch;
-    tm_step(&b, &batch);
-    uint32_t rows = tm_rows_of(batch, id);
+    ch_step(&b, &batch);
+    uint32_t rows = ch_rows_of(batch, id);
     if (rows == PROMPT || rows == 1)
         fail_msg("%u rows: expected a hit of 1 to 4 blocks", (unsigned)rows);
-    tm_run(&b, 100);
-    tm_check_idle(&b);
-    tm_host_free(&b);
+    ch_run(&b, 100);
+    ch_check_idle(&b);
+    ch_free(&b);
     free(data);
     free(prompt);
     free(other);
@@ -154,11 +155,11 @@ static void test_bad_input(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F32);
-    int32_t *prompt = tm_prompt(PROMPT, 14);
+    int32_t *prompt = hm_prompt(PROMPT, 14);
     size_t size;
     uint8_t *data = saved_cache(&p, prompt, &size);
-    tm_host b;
-    tm_host_init(&b, &p, tm_tolerance(PKV_KV_F32));
+    ch_host b;
+    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_F32));
     pkv_engine_stats before, after;
     before.struct_size = after.struct_size = sizeof before;
     assert_int_equal(pkv_engine_get_stats(b.engine, &before), PKV_OK);
@@ -199,10 +200,10 @@ static void test_bad_input(void **state)
     other[0].block_size = 8;
     other[1].kv_dtype = PKV_KV_F16;
     for (int i = 0; i < 2; i++) {
-        tm_host c;
-        tm_host_init(&c, &other[i], 1e-4f);
+        ch_host c;
+        ch_cmocka_init(&c, &other[i], 1e-4f);
         assert_int_equal(try_load(c.engine, data, size), PKV_ERR_UNSUPPORTED);
-        tm_host_free(&c);
+        ch_free(&c);
     }
     /* During a step. */
     const pkv_batch *batch;
@@ -211,8 +212,8 @@ static void test_bad_input(void **state)
     assert_int_equal(pkv_engine_save_prefix_cache(b.engine, NULL, 0, &got),
                      PKV_ERR_BAD_STATE);
     assert_int_equal(pkv_engine_step_end(b.engine, NULL, NULL, 0), PKV_OK);
-    tm_check_idle(&b);
-    tm_host_free(&b);
+    ch_check_idle(&b);
+    ch_free(&b);
     free(data);
     free(prompt);
 }
@@ -237,7 +238,7 @@ static void test_reload_across_backends(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    int start = tm_opencl_start();
+    int start = ch_opencl_start();
     if (start != 0)
         return start;
     const struct CMUnitTest tests[] = {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The scheduler and the engine loop on the CPU backend, every output row
- * checked against a dense recomputation (test_model.h). */
+ * checked against a dense recomputation (check_host.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +8,8 @@
 #include <cmocka.h>
 
 #include "kv_layout.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,22 +18,22 @@
 static void test_single_sequence_decodes(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(10, 1);
-    pkv_seq_id id = tm_add(&h, prompt, 10, 5, 0, 0);
-    tm_run(&h, 100);
-    tm_seq *s = tm_find(&h, id);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(10, 1);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 10, 5, 0, 0);
+    ch_run(&h, 100);
+    ch_seq *s = ch_find(&h, id);
     assert_true(s->ended);
-    assert_int_equal(s->finish_reason, PKV_FINISH_LENGTH);
+    assert_int_equal(s->reason, PKV_FINISH_LENGTH);
     assert_int_equal(s->num_tokens, 15);
     /* 1 prefill step + 4 decode steps + 1 to report the end. */
     assert_int_equal(h.steps, 6);
     assert_int_equal(h.rows_checked, 2 * (10 + 4));
-    tm_check_idle(&h);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* vLLM's test_scheduler.py: with a threshold of 400 and a budget of 1024,
@@ -40,83 +41,83 @@ static void test_single_sequence_decodes(void **state)
 static void test_long_prefill_threshold(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.num_layers = 1;
     p.max_batch_tokens = 1024;
     p.long_prefill_threshold = 400;
     p.num_blocks = 1024;
     p.max_model_len = 2048;
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
     int32_t *prompts[3];
     for (uint32_t i = 0; i < 3; i++) {
-        prompts[i] = tm_prompt(1000, 10 + i);
-        tm_add(&h, prompts[i], 1000, 2, 0, 0);
+        prompts[i] = hm_prompt(1000, 10 + i);
+        ch_add_prompt(&h, prompts[i], 1000, 2, 0, 0);
     }
     const pkv_batch *b;
-    tm_step(&h, &b);
+    ch_step(&h, &b);
     assert_int_equal(b->num_seqs, 3);
     assert_int_equal(b->query_start[1], 400);
     assert_int_equal(b->query_start[2], 800);
     assert_int_equal(b->query_start[3], 1024);
     assert_int_equal(b->num_samples, 0);
-    tm_run(&h, 100);
-    tm_check_idle(&h);
+    ch_run(&h, 100);
+    ch_check_idle(&h);
     for (uint32_t i = 0; i < 3; i++)
         free(prompts[i]);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 static void test_fcfs_order_and_max_num_seqs(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.max_num_seqs = 2;
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(6, 3);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(6, 3);
     pkv_seq_id ids[4];
     for (int i = 0; i < 4; i++)
-        ids[i] = tm_add(&h, prompt, 6, 3, 0, 0);
+        ids[i] = ch_add_prompt(&h, prompt, 6, 3, 0, 0);
     const pkv_batch *b;
-    tm_step(&h, &b);
+    ch_step(&h, &b);
     assert_int_equal(b->num_seqs, 2);
     assert_true(b->seq_ids[0] == ids[0] && b->seq_ids[1] == ids[1]);
-    tm_run(&h, 100);
+    ch_run(&h, 100);
     for (int i = 0; i < 4; i++)
-        assert_int_equal(tm_find(&h, ids[i])->finish_reason,
+        assert_int_equal(ch_find(&h, ids[i])->reason,
                          PKV_FINISH_LENGTH);
-    tm_check_idle(&h);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 static void test_prefix_hit_is_used_and_correct(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(19, 4);
-    tm_add(&h, prompt, 19, 2, 0, 0);
-    tm_run(&h, 100);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(19, 4);
+    ch_add_prompt(&h, prompt, 19, 2, 0, 0);
+    ch_run(&h, 100);
     /* The same prompt again: 4 full blocks (16 tokens) hit, 3 computed. */
-    pkv_seq_id id = tm_add(&h, prompt, 19, 2, 0, 0);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 19, 2, 0, 0);
     const pkv_batch *b;
-    tm_step(&h, &b);
+    ch_step(&h, &b);
     assert_int_equal(b->num_tokens, 3);
     assert_int_equal(b->positions[0], 16);
     assert_int_equal(b->context_lens[0], 19);
     assert_int_equal(b->seq_ids[0], id);
-    tm_run(&h, 100);
+    ch_run(&h, 100);
     pkv_engine_stats s;
     s.struct_size = sizeof s;
     assert_int_equal(pkv_engine_get_stats(h.engine, &s), PKV_OK);
     assert_int_equal(s.prefix_hit_tokens, 16);
     assert_int_equal(s.prefix_query_tokens, 38);
-    tm_check_idle(&h);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 
@@ -124,24 +125,24 @@ static void test_prefix_hit_is_used_and_correct(void **state)
  * every row stays equal to the dense reference. */
 static void run_tiny_pool(int32_t mode, int32_t kv_dtype, float tol)
 {
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.num_blocks = 13; /* 12 usable blocks of 4 tokens */
     p.watermark = 0;
     p.preempt_mode = mode;
     p.kv_dtype = kv_dtype;
     p.swap_bytes = 1 << 20;
-    tm_host h;
-    tm_host_init(&h, &p, tol);
+    ch_host h;
+    ch_cmocka_init(&h, &p, tol);
     int32_t *prompts[4];
     pkv_seq_id ids[4];
     for (uint32_t i = 0; i < 4; i++) {
-        prompts[i] = tm_prompt(9, 20 + i);
-        ids[i] = tm_add(&h, prompts[i], 9, 12, 0, 0);
+        prompts[i] = hm_prompt(9, 20 + i);
+        ids[i] = ch_add_prompt(&h, prompts[i], 9, 12, 0, 0);
     }
-    tm_run(&h, 500);
+    ch_run(&h, 500);
     for (uint32_t i = 0; i < 4; i++) {
-        tm_seq *s = tm_find(&h, ids[i]);
-        assert_int_equal(s->finish_reason, PKV_FINISH_LENGTH);
+        ch_seq *s = ch_find(&h, ids[i]);
+        assert_int_equal(s->reason, PKV_FINISH_LENGTH);
         assert_int_equal(s->num_tokens, 21);
         free(prompts[i]);
     }
@@ -156,8 +157,8 @@ static void run_tiny_pool(int32_t mode, int32_t kv_dtype, float tol)
     } else {
         assert_int_equal(st.swap_outs, 0);
     }
-    tm_check_idle(&h);
-    tm_host_free(&h);
+    ch_check_idle(&h);
+    ch_free(&h);
 }
 
 static void test_preempt_recompute(void **state)
@@ -176,8 +177,8 @@ static void test_preempt_swap_u8(void **state)
 {
     (void)state;
     /* U8 and U4 tails live in the staging area: swap carries them too. */
-    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U8, tm_tolerance(PKV_KV_U8));
-    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U4, tm_tolerance(PKV_KV_U4));
+    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U8, hm_tolerance(PKV_KV_U8));
+    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U4, hm_tolerance(PKV_KV_U4));
 }
 
 static void test_preempt_recompute_f16(void **state)
@@ -191,81 +192,81 @@ static void test_preempt_recompute_f16(void **state)
 static void test_priority_preemption(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.policy = PKV_POLICY_PRIORITY;
     p.num_blocks = 9; /* 8 usable */
     p.watermark = 0;
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *a = tm_prompt(8, 30), *b = tm_prompt(8, 31);
-    pkv_seq_id low = tm_add(&h, a, 8, 12, 5, 0);
-    pkv_seq_id high = tm_add(&h, b, 8, 12, 1, 0);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *a = hm_prompt(8, 30), *b = hm_prompt(8, 31);
+    pkv_seq_id low = ch_add_prompt(&h, a, 8, 12, 5, 0);
+    pkv_seq_id high = ch_add_prompt(&h, b, 8, 12, 1, 0);
     const pkv_batch *batch;
-    tm_step(&h, &batch);
+    ch_step(&h, &batch);
     /* Priority order: the high-priority one is admitted first. */
     assert_int_equal(batch->seq_ids[0], high);
     int low_preempted = 0;
     while (pkv_engine_has_work(h.engine)) {
-        tm_step(&h, &batch);
+        ch_step(&h, &batch);
         for (uint32_t i = 0; i < batch->num_preempted; i++) {
             assert_int_equal(batch->preempted[i], low);
             low_preempted = 1;
         }
     }
     assert_true(low_preempted);
-    assert_int_equal(tm_find(&h, high)->finish_reason, PKV_FINISH_LENGTH);
-    assert_int_equal(tm_find(&h, low)->finish_reason, PKV_FINISH_LENGTH);
-    tm_check_idle(&h);
+    assert_int_equal(ch_find(&h, high)->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(ch_find(&h, low)->reason, PKV_FINISH_LENGTH);
+    ch_check_idle(&h);
     free(a);
     free(b);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* Abort in every state: queued, waiting, mid-prefill, running, swapped. */
 static void test_abort_every_state(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.long_prefill_threshold = 4;
     p.max_batch_tokens = 8;
     p.num_blocks = 11;
     p.watermark = 0;
     p.preempt_mode = PKV_PREEMPT_SWAP;
     p.swap_bytes = 1 << 20;
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(12, 40);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(12, 40);
 
     /* Queued: aborted before any step sees it. */
-    pkv_seq_id queued = tm_add(&h, prompt, 12, 4, 0, 0);
-    assert_int_equal(pkv_seq_abort(h.engine, queued), PKV_OK);
-    tm_step(&h, NULL);
-    assert_int_equal(tm_find(&h, queued)->finish_reason, PKV_FINISH_ABORTED);
+    pkv_seq_id queued = ch_add_prompt(&h, prompt, 12, 4, 0, 0);
+    ch_abort(&h, queued);
+    ch_step(&h, NULL);
+    assert_int_equal(ch_find(&h, queued)->reason, PKV_FINISH_ABORTED);
 
     /* Mid-prefill: 12 tokens, 4 per step. */
-    pkv_seq_id mid = tm_add(&h, prompt, 12, 4, 0, 0);
-    tm_step(&h, NULL);
+    pkv_seq_id mid = ch_add_prompt(&h, prompt, 12, 4, 0, 0);
+    ch_step(&h, NULL);
     const uint32_t *blocks;
     uint32_t nb, nt;
     assert_int_equal(pkv_engine_get_block_table(h.engine, mid, &blocks, &nb,
                                                 &nt),
                      PKV_OK);
     assert_int_equal(nt, 4);
-    assert_int_equal(pkv_seq_abort(h.engine, mid), PKV_OK);
-    tm_step(&h, NULL);
-    assert_int_equal(tm_find(&h, mid)->finish_reason, PKV_FINISH_ABORTED);
+    ch_abort(&h, mid);
+    ch_step(&h, NULL);
+    assert_int_equal(ch_find(&h, mid)->reason, PKV_FINISH_ABORTED);
     assert_int_equal(pkv_engine_get_block_table(h.engine, mid, &blocks, &nb,
                                                 &nt),
                      PKV_ERR_NOT_FOUND);
 
     /* Waiting behind max_num_seqs... and running, and swapped: fill the
      * pool with two decoding sequences so the younger is swapped out. */
-    pkv_seq_id a = tm_add(&h, prompt, 12, 40, 0, 0);
-    pkv_seq_id b = tm_add(&h, prompt, 12, 40, 0, 0);
+    pkv_seq_id a = ch_add_prompt(&h, prompt, 12, 40, 0, 0);
+    pkv_seq_id b = ch_add_prompt(&h, prompt, 12, 40, 0, 0);
     pkv_seq_id swapped = 0;
     for (int i = 0; i < 60 && !swapped; i++) {
         const pkv_batch *batch;
-        tm_step(&h, &batch);
+        ch_step(&h, &batch);
         if (batch->num_preempted)
             swapped = batch->preempted[0];
     }
@@ -274,23 +275,23 @@ static void test_abort_every_state(void **state)
     st.struct_size = sizeof st;
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_int_equal(st.num_swapped, 1);
-    pkv_seq_id waiting = tm_add(&h, prompt, 12, 4, 0, 0);
-    assert_int_equal(pkv_seq_abort(h.engine, swapped), PKV_OK);
-    assert_int_equal(pkv_seq_abort(h.engine, a), PKV_OK); /* running */
-    tm_step(&h, NULL);
-    assert_int_equal(tm_find(&h, a)->finish_reason, PKV_FINISH_ABORTED);
-    assert_int_equal(tm_find(&h, b)->finish_reason, PKV_FINISH_ABORTED);
-    assert_int_equal(pkv_seq_abort(h.engine, waiting), PKV_OK);
-    tm_run(&h, 100);
-    assert_int_equal(tm_find(&h, waiting)->finish_reason, PKV_FINISH_ABORTED);
+    pkv_seq_id waiting = ch_add_prompt(&h, prompt, 12, 4, 0, 0);
+    ch_abort(&h, swapped);
+    ch_abort(&h, a); /* running */
+    ch_step(&h, NULL);
+    assert_int_equal(ch_find(&h, a)->reason, PKV_FINISH_ABORTED);
+    assert_int_equal(ch_find(&h, b)->reason, PKV_FINISH_ABORTED);
+    ch_abort(&h, waiting);
+    ch_run(&h, 100);
+    assert_int_equal(ch_find(&h, waiting)->reason, PKV_FINISH_ABORTED);
     /* Ended ids: abort is a no-op; never-issued ids: not found. */
-    assert_int_equal(pkv_seq_abort(h.engine, a), PKV_OK);
-    assert_int_equal(pkv_seq_abort(h.engine, 9999), PKV_ERR_NOT_FOUND);
-    assert_int_equal(pkv_seq_abort(h.engine, 0), PKV_ERR_NOT_FOUND);
-    tm_run(&h, 10);
-    tm_check_idle(&h);
+    ch_abort(&h, a);
+    ch_abort(&h, 9999);
+    ch_abort(&h, 0);
+    ch_run(&h, 10);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* Fork after the first sample, then diverge: the child shares every block
@@ -302,18 +303,17 @@ static void test_fork_then_diverge(void **state)
     const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
                               PKV_KV_U4, PKV_KV_U8K_U4V};
     for (int k = 0; k < (int)(sizeof dtypes / sizeof dtypes[0]); k++) {
-        pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+        pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
         p.kv_dtype = dtypes[k];
-        tm_host h;
-        tm_host_init(&h, &p, tm_tolerance(dtypes[k]));
-        int32_t *prompt = tm_prompt(10, 50);
-        pkv_seq_id parent = tm_add(&h, prompt, 10, 8, 0, 0);
-        tm_step(&h, NULL); /* prefill and first sample */
+        ch_host h;
+        ch_cmocka_init(&h, &p, hm_tolerance(dtypes[k]));
+        int32_t *prompt = hm_prompt(10, 50);
+        pkv_seq_id parent = ch_add_prompt(&h, prompt, 10, 8, 0, 0);
+        ch_step(&h, NULL); /* prefill and first sample */
         pkv_seq_id kids[3];
         for (int i = 0; i < 3; i++) {
-            assert_int_equal(pkv_seq_fork(h.engine, parent, 100 + i, &kids[i]),
+            assert_int_equal(ch_fork(&h, parent, 100 + i, &kids[i]),
                              PKV_OK);
-            tm_record_fork(&h, parent, kids[i], 100 + i);
         }
         const uint32_t *pb, *cb;
         uint32_t pn, cn, pt, ct;
@@ -329,13 +329,13 @@ static void test_fork_then_diverge(void **state)
         pkv_engine_stats before, after;
         before.struct_size = after.struct_size = sizeof before;
         assert_int_equal(pkv_engine_get_stats(h.engine, &before), PKV_OK);
-        tm_step(&h, NULL); /* every sample writes its own copy of block 2 */
+        ch_step(&h, NULL); /* every sample writes its own copy of block 2 */
         assert_int_equal(pkv_engine_get_stats(h.engine, &after), PKV_OK);
         assert_int_equal(after.blocks_used - before.blocks_used, 3);
-        tm_run(&h, 100);
-        tm_check_idle(&h);
+        ch_run(&h, 100);
+        ch_check_idle(&h);
         free(prompt);
-        tm_host_free(&h);
+        ch_free(&h);
     }
 }
 
@@ -347,41 +347,40 @@ static void test_fork_then_diverge(void **state)
 static void test_fork_copy_frees_the_sharer(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.num_blocks = 4; /* null + 3: the parent's 2, 1 for its copy */
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(6, 1);
-    pkv_seq_id parent = tm_add(&h, prompt, 6, 8, 0, 0);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(6, 1);
+    pkv_seq_id parent = ch_add_prompt(&h, prompt, 6, 8, 0, 0);
     const pkv_batch *b;
-    tm_step(&h, &b); /* prefill: a full block and 2 of 4 rows */
+    ch_step(&h, &b); /* prefill: a full block and 2 of 4 rows */
     assert_int_equal(b->num_tokens, 6);
     pkv_seq_id child;
-    assert_int_equal(pkv_seq_fork(h.engine, parent, -1, &child), PKV_OK);
-    tm_record_fork(&h, parent, child, -1);
-    tm_step(&h, &b);
+    assert_int_equal(ch_fork(&h, parent, -1, &child), PKV_OK);
+    ch_step(&h, &b);
     assert_int_equal(b->num_preempted, 0);
     assert_int_equal(b->num_seqs, 2);
-    tm_run(&h, 100);
-    tm_check_idle(&h);
+    ch_run(&h, 100);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 static void test_fork_bad_input(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.max_num_seqs = 2;
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(10, 60);
-    pkv_seq_id id = tm_add(&h, prompt, 10, 8, 0, 0);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(10, 60);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 10, 8, 0, 0);
     pkv_seq_id child = 7;
     /* Added, not yet seen by a step: it has not sampled. */
     assert_int_equal(pkv_seq_fork(h.engine, id, -1, &child), PKV_ERR_BAD_STATE);
     assert_int_equal(child, 0);
-    tm_step(&h, NULL);
+    ch_step(&h, NULL);
     assert_int_equal(pkv_seq_fork(h.engine, 999, -1, &child),
                      PKV_ERR_NOT_FOUND);
     assert_int_equal(pkv_seq_fork(h.engine, id, 5000, &child),
@@ -407,20 +406,19 @@ static void test_fork_bad_input(void **state)
                          PKV_OK);
     int32_t tok = 1;
     assert_int_equal(pkv_engine_step_end(h.engine, &tok, NULL, 1), PKV_OK);
-    tm_find(&h, id)->tokens[tm_find(&h, id)->num_tokens++] = 1;
-    assert_int_equal(pkv_seq_fork(h.engine, id, -1, &child), PKV_OK);
-    tm_record_fork(&h, id, child, -1);
+    ch_sampled(&h, id, 1);
+    assert_int_equal(ch_fork(&h, id, -1, &child), PKV_OK);
     /* max_num_seqs is 2. */
     pkv_seq_id third;
     assert_int_equal(pkv_seq_fork(h.engine, id, -1, &third),
                      PKV_ERR_BAD_STATE);
     /* The hand-made step wrote zeros as KV: drop these sequences. */
-    assert_int_equal(pkv_seq_abort(h.engine, id), PKV_OK);
-    assert_int_equal(pkv_seq_abort(h.engine, child), PKV_OK);
-    tm_run(&h, 10);
-    tm_check_idle(&h);
+    ch_abort(&h, id);
+    ch_abort(&h, child);
+    ch_run(&h, 10);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* Count preemptions per sequence from the batches. */
@@ -447,21 +445,21 @@ static void test_workload_three_times_the_pool(void **state)
     (void)state;
     const int32_t modes[] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
     for (int m = 0; m < 2; m++) {
-        pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+        pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
         p.num_blocks = 65; /* 64 usable blocks = 256 tokens */
         p.max_num_seqs = 16;
         p.preempt_mode = modes[m];
         p.swap_bytes = 1 << 16;
-        tm_host h;
-        tm_host_init(&h, &p, 1e-4f);
+        ch_host h;
+        ch_cmocka_init(&h, &p, 1e-4f);
         enum { N = 24 };
         preempt_count counts[N];
         uint64_t final_blocks = 0;
         int32_t *prompts[N];
         for (uint32_t i = 0; i < N; i++) {
             uint32_t len = 10 + (i * 5) % 17, gen = 10 + (i * 3) % 11;
-            prompts[i] = tm_prompt(len, 70 + i);
-            counts[i].id = tm_add(&h, prompts[i], len, gen, 0, 0);
+            prompts[i] = hm_prompt(len, 70 + i);
+            counts[i].id = ch_add_prompt(&h, prompts[i], len, gen, 0, 0);
             counts[i].count = 0;
             final_blocks += (len + gen + 3) / 4;
         }
@@ -469,23 +467,23 @@ static void test_workload_three_times_the_pool(void **state)
         uint32_t worst = 0;
         while (pkv_engine_has_work(h.engine)) {
             const pkv_batch *b;
-            tm_step(&h, &b);
+            ch_step(&h, &b);
             uint32_t w = record_preemptions(counts, N, b);
             worst = w > worst ? w : worst;
             assert_true(h.steps < 2000);
         }
         for (uint32_t i = 0; i < N; i++) {
-            assert_int_equal(tm_find(&h, counts[i].id)->finish_reason,
+            assert_int_equal(ch_find(&h, counts[i].id)->reason,
                              PKV_FINISH_LENGTH);
             free(prompts[i]);
         }
-        print_message("3x pool (%s): %u steps, %u preemptions, at most %u "
-                      "per sequence\n",
-                      m ? "swap" : "recompute", h.steps,
-                      h.preempted_reports, worst);
+        print_message("3x pool (%s): %llu steps, %llu preemptions, at most "
+                      "%u per sequence\n",
+                      m ? "swap" : "recompute", (unsigned long long)h.steps,
+                      (unsigned long long)h.preempted_reports, worst);
         assert_true(worst <= 2);
-        tm_check_idle(&h);
-        tm_host_free(&h);
+        ch_check_idle(&h);
+        ch_free(&h);
     }
 }
 
@@ -495,26 +493,26 @@ static void test_workload_three_times_the_pool(void **state)
 static uint32_t squeeze(uint32_t tenant_quota, int32_t preempt_mode,
                         uint32_t *short_done)
 {
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.num_blocks = 65; /* 64 usable */
     p.max_num_seqs = 32;
     p.max_blocks_per_tenant = tenant_quota;
     p.preempt_mode = preempt_mode;
     p.swap_bytes = 1 << 24;
     p.num_layers = 1;
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *flood = tm_prompt(40, 80), *shorty = tm_prompt(4, 81);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *flood = hm_prompt(40, 80), *shorty = hm_prompt(4, 81);
     for (int i = 0; i < 30; i++)
-        tm_add(&h, flood, 40, 60, 0, 1);
+        ch_add_prompt(&h, flood, 40, 60, 0, 1);
     uint32_t worst = 0;
     *short_done = 0;
     for (uint32_t round = 0; round < 12; round++) {
-        pkv_seq_id id = tm_add(&h, shorty, 4, 4, 0, 2);
+        pkv_seq_id id = ch_add_prompt(&h, shorty, 4, 4, 0, 2);
         uint32_t waited = 0;
         for (;;) {
             const pkv_batch *b;
-            tm_step(&h, &b);
+            ch_step(&h, &b);
             waited++;
             int sampled = 0;
             for (uint32_t j = 0; j < b->num_samples; j++)
@@ -524,14 +522,14 @@ static uint32_t squeeze(uint32_t tenant_quota, int32_t preempt_mode,
         }
         worst = waited > worst ? waited : worst;
         for (int i = 0; i < 6; i++)
-            tm_step(&h, NULL);
-        *short_done += (uint32_t)tm_find(&h, id)->ended;
+            ch_step(&h, NULL);
+        *short_done += (uint32_t)ch_find(&h, id)->ended;
     }
-    tm_run(&h, 20000);
-    tm_check_idle(&h);
+    ch_run(&h, 20000);
+    ch_check_idle(&h);
     free(flood);
     free(shorty);
-    tm_host_free(&h);
+    ch_free(&h);
     return worst;
 }
 
@@ -563,7 +561,7 @@ static void test_fill_and_squeeze(void **state)
 static void test_long_context(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.num_layers = 1;
     p.num_q_heads = 1;
     p.num_kv_heads = 1;
@@ -572,23 +570,23 @@ static void test_long_context(void **state)
     p.max_model_len = 131072;
     p.max_batch_tokens = 8192;
     p.num_blocks = 2100;
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
     h.check_stride = 4099;
     pkv_engine_stats st;
     st.struct_size = sizeof st;
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_int_equal(st.blocks_used, 1); /* nothing per max_model_len */
-    int32_t *prompt = tm_prompt(32760, 90);
-    pkv_seq_id id = tm_add(&h, prompt, 32760, 16, 0, 0);
-    tm_run(&h, 100);
-    tm_seq *s = tm_find(&h, id);
-    assert_int_equal(s->finish_reason, PKV_FINISH_LENGTH);
+    int32_t *prompt = hm_prompt(32760, 90);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 32760, 16, 0, 0);
+    ch_run(&h, 100);
+    ch_seq *s = ch_find(&h, id);
+    assert_int_equal(s->reason, PKV_FINISH_LENGTH);
     assert_int_equal(s->num_tokens, 32776);
     assert_true(h.rows_checked >= 20);
-    tm_check_idle(&h);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* max_model_len ends a sequence; a prompt that cannot fit the pool fails
@@ -596,34 +594,34 @@ static void test_long_context(void **state)
 static void test_limits_end_sequences(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.max_model_len = 16;
     p.num_blocks = 4; /* 3 usable blocks = 12 tokens */
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(14, 91);
-    pkv_seq_id too_big = tm_add(&h, prompt, 14, 0, 0, 0);
-    pkv_seq_id ok = tm_add(&h, prompt, 6, 0, 0, 0);
-    tm_run(&h, 100);
-    assert_int_equal(tm_find(&h, too_big)->finish_reason, PKV_FINISH_FAILED);
-    assert_int_equal(tm_find(&h, too_big)->finish_status, PKV_ERR_NO_BLOCKS);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(14, 91);
+    pkv_seq_id too_big = ch_add_prompt(&h, prompt, 14, 0, 0, 0);
+    pkv_seq_id ok = ch_add_prompt(&h, prompt, 6, 0, 0, 0);
+    ch_run(&h, 100);
+    assert_int_equal(ch_find(&h, too_big)->reason, PKV_FINISH_FAILED);
+    assert_int_equal(ch_find(&h, too_big)->status, PKV_ERR_NO_BLOCKS);
     /* 6 tokens + samples until the pool (12 tokens) runs out: fails once it
      * cannot grow, since nobody else can be preempted. */
-    tm_seq *s = tm_find(&h, ok);
-    assert_int_equal(s->finish_reason, PKV_FINISH_FAILED);
-    assert_int_equal(s->finish_status, PKV_ERR_NO_BLOCKS);
-    tm_check_idle(&h);
-    tm_host_free(&h);
+    ch_seq *s = ch_find(&h, ok);
+    assert_int_equal(s->reason, PKV_FINISH_FAILED);
+    assert_int_equal(s->status, PKV_ERR_NO_BLOCKS);
+    ch_check_idle(&h);
+    ch_free(&h);
 
     p.num_blocks = 64;
-    tm_host_init(&h, &p, 1e-4f);
-    ok = tm_add(&h, prompt, 6, 0, 0, 0);
-    tm_run(&h, 100);
-    assert_int_equal(tm_find(&h, ok)->finish_reason, PKV_FINISH_MAX_MODEL_LEN);
-    assert_int_equal(tm_find(&h, ok)->num_tokens, 16);
-    tm_check_idle(&h);
+    ch_cmocka_init(&h, &p, 1e-4f);
+    ok = ch_add_prompt(&h, prompt, 6, 0, 0, 0);
+    ch_run(&h, 100);
+    assert_int_equal(ch_find(&h, ok)->reason, PKV_FINISH_MAX_MODEL_LEN);
+    assert_int_equal(ch_find(&h, ok)->num_tokens, 16);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 /* Per-sequence quota: a sequence that outgrows it fails with
@@ -631,19 +629,19 @@ static void test_limits_end_sequences(void **state)
 static void test_sequence_quota(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.max_blocks_per_seq = 4; /* 16 tokens */
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(10, 92);
-    pkv_seq_id big = tm_add(&h, prompt, 10, 20, 0, 0);
-    pkv_seq_id small = tm_add(&h, prompt, 10, 4, 0, 0);
-    tm_run(&h, 100);
-    assert_int_equal(tm_find(&h, big)->finish_status, PKV_ERR_QUOTA);
-    assert_int_equal(tm_find(&h, small)->finish_reason, PKV_FINISH_LENGTH);
-    tm_check_idle(&h);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(10, 92);
+    pkv_seq_id big = ch_add_prompt(&h, prompt, 10, 20, 0, 0);
+    pkv_seq_id small = ch_add_prompt(&h, prompt, 10, 4, 0, 0);
+    ch_run(&h, 100);
+    assert_int_equal(ch_find(&h, big)->status, PKV_ERR_QUOTA);
+    assert_int_equal(ch_find(&h, small)->reason, PKV_FINISH_LENGTH);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 static void snap_stats(pkv_engine *e, pkv_engine_stats *s)
@@ -665,9 +663,9 @@ static void expect_unchanged(pkv_engine *e, const pkv_engine_stats *before)
 static void test_bad_input_everywhere(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
     pkv_engine *e = h.engine;
     int32_t prompt[5] = {1, 2, 3, 4, 5};
     pkv_seq_params sp;
@@ -721,7 +719,7 @@ static void test_bad_input_everywhere(void **state)
     expect_unchanged(e, &before);
 
     /* A real step, and bad calls inside it. */
-    pkv_seq_id seq = tm_add(&h, prompt, 5, 3, 0, 0);
+    pkv_seq_id seq = ch_add_prompt(&h, prompt, 5, 3, 0, 0);
     const pkv_batch *b;
     assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
     assert_int_equal(b->num_tokens, 5);
@@ -791,6 +789,7 @@ static void test_bad_input_everywhere(void **state)
                      PKV_ERR_INVALID_ARGUMENT);
     tok = 7;
     assert_int_equal(pkv_engine_step_end(e, &tok, NULL, 1), PKV_OK);
+    ch_sampled(&h, seq, tok);
 
     const uint32_t *blocks = (const uint32_t *)1;
     uint32_t nb = 5, nt = 5;
@@ -805,10 +804,10 @@ static void test_bad_input_everywhere(void **state)
     assert_int_equal(nb, 2);
     assert_int_equal(nt, 5);
     /* The zero rows written by hand are this sequence's own: drop it. */
-    assert_int_equal(pkv_seq_abort(e, seq), PKV_OK);
-    tm_run(&h, 10);
-    tm_check_idle(&h);
-    tm_host_free(&h);
+    ch_abort(&h, seq);
+    ch_run(&h, 10);
+    ch_check_idle(&h);
+    ch_free(&h);
     assert_int_equal(pkv_engine_has_work(NULL), 0);
 }
 
@@ -816,15 +815,15 @@ static void test_bad_input_everywhere(void **state)
  * others' outputs stay exact and nothing it wrote is cached. */
 static void non_finite_case(float bad_value, int32_t kv_dtype, float tol)
 {
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.num_layers = 1;
     p.kv_dtype = kv_dtype;
-    tm_host h;
-    tm_host_init(&h, &p, tol);
+    ch_host h;
+    ch_cmocka_init(&h, &p, tol);
     pkv_engine *e = h.engine;
     int32_t prompt[8] = {5, 6, 7, 8, 9, 10, 11, 12};
-    pkv_seq_id good = tm_add(&h, prompt, 8, 2, 0, 0);
-    pkv_seq_id bad = tm_add(&h, prompt, 8, 2, 0, 0);
+    pkv_seq_id good = ch_add_prompt(&h, prompt, 8, 2, 0, 0);
+    pkv_seq_id bad = ch_add_prompt(&h, prompt, 8, 2, 0, 0);
     const pkv_batch *b;
     assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
     assert_int_equal(b->num_tokens, 16);
@@ -832,10 +831,10 @@ static void non_finite_case(float bad_value, int32_t kv_dtype, float tol)
     uint32_t T = 16, hq = 4, hkv = 2, d = 8;
     float q[16 * 4 * 8], k[16 * 2 * 8], v[16 * 2 * 8], out[16 * 4 * 8];
     for (uint32_t r = 0; r < T; r++) {
-        tm_row(TM_Q, b->token_ids[r], b->positions[r], 0, hq, d, q + r * hq * d);
-        tm_row(TM_K, b->token_ids[r], b->positions[r], 0, hkv, d,
+        hm_row(HM_Q, b->token_ids[r], b->positions[r], 0, hq, d, q + r * hq * d);
+        hm_row(HM_K, b->token_ids[r], b->positions[r], 0, hkv, d,
                k + r * hkv * d);
-        tm_row(TM_V, b->token_ids[r], b->positions[r], 0, hkv, d,
+        hm_row(HM_V, b->token_ids[r], b->positions[r], 0, hkv, d,
                v + r * hkv * d);
     }
     k[12 * hkv * d + 3] = bad_value; /* row 12: the second sequence */
@@ -852,20 +851,19 @@ static void non_finite_case(float bad_value, int32_t kv_dtype, float tol)
     int32_t sampled[2] = {1, 2};
     assert_int_equal(b->num_samples, 2);
     assert_int_equal(pkv_engine_step_end(e, sampled, NULL, 2), PKV_OK);
-    tm_find(&h, good)->tokens[tm_find(&h, good)->num_tokens++] = 1;
-    tm_find(&h, bad)->tokens[tm_find(&h, bad)->num_tokens++] = 2;
-    tm_run(&h, 10);
-    assert_int_equal(tm_find(&h, bad)->finish_status, PKV_ERR_NON_FINITE);
-    assert_int_equal(tm_find(&h, good)->finish_reason, PKV_FINISH_LENGTH);
+    ch_sampled(&h, good, 1); /* bad's sample goes with it */
+    ch_run(&h, 10);
+    assert_int_equal(ch_find(&h, bad)->status, PKV_ERR_NON_FINITE);
+    assert_int_equal(ch_find(&h, good)->reason, PKV_FINISH_LENGTH);
     /* Only the good sequence's full blocks were cached. */
-    pkv_seq_id again = tm_add(&h, prompt, 8, 1, 0, 0);
+    pkv_seq_id again = ch_add_prompt(&h, prompt, 8, 1, 0, 0);
     const pkv_batch *b3;
-    tm_step(&h, &b3);
+    ch_step(&h, &b3);
     assert_int_equal(b3->seq_ids[0], again);
     assert_int_equal(b3->positions[0], 4);
-    tm_run(&h, 10);
-    tm_check_idle(&h);
-    tm_host_free(&h);
+    ch_run(&h, 10);
+    ch_check_idle(&h);
+    ch_free(&h);
 }
 
 static void test_non_finite_fails_one_sequence(void **state)
@@ -876,7 +874,7 @@ static void test_non_finite_fails_one_sequence(void **state)
                               PKV_KV_U4, PKV_KV_U8K_U4V};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < (int)(sizeof dtypes / sizeof dtypes[0]); j++)
-            non_finite_case(bad[i], dtypes[j], tm_tolerance(dtypes[j]));
+            non_finite_case(bad[i], dtypes[j], hm_tolerance(dtypes[j]));
 }
 
 int main(void)

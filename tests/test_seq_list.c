@@ -10,7 +10,8 @@
 #include <cmocka.h>
 
 #include "seq.h"
-#include "test_util.h"
+#include "mem_util.h"
+#include "test_rng.h"
 
 #include <string.h>
 
@@ -19,7 +20,7 @@
 static void test_seq_list_matches_an_array(void **state)
 {
     (void)state;
-    pkv__allocator a = test_allocator();
+    pkv__allocator a = plain_allocator();
     pkv__seq seqs[MAX];
     pkv__seq *want[MAX];
     uint32_t n = 0;

@@ -4,7 +4,7 @@
  * plain decoding, and with drafts from a "draft model" that guesses each
  * next token right with probability p. Greedy verification keeps exactly
  * the tokens plain decoding gives, so both runs must end with the same
- * tokens for every sequence, while tm_step checks every output row of both
+ * tokens for every sequence, while ch_step checks every output row of both
  * (draft rows too, and every row after a rollback) against dense attention
  * over the sequence's tokens: KV a rejected draft left behind fails it.
  * The workload has a fork, a prefix hit and preemption (by recompute and
@@ -19,8 +19,9 @@
 #include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
-#include "test_model.h"
-#include "test_util.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
+#include "test_rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,10 +39,10 @@ typedef struct spec_case {
     uint32_t window; /* u8_rollback_blocks */
 } spec_case;
 
-/* Drafts for a decoding sequence: the true next tokens (tm_sample), each
+/* Drafts for a decoding sequence: the true next tokens (hm_sample), each
  * replaced by a wrong one with probability 1 - p, at most k and what
  * max_new_tokens leaves. */
-static uint32_t make_drafts(tm_host *h, const pkv__seq *es, const spec_case *c,
+static uint32_t make_drafts(ch_host *h, const pkv__seq *es, const spec_case *c,
                             uint64_t *rng, int32_t *out)
 {
     uint32_t vocab = h->params.vocab_size;
@@ -50,7 +51,7 @@ static uint32_t make_drafts(tm_host *h, const pkv__seq *es, const spec_case *c,
     int32_t last = es->tokens[es->num_tokens - 1];
     uint32_t pos = es->num_tokens - 1;
     for (uint32_t i = 0; i < k; i++, pos++) {
-        int32_t truth = tm_sample(last, pos, vocab);
+        int32_t truth = hm_sample(last, pos, vocab);
         int right = (double)(test_rand(rng) % 1000) < c->p * 1000.0;
         out[i] = right ? truth : (int32_t)(((uint32_t)truth + 1) % vocab);
         last = out[i];
@@ -59,9 +60,9 @@ static uint32_t make_drafts(tm_host *h, const pkv__seq *es, const spec_case *c,
 }
 
 /* The workload; speculative: propose drafts before every step. */
-static void run(const spec_case *c, int speculative, tm_host *h)
+static void run(const spec_case *c, int speculative, ch_host *h)
 {
-    pkv_engine_params p = tm_params(c->backend);
+    pkv_engine_params p = hm_params(c->backend);
     p.kv_dtype = c->dtype;
     p.block_size = c->block_size;
     p.preempt_mode = c->preempt_mode;
@@ -72,34 +73,33 @@ static void run(const spec_case *c, int speculative, tm_host *h)
     uint32_t per_seq = (PROMPT + NEW + c->k + c->block_size - 1) /
                        c->block_size;
     p.num_blocks = 3 * per_seq + 1;
-    tm_host_init(h, &p, tm_tolerance(c->dtype));
+    ch_cmocka_init(h, &p, hm_tolerance(c->dtype));
     int32_t *prompts[SEQS];
     for (uint32_t i = 0; i < SEQS; i++) {
-        prompts[i] = tm_prompt(PROMPT, 40 + i);
+        prompts[i] = hm_prompt(PROMPT, 40 + i);
         if (i == 1) /* shares a prefix with prompt 0 */
             memcpy(prompts[1], prompts[0], 8 * sizeof *prompts[0]);
-        tm_add(h, prompts[i], PROMPT, NEW, 0, 0);
+        ch_add_prompt(h, prompts[i], PROMPT, NEW, 0, 0);
     }
-    tm_step(h, NULL);
+    ch_step(h, NULL);
     /* A fork of the first sequence after its first token. */
     pkv_seq_id child;
-    assert_int_equal(pkv_seq_fork(h->engine, 1, -1, &child), PKV_OK);
-    tm_record_fork(h, 1, child, -1);
+    assert_int_equal(ch_fork(h, 1, -1, &child), PKV_OK);
     uint64_t rng = 777;
     for (int step = 0; step < 1000 && pkv_engine_has_work(h->engine);
          step++) {
         if (step == 3) /* the first prompt again: a prefix hit */
-            tm_add(h, prompts[0], PROMPT, NEW, 0, 0);
-        for (uint32_t i = 0; speculative && i < h->num_seqs; i++) {
-            const pkv__seq *es = pkv__engine_find(h->engine, h->seqs[i].id);
+            ch_add_prompt(h, prompts[0], PROMPT, NEW, 0, 0);
+        for (pkv_seq_id id = 1; speculative && id <= h->last_id; id++) {
+            const pkv__seq *es = pkv__engine_find(h->engine, id);
             if (es == NULL || es->state != PKV__SEQ_RUNNING ||
                 es->num_computed + 1 != es->num_tokens)
                 continue;
             int32_t drafts[PKV_MAX_DRAFTS];
             uint32_t n = make_drafts(h, es, c, &rng, drafts);
-            tm_propose(h, h->seqs[i].id, drafts, n);
+            assert_int_equal(ch_propose(h, id, drafts, n), PKV_OK);
         }
-        tm_step(h, NULL);
+        ch_step(h, NULL);
     }
     assert_false(pkv_engine_has_work(h->engine));
     for (uint32_t i = 0; i < SEQS; i++)
@@ -108,15 +108,15 @@ static void run(const spec_case *c, int speculative, tm_host *h)
 
 static void same_outputs(const spec_case *c)
 {
-    tm_host plain, spec;
+    ch_host plain, spec;
     run(c, 0, &plain);
     run(c, 1, &spec);
-    assert_int_equal(plain.num_seqs, spec.num_seqs);
-    for (uint32_t i = 0; i < plain.num_seqs; i++) {
-        const tm_seq *a = &plain.seqs[i], *b = &spec.seqs[i];
-        assert_int_equal(a->id, b->id);
-        assert_int_equal(a->finish_reason, PKV_FINISH_LENGTH);
-        assert_int_equal(b->finish_reason, PKV_FINISH_LENGTH);
+    assert_int_equal(plain.last_id, spec.last_id);
+    for (pkv_seq_id id = 1; id <= plain.last_id; id++) {
+        const ch_seq *a = ch_find(&plain, id), *b = ch_find(&spec, id);
+        assert_true(a != NULL && b != NULL);
+        assert_int_equal(a->reason, PKV_FINISH_LENGTH);
+        assert_int_equal(b->reason, PKV_FINISH_LENGTH);
         assert_int_equal(a->num_tokens, b->num_tokens);
         assert_memory_equal(a->tokens, b->tokens,
                             a->num_tokens * sizeof *a->tokens);
@@ -138,10 +138,10 @@ static void same_outputs(const spec_case *c)
         /* Fewer steps than one per token, unless nothing is accepted. */
         assert_true(c->p == 0.0 || spec.steps < plain.steps);
     }
-    tm_check_idle(&plain);
-    tm_check_idle(&spec);
-    tm_host_free(&plain);
-    tm_host_free(&spec);
+    ch_check_idle(&plain);
+    ch_check_idle(&spec);
+    ch_free(&plain);
+    ch_free(&spec);
 }
 
 #ifndef PKV_HAVE_OPENCL
@@ -193,9 +193,9 @@ static void test_same_tokens_opencl(void **state)
 /* The worst difference between the sample rows the plain run (h[0]) and
  * the speculative run (h[1]) kept for sequence id; both must have kept
  * one at the same positions. */
-static double committed_difference(tm_host *h, pkv_seq_id id)
+static double committed_difference(ch_host *h, pkv_seq_id id)
 {
-    const tm_seq *a = tm_find(&h[0], id), *b = tm_find(&h[1], id);
+    const ch_seq *a = ch_find(&h[0], id), *b = ch_find(&h[1], id);
     assert_int_equal(a->num_tokens, b->num_tokens);
     assert_memory_equal(a->tokens, b->tokens,
                         a->num_tokens * sizeof *a->tokens);
@@ -232,22 +232,22 @@ static double committed_difference(tm_host *h, pkv_seq_id id)
 static void committed_rows(int32_t backend, int32_t dtype, uint32_t bs,
                            uint32_t window)
 {
-    tm_host h[2];
+    ch_host h[2];
     pkv_seq_id id = 0;
-    int32_t *prompt = tm_prompt(PROMPT, 21);
+    int32_t *prompt = hm_prompt(PROMPT, 21);
     for (int i = 0; i < 2; i++) {
-        pkv_engine_params p = tm_params(backend);
+        pkv_engine_params p = hm_params(backend);
         p.kv_dtype = dtype;
         p.block_size = bs;
         p.u8_rollback_blocks = window;
         p.num_q_heads = 2;
         p.num_kv_heads = 1;
         p.head_dim = 64;
-        tm_host_init(&h[i], &p, tm_tolerance(dtype));
+        ch_cmocka_init(&h[i], &p, hm_tolerance(dtype));
         h[i].record_samples = 1;
-        id = tm_add(&h[i], prompt, PROMPT, NEW, 0, 0);
+        id = ch_add_prompt(&h[i], prompt, PROMPT, NEW, 0, 0);
     }
-    tm_run(&h[0], 1000);
+    ch_run(&h[0], 1000);
     spec_case c = {backend, dtype, bs, 0, 0.6, 4, window};
     uint64_t rng = 99;
     for (int step = 0; step < 1000 && pkv_engine_has_work(h[1].engine);
@@ -256,10 +256,12 @@ static void committed_rows(int32_t backend, int32_t dtype, uint32_t bs,
         if (es != NULL && es->state == PKV__SEQ_RUNNING &&
             es->num_computed + 1 == es->num_tokens) {
             int32_t drafts[PKV_MAX_DRAFTS];
-            tm_propose(&h[1], id, drafts,
-                       make_drafts(&h[1], es, &c, &rng, drafts));
+            assert_int_equal(
+                ch_propose(&h[1], id, drafts,
+                           make_drafts(&h[1], es, &c, &rng, drafts)),
+                PKV_OK);
         }
-        tm_step(&h[1], NULL);
+        ch_step(&h[1], NULL);
     }
     assert_false(pkv_engine_has_work(h[1].engine));
     double worst = committed_difference(h, id);
@@ -275,8 +277,8 @@ static void committed_rows(int32_t backend, int32_t dtype, uint32_t bs,
     assert_true(st.draft_tokens_accepted > 0 &&
                 st.draft_tokens_accepted < st.draft_tokens);
     for (int i = 0; i < 2; i++) {
-        tm_check_idle(&h[i]);
-        tm_host_free(&h[i]);
+        ch_check_idle(&h[i]);
+        ch_free(&h[i]);
     }
     free(prompt);
 }
@@ -338,21 +340,21 @@ static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
 static void window_case(int32_t backend, int32_t dtype, uint32_t bs,
                         uint32_t k, uint32_t window, int expect_recompute)
 {
-    tm_host h[2];
+    ch_host h[2];
     for (int i = 0; i < 2; i++) {
-        pkv_engine_params p = tm_params(backend);
+        pkv_engine_params p = hm_params(backend);
         p.kv_dtype = dtype;
         p.block_size = bs;
         p.u8_rollback_blocks = window;
-        tm_host_init(&h[i], &p, tm_tolerance(dtype));
+        ch_cmocka_init(&h[i], &p, hm_tolerance(dtype));
     }
-    int32_t *prompt = tm_prompt(PROMPT, 5);
+    int32_t *prompt = hm_prompt(PROMPT, 5);
     pkv_seq_id id = 0;
     for (int i = 0; i < 2; i++)
-        id = tm_add(&h[i], prompt, PROMPT, NEW, 0, 0);
+        id = ch_add_prompt(&h[i], prompt, PROMPT, NEW, 0, 0);
     int recomputed = 0;
     for (int step = 0; step < (int)NEW - 1; step++) {
-        tm_seq *plain = tm_find(&h[0], id), *spec = tm_find(&h[1], id);
+        ch_seq *plain = ch_find(&h[0], id), *spec = ch_find(&h[1], id);
         const pkv__seq *es = pkv__engine_find(h[1].engine, id);
         /* After the prompt's step, a step that does not start at the last
          * sampled token computes again what a rollback dropped. */
@@ -362,11 +364,13 @@ static void window_case(int32_t backend, int32_t dtype, uint32_t bs,
             int32_t drafts[PKV_MAX_DRAFTS];
             spec_case c = {backend, dtype, bs, 0, 0.0, k, window};
             uint64_t rng = 1;
-            tm_propose(&h[1], id, drafts,
-                       make_drafts(&h[1], es, &c, &rng, drafts));
+            assert_int_equal(
+                ch_propose(&h[1], id, drafts,
+                           make_drafts(&h[1], es, &c, &rng, drafts)),
+                PKV_OK);
         }
-        tm_step(&h[0], NULL);
-        tm_step(&h[1], NULL);
+        ch_step(&h[0], NULL);
+        ch_step(&h[1], NULL);
         assert_int_equal(plain->num_tokens, spec->num_tokens);
         assert_memory_equal(plain->tokens, spec->tokens,
                             plain->num_tokens * sizeof *plain->tokens);
@@ -381,7 +385,7 @@ static void window_case(int32_t backend, int32_t dtype, uint32_t bs,
     }
     assert_int_equal(recomputed, expect_recompute);
     for (int i = 0; i < 2; i++)
-        tm_host_free(&h[i]);
+        ch_free(&h[i]);
     free(prompt);
 }
 
@@ -421,16 +425,16 @@ static void test_u8_no_window(void **state)
 static void test_errors(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(PROMPT, 3);
-    pkv_seq_id id = tm_add(&h, prompt, PROMPT, 8, 0, 0);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(PROMPT, 3);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, PROMPT, 8, 0, 0);
     int32_t drafts[PKV_MAX_DRAFTS + 1] = {0};
     /* Not seen by a step; then decoding. */
     assert_int_equal(pkv_seq_propose(h.engine, id, drafts, 1),
                      PKV_ERR_BAD_STATE);
-    tm_step(&h, NULL);
+    ch_step(&h, NULL);
     assert_int_equal(pkv_seq_propose(h.engine, id, NULL, 1),
                      PKV_ERR_INVALID_ARGUMENT);
     assert_int_equal(pkv_seq_propose(h.engine, id, drafts, PKV_MAX_DRAFTS + 1),
@@ -445,7 +449,7 @@ static void test_errors(void **state)
     drafts[0] = 1;
     assert_int_equal(pkv_seq_propose(h.engine, id, drafts, 1),
                      PKV_ERR_BAD_STATE);
-    tm_host_free(&h); /* destroys the engine mid-step */
+    ch_free(&h); /* destroys the engine mid-step */
     free(prompt);
 }
 
@@ -456,28 +460,27 @@ static void test_propose_states(void **state)
 {
     (void)state;
 #ifdef PKV_HAVE_OPENCL
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
 #else
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
 #endif
     p.block_size = 8;
-    tm_host h;
-    tm_host_init(&h, &p, tm_tolerance(PKV_KV_F32));
-    int32_t *prompt = tm_prompt(13, 5);
-    pkv_seq_id a = tm_add(&h, prompt, 13, 20, 0, 0);
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_F32));
+    int32_t *prompt = hm_prompt(13, 5);
+    pkv_seq_id a = ch_add_prompt(&h, prompt, 13, 20, 0, 0);
     for (int i = 0; i < 7; i++)
-        tm_step(&h, NULL);
+        ch_step(&h, NULL);
     /* A truncate that drops the sampled token keeps the KV of every kept
      * token but the last, which is the next input row as a sampled token
      * is: drafts follow it. */
-    tm_seq *ra = tm_find(&h, a);
-    assert_int_equal(pkv_seq_truncate(h.engine, a, 10), PKV_OK);
-    ra->num_tokens = 10;
-    int32_t next = tm_sample(ra->tokens[9], 9, p.vocab_size);
-    tm_propose(&h, a, &next, 1);
-    tm_step(&h, NULL);
+    ch_seq *ra = ch_find(&h, a);
+    assert_int_equal(ch_truncate(&h, a, 10), PKV_OK);
+    int32_t next = hm_sample(ra->tokens[9], 9, p.vocab_size);
+    assert_int_equal(ch_propose(&h, a, &next, 1), PKV_OK);
+    ch_step(&h, NULL);
     assert_int_equal(ra->num_tokens, 12); /* the draft and a sample */
-    tm_host_free(&h);
+    ch_free(&h);
 
     /* U8: drafts that fill a block seal it in their step; rejected, the
      * rollback drops that block (no window) and the next step computes
@@ -486,12 +489,12 @@ static void test_propose_states(void **state)
      * it (fewer stored tokens than all but the last). */
     p.kv_dtype = PKV_KV_U8;
     p.u8_rollback_blocks = 0;
-    tm_host_init(&h, &p, tm_tolerance(PKV_KV_U8));
-    pkv_seq_id b = tm_add(&h, prompt, 3, 20, 0, 0);
-    tm_step(&h, NULL);
-    tm_seq *rb = tm_find(&h, b);
-    tm_propose_wrong(&h, b, 4);
-    tm_step(&h, NULL);
+    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_U8));
+    pkv_seq_id b = ch_add_prompt(&h, prompt, 3, 20, 0, 0);
+    ch_step(&h, NULL);
+    ch_seq *rb = ch_find(&h, b);
+    ch_propose_wrong(&h, b, 4);
+    ch_step(&h, NULL);
     const uint32_t *blocks;
     uint32_t nb, stored;
     assert_int_equal(
@@ -502,14 +505,14 @@ static void test_propose_states(void **state)
     assert_int_equal(pkv_seq_propose(h.engine, b, &draft, 1),
                      PKV_ERR_BAD_STATE);
     assert_non_null(strstr(pkv_engine_last_error(h.engine), "recompute"));
-    tm_step(&h, NULL);
+    ch_step(&h, NULL);
     assert_int_equal(
         pkv_engine_get_block_table(h.engine, b, &blocks, &nb, &stored),
         PKV_OK);
     assert_int_equal(stored + 1, rb->num_tokens);
-    tm_propose_wrong(&h, b, 1);
-    tm_step(&h, NULL);
-    tm_host_free(&h);
+    ch_propose_wrong(&h, b, 1);
+    ch_step(&h, NULL);
+    ch_free(&h);
     free(prompt);
 }
 
@@ -518,7 +521,7 @@ static void test_propose_states(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    int start = tm_opencl_start();
+    int start = ch_opencl_start();
     if (start != 0)
         return start;
     const struct CMUnitTest tests[] = {

@@ -4,7 +4,7 @@
  * in-process store of store_fake.h. One engine computes prompts and saves
  * their blocks; a second engine, sharing the store, must load them (its
  * first request for the prompt computes only the last token), with every
- * output row checked against dense attention under tm_step. Then every
+ * output row checked against dense attention under ch_step. Then every
  * way a value can be wrong (each byte flipped, truncated, extended, from
  * another geometry, salt, block or prompt) and every way the store can
  * fail (refused, failed, never answering, evicting, aborted or truncated
@@ -20,7 +20,8 @@
 #include "engine.h"
 #include "store/digest.h"
 #include "store_fake.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +32,9 @@ enum { PROMPT = 41 }; /* 10 full blocks of 4 before the last token */
 static pkv_engine_params params_of(int32_t dtype)
 {
 #ifdef PKV_HAVE_OPENCL
-    pkv_engine_params p = tm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
 #else
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
 #endif
     p.kv_dtype = dtype;
     return p;
@@ -41,7 +42,7 @@ static pkv_engine_params params_of(int32_t dtype)
 
 /* A host whose engine uses a fake connector over data. */
 typedef struct store_host {
-    tm_host host;
+    ch_host host;
     fs_store fs;
     pkv_store store;
 } store_host;
@@ -56,7 +57,7 @@ static void sh_connect(store_host *h, fs_data *data)
 static void sh_start(store_host *h, pkv_engine_params p)
 {
     p.store = &h->store;
-    tm_host_init(&h->host, &p, tm_tolerance(p.kv_dtype));
+    ch_cmocka_init(&h->host, &p, hm_tolerance(p.kv_dtype));
 }
 
 static void sh_init(store_host *h, pkv_engine_params p, fs_data *data)
@@ -67,7 +68,7 @@ static void sh_init(store_host *h, pkv_engine_params p, fs_data *data)
 
 static void sh_free(store_host *h)
 {
-    tm_host_free(&h->host);
+    ch_free(&h->host);
     fs_free(&h->fs); /* the engine cancelled what was in flight */
 }
 
@@ -81,12 +82,12 @@ static pkv_engine_stats stats_of(store_host *h)
 
 static void sh_run(store_host *h)
 {
-    tm_run_idle(&h->host);
+    ch_run_idle(&h->host);
 }
 
 static pkv_seq_id add(store_host *h, const int32_t *prompt, uint64_t salt)
 {
-    return tm_add_salted(&h->host, prompt, PROMPT, 3, salt);
+    return ch_add_salted(&h->host, prompt, PROMPT, 3, salt);
 }
 
 /* Run prompt (salt) on an engine of params p that saves into data. */
@@ -105,18 +106,18 @@ static void fill(fs_data *data, pkv_engine_params p, const int32_t *prompt,
 
 static uint32_t first_rows(store_host *h, pkv_seq_id id)
 {
-    return tm_first_rows(&h->host, id);
+    return ch_first_rows(&h->host, id);
 }
 
 /* A second engine's first request for a prompt another engine computed
  * loads all its blocks: one row computed; then each engine's outputs are
- * the dense reference's (tm_step checks every row). */
+ * the dense reference's (ch_step checks every row). */
 static void test_share(void **state)
 {
     (void)state;
     const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8, PKV_KV_U4,
                               PKV_KV_U8K_U4V};
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
         fs_data data = {0};
         fill(&data, params_of(dtypes[d]), prompt, 0);
@@ -124,8 +125,8 @@ static void test_share(void **state)
         sh_init(&b, params_of(dtypes[d]), &data);
         pkv_seq_id id = add(&b, prompt, 0);
         const pkv_batch *batch;
-        tm_step(&b.host, &batch); /* asks; the seq waits for its blocks */
-        assert_int_equal(tm_rows_of(batch, id), 0);
+        ch_step(&b.host, &batch); /* asks; the seq waits for its blocks */
+        assert_int_equal(ch_rows_of(batch, id), 0);
         assert_int_equal(stats_of(&b).num_loading, 1);
         assert_int_equal(first_rows(&b, id), 1);
         sh_run(&b);
@@ -152,8 +153,8 @@ static void test_share(void **state)
 static void test_local_first(void **state)
 {
     (void)state;
-    int32_t *prompt = tm_prompt(PROMPT, 7);
-    int32_t *other = tm_prompt(PROMPT, 8);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    int32_t *other = hm_prompt(PROMPT, 8);
     memcpy(other, prompt, 12 * sizeof *other);
     fs_data data = {0};
     fill(&data, params_of(PKV_KV_F16), prompt, 0);
@@ -228,7 +229,7 @@ static void test_damaged_values(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_KV_U8);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
     fs_entry *e = entry_at(&data, 2);
@@ -282,8 +283,8 @@ static void test_other_blocks(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
-    int32_t *other = tm_prompt(PROMPT, 9);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    int32_t *other = hm_prompt(PROMPT, 9);
     fs_data data = {0}, salted = {0}, shaped = {0}, foreign = {0};
     fill(&data, p, prompt, 0);
     fill(&salted, p, prompt, 1);
@@ -333,7 +334,7 @@ static void test_models_apart(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0); /* model NULL: "" */
     const char *names[] = {"llama-3-8b@abc", ""};
@@ -360,7 +361,7 @@ static void test_evicted(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
     char key[PKV_STORE_KEY_MAX];
@@ -382,7 +383,7 @@ static void test_connector_faults(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
     for (int fault = 0; fault < 6; fault++) {
@@ -398,7 +399,7 @@ static void test_connector_faults(void **state)
         if (fault == 5)
             b.store.max_save_bytes = 1;
         sh_start(&b, p);
-        int32_t *fresh = tm_prompt(PROMPT, 100 + (uint32_t)fault);
+        int32_t *fresh = hm_prompt(PROMPT, 100 + (uint32_t)fault);
         pkv_seq_id id = add(&b, prompt, 0);
         add(&b, fresh, 0); /* saves, when the store takes them */
         uint32_t rows = first_rows(&b, id);
@@ -431,7 +432,7 @@ static void test_cancel(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
     store_host b;
@@ -439,19 +440,18 @@ static void test_cancel(void **state)
     b.fs.hang_loads = 1;
     pkv_seq_id gone = add(&b, prompt, 0);
     const pkv_batch *batch;
-    tm_step(&b.host, &batch);
+    ch_step(&b.host, &batch);
     assert_int_equal(b.fs.num_ops, 1);
-    assert_int_equal(pkv_seq_abort(b.host.engine, gone), PKV_OK);
-    tm_step(&b.host, &batch);
+    ch_abort(&b.host, gone);
+    ch_step(&b.host, &batch);
     assert_int_equal(b.fs.cancels, 1);
     assert_int_equal(b.fs.num_ops, 0);
     /* Truncated while loading: asked again for its shorter prompt. */
     pkv_seq_id cut = add(&b, prompt, 0);
-    tm_step(&b.host, &batch);
+    ch_step(&b.host, &batch);
     assert_int_equal(b.fs.num_ops, 1);
     b.fs.hang_loads = 0;
-    assert_int_equal(pkv_seq_truncate(b.host.engine, cut, 21), PKV_OK);
-    tm_find(&b.host, cut)->num_tokens = 21;
+    assert_int_equal(ch_truncate(&b.host, cut, 21), PKV_OK);
     assert_int_equal(b.fs.cancels, 2);
     uint32_t rows = first_rows(&b, cut);
     assert_int_equal(rows, 1);
@@ -460,12 +460,12 @@ static void test_cancel(void **state)
     /* Destroyed while loading. */
     b.fs.hang_loads = 1;
     add(&b, prompt, 0);
-    tm_step(&b.host, &batch);
+    ch_step(&b.host, &batch);
     assert_int_equal(b.fs.num_ops, 1);
     pkv_engine_destroy(b.host.engine);
     b.host.engine = NULL;
     assert_int_equal(b.fs.num_ops, 0);
-    tm_host_free(&b.host);
+    ch_free(&b.host);
     fs_free(&b.fs);
     fs_data_free(&data);
     free(prompt);
@@ -531,14 +531,14 @@ static pkv_status failing_swap_in(pkv__backend *b, const void *host,
 
 /* A second engine's hit with its Nth allocation failed, for every N the
  * workload makes, then with the install's swap_in failed: every row
- * right (tm_step; a failed step_begin is called again), nothing leaked
- * (tm_check_idle, the fake store's check), every free of the right
+ * right (ch_step; a failed step_begin is called again), nothing leaked
+ * (ch_check_idle, the fake store's check), every free of the right
  * size. */
 static void test_store_faults(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_KV_U8);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
     long made = 0;
@@ -591,7 +591,7 @@ static void test_load_budget(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
     store_host b;
@@ -690,7 +690,7 @@ static void test_sha256(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    int skip = tm_opencl_start();
+    int skip = ch_opencl_start();
     if (skip)
         return skip;
 #endif

@@ -6,7 +6,7 @@
  * a prompt and saves its blocks; the second engine, here, must load them
  * (its first step computes one row), its KV must be the peer's byte for
  * byte (the exports of the two sequences are equal) and its outputs the
- * peer's, both checked against dense attention (tm_step). Both backends,
+ * peer's, both checked against dense attention (ch_step). Both backends,
  * f16 and U8, and across backends. Then the server misbehaves: killed
  * during a load and during saves, restarted, frozen (timeouts on either
  * side), values flipped byte by byte, truncated, from another geometry,
@@ -23,7 +23,8 @@
 
 #include "pkv/pkv_redis.h"
 #include "redis_server.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 
 #include <spawn.h>
 #include <stdio.h>
@@ -56,7 +57,7 @@ static void sleep_ms(long ms)
 
 /* An engine of params p with a Redis connector to port. */
 typedef struct redis_host {
-    tm_host host;
+    ch_host host;
     pkv_redis *redis;
     pkv_store store;
 } redis_host;
@@ -76,7 +77,7 @@ static void rh_connect(redis_host *h, int port, uint32_t timeout_ms)
 static void rh_start(redis_host *h, pkv_engine_params p)
 {
     p.store = &h->store;
-    tm_host_init(&h->host, &p, tm_tolerance(p.kv_dtype));
+    ch_cmocka_init(&h->host, &p, hm_tolerance(p.kv_dtype));
 }
 
 static void rh_init(redis_host *h, pkv_engine_params p, int port)
@@ -87,7 +88,7 @@ static void rh_init(redis_host *h, pkv_engine_params p, int port)
 
 static void rh_free(redis_host *h)
 {
-    tm_host_free(&h->host);
+    ch_free(&h->host);
     pkv_redis_destroy(h->redis);
 }
 
@@ -101,17 +102,17 @@ static pkv_engine_stats stats_of(redis_host *h)
 
 static void rh_run(redis_host *h)
 {
-    tm_run_idle(&h->host);
+    ch_run_idle(&h->host);
 }
 
 static pkv_seq_id add(redis_host *h, const int32_t *prompt, uint64_t salt)
 {
-    return tm_add_salted(&h->host, prompt, PROMPT, 3, salt);
+    return ch_add_salted(&h->host, prompt, PROMPT, 3, salt);
 }
 
 static uint32_t first_rows(redis_host *h, pkv_seq_id id)
 {
-    return tm_first_rows(&h->host, id);
+    return ch_first_rows(&h->host, id);
 }
 
 /* Step until id's prompt is computed and it sampled (it decodes), then
@@ -128,7 +129,7 @@ static uint8_t *export_after_prompt(redis_host *h, pkv_seq_id id,
                          PKV_OK);
         if (nt == PROMPT)
             break;
-        tm_step(&h->host, NULL);
+        ch_step(&h->host, NULL);
     }
     size_t need = 0;
     assert_int_equal(pkv_seq_export(h->host.engine, id, NULL, 0, &need),
@@ -142,7 +143,7 @@ static uint8_t *export_after_prompt(redis_host *h, pkv_seq_id id,
 
 static pkv_engine_params params_of(int32_t backend, int32_t dtype)
 {
-    pkv_engine_params p = tm_params(backend);
+    pkv_engine_params p = hm_params(backend);
     p.kv_dtype = dtype;
     return p;
 }
@@ -150,7 +151,7 @@ static pkv_engine_params params_of(int32_t backend, int32_t dtype)
 /* The same outputs at every position both recorded, within the dtype's
  * tolerance (rows computed in a prefill and in a decode step may round
  * differently). */
-static void same_outputs(const tm_seq *a, const float *b_out,
+static void same_outputs(const ch_seq *a, const float *b_out,
                          const uint8_t *b_recorded, uint32_t positions,
                          size_t per_position, float tolerance)
 {
@@ -186,14 +187,14 @@ static int peer(int port, int32_t backend, int32_t dtype, const char *out)
     pkv_engine_params p = params_of(backend, dtype);
     rh_init(&a, p, port);
     a.host.record_samples = 1;
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     pkv_seq_id id = add(&a, prompt, 0);
     size_t size;
     uint32_t first;
     uint8_t *exported = export_after_prompt(&a, id, &size, &first);
     rh_run(&a);
     pkv_engine_stats s = stats_of(&a);
-    const tm_seq *seq = tm_find(&a.host, id);
+    const ch_seq *seq = ch_find(&a.host, id);
     uint64_t n = size, positions = seq->record_capacity;
     size_t floats = positions * per_position(&p);
     FILE *f = fopen(out, "wb");
@@ -276,7 +277,7 @@ static void share(int32_t backend_a, int32_t backend_b, int32_t dtype)
     pkv_engine_params p = params_of(backend_b, dtype);
     rh_init(&b, p, server.port);
     b.host.record_samples = 1;
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     pkv_seq_id id = add(&b, prompt, 0);
     size_t mine_size;
     uint32_t first;
@@ -288,9 +289,9 @@ static void share(int32_t backend_a, int32_t backend_b, int32_t dtype)
     pkv_engine_stats s = stats_of(&b);
     assert_int_equal(s.store_hit_blocks, PROMPT / 4);
     assert_int_equal(s.store_damaged + s.store_mismatched, 0);
-    same_outputs(tm_find(&b.host, id), outputs, recorded,
+    same_outputs(ch_find(&b.host, id), outputs, recorded,
                  (uint32_t)positions, per_position(&p),
-                 2 * tm_tolerance(dtype));
+                 2 * hm_tolerance(dtype));
     rh_free(&b);
     free(mine);
     free(prompt);
@@ -320,15 +321,7 @@ static void fill(const int32_t *prompt, uint64_t salt, pkv_engine_params p)
 {
     redis_host a;
     rh_init(&a, p, server.port);
-    pkv_seq_params sp;
-    pkv_seq_params_init(&sp);
-    sp.prompt = prompt;
-    sp.prompt_len = PROMPT;
-    sp.max_new_tokens = 3;
-    sp.cache_salt = salt;
-    pkv_seq_id id = 0;
-    assert_int_equal(pkv_seq_add(a.host.engine, &sp, &id), PKV_OK);
-    tm_record(&a.host, id, prompt, PROMPT);
+    ch_add_salted(&a.host, prompt, PROMPT, 3, salt);
     rh_run(&a);
     assert_int_equal(stats_of(&a).store_saves, PROMPT / 4);
     rh_free(&a);
@@ -399,8 +392,8 @@ static void test_bad_values(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_U8);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
-    int32_t *other = tm_prompt(PROMPT, 9);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    int32_t *other = hm_prompt(PROMPT, 9);
     COMMAND("FLUSHALL");
     fill(prompt, 0, p);
     char *key = key_of_block(2);
@@ -467,14 +460,14 @@ static void test_kill_during_load(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     COMMAND("FLUSHALL");
     fill(prompt, 0, p);
     redis_host b;
     rh_init(&b, p, server.port);
     rs_stop_process(&server);
     pkv_seq_id id = add(&b, prompt, 0);
-    tm_step(&b.host, NULL); /* asks: the load goes out */
+    ch_step(&b.host, NULL); /* asks: the load goes out */
     assert_int_equal(stats_of(&b).num_loading, 1);
     sleep_ms(50);
     rs_kill(&server);
@@ -491,7 +484,7 @@ static void test_kill_during_load(void **state)
     assert_int_equal(first_rows(&b, again), 1); /* its own prefix cache */
     rh_run(&b);
     rh_free(&b);
-    int32_t *fresh = tm_prompt(PROMPT, 12);
+    int32_t *fresh = hm_prompt(PROMPT, 12);
     fill(fresh, 0, p); /* saves through a new connection */
     uint32_t rows;
     s = serve(fresh, p, &rows);
@@ -506,13 +499,13 @@ static void test_kill_during_save(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 13);
+    int32_t *prompt = hm_prompt(PROMPT, 13);
     redis_host a;
     rh_init(&a, p, server.port);
     add(&a, prompt, 0);
     rs_stop_process(&server);
     for (int i = 0; i < 20; i++)
-        tm_step(&a.host, NULL); /* computes, samples, ends; saves wait */
+        ch_step(&a.host, NULL); /* computes, samples, ends; saves wait */
     assert_true(pkv_engine_has_work(a.host.engine));
     rs_kill(&server);
     rh_run(&a);
@@ -530,7 +523,7 @@ static void test_slow_server(void **state)
 {
     (void)state;
     pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F16);
-    int32_t *prompt = tm_prompt(PROMPT, 7);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
     COMMAND("FLUSHALL");
     fill(prompt, 0, p);
     for (int engine_first = 0; engine_first < 2; engine_first++) {
@@ -575,7 +568,7 @@ static void test_eviction(void **state)
     rh_init(&a, p, server.port);
     int32_t *prompts[PROMPTS];
     for (uint32_t i = 0; i < PROMPTS; i++) {
-        prompts[i] = tm_prompt(PROMPT, 100 + i);
+        prompts[i] = hm_prompt(PROMPT, 100 + i);
         add(&a, prompts[i], 0);
         rh_run(&a);
     }

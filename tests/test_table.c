@@ -8,13 +8,14 @@
 #include <cmocka.h>
 
 #include "table.h"
-#include "test_util.h"
+#include "mem_util.h"
+#include "test_rng.h"
 
 #include <math.h>
 
 static pkv__pool make_pool(uint32_t n, uint32_t block_size)
 {
-    pkv__allocator a = test_allocator();
+    pkv__allocator a = plain_allocator();
     pkv__pool pool;
     assert_int_equal(pkv__pool_init(&pool, &a, n, block_size), PKV_OK);
     return pool;
@@ -266,7 +267,7 @@ static void test_lognormal_utilisation(void **state)
         max_blocks += (target[i] + BS - 1) / BS;
         pkv__table_init(&tables[i]);
     }
-    pkv__allocator a = test_allocator();
+    pkv__allocator a = plain_allocator();
     pkv__pool pool;
     assert_int_equal(pkv__pool_init(&pool, &a, (uint32_t)max_blocks + 1, BS),
                      PKV_OK);

@@ -2,7 +2,7 @@
 /*
  * pkv_seq_add and pkv_seq_abort from four threads while the main thread
  * steps the engine (the host loop of DESIGN.md section 1), every output row
- * checked against the dense reference (engine_host.h, learn mode: the main
+ * checked against the dense reference (check_host.h, learn mode: the main
  * thread learns each sequence's tokens from the batches, and unique cache
  * salts rule out prefix hits across sequences). At the end every added
  * sequence has ended exactly once, only aborted ones as aborted, and the
@@ -18,7 +18,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "engine_host.h"
+#include "check_host_cmocka.h"
+#include "test_rng.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -50,14 +51,6 @@ static atomic_uint workers_done;
  * and aborts land between and during steps, not all before the first. */
 static atomic_uint steps_done;
 
-static uint64_t next_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void *work(void *arg)
 {
     worker *w = arg;
@@ -66,9 +59,9 @@ static void *work(void *arg)
              atomic_load(&steps_done) < i / 2 && spin < 1000000; spin++)
             sched_yield();
         int32_t prompt[MAX_PROMPT];
-        uint32_t len = 1u + (uint32_t)(next_rand(&w->rng) % MAX_PROMPT);
+        uint32_t len = 1u + (uint32_t)(test_rand(&w->rng) % MAX_PROMPT);
         for (uint32_t t = 0; t < len; t++)
-            prompt[t] = (int32_t)(next_rand(&w->rng) % VOCAB);
+            prompt[t] = (int32_t)(test_rand(&w->rng) % VOCAB);
         pkv_seq_params p;
         pkv_seq_params_init(&p);
         p.prompt = prompt;
@@ -84,7 +77,7 @@ static void *work(void *arg)
             break;
         }
         w->ids[w->num_ids++] = id;
-        uint64_t r = next_rand(&w->rng);
+        uint64_t r = test_rand(&w->rng);
         if (r % 3 == 0) {
             /* One of its own, maybe long gone, maybe just added. */
             pkv_seq_id victim = w->ids[(r >> 8) % w->num_ids];
@@ -111,11 +104,6 @@ static void *work(void *arg)
     }
     atomic_fetch_add(&workers_done, 1u);
     return NULL;
-}
-
-static void fail_test(const char *message)
-{
-    fail_msg("%s", message);
 }
 
 static int was_aborted(const worker *workers, pkv_seq_id id)
@@ -240,8 +228,8 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
         p.parallel_workers = POOL_THREADS + 1;
     }
 
-    static eh_host host;
-    assert_int_equal(eh_init(&host, &p, 1e-4, fail_test), PKV_OK);
+    static ch_host host;
+    ch_cmocka_init(&host, &p, 1e-4);
     host.learn = 1;
     host.learn_max_new_tokens = MAX_NEW_TOKENS;
 
@@ -265,19 +253,19 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
             sched_yield();
             continue;
         }
-        eh_step(&host);
-        eh_check(&host);
+        ch_step(&host, NULL);
+        ch_check(&host);
         /* The workers' failed aborts write the engine's message while this
          * thread reads it (ThreadSanitizer watches the lock). */
         const char *m = pkv_engine_last_error(host.engine);
         if (m[0] != '\0' && strstr(m, "was never added") == NULL)
-            fail_test(m);
+            fail_msg("%s", m);
         atomic_fetch_add(&steps_done, 1u);
         assert_true(++steps < 100000);
     }
     for (uint32_t t = 0; t < NUM_THREADS; t++)
         assert_int_equal(pthread_join(threads[t], NULL), 0);
-    eh_drain(&host, 10000);
+    ch_drain(&host, 10000);
 
     uint64_t added = 0;
     for (uint32_t t = 0; t < NUM_THREADS; t++) {
@@ -286,14 +274,14 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
         assert_int_equal(w->num_ids, ADDS_PER_THREAD);
         added += w->num_ids;
         for (uint32_t i = 0; i < w->num_ids; i++) {
-            const eh_seq *s = eh_find(&host, w->ids[i]);
+            const ch_seq *s = ch_find(&host, w->ids[i]);
             assert_non_null(s);
             assert_true(s->ended);
             if (!was_aborted(workers, w->ids[i]))
                 assert_int_equal(s->reason, PKV_FINISH_LENGTH);
         }
     }
-    /* Ids are 1..added, each ended once (eh_host fails on a second end). */
+    /* Ids are 1..added, each ended once (ch_host fails on a second end). */
     assert_int_equal(host.last_id, added);
     assert_int_equal(host.ended, added);
     pkv_engine_stats st;
@@ -306,7 +294,7 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
                   (unsigned long long)st.preemptions,
                   (unsigned long long)st.swap_outs);
     assert_true(host.rows_checked > 0);
-    eh_free(&host);
+    ch_free(&host);
     if (lend)
         pool_stop();
 }

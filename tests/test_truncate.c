@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pkv_seq_truncate. After every cut the sequence goes on under tm_step,
+ * pkv_seq_truncate. After every cut the sequence goes on under ch_step,
  * which checks every output row against dense attention over the tokens
  * the host kept (the run without the feature), so KV left behind by a cut
  * fails the test. The rows of the first step after a cut show what KV the
@@ -20,26 +20,26 @@
 #include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 enum { PROMPT = 13, GROWN = 23 };
 
-/* Cut the host's record as pkv_seq_truncate cuts the sequence. */
-static void cut(tm_host *h, pkv_seq_id id, uint32_t n)
+/* pkv_seq_truncate, the host's record cut the same way. */
+static void cut(ch_host *h, pkv_seq_id id, uint32_t n)
 {
-    assert_int_equal(pkv_seq_truncate(h->engine, id, n), PKV_OK);
-    tm_find(h, id)->num_tokens = n;
+    assert_int_equal(ch_truncate(h, id, n), PKV_OK);
 }
 
 /* Step until sequence id holds n tokens. */
-static void grow_to(tm_host *h, pkv_seq_id id, uint32_t n)
+static void grow_to(ch_host *h, pkv_seq_id id, uint32_t n)
 {
-    for (int i = 0; i < 100 && tm_find(h, id)->num_tokens < n; i++)
-        tm_step(h, NULL);
-    assert_int_equal(tm_find(h, id)->num_tokens, n);
+    for (int i = 0; i < 100 && ch_find(h, id)->num_tokens < n; i++)
+        ch_step(h, NULL);
+    assert_int_equal(ch_find(h, id)->num_tokens, n);
 }
 
 #ifndef PKV_HAVE_OPENCL
@@ -61,33 +61,33 @@ static uint32_t expected_kept(int32_t dtype, uint32_t bs, uint32_t window,
 /* One sequence grown to GROWN tokens, cut to n, then run to its end. */
 static void cut_once(int32_t dtype, uint32_t bs, uint32_t window, uint32_t n)
 {
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.kv_dtype = dtype;
     p.block_size = bs;
     p.u8_rollback_blocks = window;
-    tm_host h;
-    tm_host_init(&h, &p, tm_tolerance(dtype));
-    int32_t *prompt = tm_prompt(PROMPT, 7);
-    pkv_seq_id id = tm_add(&h, prompt, PROMPT, 20, 0, 0);
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, PROMPT, 20, 0, 0);
     grow_to(&h, id, GROWN);
     cut(&h, id, n);
     uint32_t kept = expected_kept(dtype, bs, window, GROWN - 1, n);
     const pkv_batch *b;
-    tm_step(&h, &b);
-    if (tm_rows_of(b, id) != n - kept)
+    ch_step(&h, &b);
+    if (ch_rows_of(b, id) != n - kept)
         fail_msg("dtype %d, block %u, window %u, cut to %u: %u rows, "
                  "expected %u",
                  (int)dtype, (unsigned)bs, (unsigned)window, (unsigned)n,
-                 (unsigned)tm_rows_of(b, id), (unsigned)(n - kept));
-    tm_run(&h, 100);
+                 (unsigned)ch_rows_of(b, id), (unsigned)(n - kept));
+    ch_run(&h, 100);
     /* 20 sampled tokens, counted from the cut: n - min(n, PROMPT) kept. */
-    tm_seq *s = tm_find(&h, id);
-    assert_int_equal(s->finish_reason, PKV_FINISH_LENGTH);
+    ch_seq *s = ch_find(&h, id);
+    assert_int_equal(s->reason, PKV_FINISH_LENGTH);
     uint32_t prompt_kept = n < PROMPT ? n : PROMPT;
     assert_int_equal(s->num_tokens, prompt_kept + 20);
-    tm_check_idle(&h);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 static void test_cut_points(void **state)
@@ -121,34 +121,33 @@ static void test_cut_points(void **state)
  * sealed and outside the rollback window. */
 static void cut_shared(int32_t backend, int32_t dtype)
 {
-    pkv_engine_params p = tm_params(backend);
+    pkv_engine_params p = hm_params(backend);
     p.kv_dtype = dtype;
-    tm_host h;
-    tm_host_init(&h, &p, tm_tolerance(dtype));
-    int32_t *prompt = tm_prompt(PROMPT, 9);
-    pkv_seq_id parent = tm_add(&h, prompt, PROMPT, 16, 0, 0);
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
+    int32_t *prompt = hm_prompt(PROMPT, 9);
+    pkv_seq_id parent = ch_add_prompt(&h, prompt, PROMPT, 16, 0, 0);
     grow_to(&h, parent, 18);
     pkv_seq_id child;
-    assert_int_equal(pkv_seq_fork(h.engine, parent, -1, &child), PKV_OK);
-    tm_record_fork(&h, parent, child, -1);
+    assert_int_equal(ch_fork(&h, parent, -1, &child), PKV_OK);
     /* Token 10 is in the third block of 4, full and shared. */
     cut(&h, parent, 11);
     const pkv_batch *b;
-    tm_step(&h, &b);
-    assert_int_equal(tm_rows_of(b, parent), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
-    tm_run(&h, 100);
+    ch_step(&h, &b);
+    assert_int_equal(ch_rows_of(b, parent), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
+    ch_run(&h, 100);
     /* The same prompt again: its full blocks come from the cache. */
-    pkv_seq_id again = tm_add(&h, prompt, PROMPT, 4, 0, 0);
-    tm_step(&h, &b);
-    assert_int_equal(tm_rows_of(b, again), 1); /* 12 of 13 tokens hit */
-    tm_run(&h, 100);
-    assert_int_equal(tm_find(&h, child)->finish_reason, PKV_FINISH_LENGTH);
-    tm_check_idle(&h);
+    pkv_seq_id again = ch_add_prompt(&h, prompt, PROMPT, 4, 0, 0);
+    ch_step(&h, &b);
+    assert_int_equal(ch_rows_of(b, again), 1); /* 12 of 13 tokens hit */
+    ch_run(&h, 100);
+    assert_int_equal(ch_find(&h, child)->reason, PKV_FINISH_LENGTH);
+    ch_check_idle(&h);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
-static uint64_t prefix_hit_tokens(const tm_host *h)
+static uint64_t prefix_hit_tokens(const ch_host *h)
 {
     pkv_engine_stats st;
     pkv_engine_stats_init(&st);
@@ -160,33 +159,33 @@ static uint64_t prefix_hit_tokens(const tm_host *h)
  * as it was: the prompt that cached it hits all its blocks again. */
 static void cut_prefix_hit(int32_t backend, int32_t dtype)
 {
-    pkv_engine_params p = tm_params(backend);
+    pkv_engine_params p = hm_params(backend);
     p.kv_dtype = dtype;
     p.block_size = 8;
-    tm_host h;
-    tm_host_init(&h, &p, tm_tolerance(dtype));
-    int32_t *p0 = tm_prompt(24, 11), *p1 = tm_prompt(24, 12);
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
+    int32_t *p0 = hm_prompt(24, 11), *p1 = hm_prompt(24, 12);
     memcpy(p1, p0, 20 * sizeof *p1);
-    tm_add(&h, p0, 24, 3, 0, 0);
-    tm_run(&h, 100);
+    ch_add_prompt(&h, p0, 24, 3, 0, 0);
+    ch_run(&h, 100);
     /* p1 shares 20 tokens: it hits blocks 0 and 1, and is cut inside 1. */
-    pkv_seq_id id = tm_add(&h, p1, 24, 3, 0, 0);
-    tm_step(&h, NULL);
+    pkv_seq_id id = ch_add_prompt(&h, p1, 24, 3, 0, 0);
+    ch_step(&h, NULL);
     assert_int_equal(prefix_hit_tokens(&h), 16);
     cut(&h, id, 11);
     const pkv_batch *b;
-    tm_step(&h, &b);
-    assert_int_equal(tm_rows_of(b, id), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
-    tm_run(&h, 100);
-    tm_add(&h, p0, 24, 3, 0, 0);
-    tm_run(&h, 100);
+    ch_step(&h, &b);
+    assert_int_equal(ch_rows_of(b, id), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
+    ch_run(&h, 100);
+    ch_add_prompt(&h, p0, 24, 3, 0, 0);
+    ch_run(&h, 100);
     if (prefix_hit_tokens(&h) != 32)
         fail_msg("dtype %d: p0 hit %llu tokens again, not 16", (int)dtype,
                  (unsigned long long)(prefix_hit_tokens(&h) - 16));
-    tm_check_idle(&h);
+    ch_check_idle(&h);
     free(p0);
     free(p1);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 #ifdef PKV_HAVE_OPENCL
@@ -218,22 +217,22 @@ static void test_cut_prefix_hit(void **state)
 static void test_cut_swapped(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
     p.num_blocks = 17; /* 16 usable blocks of 4 tokens */
     p.watermark = 0;
     p.preempt_mode = PKV_PREEMPT_SWAP;
     p.swap_bytes = 1 << 20;
-    tm_host h;
-    tm_host_init(&h, &p, tm_tolerance(PKV_KV_F32));
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_F32));
     pkv_seq_id ids[4];
     for (uint32_t i = 0; i < 4; i++) {
-        int32_t *prompt = tm_prompt(PROMPT, 20 + i);
-        ids[i] = tm_add(&h, prompt, PROMPT, 12, 0, 0);
+        int32_t *prompt = hm_prompt(PROMPT, 20 + i);
+        ids[i] = ch_add_prompt(&h, prompt, PROMPT, 12, 0, 0);
         free(prompt);
     }
     pkv__seq *swapped = NULL;
     for (int step = 0; step < 100 && swapped == NULL; step++) {
-        tm_step(&h, NULL);
+        ch_step(&h, NULL);
         for (uint32_t i = 0; i < 4 && swapped == NULL; i++) {
             pkv__seq *s = pkv__engine_find(h.engine, ids[i]);
             if (s != NULL && s->state == PKV__SEQ_SWAPPED &&
@@ -246,27 +245,27 @@ static void test_cut_swapped(void **state)
     cut(&h, id, PROMPT + 1);
     assert_int_equal(swapped->state, PKV__SEQ_WAITING);
     assert_null(swapped->swap_data);
-    tm_run(&h, 200);
+    ch_run(&h, 200);
     for (uint32_t i = 0; i < 4; i++)
-        assert_int_equal(tm_find(&h, ids[i])->finish_reason,
+        assert_int_equal(ch_find(&h, ids[i])->reason,
                          PKV_FINISH_LENGTH);
-    tm_check_idle(&h);
-    tm_host_free(&h);
+    ch_check_idle(&h);
+    ch_free(&h);
 }
 
 static void test_cut_errors(void **state)
 {
     (void)state;
-    pkv_engine_params p = tm_params(PKV_BACKEND_CPU);
-    tm_host h;
-    tm_host_init(&h, &p, 1e-4f);
-    int32_t *prompt = tm_prompt(PROMPT, 3);
-    pkv_seq_id id = tm_add(&h, prompt, PROMPT, 4, 0, 0);
+    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    ch_host h;
+    ch_cmocka_init(&h, &p, 1e-4f);
+    int32_t *prompt = hm_prompt(PROMPT, 3);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, PROMPT, 4, 0, 0);
     /* Not seen by a step yet. */
     assert_int_equal(pkv_seq_truncate(h.engine, id, 3), PKV_ERR_BAD_STATE);
     assert_int_equal(pkv_seq_truncate(NULL, id, 3),
                      PKV_ERR_INVALID_ARGUMENT);
-    tm_step(&h, NULL);
+    ch_step(&h, NULL);
     assert_int_equal(pkv_seq_truncate(h.engine, id, 0),
                      PKV_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(pkv_engine_last_error(h.engine), "keep 0"));
@@ -303,7 +302,7 @@ static void test_cut_errors(void **state)
     assert_int_equal(pkv_engine_step_end(h.engine, &sampled, NULL, 1),
                      PKV_OK);
     free(prompt);
-    tm_host_free(&h);
+    ch_free(&h);
 }
 
 #endif
@@ -311,7 +310,7 @@ static void test_cut_errors(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    int start = tm_opencl_start();
+    int start = ch_opencl_start();
     if (start != 0)
         return start;
     /* The CPU build runs the rest; these run on both backends. */

@@ -6,7 +6,7 @@
  * attention) and 4 (one block), prompts longer than every window, and
  * every path that moves KV: chunked prefill across the window edge,
  * prefix hits, fork, preemption (recompute and swap), truncate,
- * speculative rows, export/import and the saved prefix cache. tm_step
+ * speculative rows, export/import and the saved prefix cache. ch_step
  * checks every output row of every layer against dense attention over
  * that layer's window. Built twice: test_windows (CPU backend) and
  * test_windows_opencl.
@@ -20,7 +20,8 @@
 #include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
-#include "test_model.h"
+#include "check_host_cmocka.h"
+#include "hash_model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ static const uint32_t windows[3] = {5, 0, 4};
 
 static pkv_engine_params window_params(int32_t dtype, int32_t mode)
 {
-    pkv_engine_params p = tm_params(backend);
+    pkv_engine_params p = hm_params(backend);
     p.num_layers = 3;
     p.layer_windows = windows;
     p.kv_dtype = dtype;
@@ -50,73 +51,61 @@ static pkv_engine_params window_params(int32_t dtype, int32_t mode)
 }
 
 /* A sequence of h moved into h as a copy (export, import). */
-static void move_copy(tm_host *h, pkv_seq_id id)
+static void move_copy(ch_host *h, pkv_seq_id id)
 {
-    size_t size = 0;
-    assert_int_equal(pkv_seq_export(h->engine, id, NULL, 0, &size), PKV_OK);
-    void *data = malloc(size);
-    assert_non_null(data);
-    assert_int_equal(pkv_seq_export(h->engine, id, data, size, &size),
-                     PKV_OK);
     pkv_seq_id copy = 0;
-    assert_int_equal(pkv_seq_import(h->engine, NULL, data, size, &copy),
-                     PKV_OK);
-    const tm_seq *from = tm_find(h, id);
-    tm_record(h, copy, from->tokens, from->num_tokens);
-    free(data);
+    assert_int_equal(ch_move(h, id, &copy), PKV_OK);
 }
 
 static void workload(int32_t dtype, int32_t mode)
 {
     pkv_engine_params p = window_params(dtype, mode);
-    tm_host h;
-    tm_host_init(&h, &p, tm_tolerance(dtype));
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
     int32_t *prompts[SEQS];
     pkv_seq_id ids[SEQS];
     for (uint32_t i = 0; i < SEQS; i++) {
-        prompts[i] = tm_prompt(PROMPT, 60 + i);
+        prompts[i] = hm_prompt(PROMPT, 60 + i);
         if (i == 1) /* a prefix hit on prompt 0's blocks, added later */
             memcpy(prompts[1], prompts[0], 9 * sizeof *prompts[0]);
         else
-            ids[i] = tm_add(&h, prompts[i], PROMPT, NEW, 0, 0);
+            ids[i] = ch_add_prompt(&h, prompts[i], PROMPT, NEW, 0, 0);
     }
     for (int s = 0; s < 6; s++)
-        tm_step(&h, NULL);
-    ids[1] = tm_add(&h, prompts[1], PROMPT, NEW, 0, 0);
+        ch_step(&h, NULL);
+    ids[1] = ch_add_prompt(&h, prompts[1], PROMPT, NEW, 0, 0);
     pkv_seq_id child;
     const pkv__seq *es = pkv__engine_find(h.engine, ids[0]);
     if (es != NULL && es->state == PKV__SEQ_RUNNING &&
         es->num_generated > 0) {
-        assert_int_equal(pkv_seq_fork(h.engine, ids[0], -1, &child), PKV_OK);
-        tm_record_fork(&h, ids[0], child, -1);
+        assert_int_equal(ch_fork(&h, ids[0], -1, &child), PKV_OK);
     }
     for (int s = 0; s < 3; s++)
-        tm_step(&h, NULL);
+        ch_step(&h, NULL);
     /* A cut inside the first window, then speculative rows. */
     es = pkv__engine_find(h.engine, ids[2]);
     if (es != NULL && es->state == PKV__SEQ_RUNNING) {
-        assert_int_equal(pkv_seq_truncate(h.engine, ids[2], 9), PKV_OK);
-        tm_find(&h, ids[2])->num_tokens = 9;
+        assert_int_equal(ch_truncate(&h, ids[2], 9), PKV_OK);
     }
-    tm_step(&h, NULL);
+    ch_step(&h, NULL);
     es = pkv__engine_find(h.engine, ids[3]);
     if (es != NULL && es->state == PKV__SEQ_RUNNING &&
         es->num_computed + 1 == es->num_tokens) {
-        const tm_seq *r = tm_find(&h, ids[3]);
+        const ch_seq *r = ch_find(&h, ids[3]);
         int32_t drafts[3];
         int32_t last = r->tokens[r->num_tokens - 1];
         for (uint32_t k = 0; k < 3; k++) {
-            drafts[k] = tm_sample(last, r->num_tokens - 1 + k, p.vocab_size);
+            drafts[k] = hm_sample(last, r->num_tokens - 1 + k, p.vocab_size);
             last = drafts[k];
         }
         drafts[2] = (drafts[2] + 1) % (int32_t)p.vocab_size; /* rejected */
-        tm_propose(&h, ids[3], drafts, 3);
+        assert_int_equal(ch_propose(&h, ids[3], drafts, 3), PKV_OK);
     }
-    tm_step(&h, NULL);
+    ch_step(&h, NULL);
     es = pkv__engine_find(h.engine, ids[1]);
     if (es != NULL && es->state == PKV__SEQ_RUNNING)
         move_copy(&h, ids[1]);
-    tm_run(&h, 500);
+    ch_run(&h, 500);
     pkv_engine_stats st;
     pkv_engine_stats_init(&st);
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
@@ -125,8 +114,8 @@ static void workload(int32_t dtype, int32_t mode)
 
     /* Prompt 0 again, so that its blocks are the cache's newest; then the
      * saved prefix cache in a new engine: prompt 0 hits it. */
-    tm_add(&h, prompts[0], PROMPT, NEW, 0, 0);
-    tm_run(&h, 100);
+    ch_add_prompt(&h, prompts[0], PROMPT, NEW, 0, 0);
+    ch_run(&h, 100);
     size_t size = 0;
     assert_int_equal(pkv_engine_save_prefix_cache(h.engine, NULL, 0, &size),
                      PKV_OK);
@@ -134,20 +123,20 @@ static void workload(int32_t dtype, int32_t mode)
     assert_non_null(data);
     assert_int_equal(
         pkv_engine_save_prefix_cache(h.engine, data, size, &size), PKV_OK);
-    tm_check_idle(&h);
-    tm_host_free(&h);
-    tm_host_init(&h, &p, tm_tolerance(dtype));
+    ch_check_idle(&h);
+    ch_free(&h);
+    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
     uint32_t loaded = 0;
     assert_int_equal(
         pkv_engine_load_prefix_cache(h.engine, data, size, &loaded), PKV_OK);
     assert_true(loaded > 0);
-    tm_add(&h, prompts[0], PROMPT, NEW, 0, 0);
-    tm_run(&h, 100);
+    ch_add_prompt(&h, prompts[0], PROMPT, NEW, 0, 0);
+    ch_run(&h, 100);
     pkv_engine_stats_init(&st);
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_true(st.prefix_hit_tokens > 0);
-    tm_check_idle(&h);
-    tm_host_free(&h);
+    ch_check_idle(&h);
+    ch_free(&h);
     free(data);
     for (uint32_t i = 0; i < SEQS; i++)
         free(prompts[i]);
@@ -191,13 +180,13 @@ static void test_decode_windows(void **state)
         p.long_prefill_threshold = 0;
         static const uint32_t model_windows[3] = {24, 0, 16};
         p.layer_windows = model_windows;
-        tm_host h;
-        tm_host_init(&h, &p, tm_tolerance(dtypes[d]));
-        int32_t *prompt = tm_prompt(40, 9);
-        tm_add(&h, prompt, 40, 30, 0, 0);
-        tm_run(&h, 100);
-        tm_check_idle(&h);
-        tm_host_free(&h);
+        ch_host h;
+        ch_cmocka_init(&h, &p, hm_tolerance(dtypes[d]));
+        int32_t *prompt = hm_prompt(40, 9);
+        ch_add_prompt(&h, prompt, 40, 30, 0, 0);
+        ch_run(&h, 100);
+        ch_check_idle(&h);
+        ch_free(&h);
         free(prompt);
     }
 }
@@ -226,7 +215,7 @@ static void test_errors(void **state)
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    int start = tm_opencl_start();
+    int start = ch_opencl_start();
     if (start != 0)
         return start;
     const struct CMUnitTest tests[] = {

@@ -14,7 +14,7 @@
  * polls, refused or failed, values damaged or evicted in the store. At
  * the end the engine is stepped until it has no work.
  *
- * Checked (engine_host.h): every batch against the host's record of each
+ * Checked (check_host.h): every batch against the host's record of each
  * sequence; every output row against the dense reference (tight for f32
  * KV, loose for f16 and u8); every id ends exactly once, for the expected
  * reason, in the batch after it ended; after every operation, the pool's
@@ -28,9 +28,9 @@
 #endif
 #include "fuzz_engine.h"
 
-#include "../engine_host.h"
+#include "../check_host.h"
 #include "../store_fake.h"
-#include "../test_model.h"
+#include "../hash_model.h"
 
 #include "engine.h"
 #include "lifecycle.h"
@@ -55,7 +55,7 @@ typedef struct reader {
 
 typedef struct world {
     reader in;
-    eh_host host;
+    ch_host host;
     uint32_t alpha; /* prompt tokens are 0 .. alpha - 1 */
     int32_t ring[RING][MAX_PROMPT];
     uint32_t ring_len[RING];
@@ -164,7 +164,7 @@ static void fail(const char *message)
 #define CHECK(cond)                                                      \
     do {                                                                 \
         if (!(cond))                                                     \
-            eh_failf(&W.host, "fuzz_engine.c:%d: check failed: %s",      \
+            ch_failf(&W.host, "fuzz_engine.c:%d: check failed: %s",      \
                      __LINE__, #cond);                                   \
     } while (0)
 
@@ -213,7 +213,7 @@ static void unchanged(world *w, const snapshot *s, const char *call)
     memcpy(now.layer_done, e->layer_done, e->params.num_layers);
     if (memcmp(&now, s, sizeof now) != 0 ||
         memcmp(saved, e->pool.blocks, e->pool.num_blocks * sizeof *saved) != 0)
-        eh_failf(&w->host, "a failed %s changed the engine", call);
+        ch_failf(&w->host, "a failed %s changed the engine", call);
 }
 
 /* Run a call expected to fail with `want`, then check nothing changed. */
@@ -223,7 +223,7 @@ static void unchanged(world *w, const snapshot *s, const char *call)
         take(w, &snap_);                                                  \
         pkv_status got_ = (call);                                         \
         if (got_ != (want))                                               \
-            eh_failf(&(w)->host, "%s returned %s; expected %s", #call,    \
+            ch_failf(&(w)->host, "%s returned %s; expected %s", #call,    \
                      pkv_status_name(got_), pkv_status_name(want));       \
         unchanged(w, &snap_, #call);                                      \
     } while (0)
@@ -342,8 +342,7 @@ static int create(world *w)
                        : p.kv_dtype == PKV_KV_F16 ? 2e-3
                        : p.kv_dtype == PKV_KV_U8  ? 0.03
                                                   : 0.5;
-    if (eh_init(&w->host, &p, tolerance, fail) != PKV_OK)
-        eh_failf(&w->host, "create: %s", pkv_last_error());
+    ch_init(&w->host, &p, tolerance, fail);
 #ifdef PKV_FUZZ_REDIS
     if (w->redis != NULL)
         w->host.idle = idle;
@@ -404,9 +403,9 @@ static void op_add(world *w)
     sp.tenant = (k >> 5) % 3u;
     sp.cache_salt = (k >> 7) % 2u;
     pkv_seq_id id = 0;
-    pkv_status st = eh_add(&w->host, &sp, &id);
+    pkv_status st = ch_add(&w->host, &sp, &id);
     if (st != PKV_OK)
-        eh_failf(&w->host, "add of %u tokens: %s", n, pkv_last_error());
+        ch_failf(&w->host, "add of %u tokens: %s", n, pkv_last_error());
 }
 
 /* An id: often live or ended, sometimes never issued (0 or past the last). */
@@ -423,7 +422,7 @@ static pkv_seq_id pick_id(world *w)
 
 static void op_abort(world *w)
 {
-    eh_abort(&w->host, pick_id(w));
+    ch_abort(&w->host, pick_id(w));
 }
 
 static void op_fork(world *w)
@@ -435,7 +434,7 @@ static void op_fork(world *w)
                    : t % 4 == 3 ? (int32_t)(vocab + t / 4)
                                 : (int32_t)((uint32_t)(t / 4) % vocab);
     pkv_seq_id child = 0;
-    if (eh_fork(&w->host, parent, last, &child) == PKV_OK)
+    if (ch_fork(&w->host, parent, last, &child) == PKV_OK)
         TOT.forks++;
 }
 
@@ -459,7 +458,7 @@ static void op_truncate(world *w)
 {
     pkv_seq_id id = pick_id(w);
     uint8_t b = next_byte(&w->in);
-    const eh_seq *s = eh_find(&w->host, id);
+    const ch_seq *s = ch_find(&w->host, id);
     uint32_t have = s != NULL ? s->num_tokens : 8;
     /* Anywhere (and out of range), or within the last two blocks, where
      * a U8 rollback window can keep the rows. */
@@ -467,7 +466,7 @@ static void op_truncate(world *w)
     uint32_t n = b % 2 ? (uint32_t)(b >> 1) % (have + 2)
                        : (have > back ? have - back : 1);
     int shared = cuts_inside_shared(w->host.engine, id, n);
-    if (eh_truncate(&w->host, id, n) == PKV_OK) {
+    if (ch_truncate(&w->host, id, n) == PKV_OK) {
         TOT.truncations++;
         TOT.shared_cuts += (uint64_t)shared;
     }
@@ -477,18 +476,18 @@ static void op_truncate(world *w)
 static void op_move(world *w)
 {
     pkv_seq_id copy;
-    if (eh_move(&w->host, pick_id(w), &copy) == PKV_OK)
+    if (ch_move(&w->host, pick_id(w), &copy) == PKV_OK)
         TOT.moves++;
 }
 
-/* Drafts for a sequence: its true continuation (tm_sample) with some
+/* Drafts for a sequence: its true continuation (hm_sample) with some
  * tokens wrong, 0 to 7 of them, sometimes out of range. */
 static void op_propose(world *w)
 {
     pkv_seq_id id = pick_id(w);
     uint8_t b = next_byte(&w->in);
     uint32_t vocab = w->host.params.vocab_size;
-    const eh_seq *s = eh_find(&w->host, id);
+    const ch_seq *s = ch_find(&w->host, id);
     int32_t drafts[8];
     uint32_t n = b % 8;
     int32_t last = s != NULL && s->num_tokens > s->drafts
@@ -497,13 +496,13 @@ static void op_propose(world *w)
     uint32_t pos = s != NULL ? s->num_tokens - s->drafts - 1 : 0;
     for (uint32_t i = 0; i < n; i++, pos++) {
         uint8_t r = next_byte(&w->in);
-        int32_t truth = tm_sample(last, pos, vocab);
+        int32_t truth = hm_sample(last, pos, vocab);
         drafts[i] = r % 4 != 0    ? truth
                     : r % 64 == 0 ? (int32_t)vocab
                                   : (int32_t)((uint32_t)(truth + 1) % vocab);
         last = drafts[i];
     }
-    if (eh_propose(&w->host, id, drafts, n) == PKV_OK)
+    if (ch_propose(&w->host, id, drafts, n) == PKV_OK)
         TOT.drafts += n;
 }
 
@@ -578,7 +577,7 @@ static void op_block_table(world *w)
 /* A well-formed host tensor over the host's scratch. */
 static pkv_tensor good_tensor(world *w, int kv)
 {
-    eh_host *h = &w->host;
+    ch_host *h = &w->host;
     pkv_tensor t;
     memset(&t, 0, sizeof t);
     t.struct_size = sizeof t;
@@ -682,7 +681,7 @@ static void op_bad(world *w)
 /* Bad calls in the middle of a step, before any layer is attended. */
 static void bad_in_step(world *w, uint8_t b)
 {
-    eh_host *h = &w->host;
+    ch_host *h = &w->host;
     pkv_engine *e = h->engine;
     uint32_t T = h->batch->num_tokens;
     pkv_tensor q = good_tensor(w, 0), k = good_tensor(w, 1);
@@ -755,7 +754,7 @@ static void bad_in_step(world *w, uint8_t b)
 /* Bad calls after every layer is attended, before step_end. */
 static void bad_after_attend(world *w, uint8_t b)
 {
-    eh_host *h = &w->host;
+    ch_host *h = &w->host;
     pkv_engine *e = h->engine;
     uint32_t n = h->batch->num_samples;
     int32_t sampled[MAX_PROMPT + 2];
@@ -789,11 +788,11 @@ static void bad_after_attend(world *w, uint8_t b)
 
 static void op_step(world *w, int plain)
 {
-    eh_host *h = &w->host;
+    ch_host *h = &w->host;
     uint8_t v = plain ? 0xff : next_byte(&w->in);
     uint8_t arg = plain ? 0 : next_byte(&w->in);
-    eh_begin(h);
-    eh_check(h);
+    ch_begin(h);
+    ch_check(h);
     if (v % 8 == 0)
         bad_in_step(w, arg);
     uint32_t poison = UINT32_MAX, layer = 0;
@@ -801,8 +800,8 @@ static void op_step(world *w, int plain)
         poison = (uint32_t)arg % h->batch->num_tokens;
         layer = (uint32_t)(arg >> 4) % h->params.num_layers;
     }
-    eh_attend(h, poison, layer);
-    eh_check(h);
+    ch_attend(h, poison, layer);
+    ch_check(h);
     if (v % 8 == 1)
         bad_after_attend(w, arg);
     uint8_t stop[256];
@@ -810,7 +809,7 @@ static void op_step(world *w, int plain)
     int stops = !plain && (v >> 6) == 1 && n <= sizeof stop;
     for (uint32_t j = 0; stops && j < n; j++)
         stop[j] = (uint8_t)(((unsigned)arg >> (j % 8)) & 1u);
-    eh_end(h, stops ? stop : NULL);
+    ch_end(h, stops ? stop : NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -822,7 +821,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     w->in.size = size;
     w->in.pos = 0;
     create(w);
-    eh_check(&w->host);
+    ch_check(&w->host);
     for (uint32_t ops = 0; ops < MAX_OPS && w->in.pos < w->in.size; ops++) {
         uint8_t op = next_byte(&w->in);
         switch (op % 16) {
@@ -860,10 +859,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             op_step(w, 1);
             break;
         }
-        eh_check(&w->host);
+        ch_check(&w->host);
         pkv_fuzz_ops++;
     }
-    eh_drain(&w->host, MAX_DRAIN_STEPS);
+    ch_drain(&w->host, MAX_DRAIN_STEPS);
     if (TOT.inputs++ == 0 && getenv("PKV_FUZZ_SUMMARY") != NULL)
         atexit(print_totals);
     pkv_engine_stats st;
@@ -885,7 +884,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         TOT.max_error[dt] = w->host.max_error;
     free(w->before);
     w->before = NULL;
-    eh_free(&w->host);
+    ch_free(&w->host);
 #ifdef PKV_FUZZ_REDIS
     pkv_redis_destroy(w->redis);
     w->redis = NULL;

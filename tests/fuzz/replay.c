@@ -9,6 +9,8 @@
 
 #include "fuzz_blocks.h"
 
+#include "../test_rng.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +21,6 @@
 enum { MAX_INPUT = 1u << 20, MAX_RANDOM = 600 };
 
 static uint8_t buf[MAX_INPUT];
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static double now(void)
 {
@@ -130,9 +124,9 @@ int main(int argc, char **argv)
     uint64_t corpus_ops = pkv_fuzz_ops;
     inputs = corpus;
     while (pkv_fuzz_ops < want_ops) {
-        size_t n = 3 + (size_t)(splitmix64(&seed) % MAX_RANDOM);
+        size_t n = 3 + (size_t)(test_rand(&seed) % MAX_RANDOM);
         for (size_t i = 0; i < n; i += 8) {
-            uint64_t r = splitmix64(&seed);
+            uint64_t r = test_rand(&seed);
             size_t k = n - i < 8 ? n - i : 8;
             memcpy(buf + i, &r, k);
         }

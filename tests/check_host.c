@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-#include "engine_host.h"
+/* The checking host: records, the three parts of a step, the checks. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include "check_host.h"
 
 #include "dense_ref.h"
-#include "test_model.h"
+#include "hash_model.h"
 
 #include "check.h"
 #include "engine.h"
@@ -14,8 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-void eh_failf(const eh_host *host, const char *fmt, ...)
+_Noreturn void ch_failf(const ch_host *host, const char *fmt, ...)
 {
     char msg[512];
     va_list args;
@@ -29,35 +32,49 @@ void eh_failf(const eh_host *host, const char *fmt, ...)
 #define CHECK(host, cond)                                                \
     do {                                                                 \
         if (!(cond))                                                     \
-            eh_failf(host, "%s:%d: check failed: %s", __FILE__, __LINE__, \
+            ch_failf(host, "%s:%d: check failed: %s", __FILE__, __LINE__, \
                      #cond);                                             \
     } while (0)
 
-static void *xrealloc(const eh_host *host, void *p, size_t size)
+/* With host->retry, a status an injected fault gives: counted. */
+static int injected(ch_host *host, pkv_status st)
+{
+    if (!host->retry || (st != PKV_ERR_OUT_OF_MEMORY && st != PKV_ERR_DEVICE &&
+                         st != PKV_ERR_DEVICE_MEMORY))
+        return 0;
+    host->faults++;
+    return 1;
+}
+
+static void *xrealloc(const ch_host *host, void *p, size_t size)
 {
     void *q = realloc(p, size ? size : 1);
     if (q == NULL)
-        eh_failf(host, "out of host memory (%zu bytes)", size);
+        ch_failf(host, "out of host memory (%zu bytes)", size);
     return q;
 }
 
-pkv_status eh_init(eh_host *host, const pkv_engine_params *params,
-                   double tolerance, void (*fail)(const char *message))
+void ch_init(ch_host *host, const pkv_engine_params *params, double tolerance,
+             void (*fail)(const char *message))
 {
     memset(host, 0, sizeof *host);
     host->tolerance = tolerance;
+    host->check_stride = 1;
     host->fail = fail;
-    pkv_status st = pkv_engine_create(params, &host->engine);
-    if (st == PKV_OK)
-        host->params = host->engine->params;
-    return st;
+    if (pkv_engine_create(params, &host->engine) != PKV_OK)
+        ch_failf(host, "pkv_engine_create: %s", pkv_last_error());
+    /* The engine resolves defaults; read back what it uses. */
+    host->params = host->engine->params;
 }
 
-void eh_free(eh_host *host)
+void ch_free(ch_host *host)
 {
     pkv_engine_destroy(host->engine);
-    for (uint64_t i = 0; i < host->num_ids; i++)
+    for (uint64_t i = 0; i < host->num_ids; i++) {
         free(host->seqs[i].tokens);
+        free(host->seqs[i].sample_out);
+        free(host->seqs[i].recorded);
+    }
     free(host->seqs);
     free(host->q);
     free(host->k);
@@ -74,7 +91,7 @@ void eh_free(eh_host *host)
     memset(host, 0, sizeof *host);
 }
 
-eh_seq *eh_find(eh_host *host, uint64_t id)
+ch_seq *ch_find(ch_host *host, uint64_t id)
 {
     if (id == 0 || id > host->num_ids || !host->seqs[id - 1].known)
         return NULL;
@@ -82,7 +99,7 @@ eh_seq *eh_find(eh_host *host, uint64_t id)
 }
 
 /* The record of id, created empty if needed. */
-static eh_seq *record(eh_host *host, uint64_t id)
+static ch_seq *record(ch_host *host, uint64_t id)
 {
     CHECK(host, id != 0 && id < (1u << 24));
     if (id > host->num_ids) {
@@ -94,7 +111,7 @@ static eh_seq *record(eh_host *host, uint64_t id)
                (size_t)(n - host->num_ids) * sizeof *host->seqs);
         host->num_ids = n;
     }
-    eh_seq *s = &host->seqs[id - 1];
+    ch_seq *s = &host->seqs[id - 1];
     CHECK(host, !s->known);
     s->known = 1;
     if (id > host->last_id)
@@ -102,7 +119,7 @@ static eh_seq *record(eh_host *host, uint64_t id)
     return s;
 }
 
-static void push_token(eh_host *host, eh_seq *s, int32_t token)
+static void push_token(ch_host *host, ch_seq *s, int32_t token)
 {
     if (s->num_tokens == s->capacity) {
         s->capacity = s->capacity ? s->capacity * 2 : 16;
@@ -111,7 +128,7 @@ static void push_token(eh_host *host, eh_seq *s, int32_t token)
     s->tokens[s->num_tokens++] = token;
 }
 
-pkv_status eh_add(eh_host *host, const pkv_seq_params *params,
+pkv_status ch_add(ch_host *host, const pkv_seq_params *params,
                   pkv_seq_id *out_id)
 {
     pkv_status st = pkv_seq_add(host->engine, params, out_id);
@@ -121,7 +138,7 @@ pkv_status eh_add(eh_host *host, const pkv_seq_params *params,
     }
     /* Ids come from 1 upwards and are never reused. */
     CHECK(host, *out_id == host->last_id + 1);
-    eh_seq *s = record(host, *out_id);
+    ch_seq *s = record(host, *out_id);
     for (uint32_t i = 0; i < params->prompt_len; i++)
         push_token(host, s, params->prompt[i]);
     s->max_new_tokens = params->max_new_tokens;
@@ -129,7 +146,41 @@ pkv_status eh_add(eh_host *host, const pkv_seq_params *params,
     return PKV_OK;
 }
 
-void eh_abort(eh_host *host, pkv_seq_id id)
+/* ch_add of a prompt with p's other fields, failing on an error. */
+static pkv_seq_id add_or_fail(ch_host *host, pkv_seq_params *p,
+                              const int32_t *prompt, uint32_t len,
+                              uint32_t max_new_tokens)
+{
+    p->prompt = prompt;
+    p->prompt_len = len;
+    p->max_new_tokens = max_new_tokens;
+    pkv_seq_id id = 0;
+    if (ch_add(host, p, &id) != PKV_OK)
+        ch_failf(host, "pkv_seq_add: %s", pkv_last_error());
+    return id;
+}
+
+pkv_seq_id ch_add_prompt(ch_host *host, const int32_t *prompt, uint32_t len,
+                         uint32_t max_new_tokens, int32_t priority,
+                         uint32_t tenant)
+{
+    pkv_seq_params p;
+    pkv_seq_params_init(&p);
+    p.priority = priority;
+    p.tenant = tenant;
+    return add_or_fail(host, &p, prompt, len, max_new_tokens);
+}
+
+pkv_seq_id ch_add_salted(ch_host *host, const int32_t *prompt, uint32_t len,
+                         uint32_t max_new_tokens, uint64_t salt)
+{
+    pkv_seq_params p;
+    pkv_seq_params_init(&p);
+    p.cache_salt = salt;
+    return add_or_fail(host, &p, prompt, len, max_new_tokens);
+}
+
+void ch_abort(ch_host *host, pkv_seq_id id)
 {
     pkv_status st = pkv_seq_abort(host->engine, id);
     if (id == 0 || id > host->last_id) {
@@ -137,7 +188,7 @@ void eh_abort(eh_host *host, pkv_seq_id id)
         return;
     }
     CHECK(host, st == PKV_OK);
-    eh_seq *s = eh_find(host, id);
+    ch_seq *s = ch_find(host, id);
     if (s != NULL && !s->ended && s->expect == 0)
         s->expect = PKV_FINISH_ABORTED;
 }
@@ -146,7 +197,7 @@ void eh_abort(eh_host *host, pkv_seq_id id)
  * looked up before the call, NULL in a step): the status st it gave must
  * be BAD_STATE in a step or for a sequence no step saw, NOT_FOUND for
  * one that is not live. Returns 1 when one of those applied. */
-static int checked_not_between_steps(eh_host *host, pkv_seq_id id,
+static int checked_not_between_steps(ch_host *host, pkv_seq_id id,
                                      const pkv__seq *s, pkv_status st)
 {
     pkv_engine *e = host->engine;
@@ -163,7 +214,7 @@ static int checked_not_between_steps(eh_host *host, pkv_seq_id id,
     return 0;
 }
 
-pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
+pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
                    pkv_seq_id *out_child)
 {
     pkv_engine *e = host->engine;
@@ -181,16 +232,16 @@ pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
     }
     if (st != PKV_OK) {
         CHECK(host, *out_child == 0);
-        CHECK(host, st == PKV_ERR_BAD_STATE || st == PKV_ERR_NOT_FOUND ||
+        CHECK(host, injected(host, st) || st == PKV_ERR_BAD_STATE || st == PKV_ERR_NOT_FOUND ||
                         st == PKV_ERR_INVALID_ARGUMENT ||
                         st == PKV_ERR_QUOTA);
         return st;
     }
     CHECK(host, *out_child == host->last_id + 1);
-    eh_seq *ps = eh_find(host, parent);
+    ch_seq *ps = ch_find(host, parent);
     CHECK(host, ps != NULL && !ps->ended);
-    eh_seq *c = record(host, *out_child);
-    ps = eh_find(host, parent); /* record may move the array */
+    ch_seq *c = record(host, *out_child);
+    ps = ch_find(host, parent); /* record may move the array */
     for (uint32_t i = 0; i < ps->num_tokens - ps->drafts; i++)
         push_token(host, c, ps->tokens[i]);
     if (last_token >= 0)
@@ -207,13 +258,13 @@ pkv_status eh_fork(eh_host *host, pkv_seq_id parent, int32_t last_token,
     return PKV_OK;
 }
 
-pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
+pkv_status ch_truncate(ch_host *host, pkv_seq_id id, uint32_t num_tokens)
 {
     pkv_engine *e = host->engine;
     const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
     pkv_status st = pkv_seq_truncate(e, id, num_tokens);
     /* A cut drops the drafts (a call that cuts nothing keeps them). */
-    eh_seq *d = eh_find(host, id);
+    ch_seq *d = ch_find(host, id);
     if (st == PKV_OK && s->num_drafts == 0 && d->drafts > 0) {
         d->num_tokens -= d->drafts;
         d->drafts = 0;
@@ -227,7 +278,7 @@ pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
     }
     if (st != PKV_OK)
         return st;
-    eh_seq *r = eh_find(host, id);
+    ch_seq *r = ch_find(host, id);
     CHECK(host, r != NULL && !r->ended &&
                     r->num_tokens - r->drafts >= num_tokens);
     if (r->drafts > 0) /* kept: the call cut nothing */
@@ -241,7 +292,7 @@ pkv_status eh_truncate(eh_host *host, pkv_seq_id id, uint32_t num_tokens)
     return PKV_OK;
 }
 
-pkv_status eh_move(eh_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
+pkv_status ch_move(ch_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
 {
     pkv_engine *e = host->engine;
     *out_copy = 0;
@@ -265,32 +316,47 @@ pkv_status eh_move(eh_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
         CHECK(host, copy == 0);
         return st;
     }
-    CHECK(host, copy == host->last_id + 1);
-    if (s->num_computed > 0)
-        host->imported++;
-    eh_seq *c = record(host, copy);
-    const eh_seq *r = eh_find(host, id); /* record may move the array */
+    const ch_seq *r = ch_find(host, id);
     CHECK(host, r != NULL && !r->ended &&
                     r->num_tokens - r->drafts == s->num_tokens);
-    for (uint32_t i = 0; i < s->num_tokens; i++)
-        push_token(host, c, r->tokens[i]);
-    c->generated = r->generated;
-    c->max_new_tokens = r->max_new_tokens;
-    c->complete = 1;
-    const pkv__seq *cs = pkv__engine_find(e, copy);
-    CHECK(host, cs != NULL && cs->num_computed == s->num_computed &&
-                    cs->state == (s->num_computed ? PKV__SEQ_SWAPPED
-                                                  : PKV__SEQ_WAITING));
+    ch_record_import(host, copy, r);
+    CHECK(host, pkv__engine_find(e, copy)->num_computed == s->num_computed);
     *out_copy = copy;
     return PKV_OK;
 }
 
-pkv_status eh_propose(eh_host *host, pkv_seq_id id, const int32_t *drafts,
+void ch_record_import(ch_host *host, pkv_seq_id id, const ch_seq *from)
+{
+    CHECK(host, id == host->last_id + 1);
+    /* With its KV it waits swapped out, else it waits to be computed. */
+    const pkv__seq *es = pkv__engine_find(host->engine, id);
+    CHECK(host, es != NULL && es->state == (es->num_computed
+                                                ? PKV__SEQ_SWAPPED
+                                                : PKV__SEQ_WAITING));
+    if (es->num_computed > 0)
+        host->imported++;
+    /* from may be in this host's array, which record may move. */
+    uint32_t len = from->num_tokens - from->drafts;
+    int32_t *tokens = xrealloc(host, NULL, len * sizeof *tokens);
+    memcpy(tokens, from->tokens, len * sizeof *tokens);
+    uint32_t generated = from->generated, max_new = from->max_new_tokens;
+    ch_seq *c = record(host, id);
+    for (uint32_t i = 0; i < len; i++)
+        push_token(host, c, tokens[i]);
+    free(tokens);
+    c->generated = generated;
+    c->max_new_tokens = max_new;
+    c->complete = 1;
+}
+
+pkv_status ch_propose(ch_host *host, pkv_seq_id id, const int32_t *drafts,
                       uint32_t n)
 {
     pkv_engine *e = host->engine;
     const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
     pkv_status st = pkv_seq_propose(e, id, drafts, n);
+    if (injected(host, st))
+        return st; /* it changed nothing: the drafts before stay */
     if (checked_not_between_steps(host, id, s, st)) {
         /* nothing more to check */
     } else if (s->state != PKV__SEQ_RUNNING ||
@@ -305,7 +371,7 @@ pkv_status eh_propose(eh_host *host, pkv_seq_id id, const int32_t *drafts,
                     st == PKV_ERR_INVALID_ARGUMENT);
     if (st != PKV_OK)
         return st;
-    eh_seq *r = eh_find(host, id);
+    ch_seq *r = ch_find(host, id);
     CHECK(host, r != NULL && !r->ended);
     r->num_tokens -= r->drafts;
     CHECK(host, r->num_tokens == s->num_tokens);
@@ -315,16 +381,32 @@ pkv_status eh_propose(eh_host *host, pkv_seq_id id, const int32_t *drafts,
     return PKV_OK;
 }
 
+void ch_propose_wrong(ch_host *host, pkv_seq_id id, uint32_t n)
+{
+    const ch_seq *s = ch_find(host, id);
+    CHECK(host, s != NULL && n <= 64);
+    uint32_t vocab = host->params.vocab_size;
+    int32_t truth = hm_sample(s->tokens[s->num_tokens - 1],
+                              s->num_tokens - 1, vocab);
+    int32_t wrong[64];
+    for (uint32_t i = 0; i < n; i++)
+        wrong[i] = (int32_t)(((uint32_t)truth + 1) % vocab);
+    if (ch_propose(host, id, wrong, n) != PKV_OK)
+        ch_failf(host, "pkv_seq_propose: %s",
+                 pkv_engine_last_error(host->engine));
+}
+
 /* ------------------------------------------------------------------ step */
 
-static void reserve(eh_host *host, size_t rows, size_t ctx)
+static void reserve(ch_host *host, size_t rows, size_t ctx)
 {
     const pkv_engine_params *p = &host->params;
     size_t hq = p->num_q_heads, hkv = p->num_kv_heads, d = p->head_dim;
     if (rows > host->cap_rows) {
         size_t n = rows * 2;
         host->q = xrealloc(host, host->q, n * hq * d * sizeof(float));
-        host->out = xrealloc(host, host->out, n * hq * d * sizeof(float));
+        host->out = xrealloc(host, host->out,
+                             n * p->num_layers * hq * d * sizeof(float));
         host->k = xrealloc(host, host->k, n * hkv * d * sizeof(float));
         host->v = xrealloc(host, host->v, n * hkv * d * sizeof(float));
         host->q16 = xrealloc(host, host->q16, n * hq * d * sizeof(uint16_t));
@@ -345,18 +427,18 @@ static void reserve(eh_host *host, size_t rows, size_t ctx)
 }
 
 /* A finished report: the id ends once, for the reason the host expects. */
-static void take_report(eh_host *host, const pkv_finished *f)
+static void take_report(ch_host *host, const pkv_finished *f)
 {
-    eh_seq *s = eh_find(host, f->id);
+    ch_seq *s = ch_find(host, f->id);
     if (s == NULL && host->learn && f->id != 0 && f->id < (1u << 24)) {
         s = record(host, f->id);
         s->max_new_tokens = host->learn_max_new_tokens;
     }
     if (s == NULL)
-        eh_failf(host, "seq %llu ended but was never issued",
+        ch_failf(host, "seq %llu ended but was never issued",
                  (unsigned long long)f->id);
     if (s->ended)
-        eh_failf(host, "seq %llu reported as ended twice",
+        ch_failf(host, "seq %llu reported as ended twice",
                  (unsigned long long)f->id);
     CHECK(host, f->reserved0 == 0);
     CHECK(host, f->num_generated == s->generated);
@@ -369,7 +451,7 @@ static void take_report(eh_host *host, const pkv_finished *f)
     else
         CHECK(host, f->status == PKV_OK);
     if (s->expect != 0 && f->reason != s->expect)
-        eh_failf(host, "seq %llu ended with reason %d; expected %d",
+        ch_failf(host, "seq %llu ended with reason %d; expected %d",
                  (unsigned long long)f->id, (int)f->reason, (int)s->expect);
     /* Unforeseen ends: only failures, or aborts from other threads. */
     if (s->expect == 0)
@@ -383,19 +465,19 @@ static void take_report(eh_host *host, const pkv_finished *f)
 
 /* Check one sequence's rows of the batch against its history (learning
  * tokens in learn mode). Returns its row count. */
-static uint32_t check_rows(eh_host *host, const pkv_batch *b, uint32_t i)
+static uint32_t check_rows(ch_host *host, const pkv_batch *b, uint32_t i)
 {
     const pkv_engine_params *p = &host->params;
     uint64_t id = b->seq_ids[i];
-    eh_seq *s = eh_find(host, id);
+    ch_seq *s = ch_find(host, id);
     if (s == NULL && host->learn) {
         s = record(host, id);
         s->max_new_tokens = host->learn_max_new_tokens;
     }
     if (s == NULL)
-        eh_failf(host, "batch holds unknown seq %llu", (unsigned long long)id);
+        ch_failf(host, "batch holds unknown seq %llu", (unsigned long long)id);
     if (s->ended || s->expect != 0)
-        eh_failf(host, "batch holds seq %llu, which should have ended",
+        ch_failf(host, "batch holds seq %llu, which should have ended",
                  (unsigned long long)id);
     uint32_t first = b->query_start[i], last = b->query_start[i + 1];
     CHECK(host, first < last);
@@ -408,7 +490,7 @@ static uint32_t check_rows(eh_host *host, const pkv_batch *b, uint32_t i)
         CHECK(host, pos == ctx - n + (r - first));
         if (pos < s->num_tokens) {
             if (b->token_ids[r] != s->tokens[pos])
-                eh_failf(host, "seq %llu position %u: token %d, history %d",
+                ch_failf(host, "seq %llu position %u: token %d, history %d",
                          (unsigned long long)id, pos, (int)b->token_ids[r],
                          (int)s->tokens[pos]);
         } else {
@@ -422,25 +504,35 @@ static uint32_t check_rows(eh_host *host, const pkv_batch *b, uint32_t i)
     return n;
 }
 
-void eh_begin(eh_host *host)
+/* A step call failed: fail, or (host->retry) count the fault and let the
+ * caller call again, at most 3 times in a row. */
+static void retried(ch_host *host, const char *call, int *tries)
+{
+    if (!host->retry || ++*tries > 3)
+        ch_failf(host, "%s: %s", call, pkv_engine_last_error(host->engine));
+    host->faults++;
+}
+
+void ch_begin(ch_host *host)
 {
     pkv_engine *e = host->engine;
     const pkv_engine_params *p = &host->params;
     const pkv_batch *b = NULL;
-    pkv_status st = pkv_engine_step_begin(e, &b);
-    if (st != PKV_OK)
-        eh_failf(host, "step_begin: %s", pkv_engine_last_error(e));
+    int tries = 0;
+    while (pkv_engine_step_begin(e, &b) != PKV_OK)
+        retried(host, "step_begin", &tries);
     CHECK(host, b != NULL);
     host->batch = b;
     host->steps++;
+    host->preempted_reports += b->num_preempted;
 
     for (uint32_t i = 0; i < b->num_finished; i++)
         take_report(host, &b->finished[i]);
     /* Everything the host ended or aborted is reported now. */
     for (uint64_t id = 1; id <= host->num_ids; id++) {
-        const eh_seq *s = &host->seqs[id - 1];
+        const ch_seq *s = &host->seqs[id - 1];
         if (s->known && !s->ended && s->expect != 0)
-            eh_failf(host, "seq %llu should have been reported (reason %d)",
+            ch_failf(host, "seq %llu should have been reported (reason %d)",
                      (unsigned long long)id, (int)s->expect);
     }
 
@@ -453,7 +545,7 @@ void eh_begin(eh_host *host)
         for (uint32_t k = 0; k < i; k++)
             CHECK(host, b->seq_ids[k] != b->seq_ids[i]);
         rows += check_rows(host, b, i);
-        eh_seq *s = eh_find(host, b->seq_ids[i]);
+        ch_seq *s = ch_find(host, b->seq_ids[i]);
         s->bad = 0;
         /* A sample per row from the last token on: 1 + the drafts run. */
         uint32_t samples = 0, q0 = b->query_start[i];
@@ -478,7 +570,7 @@ void eh_begin(eh_host *host)
     CHECK(host, rows == b->num_tokens);
     CHECK(host, j == b->num_samples);
     for (uint32_t i = 0; i < b->num_preempted; i++) {
-        eh_seq *s = eh_find(host, b->preempted[i]);
+        ch_seq *s = ch_find(host, b->preempted[i]);
         CHECK(host, host->learn || s != NULL);
         CHECK(host, s == NULL || !s->ended);
         for (uint32_t k = 0; k < b->num_seqs; k++)
@@ -487,7 +579,7 @@ void eh_begin(eh_host *host)
     reserve(host, b->num_tokens + 1, 1);
 }
 
-static pkv_tensor tensor(const eh_host *host, float *f32, uint16_t *f16,
+static pkv_tensor tensor(const ch_host *host, float *f32, uint16_t *f16,
                          uint32_t heads)
 {
     pkv_tensor t;
@@ -509,21 +601,21 @@ static void to_f16(float *x, uint16_t *h, size_t n)
     pkv__f16_to_f32_n(h, x, (uint32_t)n);
 }
 
-/* Compare sequence i's output rows of one layer with the dense reference
- * over its whole history. */
-static void check_outputs(eh_host *host, uint32_t i, uint32_t layer)
+/* Compare sequence i's output rows of one layer (those check_stride
+ * picks) with the dense reference over its whole history. */
+static void check_outputs(ch_host *host, uint32_t i, uint32_t layer)
 {
     const pkv_engine_params *p = &host->params;
     const pkv_batch *b = host->batch;
     uint32_t hq = p->num_q_heads, hkv = p->num_kv_heads, d = p->head_dim;
-    eh_seq *s = eh_find(host, b->seq_ids[i]);
+    ch_seq *s = ch_find(host, b->seq_ids[i]);
     uint32_t first = b->query_start[i], n = b->query_start[i + 1] - first;
     uint32_t ctx = b->context_lens[i];
     reserve(host, b->num_tokens + 1, ctx);
     size_t row = (size_t)hkv * d;
     for (uint32_t t = 0; t < ctx; t++) {
-        tm_row(TM_K, s->tokens[t], t, layer, hkv, d, host->hk + t * row);
-        tm_row(TM_V, s->tokens[t], t, layer, hkv, d, host->hv + t * row);
+        hm_row(HM_K, s->tokens[t], t, layer, hkv, d, host->hk + t * row);
+        hm_row(HM_V, s->tokens[t], t, layer, hkv, d, host->hv + t * row);
     }
     if (host->f16_tensors) {
         uint16_t *h = host->k16;
@@ -532,33 +624,38 @@ static void check_outputs(eh_host *host, uint32_t i, uint32_t layer)
             to_f16(host->hv + t * row, h, row);
         }
     }
+    uint32_t checked = 0;
     for (uint32_t r = 0; r < n; r++)
-        host->rows[r] = r;
+        if ((ctx - n + r) % host->check_stride == 0 || r + 1 == n)
+            host->rows[checked++] = r;
     const float *q = host->q + (size_t)first * hq * d;
+    const float *out = host->out + ((size_t)layer * b->num_tokens + first) *
+                                       hq * d;
     dense_ref_attention(q, host->hk, host->hv, n, ctx, hq, hkv, d,
                         (double)p->scale,
                         p->layer_windows != NULL ? p->layer_windows[layer]
                                                  : p->sliding_window,
-                        host->rows, n,
-                        host->ref);
-    for (uint32_t r = 0; r < n; r++)
+                        host->rows, checked, host->ref);
+    for (uint32_t i_row = 0; i_row < checked; i_row++) {
+        uint32_t r = host->rows[i_row];
         for (uint32_t c = 0; c < hq * d; c++) {
-            double want = host->ref[(size_t)r * hq * d + c];
-            double got = host->out[((size_t)first + r) * hq * d + c];
+            double want = host->ref[(size_t)i_row * hq * d + c];
+            double got = out[(size_t)r * hq * d + c];
             double err = fabs(got - want);
             if (err > host->max_error)
                 host->max_error = err;
             if (!(err <= host->tolerance))
-                eh_failf(host,
+                ch_failf(host,
                          "seq %llu position %u layer %u element %u: %.9g, "
                          "reference %.9g",
                          (unsigned long long)b->seq_ids[i], ctx - n + r,
                          (unsigned)layer, c, got, want);
         }
-    host->rows_checked += n;
+    }
+    host->rows_checked += checked;
 }
 
-void eh_attend(eh_host *host, uint32_t poison_row, uint32_t poison_layer)
+void ch_attend(ch_host *host, uint32_t poison_row, uint32_t poison_layer)
 {
     pkv_engine *e = host->engine;
     const pkv_engine_params *p = &host->params;
@@ -567,13 +664,15 @@ void eh_attend(eh_host *host, uint32_t poison_row, uint32_t poison_layer)
     uint32_t d = p->head_dim;
     size_t qn = (size_t)T * hq * d, kvn = (size_t)T * hkv * d;
     for (uint32_t layer = 0; layer < p->num_layers; layer++) {
+        /* Every layer's output is kept, for record_samples. */
+        float *out = host->out + (size_t)layer * qn;
         for (uint32_t r = 0; r < T; r++) {
             int32_t tok = b->token_ids[r];
             uint32_t pos = b->positions[r];
-            tm_row(TM_Q, tok, pos, layer, hq, d, host->q + (size_t)r * hq * d);
-            tm_row(TM_K, tok, pos, layer, hkv, d,
+            hm_row(HM_Q, tok, pos, layer, hq, d, host->q + (size_t)r * hq * d);
+            hm_row(HM_K, tok, pos, layer, hkv, d,
                    host->k + (size_t)r * hkv * d);
-            tm_row(TM_V, tok, pos, layer, hkv, d,
+            hm_row(HM_V, tok, pos, layer, hkv, d,
                    host->v + (size_t)r * hkv * d);
         }
         if (host->f16_tensors) {
@@ -589,25 +688,70 @@ void eh_attend(eh_host *host, uint32_t poison_row, uint32_t poison_layer)
             for (uint32_t i = 0; i < b->num_seqs; i++)
                 if (poison_row >= b->query_start[i] &&
                     poison_row < b->query_start[i + 1])
-                    eh_find(host, b->seq_ids[i])->bad = 1;
+                    ch_find(host, b->seq_ids[i])->bad = 1;
         }
         pkv_tensor tq = tensor(host, host->q, host->q16, hq);
         pkv_tensor tk = tensor(host, host->k, host->k16, hkv);
         pkv_tensor tv = tensor(host, host->v, host->v16, hkv);
-        pkv_tensor to = tensor(host, host->out, host->out16, hq);
-        pkv_status st = pkv_engine_attend(e, layer, &tq, &tk, &tv, &to);
-        if (st != PKV_OK)
-            eh_failf(host, "attend layer %u: %s", (unsigned)layer,
-                     pkv_engine_last_error(e));
+        pkv_tensor to = tensor(host, out, host->out16, hq);
+        int tries = 0;
+        while (pkv_engine_attend(e, layer, &tq, &tk, &tv, &to) != PKV_OK)
+            retried(host, "attend", &tries);
         if (host->f16_tensors)
-            pkv__f16_to_f32_n(host->out16, host->out, (uint32_t)qn);
+            pkv__f16_to_f32_n(host->out16, out, (uint32_t)qn);
         for (uint32_t i = 0; i < b->num_seqs; i++)
-            if (!eh_find(host, b->seq_ids[i])->bad)
+            if (!ch_find(host, b->seq_ids[i])->bad)
                 check_outputs(host, i, layer);
     }
 }
 
-void eh_end(eh_host *host, const uint8_t *stop)
+/* Keep the output rows (every layer) of batch row r, the sample row for
+ * position `position` of s. */
+static void record_sample(ch_host *host, ch_seq *s, uint32_t position,
+                          uint32_t r)
+{
+    const pkv_engine_params *p = &host->params;
+    size_t row = (size_t)p->num_q_heads * p->head_dim;
+    size_t per_position = p->num_layers * row;
+    if (position >= s->record_capacity) {
+        uint32_t cap = s->record_capacity ? s->record_capacity : 64;
+        while (cap <= position)
+            cap *= 2;
+        s->sample_out = xrealloc(host, s->sample_out,
+                                 cap * per_position * sizeof(float));
+        s->recorded = xrealloc(host, s->recorded, cap);
+        memset(s->recorded + s->record_capacity, 0,
+               cap - s->record_capacity);
+        s->record_capacity = cap;
+    }
+    size_t T = host->batch->num_tokens;
+    for (uint32_t layer = 0; layer < p->num_layers; layer++)
+        memcpy(s->sample_out + position * per_position + layer * row,
+               host->out + (layer * T + r) * row, row * sizeof(float));
+    s->recorded[position] = 1;
+}
+
+/* s samples token (stop: with its stop flag): the end it is due. */
+static void take_token(ch_host *host, ch_seq *s, int32_t token, int stop)
+{
+    push_token(host, s, token);
+    s->generated++;
+    if (stop)
+        s->expect = PKV_FINISH_STOP;
+    else if (s->max_new_tokens != 0 && s->generated >= s->max_new_tokens)
+        s->expect = PKV_FINISH_LENGTH;
+    else if (s->num_tokens >= host->params.max_model_len)
+        s->expect = PKV_FINISH_MAX_MODEL_LEN;
+}
+
+void ch_sampled(ch_host *host, pkv_seq_id id, int32_t token)
+{
+    ch_seq *s = ch_find(host, id);
+    CHECK(host, s != NULL && !s->ended && s->drafts == 0);
+    take_token(host, s, token, 0);
+}
+
+void ch_end(ch_host *host, const uint8_t *stop)
 {
     pkv_engine *e = host->engine;
     const pkv_engine_params *p = &host->params;
@@ -617,11 +761,11 @@ void eh_end(eh_host *host, const uint8_t *stop)
     uint32_t vocab = p->vocab_size ? p->vocab_size : 1000;
     for (uint32_t j = 0; j < n; j++) {
         uint32_t r = b->sample_rows[j];
-        sampled[j] = tm_sample(b->token_ids[r], b->positions[r], vocab);
+        sampled[j] = hm_sample(b->token_ids[r], b->positions[r], vocab);
     }
     /* The batch is valid until the next step_begin: read it first. */
     for (uint32_t i = 0, j = 0; i < b->num_seqs; i++) {
-        eh_seq *s = eh_find(host, b->seq_ids[i]);
+        ch_seq *s = ch_find(host, b->seq_ids[i]);
         int here = j < n && b->sample_seq_ids[j] == b->seq_ids[i];
         uint32_t sample = j;
         j += here ? 1 + s->ran : 0;
@@ -643,51 +787,49 @@ void eh_end(eh_host *host, const uint8_t *stop)
             a = s->generated + 1 >= s->max_new_tokens
                     ? 0
                     : s->max_new_tokens - s->generated - 1;
+        for (uint32_t k = 0; host->record_samples && k <= a; k++) {
+            uint32_t r = b->sample_rows[sample + k];
+            record_sample(host, s, b->positions[r], r);
+        }
         s->num_tokens = first + a;
         s->generated += a;
         s->drafts = 0;
         sample += a;
-        push_token(host, s, sampled[sample]);
-        s->generated++;
-        if (stop != NULL && stop[sample])
-            s->expect = PKV_FINISH_STOP;
-        else if (s->max_new_tokens != 0 &&
-                 s->generated >= s->max_new_tokens)
-            s->expect = PKV_FINISH_LENGTH;
-        else if (s->num_tokens >= p->max_model_len)
-            s->expect = PKV_FINISH_MAX_MODEL_LEN;
+        take_token(host, s, sampled[sample], stop != NULL && stop[sample]);
     }
     /* Drafts that did not run are gone. */
     for (uint64_t id = 1; id <= host->num_ids; id++) {
-        eh_seq *s = &host->seqs[id - 1];
+        ch_seq *s = &host->seqs[id - 1];
         s->num_tokens -= s->drafts;
         s->drafts = 0;
         s->ran = 0;
     }
-    pkv_status st = pkv_engine_step_end(e, sampled, stop, n);
+    int tries = 0;
+    while (pkv_engine_step_end(e, sampled, stop, n) != PKV_OK)
+        retried(host, "step_end", &tries);
     free(sampled);
-    if (st != PKV_OK)
-        eh_failf(host, "step_end: %s", pkv_engine_last_error(e));
     host->batch = NULL;
 }
 
-void eh_step(eh_host *host)
+void ch_step(ch_host *host, const pkv_batch **batch_out)
 {
-    eh_begin(host);
-    eh_attend(host, UINT32_MAX, 0);
-    eh_end(host, NULL);
+    ch_begin(host);
+    if (batch_out != NULL)
+        *batch_out = host->batch;
+    ch_attend(host, UINT32_MAX, 0);
+    ch_end(host, NULL);
 }
 
 /* ------------------------------------------------------------ invariants */
 
 /* The engine's record of a live sequence agrees with the host's. */
-static void check_seq(eh_host *host, const pkv__seq *s)
+static void check_seq(ch_host *host, const pkv__seq *s)
 {
-    eh_seq *h = eh_find(host, s->id);
+    ch_seq *h = ch_find(host, s->id);
     if (h == NULL && host->learn)
         return;
     if (h == NULL || h->ended)
-        eh_failf(host, "engine holds seq %llu, which the host %s",
+        ch_failf(host, "engine holds seq %llu, which the host %s",
                  (unsigned long long)s->id,
                  h == NULL ? "never saw" : "saw end");
     CHECK(host, s->num_generated == h->generated);
@@ -700,14 +842,14 @@ static void check_seq(eh_host *host, const pkv__seq *s)
     }
 }
 
-void eh_check(eh_host *host)
+void ch_check(ch_host *host)
 {
     pkv_engine *e = host->engine;
     /* The pool, tables, lists and tails: the engine's own check (check.h),
      * which debug builds also run after every step. */
     char why[256];
     if (pkv__engine_check(e, why, sizeof why) != NULL)
-        eh_failf(host, "engine invariant: %s", why);
+        ch_failf(host, "engine invariant: %s", why);
 
     const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
     for (size_t l = 0; l < 3; l++)
@@ -752,24 +894,34 @@ void eh_check(eh_host *host)
     }
 }
 
-void eh_drain(eh_host *host, uint64_t max_steps)
+void ch_run(ch_host *host, uint64_t max_steps)
 {
     uint64_t steps = 0;
     while (pkv_engine_has_work(host->engine)) {
         if (steps++ == max_steps)
-            eh_failf(host, "the engine still has work after %llu steps",
+            ch_failf(host, "the engine still has work after %llu steps",
                      (unsigned long long)max_steps);
-        eh_step(host);
-        eh_check(host);
+        ch_step(host, NULL);
+        ch_check(host);
         if (host->idle != NULL)
             host->idle();
     }
+}
+
+void ch_check_idle(ch_host *host)
+{
     for (uint64_t id = 1; id <= host->last_id; id++) {
-        const eh_seq *s = eh_find(host, id);
+        const ch_seq *s = ch_find(host, id);
         if (s != NULL && !s->ended)
-            eh_failf(host, "seq %llu never ended", (unsigned long long)id);
+            ch_failf(host, "seq %llu never ended", (unsigned long long)id);
     }
     const pkv_engine *e = host->engine;
+    pkv_engine_stats st;
+    st.struct_size = sizeof st;
+    CHECK(host, pkv_engine_get_stats(e, &st) == PKV_OK);
+    CHECK(host, st.num_running + st.num_waiting + st.num_swapped == 0);
+    CHECK(host, st.blocks_free + st.blocks_cached_free == st.blocks_total - 1);
+    CHECK(host, st.blocks_used == 1);
     const pkv__pool *pool = &e->pool;
     CHECK(host, e->running.count + e->waiting.count + e->swapped.count +
                     e->ended.count == 0);
@@ -777,4 +929,51 @@ void eh_drain(eh_host *host, uint64_t max_steps)
     for (uint32_t blk = 0; blk < pool->num_blocks; blk++)
         CHECK(host, pool->blocks[blk].ref_count == 0);
     CHECK(host, e->swap_used == 0);
+}
+
+void ch_drain(ch_host *host, uint64_t max_steps)
+{
+    ch_run(host, max_steps);
+    ch_check_idle(host);
+}
+
+static void sleep_1ms(void)
+{
+    struct timespec t = {0, 1000000L};
+    nanosleep(&t, NULL);
+}
+
+void ch_run_idle(ch_host *host)
+{
+    for (uint32_t i = 0; pkv_engine_has_work(host->engine); i++) {
+        if (i == 20000)
+            ch_failf(host, "the engine still has work after 20000 steps");
+        const pkv_batch *b;
+        ch_step(host, &b);
+        if (b->num_tokens == 0)
+            sleep_1ms();
+    }
+    ch_check_idle(host);
+}
+
+uint32_t ch_rows_of(const pkv_batch *b, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < b->num_seqs; i++)
+        if (b->seq_ids[i] == id)
+            return b->query_start[i + 1] - b->query_start[i];
+    return 0;
+}
+
+uint32_t ch_first_rows(ch_host *host, pkv_seq_id id)
+{
+    for (uint32_t i = 0; i < 20000; i++) {
+        const pkv_batch *b;
+        ch_step(host, &b);
+        uint32_t rows = ch_rows_of(b, id);
+        if (rows)
+            return rows;
+        if (b->num_tokens == 0)
+            sleep_1ms();
+    }
+    ch_failf(host, "sequence %llu never ran", (unsigned long long)id);
 }

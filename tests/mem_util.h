@@ -1,30 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared helpers for the memory-manager tests. */
-#ifndef PKV_TEST_UTIL_H
-#define PKV_TEST_UTIL_H
+/* Shared helpers for the memory-manager tests: a plain allocator and pool
+ * snapshots for before/after comparisons. */
+#ifndef PKV_TESTS_MEM_UTIL_H
+#define PKV_TESTS_MEM_UTIL_H
 
 #include "alloc.h"
 #include "pool.h"
 
 #include <string.h>
 
-/* splitmix64: a small seeded generator, identical on every platform. */
-static inline uint64_t test_rand(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1). */
-static inline double test_uniform(uint64_t *state)
-{
-    return ((double)(test_rand(state) >> 11) + 0.5) / 9007199254740992.0;
-}
-
 /* A plain malloc-backed allocator, resolved. */
-static inline pkv__allocator test_allocator(void)
+static inline pkv__allocator plain_allocator(void)
 {
     pkv_allocator none;
     pkv__allocator a;

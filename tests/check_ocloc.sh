@@ -6,7 +6,7 @@
 # (-cl-std=CL1.2), failing on any build error. (tests/isa_check.sh reads
 # what the compiler made of the kernels pkv picks on Intel GPUs.)
 #
-# Usage: sh tests/ocloc_check.sh SOURCE_DIR [PROGRAM_FILE...]
+# Usage: sh tests/check_ocloc.sh SOURCE_DIR [PROGRAM_FILE...]
 #   PROGRAM_FILEs (relative to SOURCE_DIR) are the files the backend
 #   embeds (CMake's PKV_KERNEL_FILES, read from SOURCE_DIR/CMakeLists.txt
 #   when none are given); all but the decode kernels are concatenated, in
@@ -30,7 +30,7 @@ if [ $# -eq 0 ]; then
         sed 's/set(PKV_KERNEL_FILES//; s/)//')
 fi
 if ! command -v ocloc >/dev/null 2>&1; then
-    echo "ocloc_check: SKIPPED: Intel's offline compiler 'ocloc' is not" \
+    echo "check_ocloc: SKIPPED: Intel's offline compiler 'ocloc' is not" \
          "installed (Debian package intel-opencl-icd); the Intel kernel" \
          "builds were not checked"
     exit 77
@@ -40,7 +40,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 devices="tgllp adl-p dg2-g10"
 start=$(date +%s)
-ocloc_cache_init ocloc_check
+ocloc_cache_init check_ocloc
 # What a build with "-I" may include: all of it keys such builds.
 includes_id=$(ocloc_hash "$root"/src/*.h "$root"/kernels/*.cl)
 
@@ -160,6 +160,6 @@ for i in $(seq 1 "$n"); do
     cat "$tmp/out.$i"
     grep -q "^FAILED" "$tmp/out.$i" && fails=$((fails + 1))
 done
-echo "ocloc_check: $n builds ($(ocloc_counts)), $fails failed," \
+echo "check_ocloc: $n builds ($(ocloc_counts)), $fails failed," \
     "$(($(date +%s) - start))s"
 [ "$fails" -eq 0 ]
