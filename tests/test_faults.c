@@ -283,7 +283,7 @@ static void propose_all(tm_host *h)
 {
     uint32_t vocab = h->params.vocab_size;
     for (uint32_t i = 0; i < h->num_seqs; i++) {
-        const pkv__seq *s = pkv__engine_find(h->engine, h->seqs[i].id);
+        const pkv__seq *s = pkv__seqs_find(&h->engine->seqs, h->seqs[i].id);
         if (s == NULL || s->state != PKV__SEQ_RUNNING ||
             s->num_computed + 1 != s->num_tokens)
             continue;

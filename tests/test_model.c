@@ -495,7 +495,7 @@ void tm_check_idle(tm_host *host)
     const pkv__pool *pool = &host->engine->pool;
     for (uint32_t b = 0; b < pool->num_blocks; b++)
         assert_int_equal(pool->blocks[b].ref_count, 0);
-    assert_int_equal(host->engine->swap_used, 0);
+    assert_int_equal(host->engine->seqs.swap_used, 0);
 }
 
 #ifdef PKV_HAVE_OPENCL
