@@ -215,12 +215,11 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     if (stats == NULL)
         return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
                                 "stats is NULL");
-    if (stats->struct_size < PKV__ENGINE_STATS_MIN_SIZE ||
-        stats->struct_size > sizeof(pkv_engine_stats))
-        return pkv__engine_fail(engine, PKV_ERR_STRUCT_SIZE,
-                         "stats->struct_size is %u; this library knows %u",
-                         (unsigned)stats->struct_size,
-                         (unsigned)sizeof(pkv_engine_stats));
+    char why[128];
+    if (pkv__struct_size_bad(stats->struct_size, PKV__ENGINE_STATS_MIN_SIZE,
+                             sizeof *stats, "stats", "pkv_engine_stats_init",
+                             why, sizeof why))
+        return pkv__engine_fail(engine, PKV_ERR_STRUCT_SIZE, "%s", why);
     const pkv__pool *pool = &engine->pool;
     pkv_engine_stats s;
     memset(&s, 0, sizeof s);

@@ -19,12 +19,10 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
     if (t == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
                                 name);
-    if (t->struct_size < PKV__TENSOR_MIN_SIZE ||
-        t->struct_size > sizeof(pkv_tensor))
-        return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE,
-                                "%s->struct_size is %u; this library knows %u",
-                                name, (unsigned)t->struct_size,
-                                (unsigned)sizeof(pkv_tensor));
+    char why[128];
+    if (pkv__struct_size_bad(t->struct_size, PKV__TENSOR_MIN_SIZE, sizeof *t,
+                             name, "pkv_tensor_host", why, sizeof why))
+        return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
     if (t->dtype != PKV_TENSOR_F32 && t->dtype != PKV_TENSOR_F16)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->dtype is %d; not a pkv_tensor_dtype",

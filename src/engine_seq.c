@@ -38,12 +38,11 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
         return pkv__engine_fail_any_thread(
             e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
             params == NULL ? "params" : "out_id");
-    if (params->struct_size < PKV__SEQ_PARAMS_MIN_SIZE ||
-        params->struct_size > sizeof(pkv_seq_params))
-        return pkv__engine_fail_any_thread(
-            e, PKV_ERR_STRUCT_SIZE,
-            "params->struct_size is %u; this library knows %u",
-            (unsigned)params->struct_size, (unsigned)sizeof(pkv_seq_params));
+    char why[128];
+    if (pkv__struct_size_bad(params->struct_size, PKV__SEQ_PARAMS_MIN_SIZE,
+                             sizeof *params, "params", "pkv_seq_params_init",
+                             why, sizeof why))
+        return pkv__engine_fail_any_thread(e, PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_seq_params p;
     pkv_seq_params_init(&p);
     memcpy(&p, params, params->struct_size);

@@ -318,13 +318,12 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     pkv_seq_params p;
     pkv_seq_params_init(&p);
     if (params != NULL) {
-        if (params->struct_size < PKV__SEQ_PARAMS_MIN_SIZE ||
-            params->struct_size > sizeof(pkv_seq_params))
-            return pkv__engine_fail(
-                e, PKV_ERR_STRUCT_SIZE,
-                "params->struct_size is %u; this library knows %u",
-                (unsigned)params->struct_size,
-                (unsigned)sizeof(pkv_seq_params));
+        char why[128];
+        if (pkv__struct_size_bad(params->struct_size,
+                                 PKV__SEQ_PARAMS_MIN_SIZE, sizeof *params,
+                                 "params", "pkv_seq_params_init", why,
+                                 sizeof why))
+            return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
         memcpy(&p, params, params->struct_size);
     }
     if (p.prompt != NULL || p.prompt_len != 0 || p.flags != 0)

@@ -31,11 +31,11 @@ pkv_status pkv_store_init(pkv_store *store)
 
 pkv_status pkv__store_check(const pkv_store *s)
 {
-    if (s->struct_size < PKV__STORE_MIN_SIZE || s->struct_size > sizeof *s)
-        return pkv__fail(PKV_ERR_STRUCT_SIZE,
-                         "params->store->struct_size is %u; this library "
-                         "knows %u (call pkv_store_init)",
-                         (unsigned)s->struct_size, (unsigned)sizeof *s);
+    char why[128];
+    if (pkv__struct_size_bad(s->struct_size, PKV__STORE_MIN_SIZE, sizeof *s,
+                             "params->store", "pkv_store_init", why,
+                             sizeof why))
+        return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     if (s->load == NULL || s->save == NULL || s->poll == NULL ||
         s->cancel == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
