@@ -501,7 +501,7 @@ void tm_check_idle(tm_host *host)
 #ifdef PKV_HAVE_OPENCL
 int tm_opencl_start(void)
 {
-    if (!pkv__opencl_available()) {
+    if (!pkv__ocl_available()) {
         print_message("no OpenCL device: skipped\n");
         return 77;
     }

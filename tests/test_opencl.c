@@ -358,10 +358,10 @@ static void run_case(const geo *g, uint32_t seqs, uint32_t rows,
     compare_caches(&p, used, nused, ctx, seqs);
     batch_free(&b);
     snprintf(last_device, sizeof last_device, "%s",
-             pkv__opencl_ops(p.ocl)->name);
-    const char *variant = pkv__opencl_decode_variant(p.ocl);
+             pkv__ocl_ops(p.ocl)->name);
+    const char *variant = pkv__ocl_decode_variant(p.ocl);
     snprintf(last_variant, sizeof last_variant, "%s",
-             variant != NULL ? variant : "(no decode step)");
+             variant != NULL ? variant : "(none)");
     pair_free(&p);
     free(prior);
     free(nq);
@@ -713,7 +713,7 @@ static void test_validation(void **state)
 
 int main(void)
 {
-    if (!pkv__opencl_available()) {
+    if (!pkv__ocl_available()) {
         print_message("no OpenCL device: skipped\n");
         return 77;
     }
