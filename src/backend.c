@@ -13,9 +13,9 @@
 #include <string.h>
 
 #ifdef PKV_HAVE_OPENCL
-static pkv__opencl_options opencl_options(const pkv_engine_params *p)
+static pkv__ocl_options opencl_options(const pkv_engine_params *p)
 {
-    pkv__opencl_options o;
+    pkv__ocl_options o;
     memset(&o, 0, sizeof o);
     o.device = p->opencl_device;
     o.cache_dir = p->program_cache_dir;
@@ -31,7 +31,7 @@ static pkv__opencl_options opencl_options(const pkv_engine_params *p)
 static int no_device_for_auto(const pkv_engine_params *p)
 {
     return p->backend == PKV_BACKEND_AUTO && p->opencl_context == NULL &&
-           p->opencl_queue == NULL && !pkv__opencl_available();
+           p->opencl_queue == NULL && !pkv__ocl_available();
 }
 #endif
 
@@ -41,7 +41,7 @@ void pkv__backend_log_loader(const pkv_engine_params *p)
     if (p->backend != PKV_BACKEND_CPU && p->log != NULL &&
         PKV_LOG_INFO <= p->log_level) {
         char icd[PKV__ERROR_MAX - 64];
-        pkv__opencl_icd_summary(icd, sizeof icd);
+        pkv__ocl_icd_summary(icd, sizeof icd);
         pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_INFO, "opencl: the ICD loader reads %s", icd);
     }
 #else
@@ -55,14 +55,14 @@ uint32_t pkv__backend_default_block_size(const pkv_engine_params *p)
 #ifdef PKV_HAVE_OPENCL
     if (p->backend == PKV_BACKEND_CPU ||
         (p->backend == PKV_BACKEND_AUTO && p->opencl_queue == NULL &&
-         !pkv__opencl_available()))
+         !pkv__ocl_available()))
         return CPU_BLOCK;
-    pkv__opencl_options o = opencl_options(p);
+    pkv__ocl_options o = opencl_options(p);
     int gpu = 0;
     /* A device that cannot be chosen fails (or falls back) in
      * pkv__backend_create_for, with the message; here it only sets the
      * default. */
-    if (pkv__opencl_device_is_gpu(&o, &gpu) != PKV_OK)
+    if (pkv__ocl_device_is_gpu(&o, &gpu) != PKV_OK)
         return p->backend == PKV_BACKEND_OPENCL ? GPU_BLOCK : CPU_BLOCK;
     return gpu ? GPU_BLOCK : CPU_BLOCK;
 #else
@@ -83,11 +83,11 @@ pkv_status pkv__backend_create_for(const pkv_engine_params *p,
     if (no_device_for_auto(p)) {
         pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_DEBUG, "no OpenCL device; CPU backend");
     } else if (p->backend != PKV_BACKEND_CPU) {
-        pkv__opencl_options o = opencl_options(p);
-        pkv_status st = pkv__opencl_create(config, alloc, &o, backend);
+        pkv__ocl_options o = opencl_options(p);
+        pkv_status st = pkv__ocl_create(config, alloc, &o, backend);
         if (st == PKV_OK) {
             /* Named after the device: the engine's log line says which. */
-            *ops = pkv__opencl_ops(*backend);
+            *ops = pkv__ocl_ops(*backend);
             return PKV_OK;
         }
         /* AUTO falls back unless the host handed its own queue, or host

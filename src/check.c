@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Debug-build invariant check of the engine (check.h). */
 #include "check.h"
+#include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
 
@@ -100,14 +101,14 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
                       (unsigned long long)s->id, (unsigned)t->num_blocks,
                       (unsigned)t->num_tokens);
     /* Slots cover exactly the computed tokens, plus the step's rows. */
-    uint32_t covered = s->num_computed + (e->in_step ? s->scheduled : 0);
+    uint32_t covered = s->num_computed + (e->step.in_step ? s->scheduled : 0);
     if (t->num_tokens != covered || covered > s->num_tokens)
         return broken(buf, size,
                       "seq %llu: slots for %u tokens, computed %u (+%u "
                       "scheduled), tokens %u",
                       (unsigned long long)s->id, (unsigned)t->num_tokens,
                       (unsigned)s->num_computed,
-                      (unsigned)(e->in_step ? s->scheduled : 0),
+                      (unsigned)(e->step.in_step ? s->scheduled : 0),
                       (unsigned)s->num_tokens);
     for (uint32_t i = 0; i < t->num_blocks; i++) {
         uint32_t b = t->blocks[i];
@@ -158,16 +159,16 @@ static const char *check_tenants(const pkv_engine *e, const pkv__seq **run,
         uint64_t sum = 0;
         for (; i < n && run[i]->tenant == t; i++)
             sum += run[i]->table.num_blocks;
-        uint64_t counted = pkv__engine_tenant_blocks(e, t);
+        uint64_t counted = pkv__seqs_tenant_blocks(&e->seqs, t);
         if (counted != sum)
             return broken(buf, size, "tenant %u: counted %llu blocks, holds "
                           "%llu", (unsigned)t, (unsigned long long)counted,
                           (unsigned long long)sum);
         tenants += sum != 0;
     }
-    if (e->tenant_blocks.count != tenants)
+    if (e->seqs.tenant_blocks.count != tenants)
         return broken(buf, size, "tenant map holds %u tenants, %u hold "
-                      "blocks", (unsigned)e->tenant_blocks.count,
+                      "blocks", (unsigned)e->seqs.tenant_blocks.count,
                       (unsigned)tenants);
     return NULL;
 }
@@ -178,9 +179,9 @@ static const char *check_windows(const pkv_engine *e, const pkv__seq *s,
                                  char *buf, size_t size)
 {
     uint32_t w = e->params.u8_rollback_blocks;
-    if (e->window_blocks == NULL)
+    if (e->rollback.window_blocks == NULL)
         return NULL;
-    const uint32_t *held = e->window_blocks + s->stage * w;
+    const uint32_t *held = e->rollback.window_blocks + s->stage * w;
     uint32_t sealed = s->num_computed / e->params.block_size;
     for (uint32_t k = 0; k < w; k++)
         if (held[k] != PKV__NO_BLOCK && (held[k] % w != k || held[k] >= sealed))
@@ -194,8 +195,8 @@ static const char *check_windows(const pkv_engine *e, const pkv__seq *s,
 static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                               const pkv__seq **all, char *buf, size_t size)
 {
-    const pkv__seq_list *lists[] = {&e->waiting, &e->running, &e->swapped,
-                                    &e->ended};
+    const pkv__seq_list *lists[] = {&e->seqs.waiting, &e->seqs.running, &e->seqs.swapped,
+                                    &e->seqs.ended};
     const int32_t states[] = {PKV__SEQ_WAITING, PKV__SEQ_RUNNING,
                               PKV__SEQ_SWAPPED, PKV__SEQ_FINISHED};
     size_t n = 0;
@@ -206,14 +207,14 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
         for (uint32_t i = 0; i < lists[l]->count; i++) {
             const pkv__seq *s = lists[l]->items[i];
             all[n++] = s;
-            if (pkv__map_get(&e->seqs_by_id, s->id) != (uintptr_t)s)
+            if (pkv__map_get(&e->seqs.by_id, s->id) != (uintptr_t)s)
                 return broken(buf, size, "seq %llu: not in the id map",
                               (unsigned long long)s->id);
-            if (s->num_tokens > e->longest_tokens)
+            if (s->num_tokens > e->seqs.longest_tokens)
                 return broken(buf, size, "seq %llu: %u tokens, longest_tokens "
                               "%u", (unsigned long long)s->id,
                               (unsigned)s->num_tokens,
-                              (unsigned)e->longest_tokens);
+                              (unsigned)e->seqs.longest_tokens);
             if (s->num_tokens > s->token_capacity)
                 return broken(buf, size, "seq %llu: %u tokens, room for %zu",
                               (unsigned long long)s->id,
@@ -257,22 +258,22 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                 swap += s->swap_size;
         }
     }
-    if (e->seqs_by_id.count != n)
+    if (e->seqs.by_id.count != n)
         return broken(buf, size, "id map holds %u sequences, the lists %zu",
-                      (unsigned)e->seqs_by_id.count, n);
-    if (swap != e->swap_used || swap > e->params.swap_bytes)
+                      (unsigned)e->seqs.by_id.count, n);
+    if (swap != e->seqs.swap_used || swap > e->params.swap_bytes)
         return broken(buf, size,
                       "swap_used %llu, swapped sequences hold %llu, of %llu",
-                      (unsigned long long)e->swap_used,
+                      (unsigned long long)e->seqs.swap_used,
                       (unsigned long long)swap,
                       (unsigned long long)e->params.swap_bytes);
-    if (e->running.count > e->params.max_num_seqs)
+    if (e->seqs.running.count > e->params.max_num_seqs)
         return broken(buf, size, "%u running, max_num_seqs %u",
-                      (unsigned)e->running.count,
+                      (unsigned)e->seqs.running.count,
                       (unsigned)e->params.max_num_seqs);
     /* running's pointers come first in `all` after waiting's. */
-    const char *why = check_tenants(e, all + e->waiting.count,
-                                    e->running.count, buf, size);
+    const char *why = check_tenants(e, all + e->seqs.waiting.count,
+                                    e->seqs.running.count, buf, size);
     if (why != NULL)
         return why;
     qsort(all, n, sizeof *all, by_address);
@@ -280,18 +281,18 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
         if (all[i] == all[i - 1])
             return broken(buf, size, "seq %llu is listed twice",
                           (unsigned long long)all[i]->id);
-    if (u8 && stages_held + e->num_free_stages != e->params.max_num_seqs)
+    if (u8 && stages_held + e->seqs.num_free_stages != e->params.max_num_seqs)
         return broken(buf, size, "%u staging tails held, %u free, of %u",
-                      (unsigned)stages_held, (unsigned)e->num_free_stages,
+                      (unsigned)stages_held, (unsigned)e->seqs.num_free_stages,
                       (unsigned)e->params.max_num_seqs);
-    for (uint32_t i = 0; e->window_blocks != NULL && i < e->num_free_stages;
+    for (uint32_t i = 0; e->rollback.window_blocks != NULL && i < e->seqs.num_free_stages;
          i++) {
         uint32_t w = e->params.u8_rollback_blocks;
-        const uint32_t *held = e->window_blocks + e->free_stages[i] * w;
+        const uint32_t *held = e->rollback.window_blocks + e->seqs.free_stages[i] * w;
         for (uint32_t k = 0; k < w; k++)
             if (held[k] != PKV__NO_BLOCK)
                 return broken(buf, size, "free staging tail %u: window %u "
-                              "holds block %u", (unsigned)e->free_stages[i],
+                              "holds block %u", (unsigned)e->seqs.free_stages[i],
                               (unsigned)k, (unsigned)held[k]);
     }
     return NULL;
@@ -302,8 +303,8 @@ const char *pkv__engine_check(const pkv_engine *e, char *buf, size_t size)
     const char *why = check_pool(&e->pool, buf, size);
     if (why != NULL)
         return why;
-    size_t seqs = (size_t)e->waiting.count + e->running.count +
-                  e->swapped.count + e->ended.count;
+    size_t seqs = (size_t)e->seqs.waiting.count + e->seqs.running.count +
+                  e->seqs.swapped.count + e->seqs.ended.count;
     uint32_t *refs = calloc(e->pool.num_blocks, sizeof *refs);
     const pkv__seq **all = calloc(seqs ? seqs : 1, sizeof *all);
     if (refs != NULL && all != NULL) { /* else: not checked */

@@ -25,7 +25,9 @@
 #ifndef PKV_CHECK_H
 #define PKV_CHECK_H
 
-#include "engine.h"
+#include "pkv/pkv.h"
+
+#include <stddef.h>
 
 /* NULL when every invariant holds, else a description of the first one
  * broken (in buf). O(blocks + sequences * log sequences). Uses the C

@@ -3,111 +3,26 @@
  * arrays, its backend, and its counters. */
 #include "engine.h"
 #include "engine_params.h"
+#include "store/engine_store.h"
 #include "kv_layout.h"
 #include "struct_sizes.h"
 
 #include <string.h>
 
-/* The step arrays, sized by max_num_seqs and max_batch_tokens. */
-static pkv_status alloc_step_arrays(pkv_engine *e)
+/* The engine's own copy of each layer's window (params.layer_windows,
+ * else sliding_window for every layer); params points at it. */
+static pkv_status copy_layer_windows(pkv_engine *e)
 {
-    const pkv__allocator *a = &e->alloc;
-    size_t seqs = e->params.max_num_seqs, rows = e->params.max_batch_tokens;
-    e->layer_done = pkv__calloc(a, e->params.num_layers, 1);
-    /* The params' windows become the engine's own copy. */
     const uint32_t *given = e->params.layer_windows;
-    e->layer_windows =
-        pkv__calloc(a, e->params.num_layers, sizeof *e->layer_windows);
+    e->layer_windows = pkv__calloc(&e->alloc, e->params.num_layers,
+                                   sizeof *e->layer_windows);
     if (e->layer_windows == NULL)
         return PKV_ERR_OUT_OF_MEMORY;
     for (uint32_t l = 0; l < e->params.num_layers; l++)
         e->layer_windows[l] =
             given != NULL ? given[l] : e->params.sliding_window;
     e->params.layer_windows = e->layer_windows;
-    e->step_seqs = pkv__calloc(a, seqs, sizeof *e->step_seqs);
-    e->actions = pkv__calloc(a, 3 * seqs, sizeof *e->actions);
-    e->copy_pairs = pkv__calloc(a, 3 * seqs, sizeof *e->copy_pairs);
-    e->seq_ids = pkv__calloc(a, seqs, sizeof *e->seq_ids);
-    e->seq_user_data = pkv__calloc(a, seqs, sizeof *e->seq_user_data);
-    e->query_start = pkv__calloc(a, seqs + 1, sizeof *e->query_start);
-    e->context_lens = pkv__calloc(a, seqs, sizeof *e->context_lens);
-    e->stages = pkv__calloc(a, seqs, sizeof *e->stages);
-    e->step_tables = pkv__calloc(a, seqs, sizeof *e->step_tables);
-    e->table_versions = pkv__calloc(a, seqs, sizeof *e->table_versions);
-    /* A sample per row at most (drafts sample every row). */
-    e->sample_rows = pkv__calloc(a, rows, sizeof *e->sample_rows);
-    e->sample_seq_ids = pkv__calloc(a, rows, sizeof *e->sample_seq_ids);
-    e->preempted = pkv__calloc(a, seqs, sizeof *e->preempted);
-    e->seq_bad = pkv__calloc(a, seqs, 1);
-    e->token_ids = pkv__calloc(a, rows, sizeof *e->token_ids);
-    e->positions = pkv__calloc(a, rows, sizeof *e->positions);
-    e->slots = pkv__calloc(a, rows, sizeof *e->slots);
-    e->row_bad = pkv__calloc(a, rows, 1);
-    if (PKV_LAYOUT_QUANTIZED(e->params.kv_dtype)) {
-        e->free_stages = pkv__calloc(a, seqs, sizeof *e->free_stages);
-        if (e->free_stages == NULL)
-            return PKV_ERR_OUT_OF_MEMORY;
-        for (uint32_t i = 0; i < seqs; i++)
-            e->free_stages[i] = (uint32_t)(seqs - 1 - i);
-        e->num_free_stages = (uint32_t)seqs;
-        size_t windows = seqs * e->params.u8_rollback_blocks;
-        if (windows > 0) {
-            e->window_blocks =
-                pkv__calloc(a, windows, sizeof *e->window_blocks);
-            e->row_windows = pkv__calloc(a, rows, sizeof *e->row_windows);
-            if (e->window_blocks == NULL || e->row_windows == NULL)
-                return PKV_ERR_OUT_OF_MEMORY;
-            memset(e->window_blocks, 0xff, /* PKV__NO_BLOCK */
-                   windows * sizeof *e->window_blocks);
-        }
-    }
-    if (!e->layer_done || !e->step_seqs || !e->actions || !e->copy_pairs ||
-        !e->seq_ids ||
-        !e->seq_user_data || !e->query_start || !e->context_lens || !e->stages ||
-        !e->step_tables || !e->table_versions ||
-        !e->sample_rows || !e->sample_seq_ids || !e->preempted ||
-        !e->seq_bad || !e->token_ids || !e->positions || !e->slots ||
-        !e->row_bad)
-        return PKV_ERR_OUT_OF_MEMORY;
     return PKV_OK;
-}
-
-static void free_step_arrays(pkv_engine *e)
-{
-    const pkv__allocator *a = &e->alloc;
-    size_t seqs = e->params.max_num_seqs, rows = e->params.max_batch_tokens;
-    pkv__free(a, e->layer_done, e->params.num_layers, 1);
-    pkv__free(a, e->layer_windows, e->params.num_layers,
-              sizeof *e->layer_windows);
-    pkv__free(a, e->step_seqs, seqs, sizeof *e->step_seqs);
-    pkv__free(a, e->actions, 3 * seqs, sizeof *e->actions);
-    pkv__free(a, e->copy_pairs, 3 * seqs, sizeof *e->copy_pairs);
-    pkv__free(a, e->seq_ids, seqs, sizeof *e->seq_ids);
-    pkv__free(a, e->seq_user_data, seqs, sizeof *e->seq_user_data);
-    pkv__free(a, e->query_start, seqs + 1, sizeof *e->query_start);
-    pkv__free(a, e->context_lens, seqs, sizeof *e->context_lens);
-    pkv__free(a, e->stages, seqs, sizeof *e->stages);
-    pkv__free(a, e->sample_rows, rows, sizeof *e->sample_rows);
-    pkv__free(a, e->sample_seq_ids, rows, sizeof *e->sample_seq_ids);
-    pkv__free(a, e->preempted, seqs, sizeof *e->preempted);
-    pkv__free(a, e->seq_bad, seqs, 1);
-    pkv__free(a, e->token_ids, rows, sizeof *e->token_ids);
-    pkv__free(a, e->positions, rows, sizeof *e->positions);
-    pkv__free(a, e->slots, rows, sizeof *e->slots);
-    pkv__free(a, e->row_bad, rows, 1);
-    pkv__free(a, e->free_stages, seqs, sizeof *e->free_stages);
-    pkv__free(a, e->window_blocks, seqs * e->params.u8_rollback_blocks,
-              sizeof *e->window_blocks);
-    pkv__free(a, e->row_windows, rows, sizeof *e->row_windows);
-    pkv__free(a, e->step_tables, seqs, sizeof *e->step_tables);
-    pkv__free(a, e->table_versions, seqs, sizeof *e->table_versions);
-    pkv__free(a, e->finished, e->finished_capacity, sizeof *e->finished);
-    pkv__free(a, e->finished_user_data, e->finished_user_data_capacity,
-              sizeof *e->finished_user_data);
-    pkv__plan_release(&e->plan, a);
-    pkv__free(a, e->hit_blocks, e->hit_blocks_capacity,
-              sizeof *e->hit_blocks);
-    pkv__free(a, e->scratch, e->scratch_capacity, sizeof *e->scratch);
 }
 
 /* The backend's config from the params; the backend (backend.c). */
@@ -141,34 +56,31 @@ static pkv_status create_backend(pkv_engine *e)
 /* Release everything create may have made; fields not made are NULL. */
 static void engine_free(pkv_engine *e)
 {
-    pkv__seq_list *lists[] = {&e->waiting, &e->running, &e->swapped,
-                              &e->ended};
-    for (size_t l = 0; l < 4; l++) {
+    pkv__seq_list *lists[] = {&e->seqs.waiting, &e->seqs.running,
+                              &e->seqs.swapped, &e->seqs.ended};
+    for (size_t l = 0; l < 4; l++)
         for (uint32_t i = 0; i < lists[l]->count; i++) {
             pkv__seq *s = lists[l]->items[i];
             if (e->pool.blocks != NULL)
                 pkv__table_release(&s->table, &e->pool);
             pkv__prefix_chain_release(&s->chain, &e->pool);
-            pkv__seq_free(s, &e->alloc);
         }
-        pkv__seq_list_release(lists[l], &e->alloc);
-    }
     /* Before the backend and pool: the store's operations in flight are
      * cancelled, so the connector stops writing into their buffers. */
     pkv__store_release(e);
     if (e->ops != NULL)
         e->ops->destroy(e->backend);
-    free_step_arrays(e);
-    pkv__map_release(&e->tenant_blocks, &e->alloc);
-    pkv__map_release(&e->seqs_by_id, &e->alloc);
+    pkv__seqs_release(&e->seqs, &e->alloc);
+    pkv__step_state_release(&e->step, &e->alloc);
+    pkv__rollback_release(&e->rollback, &e->alloc);
+    pkv__free(&e->alloc, e->layer_windows, e->params.num_layers,
+              sizeof *e->layer_windows);
     if (e->prefix.pool != NULL)
         pkv__prefix_release(&e->prefix);
     if (e->pool.blocks != NULL)
         pkv__pool_release(&e->pool);
     pkv__allocator alloc = e->alloc;
-    pkv__lock_destroy(e->error_lock);
-    pkv__free(&alloc, e->error_lock, 1, sizeof *e->error_lock);
-    pkv__free(&alloc, e->last_error, PKV__ERROR_MAX, 1);
+    pkv__engine_message_destroy(e->message, &alloc);
     pkv__free(&alloc, e, 1, sizeof *e);
 }
 
@@ -198,17 +110,11 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
                          "or both be NULL");
 
     pkv_engine *e = pkv__calloc(&alloc, 1, sizeof *e);
-    char *message = pkv__calloc(&alloc, PKV__ERROR_MAX, 1);
-    pkv__lock *lock = pkv__calloc(&alloc, 1, sizeof *lock);
-    if (e == NULL || message == NULL || lock == NULL ||
-        pkv__lock_init(lock) != 0) {
+    if (e == NULL || pkv__engine_message_create(&alloc, &e->message) !=
+                         PKV_OK) {
         pkv__free(&alloc, e, 1, sizeof *e);
-        pkv__free(&alloc, message, PKV__ERROR_MAX, 1);
-        pkv__free(&alloc, lock, 1, sizeof *lock);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "engine object");
     }
-    e->last_error = message;
-    e->error_lock = lock;
     e->alloc = alloc;
     e->params = p;
     e->block_bytes = pkv__block_bytes(&p);
@@ -217,6 +123,11 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (pkv__inbox_init(&e->inbox, &alloc) != PKV_OK) {
         engine_free(e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
+    }
+    if (copy_layer_windows(e) != PKV_OK) {
+        pkv__inbox_release(&e->inbox, &alloc);
+        engine_free(e);
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "layer windows");
     }
     /* The KV storage first: a cache too large for the machine fails before
      * the host metadata (proportional to the blocks) is built. */
@@ -236,15 +147,20 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (st == PKV_OK) {
         what = "store state";
         st = pkv__store_init(e, p.store);
-        e->params.store = p.store != NULL ? &e->store.cb : NULL;
+        if (st == PKV_OK && p.store != NULL)
+            e->params.store = &e->store->cb;
     }
     if (st == PKV_OK) {
         what = "step arrays";
-        st = alloc_step_arrays(e);
+        st = pkv__step_state_init(&e->step, &alloc, &p);
     }
     if (st == PKV_OK) {
-        what = "tenant map";
-        st = pkv__map_reserve(&e->tenant_blocks, &alloc, p.max_num_seqs);
+        what = "sequence lists";
+        st = pkv__seqs_init(&e->seqs, &alloc, &p);
+    }
+    if (st == PKV_OK) {
+        what = "rollback window";
+        st = pkv__rollback_init(&e->rollback, &alloc, &p);
     }
     if (st != PKV_OK) {
         char why[PKV__ERROR_MAX];
@@ -299,12 +215,11 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     if (stats == NULL)
         return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
                                 "stats is NULL");
-    if (stats->struct_size < PKV__ENGINE_STATS_MIN_SIZE ||
-        stats->struct_size > sizeof(pkv_engine_stats))
-        return pkv__engine_fail(engine, PKV_ERR_STRUCT_SIZE,
-                         "stats->struct_size is %u; this library knows %u",
-                         (unsigned)stats->struct_size,
-                         (unsigned)sizeof(pkv_engine_stats));
+    char why[128];
+    if (pkv__struct_size_bad(stats->struct_size, PKV__ENGINE_STATS_MIN_SIZE,
+                             sizeof *stats, "stats", "pkv_engine_stats_init",
+                             why, sizeof why))
+        return pkv__engine_fail(engine, PKV_ERR_STRUCT_SIZE, "%s", why);
     const pkv__pool *pool = &engine->pool;
     pkv_engine_stats s;
     memset(&s, 0, sizeof s);
@@ -317,9 +232,9 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.tokens_stored = pool->tokens_stored;
     s.slots_allocated = (uint64_t)(pool->num_used - 1) * pool->block_size;
     s.block_bytes = engine->block_bytes;
-    s.num_waiting = engine->waiting.count;
-    s.num_running = engine->running.count;
-    s.num_swapped = engine->swapped.count;
+    s.num_waiting = engine->seqs.waiting.count;
+    s.num_running = engine->seqs.running.count;
+    s.num_swapped = engine->seqs.swapped.count;
     s.steps = engine->totals.steps;
     s.prefix_query_tokens = engine->totals.prefix_query_tokens;
     s.prefix_hit_tokens = engine->totals.prefix_hit_tokens;
@@ -331,7 +246,7 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.draft_tokens_accepted = engine->totals.draft_tokens_accepted;
     /* The store's counters are kept in totals as they are reported. */
     const pkv_engine_stats *t = &engine->totals;
-    s.num_loading = engine->store.num_loading;
+    s.num_loading = engine->store->num_loading;
     s.store_lookups = t->store_lookups;
     s.store_query_blocks = t->store_query_blocks;
     s.store_hit_blocks = t->store_hit_blocks;

@@ -19,12 +19,10 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
     if (t == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
                                 name);
-    if (t->struct_size < PKV__TENSOR_MIN_SIZE ||
-        t->struct_size > sizeof(pkv_tensor))
-        return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE,
-                                "%s->struct_size is %u; this library knows %u",
-                                name, (unsigned)t->struct_size,
-                                (unsigned)sizeof(pkv_tensor));
+    char why[128];
+    if (pkv__struct_size_bad(t->struct_size, PKV__TENSOR_MIN_SIZE, sizeof *t,
+                             name, "pkv_tensor_host", why, sizeof why))
+        return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
     if (t->dtype != PKV_TENSOR_F32 && t->dtype != PKV_TENSOR_F16)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->dtype is %d; not a pkv_tensor_dtype",
@@ -86,7 +84,7 @@ static int mark_bad_rows(const pkv_engine *e, const float *x, uint32_t rows,
         const float *row = x + r * row_size;
         for (size_t i = 0; i < row_size; i++)
             if (!(fabsf(row[i]) <= limit)) {
-                e->row_bad[r] = 1;
+                e->step.row_bad[r] = 1;
                 any = 1;
                 break;
             }
@@ -100,10 +98,10 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
 {
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
-    if (!e->in_step)
+    if (!e->step.in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "attend outside a step: call step_begin");
-    if (layer >= e->params.num_layers || e->layer_done[layer])
+    if (layer >= e->params.num_layers || e->step.layer_done[layer])
         return pkv__engine_fail(e, layer >= e->params.num_layers
                                        ? PKV_ERR_INVALID_ARGUMENT
                                        : PKV_ERR_BAD_STATE,
@@ -111,7 +109,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
                                 layer >= e->params.num_layers
                                     ? "is out of range"
                                     : "was already attended in this step");
-    uint32_t rows = e->batch.num_tokens;
+    uint32_t rows = e->step.batch.num_tokens;
     uint32_t hq = e->params.num_q_heads, hkv = e->params.num_kv_heads;
     pkv_status st = check_tensor(e, "q", q, rows, hq);
     if (st == PKV_OK)
@@ -129,8 +127,8 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
                                 "q, k, v and out must all be host memory or "
                                 "all cl_mem");
     if (rows == 0) {
-        e->layer_done[layer] = 1;
-        e->layers_left--;
+        e->step.layer_done[layer] = 1;
+        e->step.layers_left--;
         return PKV_OK;
     }
     /* cl_mem tensors: enqueued on the engine's queue, not waited for, and
@@ -141,8 +139,8 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         if (st != PKV_OK)
             return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
                                     pkv_last_error());
-        e->layer_done[layer] = 1;
-        e->layers_left--;
+        e->step.layer_done[layer] = 1;
+        e->step.layers_left--;
         return PKV_OK;
     }
 
@@ -152,12 +150,12 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     size_t q_count = (size_t)rows * hq * d, kv_count = (size_t)rows * hkv * d;
     size_t needed = 2 * q_count + 2 * kv_count;
     void *scratch;
-    if (pkv__grow(&e->alloc, e->scratch, &e->scratch_capacity, 0, needed,
-                  sizeof *e->scratch, &scratch) != PKV_OK)
+    if (pkv__grow(&e->alloc, e->step.scratch, &e->step.scratch_capacity, 0, needed,
+                  sizeof *e->step.scratch, &scratch) != PKV_OK)
         return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
                                 "attend scratch of %zu floats", needed);
-    e->scratch = scratch;
-    float *q_buf = e->scratch, *out_buf = q_buf + q_count;
+    e->step.scratch = scratch;
+    float *q_buf = e->step.scratch, *out_buf = q_buf + q_count;
     float *k_buf = out_buf + q_count, *v_buf = k_buf + kv_count;
     const float *qf = as_f32(q, q_buf, q_count);
     const float *kf = as_f32(k, k_buf, kv_count);
@@ -166,7 +164,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     /* A sequence whose K or V cannot be stored fails alone: its rows are
      * replaced by zeros (written only to its own, private slots of this
      * step), and it ends at step_end without registering any prefix. */
-    memset(e->row_bad, 0, rows);
+    memset(e->step.row_bad, 0, rows);
     int bad = mark_bad_rows(e, kf, rows, (size_t)hkv * d);
     bad |= mark_bad_rows(e, vf, rows, (size_t)hkv * d);
     if (bad) {
@@ -174,20 +172,20 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
             kf = memcpy(k_buf, kf, kv_count * sizeof *k_buf);
         if (vf != v_buf)
             vf = memcpy(v_buf, vf, kv_count * sizeof *v_buf);
-        for (uint32_t i = 0; i < e->batch.num_seqs; i++)
-            for (uint32_t r = e->query_start[i]; r < e->query_start[i + 1];
+        for (uint32_t i = 0; i < e->step.batch.num_seqs; i++)
+            for (uint32_t r = e->step.query_start[i]; r < e->step.query_start[i + 1];
                  r++) {
-                if (!e->row_bad[r])
+                if (!e->step.row_bad[r])
                     continue;
-                e->seq_bad[i] = 1;
+                e->step.seq_bad[i] = 1;
                 break;
             }
-        for (uint32_t i = 0; i < e->batch.num_seqs; i++) {
-            if (!e->seq_bad[i])
+        for (uint32_t i = 0; i < e->step.batch.num_seqs; i++) {
+            if (!e->step.seq_bad[i])
                 continue;
-            size_t first = (size_t)e->query_start[i] * hkv * d;
+            size_t first = (size_t)e->step.query_start[i] * hkv * d;
             size_t count =
-                (size_t)(e->query_start[i + 1] - e->query_start[i]) * hkv * d;
+                (size_t)(e->step.query_start[i + 1] - e->step.query_start[i]) * hkv * d;
             memset(k_buf + first, 0, count * sizeof *k_buf);
             memset(v_buf + first, 0, count * sizeof *v_buf);
         }
@@ -219,7 +217,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     } else if (alias) {
         memmove(out_f32, out_buf, span);
     }
-    e->layer_done[layer] = 1;
-    e->layers_left--;
+    e->step.layer_done[layer] = 1;
+    e->step.layers_left--;
     return PKV_OK;
 }

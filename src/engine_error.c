@@ -1,10 +1,42 @@
 /* SPDX-License-Identifier: MIT */
-/* An engine's messages (engine.h): its last error, set on any thread under
- * its lock, and its log lines. */
+/* An engine's messages (engine_error.h): its last error, set on any thread
+ * under its lock, and its log lines. */
+#include "engine_error.h"
+
 #include "engine.h"
+#include "lock.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* Behind a pointer, so that a function taking a const engine (a getter)
+ * can still report its failure here; written and read under the lock,
+ * since pkv_seq_add and pkv_seq_abort fail on any thread. */
+struct pkv__engine_message {
+    pkv__lock lock;
+    char text[PKV__ERROR_MAX];
+};
+
+pkv_status pkv__engine_message_create(const pkv__allocator *a,
+                                      pkv__engine_message **out)
+{
+    pkv__engine_message *m = pkv__calloc(a, 1, sizeof *m);
+    if (m == NULL || pkv__lock_init(&m->lock) != 0) {
+        pkv__free(a, m, 1, sizeof *m);
+        return PKV_ERR_OUT_OF_MEMORY;
+    }
+    *out = m;
+    return PKV_OK;
+}
+
+void pkv__engine_message_destroy(pkv__engine_message *m,
+                                 const pkv__allocator *a)
+{
+    if (m == NULL)
+        return;
+    pkv__lock_destroy(&m->lock);
+    pkv__free(a, m, 1, sizeof *m);
+}
 
 /* pkv_engine_last_error's copy: the engine's message may change on
  * another thread while the caller reads it. */
@@ -14,9 +46,10 @@ const char *pkv_engine_last_error(const pkv_engine *engine)
 {
     if (engine == NULL)
         return pkv_last_error();
-    pkv__lock_take(engine->error_lock);
-    memcpy(engine_error_copy, engine->last_error, PKV__ERROR_MAX);
-    pkv__lock_give(engine->error_lock);
+    pkv__engine_message *m = engine->message;
+    pkv__lock_take(&m->lock);
+    memcpy(engine_error_copy, m->text, PKV__ERROR_MAX);
+    pkv__lock_give(&m->lock);
     return engine_error_copy;
 }
 
@@ -27,9 +60,10 @@ static void record(const pkv_engine *engine, char *message, pkv_status status,
 {
     pkv__format_error(message, status, fmt, args);
     pkv__set_error(message);
-    pkv__lock_take(engine->error_lock);
-    snprintf(engine->last_error, PKV__ERROR_MAX, "%s", message);
-    pkv__lock_give(engine->error_lock);
+    pkv__engine_message *m = engine->message;
+    pkv__lock_take(&m->lock);
+    snprintf(m->text, PKV__ERROR_MAX, "%s", message);
+    pkv__lock_give(&m->lock);
 }
 
 pkv_status pkv__engine_fail(const pkv_engine *engine, pkv_status status,

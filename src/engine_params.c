@@ -61,11 +61,11 @@ uint64_t pkv__block_bytes(const pkv_engine_params *p)
 pkv_status pkv__params_resolve(const pkv_engine_params *in,
                                pkv_engine_params *p)
 {
-    if (in->struct_size < PKV__ENGINE_PARAMS_MIN_SIZE ||
-        in->struct_size > sizeof *p)
-        return pkv__fail(PKV_ERR_STRUCT_SIZE,
-                         "params->struct_size is %u; this library knows %u",
-                         (unsigned)in->struct_size, (unsigned)sizeof *p);
+    char why[128];
+    if (pkv__struct_size_bad(in->struct_size, PKV__ENGINE_PARAMS_MIN_SIZE,
+                             sizeof *p, "params", "pkv_engine_params_init",
+                             why, sizeof why))
+        return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_engine_params_init(p);
     memcpy(p, in, in->struct_size);
     if (p->flags != 0)

@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "store/engine_store.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -37,12 +38,11 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
         return pkv__engine_fail_any_thread(
             e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
             params == NULL ? "params" : "out_id");
-    if (params->struct_size < PKV__SEQ_PARAMS_MIN_SIZE ||
-        params->struct_size > sizeof(pkv_seq_params))
-        return pkv__engine_fail_any_thread(
-            e, PKV_ERR_STRUCT_SIZE,
-            "params->struct_size is %u; this library knows %u",
-            (unsigned)params->struct_size, (unsigned)sizeof(pkv_seq_params));
+    char why[128];
+    if (pkv__struct_size_bad(params->struct_size, PKV__SEQ_PARAMS_MIN_SIZE,
+                             sizeof *params, "params", "pkv_seq_params_init",
+                             why, sizeof why))
+        return pkv__engine_fail_any_thread(e, PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_seq_params p;
     pkv_seq_params_init(&p);
     memcpy(&p, params, params->struct_size);
@@ -134,17 +134,17 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "sequence %llu has an abort pending",
                                 (unsigned long long)parent_id);
-    if (e->running.count >= e->params.max_num_seqs)
+    if (e->seqs.running.count >= e->params.max_num_seqs)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "%u sequences already run (max_num_seqs)",
-                                (unsigned)e->running.count);
+                                (unsigned)e->seqs.running.count);
     if (last_token >= 0 && !token_ok(e, last_token))
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "last_token %d is out of range",
                                 (int)last_token);
     uint32_t quota = e->params.max_blocks_per_tenant;
     if (quota != 0) {
-        uint64_t used = pkv__engine_tenant_blocks(e, parent->tenant);
+        uint64_t used = pkv__seqs_tenant_blocks(&e->seqs, parent->tenant);
         if (used + parent->table.num_blocks > quota)
             return pkv__engine_fail(e, PKV_ERR_QUOTA,
                                     "tenant %u holds %llu of %u blocks",
@@ -154,8 +154,8 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     }
 
     /* Everything that can fail comes first. */
-    pkv_status st = pkv__engine_reserve_lists(
-        e, pkv__inbox_live_count(&e->inbox) + 17);
+    pkv_status st = pkv__seqs_reserve(
+        &e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
     pkv__seq *child = NULL;
     if (st == PKV_OK) {
         child = pkv__seq_new(&e->alloc, parent->tokens, parent->num_tokens);
@@ -169,10 +169,10 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
                                      parent->chain.num_links);
     if (st == PKV_OK && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype)) {
         pkv__block_copy pair = {parent->stage,
-                                e->free_stages[e->num_free_stages - 1]};
+                                e->seqs.free_stages[e->seqs.num_free_stages - 1]};
         st = e->ops->copy_stages(e->backend, &pair, 1);
         if (st == PKV_OK)
-            child->stage = e->free_stages[--e->num_free_stages];
+            child->stage = e->seqs.free_stages[--e->seqs.num_free_stages];
     }
     if (st != PKV_OK) {
         if (child != NULL) {
@@ -191,14 +191,14 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->tenant = parent->tenant;
     child->salt = parent->salt;
     child->user_data = parent->user_data;
-    pkv__engine_count_blocks(e, child, 0);
+    pkv__seqs_count_blocks(&e->seqs, child, 0);
     if (last_token >= 0)
         child->tokens[child->num_tokens - 1] = last_token;
     pkv__inbox_issue(&e->inbox, child);
-    pkv__map_put(&e->seqs_by_id, child->id, (uint64_t)(uintptr_t)child);
+    pkv__map_put(&e->seqs.by_id, child->id, (uint64_t)(uintptr_t)child);
     child->state = PKV__SEQ_RUNNING;
-    child->admitted = ++e->admissions;
-    pkv__seq_list_insert(&e->running, e->running.count, child);
+    child->admitted = ++e->seqs.admissions;
+    pkv__seq_list_insert(&e->seqs.running, e->seqs.running.count, child);
     *out_child = child->id;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
@@ -266,8 +266,8 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
     s->drafts_step = e->totals.steps;
     e->drafts_step = e->totals.steps;
     /* The step's block tables are sized by the longest sequence. */
-    if (s->num_tokens + num_drafts > e->longest_tokens)
-        e->longest_tokens = s->num_tokens + num_drafts;
+    if (s->num_tokens + num_drafts > e->seqs.longest_tokens)
+        e->seqs.longest_tokens = s->num_tokens + num_drafts;
     return PKV_OK;
 }
 
@@ -291,11 +291,11 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     uint32_t bs = e->params.block_size;
     if (s->state == PKV__SEQ_SWAPPED) {
         /* Its blocks are host bytes now: recompute it instead. */
-        pkv__seq_list_remove(&e->swapped, s);
-        pkv__engine_drop_swap(e, s);
+        pkv__seq_list_remove(&e->seqs.swapped, s);
+        pkv__seqs_drop_swap(&e->seqs, &e->alloc, s);
         s->num_computed = 0;
         s->state = PKV__SEQ_WAITING;
-        pkv__engine_enqueue(e, &e->waiting, s);
+        pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
     } else if (s->state == PKV__SEQ_RUNNING) {
         /* The KV of every kept token but the last (the next input row). */
         uint32_t c = s->num_computed;
@@ -309,7 +309,7 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     /* Later tokens may differ from the prompt's: keep whole blocks only. */
     if (s->num_prompt_hashes > num_tokens / bs)
         s->num_prompt_hashes = num_tokens / bs;
-    if (pkv__store_enabled(&e->store))
+    if (pkv__store_enabled(e->store))
         pkv__store_forget(e, s, num_tokens / bs);
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
@@ -331,7 +331,7 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
     if (blocks == NULL || num_blocks == NULL || num_tokens == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "every out-parameter must be set");
-    const pkv__seq *seq = pkv__engine_find(e, id);
+    const pkv__seq *seq = pkv__seqs_find(&e->seqs, id);
     if (seq == NULL && pkv__inbox_queued(&e->inbox, id))
         return PKV_OK; /* added, not yet seen by a step: no blocks */
     if (seq == NULL)

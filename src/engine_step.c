@@ -8,6 +8,7 @@
 #include "lifecycle.h"
 #include "rollback.h"
 #include "sched_plan.h"
+#include "store/engine_store.h"
 
 #include <assert.h>
 #include <string.h>
@@ -23,7 +24,7 @@ static pkv_status drain_inbox(pkv_engine *e)
     for (;;) {
         /* More may arrive between the count and the take: then again. */
         uint64_t live = pkv__inbox_live_count(&e->inbox) + 16;
-        pkv_status st = pkv__engine_reserve_lists(e, live);
+        pkv_status st = pkv__seqs_reserve(&e->seqs, &e->alloc, live);
         if (st != PKV_OK)
             return st;
         if (pkv__inbox_take(&e->inbox, live, &adds, &aborts, &num_aborts,
@@ -35,17 +36,17 @@ static pkv_status drain_inbox(pkv_engine *e)
         adds = s->inbox_next;
         s->inbox_next = NULL;
         s->state = PKV__SEQ_WAITING;
-        pkv__map_put(&e->seqs_by_id, s->id, (uint64_t)(uintptr_t)s);
-        if (s->num_tokens > e->longest_tokens)
-            e->longest_tokens = s->num_tokens;
-        pkv__engine_enqueue(e, &e->waiting, s);
+        pkv__map_put(&e->seqs.by_id, s->id, (uint64_t)(uintptr_t)s);
+        if (s->num_tokens > e->seqs.longest_tokens)
+            e->seqs.longest_tokens = s->num_tokens;
+        pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
     }
     for (uint32_t i = 0; i < num_aborts; i++) {
-        pkv__seq *s = pkv__engine_find(e, aborts[i]);
+        pkv__seq *s = pkv__seqs_find(&e->seqs, aborts[i]);
         if (s != NULL)
             pkv__engine_end_later(e, s, PKV_FINISH_ABORTED, PKV_OK);
     }
-    pkv__engine_sweep_ended(e);
+    pkv__seqs_sweep_ended(&e->seqs);
     pkv__free(&e->alloc, aborts, abort_capacity, sizeof *aborts);
     return PKV_OK;
 }
@@ -53,43 +54,19 @@ static pkv_status drain_inbox(pkv_engine *e)
 /* Everything the step may need, allocated before the first change. */
 static pkv_status reserve_step(pkv_engine *e)
 {
-    uint32_t bs = e->pool.block_size;
-    uint32_t longest = e->longest_tokens;
-    uint32_t live = e->running.count + e->waiting.count + e->swapped.count;
-    /* Scratch arrays: nothing in them survives a step, nothing to copy. */
-    void *finished, *finished_user_data, *hits;
-    pkv_status st = pkv__grow(&e->alloc, e->finished, &e->finished_capacity, 0,
-                   (size_t)e->ended.count + live + 1, sizeof *e->finished,
-                   &finished);
-    if (st != PKV_OK)
-        return st;
-    e->finished = finished;
-    st = pkv__grow(&e->alloc, e->finished_user_data,
-                   &e->finished_user_data_capacity, 0,
-                   (size_t)e->ended.count + live + 1,
-                   sizeof *e->finished_user_data, &finished_user_data);
-    if (st != PKV_OK)
-        return st;
-    e->finished_user_data = finished_user_data;
-    /* A plan item at most per sequence it looks at. */
-    st = pkv__plan_reserve_items(&e->plan, &e->alloc, (size_t)live + 1);
-    if (st != PKV_OK)
-        return st;
-    st = pkv__grow(&e->alloc, e->hit_blocks, &e->hit_blocks_capacity, 0,
-                   longest / bs + 1, sizeof *e->hit_blocks, &hits);
-    if (st != PKV_OK)
-        return st;
-    e->hit_blocks = hits;
-    return PKV_OK;
+    const pkv__seqs *q = &e->seqs;
+    uint32_t live = q->running.count + q->waiting.count + q->swapped.count;
+    return pkv__step_state_reserve(&e->step, &e->alloc, q->ended.count, live,
+                                   q->longest_tokens / e->pool.block_size);
 }
 
 /* Take seq out of the step's plan (step_seqs[0 .. *num_seqs)). */
 static void unschedule(pkv_engine *e, pkv__seq *seq, uint32_t *num_seqs)
 {
     for (uint32_t i = 0; i < *num_seqs; i++)
-        if (e->step_seqs[i] == seq) {
-            memmove(e->step_seqs + i, e->step_seqs + i + 1,
-                    (*num_seqs - i - 1) * sizeof *e->step_seqs);
+        if (e->step.step_seqs[i] == seq) {
+            memmove(e->step.step_seqs + i, e->step.step_seqs + i + 1,
+                    (*num_seqs - i - 1) * sizeof *e->step.step_seqs);
             (*num_seqs)--;
             break;
         }
@@ -114,27 +91,27 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
                     a->kind == PKV__ACTION_SWAP_IN ? "it stays swapped out"
                                                    : "it will be recomputed");
     if (a->kind == PKV__ACTION_SWAP_OUT) {
-        pkv__seq_list_remove(&e->swapped, s);
-        pkv__engine_drop_swap(e, s);
+        pkv__seq_list_remove(&e->seqs.swapped, s);
+        pkv__seqs_drop_swap(&e->seqs, &e->alloc, s);
         e->totals.swap_outs--;
     } else {
         unschedule(e, s, num_seqs);
-        pkv__seq_list_remove(&e->running, s);
+        pkv__seq_list_remove(&e->seqs.running, s);
         pkv__engine_drop_blocks(e, s);
         if (a->kind == PKV__ACTION_SWAP_IN) {
             e->totals.swap_ins--;
             s->state = PKV__SEQ_SWAPPED;
-            pkv__engine_enqueue(e, &e->swapped, s);
+            pkv__seqs_enqueue(&e->seqs, &e->seqs.swapped, s);
             return;
         }
-        e->preempted[e->batch.num_preempted++] = s->id;
+        e->step.preempted[e->step.batch.num_preempted++] = s->id;
         e->totals.preemptions++;
         s->num_preemptions++;
     }
     s->num_computed = 0;
     s->state = PKV__SEQ_WAITING;
     s->store_state = PKV__STORE_NOT_ASKED; /* as a preempted one */
-    pkv__engine_enqueue(e, &e->waiting, s);
+    pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
 }
 
 /* Run the planner's device actions in order, each run of copy-on-write
@@ -144,18 +121,18 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
 static void run_actions(pkv_engine *e, uint32_t *num_seqs)
 {
     const pkv__backend_ops *ops = e->ops;
-    for (uint32_t i = 0; i < e->num_actions; i++) {
-        pkv__action *a = &e->actions[i];
+    for (uint32_t i = 0; i < e->step.num_actions; i++) {
+        pkv__action *a = &e->step.actions[i];
         if (a->kind == PKV__ACTION_COPY_BLOCK) {
             uint32_t n = 0;
-            while (i + n < e->num_actions &&
-                   e->actions[i + n].kind == PKV__ACTION_COPY_BLOCK) {
-                e->copy_pairs[n] = e->actions[i + n].copy;
+            while (i + n < e->step.num_actions &&
+                   e->step.actions[i + n].kind == PKV__ACTION_COPY_BLOCK) {
+                e->step.copy_pairs[n] = e->step.actions[i + n].copy;
                 n++;
             }
-            pkv_status st = ops->copy_blocks(e->backend, e->copy_pairs, n);
+            pkv_status st = ops->copy_blocks(e->backend, e->step.copy_pairs, n);
             for (uint32_t k = 0; st != PKV_OK && k < n; k++)
-                action_failed(e, &e->actions[i + k], num_seqs, st);
+                action_failed(e, &e->step.actions[i + k], num_seqs, st);
             i += n - 1;
             continue;
         }
@@ -183,7 +160,7 @@ static void run_actions(pkv_engine *e, uint32_t *num_seqs)
                 st = ops->stage_in(e->backend, host + blocks_bytes,
                                    a->copy.dst);
             if (st == PKV_OK)
-                pkv__engine_drop_swap(e, s);
+                pkv__seqs_drop_swap(&e->seqs, &e->alloc, s);
             break;
         default:
             st = PKV_ERR_INTERNAL;
@@ -199,10 +176,10 @@ static void run_actions(pkv_engine *e, uint32_t *num_seqs)
 static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
 {
     for (uint32_t i = 0; i < num_seqs; i++) {
-        pkv__seq *s = e->step_seqs[i];
+        pkv__seq *s = e->step.step_seqs[i];
         uint32_t before = s->table.num_blocks;
         pkv__table_truncate(&s->table, &e->pool, s->num_computed);
-        pkv__engine_count_blocks(e, s, before);
+        pkv__seqs_count_blocks(&e->seqs, s, before);
         s->scheduled = 0;
         s->num_tokens -= s->step_drafts; /* a retry takes them again */
         s->step_drafts = 0;
@@ -212,81 +189,81 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
 /* Lay the planned step out as the batch and the backend's step. */
 static void build_batch(pkv_engine *e, uint32_t num_seqs)
 {
-    pkv_batch *b = &e->batch;
+    pkv_batch *b = &e->step.batch;
     uint32_t rows = 0, samples = 0, max_blocks = 1;
     for (uint32_t i = 0; i < num_seqs; i++) {
-        pkv__seq *s = e->step_seqs[i];
+        pkv__seq *s = e->step.step_seqs[i];
         /* The first token it reads (prefetch.h). */
         if (i + PKV__PREFETCH_AHEAD / 2 < num_seqs) {
-            const pkv__seq *ahead = e->step_seqs[i + PKV__PREFETCH_AHEAD / 2];
+            const pkv__seq *ahead = e->step.step_seqs[i + PKV__PREFETCH_AHEAD / 2];
             PKV__PREFETCH(ahead->tokens + ahead->num_computed);
         }
         if (s->table.num_blocks > max_blocks)
             max_blocks = s->table.num_blocks;
-        e->seq_ids[i] = s->id;
-        e->seq_user_data[i] = s->user_data;
-        e->query_start[i] = rows;
+        e->step.seq_ids[i] = s->id;
+        e->step.seq_user_data[i] = s->user_data;
+        e->step.query_start[i] = rows;
         uint32_t end = s->num_computed + s->scheduled;
-        e->context_lens[i] = end;
-        e->stages[i] = s->stage;
-        pkv__rollback_plan(e, s, rows, s->scheduled);
+        e->step.context_lens[i] = end;
+        e->step.stages[i] = s->stage;
+        pkv__rollback_plan(&e->rollback, s, rows, s->scheduled);
         for (uint32_t p = s->num_computed; p < end; p++, rows++) {
-            e->token_ids[rows] = s->tokens[p];
-            e->positions[rows] = p;
-            e->slots[rows] = pkv__table_slot(&s->table, &e->pool, p);
+            e->step.token_ids[rows] = s->tokens[p];
+            e->step.positions[rows] = p;
+            e->step.slots[rows] = pkv__table_slot(&s->table, &e->pool, p);
         }
         /* The last row samples; with drafts, every row from the last
          * accepted token on. */
         for (uint32_t r = rows - 1 - s->step_drafts;
              end == s->num_tokens && r < rows; r++) {
-            e->sample_rows[samples] = r;
-            e->sample_seq_ids[samples++] = s->id;
+            e->step.sample_rows[samples] = r;
+            e->step.sample_seq_ids[samples++] = s->id;
         }
-        e->step_tables[i] = s->table.blocks;
-        e->table_versions[i] = s->table.version;
+        e->step.step_tables[i] = s->table.blocks;
+        e->step.table_versions[i] = s->table.version;
     }
-    e->query_start[num_seqs] = rows;
+    e->step.query_start[num_seqs] = rows;
     b->num_seqs = num_seqs;
     b->num_tokens = rows;
-    b->seq_ids = e->seq_ids;
-    b->seq_user_data = e->seq_user_data;
-    b->query_start = e->query_start;
-    b->context_lens = e->context_lens;
-    b->token_ids = e->token_ids;
-    b->positions = e->positions;
+    b->seq_ids = e->step.seq_ids;
+    b->seq_user_data = e->step.seq_user_data;
+    b->query_start = e->step.query_start;
+    b->context_lens = e->step.context_lens;
+    b->token_ids = e->step.token_ids;
+    b->positions = e->step.positions;
     b->num_samples = samples;
-    b->sample_rows = e->sample_rows;
-    b->sample_seq_ids = e->sample_seq_ids;
-    b->preempted = e->preempted;
+    b->sample_rows = e->step.sample_rows;
+    b->sample_seq_ids = e->step.sample_seq_ids;
+    b->preempted = e->step.preempted;
 
-    pkv__step *st = &e->step;
+    pkv__step *st = &e->step.backend_step;
     st->num_seqs = num_seqs;
     st->num_tokens = rows;
-    st->query_start = e->query_start;
-    st->context_lens = e->context_lens;
-    st->block_tables = e->step_tables;
+    st->query_start = e->step.query_start;
+    st->context_lens = e->step.context_lens;
+    st->block_tables = e->step.step_tables;
     st->max_blocks_per_seq = max_blocks;
-    st->table_versions = e->table_versions;
-    st->slots = e->slots;
-    st->stages = PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) ? e->stages : NULL;
-    st->windows = e->window_blocks != NULL ? e->row_windows : NULL;
+    st->table_versions = e->step.table_versions;
+    st->slots = e->step.slots;
+    st->stages = PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) ? e->step.stages : NULL;
+    st->windows = e->rollback.window_blocks != NULL ? e->rollback.row_windows : NULL;
 }
 
 /* Report ended sequences in the batch and free them. */
 static void report_ended(pkv_engine *e)
 {
-    uint32_t n = e->ended.count;
+    uint32_t n = e->seqs.ended.count;
     for (uint32_t i = 0; i < n; i++) {
-        pkv__seq *s = e->ended.items[i];
-        e->finished[i] = s->finish;
-        e->finished_user_data[i] = s->user_data;
-        pkv__map_put(&e->seqs_by_id, s->id, 0);
+        pkv__seq *s = e->seqs.ended.items[i];
+        e->step.finished[i] = s->finish;
+        e->step.finished_user_data[i] = s->user_data;
+        pkv__map_put(&e->seqs.by_id, s->id, 0);
         pkv__seq_free(s, &e->alloc);
     }
-    e->ended.count = 0;
-    e->batch.num_finished = n;
-    e->batch.finished = e->finished;
-    e->batch.finished_user_data = e->finished_user_data;
+    e->seqs.ended.count = 0;
+    e->step.batch.num_finished = n;
+    e->step.batch.finished = e->step.finished;
+    e->step.batch.finished_user_data = e->step.finished_user_data;
     if (n)
         pkv__inbox_retire(&e->inbox, n);
 }
@@ -299,7 +276,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (out == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "out is NULL");
-    if (e->in_step)
+    if (e->step.in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "step_begin called twice: call step_end "
                                 "first");
@@ -323,7 +300,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
     run_actions(e, &num_seqs);
     build_batch(e, num_seqs);
     if (num_seqs > 0) {
-        st = e->ops->begin_step(e->backend, &e->step);
+        st = e->ops->begin_step(e->backend, &e->step.backend_step);
         if (st != PKV_OK) {
             unplan_rows(e, num_seqs);
             PKV__ENGINE_CHECK(e);
@@ -332,12 +309,12 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
         }
     }
     report_ended(e);
-    memset(e->layer_done, 0, e->params.num_layers);
-    memset(e->seq_bad, 0, num_seqs);
-    e->layers_left = e->params.num_layers;
-    e->in_step = 1;
+    memset(e->step.layer_done, 0, e->params.num_layers);
+    memset(e->step.seq_bad, 0, num_seqs);
+    e->step.layers_left = e->params.num_layers;
+    e->step.in_step = 1;
     e->totals.steps++;
-    *out = &e->batch;
+    *out = &e->step.batch;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }
@@ -380,15 +357,15 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
 {
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
-    if (!e->in_step)
+    if (!e->step.in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "step_end outside a step: call step_begin");
     /* A batch with no rows has nothing to attend: its layers are free. */
-    if (e->layers_left != 0 && e->batch.num_tokens != 0)
+    if (e->step.layers_left != 0 && e->step.batch.num_tokens != 0)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "step_end with %u layers not attended",
-                                (unsigned)e->layers_left);
-    const pkv_batch *b = &e->batch;
+                                (unsigned)e->step.layers_left);
+    const pkv_batch *b = &e->step.batch;
     if (num_samples != b->num_samples || (num_samples > 0 && sampled == NULL))
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "%u sampled tokens for %u sample rows%s",
@@ -406,14 +383,14 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
 
     uint32_t j = 0;
     for (uint32_t i = 0; i < b->num_seqs; i++) {
-        pkv__seq *s = e->step_seqs[i];
+        pkv__seq *s = e->step.step_seqs[i];
         /* Its fields, then the token it will append (prefetch.h), twice
          * as far ahead as the other loops: this one does less per
          * sequence. */
         if (i + 2 * PKV__PREFETCH_AHEAD < b->num_seqs)
-            pkv__seq_prefetch_end(e->step_seqs[i + 2 * PKV__PREFETCH_AHEAD]);
+            pkv__seq_prefetch_end(e->step.step_seqs[i + 2 * PKV__PREFETCH_AHEAD]);
         if (i + PKV__PREFETCH_AHEAD < b->num_seqs) {
-            const pkv__seq *ahead = e->step_seqs[i + PKV__PREFETCH_AHEAD];
+            const pkv__seq *ahead = e->step.step_seqs[i + PKV__PREFETCH_AHEAD];
             PKV__PREFETCH_WRITE(ahead->tokens + ahead->num_tokens);
         }
         uint32_t samples_here = 0;
@@ -422,12 +399,12 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
             samples_here++;
         uint32_t sample = j;
         j += samples_here;
-        if (e->seq_bad[i]) {
+        if (e->step.seq_bad[i]) {
             pkv__engine_end_later(e, s, PKV_FINISH_FAILED,
                                   PKV_ERR_NON_FINITE);
             continue;
         }
-        pkv__rollback_commit(e, s, b->query_start[i], s->scheduled);
+        pkv__rollback_commit(&e->rollback, s, b->query_start[i], s->scheduled);
         if (s->step_drafts > 0)
             sample += settle_drafts(e, s, sampled + sample,
                                     stop != NULL ? stop + sample : NULL);
@@ -447,14 +424,14 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
                                 "seq %llu: prefix registration skipped "
                                 "(memory)",
                                 (unsigned long long)s->id);
-            if (pkv__store_enabled(&e->store))
+            if (pkv__store_enabled(e->store))
                 pkv__store_collect(e, s, registered);
         }
         if (samples_here == 0)
             continue;
         s->tokens[s->num_tokens++] = sampled[sample];
-        if (s->num_tokens > e->longest_tokens)
-            e->longest_tokens = s->num_tokens;
+        if (s->num_tokens > e->seqs.longest_tokens)
+            e->seqs.longest_tokens = s->num_tokens;
         s->num_generated++;
         s->protect = 0;
         if (stop != NULL && stop[sample])
@@ -466,11 +443,11 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
             pkv__engine_end_later(e, s, PKV_FINISH_MAX_MODEL_LEN, PKV_OK);
     }
     /* One pass over running for every sequence that ended here. */
-    pkv__engine_sweep_ended(e);
+    pkv__seqs_sweep_ended(&e->seqs);
     /* No block changed since the collect: ended sequences' blocks stay
      * cached until an allocation takes them. */
     pkv__store_send(e);
-    e->in_step = 0;
+    e->step.in_step = 0;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }

@@ -1,15 +1,50 @@
 /* SPDX-License-Identifier: MIT */
 /* The sequence lifecycle (lifecycle.h). */
 #include "lifecycle.h"
-#include "kv_layout.h"
 
+#include "engine.h"
+#include "kv_layout.h"
 #include "rollback.h"
+#include "store/engine_store.h"
 
 #include <string.h>
 
-pkv__seq *pkv__engine_find(const pkv_engine *e, pkv_seq_id id)
+pkv_status pkv__seqs_init(pkv__seqs *s, const pkv__allocator *a,
+                          const pkv_engine_params *p)
 {
-    pkv__seq *s = (pkv__seq *)(uintptr_t)pkv__map_get(&e->seqs_by_id, id);
+    memset(s, 0, sizeof *s);
+    s->policy = p->policy;
+    if (PKV_LAYOUT_QUANTIZED(p->kv_dtype)) {
+        s->free_stages =
+            pkv__calloc(a, p->max_num_seqs, sizeof *s->free_stages);
+        if (s->free_stages == NULL)
+            return PKV_ERR_OUT_OF_MEMORY;
+        s->max_stages = p->max_num_seqs;
+        for (uint32_t i = 0; i < s->max_stages; i++)
+            s->free_stages[i] = s->max_stages - 1 - i;
+        s->num_free_stages = s->max_stages;
+    }
+    return pkv__map_reserve(&s->tenant_blocks, a, p->max_num_seqs);
+}
+
+void pkv__seqs_release(pkv__seqs *s, const pkv__allocator *a)
+{
+    pkv__seq_list *lists[] = {&s->waiting, &s->running, &s->swapped,
+                              &s->ended};
+    for (size_t l = 0; l < 4; l++) {
+        for (uint32_t i = 0; i < lists[l]->count; i++)
+            pkv__seq_free(lists[l]->items[i], a);
+        pkv__seq_list_release(lists[l], a);
+    }
+    pkv__map_release(&s->tenant_blocks, a);
+    pkv__map_release(&s->by_id, a);
+    pkv__free(a, s->free_stages, s->max_stages, sizeof *s->free_stages);
+    s->free_stages = NULL;
+}
+
+pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id)
+{
+    pkv__seq *s = (pkv__seq *)(uintptr_t)pkv__map_get(&seqs->by_id, id);
     return s != NULL && s->state != PKV__SEQ_FINISHED ? s : NULL;
 }
 
@@ -17,36 +52,38 @@ void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
 {
     if (seq->stage == PKV__NO_STAGE)
         return;
-    pkv__rollback_reset(e, seq->stage);
-    e->free_stages[e->num_free_stages++] = seq->stage;
+    pkv__rollback_reset(&e->rollback, seq->stage);
+    e->seqs.free_stages[e->seqs.num_free_stages++] = seq->stage;
     seq->stage = PKV__NO_STAGE;
 }
 
 void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
 {
     pkv__engine_release_stage(e, seq);
-    pkv__engine_tenant_add(e, seq->tenant, -(int64_t)seq->table.num_blocks);
+    pkv__seqs_tenant_add(&e->seqs, seq->tenant,
+                         -(int64_t)seq->table.num_blocks);
     pkv__table_release(&seq->table, &e->pool);
     pkv__prefix_chain_release(&seq->chain, &e->pool);
 }
 
-void pkv__engine_drop_swap(pkv_engine *e, pkv__seq *seq)
+void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
+                         pkv__seq *seq)
 {
     if (seq->swap_data == NULL)
         return;
     if (!seq->swap_imported)
-        e->swap_used -= seq->swap_size;
+        seqs->swap_used -= seq->swap_size;
     seq->swap_imported = 0;
-    pkv__free(&e->alloc, seq->swap_data, seq->swap_size, 1);
+    pkv__free(alloc, seq->swap_data, seq->swap_size, 1);
     seq->swap_data = NULL;
     seq->swap_size = 0;
 }
 
-void pkv__engine_count_blocks(pkv_engine *e, const pkv__seq *seq,
-                              uint32_t before)
+void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
+                            uint32_t before)
 {
-    pkv__engine_tenant_add(e, seq->tenant,
-                           (int64_t)seq->table.num_blocks - (int64_t)before);
+    pkv__seqs_tenant_add(seqs, seq->tenant,
+                         (int64_t)seq->table.num_blocks - (int64_t)before);
 }
 
 /* Remove the ended sequences from a list, keeping the others' order. */
@@ -59,79 +96,79 @@ static void sweep(pkv__seq_list *list)
     list->count = kept;
 }
 
-void pkv__engine_sweep_ended(pkv_engine *e)
+void pkv__seqs_sweep_ended(pkv__seqs *s)
 {
-    if (e->unswept & (1u << PKV__SEQ_WAITING))
-        sweep(&e->waiting);
-    if (e->unswept & (1u << PKV__SEQ_RUNNING))
-        sweep(&e->running);
-    if (e->unswept & (1u << PKV__SEQ_SWAPPED))
-        sweep(&e->swapped);
-    e->unswept = 0;
+    if (s->unswept & (1u << PKV__SEQ_WAITING))
+        sweep(&s->waiting);
+    if (s->unswept & (1u << PKV__SEQ_RUNNING))
+        sweep(&s->running);
+    if (s->unswept & (1u << PKV__SEQ_SWAPPED))
+        sweep(&s->swapped);
+    s->unswept = 0;
 }
 
 void pkv__engine_end_later(pkv_engine *e, pkv__seq *seq, int32_t reason,
                            pkv_status status)
 {
-    e->unswept |= 1u << seq->state;
+    e->seqs.unswept |= 1u << seq->state;
     if (seq->store_state == PKV__STORE_LOADING)
         pkv__store_forget(e, seq, 0);
     pkv__engine_drop_blocks(e, seq);
-    pkv__engine_drop_swap(e, seq);
+    pkv__seqs_drop_swap(&e->seqs, &e->alloc, seq);
     seq->state = PKV__SEQ_FINISHED;
     seq->finish.id = seq->id;
     seq->finish.reason = reason;
     seq->finish.status = status;
     seq->finish.num_generated = seq->num_generated;
-    pkv__seq_list_insert(&e->ended, e->ended.count, seq);
+    pkv__seq_list_insert(&e->seqs.ended, e->seqs.ended.count, seq);
     e->totals.seqs_finished++;
 }
 
 /* Every sequence list gets room for every live sequence, so that moving
  * sequences between lists never allocates. */
-pkv_status pkv__engine_reserve_lists(pkv_engine *e, uint64_t live)
+pkv_status pkv__seqs_reserve(pkv__seqs *s, const pkv__allocator *a,
+                             uint64_t live)
 {
     if (live > UINT32_MAX)
         return PKV_ERR_OUT_OF_MEMORY;
-    pkv__seq_list *lists[] = {&e->waiting, &e->running, &e->swapped,
-                              &e->ended};
+    pkv__seq_list *lists[] = {&s->waiting, &s->running, &s->swapped,
+                              &s->ended};
     for (size_t l = 0; l < 4; l++) {
-        pkv_status st =
-            pkv__seq_list_reserve(lists[l], &e->alloc, (uint32_t)live);
+        pkv_status st = pkv__seq_list_reserve(lists[l], a, (uint32_t)live);
         if (st != PKV_OK)
             return st;
     }
-    return pkv__map_reserve(&e->seqs_by_id, &e->alloc, live);
+    return pkv__map_reserve(&s->by_id, a, live);
 }
 
-uint64_t pkv__engine_tenant_blocks(const pkv_engine *e, uint32_t tenant)
+uint64_t pkv__seqs_tenant_blocks(const pkv__seqs *s, uint32_t tenant)
 {
-    return pkv__map_get(&e->tenant_blocks, tenant);
+    return pkv__map_get(&s->tenant_blocks, tenant);
 }
 
-void pkv__engine_tenant_add(pkv_engine *e, uint32_t tenant, int64_t delta)
+void pkv__seqs_tenant_add(pkv__seqs *s, uint32_t tenant, int64_t delta)
 {
     /* Most decode steps add no block: skip the two map look-ups. */
     if (delta == 0)
         return;
-    uint64_t n = pkv__map_get(&e->tenant_blocks, tenant);
-    pkv__map_put(&e->tenant_blocks, tenant, (uint64_t)((int64_t)n + delta));
+    uint64_t n = pkv__map_get(&s->tenant_blocks, tenant);
+    pkv__map_put(&s->tenant_blocks, tenant, (uint64_t)((int64_t)n + delta));
 }
 
 /* Policy order of waiting and swapped sequences. */
-static int comes_before(const pkv_engine *e, const pkv__seq *a,
+static int comes_before(const pkv__seqs *s, const pkv__seq *a,
                         const pkv__seq *b)
 {
-    if (e->params.policy == PKV_POLICY_PRIORITY && a->priority != b->priority)
+    if (s->policy == PKV_POLICY_PRIORITY && a->priority != b->priority)
         return a->priority < b->priority;
     return a->arrival < b->arrival;
 }
 
-void pkv__engine_enqueue(const pkv_engine *e, pkv__seq_list *list,
-                        pkv__seq *seq)
+void pkv__seqs_enqueue(const pkv__seqs *s, pkv__seq_list *list,
+                       pkv__seq *seq)
 {
     uint32_t at = list->count;
-    while (at > 0 && comes_before(e, seq, list->items[at - 1]))
+    while (at > 0 && comes_before(s, seq, list->items[at - 1]))
         at--;
     pkv__seq_list_insert(list, at, seq);
 }
@@ -140,11 +177,11 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *e, pkv_seq_id id,
                                           const char *what, pkv__seq **out)
 {
     *out = NULL;
-    if (e->in_step)
+    if (e->step.in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "%s during a step: call it after step_end",
                                 what);
-    *out = pkv__engine_find(e, id);
+    *out = pkv__seqs_find(&e->seqs, id);
     if (*out == NULL && pkv__inbox_queued(&e->inbox, id))
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "sequence %llu has not run yet",
@@ -165,12 +202,13 @@ void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
      * the prefix cache) stays as it is: the next append copies it. */
     if (keep > start && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) &&
         start + bs <= s->num_computed &&
-        !pkv__rollback_restore(e, s, start / bs))
+        !pkv__rollback_restore(&e->rollback, e->ops, e->backend, s,
+                               start / bs))
         keep = start;
-    pkv__rollback_forget_from(e, s, keep / bs);
+    pkv__rollback_forget_from(&e->rollback, s, keep / bs);
     uint32_t before = s->table.num_blocks;
     pkv__table_truncate(&s->table, &e->pool, keep);
-    pkv__engine_count_blocks(e, s, before);
+    pkv__seqs_count_blocks(&e->seqs, s, before);
     pkv__prefix_chain_truncate(&s->chain, keep / bs);
     s->num_computed = keep;
 }

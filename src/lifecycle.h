@@ -1,18 +1,83 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The sequence lifecycle: finding a sequence, moving it between the
- * waiting, running, swapped and ended lists, giving back what it holds,
- * and the per-tenant block counts that follow its table. The scheduler
+ * The sequence lifecycle: the engine's sequences (by state, by id), their
+ * moves between the waiting, running, swapped and ended lists, giving back
+ * what a sequence holds, the staging tails running sequences hold, and the
+ * per-tenant block counts that follow their tables. The scheduler
  * (sched.c) and the step calls (engine_step.c, engine_seq.c) both change
  * sequences only through these, so neither calls into the other.
+ *
+ * Functions named pkv__seqs_* touch only the sequences' own state;
+ * pkv__engine_* ones also give blocks back to the pool, tails to the
+ * backend's rollback window or loads to the store.
  */
 #ifndef PKV_LIFECYCLE_H
 #define PKV_LIFECYCLE_H
 
-#include "engine.h"
+#include "alloc.h"
+#include "map.h"
+#include "seq.h"
+
+typedef struct pkv__seqs {
+    /* By state. waiting and swapped are kept in policy order; running in
+     * order of admission. ended: not yet reported. */
+    pkv__seq_list waiting;
+    pkv__seq_list running;
+    pkv__seq_list swapped;
+    pkv__seq_list ended;
+    pkv__map by_id;         /* id -> pkv__seq *, every sequence in the
+                               lists (reserved with them) */
+    pkv__map tenant_blocks; /* tenant -> blocks its tables hold, tenants
+                               with blocks only (at most max_num_seqs) */
+    uint32_t unswept; /* 1 << state of each list that holds sequences
+                         ended by pkv__engine_end_later */
+    uint32_t longest_tokens; /* most tokens any sequence ever held: sizes
+                                the step arrays without a scan */
+    uint64_t admissions; /* sequences admitted so far */
+    uint64_t swap_used;  /* host bytes held by swapped sequences */
+    /* Quantized caches: the staging tails no running sequence holds
+     * (max_num_seqs of them; NULL otherwise). */
+    uint32_t *free_stages;
+    uint32_t num_free_stages;
+    uint32_t max_stages;
+    int32_t policy; /* params.policy: the order of waiting and swapped */
+} pkv__seqs;
+
+/* Sequences for params (the tenant map and the staging tails); release
+ * frees every sequence still held, without giving back its blocks. */
+pkv_status pkv__seqs_init(pkv__seqs *seqs, const pkv__allocator *alloc,
+                          const pkv_engine_params *params);
+void pkv__seqs_release(pkv__seqs *seqs, const pkv__allocator *alloc);
 
 /* The live sequence with this id (ended ones excluded), or NULL. O(1). */
-pkv__seq *pkv__engine_find(const pkv_engine *engine, pkv_seq_id id);
+pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id);
+
+/* Take the ended sequences out of their lists (pkv__engine_end_later left
+ * them there), one pass per list that holds any. */
+void pkv__seqs_sweep_ended(pkv__seqs *seqs);
+
+/* Free a swapped-out sequence's host copy (nothing if it has none). */
+void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
+                         pkv__seq *seq);
+
+/* Blocks the tenant's tables hold; change that count by delta (at every
+ * change to a table). */
+uint64_t pkv__seqs_tenant_blocks(const pkv__seqs *seqs, uint32_t tenant);
+void pkv__seqs_tenant_add(pkv__seqs *seqs, uint32_t tenant, int64_t delta);
+
+/* Count the blocks seq's table gained (or lost) since it held `before`
+ * against its tenant. */
+void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
+                            uint32_t before);
+
+/* Give every list, and the id map, room for `live` sequences. */
+pkv_status pkv__seqs_reserve(pkv__seqs *seqs, const pkv__allocator *alloc,
+                             uint64_t live);
+
+/* Insert into a waiting or swapped list in policy order. The list has
+ * room: every list is reserved for every live sequence. */
+void pkv__seqs_enqueue(const pkv__seqs *seqs, pkv__seq_list *list,
+                       pkv__seq *seq);
 
 /* The live sequence id names, for a call (`what`) that must come between
  * steps: PKV_ERR_BAD_STATE during a step or before any step saw the
@@ -24,23 +89,18 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *engine, pkv_seq_id id,
 /* End a sequence (any state but queued): release its blocks, tail and
  * swap memory, and queue its report, leaving it in its list. A call that
  * may end many sequences (step_end, a batch of aborts) then takes them all
- * out with one pass, pkv__engine_sweep_ended, instead of searching a list
+ * out with one pass, pkv__seqs_sweep_ended, instead of searching a list
  * once per end. Until the sweep the list holds ended sequences. */
 void pkv__engine_end_later(pkv_engine *engine, pkv__seq *seq, int32_t reason,
                            pkv_status status);
-void pkv__engine_sweep_ended(pkv_engine *engine);
 
 /* Release a sequence's staging tail, blocks (counted off its tenant) and
  * prefix chain. */
 void pkv__engine_drop_blocks(pkv_engine *engine, pkv__seq *seq);
 
-/* Free a swapped-out sequence's host copy (nothing if it has none). */
-void pkv__engine_drop_swap(pkv_engine *engine, pkv__seq *seq);
-
-/* Count the blocks seq's table gained (or lost) since it held `before`
- * against its tenant. */
-void pkv__engine_count_blocks(pkv_engine *engine, const pkv__seq *seq,
-                              uint32_t before);
+/* Release a running sequence's staging tail (quantized caches), and its
+ * rollback windows. */
+void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
 
 /* Cut a running sequence's KV (num_computed tokens written) back to its
  * first `keep` tokens, as stored. A cut inside a sealed U8 block (its rows
@@ -49,22 +109,5 @@ void pkv__engine_count_blocks(pkv_engine *engine, const pkv__seq *seq,
  * again. A block others hold stays as it is (the next append copies it).
  * Sets num_computed. */
 void pkv__engine_cut_kv(pkv_engine *engine, pkv__seq *seq, uint32_t keep);
-
-/* Release a running sequence's staging tail (U8). */
-void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
-
-/* Blocks the tenant's tables hold; change that count by delta (at every
- * change to a table). */
-uint64_t pkv__engine_tenant_blocks(const pkv_engine *engine, uint32_t tenant);
-void pkv__engine_tenant_add(pkv_engine *engine, uint32_t tenant,
-                            int64_t delta);
-
-/* Give every sequence list, and the id map, room for `live` sequences. */
-pkv_status pkv__engine_reserve_lists(pkv_engine *engine, uint64_t live);
-
-/* Insert into a waiting or swapped list in policy order. The list has
- * room: every list is reserved for every live sequence. */
-void pkv__engine_enqueue(const pkv_engine *engine, pkv__seq_list *list,
-                         pkv__seq *seq);
 
 #endif

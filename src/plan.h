@@ -88,8 +88,8 @@ void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
 pkv_status pkv__plan_reserve(pkv_engine *engine);
 
 /* Apply the reserved plan: every change it decided, the device actions
- * (engine->actions) recorded in order and the step's sequences in
- * engine->step_seqs[0 .. *num_seqs). Cannot fail. */
+ * (engine->step.actions) recorded in order and the step's sequences in
+ * engine->step.step_seqs[0 .. *num_seqs). Cannot fail. */
 void pkv__plan_apply(pkv_engine *engine, uint32_t *num_seqs);
 
 #endif

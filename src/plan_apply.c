@@ -3,6 +3,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "store/engine_store.h"
 
 #include <assert.h>
 #include <string.h>
@@ -29,7 +30,7 @@ static int alloc_swap(pkv_engine *e, pkv__seq *seq)
 
 pkv_status pkv__plan_reserve(pkv_engine *e)
 {
-    const pkv__plan *plan = &e->plan;
+    const pkv__plan *plan = &e->step.plan;
     uint32_t bs = e->pool.block_size;
     for (uint32_t i = 0; i < plan->num_items; i++) {
         const pkv__plan_item *it = &plan->items[i];
@@ -65,7 +66,7 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
      * becomes a recompute, as one beyond swap_bytes does. */
     for (uint32_t i = 0; plan->num_of[PKV__PLAN_PREEMPT] && i < plan->num_items;
          i++) {
-        pkv__plan_item *it = &e->plan.items[i];
+        pkv__plan_item *it = &e->step.plan.items[i];
         if (it->kind == PKV__PLAN_PREEMPT && it->swap)
             it->swap = (uint8_t)alloc_swap(e, it->seq);
     }
@@ -75,7 +76,7 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
 static void push_action(pkv_engine *e, int32_t kind, pkv__seq *seq,
                         pkv__block_copy copy)
 {
-    pkv__action *a = &e->actions[e->num_actions++];
+    pkv__action *a = &e->step.actions[e->step.num_actions++];
     a->kind = kind;
     a->seq = seq;
     a->copy = copy;
@@ -84,7 +85,7 @@ static void push_action(pkv_engine *e, int32_t kind, pkv__seq *seq,
 static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
 {
     pkv__seq *seq = it->seq;
-    e->preempted[e->batch.num_preempted++] = seq->id;
+    e->step.preempted[e->step.batch.num_preempted++] = seq->id;
     seq->num_preemptions++;
     seq->protect = 1;
     e->totals.preemptions++;
@@ -93,7 +94,7 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
         memcpy(seq->swap_blocks, seq->table.blocks,
                n * sizeof *seq->swap_blocks);
         seq->swap_num_blocks = n;
-        e->swap_used += seq->swap_size;
+        e->seqs.swap_used += seq->swap_size;
         pkv__block_copy stage = {seq->stage, PKV__NULL_BLOCK};
         push_action(e, PKV__ACTION_SWAP_OUT, seq, stage);
         e->totals.swap_outs++;
@@ -122,7 +123,7 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
     uint32_t before = seq->table.num_blocks;
     pkv_status st = pkv__table_append(&seq->table, &e->pool, rows, &copy);
     assert(st == PKV_OK);
-    pkv__engine_count_blocks(e, seq, before);
+    pkv__seqs_count_blocks(&e->seqs, seq, before);
     if (st != PKV_OK) {
         pkv__engine_end_later(e, seq, PKV_FINISH_FAILED, PKV_ERR_INTERNAL);
         return 0;
@@ -135,13 +136,13 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 /* Adopt an admission's prefix hits (reserved: see grow). */
 static void adopt(pkv_engine *e, const pkv__plan_item *it)
 {
-    const pkv__chain_link *links = e->plan.links + it->first_link;
+    const pkv__chain_link *links = e->step.plan.links + it->first_link;
     for (uint32_t h = 0; h < it->hits; h++)
-        e->hit_blocks[h] = links[h].block;
+        e->step.hit_blocks[h] = links[h].block;
     pkv__seq *seq = it->seq;
     pkv_status st =
-        pkv__table_adopt(&seq->table, &e->pool, e->hit_blocks, it->hits);
-    pkv__engine_count_blocks(e, seq, 0);
+        pkv__table_adopt(&seq->table, &e->pool, e->step.hit_blocks, it->hits);
+    pkv__seqs_count_blocks(&e->seqs, seq, 0);
     if (st == PKV_OK)
         st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, links, it->hits);
     assert(st == PKV_OK);
@@ -153,16 +154,16 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
 static void start_running(pkv_engine *e, pkv__seq *seq)
 {
     if (PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
-        seq->stage = e->free_stages[--e->num_free_stages];
-    seq->admitted = ++e->admissions;
-    pkv__seq_list_insert(&e->running, e->running.count, seq);
+        seq->stage = e->seqs.free_stages[--e->seqs.num_free_stages];
+    seq->admitted = ++e->seqs.admissions;
+    pkv__seq_list_insert(&e->seqs.running, e->seqs.running.count, seq);
 }
 
 void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
 {
-    const pkv__plan *plan = &e->plan;
-    e->num_actions = 0;
-    e->batch.num_preempted = 0;
+    const pkv__plan *plan = &e->step.plan;
+    e->step.num_actions = 0;
+    e->step.batch.num_preempted = 0;
 
     /* Releases first (the view counted their blocks as available), and
      * the sequences that move get their new states. Most steps have
@@ -182,19 +183,19 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
     /* The lists keep the sequences whose state did not change. The
      * planner looked only at the fronts of waiting and swapped. */
     if (n[PKV__PLAN_PREEMPT] + n[PKV__PLAN_END] > 0)
-        pkv__seq_list_keep_front(&e->running, e->running.count,
+        pkv__seq_list_keep_front(&e->seqs.running, e->seqs.running.count,
                                  PKV__SEQ_RUNNING);
-    pkv__seq_list_keep_front(&e->waiting, plan->waiting_seen,
+    pkv__seq_list_keep_front(&e->seqs.waiting, plan->waiting_seen,
                              PKV__SEQ_WAITING);
-    pkv__seq_list_keep_front(&e->swapped, plan->swapped_seen,
+    pkv__seq_list_keep_front(&e->seqs.swapped, plan->swapped_seen,
                              PKV__SEQ_SWAPPED);
-    e->unswept = 0; /* every sequence ended here was in those */
+    e->seqs.unswept = 0; /* every sequence ended here was in those */
     for (uint32_t i = 0; n[PKV__PLAN_PREEMPT] > 0 && i < plan->num_items; i++) {
         const pkv__plan_item *it = &plan->items[i];
         if (it->kind == PKV__PLAN_PREEMPT)
-            pkv__engine_enqueue(e,
-                                it->swap ? &e->swapped : &e->waiting,
-                                it->seq);
+            pkv__seqs_enqueue(&e->seqs,
+                              it->swap ? &e->seqs.swapped : &e->seqs.waiting,
+                              it->seq);
     }
 
     /* The prefix blocks admissions hit, before any allocation could evict
@@ -242,11 +243,11 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
             continue;
         }
         s->scheduled = it->rows + it->drafts;
-        e->step_seqs[num_seqs++] = s;
+        e->step.step_seqs[num_seqs++] = s;
     }
     /* The view was exact, unless a pkv bug failed a grow or an adopt. */
-    assert(e->unswept != 0 ||
+    assert(e->seqs.unswept != 0 ||
            pkv__pool_available(&e->pool) == plan->available);
-    pkv__engine_sweep_ended(e); /* only after a pkv bug (grow, adopt) */
+    pkv__seqs_sweep_ended(&e->seqs); /* only after a pkv bug (grow, adopt) */
     *num_seqs_out = num_seqs;
 }

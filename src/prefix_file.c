@@ -105,7 +105,7 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     pkv_status checked = pkv__engine_check_size_out(e, size);
     if (checked != PKV_OK)
         return checked;
-    if (e->in_step)
+    if (e->step.in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "save the prefix cache during a step: call "
                                 "it after step_end");
@@ -257,7 +257,7 @@ pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (data == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "data is NULL");
-    if (e->in_step)
+    if (e->step.in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "load the prefix cache during a step: call "
                                 "it after step_end");

@@ -11,39 +11,71 @@
  *
  * Working tail `stage` owns window tails max_num_seqs + stage * W + (j %
  * W) for its sequence's logical blocks j: the last W blocks sealed hold
- * distinct tails. engine->window_blocks names the block each one holds.
+ * distinct tails. window_blocks names the block each one holds.
  * An entry is cleared when a step is planned to overwrite its tail and
  * set when that step ends, so a failed step leaves no stale claim.
  */
 #ifndef PKV_ROLLBACK_H
 #define PKV_ROLLBACK_H
 
-#include "engine.h"
+#include "alloc.h"
+#include "backend.h"
+#include "seq.h"
+
+typedef struct pkv__rollback {
+    uint32_t window;       /* W; 0: no window, both arrays NULL */
+    uint32_t max_num_seqs; /* working tails; the first window tail */
+    uint32_t max_rows;     /* max_batch_tokens */
+    uint32_t block_size;
+    /* [max_num_seqs][W]: the logical block whose f32 rows window tail
+     * (stage, j % W) holds, for the sequence holding working tail
+     * `stage`, or PKV__NO_BLOCK. */
+    uint32_t *window_blocks;
+    /* [max_batch_tokens]: each row's window tail in the step being built,
+     * or PKV__NO_STAGE (pkv__step.windows). */
+    uint32_t *row_windows;
+} pkv__rollback;
+
+/* The window params asks for (u8_rollback_blocks of a quantized cache;
+ * none otherwise); its release. */
+pkv_status pkv__rollback_init(pkv__rollback *rollback,
+                              const pkv__allocator *alloc,
+                              const pkv_engine_params *params);
+void pkv__rollback_release(pkv__rollback *rollback,
+                           const pkv__allocator *alloc);
 
 /* Forget every window of working tail `stage` (it changes hands). */
-void pkv__rollback_reset(pkv_engine *engine, uint32_t stage);
+void pkv__rollback_reset(pkv__rollback *rollback, uint32_t stage);
 
-/* Fill engine->row_windows for seq's rows [first_row, first_row + rows)
- * of the step being built (tokens num_computed on): the window tail for
- * each row that seals one of the last W blocks the step seals, else
+/* Fill row_windows for seq's rows [first_row, first_row + rows) of the
+ * step being built (tokens num_computed on): the window tail for each row
+ * that seals one of the last W blocks the step seals, else
  * PKV__NO_STAGE. */
-void pkv__rollback_plan(pkv_engine *engine, const pkv__seq *seq,
+void pkv__rollback_plan(pkv__rollback *rollback, const pkv__seq *seq,
                         uint32_t first_row, uint32_t rows);
 
 /* The step ended for seq (its rows written, num_computed not yet
  * advanced): its planned windows now hold their blocks. */
-void pkv__rollback_commit(pkv_engine *engine, const pkv__seq *seq,
+void pkv__rollback_commit(pkv__rollback *rollback, const pkv__seq *seq,
                           uint32_t first_row, uint32_t rows);
 
 /* A cut of seq to `keep` tokens falls inside its sealed logical block j:
- * copy the block's rows back into the working tail when a window holds
- * them. 1 on success; 0 when no window holds j or the copy failed (the
- * caller then drops the block). */
-int pkv__rollback_restore(pkv_engine *engine, const pkv__seq *seq,
-                          uint32_t j);
+ * copy the block's rows back into the working tail on the backend when a
+ * window holds them. 1 on success; 0 when no window holds j or the copy
+ * failed (the caller then drops the block). */
+int pkv__rollback_restore(const pkv__rollback *rollback,
+                          const pkv__backend_ops *ops, pkv__backend *backend,
+                          const pkv__seq *seq, uint32_t j);
 
 /* Forget the windows of seq's blocks from j on (a cut removed them). */
-void pkv__rollback_forget_from(pkv_engine *engine, const pkv__seq *seq,
+void pkv__rollback_forget_from(pkv__rollback *rollback, const pkv__seq *seq,
                                uint32_t j);
+
+/* The W blocks working tail `stage`'s windows hold (window > 0). */
+static inline const uint32_t *pkv__rollback_held(const pkv__rollback *r,
+                                                 uint32_t stage)
+{
+    return r->window_blocks + (size_t)stage * r->window;
+}
 
 #endif

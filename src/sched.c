@@ -28,6 +28,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "store/engine_store.h"
 
 #include <string.h>
 
@@ -68,7 +69,7 @@ static uint64_t view_tenant(const planner *pl, uint32_t tenant)
 {
     const pkv__map *m = &pl->plan->tenants;
     uint64_t v = m->count ? pkv__map_get(m, tenant) : 0;
-    return v ? v - 1 : pkv__engine_tenant_blocks(pl->e, tenant);
+    return v ? v - 1 : pkv__seqs_tenant_blocks(&pl->e->seqs, tenant);
 }
 
 /* Whether `more` blocks would take the tenant past its quota. */
@@ -213,14 +214,14 @@ static uint32_t pick_victim(const planner *pl, uint32_t after,
 {
     const pkv_engine *e = pl->e;
     uint32_t best = NONE;
-    for (uint32_t j = e->running.count; j-- > after + 1;) {
-        const pkv__seq *v = e->running.items[j];
+    for (uint32_t j = e->seqs.running.count; j-- > after + 1;) {
+        const pkv__seq *v = e->seqs.running.items[j];
         if (left_running(pl, v) || (same_tenant && v->tenant != tenant) ||
             (spare_protected && v->protect))
             continue;
         if (e->params.policy != PKV_POLICY_PRIORITY)
             return j;
-        if (best == NONE || v->priority > e->running.items[best]->priority)
+        if (best == NONE || v->priority > e->seqs.running.items[best]->priority)
             best = j;
     }
     return best;
@@ -230,7 +231,7 @@ static uint32_t pick_victim(const planner *pl, uint32_t after,
 static pkv_status plan_running(planner *pl, uint32_t i)
 {
     pkv_engine *e = pl->e;
-    pkv__seq *seq = e->running.items[i];
+    pkv__seq *seq = e->seqs.running.items[i];
     if (left_running(pl, seq)) /* a victim of an older sequence */
         return PKV_OK;
     int oldest = pl->kept == 0;
@@ -248,7 +249,7 @@ static pkv_status plan_running(planner *pl, uint32_t i)
         if (over_tenant_quota(pl, seq->tenant, grow_by)) {
             uint32_t v = pick_victim(pl, i, 1, seq->tenant, !oldest);
             if (v != NONE)
-                st = preempt(pl, e->running.items[v]);
+                st = preempt(pl, e->seqs.running.items[v]);
             else if (after > tenant_quota)
                 return plan_end(pl, seq, PKV_ERR_QUOTA);
             else {
@@ -286,7 +287,7 @@ static pkv_status plan_running(planner *pl, uint32_t i)
         }
         uint32_t v = pick_victim(pl, i, 0, 0, !oldest);
         if (v != NONE)
-            st = preempt(pl, e->running.items[v]);
+            st = preempt(pl, e->seqs.running.items[v]);
         else if (oldest) /* everyone else is gone and it still won't fit */
             return plan_end(pl, seq, PKV_ERR_NO_BLOCKS);
         else if (seq->protect) {
@@ -320,7 +321,7 @@ static pkv_status never_fits(const pkv_engine *e, uint32_t blocks)
 static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
 {
     pkv_engine *e = pl->e;
-    pkv__seq *seq = e->swapped.items[index];
+    pkv__seq *seq = e->seqs.swapped.items[index];
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
     uint32_t after =
         pkv__blocks_for(seq->num_computed + (uint64_t)rows, e->pool.block_size);
@@ -350,11 +351,11 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
 {
     pkv_engine *e = pl->e;
     pkv__plan *plan = pl->plan;
-    pkv__seq *seq = e->waiting.items[index];
+    pkv__seq *seq = e->seqs.waiting.items[index];
     uint32_t bs = e->pool.block_size;
     /* Not before the store answered (or time ran out): passed over, as
      * a tenant at its quota is. */
-    if (pkv__store_enabled(&e->store) &&
+    if (pkv__store_enabled(e->store) &&
         seq->store_state != PKV__STORE_ASKED)
         return 0;
     pkv_status never = never_fits(e, pkv__blocks_for(seq->num_tokens, bs));
@@ -463,7 +464,7 @@ static pkv_status plan_drafts(planner *pl)
  * (prefetch.h). */
 static void prefetch_running(const pkv_engine *e, uint32_t i)
 {
-    const pkv__seq_list *running = &e->running;
+    const pkv__seq_list *running = &e->seqs.running;
     uint32_t ahead = PKV__PREFETCH_AHEAD;
     if (i + ahead < running->count)
         pkv__seq_prefetch(running->items[i + ahead]);
@@ -471,7 +472,7 @@ static void prefetch_running(const pkv_engine *e, uint32_t i)
         const pkv__seq *seq = running->items[i + ahead / 2];
         pkv__seq_prefetch_tail(seq);
         if (e->params.max_blocks_per_tenant != 0)
-            pkv__map_prefetch(&e->tenant_blocks, seq->tenant);
+            pkv__map_prefetch(&e->seqs.tenant_blocks, seq->tenant);
     }
     if (i + ahead / 4 < running->count) {
         const pkv__table *t = &running->items[i + ahead / 4]->table;
@@ -482,9 +483,9 @@ static void prefetch_running(const pkv_engine *e, uint32_t i)
 
 pkv_status pkv__sched_plan(pkv_engine *e)
 {
-    pkv__plan *plan = &e->plan;
-    planner pl = {e, plan, pkv__pool_available(&e->pool), e->running.count,
-                  e->params.max_batch_tokens, e->swap_used, 0};
+    pkv__plan *plan = &e->step.plan;
+    planner pl = {e, plan, pkv__pool_available(&e->pool), e->seqs.running.count,
+                  e->params.max_batch_tokens, e->seqs.swap_used, 0};
     plan->number++;
     plan->num_items = 0;
     plan->num_links = 0;
@@ -496,7 +497,7 @@ pkv_status pkv__sched_plan(pkv_engine *e)
 
     pkv_status st = PKV_OK;
     for (uint32_t i = 0;
-         st == PKV_OK && i < e->running.count && pl.budget > 0; i++) {
+         st == PKV_OK && i < e->seqs.running.count && pl.budget > 0; i++) {
         prefetch_running(e, i);
         st = plan_running(&pl, i);
     }
@@ -507,7 +508,7 @@ pkv_status pkv__sched_plan(pkv_engine *e)
         int blocked = 0;
         uint32_t max_seqs = e->params.max_num_seqs;
         uint32_t i = 0;
-        for (; st == PKV_OK && i < e->swapped.count && pl.budget > 0 &&
+        for (; st == PKV_OK && i < e->seqs.swapped.count && pl.budget > 0 &&
                pl.running < max_seqs;
              i++)
             if (plan_swap_in(&pl, i, &st) < 0) {
@@ -515,7 +516,7 @@ pkv_status pkv__sched_plan(pkv_engine *e)
                 break;
             }
         plan->swapped_seen = i;
-        for (i = 0; st == PKV_OK && !blocked && i < e->waiting.count &&
+        for (i = 0; st == PKV_OK && !blocked && i < e->seqs.waiting.count &&
                     pl.budget > 0 && pl.running < max_seqs;
              i++)
             if (plan_admit(&pl, i, &st) < 0)

@@ -8,7 +8,7 @@
 #include "pkv/pkv.h"
 
 /* Plan the step: running sequences, swapped, waiting, drafts. Reads the
- * engine and writes only engine->plan. PKV_ERR_OUT_OF_MEMORY when the
+ * engine and writes only engine->step.plan. PKV_ERR_OUT_OF_MEMORY when the
  * plan's own arrays cannot grow. */
 pkv_status pkv__sched_plan(pkv_engine *engine);
 

@@ -318,13 +318,12 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     pkv_seq_params p;
     pkv_seq_params_init(&p);
     if (params != NULL) {
-        if (params->struct_size < PKV__SEQ_PARAMS_MIN_SIZE ||
-            params->struct_size > sizeof(pkv_seq_params))
-            return pkv__engine_fail(
-                e, PKV_ERR_STRUCT_SIZE,
-                "params->struct_size is %u; this library knows %u",
-                (unsigned)params->struct_size,
-                (unsigned)sizeof(pkv_seq_params));
+        char why[128];
+        if (pkv__struct_size_bad(params->struct_size,
+                                 PKV__SEQ_PARAMS_MIN_SIZE, sizeof *params,
+                                 "params", "pkv_seq_params_init", why,
+                                 sizeof why))
+            return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
         memcpy(&p, params, params->struct_size);
     }
     if (p.prompt != NULL || p.prompt_len != 0 || p.flags != 0)
@@ -332,7 +331,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
                                 "import: params->prompt, prompt_len and "
                                 "flags must be NULL and 0 (the tokens come "
                                 "from the export)");
-    if (e->in_step)
+    if (e->step.in_step)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "import during a step: call it after "
                                 "step_end");
@@ -352,7 +351,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     size_t swap_size =
         computed > 0 ? pkv__backend_swap_bytes(c, pkv__blocks_for(computed, bs))
                      : 0;
-    st = pkv__engine_reserve_lists(e, pkv__inbox_live_count(&e->inbox) + 17);
+    st = pkv__seqs_reserve(&e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
     int32_t *token_ids = pkv__calloc(&e->alloc, tokens, sizeof *token_ids);
     pkv__seq *seq = NULL;
     if (st == PKV_OK && token_ids != NULL) {
@@ -405,17 +404,17 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
                            seq->prompt_hashes);
     }
     pkv__inbox_issue(&e->inbox, seq);
-    pkv__map_put(&e->seqs_by_id, seq->id, (uint64_t)(uintptr_t)seq);
-    if (tokens > e->longest_tokens) /* sizes the next step's arrays */
-        e->longest_tokens = tokens;
+    pkv__map_put(&e->seqs.by_id, seq->id, (uint64_t)(uintptr_t)seq);
+    if (tokens > e->seqs.longest_tokens) /* sizes the next step's arrays */
+        e->seqs.longest_tokens = tokens;
     if (computed > 0) {
         seq->swap_num_blocks = pkv__blocks_for(computed, bs);
         seq->swap_imported = 1;
         seq->state = PKV__SEQ_SWAPPED;
-        pkv__engine_enqueue(e, &e->swapped, seq);
+        pkv__seqs_enqueue(&e->seqs, &e->seqs.swapped, seq);
     } else {
         seq->state = PKV__SEQ_WAITING;
-        pkv__engine_enqueue(e, &e->waiting, seq);
+        pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, seq);
     }
     if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0)
         pkv__engine_log(e, PKV_LOG_INFO,

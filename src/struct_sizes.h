@@ -14,6 +14,7 @@
 #include "pkv/pkv.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define PKV__END_OF(type, field)                                              \
     (offsetof(type, field) + sizeof(((type *)0)->field))
@@ -24,5 +25,23 @@
 #define PKV__TENSOR_MIN_SIZE PKV__END_OF(pkv_tensor, offset)
 /* Structs that came after 0.1.0: their size when they came. */
 #define PKV__STORE_MIN_SIZE PKV__END_OF(pkv_store, model)
+
+/* The check every size-prefixed struct a caller passes gets: its
+ * struct_size (`size`) from `min` (the sizes above) to `known` (this
+ * library's sizeof). 0 when it fits; else 1 with why[] saying so, naming
+ * the struct as the caller knows it (`name`, e.g. "params->store") and
+ * the function that sets struct_size (`init`). */
+static inline int pkv__struct_size_bad(uint32_t size, size_t min,
+                                       size_t known, const char *name,
+                                       const char *init, char *why,
+                                       size_t why_size)
+{
+    if (size >= min && size <= known)
+        return 0;
+    snprintf(why, why_size,
+             "%s->struct_size is %u; this library knows %u (call %s)", name,
+             (unsigned)size, (unsigned)known, init);
+    return 1;
+}
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "engine.h"
+#include "store/engine_store.h"
 #include "lifecycle.h"
 #include "half.h"
 
@@ -201,7 +202,7 @@ static int checked_not_between_steps(ch_host *host, pkv_seq_id id,
                                      const pkv__seq *s, pkv_status st)
 {
     pkv_engine *e = host->engine;
-    if (e->in_step) {
+    if (e->step.in_step) {
         CHECK(host, st == PKV_ERR_BAD_STATE);
         return 1;
     }
@@ -218,7 +219,7 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
                    pkv_seq_id *out_child)
 {
     pkv_engine *e = host->engine;
-    const pkv__seq *p = e->in_step ? NULL : pkv__engine_find(e, parent);
+    const pkv__seq *p = e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, parent);
     uint32_t parent_blocks = p ? p->table.num_blocks : 0;
     pkv_status st = pkv_seq_fork(e, parent, last_token, out_child);
     if (checked_not_between_steps(host, parent, p, st)) {
@@ -250,7 +251,7 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
     c->max_new_tokens = ps->max_new_tokens;
     c->complete = 1;
     /* The child shares every block of its parent. */
-    const pkv__seq *cs = pkv__engine_find(e, *out_child);
+    const pkv__seq *cs = pkv__seqs_find(&e->seqs, *out_child);
     CHECK(host, cs != NULL && cs->state == PKV__SEQ_RUNNING);
     CHECK(host, cs->table.num_blocks == parent_blocks);
     CHECK(host, memcmp(cs->table.blocks, p->table.blocks,
@@ -261,7 +262,7 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
 pkv_status ch_truncate(ch_host *host, pkv_seq_id id, uint32_t num_tokens)
 {
     pkv_engine *e = host->engine;
-    const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    const pkv__seq *s = e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, id);
     pkv_status st = pkv_seq_truncate(e, id, num_tokens);
     /* A cut drops the drafts (a call that cuts nothing keeps them). */
     ch_seq *d = ch_find(host, id);
@@ -296,7 +297,7 @@ pkv_status ch_move(ch_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
 {
     pkv_engine *e = host->engine;
     *out_copy = 0;
-    const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    const pkv__seq *s = e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, id);
     size_t size = 0;
     pkv_status st = pkv_seq_export(e, id, NULL, 0, &size);
     if (!checked_not_between_steps(host, id, s, st))
@@ -320,7 +321,7 @@ pkv_status ch_move(ch_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
     CHECK(host, r != NULL && !r->ended &&
                     r->num_tokens - r->drafts == s->num_tokens);
     ch_record_import(host, copy, r);
-    CHECK(host, pkv__engine_find(e, copy)->num_computed == s->num_computed);
+    CHECK(host, pkv__seqs_find(&e->seqs, copy)->num_computed == s->num_computed);
     *out_copy = copy;
     return PKV_OK;
 }
@@ -329,7 +330,7 @@ void ch_record_import(ch_host *host, pkv_seq_id id, const ch_seq *from)
 {
     CHECK(host, id == host->last_id + 1);
     /* With its KV it waits swapped out, else it waits to be computed. */
-    const pkv__seq *es = pkv__engine_find(host->engine, id);
+    const pkv__seq *es = pkv__seqs_find(&host->engine->seqs, id);
     CHECK(host, es != NULL && es->state == (es->num_computed
                                                 ? PKV__SEQ_SWAPPED
                                                 : PKV__SEQ_WAITING));
@@ -353,7 +354,7 @@ pkv_status ch_propose(ch_host *host, pkv_seq_id id, const int32_t *drafts,
                       uint32_t n)
 {
     pkv_engine *e = host->engine;
-    const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    const pkv__seq *s = e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, id);
     pkv_status st = pkv_seq_propose(e, id, drafts, n);
     if (injected(host, st))
         return st; /* it changed nothing: the drafts before stay */
@@ -851,7 +852,7 @@ void ch_check(ch_host *host)
     if (pkv__engine_check(e, why, sizeof why) != NULL)
         ch_failf(host, "engine invariant: %s", why);
 
-    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
+    const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting, &e->seqs.swapped};
     for (size_t l = 0; l < 3; l++)
         for (uint32_t i = 0; i < lists[l]->count; i++)
             check_seq(host, lists[l]->items[i]);
@@ -863,9 +864,9 @@ void ch_check(ch_host *host)
     CHECK(host, st.blocks_total == nb);
     CHECK(host, st.blocks_free + st.blocks_cached_free + st.blocks_used ==
                     st.blocks_total);
-    CHECK(host, st.num_running == e->running.count &&
-                    st.num_waiting == e->waiting.count &&
-                    st.num_swapped == e->swapped.count);
+    CHECK(host, st.num_running == e->seqs.running.count &&
+                    st.num_waiting == e->seqs.waiting.count &&
+                    st.num_swapped == e->seqs.swapped.count);
     CHECK(host, st.prefix_hit_tokens <= st.prefix_query_tokens);
     /* Imported sequences come in as swap-ins without a swap-out. */
     CHECK(host, st.swap_ins <= st.swap_outs + host->imported);
@@ -874,22 +875,22 @@ void ch_check(ch_host *host)
         uint64_t queued = 0;
         for (const pkv__seq *s = e->inbox.adds_head; s; s = s->inbox_next)
             queued++;
-        uint64_t live = queued + e->running.count + e->waiting.count +
-                        e->swapped.count + e->ended.count;
+        uint64_t live = queued + e->seqs.running.count + e->seqs.waiting.count +
+                        e->seqs.swapped.count + e->seqs.ended.count;
         CHECK(host, live == e->inbox.live);
         /* KV store: each loading sequence waits with one load in flight;
          * saves in flight keep the engine busy. */
         uint32_t loads = 0, saves = 0, loading = 0;
-        for (uint32_t i = 0; i < e->store.num_ops; i++) {
-            const pkv__seq *s = e->store.ops[i].seq;
+        for (uint32_t i = 0; i < e->store->num_ops; i++) {
+            const pkv__seq *s = e->store->ops[i].seq;
             loads += s != NULL;
             saves += s == NULL;
             CHECK(host, s == NULL || (s->state == PKV__SEQ_WAITING &&
                                       s->store_state == PKV__STORE_LOADING));
         }
-        for (uint32_t i = 0; i < e->waiting.count; i++)
-            loading += e->waiting.items[i]->store_state == PKV__STORE_LOADING;
-        CHECK(host, loads == loading && loads == e->store.num_loading);
+        for (uint32_t i = 0; i < e->seqs.waiting.count; i++)
+            loading += e->seqs.waiting.items[i]->store_state == PKV__STORE_LOADING;
+        CHECK(host, loads == loading && loads == e->store->num_loading);
         CHECK(host, (pkv_engine_has_work(e) != 0) == (live != 0 || saves != 0));
     }
 }
@@ -923,12 +924,12 @@ void ch_check_idle(ch_host *host)
     CHECK(host, st.blocks_free + st.blocks_cached_free == st.blocks_total - 1);
     CHECK(host, st.blocks_used == 1);
     const pkv__pool *pool = &e->pool;
-    CHECK(host, e->running.count + e->waiting.count + e->swapped.count +
-                    e->ended.count == 0);
+    CHECK(host, e->seqs.running.count + e->seqs.waiting.count + e->seqs.swapped.count +
+                    e->seqs.ended.count == 0);
     CHECK(host, pool->num_free + pool->num_cached_free == pool->num_blocks - 1);
     for (uint32_t blk = 0; blk < pool->num_blocks; blk++)
         CHECK(host, pool->blocks[blk].ref_count == 0);
-    CHECK(host, e->swap_used == 0);
+    CHECK(host, e->seqs.swap_used == 0);
 }
 
 void ch_drain(ch_host *host, uint64_t max_steps)

@@ -28,7 +28,7 @@ void ch_cmocka_init(ch_host *host, const pkv_engine_params *params,
 #ifdef PKV_HAVE_OPENCL
 int ch_opencl_start(void)
 {
-    if (!pkv__opencl_available()) {
+    if (!pkv__ocl_available()) {
         print_message("no OpenCL device: skipped\n");
         return 77;
     }

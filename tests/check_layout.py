@@ -5,7 +5,11 @@
   and undefined symbols (nm), a file-level graph with no cycle;
 - no include circle among src/ files;
 - only src/opencl/ includes an OpenCL header;
-- every src/ file opens with its licence line, then a comment on its job.
+- every src/ file opens with its licence line, then a comment on its job;
+- the engine layer: only the engine's call files (ENGINE_LAYER) include
+  engine.h, no header does (a module takes the part of the engine it works
+  on), and no other file calls a function they define (no arrow climbs
+  back up to the engine).
 Usage: check_layout.py SRC_DIR OBJECT_DIR"""
 import collections
 import os
@@ -15,6 +19,16 @@ import sys
 
 src, objdir = sys.argv[1], sys.argv[2]
 failures = []
+
+# The files that hold the engine's insides: pkv_engine_* / pkv_seq_*
+# entry points, the scheduler and its plan, the sequence lifecycle, the
+# invariants, state transfer and the store's engine side.
+ENGINE_LAYER = {
+    'check.c', 'engine.c', 'engine_attend.c', 'engine_error.c',
+    'engine_opencl.c', 'engine_seq.c', 'engine_step.c', 'lifecycle.c',
+    'plan_apply.c', 'prefix_file.c', 'sched.c', 'seq_export.c',
+    'store/engine_store.c',
+}
 
 
 def cycles(graph):
@@ -69,6 +83,21 @@ for f in {os.path.relpath(o, objdir)[:-len('.c.o')] for o in objects}:
 for c in cycles(calls):
     failures.append('call circle: ' + ' '.join(c))
 
+
+def in_src(obj):
+    """An object's source file relative to src/ (objects sit under
+    OBJECT_DIR/src/...)."""
+    return obj[len('src/'):] if obj.startswith('src/') else obj
+
+
+for f in sorted(calls):
+    if in_src(f) in ENGINE_LAYER:
+        continue
+    for g in sorted(calls[f]):
+        if in_src(g) in ENGINE_LAYER:
+            failures.append('%s calls up into the engine layer (%s)' %
+                            (in_src(f), in_src(g)))
+
 includes = collections.defaultdict(set)
 files = [os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs
          if f.endswith(('.c', '.h'))]
@@ -92,6 +121,10 @@ for f in files:
                 break
 for c in cycles(includes):
     failures.append('include circle: ' + ' '.join(c))
+for f in sorted(includes):
+    if 'engine.h' in includes[f] and (f.endswith('.h') or
+                                      f not in ENGINE_LAYER):
+        failures.append(f + ': includes engine.h outside the engine layer')
 
 for f in failures:
     print('FAIL:', f)

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "check.h"
+#include "engine.h"
 #include "lifecycle.h"
 
 #include <string.h>
@@ -52,7 +53,7 @@ static void test_check_names_corruption(void **state)
     char buf[256];
     assert_null(pkv__engine_check(e, buf, sizeof buf));
 
-    pkv__seq *s = pkv__engine_find(e, id);
+    pkv__seq *s = pkv__seqs_find(&e->seqs, id);
     assert_non_null(s);
     uint32_t blk = s->table.blocks[0];
     e->pool.blocks[blk].ref_count++;
@@ -89,29 +90,29 @@ static void test_check_names_corruption(void **state)
     expect_broken(e, "state");
     s->state = PKV__SEQ_RUNNING;
 
-    e->num_free_stages--;
+    e->seqs.num_free_stages--;
     expect_broken(e, "staging tails");
-    e->num_free_stages++;
+    e->seqs.num_free_stages++;
 
-    e->swap_used = 1;
+    e->seqs.swap_used = 1;
     expect_broken(e, "swap_used");
-    e->swap_used = 0;
+    e->seqs.swap_used = 0;
 
-    pkv__engine_tenant_add(e, s->tenant, 1);
+    pkv__seqs_tenant_add(&e->seqs, s->tenant, 1);
     expect_broken(e, "counted 4 blocks, holds 3");
-    pkv__engine_tenant_add(e, s->tenant, -1);
-    pkv__engine_tenant_add(e, 77, 2);
+    pkv__seqs_tenant_add(&e->seqs, s->tenant, -1);
+    pkv__seqs_tenant_add(&e->seqs, 77, 2);
     expect_broken(e, "tenant map holds 2 tenants, 1 hold");
-    pkv__engine_tenant_add(e, 77, -2);
+    pkv__seqs_tenant_add(&e->seqs, 77, -2);
 
     size_t room = s->token_capacity;
     s->token_capacity = s->num_tokens; /* it runs: it must have one more */
     expect_broken(e, "no room for the token it samples");
     s->token_capacity = room;
 
-    pkv__map_put(&e->seqs_by_id, 999, 1);
+    pkv__map_put(&e->seqs.by_id, 999, 1);
     expect_broken(e, "id map holds 2 sequences, the lists 1");
-    pkv__map_put(&e->seqs_by_id, 999, 0);
+    pkv__map_put(&e->seqs.by_id, 999, 0);
 
     assert_null(pkv__engine_check(e, buf, sizeof buf));
     pkv_engine_destroy(e);

@@ -312,11 +312,10 @@ static void test_log_callback(void **state)
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     /* The creation line, after (OpenCL builds) the ICD files the loader
-     * is about to read. */
-    if (l.lines == 2)
+     * is about to read and the decode kernel the backend built. */
+    if (l.lines > 1)
         assert_non_null(strstr(l.first, "opencl: the ICD loader reads"));
-    else
-        assert_int_equal(l.lines, 1);
+    assert_true(l.lines >= 1 && l.lines <= 3);
     assert_int_equal(l.level, PKV_LOG_INFO);
     assert_non_null(strstr(l.last, "64 blocks of 16 tokens"));
     /* The creation line names the backend that pkv_engine_backend_name

@@ -104,7 +104,7 @@ static void move_once(const pkv_engine_params *pa,
     pkv_seq_id id = ch_add_prompt(&a, prompt, PROMPT, 20, 0, 0);
     for (uint32_t i = 0; i <= steps; i++)
         ch_step(&a, NULL);
-    const pkv__seq *s = pkv__engine_find(a.engine, id);
+    const pkv__seq *s = pkv__seqs_find(&a.engine->seqs, id);
     assert_non_null(s);
     uint32_t computed = s->num_computed, tokens = s->num_tokens;
     size_t size;
@@ -220,7 +220,7 @@ static void test_move_swapped_and_waiting(void **state)
         free(prompt);
     }
     ch_step(&a, NULL);
-    pkv__seq *waiting = pkv__engine_find(a.engine, ids[4]);
+    pkv__seq *waiting = pkv__seqs_find(&a.engine->seqs, ids[4]);
     assert_non_null(waiting);
     assert_int_equal(waiting->state, PKV__SEQ_WAITING);
     assert_int_equal(waiting->num_computed, 0);
@@ -235,7 +235,7 @@ static void test_move_swapped_and_waiting(void **state)
     for (int step = 0; step < 100 && swapped == NULL; step++) {
         ch_step(&a, NULL);
         for (uint32_t i = 0; i < 5 && swapped == NULL; i++) {
-            pkv__seq *s = pkv__engine_find(a.engine, ids[i]);
+            pkv__seq *s = pkv__seqs_find(&a.engine->seqs, ids[i]);
             if (s != NULL && s->state == PKV__SEQ_SWAPPED &&
                 s->num_tokens > PROMPT + 1)
                 swapped = s;

@@ -284,7 +284,7 @@ static void propose_all(ch_host *h)
 {
     uint32_t vocab = h->params.vocab_size;
     for (pkv_seq_id id = 1; id <= h->last_id; id++) {
-        const pkv__seq *s = pkv__engine_find(h->engine, id);
+        const pkv__seq *s = pkv__seqs_find(&h->engine->seqs, id);
         if (s == NULL || s->state != PKV__SEQ_RUNNING ||
             s->num_computed + 1 != s->num_tokens)
             continue;

@@ -360,10 +360,10 @@ static void run_case(const geo *g, uint32_t seqs, uint32_t rows,
     compare_caches(&p, used, nused, ctx, seqs);
     batch_free(&b);
     snprintf(last_device, sizeof last_device, "%s",
-             pkv__opencl_ops(p.ocl)->name);
-    const char *variant = pkv__opencl_decode_variant(p.ocl);
+             pkv__ocl_ops(p.ocl)->name);
+    const char *variant = pkv__ocl_decode_variant(p.ocl);
     snprintf(last_variant, sizeof last_variant, "%s",
-             variant != NULL ? variant : "(no decode step)");
+             variant != NULL ? variant : "(none)");
     pair_free(&p);
     free(prior);
     free(nq);

@@ -407,7 +407,7 @@ static void test_table_rows_uploaded(void **state)
     const uint32_t stride = 16; /* tables of at most 16 blocks */
     pkv_seq_id ids[MAX_ROWS];
     uint32_t blocks[MAX_ROWS], rows = 0, mixed = 0;
-    uint64_t words = pkv__opencl_table_words(be);
+    uint64_t words = pkv__ocl_table_words(be);
     for (int step = 0; step < 12; step++) {
         if (step == 4) /* the last prompt joins the decoding sequences */
             ch_add_prompt(&h, prompts[SEQS - 1], 5 + SEQS - 1, 4, 0, 0);
@@ -426,7 +426,7 @@ static void test_table_rows_uploaded(void **state)
         }
         rows = b->num_seqs;
         mixed += b->num_tokens > b->num_seqs && step > 0;
-        uint64_t now = pkv__opencl_table_words(be);
+        uint64_t now = pkv__ocl_table_words(be);
         if (now - words != changed * (uint64_t)stride)
             fail_msg("step %d: %llu table words uploaded, expected %llu "
                      "(%u rows changed)",
@@ -451,9 +451,9 @@ static void test_one_wait_per_layer(void **state)
     int32_t *prompt = hm_prompt(9, 3);
     ch_add_prompt(&h, prompt, 9, 4, 0, 0);
     for (int step = 0; step < 3; step++) { /* a prefill, then decodes */
-        uint64_t before = pkv__opencl_finishes(h.engine->backend);
+        uint64_t before = pkv__ocl_finishes(h.engine->backend);
         ch_step(&h, NULL);
-        assert_int_equal(pkv__opencl_finishes(h.engine->backend) - before,
+        assert_int_equal(pkv__ocl_finishes(h.engine->backend) - before,
                          p.num_layers);
     }
     free(prompt);
@@ -493,7 +493,7 @@ static void test_no_buffer_per_layer(void **state)
     }
     for (int step = 0; step < 5; step++) { /* a prefill, then decodes */
         const pkv_batch *b;
-        uint64_t before = pkv__opencl_buffers_created(e->backend);
+        uint64_t before = pkv__ocl_buffers_created(e->backend);
         assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
         uint32_t rows = b->num_tokens;
         pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, rows,
@@ -513,7 +513,7 @@ static void test_no_buffer_per_layer(void **state)
             assert_true(out[i] >= 0.0f && out[i] <= 2.0f);
         int32_t sampled = 7;
         assert_int_equal(pkv_engine_step_end(e, &sampled, NULL, 1), PKV_OK);
-        uint64_t created = pkv__opencl_buffers_created(e->backend) - before;
+        uint64_t created = pkv__ocl_buffers_created(e->backend) - before;
         if (step > 1 && created != 0)
             fail_msg("decode step %d created %llu buffers", step,
                      (unsigned long long)created);
@@ -688,10 +688,10 @@ static void remove_tree(const char *dir)
 static void test_program_fails_to_build(void **state)
 {
     (void)state;
-    const char *saved = pkv__opencl_kernel_dir;
+    const char *saved = pkv__ocl_kernel_dir;
     char dir[64];
     kernel_tree(dir, "\n__kernel void broken(void) { this is not C; }\n");
-    pkv__opencl_kernel_dir = dir;
+    pkv__ocl_kernel_dir = dir;
     pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
     expect_create_fails(p, PKV_ERR_BUILD, "clBuildProgram");
     /* AUTO falls back to the CPU backend and says so. */
@@ -711,10 +711,10 @@ static void test_program_fails_to_build(void **state)
     pkv_engine_destroy(e);
     remove_tree(dir);
     /* A kernel directory that does not exist. */
-    pkv__opencl_kernel_dir = "/nonexistent/pkv";
+    pkv__ocl_kernel_dir = "/nonexistent/pkv";
     p = hm_params(PKV_BACKEND_OPENCL);
     expect_create_fails(p, PKV_ERR_BUILD, "cannot be read");
-    pkv__opencl_kernel_dir = saved;
+    pkv__ocl_kernel_dir = saved;
 }
 
 static void test_cache_too_large(void **state)

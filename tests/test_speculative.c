@@ -91,7 +91,7 @@ static void run(const spec_case *c, int speculative, ch_host *h)
         if (step == 3) /* the first prompt again: a prefix hit */
             ch_add_prompt(h, prompts[0], PROMPT, NEW, 0, 0);
         for (pkv_seq_id id = 1; speculative && id <= h->last_id; id++) {
-            const pkv__seq *es = pkv__engine_find(h->engine, id);
+            const pkv__seq *es = pkv__seqs_find(&h->engine->seqs, id);
             if (es == NULL || es->state != PKV__SEQ_RUNNING ||
                 es->num_computed + 1 != es->num_tokens)
                 continue;
@@ -252,7 +252,7 @@ static void committed_rows(int32_t backend, int32_t dtype, uint32_t bs,
     uint64_t rng = 99;
     for (int step = 0; step < 1000 && pkv_engine_has_work(h[1].engine);
          step++) {
-        const pkv__seq *es = pkv__engine_find(h[1].engine, id);
+        const pkv__seq *es = pkv__seqs_find(&h[1].engine->seqs, id);
         if (es != NULL && es->state == PKV__SEQ_RUNNING &&
             es->num_computed + 1 == es->num_tokens) {
             int32_t drafts[PKV_MAX_DRAFTS];
@@ -309,7 +309,7 @@ static void test_committed_rows(void **state)
  * the staging tail. */
 static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
 {
-    const pkv__seq *s = pkv__engine_find(e, id);
+    const pkv__seq *s = pkv__seqs_find(&e->seqs, id);
     const pkv__backend_config *c = &e->backend_config;
     uint32_t bs = c->block_size, d = c->head_dim;
     uint32_t sealed = s->num_computed / bs, rows = s->num_computed % bs;
@@ -355,7 +355,7 @@ static void window_case(int32_t backend, int32_t dtype, uint32_t bs,
     int recomputed = 0;
     for (int step = 0; step < (int)NEW - 1; step++) {
         ch_seq *plain = ch_find(&h[0], id), *spec = ch_find(&h[1], id);
-        const pkv__seq *es = pkv__engine_find(h[1].engine, id);
+        const pkv__seq *es = pkv__seqs_find(&h[1].engine->seqs, id);
         /* After the prompt's step, a step that does not start at the last
          * sampled token computes again what a rollback dropped. */
         if (step > 0 && es->num_computed + 1 != es->num_tokens)

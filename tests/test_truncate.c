@@ -234,7 +234,7 @@ static void test_cut_swapped(void **state)
     for (int step = 0; step < 100 && swapped == NULL; step++) {
         ch_step(&h, NULL);
         for (uint32_t i = 0; i < 4 && swapped == NULL; i++) {
-            pkv__seq *s = pkv__engine_find(h.engine, ids[i]);
+            pkv__seq *s = pkv__seqs_find(&h.engine->seqs, ids[i]);
             if (s != NULL && s->state == PKV__SEQ_SWAPPED &&
                 s->num_tokens > PROMPT + 1)
                 swapped = s;

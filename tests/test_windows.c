@@ -75,7 +75,7 @@ static void workload(int32_t dtype, int32_t mode)
         ch_step(&h, NULL);
     ids[1] = ch_add_prompt(&h, prompts[1], PROMPT, NEW, 0, 0);
     pkv_seq_id child;
-    const pkv__seq *es = pkv__engine_find(h.engine, ids[0]);
+    const pkv__seq *es = pkv__seqs_find(&h.engine->seqs, ids[0]);
     if (es != NULL && es->state == PKV__SEQ_RUNNING &&
         es->num_generated > 0) {
         assert_int_equal(ch_fork(&h, ids[0], -1, &child), PKV_OK);
@@ -83,12 +83,12 @@ static void workload(int32_t dtype, int32_t mode)
     for (int s = 0; s < 3; s++)
         ch_step(&h, NULL);
     /* A cut inside the first window, then speculative rows. */
-    es = pkv__engine_find(h.engine, ids[2]);
+    es = pkv__seqs_find(&h.engine->seqs, ids[2]);
     if (es != NULL && es->state == PKV__SEQ_RUNNING) {
         assert_int_equal(ch_truncate(&h, ids[2], 9), PKV_OK);
     }
     ch_step(&h, NULL);
-    es = pkv__engine_find(h.engine, ids[3]);
+    es = pkv__seqs_find(&h.engine->seqs, ids[3]);
     if (es != NULL && es->state == PKV__SEQ_RUNNING &&
         es->num_computed + 1 == es->num_tokens) {
         const ch_seq *r = ch_find(&h, ids[3]);
@@ -102,7 +102,7 @@ static void workload(int32_t dtype, int32_t mode)
         assert_int_equal(ch_propose(&h, ids[3], drafts, 3), PKV_OK);
     }
     ch_step(&h, NULL);
-    es = pkv__engine_find(h.engine, ids[1]);
+    es = pkv__seqs_find(&h.engine->seqs, ids[1]);
     if (es != NULL && es->state == PKV__SEQ_RUNNING)
         move_copy(&h, ids[1]);
     ch_run(&h, 500);

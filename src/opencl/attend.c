@@ -164,7 +164,7 @@ static pkv_status host_layer(pkv__backend *b, int what, uint32_t layer,
         cl_int err = clEnqueueReadBuffer(b->queue, m[3], CL_TRUE, 0,
                                          q_bytes, out, 0, NULL, NULL);
         if (err != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clEnqueueReadBuffer(out)");
+            st = pkv__ocl_fail(err, "clEnqueueReadBuffer(out)");
     }
     pkv_status fin = pkv__ocl_finish(b, attend ? "attend" : "append");
     return st != PKV_OK ? st : fin;
@@ -213,7 +213,7 @@ static pkv_status device_tensor_check(const pkv__backend *b, const char *name,
     if (err == CL_SUCCESS)
         err = clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, call);
+        return pkv__ocl_fail(err, call);
     if (ctx != b->cl.context)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "%s: the cl_mem belongs to another context than "

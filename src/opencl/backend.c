@@ -40,12 +40,12 @@ static pkv_status prefill_prepare(pkv__backend *b, const char *pf)
                                 max_group, &rows, &chunk) == 0) {
         b->tile_rows = rows;
         b->tile_chunk = chunk;
-        pkv__cl_log(&b->cl, PKV_LOG_INFO,
+        pkv__ocl_log(&b->cl, PKV_LOG_INFO,
                     "opencl: prefill kernel tiled: %u rows x %u query heads "
                     "per work-group, %u tokens staged at a time",
                     (unsigned)rows, (unsigned)group, (unsigned)chunk);
     } else if (st == PKV_OK) {
-        pkv__cl_log(&b->cl, PKV_LOG_WARN,
+        pkv__ocl_log(&b->cl, PKV_LOG_WARN,
                     "opencl: prefill kernel rows: the tiled kernel does not "
                     "fit the device (%llu bytes of local memory, work-groups "
                     "of %zu)",
@@ -179,9 +179,9 @@ static pkv_status check_fit(pkv__backend *b)
     return PKV_OK;
 }
 
-pkv_status pkv__opencl_create(const pkv__backend_config *config,
+pkv_status pkv__ocl_create(const pkv__backend_config *config,
                               const pkv__allocator *alloc,
-                              const pkv__opencl_options *o,
+                              const pkv__ocl_options *o,
                               pkv__backend **out)
 {
     *out = NULL;
@@ -221,7 +221,7 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         return bad;
     }
     if (own)
-        st = pkv__cl_pick_device(pkv__cl_wanted_device(o->device),
+        st = pkv__ocl_pick_device(pkv__ocl_wanted_device(o->device),
                                  &b->cl.device);
     else
         st = pkv__ocl_adopt_host_queue(b, (cl_context)o->context,
@@ -232,10 +232,10 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         cl_platform_id plat = NULL;
         clGetDeviceInfo(b->cl.device, CL_DEVICE_PLATFORM, sizeof plat, &plat,
                         NULL);
-        pkv__cl_platform_name(plat, pname, sizeof pname);
-        pkv__cl_device_string(b->cl.device, CL_DEVICE_NAME, dname,
+        pkv__ocl_platform_name(plat, pname, sizeof pname);
+        pkv__ocl_device_string(b->cl.device, CL_DEVICE_NAME, dname,
                               sizeof dname);
-        pkv__cl_device_string(b->cl.device, CL_DRIVER_VERSION, driver,
+        pkv__ocl_device_string(b->cl.device, CL_DRIVER_VERSION, driver,
                               sizeof driver);
         snprintf(b->device_name, sizeof b->device_name, "%s / %s (driver %s)",
                  pname, dname, driver);
@@ -253,13 +253,13 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
     if (st == PKV_OK)
         st = pkv__tables_seen_init(&b->checked, alloc, config->max_step_seqs);
     if (st == PKV_OK)
-        st = pkv__cl_program(&b->cl, PKV__CL_GENERIC, "", &b->program);
+        st = pkv__ocl_program(&b->cl, PKV__CL_GENERIC, "", &b->program);
     if (st == PKV_OK && own) {
         cl_int err;
         b->queue = clCreateCommandQueue(b->cl.context, b->cl.device, 0, &err);
         if (err != CL_SUCCESS) {
             b->queue = NULL;
-            st = pkv__cl_fail(err, "clCreateCommandQueue");
+            st = pkv__ocl_fail(err, "clCreateCommandQueue");
         }
     }
     if (st == PKV_OK)
@@ -276,6 +276,13 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
                                   &b->local_copy, 64);
     if (st == PKV_OK)
         st = prefill_prepare(b, pf);
+    /* The decode kernels too, here where the geometry is known, so that
+     * the first all-decode step pays no build in the host's latency (a
+     * program cache directory turns later processes' builds into a binary
+     * load). Where they do not build, the generic kernel takes decode
+     * steps. */
+    if (st == PKV_OK)
+        pkv__ocl_decode_prepare(b);
 
     if (st == PKV_OK) {
         b->arenas = pkv__calloc(alloc, config->num_layers, sizeof *b->arenas);
@@ -294,7 +301,7 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
          * has a clear place. */
         cl_int err = clFinish(b->queue);
         if (err != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clFinish(zero the arenas)");
+            st = pkv__ocl_fail(err, "clFinish(zero the arenas)");
     }
     if (st != PKV_OK) {
         char why[PKV__ERROR_MAX];
@@ -302,7 +309,7 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
         ocl_destroy(b);
         return pkv__fail(st, "%s", why);
     }
-    pkv__cl_log(&b->cl, PKV_LOG_DEBUG,
+    pkv__ocl_log(&b->cl, PKV_LOG_DEBUG,
                 "opencl: %s%s, %u layer arenas of %zu bytes",
                 b->device_name, b->unified ? ", unified memory" : "",
                 (unsigned)config->num_layers, b->arena_bytes);
@@ -313,12 +320,12 @@ pkv_status pkv__opencl_create(const pkv__backend_config *config,
 static pkv_status ocl_create(const pkv__backend_config *config,
                              const pkv__allocator *alloc, pkv__backend **out)
 {
-    pkv__opencl_options o;
+    pkv__ocl_options o;
     memset(&o, 0, sizeof o);
-    return pkv__opencl_create(config, alloc, &o, out);
+    return pkv__ocl_create(config, alloc, &o, out);
 }
 
-const pkv__backend_ops *pkv__opencl_ops(pkv__backend *b)
+const pkv__backend_ops *pkv__ocl_ops(pkv__backend *b)
 {
     b->ops = pkv__backend_opencl;
     snprintf(b->ops_name, sizeof b->ops_name, "opencl (%s)", b->device_name);
@@ -326,36 +333,41 @@ const pkv__backend_ops *pkv__opencl_ops(pkv__backend *b)
     return &b->ops;
 }
 
-int pkv__opencl_is(const pkv__backend_ops *ops)
+int pkv__ocl_is(const pkv__backend_ops *ops)
 {
     return ops != NULL && ops->begin_step == pkv__backend_opencl.begin_step;
 }
 
-const char *pkv__opencl_decode_variant(const pkv__backend *b)
+const char *pkv__ocl_decode_variant(const pkv__backend *b)
 {
     return b->decode_variant[0] != '\0' ? b->decode_variant : NULL;
 }
 
-uint64_t pkv__opencl_table_words(const pkv__backend *b)
+uint64_t pkv__ocl_table_words(const pkv__backend *b)
 {
     return b->table_words;
 }
 
-uint64_t pkv__opencl_finishes(const pkv__backend *b)
+uint64_t pkv__ocl_finishes(const pkv__backend *b)
 {
     return b->finishes;
 }
 
-uint64_t pkv__opencl_buffers_created(const pkv__backend *b)
+uint64_t pkv__ocl_buffers_created(const pkv__backend *b)
 {
     return b->buffers_created;
 }
 
-void pkv__opencl_handles(const pkv__backend *b, cl_context *context,
-                         cl_command_queue *queue)
+void pkv__ocl_handles(const pkv__backend *b, void **context,
+                         void **queue)
 {
-    *context = b->cl.context;
-    *queue = b->queue;
+    *context = (void *)b->cl.context;
+    *queue = (void *)b->queue;
+}
+
+void pkv__ocl_release_programs(void)
+{
+    pkv__ocl_release_shared();
 }
 
 const pkv__backend_ops pkv__backend_opencl = {

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Every buffer the backend creates, counted (pkv__opencl_buffers_created). */
+/* Every buffer the backend creates, counted (pkv__ocl_buffers_created). */
 cl_mem pkv__ocl_new_buffer(pkv__backend *b, cl_mem_flags flags, size_t bytes,
                            cl_int *err)
 {
@@ -34,7 +34,7 @@ pkv_status pkv__ocl_new_zeroed(pkv__backend *b, size_t bytes,
         *out = NULL;
         snprintf(call, sizeof call, "clCreateBuffer(%s, %zu bytes)", what,
                  bytes);
-        return pkv__cl_fail(err, call);
+        return pkv__ocl_fail(err, call);
     }
     void *p = clEnqueueMapBuffer(b->queue, *out, CL_TRUE,
                                  CL_MAP_WRITE_INVALIDATE_REGION, 0, bytes, 0,
@@ -45,7 +45,7 @@ pkv_status pkv__ocl_new_zeroed(pkv__backend *b, size_t bytes,
     }
     if (err != CL_SUCCESS) {
         snprintf(call, sizeof call, "zero %s (map, %zu bytes)", what, bytes);
-        return pkv__cl_fail(err, call);
+        return pkv__ocl_fail(err, call);
     }
     return PKV_OK;
 }
@@ -86,7 +86,7 @@ pkv_status pkv__ocl_launch(pkv__backend *b, cl_kernel k, const char *name,
         cl_int err = clSetKernelArg(k, i, args[i].size, args[i].value);
         if (err != CL_SUCCESS) {
             snprintf(call, sizeof call, "clSetKernelArg(%s, %u)", name, i);
-            return pkv__cl_fail(err, call);
+            return pkv__ocl_fail(err, call);
         }
     }
     if (g0 == 0 || g1 == 0)
@@ -98,7 +98,7 @@ pkv_status pkv__ocl_launch(pkv__backend *b, cl_kernel k, const char *name,
                                NULL);
     if (err != CL_SUCCESS) {
         snprintf(call, sizeof call, "clEnqueueNDRangeKernel(%s)", name);
-        return pkv__cl_fail(err, call);
+        return pkv__ocl_fail(err, call);
     }
     return PKV_OK;
 }
@@ -113,7 +113,7 @@ pkv_status pkv__ocl_host_in(pkv__backend *b, int slot, const void *p,
     if (bytes > b->tensor_cap[slot]) {
         cl_mem m = pkv__ocl_new_buffer(b, CL_MEM_READ_WRITE, bytes, &err);
         if (err != CL_SUCCESS)
-            return pkv__cl_fail(err, "clCreateBuffer(tensor)");
+            return pkv__ocl_fail(err, "clCreateBuffer(tensor)");
         if (b->tensor_mem[slot] != NULL)
             clReleaseMemObject(b->tensor_mem[slot]);
         b->tensor_mem[slot] = m;
@@ -124,7 +124,7 @@ pkv_status pkv__ocl_host_in(pkv__backend *b, int slot, const void *p,
         err = clEnqueueWriteBuffer(b->queue, *out, CL_FALSE, 0, bytes, p, 0,
                                    NULL, NULL);
         if (err != CL_SUCCESS)
-            return pkv__cl_fail(err, "clEnqueueWriteBuffer(tensor)");
+            return pkv__ocl_fail(err, "clEnqueueWriteBuffer(tensor)");
     }
     return PKV_OK;
 }
@@ -136,7 +136,7 @@ pkv_status pkv__ocl_finish(pkv__backend *b, const char *what)
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clFinish(%s)", what);
-        return pkv__cl_fail(err, call);
+        return pkv__ocl_fail(err, call);
     }
     return PKV_OK;
 }
@@ -151,7 +151,7 @@ pkv_status pkv__ocl_make_kernel(pkv__backend *b, cl_program prog,
         *out = NULL;
         char call[96];
         snprintf(call, sizeof call, "clCreateKernel(%s)", name);
-        return pkv__cl_fail(err, call);
+        return pkv__ocl_fail(err, call);
     }
     size_t max = 0;
     err = clGetKernelWorkGroupInfo(*out, b->cl.device,

@@ -50,7 +50,7 @@ static pkv_status put_units(pkv__backend *b)
                                       b->units_cap, b->units_host, 0, NULL,
                                       NULL);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clEnqueueWriteBuffer(copy list)");
+        return pkv__ocl_fail(err, "clEnqueueWriteBuffer(copy list)");
     return PKV_OK;
 }
 
@@ -158,7 +158,7 @@ static pkv_status to_transfer(pkv__backend *b, const void *host, size_t bytes)
     cl_int err = clEnqueueWriteBuffer(b->queue, b->transfer, CL_FALSE, 0,
                                       bytes, host, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clEnqueueWriteBuffer(transfer)");
+        return pkv__ocl_fail(err, "clEnqueueWriteBuffer(transfer)");
     return PKV_OK;
 }
 
@@ -200,7 +200,7 @@ pkv_status pkv__ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
         cl_int err = clEnqueueReadBuffer(b->queue, b->transfer, CL_TRUE, 0,
                                          bytes, host, 0, NULL, NULL);
         if (err != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clEnqueueReadBuffer(swap out)");
+            st = pkv__ocl_fail(err, "clEnqueueReadBuffer(swap out)");
     }
     pkv_status fin = pkv__ocl_finish(b, "swap out");
     return st != PKV_OK ? st : fin;
@@ -247,7 +247,7 @@ pkv_status pkv__ocl_stage_out(pkv__backend *b, uint32_t stage, void *host)
                                      stage * bytes, bytes, host, 0, NULL,
                                      NULL);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clEnqueueReadBuffer(stage out)");
+        return pkv__ocl_fail(err, "clEnqueueReadBuffer(stage out)");
     return PKV_OK;
 }
 

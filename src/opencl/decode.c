@@ -55,15 +55,13 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
     return PKV_OK;
 }
 
-/* Build the decode program for this geometry on its first use. A build
- * failure is not an error: the generic kernel serves decode steps too. */
+/* Build the decode program for this geometry (create). A build failure
+ * is not an error: the generic kernel serves decode steps too. */
 void pkv__ocl_decode_prepare(pkv__backend *b)
 {
-    if (b->decode_state != 0)
-        return;
     const pkv__backend_config *c = &b->cfg;
     char extensions[4096], why[256], opts[512];
-    pkv__cl_device_string(b->cl.device, CL_DEVICE_EXTENSIONS, extensions,
+    pkv__ocl_device_string(b->cl.device, CL_DEVICE_EXTENSIONS, extensions,
                           sizeof extensions);
     cl_device_type type = 0;
     clGetDeviceInfo(b->cl.device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
@@ -74,7 +72,7 @@ void pkv__ocl_decode_prepare(pkv__backend *b)
     if (kind == PKV__DECODE_OFF) {
         snprintf(b->decode_variant, sizeof b->decode_variant,
                  "off: the generic paged-attention kernel (%s)", why);
-        pkv__cl_log(&b->cl,
+        pkv__ocl_log(&b->cl,
                     b->decode_request == PKV__DECODE_OFF ? PKV_LOG_INFO
                                                          : PKV_LOG_WARN,
                     "opencl: decode kernel %s", b->decode_variant);
@@ -85,7 +83,7 @@ void pkv__ocl_decode_prepare(pkv__backend *b)
     st = decode_options(b, kind, opts, sizeof opts, &program);
     size_t local = 0;
     if (st == PKV_OK)
-        st = pkv__cl_program(&b->cl, program, opts, &b->decode_program);
+        st = pkv__ocl_program(&b->cl, program, opts, &b->decode_program);
     size_t want = kind == PKV__DECODE_CPU ? c->num_kv_heads : b->decode_lanes;
     if (st == PKV_OK)
         st = pkv__ocl_make_kernel(b, b->decode_program, "pkv_decode_partial",
@@ -112,7 +110,7 @@ void pkv__ocl_decode_prepare(pkv__backend *b)
         b->decode_state = 1;
         snprintf(b->decode_variant, sizeof b->decode_variant, "%s: %s (%s)",
                  name[kind], what[kind], why);
-        pkv__cl_log(&b->cl, PKV_LOG_INFO, "opencl: decode kernel %s;%s",
+        pkv__ocl_log(&b->cl, PKV_LOG_INFO, "opencl: decode kernel %s;%s",
                     b->decode_variant, opts);
         return;
     }
@@ -120,7 +118,7 @@ void pkv__ocl_decode_prepare(pkv__backend *b)
              "off: the generic paged-attention kernel (the %s decode "
              "variant is unavailable: %s)",
              name[kind], pkv_last_error());
-    pkv__cl_log(&b->cl, PKV_LOG_WARN, "opencl: decode kernel %s",
+    pkv__ocl_log(&b->cl, PKV_LOG_WARN, "opencl: decode kernel %s",
                 b->decode_variant);
     b->decode_state = -1;
 }
@@ -170,7 +168,7 @@ pkv_status pkv__ocl_enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
     cl_int err = clEnqueueNDRangeKernel(b->queue, b->k_partial, 3, NULL,
                                         global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_partial)");
+        return pkv__ocl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_partial)");
     if (parts == 1)
         return PKV_OK;
     karg r[] = {KA(acc), KA(ml), KA(parts), KA(out.mem), KA(out.off),
@@ -184,5 +182,5 @@ pkv_status pkv__ocl_enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
                                  NULL, 0, NULL, NULL);
     return err == CL_SUCCESS
                ? PKV_OK
-               : pkv__cl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_reduce)");
+               : pkv__ocl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_reduce)");
 }

@@ -22,7 +22,7 @@
 
 /* ------------------------------------------------------------ CL errors */
 
-const char *pkv__cl_error_name(cl_int e)
+const char *pkv__ocl_error_name(cl_int e)
 {
     switch (e) {
 #define N(x) \
@@ -64,7 +64,7 @@ const char *pkv__cl_error_name(cl_int e)
     }
 }
 
-pkv_status pkv__cl_status(cl_int e)
+pkv_status pkv__ocl_status(cl_int e)
 {
     switch (e) {
     case CL_OUT_OF_HOST_MEMORY:
@@ -94,10 +94,10 @@ pkv_status pkv__cl_status(cl_int e)
 }
 
 /* Fail with the call and the CL error's name in the message. */
-pkv_status pkv__cl_fail(cl_int err, const char *call)
+pkv_status pkv__ocl_fail(cl_int err, const char *call)
 {
-    return pkv__fail(pkv__cl_status(err), "%s: %s (%d)", call,
-                     pkv__cl_error_name(err), (int)err);
+    return pkv__fail(pkv__ocl_status(err), "%s: %s (%d)", call,
+                     pkv__ocl_error_name(err), (int)err);
 }
 
 /* ------------------------------------------------------ device choice */
@@ -117,7 +117,7 @@ static int contains_nocase(const char *hay, const char *needle)
     return n == 0;
 }
 
-void pkv__cl_device_string(cl_device_id d, cl_device_info what, char *buf,
+void pkv__ocl_device_string(cl_device_id d, cl_device_info what, char *buf,
                            size_t size)
 {
     buf[0] = '\0';
@@ -126,7 +126,7 @@ void pkv__cl_device_string(cl_device_id d, cl_device_info what, char *buf,
     buf[size - 1] = '\0';
 }
 
-void pkv__cl_platform_name(cl_platform_id p, char *buf, size_t size)
+void pkv__ocl_platform_name(cl_platform_id p, char *buf, size_t size)
 {
     buf[0] = '\0';
     if (clGetPlatformInfo(p, CL_PLATFORM_NAME, size - 1, buf, NULL) !=
@@ -137,7 +137,7 @@ void pkv__cl_platform_name(cl_platform_id p, char *buf, size_t size)
 
 /* The device named by `want` (a substring of platform or device name), or
  * the first GPU, or the first device. */
-pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out)
+pkv_status pkv__ocl_pick_device(const char *want, cl_device_id *out)
 {
     cl_platform_id plats[MAX_PLATFORMS];
     cl_uint np = 0;
@@ -145,7 +145,7 @@ pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out)
     if (err == -1001 || (err == CL_SUCCESS && np == 0))
         return pkv__fail(PKV_ERR_DEVICE, "no OpenCL platform is installed");
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clGetPlatformIDs");
+        return pkv__ocl_fail(err, "clGetPlatformIDs");
     if (np > MAX_PLATFORMS)
         np = MAX_PLATFORMS;
     cl_device_id first = NULL, gpu = NULL, named = NULL;
@@ -159,10 +159,10 @@ pkv_status pkv__cl_pick_device(const char *want, cl_device_id *out)
         if (nd > MAX_DEVICES)
             nd = MAX_DEVICES;
         char pname[PKV__CL_NAME_MAX];
-        pkv__cl_platform_name(plats[p], pname, sizeof pname);
+        pkv__ocl_platform_name(plats[p], pname, sizeof pname);
         for (cl_uint i = 0; i < nd; i++) {
             char dname[PKV__CL_NAME_MAX];
-            pkv__cl_device_string(devs[i], CL_DEVICE_NAME, dname,
+            pkv__ocl_device_string(devs[i], CL_DEVICE_NAME, dname,
                                   sizeof dname);
             /* The list is for a message: a long one is cut, and an
              * encoding error leaves it as it was. */
@@ -213,7 +213,7 @@ static void icd_entry(const char *path, char *buf, size_t size)
              name ? name + 1 : path, lib);
 }
 
-void pkv__opencl_icd_summary(char *buf, size_t size)
+void pkv__ocl_icd_summary(char *buf, size_t size)
 {
     buf[0] = '\0';
     const char *env = getenv("OCL_ICD_VENDORS");
@@ -241,7 +241,7 @@ void pkv__opencl_icd_summary(char *buf, size_t size)
         snprintf(buf, size, "no .icd file in %s", dir);
 }
 
-int pkv__cl_any_device(void)
+int pkv__ocl_any_device(void)
 {
     cl_platform_id plats[MAX_PLATFORMS];
     cl_uint np = 0;
@@ -257,7 +257,7 @@ int pkv__cl_any_device(void)
     return 0;
 }
 
-const char *pkv__cl_wanted_device(const char *name)
+const char *pkv__ocl_wanted_device(const char *name)
 {
     const char *want = name != NULL ? name : getenv("PKV_OPENCL_DEVICE");
     return want != NULL && want[0] != '\0' ? want : NULL;
@@ -276,7 +276,7 @@ pkv_status pkv__ocl_adopt_host_queue(pkv__backend *b, cl_context ctx,
     cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx,
                                        &qctx, NULL);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clGetCommandQueueInfo(host queue)");
+        return pkv__ocl_fail(err, "clGetCommandQueueInfo(host queue)");
     if (qctx != ctx)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "the host's queue does not belong to its context");
@@ -287,7 +287,7 @@ pkv_status pkv__ocl_adopt_host_queue(pkv__backend *b, cl_context ctx,
         err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE,
                                     sizeof b->cl.device, &b->cl.device, NULL);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clGetCommandQueueInfo(host queue)");
+        return pkv__ocl_fail(err, "clGetCommandQueueInfo(host queue)");
     if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the host's queue is out of order; pkv needs an "
@@ -299,7 +299,7 @@ pkv_status pkv__ocl_adopt_host_queue(pkv__backend *b, cl_context ctx,
     return PKV_OK;
 }
 
-pkv_status pkv__opencl_device_is_gpu(const pkv__opencl_options *o,
+pkv_status pkv__ocl_device_is_gpu(const pkv__ocl_options *o,
                                      int *is_gpu)
 {
     *is_gpu = 0;
@@ -310,9 +310,9 @@ pkv_status pkv__opencl_device_is_gpu(const pkv__opencl_options *o,
                                            CL_QUEUE_DEVICE, sizeof device,
                                            &device, NULL);
         if (err != CL_SUCCESS)
-            return pkv__cl_fail(err, "clGetCommandQueueInfo(host queue)");
+            return pkv__ocl_fail(err, "clGetCommandQueueInfo(host queue)");
     } else {
-        st = pkv__cl_pick_device(pkv__cl_wanted_device(o->device), &device);
+        st = pkv__ocl_pick_device(pkv__ocl_wanted_device(o->device), &device);
         if (st != PKV_OK)
             return st;
     }
@@ -320,12 +320,12 @@ pkv_status pkv__opencl_device_is_gpu(const pkv__opencl_options *o,
     cl_int err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type,
                                  NULL);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clGetDeviceInfo(CL_DEVICE_TYPE)");
+        return pkv__ocl_fail(err, "clGetDeviceInfo(CL_DEVICE_TYPE)");
     *is_gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
     return PKV_OK;
 }
 
-int pkv__opencl_available(void)
+int pkv__ocl_available(void)
 {
-    return pkv__cl_any_device();
+    return pkv__ocl_any_device();
 }

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int pkv__cl_has_extension(const char *extensions, const char *name)
+int pkv__ocl_has_extension(const char *extensions, const char *name)
 {
     size_t len = strlen(name);
     for (const char *p = extensions; (p = strstr(p, name)) != NULL; p += len) {
@@ -34,8 +34,8 @@ static int intel_capable(const char *extensions, uint32_t head_dim)
 {
     int dims_ok = head_dim % 32 == 0 && head_dim <= 512;
     return dims_ok &&
-           pkv__cl_has_extension(extensions, "cl_intel_subgroups") &&
-           pkv__cl_has_extension(extensions, "cl_intel_subgroups_short");
+           pkv__ocl_has_extension(extensions, "cl_intel_subgroups") &&
+           pkv__ocl_has_extension(extensions, "cl_intel_subgroups_short");
 }
 
 pkv__decode_kind pkv__decode_choose(int request, int cpu_device,

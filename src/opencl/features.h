@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 /* Whether the space-separated extension list holds exactly `name`. */
-int pkv__cl_has_extension(const char *extensions, const char *name);
+int pkv__ocl_has_extension(const char *extensions, const char *name);
 
 /* The variants of kernels/decode_common.cl's pkv_decode_partial. OFF means
  * decode steps run on the generic paged-attention kernel. */

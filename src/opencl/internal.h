@@ -7,7 +7,7 @@
  * and block tables on the device), attend.c (append and attention of a
  * layer, host or cl_mem tensors), decode.c (the decode kernels: variant,
  * build, launch), copy.c (copy-on-write, swap, staging), features.c and
- * decode_plan.c (pure choices), api.c (pkv_opencl.h).
+ * decode_plan.c (pure choices).
  *
  * Host-memory tensors are borrowed for the call, so append and attend wait
  * for their work before returning, and they go through device buffers
@@ -39,7 +39,7 @@
 struct pkv__backend {
     pkv__backend_config cfg;
     pkv__allocator alloc;
-    pkv__cl_target cl; /* device, context, log, program cache */
+    pkv__ocl_target cl; /* device, context, log, program cache */
     cl_command_queue queue;
     cl_program program;
     cl_kernel k_append, k_seal, k_attend, k_copy, k_tiled;
@@ -75,8 +75,8 @@ struct pkv__backend {
     /* The split-K decode kernels (kernels/decode_common.cl) for steps whose
      * rows are one per sequence: the variant asked for by
      * PKV_OPENCL_DECODE (decode_request, a pkv__decode_kind), specialised
-     * by -D on the geometry, built on the first such step. decode_state: 0
-     * not built yet, 1 ready, -1 not used (off, or it did not build). */
+     * by -D on the geometry, built at create. decode_state: 1 ready, -1
+     * not used (off, or it did not build). */
     int decode_request;
     int decode_state;
     int step_is_decode;
@@ -133,13 +133,6 @@ typedef struct kt {
     cl_uint f16;
 } kt;
 
-/* Whether an ops table is the OpenCL backend's (or a copy of it). */
-int pkv__opencl_is(const pkv__backend_ops *ops);
-
-/* The backend's context and queue (borrowed). */
-void pkv__opencl_handles(const pkv__backend *backend, cl_context *context,
-                         cl_command_queue *queue);
-
 /* device.c: the host's queue */
 /* The host's context and queue: the queue must belong to the context and
  * run in order. */
@@ -147,7 +140,7 @@ pkv_status pkv__ocl_adopt_host_queue(pkv__backend *b, cl_context ctx,
                                      cl_command_queue queue);
 
 /* buffers.c: buffers, launches, waits */
-/* Every buffer the backend creates, counted (pkv__opencl_buffers_created). */
+/* Every buffer the backend creates, counted (pkv__ocl_buffers_created). */
 cl_mem pkv__ocl_new_buffer(pkv__backend *b, cl_mem_flags flags, size_t bytes,
                            cl_int *err);
 
@@ -180,7 +173,7 @@ pkv_status pkv__ocl_launch(pkv__backend *b, cl_kernel k, const char *name,
 pkv_status pkv__ocl_host_in(pkv__backend *b, int slot, const void *p,
                             size_t bytes, int output, cl_mem *out);
 
-/* Wait for the queue (counted, pkv__opencl_finishes); `what` names the
+/* Wait for the queue (counted, pkv__ocl_finishes); `what` names the
  * work in the message. */
 pkv_status pkv__ocl_finish(pkv__backend *b, const char *what);
 
@@ -205,8 +198,8 @@ pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s);
 pkv_status pkv__ocl_need_upload(pkv__backend *b);
 
 /* decode.c: the split-K decode kernels */
-/* Build the decode program for this geometry on its first use. A build
- * failure is not an error: the generic kernel serves decode steps too. */
+/* Build the decode program for this geometry (create). A build failure
+ * is not an error: the generic kernel serves decode steps too. */
 void pkv__ocl_decode_prepare(pkv__backend *b);
 
 /* The split-K decode of an all-decode step: the variant's partial kernel

@@ -2,7 +2,7 @@
 /*
  * Programs for the OpenCL backend (program.h), built from the kernel files
  * embedded at build time (cmake/embed.cmake), or read from
- * pkv__opencl_kernel_dir. When pkv owns the context, contexts and programs
+ * pkv__ocl_kernel_dir. When pkv owns the context, contexts and programs
  * are shared by every engine of the process, one per (device, build key),
  * and kept until it exits or calls pkv_opencl_release_programs: building
  * takes seconds on some drivers, creating an engine should not. Binaries
@@ -25,9 +25,9 @@
 #define CACHE_MAX_BYTES (256u << 20)
 
 #ifdef PKV_KERNELS_DIR
-const char *pkv__opencl_kernel_dir = PKV_KERNELS_DIR;
+const char *pkv__ocl_kernel_dir = PKV_KERNELS_DIR;
 #else
-const char *pkv__opencl_kernel_dir = NULL;
+const char *pkv__ocl_kernel_dir = NULL;
 #endif
 
 /* --------------------------------------------- process-wide programs */
@@ -86,12 +86,12 @@ static const char *const decode_intel_files[] = {
     "kernels/decode_intel.cl"};
 #define NUM_FILES(list) ((unsigned)(sizeof list / sizeof list[0]))
 
-/* Read a kernel file from pkv__opencl_kernel_dir into dst (size bytes), or
+/* Read a kernel file from pkv__ocl_kernel_dir into dst (size bytes), or
  * only measure it (dst NULL). */
 static pkv_status read_kernel_file(const char *name, char *dst, size_t *size)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", pkv__opencl_kernel_dir, name);
+    snprintf(path, sizeof path, "%s/%s", pkv__ocl_kernel_dir, name);
     FILE *f = fopen(path, "rb");
     long n = -1;
     if (f != NULL && dst == NULL && fseek(f, 0, SEEK_END) == 0)
@@ -108,8 +108,8 @@ static pkv_status read_kernel_file(const char *name, char *dst, size_t *size)
 }
 
 /* A program's source: its kernel files, concatenated, embedded or read
- * from pkv__opencl_kernel_dir. */
-static pkv_status load_source(pkv__cl_target *t, const char *const *names,
+ * from pkv__ocl_kernel_dir. */
+static pkv_status load_source(pkv__ocl_target *t, const char *const *names,
                               unsigned n, char **out, size_t *out_size)
 {
     const pkv__kernel_file *files[8];
@@ -126,7 +126,7 @@ static pkv_status load_source(pkv__cl_target *t, const char *const *names,
             return pkv__fail(PKV_ERR_INTERNAL, "kernel %s is not embedded",
                              names[i]);
         sizes[i] = files[i]->size;
-        if (pkv__opencl_kernel_dir != NULL) {
+        if (pkv__ocl_kernel_dir != NULL) {
             pkv_status st = read_kernel_file(names[i], NULL, &sizes[i]);
             if (st != PKV_OK)
                 return st;
@@ -138,7 +138,7 @@ static pkv_status load_source(pkv__cl_target *t, const char *const *names,
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "kernel source: no memory");
     size_t at = 0;
     for (unsigned i = 0; i < n; i++) {
-        if (pkv__opencl_kernel_dir == NULL) {
+        if (pkv__ocl_kernel_dir == NULL) {
             memcpy(src + at, files[i]->data, sizes[i]);
         } else {
             pkv_status st = read_kernel_file(names[i], src + at, &sizes[i]);
@@ -156,7 +156,7 @@ static pkv_status load_source(pkv__cl_target *t, const char *const *names,
     return PKV_OK;
 }
 
-static void build_options(const pkv__cl_target *t, const char *extra,
+static void build_options(const pkv__ocl_target *t, const char *extra,
                           char *buf, size_t size)
 {
     cl_device_fp_config fp = 0;
@@ -172,7 +172,7 @@ static void build_options(const pkv__cl_target *t, const char *extra,
 }
 
 /* The key of a build: sources, device, driver and options. */
-static uint64_t build_key(const pkv__cl_target *t, const char *src,
+static uint64_t build_key(const pkv__ocl_target *t, const char *src,
                           size_t src_size, const char *options)
 {
     char buf[PKV__CL_NAME_MAX];
@@ -181,7 +181,7 @@ static uint64_t build_key(const pkv__cl_target *t, const char *src,
     const cl_device_info infos[] = {CL_DEVICE_NAME, CL_DEVICE_VENDOR,
                                     CL_DEVICE_VERSION, CL_DRIVER_VERSION};
     for (size_t i = 0; i < sizeof infos / sizeof infos[0]; i++) {
-        pkv__cl_device_string(t->device, infos[i], buf, sizeof buf);
+        pkv__ocl_device_string(t->device, infos[i], buf, sizeof buf);
         h = fnv1a(h, buf, strlen(buf) + 1);
     }
     return h;
@@ -204,7 +204,7 @@ static uint64_t get_u64(const unsigned char *p)
 /* A program from a cache file, or NULL when there is none or it does not
  * pass: magic, key, size and checksum (FNV-1a) checked, then the driver
  * must accept and build the binary. A bad file is logged and rebuilt. */
-static cl_program cache_load(pkv__cl_target *t, const char *path, uint64_t key,
+static cl_program cache_load(pkv__ocl_target *t, const char *path, uint64_t key,
                              const char *options)
 {
     FILE *f = fopen(path, "rb");
@@ -254,16 +254,16 @@ static cl_program cache_load(pkv__cl_target *t, const char *path, uint64_t key,
     if (bin != NULL)
         pkv__free(&t->alloc, bin, (size_t)size, 1);
     if (why != NULL)
-        pkv__cl_log(t, PKV_LOG_WARN, "program cache %s: %s; rebuilding",
+        pkv__ocl_log(t, PKV_LOG_WARN, "program cache %s: %s; rebuilding",
                     path, why);
     else
-        pkv__cl_log(t, PKV_LOG_DEBUG, "program cache hit: %s", path);
+        pkv__ocl_log(t, PKV_LOG_DEBUG, "program cache hit: %s", path);
     return prog;
 }
 
 /* Write the built program's binary (best effort: a cache that cannot be
  * written costs a rebuild next time, nothing else). */
-static void cache_store(pkv__cl_target *t, const char *path, uint64_t key,
+static void cache_store(pkv__ocl_target *t, const char *path, uint64_t key,
                         cl_program prog)
 {
     size_t size = 0;
@@ -294,7 +294,7 @@ static void cache_store(pkv__cl_target *t, const char *path, uint64_t key,
         ok = ok && rename(tmp, path) == 0;
         if (!ok)
             remove(tmp);
-        pkv__cl_log(t, ok ? PKV_LOG_DEBUG : PKV_LOG_WARN,
+        pkv__ocl_log(t, ok ? PKV_LOG_DEBUG : PKV_LOG_WARN,
                     "program cache %s: %s", path,
                     ok ? "written" : "cannot be written");
     }
@@ -302,7 +302,7 @@ static void cache_store(pkv__cl_target *t, const char *path, uint64_t key,
 }
 
 /* Build the program for t->context/t->device, through the disk cache. */
-static pkv_status build_program(pkv__cl_target *t, const char *cache_dir,
+static pkv_status build_program(pkv__ocl_target *t, const char *cache_dir,
                                 const char *src, size_t src_size,
                                 const char *options, uint64_t key,
                                 cl_program *out)
@@ -321,7 +321,7 @@ static pkv_status build_program(pkv__cl_target *t, const char *cache_dir,
     cl_program prog =
         clCreateProgramWithSource(t->context, 1, srcs, lens, &err);
     if (err != CL_SUCCESS)
-        return pkv__cl_fail(err, "clCreateProgramWithSource");
+        return pkv__ocl_fail(err, "clCreateProgramWithSource");
     err = clBuildProgram(prog, 1, &t->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
         char log[PKV__ERROR_MAX];
@@ -330,10 +330,10 @@ static pkv_status build_program(pkv__cl_target *t, const char *cache_dir,
                               sizeof log - 1, log, NULL);
         log[sizeof log - 1] = '\0';
         clReleaseProgram(prog);
-        return pkv__fail(pkv__cl_status(err) == PKV_ERR_DEVICE ? PKV_ERR_BUILD
-                                                          : pkv__cl_status(err),
+        return pkv__fail(pkv__ocl_status(err) == PKV_ERR_DEVICE ? PKV_ERR_BUILD
+                                                          : pkv__ocl_status(err),
                          "clBuildProgram: %s (%d): %s",
-                         pkv__cl_error_name(err), (int)err, log);
+                         pkv__ocl_error_name(err), (int)err, log);
     }
     if (cache_dir != NULL)
         cache_store(t, path, key, prog);
@@ -345,7 +345,7 @@ static pkv_status build_program(pkv__cl_target *t, const char *cache_dir,
  * pkv owns the context (own), programs are shared process-wide: the first
  * one fixes the context (created here when t->context is NULL), later ones
  * are looked up in the same context. */
-void pkv__cl_release_shared(void)
+void pkv__ocl_release_shared(void)
 {
     pkv__call_once(&shared_once, shared_init);
     if (!shared_lock_ok)
@@ -362,7 +362,7 @@ void pkv__cl_release_shared(void)
 /* Under shared_lock: the shared program for t's device and key (in t's
  * context, or any when t has none yet, which t then adopts), retained into
  * *out. Returns 1 if found. */
-static int find_shared(pkv__cl_target *t, uint64_t key, cl_program *out)
+static int find_shared(pkv__ocl_target *t, uint64_t key, cl_program *out)
 {
     for (unsigned i = 0; i < num_shared; i++) {
         if (shared[i].device != t->device || shared[i].key != key ||
@@ -379,7 +379,7 @@ static int find_shared(pkv__cl_target *t, uint64_t key, cl_program *out)
     return 0;
 }
 
-static pkv_status get_program(pkv__cl_target *t, const char *const *names,
+static pkv_status get_program(pkv__ocl_target *t, const char *const *names,
                               unsigned n, const char *extra,
                               const char *cache_dir, int own, cl_program *out)
 {
@@ -414,7 +414,7 @@ static pkv_status get_program(pkv__cl_target *t, const char *const *names,
                 clCreateContext(NULL, 1, &t->device, NULL, NULL, &err);
             if (err != CL_SUCCESS) {
                 t->context = NULL;
-                st = pkv__cl_fail(err, "clCreateContext");
+                st = pkv__ocl_fail(err, "clCreateContext");
             }
         }
         if (st == PKV_OK)
@@ -441,7 +441,7 @@ static pkv_status get_program(pkv__cl_target *t, const char *const *names,
     return st;
 }
 
-void pkv__cl_log(const pkv__cl_target *t, int32_t level, const char *fmt,
+void pkv__ocl_log(const pkv__ocl_target *t, int32_t level, const char *fmt,
                  ...)
 {
     va_list args;
@@ -450,7 +450,7 @@ void pkv__cl_log(const pkv__cl_target *t, int32_t level, const char *fmt,
     va_end(args);
 }
 
-pkv_status pkv__cl_program(pkv__cl_target *t, int kind, const char *extra,
+pkv_status pkv__ocl_program(pkv__ocl_target *t, int kind, const char *extra,
                            cl_program *out)
 {
     if (kind == PKV__CL_DECODE)

@@ -12,10 +12,10 @@
 #include "error.h"
 
 /* Where programs are built. */
-typedef struct pkv__cl_target {
+typedef struct pkv__ocl_target {
     pkv__allocator alloc;  /* scratch: sources, binaries */
     cl_device_id device;
-    cl_context context;    /* NULL (own_context only): pkv__cl_program
+    cl_context context;    /* NULL (own_context only): pkv__ocl_program
                               adopts the process's context for the device
                               or creates it; the caller then owns a
                               reference */
@@ -24,10 +24,10 @@ typedef struct pkv__cl_target {
     pkv_log_fn log;
     void *log_user;
     int32_t log_level;
-} pkv__cl_target;
+} pkv__ocl_target;
 
 /* The programs pkv builds. */
-enum pkv__cl_program_kind {
+enum pkv__ocl_program_kind {
     PKV__CL_GENERIC = 0,     /* kv_append, paged_attention, block_copy */
     PKV__CL_DECODE = 1,      /* paged_decode.cl, specialised by -D options */
     PKV__CL_DECODE_GPU = 2,  /* decode_gpu.cl, specialised by -D options */
@@ -36,14 +36,14 @@ enum pkv__cl_program_kind {
 
 /* Drop the process-wide table of pkv's own contexts and programs
  * (pkv_opencl_release_programs). */
-void pkv__cl_release_shared(void);
+void pkv__ocl_release_shared(void);
 
 /* Send a line to the target's log callback if level is enabled. */
-void pkv__cl_log(const pkv__cl_target *target, int32_t level,
+void pkv__ocl_log(const pkv__ocl_target *target, int32_t level,
                  const char *fmt, ...) PKV__PRINTF(3, 4);
 
 /* Build (or find) a program of `kind` with extra build options. */
-pkv_status pkv__cl_program(pkv__cl_target *target, int kind,
+pkv_status pkv__ocl_program(pkv__ocl_target *target, int kind,
                            const char *extra, cl_program *out);
 
 /* The kernel sources, embedded at build time (cmake/embed.cmake), in the
@@ -59,6 +59,6 @@ extern const unsigned pkv__kernel_num_files;
 /* Test hook: when set, the kernel files are read from this directory (the
  * same relative names) instead of the embedded copies. Builds with
  * PKV_KERNELS_FROM_SOURCE read them from the source tree by default. */
-extern const char *pkv__opencl_kernel_dir;
+extern const char *pkv__ocl_kernel_dir;
 
 #endif

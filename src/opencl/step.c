@@ -46,7 +46,7 @@ static pkv_status grow_step(pkv__backend *b, size_t words)
         cl_mem m = pkv__ocl_new_buffer(b, CL_MEM_READ_ONLY,
                                        cap * sizeof(uint32_t), &err);
         if (err != CL_SUCCESS)
-            return pkv__cl_fail(err, "clCreateBuffer(step arrays)");
+            return pkv__ocl_fail(err, "clCreateBuffer(step arrays)");
         if (b->step_mem != NULL)
             clReleaseMemObject(b->step_mem);
         b->step_mem = m;
@@ -126,7 +126,7 @@ static pkv_status upload_tables(pkv__backend *b)
                 b->table_mirror + at, 0, NULL, NULL);
             if (err != CL_SUCCESS) {
                 pkv__tables_seen_forget(&b->device_rows);
-                return pkv__cl_fail(err, "clEnqueueWriteBuffer(tables)");
+                return pkv__ocl_fail(err, "clEnqueueWriteBuffer(tables)");
             }
             b->table_words += count;
             for (uint32_t r = i; r < j; r++)
@@ -186,7 +186,7 @@ static pkv_status upload_step(pkv__backend *b)
         clReleaseEvent(b->upload);
         b->upload = NULL;
         if (err != CL_SUCCESS)
-            return pkv__cl_fail(err, "clWaitForEvents(step upload)");
+            return pkv__ocl_fail(err, "clWaitForEvents(step upload)");
     }
     uint32_t n = s->num_seqs, bs = b->cfg.block_size;
     int quantized = pkv__backend_quantized(&b->cfg);
@@ -261,7 +261,7 @@ static pkv_status upload_step(pkv__backend *b)
                                        lens[which[i]] * 4, w + off[which[i]],
                                        0, NULL, NULL);
         if (err != CL_SUCCESS)
-            st = pkv__cl_fail(err, "clEnqueueWriteBuffer(decode arrays)");
+            st = pkv__ocl_fail(err, "clEnqueueWriteBuffer(decode arrays)");
     }
     if (st == PKV_OK)
         st = upload_tables(b);
@@ -271,7 +271,7 @@ static pkv_status upload_step(pkv__backend *b)
                                                      0, NULL, &b->upload);
     if (err != CL_SUCCESS) {
         b->upload = NULL;
-        st = pkv__cl_fail(err, "clEnqueueWriteBuffer(step arrays)");
+        st = pkv__ocl_fail(err, "clEnqueueWriteBuffer(step arrays)");
     }
     if (st != PKV_OK) {
         /* No event covers the writes enqueued above, which read step_host
@@ -291,10 +291,5 @@ pkv_status pkv__ocl_need_upload(pkv__backend *b)
 {
     if (b->uploaded)
         return PKV_OK;
-    /* The decode kernels, built at the first all-decode step (a row per
-     * sequence), before its upload; where they do not build, the generic
-     * kernel takes decode steps. */
-    if (b->decode_state == 0 && all_decode(&b->step))
-        pkv__ocl_decode_prepare(b);
     return upload_step(b);
 }

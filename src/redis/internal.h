@@ -16,6 +16,7 @@
 
 #include "pkv/pkv.h"
 #include "pkv/pkv_redis.h"
+#include "struct_sizes.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -31,12 +32,8 @@
 #define PKV__REDIS_ERROR_MAX 256u
 
 /* First release: every field up to reserved0 (append-only from here). */
-#define PKV__REDIS_END_OF(type, field) \
-    (offsetof(type, field) + sizeof(((type *)0)->field))
-#define PKV__REDIS_PARAMS_MIN_SIZE \
-    PKV__REDIS_END_OF(pkv_redis_params, reserved0)
-#define PKV__REDIS_STATS_MIN_SIZE \
-    PKV__REDIS_END_OF(pkv_redis_stats, bytes_written)
+#define PKV__REDIS_PARAMS_MIN_SIZE PKV__END_OF(pkv_redis_params, reserved0)
+#define PKV__REDIS_STATS_MIN_SIZE PKV__END_OF(pkv_redis_stats, bytes_written)
 
 enum pkv__redis_kind { PKV__REDIS_LOAD, PKV__REDIS_SAVE };
 

@@ -75,11 +75,11 @@ pkv_status pkv_redis_params_init(pkv_redis_params *params)
 static pkv_status read_params(const pkv_redis_params *in,
                               pkv_redis_params *p)
 {
-    if (in->struct_size < PKV__REDIS_PARAMS_MIN_SIZE ||
-        in->struct_size > sizeof *p)
-        return fail(PKV_ERR_STRUCT_SIZE,
-                    "params->struct_size is %u; this library knows %u",
-                    (unsigned)in->struct_size, (unsigned)sizeof *p);
+    char why[128];
+    if (pkv__struct_size_bad(in->struct_size, PKV__REDIS_PARAMS_MIN_SIZE,
+                             sizeof *p, "params", "pkv_redis_params_init",
+                             why, sizeof why))
+        return fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_redis_params_init(p);
     memcpy(p, in, in->struct_size);
     size_t sun_path = sizeof(((struct sockaddr_un *)0)->sun_path);
@@ -202,7 +202,7 @@ pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store)
 {
     if (redis == NULL || store == NULL)
         return fail(PKV_ERR_INVALID_ARGUMENT, "redis or store is NULL");
-    if (store->struct_size < PKV__REDIS_END_OF(pkv_store, cancel))
+    if (store->struct_size < PKV__END_OF(pkv_store, cancel))
         return fail(PKV_ERR_STRUCT_SIZE,
                     "store->struct_size is %u: call pkv_store_init first",
                     (unsigned)store->struct_size);
@@ -227,11 +227,11 @@ pkv_status pkv_redis_get_stats(const pkv_redis *redis, pkv_redis_stats *stats)
 {
     if (redis == NULL || stats == NULL)
         return fail(PKV_ERR_INVALID_ARGUMENT, "redis or stats is NULL");
-    if (stats->struct_size < PKV__REDIS_STATS_MIN_SIZE ||
-        stats->struct_size > sizeof *stats)
-        return fail(PKV_ERR_STRUCT_SIZE,
-                    "stats->struct_size is %u; this library knows %u",
-                    (unsigned)stats->struct_size, (unsigned)sizeof *stats);
+    char why[128];
+    if (pkv__struct_size_bad(stats->struct_size, PKV__REDIS_STATS_MIN_SIZE,
+                             sizeof *stats, "stats", "pkv_redis_stats_init",
+                             why, sizeof why))
+        return fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     /* The lock is the one mutable part of a const connector. */
     pkv_redis *r = (pkv_redis *)redis;
     pthread_mutex_lock(&r->lock);

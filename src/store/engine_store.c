@@ -31,11 +31,11 @@ pkv_status pkv_store_init(pkv_store *store)
 
 pkv_status pkv__store_check(const pkv_store *s)
 {
-    if (s->struct_size < PKV__STORE_MIN_SIZE || s->struct_size > sizeof *s)
-        return pkv__fail(PKV_ERR_STRUCT_SIZE,
-                         "params->store->struct_size is %u; this library "
-                         "knows %u (call pkv_store_init)",
-                         (unsigned)s->struct_size, (unsigned)sizeof *s);
+    char why[128];
+    if (pkv__struct_size_bad(s->struct_size, PKV__STORE_MIN_SIZE, sizeof *s,
+                             "params->store", "pkv_store_init", why,
+                             sizeof why))
+        return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     if (s->load == NULL || s->save == NULL || s->poll == NULL ||
         s->cancel == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
@@ -67,8 +67,10 @@ static uint64_t now_us(void)
 
 pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
 {
-    pkv__engine_store *s = &e->store;
-    memset(s, 0, sizeof *s);
+    pkv__engine_store *s = pkv__calloc(&e->alloc, 1, sizeof *s);
+    if (s == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    e->store = s;
     if (store == NULL)
         return PKV_OK;
     s->sent = pkv__calloc(&e->alloc, e->pool.num_blocks, sizeof *s->sent);
@@ -95,7 +97,7 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
  * copies the values in (a tenth of a load's time at 1 MiB). */
 static void free_op(pkv_engine *e, pkv__store_op *op)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     size_t n = op->seq != NULL ? op->num_keys : 1;
     if (op->seq != NULL && op->values != NULL &&
         op->values_bytes > s->spare_bytes) {
@@ -109,9 +111,9 @@ static void free_op(pkv_engine *e, pkv__store_op *op)
     pkv__free(&e->alloc, op->keys, n * PKV_STORE_KEY_MAX, 1);
     if (op->seq != NULL) {
         pkv__free(&e->alloc, op->sizes, n, sizeof *op->sizes);
-        e->store.load_bytes -= n * e->store.value_bytes;
+        e->store->load_bytes -= n * e->store->value_bytes;
     } else {
-        e->store.save_bytes -= e->store.value_bytes;
+        e->store->save_bytes -= e->store->value_bytes;
     }
     memset(op, 0, sizeof *op);
 }
@@ -126,13 +128,15 @@ static void remove_op(pkv__engine_store *s, uint32_t i)
 static void end_wait(pkv_engine *e, pkv__seq *seq, uint64_t started)
 {
     seq->store_state = PKV__STORE_ASKED;
-    e->store.num_loading--;
+    e->store->num_loading--;
     e->totals.store_wait_us += now_us() - started;
 }
 
 void pkv__store_release(pkv_engine *e)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
+    if (s == NULL)
+        return;
     for (uint32_t i = 0; i < s->num_ops; i++) {
         s->cb.cancel(s->cb.user, s->ops[i].ticket);
         free_op(e, &s->ops[i]);
@@ -149,13 +153,14 @@ void pkv__store_release(pkv_engine *e)
     pkv__free(&e->alloc, s->links, s->links_capacity, sizeof *s->links);
     if (s->sent != NULL)
         pkv__free(&e->alloc, s->sent, e->pool.num_blocks, sizeof *s->sent);
-    memset(s, 0, sizeof *s);
+    pkv__free(&e->alloc, s, 1, sizeof *s);
+    e->store = NULL;
 }
 
 /* Room for one more op in flight. */
 static pkv_status reserve_op(pkv_engine *e)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     size_t capacity = s->ops_capacity;
     void *ops;
     pkv_status st = pkv__grow(&e->alloc, s->ops, &capacity, s->num_ops,
@@ -168,7 +173,7 @@ static pkv_status reserve_op(pkv_engine *e)
 /* Scratch of at least n bytes; NULL when memory runs out. */
 static uint8_t *scratch(pkv_engine *e, size_t n)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     void *p;
     if (pkv__grow(&e->alloc, s->scratch, &s->scratch_capacity, 0, n, 1,
                   &p) != PKV_OK)
@@ -197,7 +202,7 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
     uint8_t *d = seq->store_digests;
     uint32_t bs = e->pool.block_size;
     if (have == 0)
-        pkv__digest_root(e->store.model, &e->backend_config, seq->salt, d);
+        pkv__digest_root(e->store->model, &e->backend_config, seq->salt, d);
     for (uint32_t j = have ? have - 1 : 0; j < n; j++)
         pkv__digest_block(d + (size_t)j * PKV__DIGEST_BYTES,
                           seq->tokens + (size_t)j * bs, bs,
@@ -208,7 +213,7 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
 
 void pkv__store_forget(pkv_engine *e, pkv__seq *seq, uint32_t keep_blocks)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     if (seq->num_store_digests > keep_blocks + 1)
         seq->num_store_digests = keep_blocks + 1;
     if (seq->store_state == PKV__STORE_LOADING)
@@ -230,7 +235,7 @@ void pkv__store_forget(pkv_engine *e, pkv__seq *seq, uint32_t keep_blocks)
  * full (the next sequences wait too), else 1. */
 static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     uint32_t bs = e->pool.block_size;
     uint32_t n_max = seq->num_tokens ? (seq->num_tokens - 1) / bs : 0;
     uint32_t hits = 0;
@@ -320,7 +325,7 @@ static uint32_t verified_run(pkv_engine *e, const pkv__store_op *op,
     const pkv__seq *seq = op->seq;
     const uint8_t *d = seq->store_digests;
     uint32_t bs = e->pool.block_size;
-    size_t vb = e->store.value_bytes;
+    size_t vb = e->store->value_bytes;
     for (uint32_t i = 0; i < op->num_keys; i++)
         e->totals.store_load_bytes +=
             op->sizes[i] < vb ? op->sizes[i] : vb;
@@ -386,7 +391,7 @@ static void install(pkv_engine *e, const pkv__store_op *op,
         for (uint32_t i = 0; i < n; i++)
             memcpy(kv + (size_t)i * block_bytes,
                    op->values + (size_t)(from - op->first + i) *
-                                    e->store.value_bytes +
+                                    e->store->value_bytes +
                        kv_at,
                    block_bytes);
         pkv__pool_alloc(pool, n, ids); /* n <= available: cannot fail */
@@ -413,7 +418,7 @@ static void install(pkv_engine *e, const pkv__store_op *op,
         pkv__pool_set_fill(pool, ids[i], bs);
         pkv__prefix_insert(&e->prefix, ids[i], h, t, seq->salt, parent,
                            pool->blocks[parent].generation);
-        e->store.sent[ids[i]] = 1 + (uint64_t)pool->blocks[ids[i]].generation;
+        e->store->sent[ids[i]] = 1 + (uint64_t)pool->blocks[ids[i]].generation;
         parent_hash = h;
         parent = ids[i];
     }
@@ -432,8 +437,8 @@ static void install(pkv_engine *e, const pkv__store_op *op,
  * out. */
 static pkv__chain_link *lookup_links(pkv_engine *e)
 {
-    pkv__engine_store *s = &e->store;
-    size_t needed = (size_t)e->longest_tokens / e->pool.block_size + 1;
+    pkv__engine_store *s = e->store;
+    size_t needed = (size_t)e->seqs.longest_tokens / e->pool.block_size + 1;
     void *links;
     if (pkv__grow(&e->alloc, s->links, &s->links_capacity, 0, needed,
                   sizeof *s->links, &links) != PKV_OK)
@@ -445,7 +450,7 @@ static pkv__chain_link *lookup_links(pkv_engine *e)
 /* Tell has_work how many saves are in flight (it runs on any thread). */
 static void count_saves(pkv_engine *e)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     uint32_t saves = 0;
     for (uint32_t i = 0; i < s->num_ops; i++)
         saves += s->ops[i].seq == NULL;
@@ -459,7 +464,7 @@ static void count_saves(pkv_engine *e)
 static void finish(pkv_engine *e, uint32_t index, pkv_status status,
                    pkv__chain_link *links)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     pkv__store_op *op = &s->ops[index];
     if (op->seq != NULL) {
         end_wait(e, op->seq, op->started_us);
@@ -487,7 +492,7 @@ static uint32_t find_op(const pkv__engine_store *s, uint64_t ticket)
 
 void pkv__store_step_begin(pkv_engine *e)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     if (!pkv__store_enabled(s))
         return;
     pkv__chain_link *links = lookup_links(e);
@@ -521,15 +526,15 @@ void pkv__store_step_begin(pkv_engine *e)
         remove_op(s, i);
     }
     /* Waiting prompts not asked yet, in order, while the budget lasts. */
-    for (uint32_t i = 0; links != NULL && i < e->waiting.count; i++) {
-        pkv__seq *seq = e->waiting.items[i];
+    for (uint32_t i = 0; links != NULL && i < e->seqs.waiting.count; i++) {
+        pkv__seq *seq = e->seqs.waiting.items[i];
         if (seq->store_state == PKV__STORE_NOT_ASKED && !ask(e, seq, links))
             break;
     }
     if (links == NULL) /* asked later; those waiting are admitted now */
-        for (uint32_t i = 0; i < e->waiting.count; i++)
-            if (e->waiting.items[i]->store_state == PKV__STORE_NOT_ASKED)
-                e->waiting.items[i]->store_state = PKV__STORE_ASKED;
+        for (uint32_t i = 0; i < e->seqs.waiting.count; i++)
+            if (e->seqs.waiting.items[i]->store_state == PKV__STORE_NOT_ASKED)
+                e->seqs.waiting.items[i]->store_state = PKV__STORE_ASKED;
     count_saves(e);
 }
 
@@ -539,7 +544,7 @@ void pkv__store_step_begin(pkv_engine *e)
  * capacity). */
 static pkv_status reserve_pending(pkv_engine *e)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     if (s->num_pending < s->pending_capacity)
         return PKV_OK;
     size_t capacity = (size_t)s->pending_capacity * 2 + 8;
@@ -566,7 +571,7 @@ static pkv_status reserve_pending(pkv_engine *e)
 
 void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     const pkv__pool *pool = &e->pool;
     uint32_t bs = pool->block_size;
     uint32_t end = seq->chain.num_links;
@@ -609,7 +614,7 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
 
 void pkv__store_send(pkv_engine *e)
 {
-    pkv__engine_store *s = &e->store;
+    pkv__engine_store *s = e->store;
     uint32_t n = s->num_pending;
     if (n == 0)
         return;

@@ -79,11 +79,12 @@ static inline int pkv__store_enabled(const pkv__engine_store *s)
  * thread's message set. */
 pkv_status pkv__store_check(const pkv_store *store);
 
-/* Set up the engine's store state for config c and a pool of num_blocks
- * (store NULL: none). */
+/* Make the engine's store state (engine->store), for its backend config
+ * and pool (store NULL: a state that says there is no store). */
 pkv_status pkv__store_init(pkv_engine *engine, const pkv_store *store);
 
-/* Cancel every operation in flight and free everything (destroy). */
+/* Cancel every operation in flight and free everything, engine->store
+ * included (destroy; nothing if it was never made). */
 void pkv__store_release(pkv_engine *engine);
 
 /* step_begin, before the plan: take what the connector finished, give up

@@ -138,7 +138,7 @@ static void dump(void)
             p->long_prefill_threshold, p->max_num_seqs, p->max_batch_tokens,
             (double)p->watermark, e->watermark_blocks, p->max_model_len,
             p->vocab_size);
-    const pkv__seq_list *lists[] = {&e->running, &e->waiting, &e->swapped};
+    const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting, &e->seqs.swapped};
     const char *names[] = {"running", "waiting", "swapped"};
     for (int l = 0; l < 3; l++)
         for (uint32_t i = 0; i < lists[l]->count; i++) {
@@ -189,11 +189,11 @@ static void take(world *w, snapshot *s)
     memset(s, 0, sizeof *s);
     s->stats.struct_size = sizeof s->stats;
     CHECK(pkv_engine_get_stats(e, &s->stats) == PKV_OK);
-    s->in_step = e->in_step;
-    s->layers_left = e->layers_left;
+    s->in_step = e->step.in_step;
+    s->layers_left = e->step.layers_left;
     s->last_id = e->inbox.last_id;
     s->live = e->inbox.live;
-    memcpy(s->layer_done, e->layer_done, e->params.num_layers);
+    memcpy(s->layer_done, e->step.layer_done, e->params.num_layers);
     memcpy(w->before, e->pool.blocks, e->pool.num_blocks * sizeof *w->before);
 }
 
@@ -206,11 +206,11 @@ static void unchanged(world *w, const snapshot *s, const char *call)
     memset(&now, 0, sizeof now);
     now.stats.struct_size = sizeof now.stats;
     CHECK(pkv_engine_get_stats(e, &now.stats) == PKV_OK);
-    now.in_step = e->in_step;
-    now.layers_left = e->layers_left;
+    now.in_step = e->step.in_step;
+    now.layers_left = e->step.layers_left;
     now.last_id = e->inbox.last_id;
     now.live = e->inbox.live;
-    memcpy(now.layer_done, e->layer_done, e->params.num_layers);
+    memcpy(now.layer_done, e->step.layer_done, e->params.num_layers);
     if (memcmp(&now, s, sizeof now) != 0 ||
         memcmp(saved, e->pool.blocks, e->pool.num_blocks * sizeof *saved) != 0)
         ch_failf(&w->host, "a failed %s changed the engine", call);
@@ -443,7 +443,7 @@ static void op_fork(world *w)
  * the prefix cache also holds (that block must stay as it was). */
 static int cuts_inside_shared(const pkv_engine *e, pkv_seq_id id, uint32_t n)
 {
-    const pkv__seq *s = e->in_step ? NULL : pkv__engine_find(e, id);
+    const pkv__seq *s = e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, id);
     if (s == NULL || n == 0 || n > s->num_tokens)
         return 0;
     uint32_t keep = n - 1 < s->num_computed ? n - 1 : s->num_computed;
@@ -513,7 +513,7 @@ static void op_reload(world *w)
     pkv_engine *e = w->host.engine;
     size_t size = 0;
     pkv_status st = pkv_engine_save_prefix_cache(e, NULL, 0, &size);
-    if (e->in_step) {
+    if (e->step.in_step) {
         CHECK(st == PKV_ERR_BAD_STATE);
         return;
     }
@@ -560,7 +560,7 @@ static void op_block_table(world *w)
     pkv_seq_id id = pick_id(w);
     const uint32_t *blocks = NULL;
     uint32_t nb = 7, nt = 7;
-    const pkv__seq *s = pkv__engine_find(e, id);
+    const pkv__seq *s = pkv__seqs_find(&e->seqs, id);
     pkv_status st = pkv_engine_get_block_table(e, id, &blocks, &nb, &nt);
     if (s == NULL) {
         /* Added and not yet seen by a step: live, with no blocks. */

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The public functions of pkv_opencl.h: the engine's context and queue. */
+/* The public functions of pkv_opencl.h: the OpenCL context and queue an
+ * engine is given or runs on, and the programs shared across engines.
+ * Built only with the OpenCL backend. */
 #include "pkv/pkv_opencl.h"
 
 #include "engine.h"
-#include "internal.h"
+#include "opencl/opencl.h"
 
 pkv_status pkv_engine_params_set_opencl(pkv_engine_params *params,
                                         cl_context context,
@@ -29,15 +31,18 @@ pkv_status pkv_engine_get_opencl(const pkv_engine *engine,
     if (engine == NULL || context == NULL || queue == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "engine, context or queue is NULL");
-    if (!pkv__opencl_is(engine->ops))
+    if (!pkv__ocl_is(engine->ops))
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the engine runs on the %s backend",
                          engine->ops->name);
-    pkv__opencl_handles(engine->backend, context, queue);
+    void *c, *q;
+    pkv__ocl_handles(engine->backend, &c, &q);
+    *context = (cl_context)c;
+    *queue = (cl_command_queue)q;
     return PKV_OK;
 }
 
 void pkv_opencl_release_programs(void)
 {
-    pkv__cl_release_shared();
+    pkv__ocl_release_programs();
 }
