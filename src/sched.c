@@ -106,19 +106,19 @@ static pkv__plan_item *add_item(planner *pl, int32_t kind, pkv__seq *seq)
     return it;
 }
 
+/* view_ref as table.h's reference reader. */
+static uint64_t view_ref_of(const void *pl, uint32_t block)
+{
+    return view_ref(pl, block);
+}
+
 /* Blocks a running sequence's table takes for `rows` more rows, the copy
  * of a shared or cached last block included (table.h). */
+
 static uint32_t blocks_needed(const planner *pl, const pkv__table *t,
                               uint32_t rows)
 {
-    uint32_t bs = pl->e->pool.block_size;
-    uint32_t grow = pkv__blocks_for((uint64_t)t->num_tokens + rows, bs) -
-                    t->num_blocks;
-    uint32_t last = t->num_tokens % bs != 0 ? t->blocks[t->num_blocks - 1]
-                                            : PKV__NULL_BLOCK;
-    int copy = last != PKV__NULL_BLOCK &&
-               (view_ref(pl, last) > 1 || pl->e->pool.blocks[last].cached);
-    return grow + (uint32_t)copy;
+    return pkv__table_blocks_needed(t, &pl->e->pool, rows, view_ref_of, pl);
 }
 
 /* U8: rows from `computed` on that a step may run. When the last block

@@ -36,25 +36,28 @@ void pkv__table_release(pkv__table *table, pkv__pool *pool)
 }
 
 /* Whether an append must first copy the last block: it is partly filled
- * (by this table's count) and someone else holds it too, or the prefix
- * cache does (a truncate inside a block of a prefix hit). */
-static int needs_copy(const pkv__table *table, const pkv__pool *pool)
+ * (by this table's count) and someone else holds it too (refs > 1), or
+ * the prefix cache does (a truncate inside a block of a prefix hit). */
+static int needs_copy(const pkv__table *table, const pkv__pool *pool,
+                      pkv__ref_reader refs, const void *context)
 {
     if (table->num_tokens % pool->block_size == 0)
         return 0;
-    const pkv__block *last = &pool->blocks[table->blocks[table->num_blocks - 1]];
-    return last->ref_count > 1 || last->cached;
+    uint32_t b = table->blocks[table->num_blocks - 1];
+    uint64_t n = refs != NULL ? refs(context, b) : pool->blocks[b].ref_count;
+    return n > 1 || pool->blocks[b].cached;
 }
 
 uint32_t pkv__table_blocks_needed(const pkv__table *table,
-                                  const pkv__pool *pool, uint32_t n_new)
+                                  const pkv__pool *pool, uint32_t n_new,
+                                  pkv__ref_reader refs, const void *context)
 {
     if (n_new == 0)
         return 0;
     uint64_t tokens = (uint64_t)table->num_tokens + n_new;
     uint32_t grow =
         pkv__blocks_for(tokens, pool->block_size) - table->num_blocks;
-    return grow + (uint32_t)needs_copy(table, pool);
+    return grow + (uint32_t)needs_copy(table, pool, refs, context);
 }
 
 pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
@@ -70,7 +73,7 @@ pkv_status pkv__table_append(pkv__table *table, pkv__pool *pool,
     uint32_t bs = pool->block_size;
     uint32_t target = pkv__blocks_for(tokens, bs);
     uint32_t grow = target - table->num_blocks;
-    int cow = needs_copy(table, pool);
+    int cow = needs_copy(table, pool, NULL, NULL);
     /* Every check comes before the first change. */
     if (grow + (uint32_t)cow > pkv__pool_available(pool))
         return PKV_ERR_NO_BLOCKS;
@@ -122,7 +125,7 @@ void pkv__table_truncate(pkv__table *table, pkv__pool *pool,
     uint32_t last = table->blocks[keep - 1];
     /* A block someone else holds, or the prefix cache, keeps its contents
      * and fill; our next append copies it (needs_copy). */
-    if (!needs_copy(table, pool))
+    if (!needs_copy(table, pool, NULL, NULL))
         pkv__pool_set_fill(pool, last, tail_fill);
 }
 

@@ -50,10 +50,16 @@ void pkv__table_release(pkv__table *table, pkv__pool *pool);
 pkv_status pkv__table_reserve(pkv__table *table, const pkv__pool *pool,
                               uint32_t n);
 
+/* A block's reference count as a caller counts them (the scheduler, as
+ * they will be once its plan is applied). */
+typedef uint64_t (*pkv__ref_reader)(const void *context, uint32_t block);
+
 /* Blocks an append of n_new tokens would take from the pool, copy-on-write
- * included. Pure. */
+ * included, with references read by refs(context, block) (refs NULL: the
+ * pool's counts). Pure. */
 uint32_t pkv__table_blocks_needed(const pkv__table *table,
-                                  const pkv__pool *pool, uint32_t n_new);
+                                  const pkv__pool *pool, uint32_t n_new,
+                                  pkv__ref_reader refs, const void *context);
 
 /* Give slots to n_new more tokens. If the last block is shared and partly
  * filled it is first replaced by a private copy, reported in *copy

@@ -28,13 +28,13 @@ static void test_append_allocates_only_the_difference(void **state)
     pkv__table t;
     pkv__table_init(&t);
     pkv__block_copy copy;
-    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 5), 2);
+    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 5, NULL, NULL), 2);
     assert_int_equal(pkv__table_append(&t, &pool, 5, &copy), PKV_OK);
     assert_int_equal(copy.dst, PKV__NULL_BLOCK);
     assert_int_equal(t.num_blocks, 2);
     assert_int_equal(t.num_tokens, 5);
     /* 3 more tokens fit the partly filled block: no new block. */
-    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 3), 0);
+    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 3, NULL, NULL), 0);
     assert_int_equal(pkv__table_append(&t, &pool, 3, &copy), PKV_OK);
     assert_int_equal(t.num_blocks, 2);
     assert_int_equal(pkv__table_append(&t, &pool, 1, &copy), PKV_OK);
@@ -64,7 +64,7 @@ static void test_failed_append_changes_nothing(void **state)
     pool_snapshot ps, ps_after;
     pool_snap(&pool, &ps);
     /* 6 + 7 tokens need 4 blocks: 2 more, only 1 is free. */
-    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 7), 2);
+    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 7, NULL, NULL), 2);
     assert_int_equal(pkv__table_append(&t, &pool, 7, &copy),
                      PKV_ERR_NO_BLOCKS);
     pool_snap(&pool, &ps_after);
@@ -97,7 +97,7 @@ static void test_fork_shares_and_copy_on_write(void **state)
 
     /* b writes into the shared partly filled block: it gets a copy. */
     uint32_t shared_tail = a.blocks[1];
-    assert_int_equal(pkv__table_blocks_needed(&b, &pool, 1), 1);
+    assert_int_equal(pkv__table_blocks_needed(&b, &pool, 1, NULL, NULL), 1);
     assert_int_equal(pkv__table_append(&b, &pool, 1, &copy), PKV_OK);
     assert_int_equal(copy.src, shared_tail);
     assert_int_not_equal(copy.dst, PKV__NULL_BLOCK);
@@ -191,7 +191,7 @@ static void test_truncate(void **state)
     assert_int_equal(pool.tokens_stored, 8);
     pkv__table_truncate(&t, &pool, 9); /* longer: no-op */
     assert_int_equal(t.num_tokens, 6);
-    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 1), 1);
+    assert_int_equal(pkv__table_blocks_needed(&t, &pool, 1, NULL, NULL), 1);
     assert_int_equal(pkv__table_append(&t, &pool, 1, &copy), PKV_OK);
     assert_int_equal(copy.src, second);
     assert_int_not_equal(t.blocks[1], second);

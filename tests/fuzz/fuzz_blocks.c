@@ -493,7 +493,7 @@ static pkv_status seq_append(world *w, seq *s, const uint8_t *sym, uint32_t n)
     uint32_t last = old_nb ? t->blocks[old_nb - 1] : PKV__NULL_BLOCK;
     int partial = old_tokens % bs != 0;
     save_blocks(w);
-    uint32_t needed = pkv__table_blocks_needed(t, pool, n);
+    uint32_t needed = pkv__table_blocks_needed(t, pool, n, NULL, NULL);
     uint32_t avail = pkv__pool_available(pool);
     uint32_t num_used = pool->num_used;
     uint64_t stored = pool->tokens_stored;
