@@ -178,18 +178,12 @@ done:
 /* The header's and entries' checks; PKV_OK when e may load data. */
 static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
 {
-    if (size < HEADER_BYTES || memcmp(d, MAGIC, sizeof MAGIC) != 0)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                "load: %zu bytes are not a saved pkv prefix "
-                                "cache",
-                                size);
-    uint32_t version = pkv__get_u32(d + PKV__AT_VERSION);
-    if (version != FORMAT_VERSION ||
-        pkv__get_u32(d + PKV__AT_HEADER_BYTES) != HEADER_BYTES)
-        return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
-                                "load: format version %u; this library "
-                                "reads version %u",
-                                (unsigned)version, FORMAT_VERSION);
+    char why[128];
+    pkv_status st =
+        pkv__wire_check_opening(d, size, MAGIC, FORMAT_VERSION, HEADER_BYTES,
+                                "a saved pkv prefix cache", why, sizeof why);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e, st, "load: %s", why);
     uint32_t n = pkv__get_u32(d + AT_NUM_ENTRIES);
     uint32_t bs = pkv__get_u32(d + PKV__AT_BLOCK_SIZE);
     uint64_t block_bytes = pkv__get_u64(d + AT_BLOCK_BYTES);

@@ -211,18 +211,12 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
 static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
                                int *keep_kv)
 {
-    if (size < HEADER_BYTES || memcmp(d, MAGIC, sizeof MAGIC) != 0)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                "import: %zu bytes are not a pkv sequence "
-                                "export",
-                                size);
-    uint32_t version = pkv__get_u32(d + PKV__AT_VERSION);
-    if (version != FORMAT_VERSION || pkv__get_u32(d + PKV__AT_HEADER_BYTES) !=
-                                         HEADER_BYTES)
-        return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
-                                "import: format version %u; this library "
-                                "reads version %u",
-                                (unsigned)version, FORMAT_VERSION);
+    char why[128];
+    pkv_status st =
+        pkv__wire_check_opening(d, size, MAGIC, FORMAT_VERSION, HEADER_BYTES,
+                                "a pkv sequence export", why, sizeof why);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e, st, "import: %s", why);
     uint32_t tokens = pkv__get_u32(d + AT_NUM_TOKENS);
     uint64_t kv = pkv__get_u64(d + AT_KV_BYTES);
     uint64_t total = HEADER_BYTES + (uint64_t)tokens * 4 + kv;

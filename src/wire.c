@@ -2,7 +2,28 @@
 /* Little-endian fields and the checksum of the export formats (wire.h). */
 #include "wire.h"
 
+#include <stdio.h>
 #include <string.h>
+
+pkv_status pkv__wire_check_opening(const uint8_t *d, size_t size,
+                                   const uint8_t magic[8], uint32_t version,
+                                   uint32_t header_bytes, const char *what,
+                                   char *why, size_t why_size)
+{
+    if (size < header_bytes || memcmp(d, magic, 8) != 0) {
+        snprintf(why, why_size, "%zu bytes are not %s", size, what);
+        return PKV_ERR_INVALID_ARGUMENT;
+    }
+    uint32_t v = pkv__get_u32(d + PKV__AT_VERSION);
+    if (v != version ||
+        pkv__get_u32(d + PKV__AT_HEADER_BYTES) != header_bytes) {
+        snprintf(why, why_size,
+                 "format version %u; this library reads version %u",
+                 (unsigned)v, (unsigned)version);
+        return PKV_ERR_UNSUPPORTED;
+    }
+    return PKV_OK;
+}
 
 void pkv__put_u32(uint8_t *p, uint32_t v)
 {

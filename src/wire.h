@@ -45,6 +45,16 @@ uint32_t pkv__wire_quant(const pkv__backend_config *c, int kv);
 int pkv__wire_get_quant(pkv__backend_config *c, uint32_t key_word,
                         uint32_t value_word);
 
+/* The opening of a file of either format, the first check of a load:
+ * at least header_bytes, the magic, and this library's version and header
+ * size. PKV_OK; else PKV_ERR_INVALID_ARGUMENT (not such a file: `what`
+ * names it, e.g. "a pkv sequence export") or PKV_ERR_UNSUPPORTED (another
+ * version), with why[] saying which. */
+pkv_status pkv__wire_check_opening(const uint8_t *d, size_t size,
+                                   const uint8_t magic[8], uint32_t version,
+                                   uint32_t header_bytes, const char *what,
+                                   char *why, size_t why_size);
+
 void pkv__put_u32(uint8_t *p, uint32_t v);
 void pkv__put_u64(uint8_t *p, uint64_t v);
 uint32_t pkv__get_u32(const uint8_t *p);
