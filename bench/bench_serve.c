@@ -25,6 +25,7 @@
  * what a static batch waits on: its longest member, typically several
  * times the median, runs alone at the end.
  *
+ * Both modes run the example hosts' serving loop (examples/host/serve.c).
  * Continuous: every arrived request is added to the engine at once; each
  * step mixes prompt chunks and decodes, and a finished sequence's place is
  * taken at the next step. Static: when the engine is idle, the requests
