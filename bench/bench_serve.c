@@ -48,7 +48,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define MAX_NUM_SEQS 16
 #define MAX_BATCH_TOKENS 512
@@ -467,62 +466,37 @@ static void free_result(serve_result *r)
     free(r->ttft);
 }
 
-static int gnuplot_installed(void)
+/* KV utilisation over time and the inter-token latency CDF of both modes,
+ * as PNGs in --plot's directory: each mode a data set of its own (gnuplot
+ * index 0 continuous, 1 static). */
+static void plot(const bench_options *opt, const serve_result *res)
 {
-    return system("command -v gnuplot >/dev/null 2>&1") == 0;
-}
-
-/* KV utilisation over time and the latency CDFs, as PNGs in dir. */
-static void plot(const char *dir, const serve_result *res)
-{
-    if (!gnuplot_installed()) {
-        printf("serve: --plot skipped: gnuplot is not installed\n");
-        return;
-    }
-    mkdir(dir, 0777);
-    static const char *const modes[] = {"continuous", "static"};
-    char path[1024];
-    for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof path, "%s/serve_kv_%s.dat", dir, modes[k]);
-        FILE *f = fopen(path, "w");
-        for (uint32_t i = 0; f != NULL && i < res[k].util_n; i++)
+    static const char *const legend =
+        "index 0 w l t 'continuous', data index 1 w l t 'static'";
+    char body[512];
+    FILE *f = bench_plot_open(opt, "serve_kv_utilization");
+    for (int k = 0; f != NULL && k < 2; k++) {
+        for (uint32_t i = 0; i < res[k].util_n; i++)
             fprintf(f, "%.4f %.4f\n", res[k].util_t[i], 100 * res[k].util[i]);
-        if (f != NULL)
-            fclose(f);
-        snprintf(path, sizeof path, "%s/serve_itl_%s.dat", dir, modes[k]);
-        f = fopen(path, "w");
-        for (size_t i = 0; f != NULL && i < res[k].itl_n; i++)
+        fputs("\n\n", f);
+    }
+    snprintf(body, sizeof body,
+             "set xlabel 'seconds'; set ylabel 'KV utilisation (%%)'\n"
+             "set yrange [0:100]\nplot data %s",
+             legend);
+    bench_plot_close(opt, f, "serve_kv_utilization", body);
+    f = bench_plot_open(opt, "serve_latency_cdf");
+    for (int k = 0; f != NULL && k < 2; k++) {
+        for (size_t i = 0; i < res[k].itl_n; i++)
             fprintf(f, "%.4f %.5f\n", res[k].itl[i],
                     (double)(i + 1) / (double)res[k].itl_n);
-        if (f != NULL)
-            fclose(f);
+        fputs("\n\n", f);
     }
-    snprintf(path, sizeof path, "%s/serve.gp", dir);
-    FILE *g = fopen(path, "w");
-    if (g == NULL)
-        return;
-    fprintf(g,
-            "set terminal png size 900,500\n"
-            "set output '%s/serve_kv_utilization.png'\n"
-            "set xlabel 'seconds'; set ylabel 'KV utilisation (%%)'\n"
-            "set yrange [0:100]\n"
-            "plot '%s/serve_kv_continuous.dat' w l t 'continuous', "
-            "'%s/serve_kv_static.dat' w l t 'static'\n"
-            "set output '%s/serve_latency_cdf.png'\n"
-            "set xlabel 'inter-token latency (ms)'; set ylabel 'CDF'\n"
-            "set yrange [0:1]; set logscale x\n"
-            "plot '%s/serve_itl_continuous.dat' w l t 'continuous', "
-            "'%s/serve_itl_static.dat' w l t 'static'\n",
-            dir, dir, dir, dir, dir, dir);
-    fclose(g);
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", path);
-    if (system(cmd) == 0)
-        printf("serve: plots in %s (serve_kv_utilization.png, "
-               "serve_latency_cdf.png)\n",
-               dir);
-    else
-        printf("serve: gnuplot failed on %s\n", path);
+    snprintf(body, sizeof body,
+             "set xlabel 'inter-token latency (ms)'; set ylabel 'CDF'\n"
+             "set yrange [0:1]; set logscale x\nplot data %s",
+             legend);
+    bench_plot_close(opt, f, "serve_latency_cdf", body);
 }
 
 int bench_serve(const bench_options *opt)
@@ -611,8 +585,7 @@ int bench_serve(const bench_options *opt)
                res[0].seqs_per_step / res[1].seqs_per_step,
                (unsigned long long)res[0].steps,
                (unsigned long long)res[1].steps);
-        if (opt->plot != NULL)
-            plot(opt->plot, res);
+        plot(opt, res);
     }
 done:
     for (int k = 0; k < 3; k++)
