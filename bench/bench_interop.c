@@ -18,7 +18,6 @@
  * they see the same cache and the same load. Time per attend call: a step's
  * attend calls (all layers, plus the clFinish for cl_mem) over the layers;
  * median over the steps of each mode. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench.h"
 #include "sample.h"
 
@@ -27,7 +26,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define HQ 32u
 #define HKV 8u
@@ -39,27 +37,6 @@
 
 static const char *const MODE_NAMES[NUM_MODES] = {"host_copy",
                                                   "host_wrapped", "cl_mem"};
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, size_t n)
-{
-    if (n == 0)
-        return 0.0;
-    qsort(x, n, sizeof *x, compare_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 /* The engine's creation log: the backend says "unified memory" there when
  * it found CL_DEVICE_HOST_UNIFIED_MEMORY. */
@@ -266,7 +243,7 @@ static int run(const run_case *c, size_t *align_out, results *res)
             v = host_tensor(&hv, rows, HKV);
             o = host_tensor(&ho, rows, HQ);
         }
-        double t0 = now_us();
+        double t0 = 1e6 * bench_now_s();
         for (uint32_t l = 0; rc == 0 && l < LAYERS; l++)
             if (pkv_engine_attend(e, l, &q, &k, &v, &o) != PKV_OK) {
                 fprintf(stderr, "interop: attend (%s): %s\n",
@@ -291,7 +268,7 @@ static int run(const run_case *c, size_t *align_out, results *res)
                 rc = 1;
             }
         }
-        double us = (now_us() - t0) / LAYERS;
+        double us = (1e6 * bench_now_s() - t0) / LAYERS;
         /* Steps 0-2 (prefill) and the first decode step of each mode warm
          * up: buffers, and the decode kernels built for this geometry. */
         int phase = decode ? 1 : 0;
@@ -327,9 +304,9 @@ static int run(const run_case *c, size_t *align_out, results *res)
                 for (size_t i = 0; i < s[ph].n[m] && nr < 512; i++)
                     r[nr++] = s[ph].rows[m][i];
                 res->calls[ph][m] = s[ph].n[m];
-                res->us[ph][m] = median(s[ph].us[m], s[ph].n[m]);
+                res->us[ph][m] = bench_median(s[ph].us[m], s[ph].n[m]);
             }
-            res->rows[ph] = median(r, nr);
+            res->rows[ph] = bench_median(r, nr);
         }
         res->ctx = ctx_n ? ctx_sum / (double)ctx_n : 0.0;
     }

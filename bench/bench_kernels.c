@@ -9,7 +9,10 @@
  *
  * Own minimal OpenCL harness: the device named by PKV_OPENCL_DEVICE (a
  * substring of the platform or device name), else the first one; kernels
- * built from the source tree (PKV_KERNELS_DIR, PKV_SRC_DIR). */
+ * built from the source tree (PKV_KERNELS_DIR, PKV_SRC_DIR). The outputs
+ * are checked first against tests/dense_ref.c over the cache's values as
+ * the library reads them (half.h, quant.h); ctest runs that check
+ * (bench_kernels_quick). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench.h"
 #include "sample.h"
@@ -25,10 +28,12 @@ int bench_kernels(const bench_options *opt)
 
 #else
 
-#include "opencl/decode_plan.h"
+#include "dense_ref.h" /* tests/ */
 #include "half.h"
 #include "kv_layout.h"
+#include "opencl/decode_plan.h"
 #include "opencl/features.h"
+#include "quant.h"
 
 #include <CL/cl.h>
 #include <math.h>
@@ -43,19 +48,6 @@ int bench_kernels(const bench_options *opt)
 #define HEAD_DIM 128u
 #define GROUP (HQ / HKV)
 #define U4G 32u /* channels of a U4 per-token group */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* ------------------------------------------------ memory read bandwidth */
 
@@ -146,7 +138,7 @@ static double read_gbps(const bw_vec *buf, int threads, size_t chunk_bytes,
     double best = 0.0;
     uint64_t sink = 0;
     for (int rep = 0; rep < 5; rep++) {
-        double t0 = now();
+        double t0 = bench_now_s();
         for (int i = 0; i < threads; i++) {
             size_t a = n * (size_t)i / (size_t)threads;
             size_t b = n * (size_t)(i + 1) / (size_t)threads;
@@ -159,7 +151,7 @@ static double read_gbps(const bw_vec *buf, int threads, size_t chunk_bytes,
             sink += sl[i].sum;
         }
         double bytes = (double)n * (double)chunk_vecs * sizeof(bw_vec);
-        double gbps = bytes / (now() - t0) / 1e9;
+        double gbps = bytes / (bench_now_s() - t0) / 1e9;
         best = gbps > best ? gbps : best;
     }
     free(order);
@@ -456,97 +448,81 @@ static void fill_arena(uint8_t *arena, size_t blocks, int dtype, uint32_t bs,
     }
 }
 
-/* K or V value (channel c, token t) of a head's part, as the kernels read
- * it (u8, u4: lo + code * scale in f32). */
-static float kv_value(const uint8_t *head, int dtype, uint32_t bs, int kv,
-                      uint32_t t, uint32_t c)
+/* A head's K part (kv 0) or V part (kv 1) of a full block as f32,
+ * [token][channel], as the kernels read it: the library's own f16
+ * conversion and dequantisation (lo + code * scale in f32). */
+static void part_values(const uint8_t *head, int dtype, uint32_t bs, int kv,
+                        float *dst)
 {
     const uint8_t *part = head + (kv ? v_offset(dtype, bs) : 0);
     int pd = part_dtype(dtype, kv);
-    size_t i = (size_t)t * HEAD_DIM + c;
+    uint32_t n = bs * HEAD_DIM;
     if (pd == PKV_LAYOUT_F32) {
-        float x;
-        memcpy(&x, part + i * 4, 4);
-        return x;
+        memcpy(dst, part, n * sizeof *dst);
+    } else if (pd == PKV_LAYOUT_F16) {
+        pkv__f16_to_f32_n((const uint16_t *)(const void *)part, dst, n);
+    } else {
+        pkv__qformat f = {pd, part_group(kv), U4G};
+        pkv__dequant_part(part, bs, HEAD_DIM, &f, dst);
     }
-    if (pd == PKV_LAYOUT_F16) {
-        uint16_t x;
-        memcpy(&x, part + i * 2, 2);
-        return pkv__f16_to_f32(x);
-    }
-    /* u4: channel 2k in the low nibble of byte k of the row, 2k + 1 in
-     * the high one. */
-    uint32_t code = pd == PKV_LAYOUT_U4
-                        ? (uint32_t)(part[i / 2] >> (4 * (i % 2))) & 15u
-                        : part[i];
-    uint32_t width = PKV_LAYOUT_Q_WIDTH((uint32_t)pd, U4G, HEAD_DIM);
-    size_t g = kv ? (size_t)t * (HEAD_DIM / width) + c / width : c;
-    uint16_t lo, sc;
-    memcpy(&lo, part + PKV_LAYOUT_Q_LO_OFFSET((size_t)pd, bs, HEAD_DIM) +
-                    2 * g,
-           2);
-    memcpy(&sc, part + PKV_LAYOUT_Q_SCALE_OFFSET((size_t)pd,
-                                                 (size_t)part_group(kv),
-                                                 (size_t)U4G, (size_t)bs,
-                                                 (size_t)HEAD_DIM) +
-                    2 * g,
-           2);
-    return pkv__f16_to_f32(lo) + (float)code * pkv__f16_to_f32(sc);
 }
 
-/* Plain C reference of one decode row, in double. The quantized block
- * holding the context's last token reads the staging tail, also when it is
- * full (the step that fills a block reads it from there). */
-static void reference(const uint8_t *arena, const float *stages,
-                      const uint32_t *table, const decode_case *c,
-                      uint32_t max_blocks, uint32_t seq, const float *q,
-                      float scale, float *out)
+/* The C reference of one decode row: the sequence's K and V gathered
+ * through its block table into contiguous f32 rows, then
+ * tests/dense_ref.c's f64 attention. The quantized block holding the
+ * context's last token reads the staging tail, also when it is full (the
+ * step that fills a block reads it from there). 0, or -1 out of
+ * memory. */
+static int reference(const uint8_t *arena, const float *stages,
+                     const uint32_t *table, const decode_case *c,
+                     uint32_t max_blocks, uint32_t seq, const float *q,
+                     float scale, float *out)
 {
     uint32_t bs = c->block_size;
     uint32_t ctx = c->ctx != NULL ? c->ctx[seq] : c->ctx_max;
-    uint32_t lo = c->window > 0 && ctx > c->window ? ctx - c->window : 0;
-    size_t hb = head_bytes(c->dtype, bs);
-    double *s = malloc(ctx * sizeof *s);
-    for (uint32_t h = 0; h < HQ; h++) {
-        uint32_t kh = h / GROUP;
-        const float *qr = q + ((size_t)seq * HQ + h) * HEAD_DIM;
-        double m = -INFINITY, l = 0.0;
-        double acc[HEAD_DIM];
-        for (uint32_t x = 0; x < HEAD_DIM; x++)
-            acc[x] = 0.0;
-        for (int pass = 0; pass < 2; pass++) {
-            for (uint32_t t = lo; t < ctx; t++) {
-                uint32_t j = t / bs, o = t % bs;
-                const uint8_t *head =
-                    arena + (size_t)table[(size_t)seq * max_blocks + j] *
-                                HKV * hb +
-                    kh * hb;
-                int tail =
-                    PKV_LAYOUT_QUANTIZED(c->dtype) && (j + 1) * bs >= ctx;
-                const float *tk =
-                    stages + ((size_t)seq * HKV + kh) * 2 * bs * HEAD_DIM;
-                if (pass == 0) {
-                    double d = 0.0;
-                    for (uint32_t x = 0; x < HEAD_DIM; x++)
-                        d += (double)qr[x] *
-                             (tail ? tk[(size_t)o * HEAD_DIM + x]
-                                   : kv_value(head, c->dtype, bs, 0, o, x));
-                    s[t] = d * scale;
-                    m = s[t] > m ? s[t] : m;
-                } else {
-                    double p = exp(s[t] - m);
-                    l += p;
-                    for (uint32_t x = 0; x < HEAD_DIM; x++)
-                        acc[x] +=
-                            p * (tail ? tk[((size_t)bs + o) * HEAD_DIM + x]
-                                      : kv_value(head, c->dtype, bs, 1, o, x));
+    size_t hb = head_bytes(c->dtype, bs), row = (size_t)HKV * HEAD_DIM;
+    float *k = malloc(ctx * row * sizeof *k);
+    float *v = malloc(ctx * row * sizeof *v);
+    float *block = malloc((size_t)bs * HEAD_DIM * sizeof *block);
+    double *o = malloc((size_t)HQ * HEAD_DIM * sizeof *o);
+    int rc = -1;
+    if (!k || !v || !block || !o)
+        goto done;
+    for (uint32_t j = 0; j * bs < ctx; j++) {
+        uint32_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
+        int tail = PKV_LAYOUT_QUANTIZED(c->dtype) && (j + 1) * bs >= ctx;
+        for (uint32_t kh = 0; kh < HKV; kh++) {
+            const uint8_t *head =
+                arena +
+                ((size_t)table[(size_t)seq * max_blocks + j] * HKV + kh) * hb;
+            const float *stage =
+                stages + ((size_t)seq * HKV + kh) * 2 * bs * HEAD_DIM;
+            for (int kv = 0; kv < 2; kv++) {
+                const float *src = stage + (size_t)kv * bs * HEAD_DIM;
+                if (!tail) {
+                    part_values(head, c->dtype, bs, kv, block);
+                    src = block;
                 }
+                float *dst = kv ? v : k;
+                for (uint32_t t = 0; t < n; t++)
+                    memcpy(dst + ((size_t)(j * bs + t) * HKV + kh) * HEAD_DIM,
+                           src + (size_t)t * HEAD_DIM,
+                           HEAD_DIM * sizeof *dst);
             }
         }
-        for (uint32_t x = 0; x < HEAD_DIM; x++)
-            out[((size_t)seq * HQ + h) * HEAD_DIM + x] = (float)(acc[x] / l);
     }
-    free(s);
+    uint32_t last = 0; /* the one query row, the context's last token */
+    dense_ref_attention(q + (size_t)seq * HQ * HEAD_DIM, k, v, 1, ctx, HQ,
+                        HKV, HEAD_DIM, scale, c->window, &last, 1, o);
+    for (size_t i = 0; i < (size_t)HQ * HEAD_DIM; i++)
+        out[(size_t)seq * HQ * HEAD_DIM + i] = (float)o[i];
+    rc = 0;
+done:
+    free(k);
+    free(v);
+    free(block);
+    free(o);
+    return rc;
 }
 
 /* ------------------------------------------------------------- a run */
@@ -637,20 +613,17 @@ static int time_decode(const cl_env *e, decode_gpu *g, uint32_t batch,
     for (int r = 0; r < reps; r++) {
         for (int turn = 0; turn < 2; turn++) {
             int which = turn ^ (r & 1);
-            double t0 = now(), c0 = cpu_now();
+            double t0 = bench_now_s(), c0 = cpu_now();
             if (enqueue(e, g, which, batch))
                 return 1;
-            t[which][r] = now() - t0;
+            t[which][r] = bench_now_s() - t0;
             if (which == 0)
                 c[r] = cpu_now() - c0;
         }
     }
-    for (int which = 0; which < 2; which++) {
-        qsort(t[which], (size_t)reps, sizeof t[which][0], cmp_double);
-        seconds[which] = t[which][reps / 2];
-    }
-    qsort(c, (size_t)reps, sizeof c[0], cmp_double);
-    *cpu = c[reps / 2];
+    for (int which = 0; which < 2; which++)
+        seconds[which] = bench_median(t[which], (size_t)reps);
+    *cpu = bench_median(c, (size_t)reps);
     return 0;
 }
 
@@ -786,7 +759,9 @@ static int run_case(const cl_env *e, const decode_case *c, int reps,
                      "clEnqueueReadBuffer"))
             goto done;
         for (uint32_t i = 0; i < batch; i++)
-            reference(arena, stages, table, c, max_blocks, i, q, scale, ref);
+            if (reference(arena, stages, table, c, max_blocks, i, q, scale,
+                          ref) != 0)
+                goto done;
         for (size_t i = 0; i < rows * HEAD_DIM; i++) {
             double d = fabs((double)out[i] - (double)ref[i]);
             res->max_error = d > res->max_error || d != d ? d

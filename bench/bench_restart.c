@@ -8,7 +8,6 @@
  * KV: what a restart saves is the prompt's forward pass and attention.
  * Both runs sample greedily and must give the same first token.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "attend.h"
 #include "bench.h"
 #include "bench_llama.h"
@@ -19,22 +18,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { PROMPT_LEN = 2000, CHUNK = 512 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static pkv_engine *create(const llama_config *c)
 {
@@ -66,7 +51,7 @@ static int first_token(const llama_model *m, llama_scratch *s, float *logits,
     sp.prompt_len = PROMPT_LEN;
     sp.max_new_tokens = 1;
     pkv_seq_id id;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (pkv_seq_add(e, &sp, &id) != PKV_OK)
         return 1;
     *first = -1;
@@ -82,7 +67,7 @@ static int first_token(const llama_model *m, llama_scratch *s, float *logits,
             sampled = host_sample(logits, c->vocab_size, 0.0f, 1.0f, NULL);
             if (*first < 0) {
                 *first = sampled;
-                *seconds = now_s() - t0;
+                *seconds = bench_now_s() - t0;
             }
         }
         if (pkv_engine_step_end(e, &sampled, NULL, b->num_samples) != PKV_OK)
@@ -123,10 +108,10 @@ int bench_restart(const bench_options *opt)
              pkv_engine_save_prefix_cache(a, saved, bytes, &bytes) != PKV_OK;
         if (rc == 0) {
             /* The restart: a new engine loads what the old one saved. */
-            double t0 = now_s();
+            double t0 = bench_now_s();
             rc = pkv_engine_load_prefix_cache(b, saved, bytes, &loaded) !=
                  PKV_OK;
-            load[r] = now_s() - t0;
+            load[r] = bench_now_s() - t0;
         }
         if (rc == 0)
             rc = first_token(&m, &s, logits, b, prompt, &warm[r],
@@ -144,10 +129,9 @@ int bench_restart(const bench_options *opt)
         pkv_engine_destroy(b);
     }
     if (rc == 0) {
-        qsort(cold, (size_t)reps, sizeof *cold, compare_double);
-        qsort(load, (size_t)reps, sizeof *load, compare_double);
-        qsort(warm, (size_t)reps, sizeof *warm, compare_double);
-        double tc = cold[reps / 2], tl = load[reps / 2], tw = warm[reps / 2];
+        double tc = bench_median(cold, (size_t)reps);
+        double tl = bench_median(load, (size_t)reps);
+        double tw = bench_median(warm, (size_t)reps);
         printf("restart: first token of a %u-token prompt (llama dim %u, %u "
                "layers, f16 KV, CPU backend), median of %d\n",
                (unsigned)PROMPT_LEN, (unsigned)c.dim, (unsigned)c.num_layers,

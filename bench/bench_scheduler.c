@@ -12,14 +12,12 @@
  * before step_end, as a model's forward pass and sampling would. Warm
  * flatters whatever fits in a core's cache: 256 sequences' state
  * survives the toy attention in 2 MB of L2, 1,024's does not. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench.h"
 
 #include "pkv/pkv.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define PROMPT_LEN 64 /* tokens per prompt, unless a case says more */
 #define LONG_PROMPT 2048
@@ -39,19 +37,6 @@ static void evict(evictor *ev)
     for (size_t i = 0; i < ev->words; i += 8)
         sum += ev->buf[i];
     ev->sum += sum;
-}
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* One measured configuration: n running sequences, spread over `tenants`
@@ -129,9 +114,9 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
         int cold = step > MEASURED_STEPS;
         if (cold)
             evict(ev);
-        double t0 = now_us();
+        double t0 = 1e6 * bench_now_s();
         rc |= pkv_engine_step_begin(e, &b) != PKV_OK;
-        double t1 = now_us();
+        double t1 = 1e6 * bench_now_s();
         pkv_tensor t = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
                         b->num_tokens, 1, 4, x, 0};
         pkv_tensor o = t;
@@ -141,9 +126,9 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
             sampled[j] = (int32_t)(step + j);
         if (cold)
             evict(ev);
-        double t2 = now_us();
+        double t2 = 1e6 * bench_now_s();
         rc |= pkv_engine_step_end(e, sampled, NULL, b->num_samples) != PKV_OK;
-        double t3 = now_us();
+        double t3 = 1e6 * bench_now_s();
         if (step > 0)
             times[step - 1] = (t1 - t0) + (t3 - t2);
         if (b->num_seqs != n && rc == 0) {
@@ -152,11 +137,8 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
             rc = 1;
         }
     }
-    for (int k = 0; k < 2; k++)
-        qsort(times + k * MEASURED_STEPS, MEASURED_STEPS, sizeof *times,
-              compare_double);
-    *warm_us = times[MEASURED_STEPS / 2];
-    *cold_us = times[MEASURED_STEPS + MEASURED_STEPS / 2];
+    *warm_us = bench_median(times, MEASURED_STEPS);
+    *cold_us = bench_median(times + MEASURED_STEPS, MEASURED_STEPS);
     free(x);
     free(out);
     free(sampled);

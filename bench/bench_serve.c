@@ -25,6 +25,7 @@
  * what a static batch waits on: its longest member, typically several
  * times the median, runs alone at the end.
  *
+ * Both modes run the example hosts' serving loop (examples/host/serve.c).
  * Continuous: every arrived request is added to the engine at once; each
  * step mixes prompt chunks and decodes, and a finished sequence's place is
  * taken at the next step. Static: when the engine is idle, the requests
@@ -32,12 +33,12 @@
  * longest member ends; later arrivals wait for the next batch. Same engine
  * parameters, same model, same trace.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include "attend.h"
 #include "bench.h"
 #include "bench_llama.h"
 #include "model.h"
 #include "sample.h"
+#include "serve.h"
 #ifdef PKV_BENCH_GEMMA3
 #include "host.h" /* examples/gemma3 */
 #endif
@@ -47,8 +48,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #define MAX_NUM_SEQS 16
 #define MAX_BATCH_TOKENS 512
@@ -56,18 +55,6 @@
 /* A server's cap on max_tokens; it also bounds the longest request's
  * critical path, so that the run measures throughput, not one request. */
 #define MAX_OUTPUT 128
-
-typedef struct trace_req {
-    double arrival; /* seconds from the start */
-    int32_t *prompt;
-    uint32_t prompt_len;
-    uint32_t output_len;
-    /* Measured. */
-    pkv_seq_id id;
-    double first_token; /* seconds from the start; < 0 until sampled */
-    double last_token;
-    uint32_t generated;
-} trace_req;
 
 typedef struct serve_result {
     double tokens_per_s, processed_per_s, elapsed;
@@ -98,29 +85,6 @@ typedef struct served_model {
     char description[320];
 } served_model;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s)
-{
-    if (s <= 0)
-        return;
-    struct timespec ts;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-    nanosleep(&ts, NULL);
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double percentile(const double *sorted, size_t n, double p)
 {
     if (n == 0)
@@ -129,48 +93,45 @@ static double percentile(const double *sorted, size_t n, double p)
     return sorted[i < n ? i : n - 1];
 }
 
-static uint32_t lognormal_len(uint64_t *rng, double median, double sigma,
-                              uint32_t lo, uint32_t hi)
+static void free_trace(host_request *t, uint32_t n)
 {
-    double x = median * exp(sigma * host_normal(rng));
-    return x < lo ? lo : x > hi ? hi : (uint32_t)x;
+    for (uint32_t i = 0; t != NULL && i < n; i++)
+        free(t[i].prompt);
+    free(t);
 }
 
-/* Lengths and tokens of n requests; arrival times are set later, once the
+/* The trace's requests as the serving loop takes them: lengths and
+ * tokens; arrival times (host_request.arrival_s) are set later, once the
  * rate is known. */
-static trace_req *make_trace(uint32_t n, uint32_t vocab, uint64_t seed)
+static host_request *make_trace(uint32_t n, uint32_t vocab, uint64_t seed)
 {
-    trace_req *t = calloc(n, sizeof *t);
+    host_request *t = calloc(n, sizeof *t);
     if (t == NULL)
         return NULL;
     uint64_t rng = seed;
     for (uint32_t i = 0; i < n; i++) {
-        t[i].prompt_len = lognormal_len(&rng, 48, 0.6, 4, 512);
-        t[i].output_len = lognormal_len(&rng, 32, 1.0, 2, MAX_OUTPUT);
+        t[i].prompt_len = host_lognormal_len(&rng, 48, 0.6, 4, 512);
+        t[i].max_new = host_lognormal_len(&rng, 32, 1.0, 2, MAX_OUTPUT);
         t[i].prompt = malloc(t[i].prompt_len * sizeof *t[i].prompt);
-        if (t[i].prompt == NULL)
+        if (t[i].prompt == NULL) {
+            free_trace(t, i);
             return NULL;
+        }
         for (uint32_t k = 0; k < t[i].prompt_len; k++)
             t[i].prompt[k] = (int32_t)(host_rand(&rng) % vocab);
     }
     return t;
 }
 
-static void set_arrivals(trace_req *t, uint32_t n, double rate, uint64_t seed)
+static void set_arrivals(host_request *t, uint32_t n, double rate,
+                         uint64_t seed)
 {
     uint64_t rng = seed ^ 0xa5a5a5a5ull;
     double at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        t[i].arrival = at;
+        t[i].arrival_s = at;
         at += -log(host_uniform(&rng)) / rate;
     }
-}
-
-static void free_trace(trace_req *t, uint32_t n)
-{
-    for (uint32_t i = 0; t != NULL && i < n; i++)
-        free(t[i].prompt);
-    free(t);
 }
 
 static int push_util(serve_result *r, double t, double u)
@@ -206,35 +167,52 @@ static int push_gap(serve_result *r, double ms)
     return 0;
 }
 
-static trace_req *find_req(trace_req *t, uint32_t added_order_n,
-                           trace_req **order, pkv_seq_id id)
+/* What the serving loop's hooks record (host_serve_options.user). */
+typedef struct trace_run {
+    serve_result *res;
+    const host_request *reqs;
+    double *prev_token_s; /* [n]: each request's previous token */
+    uint64_t seqs_in_steps, steps;
+    int failed; /* out of memory in a hook */
+} trace_run;
+
+/* Every inter-token gap, for the percentiles and the plot. */
+static void record_token(void *user, uint32_t index, int32_t token)
 {
-    (void)t;
-    uint32_t lo = 0, hi = added_order_n; /* ids ascend in add order */
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (order[mid]->id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < added_order_n && order[lo]->id == id ? order[lo] : NULL;
+    trace_run *run = user;
+    const host_request *r = &run->reqs[index];
+    (void)token;
+    if (r->generated > 1 &&
+        push_gap(run->res,
+                 1e3 * (r->last_token_s - run->prev_token_s[index])) != 0)
+        run->failed = 1;
+    run->prev_token_s[index] = r->last_token_s;
+}
+
+/* KV utilisation over time, and the sequences per step. */
+static void record_step(void *user, const pkv_batch *b,
+                        const pkv_engine_stats *st, double at)
+{
+    trace_run *run = user;
+    run->seqs_in_steps += b->num_seqs;
+    run->steps++;
+    if (st->slots_allocated > 0 &&
+        push_util(run->res, at,
+                  (double)st->tokens_stored / (double)st->slots_allocated) !=
+            0)
+        run->failed = 1;
 }
 
 /*
- * Serve the trace. is_static: batches formed when the engine is idle.
- * Writes the measures into *res. 0 on success.
+ * Serve the trace through the example hosts' loop (examples/host/serve.c).
+ * is_static: batches formed when the engine is idle. Writes the measures
+ * into *res, which free_result frees (also after a failure). 0 on
+ * success.
  */
-static int serve(const served_model *m, trace_req *t, uint32_t n,
+static int serve(const served_model *m, host_request *t, uint32_t n,
                  int is_static, serve_result *res)
 {
-    uint32_t vocab = m->host->vocab_size;
     memset(res, 0, sizeof *res);
-    for (uint32_t i = 0; i < n; i++) {
-        t[i].id = 0;
-        t[i].first_token = -1;
-        t[i].generated = 0;
-    }
     pkv_engine_params p = m->geometry;
     p.kv_dtype = PKV_KV_F16;
     p.backend = PKV_BACKEND_CPU;
@@ -248,113 +226,46 @@ static int serve(const served_model *m, trace_req *t, uint32_t n,
         fprintf(stderr, "serve: %s\n", pkv_last_error());
         return 1;
     }
-    float *logits =
-        malloc((size_t)MAX_BATCH_TOKENS * vocab * sizeof *logits);
-    int32_t *sampled = malloc(MAX_BATCH_TOKENS * sizeof *sampled);
-    trace_req **order = malloc(n * sizeof *order);
-    uint64_t rng = 99;
-    if (!logits || !sampled || !order)
-        return 1;
-    uint32_t added = 0;
-    uint64_t processed = 0, seqs_in_steps = 0, rows_steps = 0;
-    double util_sum = 0;
-    int rc = 0;
-    double t0 = now_s(), end = 0;
-    while (rc == 0 && (added < n || pkv_engine_has_work(e))) {
-        double now = now_s() - t0;
-        int idle = !pkv_engine_has_work(e);
-        if (idle && added < n && t[added].arrival > now) {
-            sleep_s(t[added].arrival - now);
-            continue;
-        }
-        /* Continuous: admit every arrival now. Static: only when idle,
-         * and at most one batch. */
-        uint32_t limit = is_static ? (idle ? MAX_NUM_SEQS : 0) : n;
-        for (uint32_t k = 0; k < limit && added < n &&
-                             t[added].arrival <= now;
-             k++) {
-            pkv_seq_params sp;
-            pkv_seq_params_init(&sp);
-            sp.prompt = t[added].prompt;
-            sp.prompt_len = t[added].prompt_len;
-            sp.max_new_tokens = t[added].output_len;
-            if (pkv_seq_add(e, &sp, &t[added].id) != PKV_OK) {
-                fprintf(stderr, "serve: add: %s\n", pkv_last_error());
-                rc = 1;
-                break;
-            }
-            order[added] = &t[added];
-            added++;
-        }
-        const pkv_batch *b;
-        if (rc != 0 || pkv_engine_step_begin(e, &b) != PKV_OK) {
-            rc = 1;
-            break;
-        }
-        if (m->host->forward(m->host->self, e, b, logits) != 0) {
-            rc = 1;
-            break;
-        }
-        for (uint32_t j = 0; j < b->num_samples; j++)
-            sampled[j] = host_sample(logits + (size_t)j * vocab, vocab, 1.0f,
-                                     1.0f, &rng);
-        double when = now_s() - t0;
-        for (uint32_t j = 0; j < b->num_samples; j++) {
-            trace_req *r = find_req(t, added, order, b->sample_seq_ids[j]);
-            if (r->first_token < 0)
-                r->first_token = when;
-            else if (push_gap(res, 1e3 * (when - r->last_token)) != 0)
-                rc = 1;
-            r->last_token = when;
-            r->generated++;
-        }
-        if (b->num_tokens > 0) {
-            seqs_in_steps += b->num_seqs;
-            rows_steps++;
-        }
-        processed += b->num_tokens;
-        res->generated += b->num_samples;
-        if (pkv_engine_step_end(e, sampled, NULL, b->num_samples) != PKV_OK) {
-            rc = 1;
-            break;
-        }
-        pkv_engine_stats st;
-        st.struct_size = sizeof st;
-        pkv_engine_get_stats(e, &st);
-        if (st.slots_allocated > 0) {
-            double u = (double)st.tokens_stored / (double)st.slots_allocated;
-            util_sum += u;
-            if (push_util(res, when, u) != 0)
-                rc = 1;
-        }
-        end = when;
-    }
-    pkv_engine_stats st;
-    st.struct_size = sizeof st;
-    pkv_engine_get_stats(e, &st);
-    res->preemptions = st.preemptions;
-    res->steps = st.steps;
-    res->elapsed = end;
-    res->tokens_per_s = (double)res->generated / end;
-    res->processed_per_s = (double)processed / end;
-    res->kv_util_mean = res->util_n ? util_sum / (double)res->util_n : 0;
-    res->seqs_per_step = rows_steps ? (double)seqs_in_steps / (double)rows_steps : 0;
-    res->ttft = malloc(n * sizeof *res->ttft);
-    if (res->ttft == NULL)
-        rc = 1;
-    for (uint32_t i = 0; rc == 0 && i < n; i++)
-        res->ttft[i] = 1e3 * (t[i].first_token - t[i].arrival);
+    trace_run run = {res, t, malloc(n * sizeof *run.prev_token_s), 0, 0, 0};
+    for (uint32_t i = 0; i < n; i++)
+        t[i].rng = 99 + i;
+    host_serve_options so = {0};
+    so.temperature = 1;
+    so.top_p = 1;
+    so.static_batch = is_static ? MAX_NUM_SEQS : 0;
+    so.on_token = record_token;
+    so.on_step = record_step;
+    so.user = &run;
+    host_serve_result hr;
+    int rc = run.prev_token_s == NULL ||
+             host_serve(e, m->host, t, n, &so, &hr) != 0 || run.failed;
     if (rc == 0) {
-        qsort(res->ttft, n, sizeof *res->ttft, compare_double);
+        pkv_engine_stats st;
+        pkv_engine_stats_init(&st);
+        pkv_engine_get_stats(e, &st);
+        res->preemptions = st.preemptions;
+        res->steps = st.steps;
+        res->generated = hr.generated;
+        res->elapsed = hr.elapsed;
+        res->tokens_per_s = (double)hr.generated / hr.elapsed;
+        res->processed_per_s = (double)hr.processed / hr.elapsed;
+        res->kv_util_mean = hr.kv_util_mean;
+        res->seqs_per_step =
+            run.steps ? (double)run.seqs_in_steps / (double)run.steps : 0;
+        res->ttft = malloc(n * sizeof *res->ttft);
+        rc = res->ttft == NULL;
+    }
+    if (rc == 0) {
+        for (uint32_t i = 0; i < n; i++)
+            res->ttft[i] = 1e3 * (t[i].first_token_s - t[i].arrival_s);
+        qsort(res->ttft, n, sizeof *res->ttft, bench_compare_double);
         res->ttft_p50 = percentile(res->ttft, n, 0.5);
         res->ttft_p99 = percentile(res->ttft, n, 0.99);
-        qsort(res->itl, res->itl_n, sizeof *res->itl, compare_double);
+        qsort(res->itl, res->itl_n, sizeof *res->itl, bench_compare_double);
         res->itl_p50 = percentile(res->itl, res->itl_n, 0.5);
         res->itl_p99 = percentile(res->itl, res->itl_n, 0.99);
     }
-    free(logits);
-    free(sampled);
-    free(order);
+    free(run.prev_token_s);
     pkv_engine_destroy(e);
     return rc;
 }
@@ -388,11 +299,11 @@ static int step_cost(const served_model *m, const bench_options *opt,
     for (uint32_t k = 0; k < ns; k++) {
         double best = 1e30;
         for (int rep = 0; rep < reps; rep++) {
-            double t0 = now_s();
+            double t0 = bench_now_s();
             if (m->forward_no_attention(m->self, sizes[k], tokens, positions,
                                         rows, logits) != 0)
                 break;
-            double dt = now_s() - t0;
+            double dt = bench_now_s() - t0;
             best = dt < best ? dt : best;
         }
         printf("%-6u %9.1f %9.2f %13.1f\n", sizes[k], 1e3 * best,
@@ -555,62 +466,37 @@ static void free_result(serve_result *r)
     free(r->ttft);
 }
 
-static int gnuplot_installed(void)
+/* KV utilisation over time and the inter-token latency CDF of both modes,
+ * as PNGs in --plot's directory: each mode a data set of its own (gnuplot
+ * index 0 continuous, 1 static). */
+static void plot(const bench_options *opt, const serve_result *res)
 {
-    return system("command -v gnuplot >/dev/null 2>&1") == 0;
-}
-
-/* KV utilisation over time and the latency CDFs, as PNGs in dir. */
-static void plot(const char *dir, const serve_result *res)
-{
-    if (!gnuplot_installed()) {
-        printf("serve: --plot skipped: gnuplot is not installed\n");
-        return;
-    }
-    mkdir(dir, 0777);
-    static const char *const modes[] = {"continuous", "static"};
-    char path[1024];
-    for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof path, "%s/serve_kv_%s.dat", dir, modes[k]);
-        FILE *f = fopen(path, "w");
-        for (uint32_t i = 0; f != NULL && i < res[k].util_n; i++)
+    static const char *const legend =
+        "index 0 w l t 'continuous', data index 1 w l t 'static'";
+    char body[512];
+    FILE *f = bench_plot_open(opt, "serve_kv_utilization");
+    for (int k = 0; f != NULL && k < 2; k++) {
+        for (uint32_t i = 0; i < res[k].util_n; i++)
             fprintf(f, "%.4f %.4f\n", res[k].util_t[i], 100 * res[k].util[i]);
-        if (f != NULL)
-            fclose(f);
-        snprintf(path, sizeof path, "%s/serve_itl_%s.dat", dir, modes[k]);
-        f = fopen(path, "w");
-        for (size_t i = 0; f != NULL && i < res[k].itl_n; i++)
+        fputs("\n\n", f);
+    }
+    snprintf(body, sizeof body,
+             "set xlabel 'seconds'; set ylabel 'KV utilisation (%%)'\n"
+             "set yrange [0:100]\nplot data %s",
+             legend);
+    bench_plot_close(opt, f, "serve_kv_utilization", body);
+    f = bench_plot_open(opt, "serve_latency_cdf");
+    for (int k = 0; f != NULL && k < 2; k++) {
+        for (size_t i = 0; i < res[k].itl_n; i++)
             fprintf(f, "%.4f %.5f\n", res[k].itl[i],
                     (double)(i + 1) / (double)res[k].itl_n);
-        if (f != NULL)
-            fclose(f);
+        fputs("\n\n", f);
     }
-    snprintf(path, sizeof path, "%s/serve.gp", dir);
-    FILE *g = fopen(path, "w");
-    if (g == NULL)
-        return;
-    fprintf(g,
-            "set terminal png size 900,500\n"
-            "set output '%s/serve_kv_utilization.png'\n"
-            "set xlabel 'seconds'; set ylabel 'KV utilisation (%%)'\n"
-            "set yrange [0:100]\n"
-            "plot '%s/serve_kv_continuous.dat' w l t 'continuous', "
-            "'%s/serve_kv_static.dat' w l t 'static'\n"
-            "set output '%s/serve_latency_cdf.png'\n"
-            "set xlabel 'inter-token latency (ms)'; set ylabel 'CDF'\n"
-            "set yrange [0:1]; set logscale x\n"
-            "plot '%s/serve_itl_continuous.dat' w l t 'continuous', "
-            "'%s/serve_itl_static.dat' w l t 'static'\n",
-            dir, dir, dir, dir, dir, dir);
-    fclose(g);
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", path);
-    if (system(cmd) == 0)
-        printf("serve: plots in %s (serve_kv_utilization.png, "
-               "serve_latency_cdf.png)\n",
-               dir);
-    else
-        printf("serve: gnuplot failed on %s\n", path);
+    snprintf(body, sizeof body,
+             "set xlabel 'inter-token latency (ms)'; set ylabel 'CDF'\n"
+             "set yrange [0:1]; set logscale x\nplot data %s",
+             legend);
+    bench_plot_close(opt, f, "serve_latency_cdf", body);
 }
 
 int bench_serve(const bench_options *opt)
@@ -621,32 +507,38 @@ int bench_serve(const bench_options *opt)
     llama_served llama;
     gemma3_served g3;
     memset(&m, 0, sizeof m);
-    if (gemma3 ? gemma3_open(&m, &g3, opt->threads) != 0 : llama_open(&m, &llama) != 0)
+    if (gemma3 ? gemma3_open(&m, &g3, opt->threads) != 0
+               : llama_open(&m, &llama) != 0)
         return 1;
+    /* calib, then the two modes' */
+    serve_result res[3];
+    memset(res, 0, sizeof res);
+    static const char *const modes[] = {"continuous", "static"};
+    host_request *t = NULL;
+    int rc = 1;
     bench_progress("serve: the forward pass at 1 to 64 rows");
     if (step_cost(&m, opt, opt->quick ? 2 : 3) != 0)
-        return 1;
-    trace_req *t = make_trace(n, m.host->vocab_size, 2024);
+        goto done;
+    t = make_trace(n, m.host->vocab_size, 2024);
     if (t == NULL)
-        return 1;
+        goto done;
     /* Calibration: the first requests all at once, continuous. */
-    serve_result calib;
+    serve_result *calib = &res[2];
     set_arrivals(t, calib_n, 1e9, 1);
     bench_progress("serve: calibrating on %u requests at once", calib_n);
-    if (serve(&m, t, calib_n, 0, &calib) != 0)
-        return 1;
+    if (serve(&m, t, calib_n, 0, calib) != 0)
+        goto done;
     double prompt_sum = 0, out_sum = 0;
     uint32_t out_max = 0;
     for (uint32_t i = 0; i < n; i++) {
         prompt_sum += t[i].prompt_len;
-        out_sum += t[i].output_len;
-        out_max = t[i].output_len > out_max ? t[i].output_len : out_max;
+        out_sum += t[i].max_new;
+        out_max = t[i].max_new > out_max ? t[i].max_new : out_max;
     }
     /* Requests per second the engine sustains: its processed rows per
      * second over the rows (prompt + output) of a mean request. */
     double rate =
-        LOAD_FACTOR * calib.processed_per_s / ((prompt_sum + out_sum) / n);
-    free_result(&calib);
+        LOAD_FACTOR * calib->processed_per_s / ((prompt_sum + out_sum) / n);
     set_arrivals(t, n, rate, 1);
     printf("serve: %u requests, Poisson arrivals at %.1f/s (%.1fx the "
            "calibrated capacity), prompts lognormal median 48 (mean %.0f), "
@@ -655,9 +547,7 @@ int bench_serve(const bench_options *opt)
            "sequences at most, temperature 1\n",
            n, rate, LOAD_FACTOR, prompt_sum / n, out_sum / n, out_max,
            m.description, m.weight_bytes / 1e6, MAX_NUM_SEQS);
-    serve_result res[2];
-    static const char *const modes[] = {"continuous", "static"};
-    int rc = 0;
+    rc = 0;
     printf("%-11s %9s %10s %9s %9s %9s %9s %8s %9s %7s %10s\n", "mode",
            "tokens/s", "processed", "ttft p50", "ttft p99", "itl p50",
            "itl p99", "KV util", "seqs/step", "steps", "preemptions");
@@ -695,11 +585,11 @@ int bench_serve(const bench_options *opt)
                res[0].seqs_per_step / res[1].seqs_per_step,
                (unsigned long long)res[0].steps,
                (unsigned long long)res[1].steps);
-        if (opt->plot != NULL)
-            plot(opt->plot, res);
-        free_result(&res[0]);
-        free_result(&res[1]);
+        plot(opt, res);
     }
+done:
+    for (int k = 0; k < 3; k++)
+        free_result(&res[k]);
     free_trace(t, n);
     if (gemma3)
         gemma3_close(&g3);

@@ -12,7 +12,6 @@
  * with probability p, a wrong one otherwise; its own cost is not counted.
  * Greedy verification must give the plain run's tokens exactly.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "attend.h"
 #include "bench.h"
 #include "bench_llama.h"
@@ -23,17 +22,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { SEQS = 1, PROMPT = 32, NEW = 128, DRAFTS = 4 };
 enum { MAX_ROWS = SEQS * PROMPT };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* What one run produced: every sequence's tokens, the time and the drafts
  * run and accepted. */
@@ -83,7 +74,7 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
     int32_t sampled[MAX_ROWS];
     uint64_t draw = 3;
     int rc = 0;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     while (rc == 0 && pkv_engine_has_work(e)) {
         for (uint32_t i = 0; truth != NULL && i < SEQS; i++) {
             /* Decoding (a sampled token without KV) and room for drafts. */
@@ -137,7 +128,7 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
             j += n;
         }
     }
-    out->seconds = now_s() - t0;
+    out->seconds = bench_now_s() - t0;
     pkv_engine_stats st;
     st.struct_size = sizeof st;
     pkv_engine_get_stats(e, &st);

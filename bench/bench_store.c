@@ -59,31 +59,11 @@ enum {
 #define RB_MGETS_QUICK 200
 #define RB_PIPELINE "16"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void nap_us(long us)
 {
     struct timespec ts = {0, us * 1000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of n values (sorts them). */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---------------------------------------------------------------- server */
@@ -342,15 +322,15 @@ static int run_prompt(const llama_model *m, llama_scratch *s, float *logits,
     memset(t, 0, sizeof *t);
     t->first = -1;
     pkv_seq_id id;
-    double t0 = now_s(), t_first = 0;
+    double t0 = bench_now_s(), t_first = 0;
     if (pkv_seq_add(e, &sp, &id) != PKV_OK)
         return 1;
     while (pkv_engine_has_work(e)) {
         const pkv_batch *b;
-        double tb = now_s();
+        double tb = bench_now_s();
         if (pkv_engine_step_begin(e, &b) != PKV_OK)
             return 1;
-        double te = now_s();
+        double te = bench_now_s();
         if (b->num_tokens == 0) {
             /* A load or the saves in flight: nothing to run yet. */
             if (pkv_engine_step_end(e, NULL, NULL, 0) != PKV_OK)
@@ -369,20 +349,20 @@ static int run_prompt(const llama_model *m, llama_scratch *s, float *logits,
                           b->num_samples, logits) != 0)
             return 1;
         if (t->first < 0)
-            t->forward += now_s() - te;
+            t->forward += bench_now_s() - te;
         int32_t sampled = 0;
         if (b->num_samples == 1) {
             sampled = host_sample(logits, c->vocab_size, 0.0f, 1.0f, NULL);
             if (t->first < 0) {
                 t->first = sampled;
-                t_first = now_s();
+                t_first = bench_now_s();
                 t->total = t_first - t0;
             }
         }
         if (pkv_engine_step_end(e, &sampled, NULL, b->num_samples) != PKV_OK)
             return 1;
     }
-    t->drain = now_s() - t_first;
+    t->drain = bench_now_s() - t_first;
     return t->first < 0;
 }
 
@@ -579,14 +559,14 @@ static int raw_loads(const server *sv, const char *prefix, int external,
     for (int k = 0; rc == 0 && k < RAW_LOADS; k++) {
         uint64_t ticket = (uint64_t)k + 1;
         pkv_store_done done = {0, PKV_ERR_STORE, 0};
-        double t0 = now_s();
+        double t0 = bench_now_s();
         rc = s.load(s.user, ticket, keys, n, values, value_size, sizes) !=
              PKV_OK;
         while (rc == 0 && s.poll(s.user, &done, 1) == 0) {
             nap_us(POLL_NAP_US);
-            rc = now_s() - t0 > 10.0;
+            rc = bench_now_s() - t0 > 10.0;
         }
-        t[k] = now_s() - t0;
+        t[k] = bench_now_s() - t0;
         rc = rc || done.ticket != ticket || done.status != PKV_OK;
         *bytes = 0;
         for (uint32_t i = 0; rc == 0 && i < n; i++) {
@@ -598,7 +578,7 @@ static int raw_loads(const server *sv, const char *prefix, int external,
         fprintf(stderr, "store: the connector's own load failed\n");
     } else {
         *first = t[0];
-        *seconds = median(t, RAW_LOADS);
+        *seconds = bench_median(t, RAW_LOADS);
     }
     free(keys);
     free(values);
@@ -833,14 +813,14 @@ static int run_dtype(const store_ctx *x, int32_t dtype, dtype_result *r)
         rc = 1;
     }
     if (rc == 0) {
-        r->cold = median(cold, n);
-        r->drain = median(drain, n);
-        r->cold_wait = median(cold_wait, n);
-        r->hit = median(hit, r->hit_runs);
-        r->hit_to_rows = median(to_rows, r->hit_runs);
-        r->hit_begin = median(begin, r->hit_runs);
-        r->hit_forward = median(fwd, r->hit_runs);
-        r->hit_wait = median(wait, r->hit_runs);
+        r->cold = bench_median(cold, (size_t)n);
+        r->drain = bench_median(drain, (size_t)n);
+        r->cold_wait = bench_median(cold_wait, (size_t)n);
+        r->hit = bench_median(hit, (size_t)r->hit_runs);
+        r->hit_to_rows = bench_median(to_rows, (size_t)r->hit_runs);
+        r->hit_begin = bench_median(begin, (size_t)r->hit_runs);
+        r->hit_forward = bench_median(fwd, (size_t)r->hit_runs);
+        r->hit_wait = bench_median(wait, (size_t)r->hit_runs);
         r->value_size = (size_t)(r->load_bytes / r->hit_blocks);
         bench_progress("store: %s, the connector alone and redis-benchmark",
                        r->name);

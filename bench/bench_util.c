@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-bench: the helpers every subcommand shares (declared in
- * bench_util.h): progress lines, the workloads' random numbers, the
- * last-level cache's size and --plot's gnuplot files. */
-#define _POSIX_C_SOURCE 200809L /* mkdir */
+ * bench_util.h): progress lines, timing and medians, the last-level
+ * cache's size and --plot's gnuplot files. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, mkdir */
 #include "bench_util.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 
 void bench_progress(const char *fmt, ...)
 {
@@ -17,6 +18,27 @@ void bench_progress(const char *fmt, ...)
     vfprintf(stderr, fmt, args);
     fputc('\n', stderr);
     va_end(args);
+}
+
+double bench_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int bench_compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *v, size_t n)
+{
+    if (n == 0)
+        return 0.0;
+    qsort(v, n, sizeof *v, bench_compare_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 size_t bench_llc_bytes(void)

@@ -36,6 +36,15 @@ void bench_progress(const char *fmt, ...)
 #endif
     ;
 
+/* Seconds on the monotonic clock. */
+double bench_now_s(void);
+
+/* qsort's comparison of doubles, ascending. */
+int bench_compare_double(const void *a, const void *b);
+
+/* The median of n values, sorting them in place (0 when n is 0). */
+double bench_median(double *v, size_t n);
+
 /* Bytes of the last-level cache, as the cache behaves: at least 105 MB
  * (the machine the benches were tuned on reports 32 MiB per instance but
  * about 105 MB behave as last-level cache). */

@@ -47,9 +47,10 @@ static const subcommand SUBCOMMANDS[] = {
     {"serve", bench_serve,
      "llama model over an arrival trace: continuous vs static batching",
      "A small llama-architecture model (examples/llama) served over a\n"
-     "Poisson arrival trace: continuous batching with pkv against static\n"
-     "batching; tokens/s, latency percentiles, KV utilisation. Plots KV use\n"
-     "and queue length over time. Progress on stderr.\n"
+     "Poisson arrival trace by the example hosts' serving loop: continuous\n"
+     "batching with pkv against static batching; tokens/s, latency\n"
+     "percentiles, KV utilisation. Plots KV use over time and the\n"
+     "inter-token latency CDF. Progress on stderr.\n"
      "80 requests; --quick 20, about 1.5 minutes on a 2-core machine (93 s\n"
      "measured), most of it the model's forward passes.\n"
      "--model gemma3: the same on Gemma 3 270M (examples/gemma3, from\n"

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* Perplexity and top-1 agreement through pkv (score.h). */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "score.h"
 
 #include "host.h"
@@ -10,20 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BLOCK_SIZE 16
 /* Rows per step: every scored row's logits are held at once (1 MB each
  * at a 262k vocabulary). */
 #define SCORE_ROWS 128
 #define AGREEMENT_PROMPTS 8
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static const char *dtype_name(const g3_kv_choice *kv)
 {
@@ -235,7 +226,7 @@ int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
     score_seqs s = {chunks, ptrs, lens, first, last};
     nll_sum acc = {&s, m->config.vocab_size, 0, 0};
     char backend[256];
-    double t0 = now_s();
+    double t0 = host_now_s();
     int rc = run_seqs(m, &s, kv, add_nll, &acc, backend, sizeof backend);
     if (rc == 0)
         printf("{\"perplexity\": %.4f, \"nll\": %.6f, \"scored\": %llu, "
@@ -243,7 +234,7 @@ int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
                "\"kv\": \"%s\", \"backend\": \"%s\", \"seconds\": %.1f}\n",
                exp(acc.sum / (double)acc.count),
                acc.sum / (double)acc.count, (unsigned long long)acc.count,
-               ctx, chunks, n, dtype_name(kv), backend, now_s() - t0);
+               ctx, chunks, n, dtype_name(kv), backend, host_now_s() - t0);
     free(ptrs);
     free(lens);
     free(all);
@@ -392,7 +383,7 @@ int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
         reqs[i].prompt_len = len[i] = (uint32_t)got;
         first[i] = len[i] - 1;
     }
-    double t0 = now_s();
+    double t0 = host_now_s();
     if (generate_f32(m, reqs, N, &g) != 0)
         goto out;
     /* Teacher-forced: the last generated token is only a target. */
@@ -411,7 +402,7 @@ int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
            "\"seconds\": %.1f}\n",
            (double)hits.same / (double)hits.count,
            (unsigned long long)hits.same, (unsigned long long)hits.count, N,
-           dtype_name(kv), backend, now_s() - t0);
+           dtype_name(kv), backend, host_now_s() - t0);
     rc = 0;
 out:
     for (uint32_t i = 0; i < N; i++)

@@ -24,6 +24,13 @@ double host_normal(uint64_t *state)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+uint32_t host_lognormal_len(uint64_t *state, double median, double sigma,
+                            uint32_t lo, uint32_t hi)
+{
+    double x = median * exp(sigma * host_normal(state));
+    return x < lo ? lo : x > hi ? hi : (uint32_t)x;
+}
+
 typedef struct candidate {
     double p;
     int32_t id;

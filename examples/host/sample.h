@@ -12,6 +12,10 @@
 uint64_t host_rand(uint64_t *state);
 double host_uniform(uint64_t *state);
 double host_normal(uint64_t *state);
+/* A lognormal length with this median and sigma, clipped to [lo, hi]: the
+ * synthetic workloads' prompt and output lengths. */
+uint32_t host_lognormal_len(uint64_t *state, double median, double sigma,
+                            uint32_t lo, uint32_t hi);
 
 /*
  * The next token from one row of logits: the argmax when temperature <= 0

@@ -10,11 +10,21 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_s(void)
+double host_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
 }
 
 void host_log_stderr(void *user, int32_t level, const char *message)
@@ -33,21 +43,6 @@ const char *host_reason_name(int32_t reason)
     case PKV_FINISH_ABORTED: return "aborted";
     default: return "failed";
     }
-}
-
-/* The request of a sequence: ids ascend in the order requests were added. */
-static uint32_t find_request(const host_request *reqs, uint32_t added,
-                             pkv_seq_id id)
-{
-    uint32_t lo = 0, hi = added;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (reqs[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 static int is_stop(const host_serve_options *o, int32_t token)
@@ -89,82 +84,113 @@ static void print_status(const host_serve_options *o, const pkv_batch *b,
     fflush(stdout);
 }
 
-/* Add the requests that arrive before this step. */
-static int arrive(pkv_engine *e, host_request *reqs, uint32_t n,
-                  const host_serve_options *o, uint32_t *added)
+/* The loop's state between its steps. */
+typedef struct serve_loop {
+    pkv_engine *e;
+    const host_model *m;
+    host_request *reqs;
+    uint32_t n, added;
+    const host_serve_options *o;
+    float *logits;    /* [max_rows][vocab_size] */
+    int32_t *sampled; /* [max_rows] */
+    uint8_t *stop;    /* [max_rows] */
+    host_serve_result *out;
+    int shown; /* a live status line is on the terminal */
+    double t0; /* the loop's start */
+    double at; /* the last step's sampling, seconds from t0 */
+} serve_loop;
+
+/* Add the requests that arrive before this step: each request's
+ * host_request is its user_data, which every batch echoes. When the engine
+ * is idle and the next request has not arrived yet, wait for it. */
+static int arrive(serve_loop *l)
 {
-    uint32_t k = 0;
-    while (*added < n && (o->arrivals_per_step == 0 ||
-                          k++ < o->arrivals_per_step)) {
-        host_request *r = &reqs[*added];
+    const host_serve_options *o = l->o;
+    int idle = !pkv_engine_has_work(l->e);
+    if (idle && l->added < l->n)
+        sleep_s(l->t0 + l->reqs[l->added].arrival_s - host_now_s());
+    if (o->static_batch != 0 && !idle)
+        return 0;
+    uint32_t limit =
+        o->static_batch != 0 ? o->static_batch : o->arrivals_per_step;
+    double now = host_now_s() - l->t0;
+    for (uint32_t k = 0; l->added < l->n && (limit == 0 || k < limit) &&
+                         l->reqs[l->added].arrival_s <= now;
+         k++) {
+        host_request *r = &l->reqs[l->added];
         pkv_seq_params sp;
         pkv_seq_params_init(&sp);
         sp.prompt = r->prompt;
         sp.prompt_len = r->prompt_len;
         sp.max_new_tokens = r->max_new;
-        if (pkv_seq_add(e, &sp, &r->id) != PKV_OK) {
-            fprintf(stderr, "request %u: %s\n", *added, pkv_last_error());
+        sp.user_data = r;
+        if (pkv_seq_add(l->e, &sp, &r->id) != PKV_OK) {
+            fprintf(stderr, "request %u: %s\n", l->added, pkv_last_error());
             return -1;
         }
-        (*added)++;
+        l->added++;
     }
     return 0;
 }
 
-typedef struct step_buffers {
-    float *logits;
-    int32_t *sampled;
-    uint8_t *stop;
-} step_buffers;
+/* Sample the step's rows and report them to the requests. */
+static void sample(serve_loop *l, const pkv_batch *b)
+{
+    const host_serve_options *o = l->o;
+    uint32_t vocab = l->m->vocab_size;
+    /* A sample row's request: the user_data of the sequence whose rows
+     * hold it (both ascend). */
+    uint32_t seq = 0;
+    for (uint32_t j = 0; j < b->num_samples; j++) {
+        while (b->query_start[seq + 1] <= b->sample_rows[j])
+            seq++;
+        host_request *r = b->seq_user_data[seq];
+        l->sampled[j] = host_sample(l->logits + (size_t)j * vocab, vocab,
+                                    o->temperature, o->top_p, &r->rng);
+        l->stop[j] = (uint8_t)is_stop(o, l->sampled[j]);
+        if (r->generated++ == 0)
+            r->first_token_s = l->at;
+        r->last_token_s = l->at;
+        l->out->generated++;
+        if (o->on_token != NULL) {
+            clear_live(o, &l->shown);
+            o->on_token(o->user, (uint32_t)(r - l->reqs), l->sampled[j]);
+        }
+    }
+}
 
 /* One step: plan, forward, sample, end. */
-static int step(pkv_engine *e, const host_model *m, host_request *reqs,
-                uint32_t added, const host_serve_options *o,
-                step_buffers *s, host_serve_result *out, int *shown,
-                const pkv_batch **batch, double t0)
+static int step(serve_loop *l, const pkv_batch **batch)
 {
+    const host_serve_options *o = l->o;
     const pkv_batch *b;
-    if (pkv_engine_step_begin(e, &b) != PKV_OK) {
-        fprintf(stderr, "step: %s\n", pkv_engine_last_error(e));
+    if (pkv_engine_step_begin(l->e, &b) != PKV_OK) {
+        fprintf(stderr, "step: %s\n", pkv_engine_last_error(l->e));
         return -1;
     }
     *batch = b;
     for (uint32_t i = 0; i < b->num_finished; i++) {
         const pkv_finished *f = &b->finished[i];
         if (f->reason == PKV_FINISH_FAILED) {
-            out->failed++;
-            clear_live(o, shown);
+            l->out->failed++;
+            clear_live(o, &l->shown);
             fprintf(stderr, "request %llu failed: %s\n",
                     (unsigned long long)f->id, pkv_status_name(f->status));
         }
         if (o->on_finish != NULL) {
-            clear_live(o, shown);
-            o->on_finish(o->user, find_request(reqs, added, f->id), f);
+            const host_request *r = b->finished_user_data[i];
+            clear_live(o, &l->shown);
+            o->on_finish(o->user, (uint32_t)(r - l->reqs), f);
         }
     }
-    if (m->forward(m->self, e, b, s->logits) != 0)
+    if (l->m->forward(l->m->self, l->e, b, l->logits) != 0)
         return -1;
-    out->processed += b->num_tokens;
-    double at = now_s() - t0;
-    for (uint32_t j = 0; j < b->num_samples; j++) {
-        uint32_t index = find_request(reqs, added, b->sample_seq_ids[j]);
-        host_request *r = &reqs[index];
-        s->sampled[j] = host_sample(s->logits + (size_t)j * m->vocab_size,
-                                    m->vocab_size, o->temperature, o->top_p,
-                                    &r->rng);
-        s->stop[j] = (uint8_t)is_stop(o, s->sampled[j]);
-        if (r->generated++ == 0)
-            r->first_token_s = at;
-        r->last_token_s = at;
-        out->generated++;
-        if (o->on_token != NULL) {
-            clear_live(o, shown);
-            o->on_token(o->user, index, s->sampled[j]);
-        }
-    }
-    if (pkv_engine_step_end(e, s->sampled, s->stop, b->num_samples) !=
+    l->out->processed += b->num_tokens;
+    l->at = host_now_s() - l->t0;
+    sample(l, b);
+    if (pkv_engine_step_end(l->e, l->sampled, l->stop, b->num_samples) !=
         PKV_OK) {
-        fprintf(stderr, "step_end: %s\n", pkv_engine_last_error(e));
+        fprintf(stderr, "step_end: %s\n", pkv_engine_last_error(l->e));
         return -1;
     }
     return 0;
@@ -176,24 +202,28 @@ int host_serve(pkv_engine *e, const host_model *m, host_request *reqs,
 {
     *out = (host_serve_result){0};
     uint32_t rows = m->max_rows;
-    step_buffers s = {
-        malloc((size_t)rows * m->vocab_size * sizeof *s.logits),
-        malloc(rows * sizeof *s.sampled), malloc(rows * sizeof *s.stop)};
-    int rc = 0, shown = 0;
-    if (!s.logits || !s.sampled || !s.stop) {
+    serve_loop l = {e, m, reqs, n, 0, o,
+                    malloc((size_t)rows * m->vocab_size * sizeof *l.logits),
+                    malloc(rows * sizeof *l.sampled),
+                    malloc(rows * sizeof *l.stop), out, 0, host_now_s(), 0};
+    for (uint32_t i = 0; i < n; i++) {
+        reqs[i].id = 0;
+        reqs[i].generated = 0;
+        reqs[i].first_token_s = reqs[i].last_token_s = 0;
+    }
+    int rc = 0;
+    if (!l.logits || !l.sampled || !l.stop) {
         fprintf(stderr, "out of memory\n");
         rc = 1;
     }
-    uint32_t added = 0;
-    double util_sum = 0, t0 = now_s();
-    while (rc == 0 && (added < n || pkv_engine_has_work(e))) {
+    double util_sum = 0;
+    while (rc == 0 && (l.added < n || pkv_engine_has_work(e))) {
         const pkv_batch *b = NULL;
-        if (arrive(e, reqs, n, o, &added) != 0 ||
-            step(e, m, reqs, added, o, &s, out, &shown, &b, t0) != 0) {
+        if (arrive(&l) != 0 || step(&l, &b) != 0) {
             rc = 1;
             break;
         }
-        if (b != NULL && b->num_tokens == 0 && pkv_engine_has_work(e)) {
+        if (b->num_tokens == 0 && pkv_engine_has_work(e)) {
             /* Nothing to run: a KV store's load or save on its way. */
             struct timespec nap = {0, 100000};
             nanosleep(&nap, NULL);
@@ -205,20 +235,23 @@ int host_serve(pkv_engine *e, const host_model *m, host_request *reqs,
             util_sum += (double)st.tokens_stored / (double)st.slots_allocated;
             out->util_samples++;
         }
-        print_status(o, b, &st, (double)out->generated / (now_s() - t0),
-                     &shown);
+        if (o->on_step != NULL && b->num_tokens > 0)
+            o->on_step(o->user, b, &st, l.at);
+        print_status(o, b, &st,
+                     (double)out->generated / (host_now_s() - l.t0),
+                     &l.shown);
     }
-    clear_live(o, &shown);
+    clear_live(o, &l.shown);
     if (rc == 0 && n > 0 && out->failed == n) {
         fprintf(stderr, "every request failed\n");
         rc = 1;
     }
-    out->elapsed = now_s() - t0;
+    out->elapsed = host_now_s() - l.t0;
     out->kv_util_mean =
         out->util_samples ? util_sum / (double)out->util_samples : 0;
-    free(s.logits);
-    free(s.sampled);
-    free(s.stop);
+    free(l.logits);
+    free(l.sampled);
+    free(l.stop);
     return rc;
 }
 

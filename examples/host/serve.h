@@ -31,6 +31,10 @@ typedef struct host_request {
     uint32_t prompt_len;
     uint32_t max_new;
     uint64_t rng; /* per request: sampling does not depend on batching */
+    /* Seconds from the loop's start before which the request is not added
+     * (0: at once): a trace's arrival time. Requests arrive in array
+     * order, so these must not decrease. */
+    double arrival_s;
     /* Set by the loop. */
     pkv_seq_id id;
     uint32_t generated;
@@ -48,7 +52,13 @@ enum {
 typedef struct host_serve_options {
     float temperature; /* 0: greedy */
     float top_p;       /* 1: every token */
-    uint32_t arrivals_per_step; /* requests added before each step */
+    uint32_t arrivals_per_step; /* requests added before each step at
+                                   most (0: every one that has arrived) */
+    /* Static batching: 0, continuous (requests join the running batch
+     * at any step); else requests are added only when the engine is idle,
+     * this many at most, and that batch runs until its longest member
+     * ends. */
+    uint32_t static_batch;
     const int32_t *stop; /* tokens that end a sequence (counted) */
     uint32_t num_stop;
     int status; /* HOST_STATUS_* */
@@ -56,6 +66,12 @@ typedef struct host_serve_options {
      * none); index is the request's place in the array. */
     void (*on_token)(void *user, uint32_t index, int32_t token);
     void (*on_finish)(void *user, uint32_t index, const pkv_finished *f);
+    /* Called after every step that ran rows (NULL: none), with the
+     * engine's stats after it and the seconds from the loop's start to
+     * its sampling (the request's last_token_s for the tokens it
+     * sampled). */
+    void (*on_step)(void *user, const pkv_batch *b,
+                    const pkv_engine_stats *st, double at);
     void *user;
 } host_serve_options;
 
@@ -68,8 +84,10 @@ typedef struct host_serve_result {
 } host_serve_result;
 
 /* Serve n requests on e (created by the caller, idle) until every one has
- * finished. 0, or 1 after printing why (a request pkv refused, a failed
- * step or forward pass, or every request failed). */
+ * finished. A request's pkv_seq_params.user_data is its host_request, so
+ * e must not be given sequences of its own meanwhile. 0, or 1 after
+ * printing why (a request pkv refused, a failed step or forward pass, or
+ * every request failed). */
 int host_serve(pkv_engine *e, const host_model *m, host_request *reqs,
                uint32_t n, const host_serve_options *o,
                host_serve_result *out);
@@ -85,5 +103,8 @@ const char *host_reason_name(int32_t reason);
 
 /* pkv's warnings and errors to stderr (a pkv_engine_params.log). */
 void host_log_stderr(void *user, int32_t level, const char *message);
+
+/* Seconds on the monotonic clock. */
+double host_now_s(void);
 
 #endif

@@ -17,7 +17,6 @@
  * --dense runs the same requests with plain dense attention computed here,
  * one after another, without pkv: the reference.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "args.h"
 #include "attend.h"
 #include "model.h"
@@ -27,11 +26,9 @@
 #include <pkv/pkv.h>
 
 #include <ctype.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define SYSTEM_PROMPT_LEN 48
 #define ARRIVALS_PER_STEP 4
@@ -51,13 +48,6 @@ typedef struct options {
     int quiet;  /* the summary only */
     int tokens; /* stream "[id] token" lines instead of one line per step */
 } options;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int usage(void)
 {
@@ -159,18 +149,6 @@ static int parse_options(int argc, char **argv, options *o)
     return 0;
 }
 
-/* Lognormal length with the given median, clipped to [lo, hi]. */
-static uint32_t lognormal_len(uint64_t *rng, double median, double sigma,
-                              uint32_t lo, uint32_t hi)
-{
-    double x = median * exp(sigma * host_normal(rng));
-    if (x < lo)
-        return lo;
-    if (x > hi)
-        return hi;
-    return (uint32_t)x;
-}
-
 /* The synthetic prompt set: a shared system prompt, then a user part. */
 static int make_prompts(const options *o, const llama_config *c,
                         host_request *reqs)
@@ -181,7 +159,7 @@ static int make_prompts(const options *o, const llama_config *c,
         system[t] = (int32_t)(host_rand(&rng) % c->vocab_size);
     for (uint32_t i = 0; i < o->requests; i++) {
         host_request *r = &reqs[i];
-        uint32_t user = lognormal_len(&rng, 40, 0.8, 4, 400);
+        uint32_t user = host_lognormal_len(&rng, 40, 0.8, 4, 400);
         r->prompt_len = SYSTEM_PROMPT_LEN + user;
         r->prompt = malloc(r->prompt_len * sizeof *r->prompt);
         if (r->prompt == NULL)
@@ -191,7 +169,7 @@ static int make_prompts(const options *o, const llama_config *c,
             r->prompt[SYSTEM_PROMPT_LEN + t] =
                 (int32_t)(host_rand(&rng) % c->vocab_size);
         r->max_new =
-            lognormal_len(&rng, o->max_new / 2.0, 0.6, 1, o->max_new);
+            host_lognormal_len(&rng, o->max_new / 2.0, 0.6, 1, o->max_new);
     }
     return 0;
 }
@@ -351,7 +329,7 @@ static int serve_dense(const options *o, const llama_model *m, host_request *req
     }
     uint64_t generated = 0, processed = 0;
     int rc = 0;
-    double t0 = now_s();
+    double t0 = host_now_s();
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         host_request *r = &reqs[i];
         int got = llama_dense_generate(m, &s, &d, r->prompt, r->prompt_len,
@@ -366,7 +344,7 @@ static int serve_dense(const options *o, const llama_model *m, host_request *req
         for (int t = 0; t < got && o->tokens; t++)
             printf("[%u] %d\n", i + 1, out[t]);
     }
-    double elapsed = now_s() - t0;
+    double elapsed = host_now_s() - t0;
     printf("\npkv-llama --dense: %u requests one after another, %llu tokens "
            "generated, %llu processed in %.2f s\n",
            n, (unsigned long long)generated, (unsigned long long)processed,
