@@ -316,19 +316,18 @@ static void cl_close(cl_env *e)
 static cl_program build(const cl_env *e, int contiguous, int dtype,
                         uint32_t block_size)
 {
-    char src[512], opts[1024];
+    char src[512], opts[1024], geometry[512];
     snprintf(src, sizeof src,
              "%s#include \"tensor_io.cl\"\n#include \"decode_common.cl\"\n"
              "#include \"%s\"\n",
              contiguous ? "#define PKV_DECODE_CONTIGUOUS 1\n" : "",
              e->variant_file);
-    snprintf(opts, sizeof opts,
-             "-I %s -I %s -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u "
-             "-DPKV_GROUP=%u -DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d "
-             "-DPKV_VALUE_QUANT=%d -DPKV_U4_GROUP=%u%s",
-             PKV_KERNELS_DIR, PKV_SRC_DIR, HEAD_DIM, (unsigned)block_size,
-             GROUP, dtype, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN, U4G,
-             e->variant_opts);
+    pkv__decode_build_options(HEAD_DIM, block_size, GROUP, dtype,
+                              PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN,
+                              U4G, e->variant_opts, geometry,
+                              sizeof geometry);
+    snprintf(opts, sizeof opts, "-I %s -I %s%s", PKV_KERNELS_DIR,
+             PKV_SRC_DIR, geometry);
     cl_int err;
     const char *srcs[1] = {src};
     cl_program p = clCreateProgramWithSource(e->ctx, 1, srcs, NULL, &err);

@@ -42,16 +42,12 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
     *program = kind == PKV__DECODE_GPU     ? PKV__CL_DECODE_GPU
                : kind == PKV__DECODE_INTEL ? PKV__CL_DECODE_INTEL
                                            : PKV__CL_DECODE;
-    snprintf(opts, size,
-             " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
-             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d "
-             "-DPKV_U4_GROUP=%u%s",
-             (unsigned)c->head_dim, (unsigned)c->block_size, (unsigned)group,
-             (int)c->kv_dtype,
-             quantized ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
-             quantized ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL,
-             (unsigned)(c->u4_group != 0 ? c->u4_group : c->head_dim),
-             su.options);
+    pkv__decode_build_options(
+        c->head_dim, c->block_size, group, (int)c->kv_dtype,
+        quantized ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
+        quantized ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL,
+        c->u4_group != 0 ? c->u4_group : c->head_dim, su.options, opts,
+        size);
     return PKV_OK;
 }
 

@@ -220,3 +220,18 @@ int pkv__prefill_tile_shape(uint32_t group, uint32_t head_dim,
     *chunk = c;
     return 0;
 }
+
+void pkv__decode_build_options(uint32_t head_dim, uint32_t block_size,
+                               uint32_t group, int kv_dtype, int key_quant,
+                               int value_quant, uint32_t u4_group,
+                               const char *variant_options, char *out,
+                               size_t size)
+{
+    snprintf(out, size,
+             " -DPKV_HEAD_DIM=%u -DPKV_BLOCK_SIZE=%u -DPKV_GROUP=%u "
+             "-DPKV_KV_DTYPE=%d -DPKV_KEY_QUANT=%d -DPKV_VALUE_QUANT=%d "
+             "-DPKV_U4_GROUP=%u%s",
+             (unsigned)head_dim, (unsigned)block_size, (unsigned)group,
+             kv_dtype, key_quant, value_quant, (unsigned)u4_group,
+             variant_options);
+}

@@ -116,4 +116,14 @@ int pkv__decode_setup_make(pkv__decode_kind kind, uint32_t head_dim,
                            int q_channel_values, uint64_t local_mem,
                            size_t max_group, pkv__decode_setup *out);
 
+/* A decode program's build options into out: the -D options that
+ * specialise kernels/decode_common.cl to the geometry (key_quant and
+ * value_quant as kv_layout.h numbers them; u4_group the U4 group width),
+ * then the variant's own (pkv__decode_setup.options). */
+void pkv__decode_build_options(uint32_t head_dim, uint32_t block_size,
+                               uint32_t group, int kv_dtype, int key_quant,
+                               int value_quant, uint32_t u4_group,
+                               const char *variant_options, char *out,
+                               size_t size);
+
 #endif
