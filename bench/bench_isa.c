@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv-bench isa: what Intel GPUs would run. tests/isa_check.sh compiles
+/* pkv-bench isa: what Intel GPUs would run. tests/check_isa.sh compiles
  * the kernels pkv picks on an Intel GPU with Intel's offline compiler and
  * reads the GEN assembly; this subcommand runs it and passes its JSON
  * lines on. */
@@ -20,7 +20,7 @@ int bench_isa(const bench_options *opt)
     }
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "sh '%s/tests/isa_check.sh' '%s'%s --json '%s' >&2",
+             "sh '%s/tests/check_isa.sh' '%s'%s --json '%s' >&2",
              PKV_PROJECT_DIR, PKV_PROJECT_DIR, opt->quick ? " --quick" : "",
              json);
     int rc = system(cmd);
@@ -32,7 +32,7 @@ int bench_isa(const bench_options *opt)
         fclose(in);
     }
     remove(json);
-    /* isa_check.sh exits 77 without ocloc: nothing to measure. */
+    /* check_isa.sh exits 77 without ocloc: nothing to measure. */
     if (rc != 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 77)
         return 0;
     return rc == 0 ? 0 : 1;

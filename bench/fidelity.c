@@ -9,7 +9,7 @@
  */
 #include "backend.h"
 #include "dense_ref.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdio.h>

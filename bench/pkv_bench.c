@@ -91,7 +91,7 @@ static const subcommand SUBCOMMANDS[] = {
      "Intel GPU code: registers, spills, instructions per KV byte",
      "The kernels pkv picks on an Intel GPU, compiled by Intel's offline\n"
      "compiler (ocloc) for tgllp, adl-p and dg2-g10 over head_dim, GQA,\n"
-     "block size and KV dtype (tests/isa_check.sh): per kernel the SIMD\n"
+     "block size and KV dtype (tests/check_isa.sh): per kernel the SIMD\n"
      "width, instructions, spill and private memory bytes, and for the\n"
      "decode partials the hottest loops' instructions and ALU cycles per\n"
      "K and V byte (docs/performance.md, \"Intel GPU code\"). Fails on a\n"

@@ -3,7 +3,7 @@
 # Compile every OpenCL kernel file with Intel's offline compiler for real
 # Intel GPUs (tgllp, adl-p, dg2-g10), with the Intel fast paths enabled
 # (-cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS) and without them
-# (-cl-std=CL1.2), failing on any build error. (tests/isa_check.sh reads
+# (-cl-std=CL1.2), failing on any build error. (tests/check_isa.sh reads
 # what the compiler made of the kernels pkv picks on Intel GPUs.)
 #
 # Usage: sh tests/check_ocloc.sh SOURCE_DIR [PROGRAM_FILE...]
@@ -40,7 +40,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 devices="tgllp adl-p dg2-g10"
 start=$(date +%s)
-ocloc_cache_init check_ocloc
+ocloc_cache_init ocloc_check
 # What a build with "-I" may include: all of it keys such builds.
 includes_id=$(ocloc_hash "$root"/src/*.h "$root"/kernels/*.cl)
 

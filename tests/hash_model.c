@@ -3,7 +3,7 @@
  * fuzz target links it too). */
 #include "hash_model.h"
 
-#include "test_rng.h"
+#include "rng.h"
 
 #include <stdlib.h>
 

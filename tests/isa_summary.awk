@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# One kernel's line from its GEN assembly dump (tests/isa_check.sh):
+# One kernel's line from its GEN assembly dump (tests/check_isa.sh):
 # device, program label, kernel, SIMD width, instructions, spill bytes,
 # private memory bytes and, for decode partials (G > 0), the hottest
 # loops' cost per KV byte.

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Sourced by tests/check_ocloc.sh and tests/isa_check.sh: a cache of
+# Sourced by tests/check_ocloc.sh and tests/check_isa.sh: a cache of
 # Intel offline compiler results, and a runner of builds side by side.
 #
 # An ocloc build takes seconds and the checks make hundreds, though their
@@ -16,7 +16,10 @@
 # PKV_ISA_REBUILD=1 ignores what is cached (and writes it anew).
 # Entries not used for 30 days are removed.
 
-# ocloc_cache_init CHECK: sets ocloc_cache_dir, or leaves it empty (no
+# ocloc_cache_init NAME: sets ocloc_cache_dir to the cache folder NAME
+# (isa_check: check_isa.sh's summaries; ocloc_check: check_ocloc.sh's
+# builds; the folders keep the names the checks had when they were made,
+# so a rename of a script does not discard them), or leaves it empty (no
 # caching, said on stdout) when the compiler's libraries are not found.
 ocloc_cache_init() {
     ocloc_cache_dir=""

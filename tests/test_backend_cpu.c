@@ -17,7 +17,7 @@
 #include "kv_layout.h"
 #include "quant.h"
 #include "mem_util.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 
 #include "map.h"
 #include "mem_util.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #define KEYS 300
 

@@ -46,7 +46,7 @@
 #include "opencl/opencl.h"
 #include "kv_layout.h"
 #include "mem_util.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 #include "half.h"
 #include "kv_layout.h"
 #include "quant.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #include <float.h>
 #include <math.h>

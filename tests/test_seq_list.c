@@ -11,7 +11,7 @@
 
 #include "seq.h"
 #include "mem_util.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #include <string.h>
 

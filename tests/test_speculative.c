@@ -21,7 +21,7 @@
 #include "lifecycle.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 
 #include "table.h"
 #include "mem_util.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #include <math.h>
 

@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "check_host_cmocka.h"
-#include "test_rng.h"
+#include "rng.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -9,7 +9,7 @@
 
 #include "fuzz_blocks.h"
 
-#include "../test_rng.h"
+#include "../rng.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 # dg2-g10, read the GEN assembly it dumps, print one line per kernel and
 # fail on any spill (or private memory, which costs the same) in them.
 #
-# Usage: sh tests/isa_check.sh SOURCE_DIR [--quick] [--json FILE]
+# Usage: sh tests/check_isa.sh SOURCE_DIR [--quick] [--json FILE]
 #   --quick   tgllp and dg2-g10 at head_dim 128 and 256 only
 #   --json    one JSON object per kernel line to FILE (pkv-bench isa)
 #
@@ -46,12 +46,12 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1 ;;
     --json) json=$2; shift ;;
-    *) echo "isa_check: unknown option $1" >&2; exit 2 ;;
+    *) echo "check_isa: unknown option $1" >&2; exit 2 ;;
     esac
     shift
 done
 if ! command -v ocloc >/dev/null 2>&1; then
-    echo "isa_check: SKIPPED: Intel's offline compiler 'ocloc' is not" \
+    echo "check_isa: SKIPPED: Intel's offline compiler 'ocloc' is not" \
          "installed (Debian package intel-opencl-icd)"
     exit 77
 fi
@@ -209,7 +209,7 @@ if [ -n "$json" ]; then
         printf "}\n"
     }' >"$json"
 fi
-echo "isa_check: $n builds ($(ocloc_counts)), $(grep -c . "$tmp/all")" \
+echo "check_isa: $n builds ($(ocloc_counts)), $(grep -c . "$tmp/all")" \
      "lines, $fails failed (a spill, private memory in a decode program," \
      "or a build error), $(($(date +%s) - start))s"
 [ "$fails" -eq 0 ]

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The tests' one seeded generator, splitmix64, and what is drawn from it:
  * every run and platform sees the same data. No pkv header, so fuzz
- * drivers and pkv-fidelity include it too. Named test_rng.h because
+ * drivers and pkv-fidelity include it too. Named rng.h because
  * bench/fidelity.c includes it by that name. */
 #ifndef PKV_TESTS_TEST_RNG_H
 #define PKV_TESTS_TEST_RNG_H
