@@ -3,8 +3,9 @@
  * depending on where the host's tensors live, on a device that shares the
  * host's memory (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL here, Intel iGPUs):
  *
- *   host_copy       f32 host tensors (PKV_MEMORY_HOST): the backend writes
- *                   q, k, v into its own buffers and reads out back;
+ *   host_copy       f32 host tensors (PKV_TENSOR_MEMORY_HOST): the backend
+ *                   writes q, k, v into its own buffers and reads out
+ *                   back;
  *   host_wrapped    the same host memory, which the host wrapped once with
  *                   CL_MEM_USE_HOST_PTR in the engine's context and passes
  *                   as cl_mem tensors (no copy): attend only enqueues, and
@@ -86,8 +87,9 @@ static int host_buf_make(host_buf *b, size_t bytes, size_t align,
 static pkv_tensor host_tensor(const host_buf *b, uint32_t rows,
                               uint32_t heads)
 {
-    pkv_tensor t = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
-                    rows, heads, HEAD_DIM, b->base, 0};
+    pkv_tensor t =
+        pkv_tensor_host(b->base, 0, PKV_TENSOR_DTYPE_F32, rows, heads,
+                        HEAD_DIM);
     return t;
 }
 
@@ -116,16 +118,16 @@ static int run(const run_case *c, size_t *align_out, results *res)
     p.num_kv_heads = HKV;
     p.head_dim = HEAD_DIM;
     p.block_size = BLOCK;
-    p.kv_dtype = PKV_KV_F16;
+    p.kv_dtype = PKV_KV_DTYPE_F16;
     p.max_model_len = 4096;
     uint32_t max_len = c->prompt + NUM_MODES * c->decode_steps + 64;
     p.num_blocks = c->seqs * ((max_len + BLOCK - 1) / BLOCK + 1) + 1;
     p.max_num_seqs = c->seqs;
     p.max_batch_tokens = CHUNK;
-    p.backend = PKV_BACKEND_OPENCL;
+    p.backend = PKV_BACKEND_KIND_OPENCL;
     p.log = capture_log;
     p.log_user = &lc;
-    p.log_level = PKV_LOG_DEBUG;
+    p.log_level = PKV_LOG_LEVEL_DEBUG;
     pkv_engine *e;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         fprintf(stderr, "interop: %s\n", pkv_last_error());
@@ -224,18 +226,22 @@ static int run(const run_case *c, size_t *align_out, results *res)
         int mode = (int)(step % NUM_MODES);
         pkv_tensor q, k, v, o;
         if (mode == 2) {
-            q = pkv_tensor_opencl(mq, 0, PKV_TENSOR_F32, rows, HQ, HEAD_DIM);
-            k = pkv_tensor_opencl(mk, 0, PKV_TENSOR_F32, rows, HKV, HEAD_DIM);
-            v = pkv_tensor_opencl(mv, 0, PKV_TENSOR_F32, rows, HKV, HEAD_DIM);
-            o = pkv_tensor_opencl(mo, 0, PKV_TENSOR_F32, rows, HQ, HEAD_DIM);
+            q = pkv_tensor_opencl(mq, 0, PKV_TENSOR_DTYPE_F32, rows, HQ,
+                                  HEAD_DIM);
+            k = pkv_tensor_opencl(mk, 0, PKV_TENSOR_DTYPE_F32, rows, HKV,
+                                  HEAD_DIM);
+            v = pkv_tensor_opencl(mv, 0, PKV_TENSOR_DTYPE_F32, rows, HKV,
+                                  HEAD_DIM);
+            o = pkv_tensor_opencl(mo, 0, PKV_TENSOR_DTYPE_F32, rows, HQ,
+                                  HEAD_DIM);
         } else if (mode == 1) {
-            q = pkv_tensor_opencl(hq.wrap, 0, PKV_TENSOR_F32, rows, HQ,
+            q = pkv_tensor_opencl(hq.wrap, 0, PKV_TENSOR_DTYPE_F32, rows, HQ,
                                   HEAD_DIM);
-            k = pkv_tensor_opencl(hk.wrap, 0, PKV_TENSOR_F32, rows, HKV,
+            k = pkv_tensor_opencl(hk.wrap, 0, PKV_TENSOR_DTYPE_F32, rows, HKV,
                                   HEAD_DIM);
-            v = pkv_tensor_opencl(hv.wrap, 0, PKV_TENSOR_F32, rows, HKV,
+            v = pkv_tensor_opencl(hv.wrap, 0, PKV_TENSOR_DTYPE_F32, rows, HKV,
                                   HEAD_DIM);
-            o = pkv_tensor_opencl(ho.wrap, 0, PKV_TENSOR_F32, rows, HQ,
+            o = pkv_tensor_opencl(ho.wrap, 0, PKV_TENSOR_DTYPE_F32, rows, HQ,
                                   HEAD_DIM);
         } else {
             q = host_tensor(&hq, rows, HQ);

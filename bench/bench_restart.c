@@ -25,8 +25,8 @@ static pkv_engine *create(const llama_config *c)
 {
     pkv_engine_params p;
     llama_engine_params(&p, c);
-    p.kv_dtype = PKV_KV_F16;
-    p.backend = PKV_BACKEND_CPU;
+    p.kv_dtype = PKV_KV_DTYPE_F16;
+    p.backend = PKV_BACKEND_KIND_CPU;
     p.max_batch_tokens = CHUNK;
     p.num_blocks = 2 * (PROMPT_LEN / 16) + 8;
     pkv_engine *e = NULL;

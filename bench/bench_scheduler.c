@@ -65,7 +65,7 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
     p.num_q_heads = 1;
     p.num_kv_heads = 1;
     p.head_dim = 4;
-    p.kv_dtype = PKV_KV_F32;
+    p.kv_dtype = PKV_KV_DTYPE_F32;
     p.block_size = 16;
     p.num_blocks = n * blocks_per_seq + 1;
     p.max_num_seqs = n;
@@ -73,7 +73,7 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
     p.max_model_len = len + steps + 32;
     if (c->tenants > 1) /* binding only if a tenant outgrew its share */
         p.max_blocks_per_tenant = (n / c->tenants + 1) * blocks_per_seq;
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         fprintf(stderr, "scheduler: %s\n", pkv_last_error());
@@ -117,8 +117,8 @@ static int measure(const sched_case *c, evictor *ev, double *warm_us,
         double t0 = 1e6 * bench_now_s();
         rc |= pkv_engine_step_begin(e, &b) != PKV_OK;
         double t1 = 1e6 * bench_now_s();
-        pkv_tensor t = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
-                        b->num_tokens, 1, 4, x, 0};
+        pkv_tensor t =
+            pkv_tensor_host(x, 0, PKV_TENSOR_DTYPE_F32, b->num_tokens, 1, 4);
         pkv_tensor o = t;
         o.data = out;
         rc |= pkv_engine_attend(e, 0, &t, &t, &t, &o) != PKV_OK;

@@ -214,8 +214,8 @@ static int serve(const served_model *m, host_request *t, uint32_t n,
 {
     memset(res, 0, sizeof *res);
     pkv_engine_params p = m->geometry;
-    p.kv_dtype = PKV_KV_F16;
-    p.backend = PKV_BACKEND_CPU;
+    p.kv_dtype = PKV_KV_DTYPE_F16;
+    p.backend = PKV_BACKEND_KIND_CPU;
     p.max_num_seqs = MAX_NUM_SEQS;
     p.max_batch_tokens = MAX_BATCH_TOKENS;
     /* Room for MAX_NUM_SEQS sequences of about twice the mean length:

@@ -50,7 +50,7 @@ static int run(const llama_model *m, llama_scratch *s, float *logits,
     llama_engine_params(&params, c);
     params.kv_dtype = kv.dtype;
     params.u8_rollback_blocks = kv.window;
-    params.backend = PKV_BACKEND_CPU;
+    params.backend = PKV_BACKEND_KIND_CPU;
     params.max_batch_tokens = MAX_ROWS;
     pkv_engine *e = NULL;
     if (pkv_engine_create(&params, &e) != PKV_OK)
@@ -181,7 +181,7 @@ int bench_speculative(const bench_options *opt)
         return 1;
     static const double ps[3] = {0.5, 0.7, 0.9};
     int rc = 0;
-    const spec_kv f16 = {PKV_KV_F16, 0};
+    const spec_kv f16 = {PKV_KV_DTYPE_F16, 0};
     bench_progress("speculative: plain decoding");
     rc = run(&m, &s, logits, f16, NULL, 0.0, &runs[0]);
     for (int i = 0; i < (opt->quick ? 1 : 3) && rc == 0; i++) {
@@ -200,7 +200,7 @@ int bench_speculative(const bench_options *opt)
      * a cut inside the block a step sealed recomputes the block's rows
      * without one. The drafts come from U8's plain run. */
     for (uint32_t w = 0; w < 3 && rc == 0; w++) {
-        spec_kv u8 = {PKV_KV_U8, w == 2 ? 1u : 0u};
+        spec_kv u8 = {PKV_KV_DTYPE_U8, w == 2 ? 1u : 0u};
         bench_progress("speculative: u8 KV, %s", w == 0 ? "plain"
                                                  : w == 1 ? "no window"
                                                           : "window 1");

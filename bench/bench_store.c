@@ -281,7 +281,7 @@ static pkv_engine *create_engine(const llama_config *c, int32_t dtype,
     pkv_engine_params p;
     llama_engine_params(&p, c);
     p.kv_dtype = dtype;
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     p.max_batch_tokens = CHUNK;
     p.num_blocks = 2 * (prompt_len / BLOCK + 1) + 8;
     p.store = store;
@@ -1024,7 +1024,7 @@ int bench_store(const bench_options *opt)
     dtype_result r[2];
     memset(r, 0, sizeof r);
     const char *names[2] = {"f16", "u8"};
-    const int32_t dtypes[2] = {PKV_KV_F16, PKV_KV_U8};
+    const int32_t dtypes[2] = {PKV_KV_DTYPE_F16, PKV_KV_DTYPE_U8};
     for (int i = 0; i < 2 && rc == 0; i++) {
         r[i].name = names[i];
         r[i].cold_runs = hits;     /* tenants */

@@ -31,13 +31,16 @@ typedef struct kv_config {
 } kv_config;
 
 static const kv_config CONFIGS[] = {
-    {"f32", PKV_KV_F32, 0, 0},
-    {"f16", PKV_KV_F16, 0, 0},
-    {"u8 K-chan V-tok", PKV_KV_U8, PKV_QUANT_PER_CHANNEL, PKV_QUANT_PER_TOKEN},
-    {"u8 K-tok V-tok", PKV_KV_U8, PKV_QUANT_PER_TOKEN, PKV_QUANT_PER_TOKEN},
-    {"u8 K-chan V-chan", PKV_KV_U8, PKV_QUANT_PER_CHANNEL,
-     PKV_QUANT_PER_CHANNEL},
-    {"u8 K-tok V-chan", PKV_KV_U8, PKV_QUANT_PER_TOKEN, PKV_QUANT_PER_CHANNEL},
+    {"f32", PKV_KV_DTYPE_F32, 0, 0},
+    {"f16", PKV_KV_DTYPE_F16, 0, 0},
+    {"u8 K-chan V-tok", PKV_KV_DTYPE_U8, PKV_QUANT_GROUP_PER_CHANNEL,
+     PKV_QUANT_GROUP_PER_TOKEN},
+    {"u8 K-tok V-tok", PKV_KV_DTYPE_U8, PKV_QUANT_GROUP_PER_TOKEN,
+     PKV_QUANT_GROUP_PER_TOKEN},
+    {"u8 K-chan V-chan", PKV_KV_DTYPE_U8, PKV_QUANT_GROUP_PER_CHANNEL,
+     PKV_QUANT_GROUP_PER_CHANNEL},
+    {"u8 K-tok V-chan", PKV_KV_DTYPE_U8, PKV_QUANT_GROUP_PER_TOKEN,
+     PKV_QUANT_GROUP_PER_CHANNEL},
 };
 #define NUM_CONFIGS (sizeof CONFIGS / sizeof CONFIGS[0])
 
@@ -84,13 +87,19 @@ static int run(const kv_config *kc, const sequence *s, const double *ref,
     pkv_allocator none = {NULL, NULL, NULL};
     pkv__allocator alloc;
     pkv__allocator_resolve(&none, &alloc);
-    pkv__backend_config cfg = {1,         Q_HEADS,       KV_HEADS,
-                               HEAD_DIM,  BLOCK,         nb + 1,
-                               kc->dtype, kc->key_quant, kc->value_quant,
-                               32,
-                               kc->dtype == PKV_KV_U8 ? 1u : 0u,
-                               0,         0,
-                               NULL,      NULL,          0};
+    pkv__backend_config cfg = {
+        .num_layers = 1,
+        .num_q_heads = Q_HEADS,
+        .num_kv_heads = KV_HEADS,
+        .head_dim = HEAD_DIM,
+        .block_size = BLOCK,
+        .num_blocks = nb + 1,
+        .kv_dtype = kc->dtype,
+        .key_quant = kc->key_quant,
+        .value_quant = kc->value_quant,
+        .u4_group = 32,
+        .num_stages = kc->dtype == PKV_KV_DTYPE_U8 ? 1u : 0u,
+    };
     pkv__backend *be;
     if (pkv__backend_cpu.create(&cfg, &alloc, &be) != PKV_OK)
         return -1;
@@ -115,7 +124,7 @@ static int run(const kv_config *kc, const sequence *s, const double *ref,
                         nb,
                         NULL,
                         slots + split[step],
-                        kc->dtype == PKV_KV_U8 ? &stage : NULL,
+                        kc->dtype == PKV_KV_DTYPE_U8 ? &stage : NULL,
                         NULL};
         rc |= pkv__backend_cpu.begin_step(be, &st) != PKV_OK;
         rc |= pkv__backend_cpu.append(be, 0, s->k + split[step] * row,

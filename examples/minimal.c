@@ -25,8 +25,8 @@ static void project(int32_t token, uint32_t pos, uint32_t layer, float *row,
 
 static pkv_tensor tensor(float *data, uint32_t rows, uint32_t heads)
 {
-    pkv_tensor t = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
-                    rows, heads, HEAD_DIM, data, 0};
+    pkv_tensor t =
+        pkv_tensor_host(data, 0, PKV_TENSOR_DTYPE_F32, rows, heads, HEAD_DIM);
     return t;
 }
 

@@ -30,7 +30,7 @@ static pkv__ocl_options opencl_options(const pkv_engine_params *p)
 /* AUTO on a machine without any OpenCL device takes the CPU backend. */
 static int no_device_for_auto(const pkv_engine_params *p)
 {
-    return p->backend == PKV_BACKEND_AUTO && p->opencl_context == NULL &&
+    return p->backend == PKV_BACKEND_KIND_AUTO && p->opencl_context == NULL &&
            p->opencl_queue == NULL && !pkv__ocl_available();
 }
 #endif
@@ -38,11 +38,12 @@ static int no_device_for_auto(const pkv_engine_params *p)
 void pkv__backend_log_loader(const pkv_engine_params *p)
 {
 #ifdef PKV_HAVE_OPENCL
-    if (p->backend != PKV_BACKEND_CPU && p->log != NULL &&
-        PKV_LOG_INFO <= p->log_level) {
+    if (p->backend != PKV_BACKEND_KIND_CPU && p->log != NULL &&
+        PKV_LOG_LEVEL_INFO <= p->log_level) {
         char icd[PKV__ERROR_MAX - 64];
         pkv__ocl_icd_summary(icd, sizeof icd);
-        pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_INFO, "opencl: the ICD loader reads %s", icd);
+        pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_LEVEL_INFO,
+                 "opencl: the ICD loader reads %s", icd);
     }
 #else
     (void)p;
@@ -53,8 +54,8 @@ uint32_t pkv__backend_default_block_size(const pkv_engine_params *p)
 {
     enum { GPU_BLOCK = 16, CPU_BLOCK = 64 };
 #ifdef PKV_HAVE_OPENCL
-    if (p->backend == PKV_BACKEND_CPU ||
-        (p->backend == PKV_BACKEND_AUTO && p->opencl_queue == NULL &&
+    if (p->backend == PKV_BACKEND_KIND_CPU ||
+        (p->backend == PKV_BACKEND_KIND_AUTO && p->opencl_queue == NULL &&
          !pkv__ocl_available()))
         return CPU_BLOCK;
     pkv__ocl_options o = opencl_options(p);
@@ -63,7 +64,7 @@ uint32_t pkv__backend_default_block_size(const pkv_engine_params *p)
      * pkv__backend_create_for, with the message; here it only sets the
      * default. */
     if (pkv__ocl_device_is_gpu(&o, &gpu) != PKV_OK)
-        return p->backend == PKV_BACKEND_OPENCL ? GPU_BLOCK : CPU_BLOCK;
+        return p->backend == PKV_BACKEND_KIND_OPENCL ? GPU_BLOCK : CPU_BLOCK;
     return gpu ? GPU_BLOCK : CPU_BLOCK;
 #else
     (void)p;
@@ -81,8 +82,9 @@ pkv_status pkv__backend_create_for(const pkv_engine_params *p,
     *backend = NULL;
 #ifdef PKV_HAVE_OPENCL
     if (no_device_for_auto(p)) {
-        pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_DEBUG, "no OpenCL device; CPU backend");
-    } else if (p->backend != PKV_BACKEND_CPU) {
+        pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_LEVEL_DEBUG,
+                 "no OpenCL device; CPU backend");
+    } else if (p->backend != PKV_BACKEND_KIND_CPU) {
         pkv__ocl_options o = opencl_options(p);
         pkv_status st = pkv__ocl_create(config, alloc, &o, backend);
         if (st == PKV_OK) {
@@ -92,15 +94,15 @@ pkv_status pkv__backend_create_for(const pkv_engine_params *p,
         }
         /* AUTO falls back unless the host handed its own queue, or host
          * memory ran out (the CPU backend needs more of it). */
-        if (p->backend == PKV_BACKEND_OPENCL || o.context != NULL ||
+        if (p->backend == PKV_BACKEND_KIND_OPENCL || o.context != NULL ||
             o.queue != NULL || st == PKV_ERR_OUT_OF_MEMORY)
             return st;
-        pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_WARN,
+        pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_LEVEL_WARN,
                  "OpenCL backend unavailable (%s); using the CPU backend",
                  pkv_last_error());
     }
 #else
-    if (p->backend == PKV_BACKEND_OPENCL)
+    if (p->backend == PKV_BACKEND_KIND_OPENCL)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the OpenCL backend is not built into this pkv");
 #endif

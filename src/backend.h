@@ -74,8 +74,8 @@ typedef struct pkv__backend_config {
     uint32_t num_blocks; /* block 0 is the engine's null block: never
                             written by append */
     int32_t kv_dtype;    /* pkv_kv_dtype */
-    int32_t key_quant;   /* U8/U4: PKV_QUANT_PER_CHANNEL or _PER_TOKEN */
-    int32_t value_quant; /* (PKV_QUANT_DEFAULT is resolved by the engine) */
+    int32_t key_quant;   /* U8/U4: PKV_QUANT_GROUP_PER_CHANNEL or _PER_TOKEN */
+    int32_t value_quant; /* (the engine resolves PKV_QUANT_GROUP_DEFAULT) */
     uint32_t u4_group;   /* U4 parts: channels of a per-token group (a
                             multiple of 8 dividing head_dim, or head_dim) */
     uint32_t num_stages; /* quantized dtypes: staging tails (the most
@@ -208,7 +208,7 @@ typedef struct pkv__backend_ops {
                                 uint32_t sliding_window);
 
     /* append + attend of one layer with device-memory tensors
-     * (PKV_MEMORY_OPENCL, whose shapes and dtypes the engine checked):
+     * (PKV_TENSOR_MEMORY_OPENCL, whose shapes and dtypes the engine checked):
      * the backend checks the buffers (context, size, alignment) and only
      * enqueues the work, no wait; K and V are not scanned for non-finite
      * values. NULL: the backend takes host memory only. */
@@ -222,7 +222,7 @@ extern const pkv__backend_ops pkv__backend_cpu;
 
 /* Choosing the backend (backend.c). */
 
-/* Create the backend params ask for (PKV_BACKEND_AUTO: OpenCL when a
+/* Create the backend params ask for (PKV_BACKEND_KIND_AUTO: OpenCL when a
  * device exists and its backend can be made, else the CPU backend, with a
  * log line saying why), for config: *ops and *backend on success, both
  * NULL on failure. */

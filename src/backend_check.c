@@ -37,25 +37,25 @@ pkv_status pkv__backend_config_check(const pkv__backend_config *c)
                          "to %u",
                          (unsigned)c->block_size,
                          (unsigned)PKV_LAYOUT_MAX_BLOCK_SIZE);
-    if (c->kv_dtype < PKV_KV_F32 || c->kv_dtype > PKV_KV_U8K_U4V)
+    if (c->kv_dtype < PKV_KV_DTYPE_F32 || c->kv_dtype > PKV_KV_DTYPE_U8K_U4V)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "backend: kv_dtype %d is not a pkv_kv_dtype",
                          (int)c->kv_dtype);
     if (pkv__backend_quantized(c)) {
-        int u4 = c->kv_dtype != PKV_KV_U8;
+        int u4 = c->kv_dtype != PKV_KV_DTYPE_U8;
         if (u4 && !pkv__u4_group_ok(c->u4_group, c->head_dim))
             return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                              "backend: u4_group %u is not a multiple of 8 "
                              "dividing head_dim %u, nor head_dim",
                              (unsigned)c->u4_group, (unsigned)c->head_dim);
-        int ok = (c->key_quant == PKV_QUANT_PER_CHANNEL ||
-                  c->key_quant == PKV_QUANT_PER_TOKEN) &&
-                 (c->value_quant == PKV_QUANT_PER_CHANNEL ||
-                  c->value_quant == PKV_QUANT_PER_TOKEN);
+        int ok = (c->key_quant == PKV_QUANT_GROUP_PER_CHANNEL ||
+                  c->key_quant == PKV_QUANT_GROUP_PER_TOKEN) &&
+                 (c->value_quant == PKV_QUANT_GROUP_PER_CHANNEL ||
+                  c->value_quant == PKV_QUANT_GROUP_PER_TOKEN);
         if (!ok)
             return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                              "backend: key_quant %d / value_quant %d must "
-                             "be PKV_QUANT_PER_CHANNEL or _PER_TOKEN",
+                             "be PKV_QUANT_GROUP_PER_CHANNEL or _PER_TOKEN",
                              (int)c->key_quant, (int)c->value_quant);
     } else if (c->num_stages != 0) {
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,

@@ -200,10 +200,10 @@ static void store_row(pkv__backend *b, uint32_t layer, uint32_t seq,
     uint64_t blk = slot / c->block_size;
     uint32_t off = (uint32_t)(slot % c->block_size);
     uint32_t d = c->head_dim;
-    if (c->kv_dtype == PKV_KV_F32) {
+    if (c->kv_dtype == PKV_KV_DTYPE_F32) {
         memcpy(part_at(b, layer, blk, h, kv) + (size_t)off * d * 4, src,
                (size_t)d * 4);
-    } else if (c->kv_dtype == PKV_KV_F16) {
+    } else if (c->kv_dtype == PKV_KV_DTYPE_F16) {
         uint16_t half_row[PKV_LAYOUT_MAX_HEAD_DIM];
         pkv__f32_to_f16_n(src, half_row, d);
         memcpy(part_at(b, layer, blk, h, kv) + (size_t)off * d * 2,
@@ -256,9 +256,9 @@ static const float *load_rows(const pkv__backend *b, uint32_t layer,
     const pkv__step *s = &b->step;
     uint32_t blk = s->block_tables[seq][j];
     const uint8_t *part = part_at(b, layer, blk, h, kv);
-    if (c->kv_dtype == PKV_KV_F32)
+    if (c->kv_dtype == PKV_KV_DTYPE_F32)
         return (const float *)(const void *)part;
-    if (c->kv_dtype == PKV_KV_F16) {
+    if (c->kv_dtype == PKV_KV_DTYPE_F16) {
         b->math->widen(part, dst, n * c->head_dim);
         return dst;
     }

@@ -175,12 +175,11 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         return pkv__fail(st, "%s of %u blocks: %s", what,
                          (unsigned)p.num_blocks, why);
     }
-    pkv__engine_log(e, PKV_LOG_INFO,
+    pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
                     "pkv %s: %s backend, %u blocks of %u tokens, %llu bytes "
                     "per block",
                     PKV_VERSION_STRING, e->ops->name, (unsigned)p.num_blocks,
-                    (unsigned)p.block_size,
-                    (unsigned long long)e->block_bytes);
+                    (unsigned)p.block_size, (unsigned long long)e->block_bytes);
     *out = e;
     return PKV_OK;
 }

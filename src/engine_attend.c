@@ -23,20 +23,20 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
     if (pkv__struct_size_bad(t->struct_size, PKV__TENSOR_MIN_SIZE, sizeof *t,
                              name, "pkv_tensor_host", why, sizeof why))
         return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
-    if (t->dtype != PKV_TENSOR_F32 && t->dtype != PKV_TENSOR_F16)
+    if (t->dtype != PKV_TENSOR_DTYPE_F32 && t->dtype != PKV_TENSOR_DTYPE_F16)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->dtype is %d; not a pkv_tensor_dtype",
                                 name, (int)t->dtype);
     int device_ok = e->ops->attend_device != NULL;
-    if (t->memory != PKV_MEMORY_HOST &&
-        !(t->memory == PKV_MEMORY_OPENCL && device_ok))
+    if (t->memory != PKV_TENSOR_MEMORY_HOST &&
+        !(t->memory == PKV_TENSOR_MEMORY_OPENCL && device_ok))
         return pkv__engine_fail(
             e,
-            t->memory == PKV_MEMORY_OPENCL ? PKV_ERR_UNSUPPORTED
-                                           : PKV_ERR_INVALID_ARGUMENT,
-            "%s->memory is %d; the %s backend takes %s", name,
-            (int)t->memory, e->ops->name,
-            device_ok ? "PKV_MEMORY_HOST or PKV_MEMORY_OPENCL"
+            t->memory == PKV_TENSOR_MEMORY_OPENCL ? PKV_ERR_UNSUPPORTED
+                                                  : PKV_ERR_INVALID_ARGUMENT,
+            "%s->memory is %d; the %s backend takes %s", name, (int)t->memory,
+            e->ops->name,
+            device_ok ? "PKV_TENSOR_MEMORY_HOST or PKV_TENSOR_MEMORY_OPENCL"
                       : "host memory only");
     if (t->rows != rows || t->heads != heads ||
         t->head_dim != e->params.head_dim)
@@ -50,8 +50,8 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
                                 name);
     /* Host elements are read and written in place: they must be aligned.
      * (cl_mem offsets are checked by the OpenCL backend.) */
-    size_t esize = t->dtype == PKV_TENSOR_F32 ? 4 : 2;
-    if (t->memory == PKV_MEMORY_HOST &&
+    size_t esize = t->dtype == PKV_TENSOR_DTYPE_F32 ? 4 : 2;
+    if (t->memory == PKV_TENSOR_MEMORY_HOST &&
         ((uintptr_t)t->data + t->offset) % esize != 0)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->data + offset is not aligned to its "
@@ -65,7 +65,7 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
 static const float *as_f32(const pkv_tensor *t, float *dst, size_t count)
 {
     const uint8_t *base = (const uint8_t *)t->data + t->offset;
-    if (t->dtype == PKV_TENSOR_F32)
+    if (t->dtype == PKV_TENSOR_DTYPE_F32)
         return (const float *)(const void *)base;
     pkv__f16_to_f32_n((const uint16_t *)(const void *)base, dst,
                       (uint32_t)count);
@@ -78,7 +78,7 @@ static int mark_bad_rows(const pkv_engine *e, const float *x, uint32_t rows,
                          size_t row_size)
 {
     /* FLT_MAX, not INFINITY: |inf| <= INFINITY would pass as finite. */
-    float limit = e->params.kv_dtype == PKV_KV_F32 ? FLT_MAX : 65504.0f;
+    float limit = e->params.kv_dtype == PKV_KV_DTYPE_F32 ? FLT_MAX : 65504.0f;
     int any = 0;
     for (uint32_t r = 0; r < rows; r++) {
         const float *row = x + r * row_size;
@@ -120,7 +120,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         st = check_tensor(e, "out", out, rows, hq);
     if (st != PKV_OK)
         return st;
-    int device = q->memory == PKV_MEMORY_OPENCL;
+    int device = q->memory == PKV_TENSOR_MEMORY_OPENCL;
     if (k->memory != q->memory || v->memory != q->memory ||
         out->memory != q->memory)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
@@ -196,9 +196,10 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
      * to scratch, copied to out once q has been read. */
     uintptr_t o0 = (uintptr_t)out_f32, q0 = (uintptr_t)qf;
     size_t span = q_count * sizeof(float);
-    int alias = out->dtype == PKV_TENSOR_F32 && o0 < q0 + span &&
-                q0 < o0 + span;
-    float *of = out->dtype == PKV_TENSOR_F32 && !alias ? out_f32 : out_buf;
+    int alias =
+        out->dtype == PKV_TENSOR_DTYPE_F32 && o0 < q0 + span && q0 < o0 + span;
+    float *of =
+        out->dtype == PKV_TENSOR_DTYPE_F32 && !alias ? out_f32 : out_buf;
     if (e->ops->append_attend != NULL) {
         st = e->ops->append_attend(e->backend, layer, kf, vf, qf, of,
                                    e->params.scale, e->layer_windows[layer]);
@@ -211,7 +212,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     if (st != PKV_OK)
         return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
                                 pkv_last_error());
-    if (out->dtype == PKV_TENSOR_F16) {
+    if (out->dtype == PKV_TENSOR_DTYPE_F16) {
         uint16_t *h = (uint16_t *)(void *)((uint8_t *)out->data + out->offset);
         pkv__f32_to_f16_n(out_buf, h, (uint32_t)q_count);
     } else if (alias) {

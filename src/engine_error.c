@@ -74,7 +74,7 @@ pkv_status pkv__engine_fail(const pkv_engine *engine, pkv_status status,
     va_start(args, fmt);
     record(engine, message, status, fmt, args);
     va_end(args);
-    pkv__engine_log(engine, PKV_LOG_ERROR, "%s", message);
+    pkv__engine_log(engine, PKV_LOG_LEVEL_ERROR, "%s", message);
     return status;
 }
 

@@ -28,18 +28,18 @@ pkv_status pkv_engine_params_init(pkv_engine_params *params)
     memset(params, 0, sizeof *params);
     params->struct_size = sizeof *params;
     params->block_size = 0; /* follow the device */
-    params->kv_dtype = PKV_KV_F16;
-    params->key_quant = PKV_QUANT_DEFAULT;
-    params->value_quant = PKV_QUANT_DEFAULT;
+    params->kv_dtype = PKV_KV_DTYPE_F16;
+    params->key_quant = PKV_QUANT_GROUP_DEFAULT;
+    params->value_quant = PKV_QUANT_GROUP_DEFAULT;
     params->cache_bytes = DEFAULT_CACHE_BYTES;
     params->max_model_len = 4096;
     params->max_num_seqs = 256;
     params->max_batch_tokens = 2048;
-    params->policy = PKV_POLICY_FCFS;
-    params->preempt_mode = PKV_PREEMPT_RECOMPUTE;
+    params->policy = PKV_SCHED_POLICY_FCFS;
+    params->preempt_mode = PKV_PREEMPT_MODE_RECOMPUTE;
     params->watermark = 0.01f;
-    params->backend = PKV_BACKEND_AUTO;
-    params->log_level = PKV_LOG_INFO;
+    params->backend = PKV_BACKEND_KIND_AUTO;
+    params->log_level = PKV_LOG_LEVEL_INFO;
     return PKV_OK;
 }
 
@@ -98,13 +98,14 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          "params->block_size is %u; must be a power of two "
                          "up to %u, or 0 to follow the device",
                          (unsigned)p->block_size, (unsigned)MAX_BLOCK_SIZE);
-    if (p->kv_dtype < PKV_KV_F32 || p->kv_dtype > PKV_KV_U8K_U4V)
+    if (p->kv_dtype < PKV_KV_DTYPE_F32 || p->kv_dtype > PKV_KV_DTYPE_U8K_U4V)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->kv_dtype is %d; not a pkv_kv_dtype",
                          (int)p->kv_dtype);
-    if (p->key_quant < PKV_QUANT_DEFAULT || p->key_quant > PKV_QUANT_PER_TOKEN ||
-        p->value_quant < PKV_QUANT_DEFAULT ||
-        p->value_quant > PKV_QUANT_PER_TOKEN)
+    if (p->key_quant < PKV_QUANT_GROUP_DEFAULT ||
+        p->key_quant > PKV_QUANT_GROUP_PER_TOKEN ||
+        p->value_quant < PKV_QUANT_GROUP_DEFAULT ||
+        p->value_quant > PKV_QUANT_GROUP_PER_TOKEN)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->key_quant %d / value_quant %d: not "
                          "pkv_quant_group values",
@@ -127,12 +128,13 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          "params->max_batch_tokens is %u; must be 1..%u",
                          (unsigned)p->max_batch_tokens,
                          (unsigned)MAX_BATCH_TOKENS);
-    if (p->policy != PKV_POLICY_FCFS && p->policy != PKV_POLICY_PRIORITY)
+    if (p->policy != PKV_SCHED_POLICY_FCFS &&
+        p->policy != PKV_SCHED_POLICY_PRIORITY)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->policy is %d; not a pkv_sched_policy",
                          (int)p->policy);
-    if (p->preempt_mode != PKV_PREEMPT_RECOMPUTE &&
-        p->preempt_mode != PKV_PREEMPT_SWAP)
+    if (p->preempt_mode != PKV_PREEMPT_MODE_RECOMPUTE &&
+        p->preempt_mode != PKV_PREEMPT_MODE_SWAP)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->preempt_mode is %d; not a pkv_preempt_mode",
                          (int)p->preempt_mode);
@@ -140,7 +142,8 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->watermark is %g; must be in [0, 1)",
                          (double)p->watermark);
-    if (p->backend < PKV_BACKEND_AUTO || p->backend > PKV_BACKEND_OPENCL)
+    if (p->backend < PKV_BACKEND_KIND_AUTO ||
+        p->backend > PKV_BACKEND_KIND_OPENCL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->backend is %d; not a pkv_backend_kind",
                          (int)p->backend);
@@ -153,7 +156,8 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
         p->u8_rollback_blocks = 0; /* documented: ignored */
     if (p->u4_group == 0)
         p->u4_group = p->head_dim % 32 == 0 ? 32 : p->head_dim;
-    int u4 = p->kv_dtype == PKV_KV_U4 || p->kv_dtype == PKV_KV_U8K_U4V;
+    int u4 =
+        p->kv_dtype == PKV_KV_DTYPE_U4 || p->kv_dtype == PKV_KV_DTYPE_U8K_U4V;
     if (u4 && !pkv__u4_group_ok(p->u4_group, p->head_dim))
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->u4_group is %u; must be a multiple of 8 "
@@ -178,10 +182,10 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          "params->sliding_window is %u with layer_windows "
                          "set; give the windows one way",
                          (unsigned)p->sliding_window);
-    if (p->key_quant == PKV_QUANT_DEFAULT)
-        p->key_quant = PKV_QUANT_PER_CHANNEL;
-    if (p->value_quant == PKV_QUANT_DEFAULT)
-        p->value_quant = PKV_QUANT_PER_TOKEN;
+    if (p->key_quant == PKV_QUANT_GROUP_DEFAULT)
+        p->key_quant = PKV_QUANT_GROUP_PER_CHANNEL;
+    if (p->value_quant == PKV_QUANT_GROUP_DEFAULT)
+        p->value_quant = PKV_QUANT_GROUP_PER_TOKEN;
     return PKV_OK;
 }
 

@@ -44,7 +44,7 @@ static pkv_status drain_inbox(pkv_engine *e)
     for (uint32_t i = 0; i < num_aborts; i++) {
         pkv__seq *s = pkv__seqs_find(&e->seqs, aborts[i]);
         if (s != NULL)
-            pkv__engine_end_later(e, s, PKV_FINISH_ABORTED, PKV_OK);
+            pkv__engine_end_later(e, s, PKV_FINISH_REASON_ABORTED, PKV_OK);
     }
     pkv__seqs_sweep_ended(&e->seqs);
     pkv__free(&e->alloc, aborts, abort_capacity, sizeof *aborts);
@@ -84,7 +84,7 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
                           uint32_t *num_seqs, pkv_status st)
 {
     pkv__seq *s = a->seq;
-    pkv__engine_log(e, PKV_LOG_WARN,
+    pkv__engine_log(e, PKV_LOG_LEVEL_WARN,
                     "seq %llu: device action %d failed (%s: %s); %s",
                     (unsigned long long)s->id, (int)a->kind,
                     pkv_status_name(st), pkv_last_error(),
@@ -400,7 +400,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         uint32_t sample = j;
         j += samples_here;
         if (e->step.seq_bad[i]) {
-            pkv__engine_end_later(e, s, PKV_FINISH_FAILED,
+            pkv__engine_end_later(e, s, PKV_FINISH_REASON_FAILED,
                                   PKV_ERR_NON_FINITE);
             continue;
         }
@@ -420,7 +420,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
             uint32_t registered = s->chain.num_links;
             if (pkv__prefix_register(&e->prefix, &s->chain, &s->table,
                                      s->tokens, s->salt) != PKV_OK)
-                pkv__engine_log(e, PKV_LOG_DEBUG,
+                pkv__engine_log(e, PKV_LOG_LEVEL_DEBUG,
                                 "seq %llu: prefix registration skipped "
                                 "(memory)",
                                 (unsigned long long)s->id);
@@ -435,12 +435,13 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         s->num_generated++;
         s->protect = 0;
         if (stop != NULL && stop[sample])
-            pkv__engine_end_later(e, s, PKV_FINISH_STOP, PKV_OK);
+            pkv__engine_end_later(e, s, PKV_FINISH_REASON_STOP, PKV_OK);
         else if (s->max_new_tokens != 0 &&
                  s->num_generated >= s->max_new_tokens)
-            pkv__engine_end_later(e, s, PKV_FINISH_LENGTH, PKV_OK);
+            pkv__engine_end_later(e, s, PKV_FINISH_REASON_LENGTH, PKV_OK);
         else if (s->num_tokens >= e->params.max_model_len)
-            pkv__engine_end_later(e, s, PKV_FINISH_MAX_MODEL_LEN, PKV_OK);
+            pkv__engine_end_later(e, s, PKV_FINISH_REASON_MAX_MODEL_LEN,
+                                  PKV_OK);
     }
     /* One pass over running for every sequence that ended here. */
     pkv__seqs_sweep_ended(&e->seqs);

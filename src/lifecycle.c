@@ -159,7 +159,7 @@ void pkv__seqs_tenant_add(pkv__seqs *s, uint32_t tenant, int64_t delta)
 static int comes_before(const pkv__seqs *s, const pkv__seq *a,
                         const pkv__seq *b)
 {
-    if (s->policy == PKV_POLICY_PRIORITY && a->priority != b->priority)
+    if (s->policy == PKV_SCHED_POLICY_PRIORITY && a->priority != b->priority)
         return a->priority < b->priority;
     return a->arrival < b->arrival;
 }

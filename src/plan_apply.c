@@ -125,7 +125,8 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(&e->seqs, seq, before);
     if (st != PKV_OK) {
-        pkv__engine_end_later(e, seq, PKV_FINISH_FAILED, PKV_ERR_INTERNAL);
+        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
+                              PKV_ERR_INTERNAL);
         return 0;
     }
     if (copy.dst != PKV__NULL_BLOCK && !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
@@ -147,7 +148,8 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
         st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, links, it->hits);
     assert(st == PKV_OK);
     if (st != PKV_OK)
-        pkv__engine_end_later(e, seq, PKV_FINISH_FAILED, PKV_ERR_INTERNAL);
+        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
+                              PKV_ERR_INTERNAL);
 }
 
 /* A swapped or waiting sequence joins running. */
@@ -176,7 +178,8 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
         if (it->kind == PKV__PLAN_PREEMPT)
             apply_preempt(e, it);
         else if (it->kind == PKV__PLAN_END)
-            pkv__engine_end_later(e, it->seq, PKV_FINISH_FAILED, it->status);
+            pkv__engine_end_later(e, it->seq, PKV_FINISH_REASON_FAILED,
+                                  it->status);
         else if (it->kind != PKV__PLAN_RUN)
             it->seq->state = PKV__SEQ_RUNNING;
     }

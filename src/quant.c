@@ -16,7 +16,7 @@ int pkv__u4_group_ok(uint32_t width, uint32_t head_dim)
 
 uint32_t pkv__quant_levels(int32_t dtype)
 {
-    return dtype == PKV_KV_U4 ? 15u : 255u;
+    return dtype == PKV_KV_DTYPE_U4 ? 15u : 255u;
 }
 
 void pkv__quant_params(float lo, float hi, uint32_t levels, uint16_t *lo16,
@@ -55,7 +55,7 @@ float pkv__quant_value(uint8_t q, float lo, float scale)
 
 uint8_t pkv__quant_code_at(const uint8_t *row, int32_t dtype, uint32_t c)
 {
-    if (dtype == PKV_KV_U4)
+    if (dtype == PKV_KV_DTYPE_U4)
         return (uint8_t)(((uint32_t)row[c / 2] >> (4u * (c % 2u))) & 15u);
     return row[c];
 }
@@ -80,13 +80,13 @@ static size_t scale_at(const pkv__qformat *f, uint32_t bs, uint32_t d)
 
 static size_t row_bytes(const pkv__qformat *f, uint32_t head_dim)
 {
-    return f->dtype == PKV_KV_U4 ? head_dim / 2 : head_dim;
+    return f->dtype == PKV_KV_DTYPE_U4 ? head_dim / 2 : head_dim;
 }
 
 /* Set code q of channel c in a row of codes. */
 static void put_code(uint8_t *row, int32_t dtype, uint32_t c, uint8_t q)
 {
-    if (dtype != PKV_KV_U4)
+    if (dtype != PKV_KV_DTYPE_U4)
         row[c] = q;
     else if (c % 2 == 0)
         row[c / 2] = q; /* the odd channel's nibble is or-ed in next */
@@ -103,7 +103,7 @@ static void quant_groups(const float *src, uint32_t block_size,
                          uint32_t head_dim, const pkv__qformat *f,
                          uint32_t t0, uint32_t tokens, uint8_t *part)
 {
-    int per_channel = f->group == PKV_QUANT_PER_CHANNEL;
+    int per_channel = f->group == PKV_QUANT_GROUP_PER_CHANNEL;
     uint32_t width = per_channel ? 1 : token_width(f, head_dim);
     uint32_t n = per_channel ? head_dim : head_dim / width;
     uint32_t first = per_channel ? 0 : t0 * n;
@@ -146,7 +146,7 @@ static void quant_groups(const float *src, uint32_t block_size,
 void pkv__quant_part(const float *src, uint32_t block_size,
                      uint32_t head_dim, const pkv__qformat *f, uint8_t *part)
 {
-    if (f->group == PKV_QUANT_PER_CHANNEL) {
+    if (f->group == PKV_QUANT_GROUP_PER_CHANNEL) {
         quant_groups(src, block_size, head_dim, f, 0, block_size, part);
         return;
     }
@@ -166,7 +166,7 @@ static void params(const uint8_t *part, size_t at, uint32_t first,
 void pkv__dequant_part(const uint8_t *part, uint32_t block_size,
                        uint32_t head_dim, const pkv__qformat *f, float *dst)
 {
-    int per_channel = f->group == PKV_QUANT_PER_CHANNEL;
+    int per_channel = f->group == PKV_QUANT_GROUP_PER_CHANNEL;
     uint32_t width = per_channel ? 1 : token_width(f, head_dim);
     uint32_t n = per_channel ? head_dim : head_dim / width;
     size_t lo_off = lo_at(f, block_size, head_dim);
@@ -187,7 +187,7 @@ void pkv__dequant_part(const uint8_t *part, uint32_t block_size,
         }
         const uint8_t *codes = part + t * row_bytes(f, head_dim);
         float *out = dst + (size_t)t * head_dim;
-        if (f->dtype == PKV_KV_U4) {
+        if (f->dtype == PKV_KV_DTYPE_U4) {
             for (uint32_t c = 0; c < head_dim; c += 2) {
                 out[c] = lo_c[c] + (float)(codes[c / 2] & 15u) * scale_c[c];
                 out[c + 1] =

@@ -28,10 +28,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* How one quantized part stores its values: dtype PKV_KV_U8 or PKV_KV_U4
- * (a part's own, kv_layout.h), group PKV_QUANT_PER_CHANNEL or _PER_TOKEN,
- * and u4_group, the channels of a U4 per-token group (a multiple of 4
- * dividing head_dim; ignored otherwise). */
+/* How one quantized part stores its values: dtype PKV_KV_DTYPE_U8 or
+ * PKV_KV_DTYPE_U4 (a part's own, kv_layout.h), group
+ * PKV_QUANT_GROUP_PER_CHANNEL or _PER_TOKEN, and u4_group, the channels
+ * of a U4 per-token group (a multiple of 4 dividing head_dim; ignored
+ * otherwise). */
 typedef struct pkv__qformat {
     int32_t dtype;
     int32_t group;

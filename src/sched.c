@@ -194,7 +194,7 @@ static pkv_status preempt(planner *pl, pkv__seq *seq)
     if (st != PKV_OK)
         return st;
     pkv__plan_item *it = add_item(pl, PKV__PLAN_PREEMPT, seq);
-    if (e->params.preempt_mode == PKV_PREEMPT_SWAP) {
+    if (e->params.preempt_mode == PKV_PREEMPT_MODE_SWAP) {
         size_t size = pkv__backend_swap_bytes(&e->backend_config,
                                               seq->table.num_blocks);
         if (pl->swap_used + size <= e->params.swap_bytes) {
@@ -219,7 +219,7 @@ static uint32_t pick_victim(const planner *pl, uint32_t after,
         if (left_running(pl, v) || (same_tenant && v->tenant != tenant) ||
             (spare_protected && v->protect))
             continue;
-        if (e->params.policy != PKV_POLICY_PRIORITY)
+        if (e->params.policy != PKV_SCHED_POLICY_PRIORITY)
             return j;
         if (best == NONE || v->priority > e->seqs.running.items[best]->priority)
             best = j;

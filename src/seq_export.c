@@ -42,7 +42,7 @@ enum {
 /* Bytes of one stored element (f32 and f16 rows). */
 static size_t elem_bytes(const pkv__backend_config *c)
 {
-    return c->kv_dtype == PKV_KV_F16 ? 2 : 4;
+    return c->kv_dtype == PKV_KV_DTYPE_F16 ? 2 : 4;
 }
 
 /* Bytes of the KV part of an export of `computed` tokens from config c. */
@@ -411,7 +411,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
         pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, seq);
     }
     if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0)
-        pkv__engine_log(e, PKV_LOG_INFO,
+        pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
                         "import: quantized blocks of %u tokens (groups "
                         "%#x/%#x) cannot move into blocks of %u (groups "
                         "%#x/%#x) "
@@ -420,8 +420,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
                         (unsigned)pkv__get_u32(d + PKV__AT_BLOCK_SIZE),
                         (unsigned)pkv__get_u32(d + PKV__AT_KEY_QUANT),
                         (unsigned)pkv__get_u32(d + PKV__AT_VALUE_QUANT),
-                        (unsigned)bs,
-                        (unsigned)pkv__wire_quant(c, 0),
+                        (unsigned)bs, (unsigned)pkv__wire_quant(c, 0),
                         (unsigned)pkv__wire_quant(c, 1),
                         (unsigned long long)seq->id,
                         (unsigned)pkv__get_u32(d + AT_NUM_COMPUTED));

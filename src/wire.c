@@ -72,7 +72,7 @@ uint32_t pkv__wire_quant(const pkv__backend_config *c, int kv)
     if (!pkv__backend_quantized(c))
         return 0;
     pkv__qformat f = pkv__backend_qformat(c, kv);
-    if (f.dtype == PKV_KV_U4 && f.group == PKV_QUANT_PER_TOKEN)
+    if (f.dtype == PKV_KV_DTYPE_U4 && f.group == PKV_QUANT_GROUP_PER_TOKEN)
         return (uint32_t)f.group | f.u4_group << 16;
     return (uint32_t)f.group;
 }
@@ -84,9 +84,10 @@ static int quant_word_ok(uint32_t w, int32_t dtype, uint32_t head_dim,
 {
     uint32_t group = w & 0xffffu;
     *width = w >> 16;
-    if (group != PKV_QUANT_PER_CHANNEL && group != PKV_QUANT_PER_TOKEN)
+    if (group != PKV_QUANT_GROUP_PER_CHANNEL &&
+        group != PKV_QUANT_GROUP_PER_TOKEN)
         return 0;
-    if (dtype != PKV_KV_U4 || group != PKV_QUANT_PER_TOKEN)
+    if (dtype != PKV_KV_DTYPE_U4 || group != PKV_QUANT_GROUP_PER_TOKEN)
         return *width == 0;
     return pkv__u4_group_ok(*width, head_dim);
 }

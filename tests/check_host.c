@@ -191,7 +191,7 @@ void ch_abort(ch_host *host, pkv_seq_id id)
     CHECK(host, st == PKV_OK);
     ch_seq *s = ch_find(host, id);
     if (s != NULL && !s->ended && s->expect == 0)
-        s->expect = PKV_FINISH_ABORTED;
+        s->expect = PKV_FINISH_REASON_ABORTED;
 }
 
 /* For a call that needs a live sequence between steps (s: the engine's,
@@ -443,8 +443,9 @@ static void take_report(ch_host *host, const pkv_finished *f)
                  (unsigned long long)f->id);
     CHECK(host, f->reserved0 == 0);
     CHECK(host, f->num_generated == s->generated);
-    CHECK(host, f->reason >= PKV_FINISH_STOP && f->reason <= PKV_FINISH_FAILED);
-    if (f->reason == PKV_FINISH_FAILED)
+    CHECK(host, f->reason >= PKV_FINISH_REASON_STOP &&
+                    f->reason <= PKV_FINISH_REASON_FAILED);
+    if (f->reason == PKV_FINISH_REASON_FAILED)
         CHECK(host, f->status == PKV_ERR_NO_BLOCKS ||
                         f->status == PKV_ERR_QUOTA ||
                         f->status == PKV_ERR_NON_FINITE ||
@@ -456,8 +457,9 @@ static void take_report(ch_host *host, const pkv_finished *f)
                  (unsigned long long)f->id, (int)f->reason, (int)s->expect);
     /* Unforeseen ends: only failures, or aborts from other threads. */
     if (s->expect == 0)
-        CHECK(host, f->reason == PKV_FINISH_FAILED ||
-                        (host->learn && f->reason == PKV_FINISH_ABORTED));
+        CHECK(host,
+              f->reason == PKV_FINISH_REASON_FAILED ||
+                  (host->learn && f->reason == PKV_FINISH_REASON_ABORTED));
     s->ended = 1;
     s->reason = f->reason;
     s->status = f->status;
@@ -586,8 +588,8 @@ static pkv_tensor tensor(const ch_host *host, float *f32, uint16_t *f16,
     pkv_tensor t;
     memset(&t, 0, sizeof t);
     t.struct_size = sizeof t;
-    t.dtype = host->f16_tensors ? PKV_TENSOR_F16 : PKV_TENSOR_F32;
-    t.memory = PKV_MEMORY_HOST;
+    t.dtype = host->f16_tensors ? PKV_TENSOR_DTYPE_F16 : PKV_TENSOR_DTYPE_F32;
+    t.memory = PKV_TENSOR_MEMORY_HOST;
     t.rows = host->batch->num_tokens;
     t.heads = heads;
     t.head_dim = host->params.head_dim;
@@ -738,11 +740,11 @@ static void take_token(ch_host *host, ch_seq *s, int32_t token, int stop)
     push_token(host, s, token);
     s->generated++;
     if (stop)
-        s->expect = PKV_FINISH_STOP;
+        s->expect = PKV_FINISH_REASON_STOP;
     else if (s->max_new_tokens != 0 && s->generated >= s->max_new_tokens)
-        s->expect = PKV_FINISH_LENGTH;
+        s->expect = PKV_FINISH_REASON_LENGTH;
     else if (s->num_tokens >= host->params.max_model_len)
-        s->expect = PKV_FINISH_MAX_MODEL_LEN;
+        s->expect = PKV_FINISH_REASON_MAX_MODEL_LEN;
 }
 
 void ch_sampled(ch_host *host, pkv_seq_id id, int32_t token)
@@ -771,7 +773,7 @@ void ch_end(ch_host *host, const uint8_t *stop)
         uint32_t sample = j;
         j += here ? 1 + s->ran : 0;
         if (s->bad) {
-            s->expect = PKV_FINISH_FAILED;
+            s->expect = PKV_FINISH_REASON_FAILED;
             s->bad = 0;
             continue;
         }

@@ -35,9 +35,11 @@ int32_t hm_sample(int32_t last_token, uint32_t position, uint32_t vocab)
 
 float hm_tolerance(int32_t dtype)
 {
-    if (dtype == PKV_KV_U4 || dtype == PKV_KV_U8K_U4V)
+    if (dtype == PKV_KV_DTYPE_U4 || dtype == PKV_KV_DTYPE_U8K_U4V)
         return 0.5f;
-    return dtype == PKV_KV_U8 ? 0.05f : dtype == PKV_KV_F16 ? 2e-3f : 1e-4f;
+    return dtype == PKV_KV_DTYPE_U8    ? 0.05f
+           : dtype == PKV_KV_DTYPE_F16 ? 2e-3f
+                                       : 1e-4f;
 }
 
 pkv_engine_params hm_params(int32_t backend)
@@ -51,7 +53,7 @@ pkv_engine_params hm_params(int32_t backend)
     p.head_dim = 8;
     p.block_size = 4;
     p.num_blocks = 256;
-    p.kv_dtype = PKV_KV_F32;
+    p.kv_dtype = PKV_KV_DTYPE_F32;
     p.vocab_size = 1000;
     p.max_model_len = 1024;
     p.backend = backend;

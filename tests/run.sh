@@ -190,7 +190,7 @@ asan_tests() {
         -DPKV_SANITIZE=address,undefined
     cmake --build build-asan -j "$JOBS"
     # PoCL leaks while it compiles a program (tests/lsan.supp), and any test
-    # may reach PoCL: PKV_BACKEND_AUTO picks an OpenCL device when there is
+    # may reach PoCL: PKV_BACKEND_KIND_AUTO picks an OpenCL device when there is
     # one.
     # A test that fails is run once more: on a loaded machine LeakSanitizer
     # itself sometimes crashes in its exit-time check while PoCL's threads

@@ -262,9 +262,9 @@ static double *storage_bounds(const scenario *s, const float *x, uint32_t ctx,
     const pkv__backend_config *c = &s->cfg;
     uint32_t hkv = c->num_kv_heads, d = c->head_dim, bs = c->block_size;
     double *e = xcalloc((size_t)ctx * hkv * d, sizeof *e);
-    if (c->kv_dtype == PKV_KV_F32)
+    if (c->kv_dtype == PKV_KV_DTYPE_F32)
         return e;
-    if (c->kv_dtype == PKV_KV_F16) {
+    if (c->kv_dtype == PKV_KV_DTYPE_F16) {
         for (size_t i = 0; i < (size_t)ctx * hkv * d; i++) {
             double r = ldexp(fabs((double)x[i]), -11);
             e[i] = r > ldexp(1.0, -25) ? r : ldexp(1.0, -25);
@@ -273,7 +273,7 @@ static double *storage_bounds(const scenario *s, const float *x, uint32_t ctx,
     }
     uint32_t sealed = ctx / bs * bs;
     pkv__qformat f = pkv__backend_qformat(c, kv);
-    int per_channel = f.group == PKV_QUANT_PER_CHANNEL;
+    int per_channel = f.group == PKV_QUANT_GROUP_PER_CHANNEL;
     uint32_t width = PKV_LAYOUT_Q_WIDTH((uint32_t)f.dtype, f.u4_group, d);
     uint32_t per_row = d / width; /* per-token groups of a row */
     uint32_t gs = per_channel ? bs : width;
@@ -379,8 +379,8 @@ static void scenario_check(const scenario *s, const step_arrays *a,
                     const float *qr = s->q[i] + ((size_t)rows[x] * hq + h) * d;
                     /* Delta: the largest score perturbation. */
                     double delta = 0.0;
-                    for (uint32_t j = lo; c->kv_dtype != PKV_KV_F32 && j <= tok;
-                         j++) {
+                    for (uint32_t j = lo;
+                         c->kv_dtype != PKV_KV_DTYPE_F32 && j <= tok; j++) {
                         const double *e = ek + ((size_t)j * hkv + g) * d;
                         double sum = 0.0;
                         for (uint32_t ch = 0; ch < d; ch++)
@@ -447,8 +447,10 @@ static void run_grid(const size_t *head_dims, size_t n_head_dims)
             for (size_t bi = 0; bi < 3; bi++) {
                 int32_t dtype = (int32_t)((di + hi + bi) % 5);
                 int swap = di % 2 == 1;
-                int32_t kq = swap ? PKV_QUANT_PER_TOKEN : PKV_QUANT_PER_CHANNEL;
-                int32_t vq = swap ? PKV_QUANT_PER_CHANNEL : PKV_QUANT_PER_TOKEN;
+                int32_t kq = swap ? PKV_QUANT_GROUP_PER_TOKEN
+                                  : PKV_QUANT_GROUP_PER_CHANNEL;
+                int32_t vq = swap ? PKV_QUANT_GROUP_PER_CHANNEL
+                                  : PKV_QUANT_GROUP_PER_TOKEN;
                 scenario s;
                 step_arrays a;
                 scenario_init(&s, GRID_HEAD_DIMS[di], GRID_HEADS[hi][0],
@@ -513,8 +515,9 @@ static void sliding_window(void **state)
         for (size_t w = 0; w < 4; w++) {
             scenario s;
             step_arrays a;
-            scenario_init(&s, 64, 8, 2, 16, dtype, PKV_QUANT_PER_CHANNEL,
-                          PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 100 + w, 1);
+            scenario_init(&s, 64, 8, 2, 16, dtype, PKV_QUANT_GROUP_PER_CHANNEL,
+                          PKV_QUANT_GROUP_PER_TOKEN, SMALL_BATCH, 4, 100 + w,
+                          1);
             scenario_run(&s, &a, windows[w]);
             verify(&s, &a, windows[w]);
             step_free(&a);
@@ -642,10 +645,12 @@ static void parallel_same_result(void **state)
         for (size_t w = 0; w < 2; w++) {
             scenario s, t;
             step_arrays a, b;
-            scenario_init(&s, 64, 8, 2, 16, dtype, PKV_QUANT_PER_CHANNEL,
-                          PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 200 + w, 1);
-            scenario_init(&t, 64, 8, 2, 16, dtype, PKV_QUANT_PER_CHANNEL,
-                          PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 200 + w, 1);
+            scenario_init(&s, 64, 8, 2, 16, dtype, PKV_QUANT_GROUP_PER_CHANNEL,
+                          PKV_QUANT_GROUP_PER_TOKEN, SMALL_BATCH, 4, 200 + w,
+                          1);
+            scenario_init(&t, 64, 8, 2, 16, dtype, PKV_QUANT_GROUP_PER_CHANNEL,
+                          PKV_QUANT_GROUP_PER_TOKEN, SMALL_BATCH, 4, 200 + w,
+                          1);
             fake_pool pool = {3, 0, 0};
             pkv__backend_cpu.destroy(t.be);
             t.cfg.parallel = fake_parallel;
@@ -679,8 +684,8 @@ static void layers_are_separate(void **state)
     for (int32_t dtype = 0; dtype < 3; dtype++) {
         scenario s;
         step_arrays a;
-        scenario_init(&s, 80, 9, 3, 8, dtype, PKV_QUANT_PER_TOKEN,
-                      PKV_QUANT_PER_CHANNEL, SMALL_BATCH, 4, 7, 3);
+        scenario_init(&s, 80, 9, 3, 8, dtype, PKV_QUANT_GROUP_PER_TOKEN,
+                      PKV_QUANT_GROUP_PER_CHANNEL, SMALL_BATCH, 4, 7, 3);
         scenario_run(&s, &a, 0);
         verify(&s, &a, 0);
         for (uint32_t l = 1; l < 3; l++) {
@@ -717,11 +722,11 @@ static void layers_are_separate(void **state)
 static void copy_fork_and_swap(void **state)
 {
     (void)state;
-    for (int32_t dtype = 0; dtype <= PKV_KV_U8K_U4V; dtype++) {
+    for (int32_t dtype = 0; dtype <= PKV_KV_DTYPE_U8K_U4V; dtype++) {
         scenario s;
         step_arrays a;
-        scenario_init(&s, 64, 8, 4, 16, dtype, PKV_QUANT_PER_CHANNEL,
-                      PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 11, 2);
+        scenario_init(&s, 64, 8, 4, 16, dtype, PKV_QUANT_GROUP_PER_CHANNEL,
+                      PKV_QUANT_GROUP_PER_TOKEN, SMALL_BATCH, 4, 11, 2);
         scenario_run(&s, &a, 0);
         size_t out_bytes = (size_t)a.step.num_tokens * 8 * 64 * sizeof(float);
         float *first = xcalloc(out_bytes, 1);
@@ -821,14 +826,18 @@ static void rejects_bad_config(void **state)
 {
     (void)state;
     pkv__allocator al = plain_allocator();
-    pkv__backend_config ok = {2,  8,
-                              2,  64,
-                              16, 10,
-                              PKV_KV_U8, PKV_QUANT_PER_CHANNEL,
-                              PKV_QUANT_PER_TOKEN, 0,
-                              4,  0,
-                              0,  NULL,
-                              NULL, 0};
+    pkv__backend_config ok = {
+        .num_layers = 2,
+        .num_q_heads = 8,
+        .num_kv_heads = 2,
+        .head_dim = 64,
+        .block_size = 16,
+        .num_blocks = 10,
+        .kv_dtype = PKV_KV_DTYPE_U8,
+        .key_quant = PKV_QUANT_GROUP_PER_CHANNEL,
+        .value_quant = PKV_QUANT_GROUP_PER_TOKEN,
+        .num_stages = 4,
+    };
     pkv__backend *be = (pkv__backend *)&al; /* must come back NULL */
     struct {
         pkv__backend_config c;
@@ -844,17 +853,17 @@ static void rejects_bad_config(void **state)
     cases[2].want = PKV_ERR_UNSUPPORTED;
     cases[3].c.kv_dtype = 5;
     cases[3].want = PKV_ERR_INVALID_ARGUMENT;
-    cases[4].c.key_quant = PKV_QUANT_DEFAULT;
+    cases[4].c.key_quant = PKV_QUANT_GROUP_DEFAULT;
     cases[4].want = PKV_ERR_INVALID_ARGUMENT;
-    cases[5].c.kv_dtype = PKV_KV_F16; /* tails with a float cache */
+    cases[5].c.kv_dtype = PKV_KV_DTYPE_F16; /* tails with a float cache */
     cases[5].want = PKV_ERR_INVALID_ARGUMENT;
     cases[6].c.num_blocks = 1;
     cases[6].want = PKV_ERR_INVALID_ARGUMENT;
     cases[7].c.head_dim = 1024;
     cases[7].want = PKV_ERR_UNSUPPORTED;
-    cases[8].c.kv_dtype = PKV_KV_U4; /* U4 groups of 0 channels */
+    cases[8].c.kv_dtype = PKV_KV_DTYPE_U4; /* U4 groups of 0 channels */
     cases[8].want = PKV_ERR_INVALID_ARGUMENT;
-    cases[9].c.kv_dtype = PKV_KV_U8K_U4V; /* 12 does not divide 64 */
+    cases[9].c.kv_dtype = PKV_KV_DTYPE_U8K_U4V; /* 12 does not divide 64 */
     cases[9].c.u4_group = 12;
     cases[9].want = PKV_ERR_INVALID_ARGUMENT;
     for (int i = 0; i < 10; i++) {
@@ -881,8 +890,9 @@ static void checks_each_table_version_once(void **state)
     (void)state;
     scenario s;
     step_arrays a;
-    scenario_init(&s, 64, 4, 2, 8, PKV_KV_F32, PKV_QUANT_PER_CHANNEL,
-                  PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 5, 1);
+    scenario_init(&s, 64, 4, 2, 8, PKV_KV_DTYPE_F32,
+                  PKV_QUANT_GROUP_PER_CHANNEL, PKV_QUANT_GROUP_PER_TOKEN,
+                  SMALL_BATCH, 4, 5, 1);
     pkv__backend_cpu.destroy(s.be);
     s.cfg.max_step_seqs = s.num_seqs; /* rows to remember */
     assert_int_equal(pkv__backend_cpu.create(&s.cfg, &s.alloc, &s.be),
@@ -919,8 +929,8 @@ static void rejects_bad_step(void **state)
     (void)state;
     scenario s;
     step_arrays a;
-    scenario_init(&s, 64, 4, 2, 8, PKV_KV_U8, PKV_QUANT_PER_CHANNEL,
-                  PKV_QUANT_PER_TOKEN, SMALL_BATCH, 4, 5, 1);
+    scenario_init(&s, 64, 4, 2, 8, PKV_KV_DTYPE_U8, PKV_QUANT_GROUP_PER_CHANNEL,
+                  PKV_QUANT_GROUP_PER_TOKEN, SMALL_BATCH, 4, 5, 1);
     scenario_run(&s, &a, 0);
     pkv__step bad = a.step;
     /* A slot that is not where the table puts the row's token. */

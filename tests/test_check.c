@@ -28,14 +28,14 @@ static void test_check_names_corruption(void **state)
     (void)state;
     pkv_engine_params p;
     assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     p.num_layers = 1;
     p.num_q_heads = 2;
     p.num_kv_heads = 1;
     p.head_dim = 8;
     p.block_size = 16;
     p.num_blocks = 16;
-    p.kv_dtype = PKV_KV_U8;
+    p.kv_dtype = PKV_KV_DTYPE_U8;
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     int32_t prompt[40];

@@ -94,7 +94,7 @@ static void test_params_init_defaults(void **state)
     assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
     assert_int_equal(p.struct_size, sizeof p);
     assert_int_equal(p.block_size, 0); /* follow the device */
-    assert_int_equal(p.kv_dtype, PKV_KV_F16);
+    assert_int_equal(p.kv_dtype, PKV_KV_DTYPE_F16);
     assert_null(p.allocator.alloc);
     assert_null(p.log);
 }
@@ -149,13 +149,13 @@ static void test_create_rejects_bad_params(void **state)
     /* U4 groups: a multiple of 8 dividing head_dim (64), or head_dim;
      * ignored by the other dtypes. */
     p = small_params();
-    p.kv_dtype = PKV_KV_U4;
+    p.kv_dtype = PKV_KV_DTYPE_U4;
     p.u4_group = 12;
     expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "u4_group");
-    p.kv_dtype = PKV_KV_U8K_U4V;
+    p.kv_dtype = PKV_KV_DTYPE_U8K_U4V;
     p.u4_group = 48;
     expect_create_fails(&p, PKV_ERR_INVALID_ARGUMENT, "u4_group");
-    p.kv_dtype = PKV_KV_U8;
+    p.kv_dtype = PKV_KV_DTYPE_U8;
     pkv_engine *e8;
     assert_int_equal(pkv_engine_create(&p, &e8), PKV_OK);
     pkv_engine_destroy(e8);
@@ -223,7 +223,7 @@ static void test_blocks_from_cache_bytes(void **state)
 
     /* u8 with default groups: codes plus f16 lo/scale per channel (keys)
      * and per token (values). */
-    p.kv_dtype = PKV_KV_U8;
+    p.kv_dtype = PKV_KV_DTYPE_U8;
     p.num_blocks = 10;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     assert_int_equal(pkv_engine_get_stats(e, &s), PKV_OK);
@@ -239,7 +239,7 @@ static void test_block_size_follows_the_device(void **state)
     (void)state;
     pkv_engine_params p = small_params();
     p.block_size = 0;
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     pkv_engine_stats s;
@@ -247,7 +247,7 @@ static void test_block_size_follows_the_device(void **state)
     assert_int_equal(pkv_engine_get_stats(e, &s), PKV_OK);
     assert_int_equal(s.block_size, 64);
     pkv_engine_destroy(e);
-    p.backend = PKV_BACKEND_AUTO;
+    p.backend = PKV_BACKEND_KIND_AUTO;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     assert_int_equal(pkv_engine_get_stats(e, &s), PKV_OK);
     assert_true(s.block_size == 16 || s.block_size == 64);
@@ -316,7 +316,7 @@ static void test_log_callback(void **state)
     if (l.lines > 1)
         assert_non_null(strstr(l.first, "opencl: the ICD loader reads"));
     assert_true(l.lines >= 1 && l.lines <= 3);
-    assert_int_equal(l.level, PKV_LOG_INFO);
+    assert_int_equal(l.level, PKV_LOG_LEVEL_INFO);
     assert_non_null(strstr(l.last, "64 blocks of 16 tokens"));
     /* The creation line names the backend that pkv_engine_backend_name
      * reports. */
@@ -328,7 +328,7 @@ static void test_log_callback(void **state)
 
     /* Below the threshold: silent. */
     memset(&l, 0, sizeof l);
-    p.log_level = PKV_LOG_WARN;
+    p.log_level = PKV_LOG_LEVEL_WARN;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     assert_int_equal(l.lines, 0);
     pkv_engine_destroy(e);
@@ -357,8 +357,14 @@ static void run_step(pkv_engine *e, const pkv_batch *b)
     float *out = calloc(rows * p.num_q_heads * p.head_dim + 1, 4);
     assert_non_null(zeros);
     assert_non_null(out);
-    pkv_tensor q = {sizeof q, PKV_TENSOR_F32, PKV_MEMORY_HOST,
-                    (uint32_t)rows, p.num_q_heads, p.head_dim, zeros, 0};
+    pkv_tensor q = {sizeof q,
+                    PKV_TENSOR_DTYPE_F32,
+                    PKV_TENSOR_MEMORY_HOST,
+                    (uint32_t)rows,
+                    p.num_q_heads,
+                    p.head_dim,
+                    zeros,
+                    0};
     pkv_tensor kv = q, o = q;
     kv.heads = p.num_kv_heads;
     o.data = out;
@@ -381,7 +387,7 @@ static void test_user_data_and_older_seq_params(void **state)
 {
     (void)state;
     pkv_engine_params p = small_params();
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     int32_t prompt[5] = {1, 2, 3, 4, 5};
@@ -448,7 +454,7 @@ static pkv_engine *engine_with_step(const int32_t *prompt, uint32_t len,
                                     pkv_seq_id *id, const pkv_batch **batch)
 {
     pkv_engine_params p = small_params();
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     pkv_seq_params sp;
@@ -491,24 +497,25 @@ static void test_attend_in_place_and_alignment(void **state)
     fill(k, nkv, 2);
     fill(v, nkv, 3);
     memcpy(q2, q, nq * 4);
-    pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, rows, hq, p.head_dim);
+    pkv_tensor tq =
+        pkv_tensor_host(q, 0, PKV_TENSOR_DTYPE_F32, rows, hq, p.head_dim);
     /* Inputs the host holds as const (before pkv_tensor_host took const
      * data: a discarded-qualifiers warning, an error with PKV_WERROR). */
     const float *k_in = k, *v_in = v;
-    pkv_tensor tk = pkv_tensor_host(k_in, 0, PKV_TENSOR_F32, rows, hkv,
-                                    p.head_dim);
-    pkv_tensor tv = pkv_tensor_host(v_in, 0, PKV_TENSOR_F32, rows, hkv,
-                                    p.head_dim);
-    pkv_tensor to = pkv_tensor_host(out, 0, PKV_TENSOR_F32, rows, hq,
-                                    p.head_dim);
+    pkv_tensor tk =
+        pkv_tensor_host(k_in, 0, PKV_TENSOR_DTYPE_F32, rows, hkv, p.head_dim);
+    pkv_tensor tv =
+        pkv_tensor_host(v_in, 0, PKV_TENSOR_DTYPE_F32, rows, hkv, p.head_dim);
+    pkv_tensor to =
+        pkv_tensor_host(out, 0, PKV_TENSOR_DTYPE_F32, rows, hq, p.head_dim);
     pkv_tensor bad = tq;
     bad.offset = 2;
     assert_int_equal(pkv_engine_attend(e, 0, &bad, &tk, &tv, &to),
                      PKV_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(pkv_engine_last_error(e), "not aligned"));
     assert_int_equal(pkv_engine_attend(e, 0, &tq, &tk, &tv, &to), PKV_OK);
-    pkv_tensor in_place = pkv_tensor_host(q2, 0, PKV_TENSOR_F32, rows, hq,
-                                          p.head_dim);
+    pkv_tensor in_place =
+        pkv_tensor_host(q2, 0, PKV_TENSOR_DTYPE_F32, rows, hq, p.head_dim);
     assert_int_equal(pkv_engine_attend(e, 1, &in_place, &tk, &tv, &in_place),
                      PKV_OK);
     for (size_t i = 0; i < nq; i++)
@@ -526,7 +533,7 @@ static void test_failures_set_messages(void **state)
 {
     (void)state;
     pkv_engine_params p = small_params();
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     assert_int_equal(pkv_engine_step_begin(e, NULL),
@@ -595,7 +602,7 @@ static void test_fork_of_aborting_sequence(void **state)
     assert_non_null(strstr(pkv_engine_last_error(e), "abort pending"));
     assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
     assert_int_equal(b->num_finished, 1);
-    assert_int_equal(b->finished[0].reason, PKV_FINISH_ABORTED);
+    assert_int_equal(b->finished[0].reason, PKV_FINISH_REASON_ABORTED);
     /* Nothing left to run: a batch with no rows ends without attends. */
     assert_int_equal(b->num_tokens, 0);
     assert_int_equal(pkv_engine_step_end(e, NULL, NULL, 0), PKV_OK);
@@ -609,7 +616,7 @@ static void test_queued_sequence(void **state)
 {
     (void)state;
     pkv_engine_params p = small_params();
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     int32_t prompt[3] = {1, 2, 3};

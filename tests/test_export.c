@@ -61,8 +61,8 @@ static void assert_same_run(ch_host *a, pkv_seq_id ia, ch_host *b,
 {
     const ch_seq *x = ch_find(a, ia), *y = ch_find(b, ib);
     assert_true(x->ended && y->ended);
-    assert_int_equal(x->reason, PKV_FINISH_LENGTH);
-    assert_int_equal(y->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(x->reason, PKV_FINISH_REASON_LENGTH);
+    assert_int_equal(y->reason, PKV_FINISH_REASON_LENGTH);
     assert_int_equal(x->num_tokens, y->num_tokens);
     assert_memory_equal(x->tokens, y->tokens,
                         x->num_tokens * sizeof *x->tokens);
@@ -156,12 +156,14 @@ static pkv_engine_params params_of(int32_t backend, int32_t dtype,
 static void test_move_cpu(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     const uint32_t steps[] = {0, 1, 6, 7};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t s = 0; s < 4; s++) {
-            pkv_engine_params pa = params_of(PKV_BACKEND_CPU, dtypes[d], 4);
+            pkv_engine_params pa =
+                params_of(PKV_BACKEND_KIND_CPU, dtypes[d], 4);
             pa.long_prefill_threshold = 5; /* the prompt in 3 steps */
             pkv_engine_params pb = pa;
             pb.long_prefill_threshold = 0;
@@ -182,11 +184,13 @@ static void test_move_cpu(void **state)
 static void test_move_across_backends(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
-        pkv_engine_params cpu = params_of(PKV_BACKEND_CPU, dtypes[d], 4);
-        pkv_engine_params ocl = params_of(PKV_BACKEND_OPENCL, dtypes[d], 4);
+        pkv_engine_params cpu = params_of(PKV_BACKEND_KIND_CPU, dtypes[d], 4);
+        pkv_engine_params ocl =
+            params_of(PKV_BACKEND_KIND_OPENCL, dtypes[d], 4);
         move_once(&cpu, &ocl, 1);
         move_once(&ocl, &cpu, 6);
         if (!PKV_LAYOUT_QUANTIZED(dtypes[d])) {
@@ -203,16 +207,16 @@ static void test_move_across_backends(void **state)
 static void test_move_swapped_and_waiting(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.num_blocks = 17; /* 16 usable blocks of 4 tokens */
     p.watermark = 0;
-    p.preempt_mode = PKV_PREEMPT_SWAP;
+    p.preempt_mode = PKV_PREEMPT_MODE_SWAP;
     p.swap_bytes = 1 << 20;
     p.max_num_seqs = 3;
     ch_host a, b;
-    ch_cmocka_init(&a, &p, hm_tolerance(PKV_KV_F32));
-    pkv_engine_params pb = hm_params(PKV_BACKEND_CPU);
-    ch_cmocka_init(&b, &pb, hm_tolerance(PKV_KV_F32));
+    ch_cmocka_init(&a, &p, hm_tolerance(PKV_KV_DTYPE_F32));
+    pkv_engine_params pb = hm_params(PKV_BACKEND_KIND_CPU);
+    ch_cmocka_init(&b, &pb, hm_tolerance(PKV_KV_DTYPE_F32));
     pkv_seq_id ids[5];
     for (uint32_t i = 0; i < 5; i++) {
         int32_t *prompt = hm_prompt(PROMPT, 20 + i);
@@ -269,10 +273,10 @@ static pkv_status try_import(pkv_engine *e, const uint8_t *data, size_t n)
 static void test_bad_input(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     ch_host a, b;
-    ch_cmocka_init(&a, &p, hm_tolerance(PKV_KV_F32));
-    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_F32));
+    ch_cmocka_init(&a, &p, hm_tolerance(PKV_KV_DTYPE_F32));
+    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_DTYPE_F32));
     int32_t *prompt = hm_prompt(PROMPT, 5);
     pkv_seq_id id = ch_add_prompt(&a, prompt, PROMPT, 8, 0, 0);
     /* Not seen by a step yet. */
@@ -346,7 +350,7 @@ static void test_bad_input(void **state)
     /* Another geometry or dtype; a pool too small. */
     pkv_engine_params other[3] = {p, p, p};
     other[0].head_dim = 16;
-    other[1].kv_dtype = PKV_KV_F16;
+    other[1].kv_dtype = PKV_KV_DTYPE_F16;
     other[2].num_blocks = 4;
     for (int i = 0; i < 3; i++) {
         ch_host c;
@@ -376,13 +380,13 @@ static void test_bad_input(void **state)
  * to the same tokens. */
 static void block_size_case(int32_t dtype)
 {
-    pkv_engine_params pa = params_of(PKV_BACKEND_CPU, dtype, 4);
+    pkv_engine_params pa = params_of(PKV_BACKEND_KIND_CPU, dtype, 4);
     pa.head_dim = 16; /* U4 groups of 16 by default; 8 is the other one */
     pkv_engine_params pb[3] = {pa, pa, pa};
     pb[0].block_size = 8;
-    pb[1].key_quant = PKV_QUANT_PER_TOKEN;
+    pb[1].key_quant = PKV_QUANT_GROUP_PER_TOKEN;
     pb[2].u4_group = 8;
-    for (int i = 0; i < (dtype == PKV_KV_U4 ? 3 : 2); i++) {
+    for (int i = 0; i < (dtype == PKV_KV_DTYPE_U4 ? 3 : 2); i++) {
         ch_host a, b;
         ch_cmocka_init(&a, &pa, hm_tolerance(dtype));
         ch_cmocka_init(&b, &pb[i], hm_tolerance(dtype));
@@ -406,8 +410,8 @@ static void block_size_case(int32_t dtype)
 static void test_quantized_block_size(void **state)
 {
     (void)state;
-    block_size_case(PKV_KV_U8);
-    block_size_case(PKV_KV_U4);
+    block_size_case(PKV_KV_DTYPE_U8);
+    block_size_case(PKV_KV_DTYPE_U4);
 }
 
 #endif
@@ -432,13 +436,13 @@ static void test_u8_canonical(void **state)
 {
     (void)state;
 #ifdef PKV_HAVE_OPENCL
-    int32_t backend = PKV_BACKEND_OPENCL;
+    int32_t backend = PKV_BACKEND_KIND_OPENCL;
 #else
-    int32_t backend = PKV_BACKEND_CPU;
+    int32_t backend = PKV_BACKEND_KIND_CPU;
 #endif
     for (uint32_t run = 0; run < 4; run++) {
         uint32_t window = run % 2 * 2;
-        int32_t dtype = run < 2 ? PKV_KV_U8 : PKV_KV_U4;
+        int32_t dtype = run < 2 ? PKV_KV_DTYPE_U8 : PKV_KV_DTYPE_U4;
         pkv_engine_params p = params_of(backend, dtype, 8);
         p.u8_rollback_blocks = window;
         int32_t *prompt = hm_prompt(3, 9);

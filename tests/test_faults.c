@@ -370,7 +370,7 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     assert_true(forked);
     for (uint32_t i = 0; i <= NSEQ; i++) {
         ch_seq *s = ch_find(&h, ids[i]);
-        if (!s->ended || s->reason != PKV_FINISH_LENGTH)
+        if (!s->ended || s->reason != PKV_FINISH_REASON_LENGTH)
             fail_msg("fail_at %ld: seq %llu ended %d, reason %d, status %d",
                      fail, (unsigned long long)ids[i], s->ended,
                      s->reason, s->status);
@@ -430,20 +430,24 @@ static void sweep(int at, int32_t backend, int32_t mode, int32_t dtype)
 static void test_faults_swap_f32(void **state)
 {
     (void)state;
-    sweep(AT_BACKEND, PKV_BACKEND_CPU, PKV_PREEMPT_SWAP, PKV_KV_F32);
+    sweep(AT_BACKEND, PKV_BACKEND_KIND_CPU, PKV_PREEMPT_MODE_SWAP,
+          PKV_KV_DTYPE_F32);
 }
 
 static void test_faults_recompute_f32(void **state)
 {
     (void)state;
-    sweep(AT_BACKEND, PKV_BACKEND_CPU, PKV_PREEMPT_RECOMPUTE, PKV_KV_F32);
+    sweep(AT_BACKEND, PKV_BACKEND_KIND_CPU, PKV_PREEMPT_MODE_RECOMPUTE,
+          PKV_KV_DTYPE_F32);
 }
 
 static void test_faults_swap_u8(void **state)
 {
     (void)state;
-    sweep(AT_BACKEND, PKV_BACKEND_CPU, PKV_PREEMPT_SWAP, PKV_KV_U8);
-    sweep(AT_BACKEND, PKV_BACKEND_CPU, PKV_PREEMPT_SWAP, PKV_KV_U4);
+    sweep(AT_BACKEND, PKV_BACKEND_KIND_CPU, PKV_PREEMPT_MODE_SWAP,
+          PKV_KV_DTYPE_U8);
+    sweep(AT_BACKEND, PKV_BACKEND_KIND_CPU, PKV_PREEMPT_MODE_SWAP,
+          PKV_KV_DTYPE_U4);
 }
 
 /* Every allocation from the first step on: a step_begin whose plan or
@@ -452,13 +456,15 @@ static void test_faults_swap_u8(void **state)
 static void test_faults_memory_swap_f32(void **state)
 {
     (void)state;
-    sweep(AT_ALLOC, PKV_BACKEND_CPU, PKV_PREEMPT_SWAP, PKV_KV_F32);
+    sweep(AT_ALLOC, PKV_BACKEND_KIND_CPU, PKV_PREEMPT_MODE_SWAP,
+          PKV_KV_DTYPE_F32);
 }
 
 static void test_faults_memory_recompute_u8(void **state)
 {
     (void)state;
-    sweep(AT_ALLOC, PKV_BACKEND_CPU, PKV_PREEMPT_RECOMPUTE, PKV_KV_U8);
+    sweep(AT_ALLOC, PKV_BACKEND_KIND_CPU, PKV_PREEMPT_MODE_RECOMPUTE,
+          PKV_KV_DTYPE_U8);
 }
 
 /* The same engine paths over real device buffers (PoCL in tests/run.sh),
@@ -467,7 +473,7 @@ static void test_faults_memory_recompute_u8(void **state)
  * creation, kernel argument and wait it makes. */
 static int have_opencl(void)
 {
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     pkv_engine *e = NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         print_message("no OpenCL device: %s\n", pkv_last_error());
@@ -482,8 +488,10 @@ static void test_faults_opencl_swap_u8(void **state)
     (void)state;
     if (!have_opencl())
         skip();
-    sweep(AT_BACKEND, PKV_BACKEND_OPENCL, PKV_PREEMPT_SWAP, PKV_KV_U8);
-    sweep(AT_BACKEND, PKV_BACKEND_OPENCL, PKV_PREEMPT_SWAP, PKV_KV_U4);
+    sweep(AT_BACKEND, PKV_BACKEND_KIND_OPENCL, PKV_PREEMPT_MODE_SWAP,
+          PKV_KV_DTYPE_U8);
+    sweep(AT_BACKEND, PKV_BACKEND_KIND_OPENCL, PKV_PREEMPT_MODE_SWAP,
+          PKV_KV_DTYPE_U4);
 }
 
 static void test_faults_opencl_calls_swap_u8(void **state)
@@ -492,7 +500,8 @@ static void test_faults_opencl_calls_swap_u8(void **state)
     if (!have_opencl())
         skip();
 #ifdef PKV_HAVE_OPENCL
-    sweep(AT_OPENCL, PKV_BACKEND_OPENCL, PKV_PREEMPT_SWAP, PKV_KV_U8);
+    sweep(AT_OPENCL, PKV_BACKEND_KIND_OPENCL, PKV_PREEMPT_MODE_SWAP,
+          PKV_KV_DTYPE_U8);
 #endif
 }
 
@@ -502,7 +511,8 @@ static void test_faults_opencl_calls_recompute_f16(void **state)
     if (!have_opencl())
         skip();
 #ifdef PKV_HAVE_OPENCL
-    sweep(AT_OPENCL, PKV_BACKEND_OPENCL, PKV_PREEMPT_RECOMPUTE, PKV_KV_F16);
+    sweep(AT_OPENCL, PKV_BACKEND_KIND_OPENCL, PKV_PREEMPT_MODE_RECOMPUTE,
+          PKV_KV_DTYPE_F16);
 #endif
 }
 

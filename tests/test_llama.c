@@ -119,7 +119,7 @@ static pkv_result run_pkv(const llama_model *m, const workload *w,
     p.kv_dtype = kv_dtype;
     p.num_blocks = num_blocks;
     p.max_batch_tokens = 64; /* prompts are cut into chunks */
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     llama_pkv_attend ctx = {e, c};
@@ -145,7 +145,7 @@ static pkv_result run_pkv(const llama_model *m, const workload *w,
         const pkv_batch *b;
         assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
         for (uint32_t i = 0; i < b->num_finished; i++)
-            assert_int_equal(b->finished[i].reason, PKV_FINISH_LENGTH);
+            assert_int_equal(b->finished[i].reason, PKV_FINISH_REASON_LENGTH);
         assert_int_equal(llama_forward(m, &s, b->num_tokens, b->token_ids,
                                        b->positions, llama_attend_pkv, &ctx,
                                        b->sample_rows, b->num_samples,
@@ -209,10 +209,10 @@ static void test_pkv_equals_dense(void **state)
     assert_true(distinct >= 16);
 
     /* A roomy pool, then one with room for about two sequences. */
-    pkv_result roomy = run_pkv(&m, &w, PKV_KV_F32, 128, 0);
+    pkv_result roomy = run_pkv(&m, &w, PKV_KV_DTYPE_F32, 128, 0);
     assert_int_equal(roomy.mismatches, 0);
     assert_true(roomy.prefix_hits > 0);
-    pkv_result tight = run_pkv(&m, &w, PKV_KV_F32, 12, 0);
+    pkv_result tight = run_pkv(&m, &w, PKV_KV_DTYPE_F32, 12, 0);
     assert_int_equal(tight.mismatches, 0);
     assert_true(tight.preemptions > 0);
     printf("f32 KV: greedy tokens equal dense attention token for token "
@@ -221,7 +221,8 @@ static void test_pkv_equals_dense(void **state)
            distinct, (unsigned long long)roomy.prefix_hits,
            (unsigned long long)tight.preemptions);
 
-    static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8};
+    static const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                                     PKV_KV_DTYPE_U8};
     static const char *const names[] = {"f32", "f16", "u8"};
     for (int k = 0; k < 3; k++) {
         pkv_result r = run_pkv(&m, &w, dtypes[k], 128, 1);
@@ -229,7 +230,7 @@ static void test_pkv_equals_dense(void **state)
         printf("%s KV: top-1 agreement with dense f32, teacher forced: "
                "%.1f%% (%u of %u)\n",
                names[k], 100.0 * agreement, r.agree, r.total);
-        assert_true(agreement >= (dtypes[k] == PKV_KV_U8 ? 0.5 : 0.9));
+        assert_true(agreement >= (dtypes[k] == PKV_KV_DTYPE_U8 ? 0.5 : 0.9));
     }
     free_workload(&w);
     llama_model_free(&m);
@@ -338,7 +339,8 @@ static void test_checkpoint_roundtrip(void **state)
         for (uint32_t i = 0; i < NUM_PROMPTS; i++)
             w.max_new[i] = w.max_new[i] < 6 ? w.max_new[i] : 6;
         run_dense(&m, &w);
-        assert_int_equal(run_pkv(&m, &w, PKV_KV_F32, 64, 0).mismatches, 0);
+        assert_int_equal(run_pkv(&m, &w, PKV_KV_DTYPE_F32, 64, 0).mismatches,
+                         0);
         free_workload(&w);
         llama_model_free(&m);
 

@@ -379,18 +379,26 @@ static const uint32_t heads[][2] = {{8, 8}, {32, 8}, {9, 3}};
 static const uint32_t sizes[] = {8, 16, 32};
 static const uint32_t shapes[][2] = {
     {1, 1}, {1, 1000}, {17, 17}, {3, 16}, {98, 1145}};
-static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                                 PKV_KV_U4, PKV_KV_U8K_U4V};
+static const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                                 PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                                 PKV_KV_DTYPE_U8K_U4V};
 #define NUM_DTYPES (sizeof dtypes / sizeof dtypes[0])
 
 static geo make_geo(uint32_t d, uint32_t hq, uint32_t hkv, uint32_t bs,
                     int32_t dtype, int flip_quant)
 {
-    geo g = {d, hq, hkv, bs, dtype, PKV_QUANT_PER_CHANNEL,
-             PKV_QUANT_PER_TOKEN, 2, 0};
+    geo g = {d,
+             hq,
+             hkv,
+             bs,
+             dtype,
+             PKV_QUANT_GROUP_PER_CHANNEL,
+             PKV_QUANT_GROUP_PER_TOKEN,
+             2,
+             0};
     if (flip_quant) {
-        g.kq = PKV_QUANT_PER_TOKEN;
-        g.vq = PKV_QUANT_PER_CHANNEL;
+        g.kq = PKV_QUANT_GROUP_PER_TOKEN;
+        g.vq = PKV_QUANT_GROUP_PER_CHANNEL;
     }
     return g;
 }
@@ -438,35 +446,35 @@ static const struct {
     uint32_t window, prior; /* prior 0: 2 * bs + 5 */
     uint32_t u4g;           /* 0: geo's default */
 } small_cases[] = {
-    {64, 4, 4, 8, PKV_KV_F32, 0, 0, 0, 0},
-    {96, 8, 2, 16, PKV_KV_F16, 0, 0, 0, 0},
-    {128, 8, 1, 32, PKV_KV_U8, 0, 0, 0, 0},
-    {64, 8, 2, 64, PKV_KV_U8, 1, 0, 0, 0},
-    {128, 4, 1, 16, PKV_KV_U8, 0, 21, 0, 0},
-    {96, 8, 1, 8, PKV_KV_U8, 1, 0, 0, 0},
-    {128, 4, 4, 64, PKV_KV_F16, 0, 9, 0, 0},
-    {64, 16, 2, 32, PKV_KV_F32, 0, 0, 0, 0},
+    {64, 4, 4, 8, PKV_KV_DTYPE_F32, 0, 0, 0, 0},
+    {96, 8, 2, 16, PKV_KV_DTYPE_F16, 0, 0, 0, 0},
+    {128, 8, 1, 32, PKV_KV_DTYPE_U8, 0, 0, 0, 0},
+    {64, 8, 2, 64, PKV_KV_DTYPE_U8, 1, 0, 0, 0},
+    {128, 4, 1, 16, PKV_KV_DTYPE_U8, 0, 21, 0, 0},
+    {96, 8, 1, 8, PKV_KV_DTYPE_U8, 1, 0, 0, 0},
+    {128, 4, 4, 64, PKV_KV_DTYPE_F16, 0, 9, 0, 0},
+    {64, 16, 2, 32, PKV_KV_DTYPE_F32, 0, 0, 0, 0},
     /* The smallest and the largest head_dim the header allows. */
-    {8, 4, 2, 16, PKV_KV_U8, 0, 0, 0, 0},
-    {512, 2, 1, 8, PKV_KV_F16, 0, 0, 0, 0},
+    {8, 4, 2, 16, PKV_KV_DTYPE_U8, 0, 0, 0, 0},
+    {512, 2, 1, 8, PKV_KV_DTYPE_F16, 0, 0, 0, 0},
     /* Up to three partitions of 256 tokens, and the reduce kernel. */
-    {64, 2, 1, 8, PKV_KV_U8, 0, 0, 600, 0},
+    {64, 2, 1, 8, PKV_KV_DTYPE_U8, 0, 0, 600, 0},
     /* U4: per-channel keys and per-token value groups, the reverse, and
      * U8 keys with U4 values; groups of 32 channels (8 at head_dim 8). */
-    {128, 8, 2, 16, PKV_KV_U4, 0, 0, 0, 0},
-    {256, 4, 1, 16, PKV_KV_U4, 0, 0, 0, 0},
-    {96, 8, 1, 32, PKV_KV_U4, 1, 17, 0, 0},
-    {64, 8, 8, 8, PKV_KV_U8K_U4V, 0, 0, 0, 0},
-    {256, 8, 1, 64, PKV_KV_U8K_U4V, 1, 0, 0, 0},
-    {8, 4, 2, 16, PKV_KV_U4, 0, 0, 0, 0},
-    {64, 2, 1, 8, PKV_KV_U4, 0, 0, 600, 0},
+    {128, 8, 2, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
+    {256, 4, 1, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
+    {96, 8, 1, 32, PKV_KV_DTYPE_U4, 1, 17, 0, 0},
+    {64, 8, 8, 8, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 0},
+    {256, 8, 1, 64, PKV_KV_DTYPE_U8K_U4V, 1, 0, 0, 0},
+    {8, 4, 2, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
+    {64, 2, 1, 8, PKV_KV_DTYPE_U4, 0, 0, 600, 0},
     /* U4 groups other than the default: 8 at head_dim 128 with per-token
      * keys (every key group folded on its own), 24 at 96 (not a multiple
      * of 16: the CPU-shaped variant's narrower vectors), and a whole row;
      * block 8 with GQA 4. */
-    {128, 8, 2, 16, PKV_KV_U4, 1, 0, 0, 8},
-    {96, 8, 2, 16, PKV_KV_U8K_U4V, 0, 0, 0, 24},
-    {64, 8, 2, 8, PKV_KV_U4, 0, 0, 0, 64},
+    {128, 8, 2, 16, PKV_KV_DTYPE_U4, 1, 0, 0, 8},
+    {96, 8, 2, 16, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 24},
+    {64, 8, 2, 8, PKV_KV_DTYPE_U4, 0, 0, 0, 64},
 };
 
 #define NUM_SMALL (sizeof small_cases / sizeof small_cases[0])
@@ -682,7 +690,7 @@ static void test_copy_and_swap(void **state)
 static void test_validation(void **state)
 {
     (void)state;
-    geo g = make_geo(64, 8, 8, 16, PKV_KV_F16, 0);
+    geo g = make_geo(64, 8, 8, 16, PKV_KV_DTYPE_F16, 0);
     pair p;
     pair_init(&p, &g, 16, 0);
     float x[8 * 64];

@@ -43,8 +43,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8, PKV_KV_U4,
-                                 PKV_KV_U8K_U4V};
+static const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                                 PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                                 PKV_KV_DTYPE_U8K_U4V};
 #define NUM_DTYPES (int)(sizeof dtypes / sizeof dtypes[0])
 
 /* Counts bytes the engine allocates, to check that failures leak none. */
@@ -75,7 +76,7 @@ typedef struct log_capture {
 static void capture_log(void *user, int32_t level, const char *message)
 {
     log_capture *l = user;
-    if (level <= PKV_LOG_WARN)
+    if (level <= PKV_LOG_LEVEL_WARN)
         l->warnings++;
     strncpy(l->last, message, sizeof l->last - 1);
     l->last[sizeof l->last - 1] = '\0';
@@ -87,7 +88,7 @@ static void test_decode_and_prefix_hit(void **state)
 {
     (void)state;
     for (int k = 0; k < NUM_DTYPES; k++) {
-        pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+        pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
         p.kv_dtype = dtypes[k];
         ch_host h;
         ch_cmocka_init(&h, &p, hm_tolerance(dtypes[k]));
@@ -115,7 +116,7 @@ static void test_fork_then_diverge(void **state)
 {
     (void)state;
     for (int k = 0; k < NUM_DTYPES; k++) {
-        pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+        pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
         p.kv_dtype = dtypes[k];
         ch_host h;
         ch_cmocka_init(&h, &p, hm_tolerance(dtypes[k]));
@@ -138,7 +139,7 @@ static void test_fork_then_diverge(void **state)
  * to the dense reference. */
 static void run_tiny_pool(int32_t mode, int k)
 {
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.num_blocks = 13;
     p.watermark = 0;
     p.preempt_mode = mode;
@@ -156,7 +157,7 @@ static void run_tiny_pool(int32_t mode, int k)
     st.struct_size = sizeof st;
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_true(st.preemptions > 0);
-    if (mode == PKV_PREEMPT_SWAP)
+    if (mode == PKV_PREEMPT_MODE_SWAP)
         assert_true(st.swap_outs > 0 && st.swap_ins == st.swap_outs);
     ch_check_idle(&h);
     for (uint32_t i = 0; i < 4; i++)
@@ -168,8 +169,8 @@ static void test_preemption(void **state)
 {
     (void)state;
     for (int k = 0; k < NUM_DTYPES; k++) {
-        run_tiny_pool(PKV_PREEMPT_RECOMPUTE, k);
-        run_tiny_pool(PKV_PREEMPT_SWAP, k);
+        run_tiny_pool(PKV_PREEMPT_MODE_RECOMPUTE, k);
+        run_tiny_pool(PKV_PREEMPT_MODE_SWAP, k);
     }
 }
 
@@ -178,7 +179,7 @@ static void test_mixed_load(void **state)
 {
     (void)state;
     for (int k = 0; k < NUM_DTYPES; k++) {
-        pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+        pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
         p.kv_dtype = dtypes[k];
         p.num_q_heads = 6;
         p.num_kv_heads = 2;
@@ -236,11 +237,11 @@ static void model_rows(const pkv_engine_params *p, const pkv_batch *b,
 static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
                         cl_context ctx, cl_command_queue queue)
 {
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.kv_dtype = kv_dtype;
     p.head_dim = 16;
     pkv_engine_params pc = p;
-    pc.backend = PKV_BACKEND_CPU;
+    pc.backend = PKV_BACKEND_KIND_CPU;
     assert_int_equal(pkv_engine_params_set_opencl(&p, ctx, queue), PKV_OK);
     pkv_engine *eo = NULL, *ec = NULL;
     assert_int_equal(pkv_engine_create(&p, &eo), PKV_OK);
@@ -265,8 +266,8 @@ static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
         free(prompt);
     }
     uint32_t hq = p.num_q_heads, hkv = p.num_kv_heads, d = p.head_dim;
-    size_t es = tensor_dtype == PKV_TENSOR_F16 ? 2 : 4;
-    double tol = tensor_dtype == PKV_TENSOR_F16 ? 1e-3 : 2e-5;
+    size_t es = tensor_dtype == PKV_TENSOR_DTYPE_F16 ? 2 : 4;
+    double tol = tensor_dtype == PKV_TENSOR_DTYPE_F16 ? 1e-3 : 2e-5;
     for (int step = 0; pkv_engine_has_work(ec); step++) {
         assert_true(step < 100);
         const pkv_batch *bo, *bc;
@@ -393,7 +394,7 @@ static void test_table_rows_uploaded(void **state)
 {
     (void)state;
     setenv("PKV_OPENCL_DECODE", "gpu", 1);
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     unsetenv("PKV_OPENCL_DECODE");
@@ -445,7 +446,7 @@ static void test_table_rows_uploaded(void **state)
 static void test_one_wait_per_layer(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     int32_t *prompt = hm_prompt(9, 3);
@@ -467,7 +468,7 @@ static void test_one_wait_per_layer(void **state)
 static void test_no_buffer_per_layer(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     int32_t *prompt = hm_prompt(9, 5);
@@ -496,13 +497,13 @@ static void test_no_buffer_per_layer(void **state)
         uint64_t before = pkv__ocl_buffers_created(e->backend);
         assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
         uint32_t rows = b->num_tokens;
-        pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, rows,
+        pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_DTYPE_F32, rows,
                                         p.num_q_heads, p.head_dim);
-        pkv_tensor tk = pkv_tensor_host(k, 0, PKV_TENSOR_F32, rows,
+        pkv_tensor tk = pkv_tensor_host(k, 0, PKV_TENSOR_DTYPE_F32, rows,
                                         p.num_kv_heads, p.head_dim);
-        pkv_tensor tv = pkv_tensor_host(v, 0, PKV_TENSOR_F32, rows,
+        pkv_tensor tv = pkv_tensor_host(v, 0, PKV_TENSOR_DTYPE_F32, rows,
                                         p.num_kv_heads, p.head_dim);
-        pkv_tensor to = pkv_tensor_host(out, 0, PKV_TENSOR_F32, rows,
+        pkv_tensor to = pkv_tensor_host(out, 0, PKV_TENSOR_DTYPE_F32, rows,
                                         p.num_q_heads, p.head_dim);
         for (uint32_t layer = 0; layer < p.num_layers; layer++)
             assert_int_equal(pkv_engine_attend(e, layer, &tq, &tk, &tv, &to),
@@ -537,9 +538,9 @@ static void test_interop(void **state)
     static const char *const variants[] = {"cpu", "gpu", "intel"};
     for (int i = 0; i < 3; i++) {
         setenv("PKV_OPENCL_DECODE", variants[i], 1);
-        run_interop(PKV_TENSOR_F32, PKV_KV_F32, ctx, queue);
-        run_interop(PKV_TENSOR_F16, PKV_KV_U8, ctx, queue);
-        run_interop(PKV_TENSOR_F32, PKV_KV_F16, ctx, queue);
+        run_interop(PKV_TENSOR_DTYPE_F32, PKV_KV_DTYPE_F32, ctx, queue);
+        run_interop(PKV_TENSOR_DTYPE_F16, PKV_KV_DTYPE_U8, ctx, queue);
+        run_interop(PKV_TENSOR_DTYPE_F32, PKV_KV_DTYPE_F16, ctx, queue);
     }
     unsetenv("PKV_OPENCL_DECODE");
     clReleaseCommandQueue(queue);
@@ -550,7 +551,7 @@ static void test_interop(void **state)
 static void test_invalid_cl_mem(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     int32_t *prompt = hm_prompt(6, 1);
@@ -566,10 +567,12 @@ static void test_invalid_cl_mem(void **state)
     cl_command_queue other_q;
     host_queue(&other, &other_q);
     cl_mem foreign = new_buffer(other, 4096);
-    pkv_tensor q = pkv_tensor_opencl(big, 0, PKV_TENSOR_F32, T, hq, d);
-    pkv_tensor k = pkv_tensor_opencl(big, 1024, PKV_TENSOR_F32, T, hkv, d);
-    pkv_tensor v = pkv_tensor_opencl(big, 2048, PKV_TENSOR_F32, T, hkv, d);
-    pkv_tensor o = pkv_tensor_opencl(big, 3072, PKV_TENSOR_F32, T, hq, d);
+    pkv_tensor q = pkv_tensor_opencl(big, 0, PKV_TENSOR_DTYPE_F32, T, hq, d);
+    pkv_tensor k =
+        pkv_tensor_opencl(big, 1024, PKV_TENSOR_DTYPE_F32, T, hkv, d);
+    pkv_tensor v =
+        pkv_tensor_opencl(big, 2048, PKV_TENSOR_DTYPE_F32, T, hkv, d);
+    pkv_tensor o = pkv_tensor_opencl(big, 3072, PKV_TENSOR_DTYPE_F32, T, hq, d);
     struct {
         pkv_tensor *t;
         cl_mem mem;
@@ -596,7 +599,8 @@ static void test_invalid_cl_mem(void **state)
     }
     /* Host and cl_mem tensors mixed. */
     float hostbuf[6 * 4 * 8];
-    pkv_tensor hq_t = pkv_tensor_host(hostbuf, 0, PKV_TENSOR_F32, T, hq, d);
+    pkv_tensor hq_t =
+        pkv_tensor_host(hostbuf, 0, PKV_TENSOR_DTYPE_F32, T, hq, d);
     assert_int_equal(pkv_engine_attend(h.engine, 0, &hq_t, &k, &v, &o),
                      PKV_ERR_INVALID_ARGUMENT);
     /* Still usable: the step runs with good tensors. */
@@ -613,7 +617,7 @@ static void test_invalid_cl_mem(void **state)
     ch_free(&h);
 
     /* A CPU engine takes no cl_mem. */
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     ch_cmocka_init(&h, &p, 1e-4f);
     ch_add_prompt(&h, (const int32_t[]){1, 2, 3}, 3, 1, 0, 0);
     assert_int_equal(pkv_engine_step_begin(h.engine, &b), PKV_OK);
@@ -692,15 +696,15 @@ static void test_program_fails_to_build(void **state)
     char dir[64];
     kernel_tree(dir, "\n__kernel void broken(void) { this is not C; }\n");
     pkv__ocl_kernel_dir = dir;
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     expect_create_fails(p, PKV_ERR_BUILD, "clBuildProgram");
     /* AUTO falls back to the CPU backend and says so. */
     log_capture l;
     memset(&l, 0, sizeof l);
-    p.backend = PKV_BACKEND_AUTO;
+    p.backend = PKV_BACKEND_KIND_AUTO;
     p.log = capture_log;
     p.log_user = &l;
-    p.log_level = PKV_LOG_WARN;
+    p.log_level = PKV_LOG_LEVEL_WARN;
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
     assert_int_equal(l.warnings, 1);
@@ -712,7 +716,7 @@ static void test_program_fails_to_build(void **state)
     remove_tree(dir);
     /* A kernel directory that does not exist. */
     pkv__ocl_kernel_dir = "/nonexistent/pkv";
-    p = hm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_KIND_OPENCL);
     expect_create_fails(p, PKV_ERR_BUILD, "cannot be read");
     pkv__ocl_kernel_dir = saved;
 }
@@ -720,7 +724,7 @@ static void test_program_fails_to_build(void **state)
 static void test_cache_too_large(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.head_dim = 512;
     p.num_kv_heads = 8;
     p.num_q_heads = 8;
@@ -730,7 +734,7 @@ static void test_cache_too_large(void **state)
     /* A largest step whose block tables pass the device's largest buffer:
      * refused here, so that step_begin never refuses a planned step
      * (65,536 sequences of 2^20 blocks of 16 tokens: 256 GiB). */
-    p = hm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.max_num_seqs = 65536;
     p.max_model_len = 1u << 24;
     p.block_size = 16;
@@ -741,16 +745,16 @@ static void test_cache_too_large(void **state)
     assert_int_equal(pkv_engine_create(&p, &fits), PKV_OK);
     pkv_engine_destroy(fits);
     /* A device that is not there. */
-    p = hm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.opencl_device = "no such device anywhere";
     expect_create_fails(p, PKV_ERR_DEVICE, "no OpenCL device matches");
     /* Only one of the two host handles. */
-    p = hm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.opencl_queue = (void *)&p;
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT, "together");
     /* A decode variant that does not exist. */
     setenv("PKV_OPENCL_DECODE", "fast", 1);
-    p = hm_params(PKV_BACKEND_OPENCL);
+    p = hm_params(PKV_BACKEND_KIND_OPENCL);
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT,
                         "PKV_OPENCL_DECODE=fast: expected auto, cpu, gpu");
     unsetenv("PKV_OPENCL_DECODE");
@@ -789,11 +793,11 @@ static size_t read_file(const char *path, unsigned char *buf, size_t cap)
 static void create_with_cache(const char *dir, cl_context ctx,
                               cl_command_queue queue, log_capture *l)
 {
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.program_cache_dir = dir;
     p.log = capture_log;
     p.log_user = l;
-    p.log_level = PKV_LOG_DEBUG;
+    p.log_level = PKV_LOG_LEVEL_DEBUG;
     assert_int_equal(pkv_engine_params_set_opencl(&p, ctx, queue), PKV_OK);
     memset(l, 0, sizeof *l);
     ch_host h;
@@ -817,11 +821,11 @@ static void count_hits(void *user, int32_t level, const char *message)
 static int run_own_context(const char *dir, ch_host *keep)
 {
     int hits = 0;
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.program_cache_dir = dir;
     p.log = count_hits;
     p.log_user = &hits;
-    p.log_level = PKV_LOG_DEBUG;
+    p.log_level = PKV_LOG_LEVEL_DEBUG;
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     int32_t prompt[5] = {1, 2, 3, 4, 5};

@@ -100,10 +100,11 @@ static pkv_engine_params params_of(int32_t backend, int32_t dtype)
 static void test_reload(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
-        pkv_engine_params p = params_of(PKV_BACKEND_CPU, dtypes[d]);
+        pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, dtypes[d]);
         reload_once(&p, &p);
     }
 }
@@ -113,14 +114,14 @@ static void test_reload(void **state)
 static void test_small_pool(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F32);
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F32);
     int32_t *prompt = hm_prompt(PROMPT, 12);
     size_t size;
     uint8_t *data = saved_cache(&p, prompt, &size);
     p.num_blocks = 10; /* 9 usable; the running prompt holds 6 */
     p.watermark = 0;
     ch_host b;
-    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_F32));
+    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_DTYPE_F32));
     int32_t *other = hm_prompt(PROMPT, 13);
     ch_add_prompt(&b, other, PROMPT, 3, 0, 0);
     ch_step(&b, NULL);
@@ -154,12 +155,12 @@ static pkv_status try_load(pkv_engine *e, const uint8_t *data, size_t n)
 static void test_bad_input(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F32);
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F32);
     int32_t *prompt = hm_prompt(PROMPT, 14);
     size_t size;
     uint8_t *data = saved_cache(&p, prompt, &size);
     ch_host b;
-    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_F32));
+    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_DTYPE_F32));
     pkv_engine_stats before, after;
     before.struct_size = after.struct_size = sizeof before;
     assert_int_equal(pkv_engine_get_stats(b.engine, &before), PKV_OK);
@@ -198,7 +199,7 @@ static void test_bad_input(void **state)
     /* Another block size or dtype. */
     pkv_engine_params other[2] = {p, p};
     other[0].block_size = 8;
-    other[1].kv_dtype = PKV_KV_F16;
+    other[1].kv_dtype = PKV_KV_DTYPE_F16;
     for (int i = 0; i < 2; i++) {
         ch_host c;
         ch_cmocka_init(&c, &other[i], 1e-4f);
@@ -222,11 +223,12 @@ static void test_bad_input(void **state)
 static void test_reload_across_backends(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
-        pkv_engine_params cpu = params_of(PKV_BACKEND_CPU, dtypes[d]);
-        pkv_engine_params ocl = params_of(PKV_BACKEND_OPENCL, dtypes[d]);
+        pkv_engine_params cpu = params_of(PKV_BACKEND_KIND_CPU, dtypes[d]);
+        pkv_engine_params ocl = params_of(PKV_BACKEND_KIND_OPENCL, dtypes[d]);
         reload_once(&cpu, &ocl);
         reload_once(&ocl, &cpu);
     }

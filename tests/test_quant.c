@@ -129,7 +129,7 @@ static double check_part(const float *src, uint32_t bs, uint32_t d,
     pkv__dequant_part(part, bs, d, f, back);
     uint32_t groups = PKV_LAYOUT_Q_GROUPS(pd, f->group, w, bs, d);
     uint32_t width = PKV_LAYOUT_Q_WIDTH(pd, w, d);
-    double levels = pd == PKV_KV_U4 ? 15.0 : 255.0;
+    double levels = pd == PKV_KV_DTYPE_U4 ? 15.0 : 255.0;
     double worst = 0.0;
     for (uint32_t g = 0; g < groups; g++) {
         uint16_t l16, s16;
@@ -141,7 +141,7 @@ static double check_part(const float *src, uint32_t bs, uint32_t d,
         double lo = pkv__f16_to_f32(l16), scale = pkv__f16_to_f32(s16);
         assert_true(scale > 0.0 && isfinite(scale) && isfinite(lo));
         double tol = ldexp(fabs(lo) + 256.0 * scale, -20);
-        int per_channel = f->group == PKV_QUANT_PER_CHANNEL;
+        int per_channel = f->group == PKV_QUANT_GROUP_PER_CHANNEL;
         uint32_t n = per_channel ? bs : width;
         double mn = INFINITY, mx = -INFINITY;
         for (uint32_t i = 0; i < n; i++) {
@@ -175,14 +175,14 @@ typedef float (*gen_fn)(uint64_t *rng, uint32_t token, uint32_t channel);
 static void check_formats(const float *src, uint32_t bs, uint32_t d)
 {
     for (int32_t group = 1; group <= 2; group++) {
-        pkv__qformat u8 = {PKV_KV_U8, group, 0};
+        pkv__qformat u8 = {PKV_KV_DTYPE_U8, group, 0};
         check_part(src, bs, d, &u8);
         const uint32_t widths[] = {8, 32, d};
         for (size_t i = 0; i < 3; i++) {
             if (d % widths[i] != 0 ||
-                (group == PKV_QUANT_PER_CHANNEL && i > 0))
+                (group == PKV_QUANT_GROUP_PER_CHANNEL && i > 0))
                 continue;
-            pkv__qformat u4 = {PKV_KV_U4, group, widths[i]};
+            pkv__qformat u4 = {PKV_KV_DTYPE_U4, group, widths[i]};
             check_part(src, bs, d, &u4);
         }
     }
@@ -322,12 +322,13 @@ static void quant_u4_nibble_order(void **state)
     for (uint32_t i = 0; i < BS * D; i++)
         src[i] = (float)(i % D); /* channel c holds c in every token */
     /* Per token, one group of 8: lo 0, scale 7/15 rounded up to f16. */
-    pkv__qformat f = {PKV_KV_U4, PKV_QUANT_PER_TOKEN, 8};
+    pkv__qformat f = {PKV_KV_DTYPE_U4, PKV_QUANT_GROUP_PER_TOKEN, 8};
     uint8_t part[PKV_LAYOUT_PART_BYTES(PKV_LAYOUT_U4, 2, 8, BS, D)];
     pkv__quant_part(src, BS, D, &f, part);
     for (uint32_t t = 0; t < BS; t++)
         for (uint32_t c = 0; c < D; c++) {
-            uint8_t code = pkv__quant_code_at(part + t * D / 2, PKV_KV_U4, c);
+            uint8_t code =
+                pkv__quant_code_at(part + t * D / 2, PKV_KV_DTYPE_U4, c);
             uint8_t byte = part[t * D / 2 + c / 2];
             assert_int_equal(code, c % 2 ? byte >> 4 : byte & 15);
         }
@@ -349,11 +350,12 @@ static void quant_per_channel_isolates_outliers(void **state)
         src[i] = gen_outlier_channels(&rng, i / d, i % d);
     uint8_t part[16 * 64 + 4 * 64]; /* the largest: U8 per channel */
     float back[16 * 64];
-    for (int32_t dtype = PKV_KV_U8; dtype <= PKV_KV_U4; dtype++) {
+    for (int32_t dtype = PKV_KV_DTYPE_U8; dtype <= PKV_KV_DTYPE_U4; dtype++) {
         double err[2];
         for (int g = 0; g < 2; g++) {
             pkv__qformat f = {dtype,
-                              g ? PKV_QUANT_PER_TOKEN : PKV_QUANT_PER_CHANNEL,
+                              g ? PKV_QUANT_GROUP_PER_TOKEN
+                                : PKV_QUANT_GROUP_PER_CHANNEL,
                               32};
             pkv__quant_part(src, bs, d, &f, part);
             pkv__dequant_part(part, bs, d, &f, back);

@@ -18,7 +18,7 @@
 static void test_single_sequence_decodes(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     int32_t *prompt = hm_prompt(10, 1);
@@ -26,7 +26,7 @@ static void test_single_sequence_decodes(void **state)
     ch_run(&h, 100);
     ch_seq *s = ch_find(&h, id);
     assert_true(s->ended);
-    assert_int_equal(s->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(s->reason, PKV_FINISH_REASON_LENGTH);
     assert_int_equal(s->num_tokens, 15);
     /* 1 prefill step + 4 decode steps + 1 to report the end. */
     assert_int_equal(h.steps, 6);
@@ -41,7 +41,7 @@ static void test_single_sequence_decodes(void **state)
 static void test_long_prefill_threshold(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.num_layers = 1;
     p.max_batch_tokens = 1024;
     p.long_prefill_threshold = 400;
@@ -71,7 +71,7 @@ static void test_long_prefill_threshold(void **state)
 static void test_fcfs_order_and_max_num_seqs(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.max_num_seqs = 2;
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
@@ -85,8 +85,7 @@ static void test_fcfs_order_and_max_num_seqs(void **state)
     assert_true(b->seq_ids[0] == ids[0] && b->seq_ids[1] == ids[1]);
     ch_run(&h, 100);
     for (int i = 0; i < 4; i++)
-        assert_int_equal(ch_find(&h, ids[i])->reason,
-                         PKV_FINISH_LENGTH);
+        assert_int_equal(ch_find(&h, ids[i])->reason, PKV_FINISH_REASON_LENGTH);
     ch_check_idle(&h);
     free(prompt);
     ch_free(&h);
@@ -95,7 +94,7 @@ static void test_fcfs_order_and_max_num_seqs(void **state)
 static void test_prefix_hit_is_used_and_correct(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     int32_t *prompt = hm_prompt(19, 4);
@@ -125,7 +124,7 @@ static void test_prefix_hit_is_used_and_correct(void **state)
  * every row stays equal to the dense reference. */
 static void run_tiny_pool(int32_t mode, int32_t kv_dtype, float tol)
 {
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.num_blocks = 13; /* 12 usable blocks of 4 tokens */
     p.watermark = 0;
     p.preempt_mode = mode;
@@ -142,7 +141,7 @@ static void run_tiny_pool(int32_t mode, int32_t kv_dtype, float tol)
     ch_run(&h, 500);
     for (uint32_t i = 0; i < 4; i++) {
         ch_seq *s = ch_find(&h, ids[i]);
-        assert_int_equal(s->reason, PKV_FINISH_LENGTH);
+        assert_int_equal(s->reason, PKV_FINISH_REASON_LENGTH);
         assert_int_equal(s->num_tokens, 21);
         free(prompts[i]);
     }
@@ -151,7 +150,7 @@ static void run_tiny_pool(int32_t mode, int32_t kv_dtype, float tol)
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_true(st.preemptions > 0);
     assert_int_equal(h.preempted_reports, st.preemptions);
-    if (mode == PKV_PREEMPT_SWAP) {
+    if (mode == PKV_PREEMPT_MODE_SWAP) {
         assert_true(st.swap_outs > 0);
         assert_int_equal(st.swap_ins, st.swap_outs);
     } else {
@@ -164,27 +163,29 @@ static void run_tiny_pool(int32_t mode, int32_t kv_dtype, float tol)
 static void test_preempt_recompute(void **state)
 {
     (void)state;
-    run_tiny_pool(PKV_PREEMPT_RECOMPUTE, PKV_KV_F32, 1e-4f);
+    run_tiny_pool(PKV_PREEMPT_MODE_RECOMPUTE, PKV_KV_DTYPE_F32, 1e-4f);
 }
 
 static void test_preempt_swap(void **state)
 {
     (void)state;
-    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_F32, 1e-4f);
+    run_tiny_pool(PKV_PREEMPT_MODE_SWAP, PKV_KV_DTYPE_F32, 1e-4f);
 }
 
 static void test_preempt_swap_u8(void **state)
 {
     (void)state;
     /* U8 and U4 tails live in the staging area: swap carries them too. */
-    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U8, hm_tolerance(PKV_KV_U8));
-    run_tiny_pool(PKV_PREEMPT_SWAP, PKV_KV_U4, hm_tolerance(PKV_KV_U4));
+    run_tiny_pool(PKV_PREEMPT_MODE_SWAP, PKV_KV_DTYPE_U8,
+                  hm_tolerance(PKV_KV_DTYPE_U8));
+    run_tiny_pool(PKV_PREEMPT_MODE_SWAP, PKV_KV_DTYPE_U4,
+                  hm_tolerance(PKV_KV_DTYPE_U4));
 }
 
 static void test_preempt_recompute_f16(void **state)
 {
     (void)state;
-    run_tiny_pool(PKV_PREEMPT_RECOMPUTE, PKV_KV_F16, 5e-3f);
+    run_tiny_pool(PKV_PREEMPT_MODE_RECOMPUTE, PKV_KV_DTYPE_F16, 5e-3f);
 }
 
 /* PRIORITY: when blocks run out, the lowest-priority running sequence is
@@ -192,8 +193,8 @@ static void test_preempt_recompute_f16(void **state)
 static void test_priority_preemption(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
-    p.policy = PKV_POLICY_PRIORITY;
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
+    p.policy = PKV_SCHED_POLICY_PRIORITY;
     p.num_blocks = 9; /* 8 usable */
     p.watermark = 0;
     ch_host h;
@@ -214,8 +215,8 @@ static void test_priority_preemption(void **state)
         }
     }
     assert_true(low_preempted);
-    assert_int_equal(ch_find(&h, high)->reason, PKV_FINISH_LENGTH);
-    assert_int_equal(ch_find(&h, low)->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(ch_find(&h, high)->reason, PKV_FINISH_REASON_LENGTH);
+    assert_int_equal(ch_find(&h, low)->reason, PKV_FINISH_REASON_LENGTH);
     ch_check_idle(&h);
     free(a);
     free(b);
@@ -226,12 +227,12 @@ static void test_priority_preemption(void **state)
 static void test_abort_every_state(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.long_prefill_threshold = 4;
     p.max_batch_tokens = 8;
     p.num_blocks = 11;
     p.watermark = 0;
-    p.preempt_mode = PKV_PREEMPT_SWAP;
+    p.preempt_mode = PKV_PREEMPT_MODE_SWAP;
     p.swap_bytes = 1 << 20;
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
@@ -241,7 +242,7 @@ static void test_abort_every_state(void **state)
     pkv_seq_id queued = ch_add_prompt(&h, prompt, 12, 4, 0, 0);
     ch_abort(&h, queued);
     ch_step(&h, NULL);
-    assert_int_equal(ch_find(&h, queued)->reason, PKV_FINISH_ABORTED);
+    assert_int_equal(ch_find(&h, queued)->reason, PKV_FINISH_REASON_ABORTED);
 
     /* Mid-prefill: 12 tokens, 4 per step. */
     pkv_seq_id mid = ch_add_prompt(&h, prompt, 12, 4, 0, 0);
@@ -254,7 +255,7 @@ static void test_abort_every_state(void **state)
     assert_int_equal(nt, 4);
     ch_abort(&h, mid);
     ch_step(&h, NULL);
-    assert_int_equal(ch_find(&h, mid)->reason, PKV_FINISH_ABORTED);
+    assert_int_equal(ch_find(&h, mid)->reason, PKV_FINISH_REASON_ABORTED);
     assert_int_equal(pkv_engine_get_block_table(h.engine, mid, &blocks, &nb,
                                                 &nt),
                      PKV_ERR_NOT_FOUND);
@@ -279,11 +280,11 @@ static void test_abort_every_state(void **state)
     ch_abort(&h, swapped);
     ch_abort(&h, a); /* running */
     ch_step(&h, NULL);
-    assert_int_equal(ch_find(&h, a)->reason, PKV_FINISH_ABORTED);
-    assert_int_equal(ch_find(&h, b)->reason, PKV_FINISH_ABORTED);
+    assert_int_equal(ch_find(&h, a)->reason, PKV_FINISH_REASON_ABORTED);
+    assert_int_equal(ch_find(&h, b)->reason, PKV_FINISH_REASON_ABORTED);
     ch_abort(&h, waiting);
     ch_run(&h, 100);
-    assert_int_equal(ch_find(&h, waiting)->reason, PKV_FINISH_ABORTED);
+    assert_int_equal(ch_find(&h, waiting)->reason, PKV_FINISH_REASON_ABORTED);
     /* Ended ids: abort is a no-op; never-issued ids: not found. */
     ch_abort(&h, a);
     ch_abort(&h, 9999);
@@ -300,10 +301,11 @@ static void test_abort_every_state(void **state)
 static void test_fork_then_diverge(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     for (int k = 0; k < (int)(sizeof dtypes / sizeof dtypes[0]); k++) {
-        pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+        pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
         p.kv_dtype = dtypes[k];
         ch_host h;
         ch_cmocka_init(&h, &p, hm_tolerance(dtypes[k]));
@@ -347,7 +349,7 @@ static void test_fork_then_diverge(void **state)
 static void test_fork_copy_frees_the_sharer(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.num_blocks = 4; /* null + 3: the parent's 2, 1 for its copy */
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
@@ -370,7 +372,7 @@ static void test_fork_copy_frees_the_sharer(void **state)
 static void test_fork_bad_input(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.max_num_seqs = 2;
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
@@ -394,8 +396,8 @@ static void test_fork_bad_input(void **state)
     assert_non_null(strstr(pkv_engine_last_error(h.engine), "during a step"));
     /* Finish that step by hand. */
     float buf[4 * 8] = {0};
-    pkv_tensor q = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
-                    1, 4, 8, buf, 0};
+    pkv_tensor q =
+        pkv_tensor_host(buf, 0, PKV_TENSOR_DTYPE_F32, 1, 4, 8);
     pkv_tensor kv = q;
     kv.heads = 2;
     float out[4 * 8];
@@ -443,9 +445,9 @@ static uint32_t record_preemptions(preempt_count *counts, uint32_t n,
 static void test_workload_three_times_the_pool(void **state)
 {
     (void)state;
-    const int32_t modes[] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
+    const int32_t modes[] = {PKV_PREEMPT_MODE_RECOMPUTE, PKV_PREEMPT_MODE_SWAP};
     for (int m = 0; m < 2; m++) {
-        pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+        pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
         p.num_blocks = 65; /* 64 usable blocks = 256 tokens */
         p.max_num_seqs = 16;
         p.preempt_mode = modes[m];
@@ -474,7 +476,7 @@ static void test_workload_three_times_the_pool(void **state)
         }
         for (uint32_t i = 0; i < N; i++) {
             assert_int_equal(ch_find(&h, counts[i].id)->reason,
-                             PKV_FINISH_LENGTH);
+                             PKV_FINISH_REASON_LENGTH);
             free(prompts[i]);
         }
         print_message("3x pool (%s): %llu steps, %llu preemptions, at most "
@@ -493,7 +495,7 @@ static void test_workload_three_times_the_pool(void **state)
 static uint32_t squeeze(uint32_t tenant_quota, int32_t preempt_mode,
                         uint32_t *short_done)
 {
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.num_blocks = 65; /* 64 usable */
     p.max_num_seqs = 32;
     p.max_blocks_per_tenant = tenant_quota;
@@ -538,7 +540,8 @@ static void test_fill_and_squeeze(void **state)
     (void)state;
     /* In both preemption modes: a flooding tenant's sequence swapped out
      * and unable to come back under its quota must not hold up others. */
-    const int32_t modes[2] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
+    const int32_t modes[2] = {PKV_PREEMPT_MODE_RECOMPUTE,
+                              PKV_PREEMPT_MODE_SWAP};
     for (int m = 0; m < 2; m++) {
         uint32_t done_with, done_without;
         uint32_t with_quota = squeeze(48, modes[m], &done_with);
@@ -561,7 +564,7 @@ static void test_fill_and_squeeze(void **state)
 static void test_long_context(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.num_layers = 1;
     p.num_q_heads = 1;
     p.num_kv_heads = 1;
@@ -581,7 +584,7 @@ static void test_long_context(void **state)
     pkv_seq_id id = ch_add_prompt(&h, prompt, 32760, 16, 0, 0);
     ch_run(&h, 100);
     ch_seq *s = ch_find(&h, id);
-    assert_int_equal(s->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(s->reason, PKV_FINISH_REASON_LENGTH);
     assert_int_equal(s->num_tokens, 32776);
     assert_true(h.rows_checked >= 20);
     ch_check_idle(&h);
@@ -594,7 +597,7 @@ static void test_long_context(void **state)
 static void test_limits_end_sequences(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.max_model_len = 16;
     p.num_blocks = 4; /* 3 usable blocks = 12 tokens */
     ch_host h;
@@ -603,12 +606,12 @@ static void test_limits_end_sequences(void **state)
     pkv_seq_id too_big = ch_add_prompt(&h, prompt, 14, 0, 0, 0);
     pkv_seq_id ok = ch_add_prompt(&h, prompt, 6, 0, 0, 0);
     ch_run(&h, 100);
-    assert_int_equal(ch_find(&h, too_big)->reason, PKV_FINISH_FAILED);
+    assert_int_equal(ch_find(&h, too_big)->reason, PKV_FINISH_REASON_FAILED);
     assert_int_equal(ch_find(&h, too_big)->status, PKV_ERR_NO_BLOCKS);
     /* 6 tokens + samples until the pool (12 tokens) runs out: fails once it
      * cannot grow, since nobody else can be preempted. */
     ch_seq *s = ch_find(&h, ok);
-    assert_int_equal(s->reason, PKV_FINISH_FAILED);
+    assert_int_equal(s->reason, PKV_FINISH_REASON_FAILED);
     assert_int_equal(s->status, PKV_ERR_NO_BLOCKS);
     ch_check_idle(&h);
     ch_free(&h);
@@ -617,7 +620,7 @@ static void test_limits_end_sequences(void **state)
     ch_cmocka_init(&h, &p, 1e-4f);
     ok = ch_add_prompt(&h, prompt, 6, 0, 0, 0);
     ch_run(&h, 100);
-    assert_int_equal(ch_find(&h, ok)->reason, PKV_FINISH_MAX_MODEL_LEN);
+    assert_int_equal(ch_find(&h, ok)->reason, PKV_FINISH_REASON_MAX_MODEL_LEN);
     assert_int_equal(ch_find(&h, ok)->num_tokens, 16);
     ch_check_idle(&h);
     free(prompt);
@@ -629,7 +632,7 @@ static void test_limits_end_sequences(void **state)
 static void test_sequence_quota(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.max_blocks_per_seq = 4; /* 16 tokens */
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
@@ -638,7 +641,7 @@ static void test_sequence_quota(void **state)
     pkv_seq_id small = ch_add_prompt(&h, prompt, 10, 4, 0, 0);
     ch_run(&h, 100);
     assert_int_equal(ch_find(&h, big)->status, PKV_ERR_QUOTA);
-    assert_int_equal(ch_find(&h, small)->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(ch_find(&h, small)->reason, PKV_FINISH_REASON_LENGTH);
     ch_check_idle(&h);
     free(prompt);
     ch_free(&h);
@@ -663,7 +666,7 @@ static void expect_unchanged(pkv_engine *e, const pkv_engine_stats *before)
 static void test_bad_input_everywhere(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     pkv_engine *e = h.engine;
@@ -707,8 +710,7 @@ static void test_bad_input_everywhere(void **state)
 
     /* Calls out of order. */
     float buf[4 * 8];
-    pkv_tensor t = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
-                    0, 4, 8, buf, 0};
+    pkv_tensor t = pkv_tensor_host(buf, 0, PKV_TENSOR_DTYPE_F32, 0, 4, 8);
     assert_int_equal(pkv_engine_attend(e, 0, &t, &t, &t, &t),
                      PKV_ERR_BAD_STATE);
     assert_non_null(strstr(pkv_engine_last_error(e), "step_begin"));
@@ -730,8 +732,8 @@ static void test_bad_input_everywhere(void **state)
     float q[5 * 4 * 8], kv[5 * 2 * 8], out[5 * 4 * 8];
     memset(q, 0, sizeof q);
     memset(kv, 0, sizeof kv);
-    pkv_tensor tq = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
-                     5, 4, 8, q, 0};
+    pkv_tensor tq =
+        pkv_tensor_host(q, 0, PKV_TENSOR_DTYPE_F32, 5, 4, 8);
     pkv_tensor tkv = tq, to = tq;
     tkv.heads = 2;
     tkv.data = kv;
@@ -753,8 +755,8 @@ static void test_bad_input_everywhere(void **state)
     bad.dtype = 9;
     assert_int_equal(pkv_engine_attend(e, 0, &tq, &tkv, &bad, &to),
                      PKV_ERR_INVALID_ARGUMENT);
-    bad.dtype = PKV_TENSOR_F32;
-    bad.memory = PKV_MEMORY_OPENCL;
+    bad.dtype = PKV_TENSOR_DTYPE_F32;
+    bad.memory = PKV_TENSOR_MEMORY_OPENCL;
     assert_int_equal(pkv_engine_attend(e, 0, &tq, &tkv, &bad, &to),
                      PKV_ERR_UNSUPPORTED);
     bad = tq;
@@ -815,7 +817,7 @@ static void test_bad_input_everywhere(void **state)
  * others' outputs stay exact and nothing it wrote is cached. */
 static void non_finite_case(float bad_value, int32_t kv_dtype, float tol)
 {
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.num_layers = 1;
     p.kv_dtype = kv_dtype;
     ch_host h;
@@ -838,8 +840,8 @@ static void non_finite_case(float bad_value, int32_t kv_dtype, float tol)
                v + r * hkv * d);
     }
     k[12 * hkv * d + 3] = bad_value; /* row 12: the second sequence */
-    pkv_tensor tq = {sizeof(pkv_tensor), PKV_TENSOR_F32, PKV_MEMORY_HOST,
-                     T, hq, d, q, 0};
+    pkv_tensor tq =
+        pkv_tensor_host(q, 0, PKV_TENSOR_DTYPE_F32, T, hq, d);
     pkv_tensor tk = tq, tv = tq, to = tq;
     tk.heads = tv.heads = hkv;
     tk.data = k;
@@ -854,7 +856,7 @@ static void non_finite_case(float bad_value, int32_t kv_dtype, float tol)
     ch_sampled(&h, good, 1); /* bad's sample goes with it */
     ch_run(&h, 10);
     assert_int_equal(ch_find(&h, bad)->status, PKV_ERR_NON_FINITE);
-    assert_int_equal(ch_find(&h, good)->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(ch_find(&h, good)->reason, PKV_FINISH_REASON_LENGTH);
     /* Only the good sequence's full blocks were cached. */
     pkv_seq_id again = ch_add_prompt(&h, prompt, 8, 1, 0, 0);
     const pkv_batch *b3;
@@ -870,8 +872,9 @@ static void test_non_finite_fails_one_sequence(void **state)
 {
     (void)state;
     const float bad[3] = {(float)NAN, (float)INFINITY, -(float)INFINITY};
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < (int)(sizeof dtypes / sizeof dtypes[0]); j++)
             non_finite_case(bad[i], dtypes[j], hm_tolerance(dtypes[j]));

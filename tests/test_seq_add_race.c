@@ -88,8 +88,8 @@ static void test_add_returns_id_of_freed_sequence(void **state)
     p.head_dim = 4;
     p.block_size = 4;
     p.num_blocks = 8;
-    p.kv_dtype = PKV_KV_F32;
-    p.backend = PKV_BACKEND_CPU;
+    p.kv_dtype = PKV_KV_DTYPE_F32;
+    p.backend = PKV_BACKEND_KIND_CPU;
     assert_int_equal(pkv_engine_create(&p, &engine), PKV_OK);
 
     int32_t prompt[3] = {1, 2, 3};

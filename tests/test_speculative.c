@@ -115,8 +115,8 @@ static void same_outputs(const spec_case *c)
     for (pkv_seq_id id = 1; id <= plain.last_id; id++) {
         const ch_seq *a = ch_find(&plain, id), *b = ch_find(&spec, id);
         assert_true(a != NULL && b != NULL);
-        assert_int_equal(a->reason, PKV_FINISH_LENGTH);
-        assert_int_equal(b->reason, PKV_FINISH_LENGTH);
+        assert_int_equal(a->reason, PKV_FINISH_REASON_LENGTH);
+        assert_int_equal(b->reason, PKV_FINISH_REASON_LENGTH);
         assert_int_equal(a->num_tokens, b->num_tokens);
         assert_memory_equal(a->tokens, b->tokens,
                             a->num_tokens * sizeof *a->tokens);
@@ -148,15 +148,21 @@ static void same_outputs(const spec_case *c)
 static void test_same_tokens(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     const uint32_t sizes[] = {1, 4, 16};
-    const int32_t modes[] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
+    const int32_t modes[] = {PKV_PREEMPT_MODE_RECOMPUTE, PKV_PREEMPT_MODE_SWAP};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t b = 0; b < 3; b++)
             for (size_t m = 0; m < 2; m++) {
-                spec_case c = {PKV_BACKEND_CPU, dtypes[d], sizes[b],
-                               modes[m], 0.7, 4, 0};
+                spec_case c = {PKV_BACKEND_KIND_CPU,
+                               dtypes[d],
+                               sizes[b],
+                               modes[m],
+                               0.7,
+                               4,
+                               0};
                 same_outputs(&c);
                 if (PKV_LAYOUT_QUANTIZED(dtypes[d])) { /* a rollback window */
                     c.window = 2;
@@ -166,8 +172,13 @@ static void test_same_tokens(void **state)
     /* Acceptance from none to all. */
     const double ps[] = {0.0, 0.5, 0.9, 1.0};
     for (size_t i = 0; i < 4; i++) {
-        spec_case c = {PKV_BACKEND_CPU, PKV_KV_F32, 4,
-                       PKV_PREEMPT_RECOMPUTE, ps[i], 6, 0};
+        spec_case c = {PKV_BACKEND_KIND_CPU,
+                       PKV_KV_DTYPE_F32,
+                       4,
+                       PKV_PREEMPT_MODE_RECOMPUTE,
+                       ps[i],
+                       6,
+                       0};
         same_outputs(&c);
     }
 }
@@ -176,14 +187,18 @@ static void test_same_tokens(void **state)
 static void test_same_tokens_opencl(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_U8, PKV_KV_U4};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_U8,
+                              PKV_KV_DTYPE_U4};
     const uint32_t sizes[] = {4, 16};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t b = 0; b < 2; b++) {
-            spec_case c = {PKV_BACKEND_OPENCL, dtypes[d], sizes[b],
-                           (int32_t)(b % 2 ? PKV_PREEMPT_SWAP
-                                           : PKV_PREEMPT_RECOMPUTE),
-                           0.7, 4,
+            spec_case c = {PKV_BACKEND_KIND_OPENCL,
+                           dtypes[d],
+                           sizes[b],
+                           (int32_t)(b % 2 ? PKV_PREEMPT_MODE_SWAP
+                                           : PKV_PREEMPT_MODE_RECOMPUTE),
+                           0.7,
+                           4,
                            PKV_LAYOUT_QUANTIZED(dtypes[d]) ? 2u : 0u};
             same_outputs(&c);
         }
@@ -265,7 +280,7 @@ static void committed_rows(int32_t backend, int32_t dtype, uint32_t bs,
     }
     assert_false(pkv_engine_has_work(h[1].engine));
     double worst = committed_difference(h, id);
-    double allowed = backend == PKV_BACKEND_CPU ? 0.0 : 1e-5;
+    double allowed = backend == PKV_BACKEND_KIND_CPU ? 0.0 : 1e-5;
     if (!(worst <= allowed))
         fail_msg("backend %d dtype %d block %u window %u: a committed row "
                  "differs from plain decoding's by %g",
@@ -287,19 +302,20 @@ static void test_committed_rows(void **state)
 {
     (void)state;
 #ifdef PKV_HAVE_OPENCL
-    committed_rows(PKV_BACKEND_OPENCL, PKV_KV_F32, 8, 0);
-    committed_rows(PKV_BACKEND_OPENCL, PKV_KV_U8, 8, 0);
-    committed_rows(PKV_BACKEND_OPENCL, PKV_KV_U8, 16, 1);
-    committed_rows(PKV_BACKEND_OPENCL, PKV_KV_U4, 16, 1);
+    committed_rows(PKV_BACKEND_KIND_OPENCL, PKV_KV_DTYPE_F32, 8, 0);
+    committed_rows(PKV_BACKEND_KIND_OPENCL, PKV_KV_DTYPE_U8, 8, 0);
+    committed_rows(PKV_BACKEND_KIND_OPENCL, PKV_KV_DTYPE_U8, 16, 1);
+    committed_rows(PKV_BACKEND_KIND_OPENCL, PKV_KV_DTYPE_U4, 16, 1);
 #else
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     const uint32_t sizes[] = {4, 8, 16};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t b = 0; b < 3; b++) {
-            committed_rows(PKV_BACKEND_CPU, dtypes[d], sizes[b], 0);
+            committed_rows(PKV_BACKEND_KIND_CPU, dtypes[d], sizes[b], 0);
             if (PKV_LAYOUT_QUANTIZED(dtypes[d]))
-                committed_rows(PKV_BACKEND_CPU, dtypes[d], sizes[b], 1);
+                committed_rows(PKV_BACKEND_KIND_CPU, dtypes[d], sizes[b], 1);
         }
 #endif
 }
@@ -392,9 +408,9 @@ static void window_case(int32_t backend, int32_t dtype, uint32_t bs,
 static int32_t window_backend(void)
 {
 #ifdef PKV_HAVE_OPENCL
-    return PKV_BACKEND_OPENCL;
+    return PKV_BACKEND_KIND_OPENCL;
 #else
-    return PKV_BACKEND_CPU;
+    return PKV_BACKEND_KIND_CPU;
 #endif
 }
 
@@ -404,7 +420,7 @@ static int32_t window_backend(void)
 static void test_u8_window(void **state)
 {
     (void)state;
-    for (int32_t dtype = PKV_KV_U8; dtype <= PKV_KV_U4; dtype++) {
+    for (int32_t dtype = PKV_KV_DTYPE_U8; dtype <= PKV_KV_DTYPE_U4; dtype++) {
         window_case(window_backend(), dtype, 4, 2, 1, 0);
         window_case(window_backend(), dtype, 4, 8, 1, 0);
         window_case(window_backend(), dtype, 8, 6, 1, 0);
@@ -415,7 +431,7 @@ static void test_u8_window(void **state)
 static void test_u8_no_window(void **state)
 {
     (void)state;
-    for (int32_t dtype = PKV_KV_U8; dtype <= PKV_KV_U4; dtype++) {
+    for (int32_t dtype = PKV_KV_DTYPE_U8; dtype <= PKV_KV_DTYPE_U4; dtype++) {
         window_case(window_backend(), dtype, 4, 2, 0, 1);
         window_case(window_backend(), dtype, 4, 8, 0, 1);
     }
@@ -425,7 +441,7 @@ static void test_u8_no_window(void **state)
 static void test_errors(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     int32_t *prompt = hm_prompt(PROMPT, 3);
@@ -460,13 +476,13 @@ static void test_propose_states(void **state)
 {
     (void)state;
 #ifdef PKV_HAVE_OPENCL
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
 #else
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
 #endif
     p.block_size = 8;
     ch_host h;
-    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_F32));
+    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_DTYPE_F32));
     int32_t *prompt = hm_prompt(13, 5);
     pkv_seq_id a = ch_add_prompt(&h, prompt, 13, 20, 0, 0);
     for (int i = 0; i < 7; i++)
@@ -487,9 +503,9 @@ static void test_propose_states(void **state)
      * its kept rows again. Until then the sequence does not decode, and
      * pkv_seq_propose says so and why; pkv_engine_get_block_table shows
      * it (fewer stored tokens than all but the last). */
-    p.kv_dtype = PKV_KV_U8;
+    p.kv_dtype = PKV_KV_DTYPE_U8;
     p.u8_rollback_blocks = 0;
-    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_U8));
+    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_DTYPE_U8));
     pkv_seq_id b = ch_add_prompt(&h, prompt, 3, 20, 0, 0);
     ch_step(&h, NULL);
     ch_seq *rb = ch_find(&h, b);

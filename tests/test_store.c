@@ -32,9 +32,9 @@ enum { PROMPT = 41 }; /* 10 full blocks of 4 before the last token */
 static pkv_engine_params params_of(int32_t dtype)
 {
 #ifdef PKV_HAVE_OPENCL
-    pkv_engine_params p = hm_params(PKV_BACKEND_OPENCL);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
 #else
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
 #endif
     p.kv_dtype = dtype;
     return p;
@@ -115,8 +115,9 @@ static uint32_t first_rows(store_host *h, pkv_seq_id id)
 static void test_share(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8, PKV_KV_U4,
-                              PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     int32_t *prompt = hm_prompt(PROMPT, 7);
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
         fs_data data = {0};
@@ -157,9 +158,9 @@ static void test_local_first(void **state)
     int32_t *other = hm_prompt(PROMPT, 8);
     memcpy(other, prompt, 12 * sizeof *other);
     fs_data data = {0};
-    fill(&data, params_of(PKV_KV_F16), prompt, 0);
+    fill(&data, params_of(PKV_KV_DTYPE_F16), prompt, 0);
     store_host b;
-    sh_init(&b, params_of(PKV_KV_F16), &data);
+    sh_init(&b, params_of(PKV_KV_DTYPE_F16), &data);
     add(&b, other, 0);
     sh_run(&b);
     uint64_t asked = stats_of(&b).store_query_blocks;
@@ -228,7 +229,7 @@ static void expect_bad_block2(fs_data *data, pkv_engine_params p,
 static void test_damaged_values(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_KV_U8);
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_U8);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
@@ -282,7 +283,7 @@ static void test_damaged_values(void **state)
 static void test_other_blocks(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     int32_t *other = hm_prompt(PROMPT, 9);
     fs_data data = {0}, salted = {0}, shaped = {0}, foreign = {0};
@@ -333,7 +334,7 @@ static void test_other_blocks(void **state)
 static void test_models_apart(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0); /* model NULL: "" */
@@ -360,7 +361,7 @@ static void test_models_apart(void **state)
 static void test_evicted(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
@@ -382,7 +383,7 @@ static void test_evicted(void **state)
 static void test_connector_faults(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
@@ -431,7 +432,7 @@ static void test_connector_faults(void **state)
 static void test_cancel(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
@@ -537,7 +538,7 @@ static pkv_status failing_swap_in(pkv__backend *b, const void *host,
 static void test_store_faults(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_KV_U8);
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_U8);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
@@ -590,7 +591,7 @@ static void test_store_faults(void **state)
 static void test_load_budget(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     fs_data data = {0};
     fill(&data, p, prompt, 0);
@@ -626,7 +627,7 @@ static void test_bad_store(void **state)
             st.timeout_ms = 0;
         if (c == 3)
             st.struct_size = 8;
-        pkv_engine_params p = params_of(PKV_KV_F16);
+        pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
         p.store = &st;
         pkv_engine *e = NULL;
         pkv_status want = c == 3 ? PKV_ERR_STRUCT_SIZE

@@ -248,7 +248,7 @@ static uint8_t *slurp(const char *path, size_t *size)
 
 static int has_opencl(void)
 {
-    pkv_engine_params p = params_of(PKV_BACKEND_OPENCL, PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_OPENCL, PKV_KV_DTYPE_F16);
     pkv_engine *e = NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK)
         return 0;
@@ -301,14 +301,14 @@ static void share(int32_t backend_a, int32_t backend_b, int32_t dtype)
 static void test_two_processes(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F16, PKV_KV_U8};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F16, PKV_KV_DTYPE_U8};
     int opencl = has_opencl();
     for (size_t d = 0; d < 2; d++) {
-        share(PKV_BACKEND_CPU, PKV_BACKEND_CPU, dtypes[d]);
+        share(PKV_BACKEND_KIND_CPU, PKV_BACKEND_KIND_CPU, dtypes[d]);
         if (!opencl)
             continue;
-        share(PKV_BACKEND_OPENCL, PKV_BACKEND_OPENCL, dtypes[d]);
-        share(PKV_BACKEND_CPU, PKV_BACKEND_OPENCL, dtypes[d]);
+        share(PKV_BACKEND_KIND_OPENCL, PKV_BACKEND_KIND_OPENCL, dtypes[d]);
+        share(PKV_BACKEND_KIND_CPU, PKV_BACKEND_KIND_OPENCL, dtypes[d]);
     }
     if (!opencl)
         print_message("no OpenCL device: the CPU backend only\n");
@@ -391,7 +391,7 @@ static void expect_bad_block2(const int32_t *prompt, pkv_engine_params p,
 static void test_bad_values(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_U8);
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_U8);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     int32_t *other = hm_prompt(PROMPT, 9);
     COMMAND("FLUSHALL");
@@ -459,7 +459,7 @@ static void test_bad_values(void **state)
 static void test_kill_during_load(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     COMMAND("FLUSHALL");
     fill(prompt, 0, p);
@@ -498,7 +498,7 @@ static void test_kill_during_load(void **state)
 static void test_kill_during_save(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 13);
     redis_host a;
     rh_init(&a, p, server.port);
@@ -522,7 +522,7 @@ static void test_kill_during_save(void **state)
 static void test_slow_server(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     COMMAND("FLUSHALL");
     fill(prompt, 0, p);
@@ -549,7 +549,7 @@ static void test_slow_server(void **state)
 static void test_eviction(void **state)
 {
     (void)state;
-    pkv_engine_params p = params_of(PKV_BACKEND_CPU, PKV_KV_F16);
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16);
     COMMAND("FLUSHALL");
     redisReply *used = rs_command(&server, "INFO memory");
     assert_non_null(used);

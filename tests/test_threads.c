@@ -212,7 +212,7 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
     p.head_dim = 8;
     p.block_size = 4;
     p.num_blocks = 24; /* small: preemption happens */
-    p.kv_dtype = PKV_KV_F32;
+    p.kv_dtype = PKV_KV_DTYPE_F32;
     p.vocab_size = VOCAB;
     p.max_model_len = 64;
     p.max_num_seqs = 6;
@@ -220,7 +220,7 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
     p.long_prefill_threshold = 8;
     p.preempt_mode = preempt_mode;
     p.swap_bytes = swap_bytes;
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     if (lend) {
         pool_start();
         p.parallel = pool_parallel;
@@ -278,7 +278,7 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
             assert_non_null(s);
             assert_true(s->ended);
             if (!was_aborted(workers, w->ids[i]))
-                assert_int_equal(s->reason, PKV_FINISH_LENGTH);
+                assert_int_equal(s->reason, PKV_FINISH_REASON_LENGTH);
         }
     }
     /* Ids are 1..added, each ended once (ch_host fails on a second end). */
@@ -302,19 +302,19 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
 static void test_threads_recompute(void **state)
 {
     (void)state;
-    run(PKV_PREEMPT_RECOMPUTE, 0, 0);
+    run(PKV_PREEMPT_MODE_RECOMPUTE, 0, 0);
 }
 
 static void test_threads_swap(void **state)
 {
     (void)state;
-    run(PKV_PREEMPT_SWAP, 1u << 16, 0);
+    run(PKV_PREEMPT_MODE_SWAP, 1u << 16, 0);
 }
 
 static void test_threads_lent(void **state)
 {
     (void)state;
-    run(PKV_PREEMPT_RECOMPUTE, 0, 1);
+    run(PKV_PREEMPT_MODE_RECOMPUTE, 0, 1);
 }
 
 int main(void)

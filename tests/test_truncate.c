@@ -61,7 +61,7 @@ static uint32_t expected_kept(int32_t dtype, uint32_t bs, uint32_t window,
 /* One sequence grown to GROWN tokens, cut to n, then run to its end. */
 static void cut_once(int32_t dtype, uint32_t bs, uint32_t window, uint32_t n)
 {
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.kv_dtype = dtype;
     p.block_size = bs;
     p.u8_rollback_blocks = window;
@@ -82,7 +82,7 @@ static void cut_once(int32_t dtype, uint32_t bs, uint32_t window, uint32_t n)
     ch_run(&h, 100);
     /* 20 sampled tokens, counted from the cut: n - min(n, PROMPT) kept. */
     ch_seq *s = ch_find(&h, id);
-    assert_int_equal(s->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(s->reason, PKV_FINISH_REASON_LENGTH);
     uint32_t prompt_kept = n < PROMPT ? n : PROMPT;
     assert_int_equal(s->num_tokens, prompt_kept + 20);
     ch_check_idle(&h);
@@ -93,8 +93,9 @@ static void cut_once(int32_t dtype, uint32_t bs, uint32_t window, uint32_t n)
 static void test_cut_points(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     const uint32_t sizes[] = {4, 16};
     /* 1 token; in the prompt; a block boundary; just after one; in a
      * sealed block; in the last, unsealed block; all but one. */
@@ -105,7 +106,7 @@ static void test_cut_points(void **state)
                 cut_once(dtypes[d], sizes[s], 0, cuts[c]);
     /* U8 and U4 with a rollback window of 1, 2 and 4 blocks: a cut inside
      * one of the last sealed blocks keeps its rows. */
-    for (int32_t dtype = PKV_KV_U8; dtype <= PKV_KV_U4; dtype++)
+    for (int32_t dtype = PKV_KV_DTYPE_U8; dtype <= PKV_KV_DTYPE_U4; dtype++)
         for (uint32_t w = 1; w <= 4; w *= 2)
             for (size_t s = 0; s < 2; s++)
                 for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
@@ -141,7 +142,7 @@ static void cut_shared(int32_t backend, int32_t dtype)
     ch_step(&h, &b);
     assert_int_equal(ch_rows_of(b, again), 1); /* 12 of 13 tokens hit */
     ch_run(&h, 100);
-    assert_int_equal(ch_find(&h, child)->reason, PKV_FINISH_LENGTH);
+    assert_int_equal(ch_find(&h, child)->reason, PKV_FINISH_REASON_LENGTH);
     ch_check_idle(&h);
     free(prompt);
     ch_free(&h);
@@ -189,16 +190,17 @@ static void cut_prefix_hit(int32_t backend, int32_t dtype)
 }
 
 #ifdef PKV_HAVE_OPENCL
-static const int32_t backend = PKV_BACKEND_OPENCL;
+static const int32_t backend = PKV_BACKEND_KIND_OPENCL;
 #else
-static const int32_t backend = PKV_BACKEND_CPU;
+static const int32_t backend = PKV_BACKEND_KIND_CPU;
 #endif
 
 static void test_cut_shared_blocks(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         cut_shared(backend, dtypes[d]);
 }
@@ -206,8 +208,9 @@ static void test_cut_shared_blocks(void **state)
 static void test_cut_prefix_hit(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         cut_prefix_hit(backend, dtypes[d]);
 }
@@ -217,13 +220,13 @@ static void test_cut_prefix_hit(void **state)
 static void test_cut_swapped(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     p.num_blocks = 17; /* 16 usable blocks of 4 tokens */
     p.watermark = 0;
-    p.preempt_mode = PKV_PREEMPT_SWAP;
+    p.preempt_mode = PKV_PREEMPT_MODE_SWAP;
     p.swap_bytes = 1 << 20;
     ch_host h;
-    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_F32));
+    ch_cmocka_init(&h, &p, hm_tolerance(PKV_KV_DTYPE_F32));
     pkv_seq_id ids[4];
     for (uint32_t i = 0; i < 4; i++) {
         int32_t *prompt = hm_prompt(PROMPT, 20 + i);
@@ -247,8 +250,7 @@ static void test_cut_swapped(void **state)
     assert_null(swapped->swap_data);
     ch_run(&h, 200);
     for (uint32_t i = 0; i < 4; i++)
-        assert_int_equal(ch_find(&h, ids[i])->reason,
-                         PKV_FINISH_LENGTH);
+        assert_int_equal(ch_find(&h, ids[i])->reason, PKV_FINISH_REASON_LENGTH);
     ch_check_idle(&h);
     ch_free(&h);
 }
@@ -256,7 +258,7 @@ static void test_cut_swapped(void **state)
 static void test_cut_errors(void **state)
 {
     (void)state;
-    pkv_engine_params p = hm_params(PKV_BACKEND_CPU);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_CPU);
     ch_host h;
     ch_cmocka_init(&h, &p, 1e-4f);
     int32_t *prompt = hm_prompt(PROMPT, 3);
@@ -286,12 +288,15 @@ static void test_cut_errors(void **state)
         size_t nkv = (size_t)b->num_tokens * p.num_kv_heads * p.head_dim;
         float *q = calloc(n, sizeof *q), *o = calloc(n, sizeof *o);
         float *kv = calloc(nkv, sizeof *kv);
-        pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_F32, b->num_tokens,
-                                        p.num_q_heads, p.head_dim);
-        pkv_tensor tk = pkv_tensor_host(kv, 0, PKV_TENSOR_F32, b->num_tokens,
-                                        p.num_kv_heads, p.head_dim);
-        pkv_tensor to = pkv_tensor_host(o, 0, PKV_TENSOR_F32, b->num_tokens,
-                                        p.num_q_heads, p.head_dim);
+        pkv_tensor tq =
+            pkv_tensor_host(q, 0, PKV_TENSOR_DTYPE_F32, b->num_tokens,
+                            p.num_q_heads, p.head_dim);
+        pkv_tensor tk =
+            pkv_tensor_host(kv, 0, PKV_TENSOR_DTYPE_F32, b->num_tokens,
+                            p.num_kv_heads, p.head_dim);
+        pkv_tensor to =
+            pkv_tensor_host(o, 0, PKV_TENSOR_DTYPE_F32, b->num_tokens,
+                            p.num_q_heads, p.head_dim);
         assert_int_equal(pkv_engine_attend(h.engine, l, &tq, &tk, &tk, &to),
                          PKV_OK);
         free(q);

@@ -27,9 +27,9 @@
 #include <string.h>
 
 #ifdef PKV_HAVE_OPENCL
-static const int32_t backend = PKV_BACKEND_OPENCL;
+static const int32_t backend = PKV_BACKEND_KIND_OPENCL;
 #else
-static const int32_t backend = PKV_BACKEND_CPU;
+static const int32_t backend = PKV_BACKEND_KIND_CPU;
 #endif
 
 enum { PROMPT = 13, SEQS = 4, NEW = 12 };
@@ -145,10 +145,10 @@ static void workload(int32_t dtype, int32_t mode)
 static void test_mixed_windows(void **state)
 {
     (void)state;
-    const int32_t modes[] = {PKV_PREEMPT_RECOMPUTE, PKV_PREEMPT_SWAP};
+    const int32_t modes[] = {PKV_PREEMPT_MODE_RECOMPUTE, PKV_PREEMPT_MODE_SWAP};
     for (size_t m = 0; m < 2; m++) {
-        workload(PKV_KV_F32, modes[m]);
-        workload(PKV_KV_F16, modes[m]);
+        workload(PKV_KV_DTYPE_F32, modes[m]);
+        workload(PKV_KV_DTYPE_F16, modes[m]);
     }
 }
 
@@ -157,9 +157,9 @@ static void test_mixed_windows(void **state)
 static void test_mixed_windows_u8(void **state)
 {
     (void)state;
-    workload(PKV_KV_U8, PKV_PREEMPT_RECOMPUTE);
-    workload(PKV_KV_U8, PKV_PREEMPT_SWAP);
-    workload(PKV_KV_U4, PKV_PREEMPT_SWAP);
+    workload(PKV_KV_DTYPE_U8, PKV_PREEMPT_MODE_RECOMPUTE);
+    workload(PKV_KV_DTYPE_U8, PKV_PREEMPT_MODE_SWAP);
+    workload(PKV_KV_DTYPE_U4, PKV_PREEMPT_MODE_SWAP);
 }
 
 /* Decode steps of long contexts (the decode kernels on OpenCL), with
@@ -168,10 +168,12 @@ static void test_mixed_windows_u8(void **state)
 static void test_decode_windows(void **state)
 {
     (void)state;
-    const int32_t dtypes[] = {PKV_KV_F32, PKV_KV_F16, PKV_KV_U8,
-                              PKV_KV_U4, PKV_KV_U8K_U4V};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
-        pkv_engine_params p = window_params(dtypes[d], PKV_PREEMPT_RECOMPUTE);
+        pkv_engine_params p =
+            window_params(dtypes[d], PKV_PREEMPT_MODE_RECOMPUTE);
         p.num_q_heads = 4;
         p.num_kv_heads = 1;
         p.head_dim = 256;
@@ -195,7 +197,8 @@ static void test_decode_windows(void **state)
 static void test_errors(void **state)
 {
     (void)state;
-    pkv_engine_params p = window_params(PKV_KV_F32, PKV_PREEMPT_RECOMPUTE);
+    pkv_engine_params p =
+        window_params(PKV_KV_DTYPE_F32, PKV_PREEMPT_MODE_RECOMPUTE);
     p.sliding_window = 8; /* and layer_windows: ambiguous */
     pkv_engine *e = NULL;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);

@@ -186,9 +186,9 @@ static int parse_value(options *o, const char *a, const char *v)
             return bad_arg(a, v, "f32, f16, u8, u4 or u8k-u4v");
     } else if (strcmp(a, "--keys") == 0) {
         if (strcmp(v, "channel") == 0)
-            o->key_quant = PKV_QUANT_PER_CHANNEL;
+            o->key_quant = PKV_QUANT_GROUP_PER_CHANNEL;
         else if (strcmp(v, "token") == 0)
-            o->key_quant = PKV_QUANT_PER_TOKEN;
+            o->key_quant = PKV_QUANT_GROUP_PER_TOKEN;
         else
             return bad_arg(a, v, "channel or token");
     } else if (strcmp(a, "--backend") == 0) {
@@ -233,8 +233,8 @@ static int parse_options(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
     o->tokenize_flags = G3_ADD_BOS;
-    o->kv_dtype = PKV_KV_F16;
-    o->backend = PKV_BACKEND_AUTO;
+    o->kv_dtype = PKV_KV_DTYPE_F16;
+    o->backend = PKV_BACKEND_KIND_AUTO;
     o->max_new = 48;
     o->ctx = 512;
     o->max_tokens = 4096;
@@ -583,7 +583,7 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
     p.num_blocks = blocks;
     p.max_batch_tokens = 256;
     p.log = host_log_stderr;
-    p.log_level = PKV_LOG_WARN;
+    p.log_level = PKV_LOG_LEVEL_WARN;
     p.store = o->store != NULL ? &store.store : NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         fprintf(stderr, "pkv-gemma3: engine: %s\n", pkv_last_error());

@@ -18,14 +18,14 @@
 
 static const char *dtype_name(const g3_kv_choice *kv)
 {
-    if (kv->dtype == PKV_KV_F32)
+    if (kv->dtype == PKV_KV_DTYPE_F32)
         return "f32";
-    if (kv->dtype == PKV_KV_F16)
+    if (kv->dtype == PKV_KV_DTYPE_F16)
         return "f16";
-    int token_keys = kv->key_quant == PKV_QUANT_PER_TOKEN;
-    if (kv->dtype == PKV_KV_U4)
+    int token_keys = kv->key_quant == PKV_QUANT_GROUP_PER_TOKEN;
+    if (kv->dtype == PKV_KV_DTYPE_U4)
         return token_keys ? "u4-token-keys" : "u4";
-    if (kv->dtype == PKV_KV_U8K_U4V)
+    if (kv->dtype == PKV_KV_DTYPE_U8K_U4V)
         return token_keys ? "u8k-u4v-token-keys" : "u8k-u4v";
     return token_keys ? "u8-token-keys" : "u8";
 }
@@ -58,7 +58,7 @@ static pkv_engine *create_engine(const g3_model *m, uint32_t max_len,
     p.num_blocks = blocks;
     p.max_batch_tokens = SCORE_ROWS;
     p.log = host_log_stderr;
-    p.log_level = PKV_LOG_WARN;
+    p.log_level = PKV_LOG_LEVEL_WARN;
     pkv_engine *e = NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         fprintf(stderr, "pkv-gemma3: engine: %s\n", pkv_last_error());
@@ -326,7 +326,8 @@ static int generate_f32(g3_model *m, host_request *reqs, uint32_t n,
         longest = len > longest ? len : longest;
         blocks += len / BLOCK_SIZE + 1;
     }
-    g3_kv_choice f32 = {PKV_KV_F32, PKV_QUANT_DEFAULT, PKV_BACKEND_CPU};
+    g3_kv_choice f32 = {PKV_KV_DTYPE_F32, PKV_QUANT_GROUP_DEFAULT,
+                        PKV_BACKEND_KIND_CPU};
     pkv_engine *e = create_engine(m, longest, blocks, &f32);
     if (e == NULL)
         return 1;

@@ -53,8 +53,8 @@ const char *host_kv_name(int32_t dtype)
 int host_parse_backend(const char *s, int32_t *out)
 {
     static const char *const names[] = {"auto", "cpu", "opencl"};
-    static const int32_t kinds[] = {PKV_BACKEND_AUTO, PKV_BACKEND_CPU,
-                                    PKV_BACKEND_OPENCL};
+    static const int32_t kinds[] = {PKV_BACKEND_KIND_AUTO, PKV_BACKEND_KIND_CPU,
+                                    PKV_BACKEND_KIND_OPENCL};
     for (int i = 0; i < 3; i++)
         if (strcmp(s, names[i]) == 0) {
             *out = kinds[i];

@@ -10,13 +10,13 @@ int host_attend_pkv(pkv_engine *e, uint32_t layer, uint32_t rows,
                     uint32_t head_dim)
 {
     pkv_tensor tq =
-        pkv_tensor_host(q, 0, PKV_TENSOR_F32, rows, q_heads, head_dim);
+        pkv_tensor_host(q, 0, PKV_TENSOR_DTYPE_F32, rows, q_heads, head_dim);
     pkv_tensor tk =
-        pkv_tensor_host(k, 0, PKV_TENSOR_F32, rows, kv_heads, head_dim);
+        pkv_tensor_host(k, 0, PKV_TENSOR_DTYPE_F32, rows, kv_heads, head_dim);
     pkv_tensor tv =
-        pkv_tensor_host(v, 0, PKV_TENSOR_F32, rows, kv_heads, head_dim);
+        pkv_tensor_host(v, 0, PKV_TENSOR_DTYPE_F32, rows, kv_heads, head_dim);
     pkv_tensor to =
-        pkv_tensor_host(out, 0, PKV_TENSOR_F32, rows, q_heads, head_dim);
+        pkv_tensor_host(out, 0, PKV_TENSOR_DTYPE_F32, rows, q_heads, head_dim);
     if (pkv_engine_attend(e, layer, &tq, &tk, &tv, &to) != PKV_OK) {
         fprintf(stderr, "attend: %s\n", pkv_engine_last_error(e));
         return -1;

@@ -30,17 +30,21 @@ static void sleep_s(double s)
 void host_log_stderr(void *user, int32_t level, const char *message)
 {
     (void)user;
-    if (level <= PKV_LOG_WARN)
+    if (level <= PKV_LOG_LEVEL_WARN)
         fprintf(stderr, "pkv: %s\n", message);
 }
 
 const char *host_reason_name(int32_t reason)
 {
     switch (reason) {
-    case PKV_FINISH_STOP: return "stop";
-    case PKV_FINISH_LENGTH: return "length";
-    case PKV_FINISH_MAX_MODEL_LEN: return "max_model_len";
-    case PKV_FINISH_ABORTED: return "aborted";
+    case PKV_FINISH_REASON_STOP:
+        return "stop";
+    case PKV_FINISH_REASON_LENGTH:
+        return "length";
+    case PKV_FINISH_REASON_MAX_MODEL_LEN:
+        return "max_model_len";
+    case PKV_FINISH_REASON_ABORTED:
+        return "aborted";
     default: return "failed";
     }
 }
@@ -171,7 +175,7 @@ static int step(serve_loop *l, const pkv_batch **batch)
     *batch = b;
     for (uint32_t i = 0; i < b->num_finished; i++) {
         const pkv_finished *f = &b->finished[i];
-        if (f->reason == PKV_FINISH_FAILED) {
+        if (f->reason == PKV_FINISH_REASON_FAILED) {
             l->out->failed++;
             clear_live(o, &l->shown);
             fprintf(stderr, "request %llu failed: %s\n",

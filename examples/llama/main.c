@@ -74,8 +74,8 @@ static int bad_arg(const char *arg, const char *value, const char *takes)
 static int parse_options(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
-    o->kv_dtype = PKV_KV_F16;
-    o->backend = PKV_BACKEND_AUTO;
+    o->kv_dtype = PKV_KV_DTYPE_F16;
+    o->backend = PKV_BACKEND_KIND_AUTO;
     o->requests = 32;
     o->max_new = 64;
     o->seed = 42;
@@ -281,7 +281,7 @@ static int serve_pkv(const options *o, const llama_model *m,
                        c->seq_len / 16 + 2;
     }
     p.log = host_log_stderr;
-    p.log_level = PKV_LOG_WARN;
+    p.log_level = PKV_LOG_LEVEL_WARN;
     pkv_engine *e = NULL;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
         fprintf(stderr, "pkv-llama: engine: %s\n", pkv_last_error());

@@ -219,7 +219,7 @@ static pkv_status device_tensor_check(const pkv__backend *b, const char *name,
                          "%s: the cl_mem belongs to another context than "
                          "the engine's (pkv_engine_get_opencl)",
                          name);
-    size_t elem = t->dtype == PKV_TENSOR_F16 ? 2 : 4;
+    size_t elem = t->dtype == PKV_TENSOR_DTYPE_F16 ? 2 : 4;
     uint64_t need = (uint64_t)b->step.num_tokens * heads * b->cfg.head_dim *
                     elem;
     if (t->offset % (4 * elem) != 0 || t->offset > size ||
@@ -231,7 +231,7 @@ static pkv_status device_tensor_check(const pkv__backend *b, const char *name,
                          (unsigned long long)need, 4 * elem);
     out->mem = mem;
     out->off = t->offset / elem;
-    out->f16 = t->dtype == PKV_TENSOR_F16;
+    out->f16 = t->dtype == PKV_TENSOR_DTYPE_F16;
     return PKV_OK;
 }
 

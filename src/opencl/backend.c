@@ -40,16 +40,16 @@ static pkv_status prefill_prepare(pkv__backend *b, const char *pf)
                                 max_group, &rows, &chunk) == 0) {
         b->tile_rows = rows;
         b->tile_chunk = chunk;
-        pkv__ocl_log(&b->cl, PKV_LOG_INFO,
-                    "opencl: prefill kernel tiled: %u rows x %u query heads "
-                    "per work-group, %u tokens staged at a time",
-                    (unsigned)rows, (unsigned)group, (unsigned)chunk);
+        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_INFO,
+                     "opencl: prefill kernel tiled: %u rows x %u query heads "
+                     "per work-group, %u tokens staged at a time",
+                     (unsigned)rows, (unsigned)group, (unsigned)chunk);
     } else if (st == PKV_OK) {
-        pkv__ocl_log(&b->cl, PKV_LOG_WARN,
-                    "opencl: prefill kernel rows: the tiled kernel does not "
-                    "fit the device (%llu bytes of local memory, work-groups "
-                    "of %zu)",
-                    (unsigned long long)local_mem, max_group);
+        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_WARN,
+                     "opencl: prefill kernel rows: the tiled kernel does not "
+                     "fit the device (%llu bytes of local memory, work-groups "
+                     "of %zu)",
+                     (unsigned long long)local_mem, max_group);
     }
     return st;
 }
@@ -309,10 +309,10 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
         ocl_destroy(b);
         return pkv__fail(st, "%s", why);
     }
-    pkv__ocl_log(&b->cl, PKV_LOG_DEBUG,
-                "opencl: %s%s, %u layer arenas of %zu bytes",
-                b->device_name, b->unified ? ", unified memory" : "",
-                (unsigned)config->num_layers, b->arena_bytes);
+    pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_DEBUG,
+                 "opencl: %s%s, %u layer arenas of %zu bytes", b->device_name,
+                 b->unified ? ", unified memory" : "",
+                 (unsigned)config->num_layers, b->arena_bytes);
     *out = b;
     return PKV_OK;
 }

@@ -29,7 +29,7 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
                     sizeof max_group, &max_group, NULL);
     pkv__decode_setup su;
     int q_channel_values =
-        quantized && c->value_quant == PKV_QUANT_PER_CHANNEL;
+        quantized && c->value_quant == PKV_QUANT_GROUP_PER_CHANNEL;
     if (pkv__decode_setup_make(kind, c->head_dim, group, c->block_size,
                                q_channel_values, local_mem, max_group,
                                &su) != 0)
@@ -69,9 +69,9 @@ void pkv__ocl_decode_prepare(pkv__backend *b)
         snprintf(b->decode_variant, sizeof b->decode_variant,
                  "off: the generic paged-attention kernel (%s)", why);
         pkv__ocl_log(&b->cl,
-                    b->decode_request == PKV__DECODE_OFF ? PKV_LOG_INFO
-                                                         : PKV_LOG_WARN,
-                    "opencl: decode kernel %s", b->decode_variant);
+                     b->decode_request == PKV__DECODE_OFF ? PKV_LOG_LEVEL_INFO
+                                                          : PKV_LOG_LEVEL_WARN,
+                     "opencl: decode kernel %s", b->decode_variant);
         b->decode_state = -1;
         return;
     }
@@ -106,16 +106,16 @@ void pkv__ocl_decode_prepare(pkv__backend *b)
         b->decode_state = 1;
         snprintf(b->decode_variant, sizeof b->decode_variant, "%s: %s (%s)",
                  name[kind], what[kind], why);
-        pkv__ocl_log(&b->cl, PKV_LOG_INFO, "opencl: decode kernel %s;%s",
-                    b->decode_variant, opts);
+        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_INFO, "opencl: decode kernel %s;%s",
+                     b->decode_variant, opts);
         return;
     }
     snprintf(b->decode_variant, sizeof b->decode_variant,
              "off: the generic paged-attention kernel (the %s decode "
              "variant is unavailable: %s)",
              name[kind], pkv_last_error());
-    pkv__ocl_log(&b->cl, PKV_LOG_WARN, "opencl: decode kernel %s",
-                b->decode_variant);
+    pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_WARN, "opencl: decode kernel %s",
+                 b->decode_variant);
     b->decode_state = -1;
 }
 

@@ -30,7 +30,7 @@ typedef struct pkv__ocl_options {
     int32_t log_level;
 } pkv__ocl_options;
 
-/* Nonzero when an OpenCL device exists at all (PKV_BACKEND_AUTO tries
+/* Nonzero when an OpenCL device exists at all (PKV_BACKEND_KIND_AUTO tries
  * OpenCL only then, and falls back quietly otherwise). */
 int pkv__ocl_available(void);
 

@@ -254,10 +254,10 @@ static cl_program cache_load(pkv__ocl_target *t, const char *path, uint64_t key,
     if (bin != NULL)
         pkv__free(&t->alloc, bin, (size_t)size, 1);
     if (why != NULL)
-        pkv__ocl_log(t, PKV_LOG_WARN, "program cache %s: %s; rebuilding",
-                    path, why);
+        pkv__ocl_log(t, PKV_LOG_LEVEL_WARN, "program cache %s: %s; rebuilding",
+                     path, why);
     else
-        pkv__ocl_log(t, PKV_LOG_DEBUG, "program cache hit: %s", path);
+        pkv__ocl_log(t, PKV_LOG_LEVEL_DEBUG, "program cache hit: %s", path);
     return prog;
 }
 
@@ -294,9 +294,9 @@ static void cache_store(pkv__ocl_target *t, const char *path, uint64_t key,
         ok = ok && rename(tmp, path) == 0;
         if (!ok)
             remove(tmp);
-        pkv__ocl_log(t, ok ? PKV_LOG_DEBUG : PKV_LOG_WARN,
-                    "program cache %s: %s", path,
-                    ok ? "written" : "cannot be written");
+        pkv__ocl_log(t, ok ? PKV_LOG_LEVEL_DEBUG : PKV_LOG_LEVEL_WARN,
+                     "program cache %s: %s", path,
+                     ok ? "written" : "cannot be written");
     }
     pkv__free(&t->alloc, bin, size, 1);
 }

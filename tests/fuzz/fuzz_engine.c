@@ -311,7 +311,7 @@ static int create(world *w)
     uint8_t len = next_byte(r);
     p.max_model_len = 4u + len % 45u;
     p.vocab_size = 2u + (len >> 2) % 14u;
-    p.backend = PKV_BACKEND_CPU;
+    p.backend = PKV_BACKEND_KIND_CPU;
     w->alpha = 1u + next_byte(r) % 3u;
     if (w->alpha > p.vocab_size)
         w->alpha = p.vocab_size;
@@ -338,16 +338,16 @@ static int create(world *w)
     /* f32 KV: within 1e-4 of the dense reference; f16 rounds every element
      * (tensors may then be f16 too); u8 and u4 quantize each sealed block
      * (u4 steps are 17 times u8's). */
-    double tolerance = p.kv_dtype == PKV_KV_F32   ? 1e-4
-                       : p.kv_dtype == PKV_KV_F16 ? 2e-3
-                       : p.kv_dtype == PKV_KV_U8  ? 0.03
-                                                  : 0.5;
+    double tolerance = p.kv_dtype == PKV_KV_DTYPE_F32   ? 1e-4
+                       : p.kv_dtype == PKV_KV_DTYPE_F16 ? 2e-3
+                       : p.kv_dtype == PKV_KV_DTYPE_U8  ? 0.03
+                                                        : 0.5;
     ch_init(&w->host, &p, tolerance, fail);
 #ifdef PKV_FUZZ_REDIS
     if (w->redis != NULL)
         w->host.idle = idle;
 #endif
-    w->host.f16_tensors = p.kv_dtype != PKV_KV_F32 && (kv >> 6) % 2 == 1;
+    w->host.f16_tensors = p.kv_dtype != PKV_KV_DTYPE_F32 && (kv >> 6) % 2 == 1;
     w->before = malloc(p.num_blocks * sizeof *w->before);
     CHECK(w->before != NULL);
     w->ring_n = 0;
@@ -581,8 +581,8 @@ static pkv_tensor good_tensor(world *w, int kv)
     pkv_tensor t;
     memset(&t, 0, sizeof t);
     t.struct_size = sizeof t;
-    t.dtype = PKV_TENSOR_F32;
-    t.memory = PKV_MEMORY_HOST;
+    t.dtype = PKV_TENSOR_DTYPE_F32;
+    t.memory = PKV_TENSOR_MEMORY_HOST;
     t.rows = h->batch != NULL ? h->batch->num_tokens : 0;
     t.heads = kv ? h->params.num_kv_heads : h->params.num_q_heads;
     t.head_dim = h->params.head_dim;
