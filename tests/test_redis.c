@@ -254,6 +254,15 @@ static void test_params(void **state)
     assert_non_null(s.save);
     assert_non_null(s.poll);
     assert_non_null(s.cancel);
+    /* One connector serves one engine: a second store is refused,
+     * untouched. */
+    pkv_store second;
+    memset(&second, 0, sizeof second);
+    second.struct_size = sizeof second;
+    assert_int_equal(pkv_redis_store(r, &second), PKV_ERR_BAD_STATE);
+    assert_non_null(strstr(pkv_redis_last_error(), "one connector per"));
+    assert_null(second.user);
+    assert_null(second.load);
 
     pkv_redis_stats st;
     assert_int_equal(pkv_redis_stats_init(NULL), PKV_ERR_INVALID_ARGUMENT);
@@ -633,6 +642,36 @@ static void test_load_first(void **state)
     assert_int_equal(d[3].ticket, 4);
     for (int i = 0; i < 4; i++)
         assert_int_equal(d[i].status, PKV_OK);
+    close_conn(&c);
+}
+
+/* A ticket already in the connector (queued, running or done but not
+ * polled) is refused: only two engines sharing one store could send one,
+ * and cancel and poll match by ticket alone. Once polled, it is free. */
+static void test_ticket_in_flight(void **state)
+{
+    (void)state;
+    conn c;
+    open_conn(&c, &shared, "tf:", 500, 0);
+    unsigned char out[8];
+    uint64_t size;
+    const char *keys[1] = {"k"};
+    void *u = c.store.user;
+    assert_int_equal(c.store.save(u, 5, "k", "abcdefgh", 8), PKV_OK);
+    assert_int_equal(c.store.load(u, 5, keys, 1, out, 8, &size),
+                     PKV_ERR_BAD_STATE);
+    assert_int_equal(c.store.save(u, 5, "k", "abcdefgh", 8),
+                     PKV_ERR_BAD_STATE);
+    pkv_store_done d[2];
+    assert_int_equal(poll_until(&c, d, 1, 1000), 1);
+    assert_int_equal(d[0].ticket, 5);
+    assert_int_equal(d[0].status, PKV_OK);
+    assert_int_equal(c.store.load(u, 5, keys, 1, out, 8, &size), PKV_OK);
+    assert_int_equal(poll_until(&c, d, 1, 1000), 1);
+    assert_int_equal(d[0].status, PKV_OK);
+    assert_int_equal(size, 8);
+    assert_memory_equal(out, "abcdefgh", 8);
+    assert_int_equal(poll_until(&c, d, 1, 100), 0);
     close_conn(&c);
 }
 
@@ -1066,6 +1105,7 @@ int main(void)
         cmocka_unit_test(test_prefix),
         cmocka_unit_test(test_ttl),
         cmocka_unit_test(test_poll_order),
+        cmocka_unit_test(test_ticket_in_flight),
         cmocka_unit_test(test_cancel_done),
         cmocka_unit_test(test_destroy_busy),
         cmocka_unit_test(test_unix_socket),

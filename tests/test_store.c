@@ -608,14 +608,18 @@ static void test_load_budget(void **state)
     free(prompt);
 }
 
-/* A store without every callback, with unknown flags, a zero timeout or
- * another struct_size is refused at create. */
+/* A store without every callback, with unknown flags, a zero timeout,
+ * another struct_size or a non-zero reserved word is refused at create,
+ * the message naming the field. */
 static void test_bad_store(void **state)
 {
     (void)state;
+    static const char *const says[] = {"load, save, poll and cancel",
+                                       "flags is 0x2", "timeout_ms is 0",
+                                       "struct_size is 8", "reserved0 is 1"};
     fs_data data = {0};
     fs_store fs;
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 5; c++) {
         pkv_store st;
         assert_int_equal(pkv_store_init(&st), PKV_OK);
         fs_connect(&fs, &data, &st);
@@ -627,6 +631,8 @@ static void test_bad_store(void **state)
             st.timeout_ms = 0;
         if (c == 3)
             st.struct_size = 8;
+        if (c == 4)
+            st.reserved0 = 1;
         pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
         p.store = &st;
         pkv_engine *e = NULL;
@@ -635,6 +641,9 @@ static void test_bad_store(void **state)
         assert_int_equal(pkv_engine_create(&p, &e), want);
         assert_null(e);
         assert_true(strstr(pkv_last_error(), "store") != NULL);
+        if (strstr(pkv_last_error(), says[c]) == NULL)
+            fail_msg("case %d: \"%s\" does not say \"%s\"", c,
+                     pkv_last_error(), says[c]);
         fs_free(&fs);
     }
     assert_int_equal(pkv_store_init(NULL), PKV_ERR_INVALID_ARGUMENT);

@@ -544,6 +544,72 @@ static void test_slow_server(void **state)
     free(prompt);
 }
 
+/* Two engines given one connector's store (pkv_redis.h forbids it):
+ * their tickets collide, and cancel and poll match by ticket alone. The
+ * connector refuses a ticket already in flight, so the misuse costs
+ * misses and failed saves, never memory (the sanitizer builds) or a wrong
+ * row (the check host). */
+static void test_two_engines_one_store(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16);
+    COMMAND("FLUSHALL");
+    int32_t *prompts[4];
+    for (uint64_t i = 0; i < 4; i++)
+        prompts[i] = hm_prompt(PROMPT, 11 + i % 2); /* two prompts, twice */
+    /* Stored already: both engines load them at once, under the same
+     * tickets; one's poll can take the other's result. */
+    fill(prompts[0], 0, p);
+    fill(prompts[1], 0, p);
+    redis_host a;
+    rh_init(&a, p, server.port);
+    ch_host b;
+    p.store = &a.store;
+    ch_cmocka_init(&b, &p, hm_tolerance(p.kv_dtype));
+    for (uint64_t i = 0; i < 4; i++) {
+        ch_add_salted(&a.host, prompts[i], PROMPT, 3, 0);
+        ch_add_salted(&b, prompts[i], PROMPT, 3, 0);
+    }
+    for (int steps = 0; pkv_engine_has_work(a.host.engine) ||
+                        pkv_engine_has_work(b.engine);
+         steps++) {
+        assert_true(steps < 20000);
+        const pkv_batch *ba = NULL, *bb = NULL;
+        if (pkv_engine_has_work(a.host.engine))
+            ch_step(&a.host, &ba);
+        if (pkv_engine_has_work(b.engine))
+            ch_step(&b, &bb);
+        if ((ba == NULL || ba->num_tokens == 0) &&
+            (bb == NULL || bb->num_tokens == 0))
+            sleep_ms(1);
+    }
+    ch_check_idle(&a.host);
+    ch_check_idle(&b);
+    pkv_engine_stats sa = stats_of(&a), sb;
+    pkv_engine_stats_init(&sb);
+    assert_int_equal(pkv_engine_get_stats(b.engine, &sb), PKV_OK);
+    /* Tickets collided (the engines number theirs alike) and were
+     * refused at once: no engine waited out a load whose result the other
+     * polled. */
+    assert_int_equal(sa.store_timeouts + sb.store_timeouts, 0);
+    pkv_redis_stats rs;
+    pkv_redis_stats_init(&rs);
+    assert_int_equal(pkv_redis_get_stats(a.redis, &rs), PKV_OK);
+    print_message("two engines, one connector: %llu refused or failed "
+                  "commands; hits %llu + %llu blocks, load failures %llu + "
+                  "%llu\n",
+                  (unsigned long long)rs.errors,
+                  (unsigned long long)sa.store_hit_blocks,
+                  (unsigned long long)sb.store_hit_blocks,
+                  (unsigned long long)sa.store_load_failures,
+                  (unsigned long long)sb.store_load_failures);
+    assert_true(rs.errors > 0);
+    ch_free(&b);
+    rh_free(&a);
+    for (int i = 0; i < 4; i++)
+        free(prompts[i]);
+}
+
 /* maxmemory with LRU eviction while prompts are saved: later requests hit
  * what is left and compute the rest, rows right either way. */
 static void test_eviction(void **state)
@@ -648,6 +714,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_kill_during_load),
         cmocka_unit_test(test_kill_during_save),
         cmocka_unit_test(test_slow_server),
+        cmocka_unit_test(test_two_engines_one_store),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_fuzz),
     };

@@ -136,11 +136,15 @@ PKV_REDIS_API void pkv_redis_destroy(pkv_redis *redis);
 /*
  * Set the callbacks and user of *store (after pkv_store_init, which sets
  * the engine-side defaults) to this connector's. One connector serves one
- * engine. The callbacks' load and save fail with
- * PKV_ERR_INVALID_ARGUMENT (a NULL or too long key, no keys) or
- * PKV_ERR_OUT_OF_MEMORY, and then start nothing.
+ * engine: a second call on a connector is refused, and a ticket already
+ * in flight (the same store given to two engines) makes load and save
+ * fail with PKV_ERR_BAD_STATE, so sharing costs misses, never memory.
+ * The callbacks' load and save also fail with PKV_ERR_INVALID_ARGUMENT (a
+ * NULL or too long key, no keys) or PKV_ERR_OUT_OF_MEMORY, and then start
+ * nothing.
  * Errors: PKV_ERR_INVALID_ARGUMENT (NULL), PKV_ERR_STRUCT_SIZE (a store
- * not set up by pkv_store_init).
+ * not set up by pkv_store_init), PKV_ERR_BAD_STATE (this connector already
+ * serves a store; nothing written).
  * Since 0.2.0.
  * Thread-safety: safe from any thread. Ownership: writes *store only.
  */

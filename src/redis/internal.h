@@ -87,6 +87,8 @@ struct pkv_redis {
     pkv__redis_list done;    /* finished, waiting for poll */
     pkv__redis_op *running;  /* the worker's op, or NULL */
     int stop;                /* destroy asked the worker to end */
+    int store_given;         /* pkv_redis_store was called: it serves an
+                                engine's store already */
     int fd;                  /* the connection's socket, -1: none; destroy
                                 shuts it down to end a wait at once */
     pkv_redis_stats stats;

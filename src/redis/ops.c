@@ -102,14 +102,39 @@ static char *put_key(const pkv_redis *redis, pkv__redis_op *op, int i,
     return chars + redis->prefix_len + len + 1;
 }
 
-static void enqueue(pkv_redis *redis, pkv__redis_op *op)
+static int list_has_ticket(const pkv__redis_list *list, uint64_t ticket)
+{
+    for (const pkv__redis_op *op = list->head; op != NULL; op = op->next)
+        if (op->ticket == ticket)
+            return 1;
+    return 0;
+}
+
+/* Queue op for the worker; PKV_ERR_BAD_STATE (op freed) when its ticket
+ * is already in the connector. One engine never reuses a ticket in
+ * flight, so a duplicate means two engines share this connector (pkv.h
+ * forbids it): cancel and poll match by ticket alone, and one engine's
+ * cancel would take the other's op while its buffers are still written.
+ * Refusing it keeps every ticket naming one op: a misuse costs misses,
+ * never memory. */
+static pkv_status enqueue(pkv_redis *redis, pkv__redis_op *op)
 {
     pthread_mutex_lock(&redis->lock);
-    list_push(op->kind == PKV__REDIS_LOAD ? &redis->loads
-                                                     : &redis->saves,
-                         op);
+    uint64_t t = op->ticket;
+    if (list_has_ticket(&redis->loads, t) ||
+        list_has_ticket(&redis->saves, t) ||
+        list_has_ticket(&redis->done, t) ||
+        (redis->running != NULL && redis->running->ticket == t)) {
+        redis->stats.errors++;
+        pthread_mutex_unlock(&redis->lock);
+        free(op);
+        return PKV_ERR_BAD_STATE;
+    }
+    list_push(op->kind == PKV__REDIS_LOAD ? &redis->loads : &redis->saves,
+              op);
     pthread_cond_signal(&redis->wake);
     pthread_mutex_unlock(&redis->lock);
+    return PKV_OK;
 }
 
 pkv_status pkv__redis_load(void *user, uint64_t ticket,
@@ -145,8 +170,7 @@ pkv_status pkv__redis_load(void *user, uint64_t ticket,
     for (uint32_t i = 0; i < num_keys; i++)
         at = put_key(redis, op, (int)i + 1, at, keys[i],
                      strlen(keys[i]));
-    enqueue(redis, op);
-    return PKV_OK;
+    return enqueue(redis, op);
 }
 
 pkv_status pkv__redis_save(void *user, uint64_t ticket, const char *key,
@@ -180,8 +204,7 @@ pkv_status pkv__redis_save(void *user, uint64_t ticket, const char *key,
         op->argv[4] = redis->ttl;
         op->argvlen[4] = strlen(redis->ttl);
     }
-    enqueue(redis, op);
-    return PKV_OK;
+    return enqueue(redis, op);
 }
 
 uint32_t pkv__redis_poll(void *user, pkv_store_done *done, uint32_t capacity)

@@ -206,6 +206,14 @@ pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store)
         return fail(PKV_ERR_STRUCT_SIZE,
                     "store->struct_size is %u: call pkv_store_init first",
                     (unsigned)store->struct_size);
+    pthread_mutex_lock(&redis->lock);
+    int given = redis->store_given;
+    redis->store_given = 1;
+    pthread_mutex_unlock(&redis->lock);
+    if (given)
+        return fail(PKV_ERR_BAD_STATE,
+                    "this connector already serves an engine's store: "
+                    "create one connector per engine");
     store->user = redis;
     store->load = pkv__redis_load;
     store->save = pkv__redis_save;

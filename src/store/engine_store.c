@@ -41,11 +41,15 @@ pkv_status pkv__store_check(const pkv_store *s)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->store: load, save, poll and cancel must "
                          "all be set");
-    if ((s->flags & ~PKV_STORE_SAVE_GENERATED) != 0 || s->reserved0 != 0)
+    if ((s->flags & ~PKV_STORE_SAVE_GENERATED) != 0)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->store->flags is %#x; only "
                          "PKV_STORE_SAVE_GENERATED is defined",
                          (unsigned)s->flags);
+    if (s->reserved0 != 0)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->store->reserved0 is %u; it must be 0",
+                         (unsigned)s->reserved0);
     if (s->timeout_ms == 0)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->store->timeout_ms is 0");
