@@ -675,6 +675,40 @@ static void test_ticket_in_flight(void **state)
     close_conn(&c);
 }
 
+/* A connection the server closes while idle (its `timeout`) is found
+ * before the next command, which goes out on a new connection: the load
+ * after an idle close hits. */
+static void test_idle_close(void **state)
+{
+    (void)state;
+    conn c;
+    open_conn(&c, &shared, "ic:", 500, 0);
+    assert_int_equal(save_sync(&c, 1, "k", "abcdefgh", 8), PKV_OK);
+    redisReply *r = rs_command(&shared, "CONFIG SET timeout 1");
+    assert_non_null(r);
+    freeReplyObject(r);
+    /* Redis checks its idle clients about ten times a second. */
+    sleep_ms(3000);
+    unsigned char out[8];
+    uint64_t size;
+    const char *keys[1] = {"k"};
+    assert_int_equal(c.store.load(c.store.user, 2, keys, 1, out, 8, &size),
+                     PKV_OK);
+    pkv_store_done d[1];
+    assert_int_equal(poll_until(&c, d, 1, 1000), 1);
+    assert_int_equal(d[0].status, PKV_OK);
+    assert_int_equal(size, 8);
+    assert_memory_equal(out, "abcdefgh", 8);
+    r = rs_command(&shared, "CONFIG SET timeout 0");
+    assert_non_null(r);
+    freeReplyObject(r);
+    pkv_redis_stats s = get_stats(&c);
+    assert_int_equal(s.idle_closes, 1);
+    assert_int_equal(s.errors, 0);
+    assert_int_equal(s.connects, 2);
+    close_conn(&c);
+}
+
 /* A finished op cancelled before it is polled is never reported. */
 static void test_cancel_done(void **state)
 {
@@ -1106,6 +1140,7 @@ int main(void)
         cmocka_unit_test(test_ttl),
         cmocka_unit_test(test_poll_order),
         cmocka_unit_test(test_ticket_in_flight),
+        cmocka_unit_test(test_idle_close),
         cmocka_unit_test(test_cancel_done),
         cmocka_unit_test(test_destroy_busy),
         cmocka_unit_test(test_unix_socket),

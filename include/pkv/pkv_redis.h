@@ -94,6 +94,9 @@ typedef struct pkv_redis_stats {
                              error reply, or no connection yet (retry_ms) */
     uint64_t bytes_read;  /* value bytes received */
     uint64_t bytes_written; /* value bytes sent */
+    uint64_t idle_closes; /* connections the server closed while idle,
+                             found before a command and replaced at once
+                             (not counted in errors) */
 } pkv_redis_stats;
 
 /*

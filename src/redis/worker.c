@@ -18,11 +18,17 @@
  * reply would be taken for the next command's; the next operation
  * connects again, but no sooner than retry_ms after the failure or the
  * last attempt: one that comes sooner fails at once instead of waiting.
+ * A connection the server closed while it was idle (Redis's `timeout`, a
+ * proxy or NAT dropping idle connections) is not a failure: before each
+ * command a peek at the socket finds the close, and the command goes out
+ * on a new connection at once. TCP keepalive lets the kernel find a peer
+ * that vanished without a close.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_sigmask */
 #include "internal.h"
 #include "reply.h"
 
+#include <errno.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -63,13 +69,35 @@ static redisContext *open_context(const pkv_redis *redis)
         redisFree(c);
         c = NULL;
     }
+    /* A unix socket has no keepalive and needs none. */
+    if (c != NULL && redis->unix_path == NULL)
+        redisEnableKeepAlive(c);
     return c;
+}
+
+/* Whether the idle connection is still in step: no byte and no EOF
+ * waiting (a reply can only come after a command). */
+static int idle_connection_ok(const redisContext *c)
+{
+    char byte;
+    ssize_t got = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+                       errno == EINTR);
 }
 
 static pkv_status ensure_connected(pkv_redis *redis)
 {
-    if (redis->ctx != NULL)
+    if (redis->ctx != NULL && idle_connection_ok(redis->ctx))
         return PKV_OK;
+    if (redis->ctx != NULL) {
+        /* Closed by the server while idle: reconnect now, not retry_ms
+         * later, since no attempt failed. */
+        disconnect(redis);
+        redis->tried = 0;
+        pthread_mutex_lock(&redis->lock);
+        redis->stats.idle_closes++;
+        pthread_mutex_unlock(&redis->lock);
+    }
     if (redis->tried && now_ms() - redis->last_attempt_ms < redis->retry_ms)
         return PKV_ERR_STORE;
     redisContext *c = open_context(redis);
