@@ -649,6 +649,60 @@ static void test_bad_store(void **state)
     assert_int_equal(pkv_store_init(NULL), PKV_ERR_INVALID_ARGUMENT);
 }
 
+/* A connector whose poll always fills the array (its own reports, then
+ * tickets the engine never gave): each step_begin polls a bounded number
+ * of times, and the prompt is served as with an honest one. */
+typedef struct flood {
+    uint32_t (*honest)(void *user, pkv_store_done *done, uint32_t capacity);
+    void *user;
+    uint64_t calls;
+} flood;
+
+static flood flood_of_test;
+
+static uint32_t flood_poll(void *user, pkv_store_done *done,
+                           uint32_t capacity)
+{
+    (void)user;
+    flood *f = &flood_of_test;
+    /* Past any bound an engine could need: let a spinning one go, so the
+     * test fails by its count instead of hanging. */
+    if (++f->calls > 100000)
+        return 0;
+    uint32_t n = f->honest(f->user, done, capacity);
+    for (; n < capacity; n++) {
+        done[n].ticket = UINT64_MAX - n;
+        done[n].status = PKV_OK;
+        done[n].reserved0 = 0;
+    }
+    return capacity;
+}
+
+static void test_poll_flood(void **state)
+{
+    (void)state;
+    fs_data data = {0};
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    fill(&data, p, prompt, 0);
+    store_host b;
+    sh_connect(&b, &data);
+    flood_of_test.honest = b.store.poll;
+    flood_of_test.user = b.store.user;
+    flood_of_test.calls = 0;
+    b.store.poll = flood_poll;
+    sh_start(&b, p);
+    add(&b, prompt, 0);
+    sh_run(&b);
+    pkv_engine_stats s = stats_of(&b);
+    assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+    /* One op in flight at most here: two polls a step. */
+    assert_true(flood_of_test.calls <= 2 * s.steps);
+    sh_free(&b);
+    free(prompt);
+    fs_data_free(&data);
+}
+
 /* SHA-256 against FIPS 180-4's examples. */
 static void test_sha256(void **state)
 {
@@ -716,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_load_budget),
         cmocka_unit_test(test_store_faults),
         cmocka_unit_test(test_bad_store),
+        cmocka_unit_test(test_poll_flood),
         cmocka_unit_test(test_sha256),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

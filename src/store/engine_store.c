@@ -500,9 +500,11 @@ void pkv__store_step_begin(pkv_engine *e)
     if (!pkv__store_enabled(s))
         return;
     pkv__chain_link *links = lookup_links(e);
-    /* What the connector finished. */
+    /* What the connector finished. It reports each operation once, so
+     * the ops in flight bound the rounds: a connector whose poll never
+     * stops filling the array cannot hold the step. */
     pkv_store_done done[POLL_BATCH];
-    uint32_t n;
+    uint32_t n, rounds = s->num_ops / POLL_BATCH + 1;
     do {
         n = s->cb.poll(s->cb.user, done, POLL_BATCH);
         if (n > POLL_BATCH)
@@ -512,7 +514,7 @@ void pkv__store_step_begin(pkv_engine *e)
             if (at != UINT32_MAX)
                 finish(e, at, (pkv_status)done[i].status, links);
         }
-    } while (n == POLL_BATCH);
+    } while (n == POLL_BATCH && --rounds > 0);
     /* Loads past their deadline, saves long past theirs. */
     uint64_t now = now_us();
     for (uint32_t i = s->num_ops; i-- > 0;) {
