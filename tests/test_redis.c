@@ -221,6 +221,16 @@ static void test_params(void **state)
     q = p;
     q.timeout_ms = 0;
     assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    /* Bounded: destroy waits up to timeout_ms for a connect. */
+    q.timeout_ms = 60001;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_redis_last_error(), "1 to 60000"));
+    q.timeout_ms = 60000;
+    q.retry_ms = 60001;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q.retry_ms = 60000;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_OK);
+    pkv_redis_destroy(r);
     q = p;
     q.reserved0 = 1;
     assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);

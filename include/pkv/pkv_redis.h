@@ -73,10 +73,10 @@ typedef struct pkv_redis_params {
                                NULL: none. At most 64 bytes */
     uint32_t timeout_ms; /* connect, and every send and receive (socket
                             timeouts: a reply that trickles in can take
-                            longer); not 0; default 500 */
+                            longer); 1 to 60,000; default 500 */
     uint32_t retry_ms;   /* least time between a connection's failure or
-                            a failed attempt and the next attempt;
-                            default 100 */
+                            a failed attempt and the next attempt; at
+                            most 60,000; default 100 */
     uint32_t ttl_seconds; /* SET ... EX ttl; 0 (the default): no expiry */
     uint32_t reserved0;   /* 0 */
 } pkv_redis_params;
@@ -114,8 +114,8 @@ PKV_REDIS_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
  * background: a server that is down is not an error here (operations
  * fail until it is up). Errors: PKV_ERR_INVALID_ARGUMENT (NULL, a
  * key_prefix too long, no host and no unix_path, a unix_path too long
- * for a socket address, port 0 or above 65535, timeout_ms 0, reserved0
- * not 0), PKV_ERR_STRUCT_SIZE, PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
+ * for a socket address, port 0 or above 65535, timeout_ms 0 or above
+ * 60,000, retry_ms above 60,000, reserved0 not 0), PKV_ERR_STRUCT_SIZE, PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
  * the thread cannot start; pkv_redis_last_error() says why.
  * Since 0.2.0.
  * Thread-safety: safe from any thread.

@@ -28,6 +28,11 @@
 /* ttl_seconds in decimal (a uint32_t), NUL included. */
 #define PKV__REDIS_TTL_MAX 11u
 
+/* The longest timeout_ms and retry_ms: destroy waits up to timeout_ms
+ * for a connection attempt in progress, and an engine's operations fail
+ * for retry_ms after a failure. */
+#define PKV__REDIS_TIME_MAX_MS 60000u
+
 /* Messages of pkv_redis_last_error. */
 #define PKV__REDIS_ERROR_MAX 256u
 

@@ -99,8 +99,13 @@ static pkv_status read_params(const pkv_redis_params *in,
                     PKV__REDIS_PREFIX_MAX);
     /* 0 would be no timeout at all: an operation, and destroy, could wait
      * for ever on a hung server. */
-    if (p->timeout_ms == 0)
-        return fail(PKV_ERR_INVALID_ARGUMENT, "timeout_ms is 0");
+    if (p->timeout_ms == 0 || p->timeout_ms > PKV__REDIS_TIME_MAX_MS ||
+        p->retry_ms > PKV__REDIS_TIME_MAX_MS)
+        return fail(PKV_ERR_INVALID_ARGUMENT,
+                    "timeout_ms is %u and retry_ms %u: timeout_ms must be "
+                    "1 to %u, retry_ms at most %u",
+                    (unsigned)p->timeout_ms, (unsigned)p->retry_ms,
+                    PKV__REDIS_TIME_MAX_MS, PKV__REDIS_TIME_MAX_MS);
     if (p->reserved0 != 0)
         return fail(PKV_ERR_INVALID_ARGUMENT, "reserved0 is not 0");
     return PKV_OK;
