@@ -15,10 +15,15 @@
 #include "pkv/pkv_redis.h"
 #include "redis_server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -719,6 +724,132 @@ static void test_idle_close(void **state)
     close_conn(&c);
 }
 
+/* --------------------------------------------------- a hostile server */
+
+/* A server on a loopback port that answers the first command of its one
+ * connection with `head`, then either `body` over and over until the
+ * connection is closed (flood) or one byte of body every drip_ms. */
+typedef struct hostile {
+    int listen_fd;
+    int port;
+    const char *head;
+    const char *body;
+    long drip_ms;
+    pthread_t thread;
+} hostile;
+
+static void *hostile_main(void *arg)
+{
+    hostile *h = arg;
+    int fd = accept(h->listen_fd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    char command[4096];
+    if (recv(fd, command, sizeof command, 0) > 0 &&
+        send(fd, h->head, strlen(h->head), MSG_NOSIGNAL) > 0) {
+        size_t len = strlen(h->body);
+        for (size_t i = 0;; i = (i + 1) % len) {
+            if (h->drip_ms > 0) {
+                sleep_ms(h->drip_ms);
+                if (send(fd, h->body + i, 1, MSG_NOSIGNAL) != 1)
+                    break;
+            } else if (send(fd, h->body, len, MSG_NOSIGNAL) <= 0) {
+                break;
+            }
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+static void hostile_start(hostile *h, const char *head, const char *body,
+                          long drip_ms)
+{
+    h->head = head;
+    h->body = body;
+    h->drip_ms = drip_ms;
+    h->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(h->listen_fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(h->listen_fd, (struct sockaddr *)&a, len), 0);
+    assert_int_equal(listen(h->listen_fd, 1), 0);
+    assert_int_equal(getsockname(h->listen_fd, (struct sockaddr *)&a, &len),
+                     0);
+    h->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&h->thread, NULL, hostile_main, h), 0);
+}
+
+/* After the connector that talked to it is destroyed (its connection
+ * closed, so a flood's send fails). */
+static void hostile_stop(hostile *h)
+{
+    shutdown(h->listen_fd, SHUT_RDWR); /* ends an accept never reached */
+    pthread_join(h->thread, NULL);
+    close(h->listen_fd);
+}
+
+static long max_rss_kib(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+}
+
+/* A SET answered by an array announcing 10^8 elements, then integers
+ * without end: the save fails at once and the process does not grow
+ * (hiredis's reader took 2 GB in 10 s). */
+static void test_hostile_set_reply(void **state)
+{
+    (void)state;
+    hostile h;
+    hostile_start(&h, "*100000000\r\n", ":1\r\n", 0);
+    rs_server fake = {0};
+    fake.port = h.port;
+    conn c;
+    long before = max_rss_kib();
+    open_conn(&c, &fake, "", 500, 0);
+    uint64_t t0 = now_ms();
+    assert_int_equal(c.store.save(c.store.user, 1, "k", "v", 1), PKV_OK);
+    assert_int_equal(wait_op(&c, 1), PKV_ERR_STORE);
+    assert_true(now_ms() - t0 < 2000);
+    close_conn(&c);
+    hostile_stop(&h);
+    assert_true(max_rss_kib() - before < 64 * 1024);
+}
+
+/* A load whose reply drips in a byte every 200 ms: each receive is within
+ * the socket's timeout, but the whole reply is not within 4 timeouts, so
+ * the load fails after about 2 s, not the 20 s the reply would take. */
+static void test_hostile_drip(void **state)
+{
+    (void)state;
+    hostile h;
+    hostile_start(&h, "*1\r\n", "$90\r\n0123456789012345678901234567890"
+                                  "1234567890123456789012345678901234567"
+                                  "8901234567890123456789\r\n", 200);
+    rs_server fake = {0};
+    fake.port = h.port;
+    conn c;
+    open_conn(&c, &fake, "", 500, 0);
+    unsigned char out[100];
+    uint64_t size;
+    const char *keys[1] = {"k"};
+    uint64_t t0 = now_ms();
+    assert_int_equal(c.store.load(c.store.user, 1, keys, 1, out, 100, &size),
+                     PKV_OK);
+    assert_int_equal(wait_op(&c, 1), PKV_ERR_STORE);
+    uint64_t took = now_ms() - t0;
+    print_message("a dripping reply failed after %llu ms\n",
+                  (unsigned long long)took);
+    assert_true(took >= 1900 && took < 3500);
+    close_conn(&c);
+    hostile_stop(&h);
+}
+
 /* A finished op cancelled before it is polled is never reported. */
 static void test_cancel_done(void **state)
 {
@@ -1151,6 +1282,8 @@ int main(void)
         cmocka_unit_test(test_poll_order),
         cmocka_unit_test(test_ticket_in_flight),
         cmocka_unit_test(test_idle_close),
+        cmocka_unit_test(test_hostile_set_reply),
+        cmocka_unit_test(test_hostile_drip),
         cmocka_unit_test(test_cancel_done),
         cmocka_unit_test(test_destroy_busy),
         cmocka_unit_test(test_unix_socket),

@@ -71,9 +71,9 @@ typedef struct pkv_redis_params {
                               port are then ignored); NULL: TCP */
     const char *key_prefix; /* prepended to every key (a namespace);
                                NULL: none. At most 64 bytes */
-    uint32_t timeout_ms; /* connect, and every send and receive (socket
-                            timeouts: a reply that trickles in can take
-                            longer); 1 to 60,000; default 500 */
+    uint32_t timeout_ms; /* connect, and every send and receive; a whole
+                            reply within 4 x timeout_ms; 1 to 60,000;
+                            default 500 */
     uint32_t retry_ms;   /* least time between a connection's failure or
                             a failed attempt and the next attempt; at
                             most 60,000; default 100 */

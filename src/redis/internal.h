@@ -33,6 +33,10 @@
  * for retry_ms after a failure. */
 #define PKV__REDIS_TIME_MAX_MS 60000u
 
+/* A whole reply must arrive within this many timeout_ms (each receive
+ * within one): a server that drips bytes cannot hold the connector. */
+#define PKV__REDIS_REPLY_TIMEOUTS 4u
+
 /* Messages of pkv_redis_last_error. */
 #define PKV__REDIS_ERROR_MAX 256u
 

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* An MGET's reply, read straight from the socket (reply.h). */
+/* Replies to MGET and SET, read straight from the socket (reply.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "reply.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 enum { LINE_MAX = 512 };
 
@@ -17,14 +19,33 @@ typedef struct reader {
     int fd;
     size_t pos, len;
     uint8_t *buf;
+    uint64_t deadline_ms; /* CLOCK_MONOTONIC: the whole reply by then */
 } reader;
 
-/* recv that retries on EINTR; 0 on EOF, -1 on error or timeout (the
- * socket's SO_RCVTIMEO, set by hiredis). */
-static ssize_t receive(int fd, void *to, size_t n)
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* recv once bytes arrive before the reply's deadline, retrying on EINTR;
+ * 0 on EOF, -1 on error or past the deadline. The socket's own timeout
+ * bounds one recv; the deadline bounds them all, so a server that sends
+ * a byte now and then cannot hold the connector. */
+static ssize_t receive(const reader *r, void *to, size_t n)
 {
     for (;;) {
-        ssize_t got = recv(fd, to, n, 0);
+        uint64_t now = now_ms();
+        if (now >= r->deadline_ms)
+            return -1;
+        struct pollfd p = {r->fd, POLLIN, 0};
+        int ready = poll(&p, 1, (int)(r->deadline_ms - now));
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0)
+            return -1;
+        ssize_t got = recv(r->fd, to, n, 0);
         if (got >= 0 || errno != EINTR)
             return got;
     }
@@ -33,7 +54,7 @@ static ssize_t receive(int fd, void *to, size_t n)
 /* More bytes into the buffer (it is empty). 0, or -1. */
 static int fill(reader *r)
 {
-    ssize_t got = receive(r->fd, r->buf, PKV__REPLY_BUFFER);
+    ssize_t got = receive(r, r->buf, PKV__REPLY_BUFFER);
     if (got <= 0)
         return -1;
     r->pos = 0;
@@ -74,7 +95,7 @@ static int read_bytes(reader *r, uint8_t *to, size_t n)
             n -= take;
         } else if (to != NULL && n >= PKV__REPLY_BUFFER) {
             /* A large payload: straight into its slot. */
-            ssize_t got = receive(r->fd, to, n);
+            ssize_t got = receive(r, to, n);
             if (got <= 0)
                 return -1;
             to += got;
@@ -104,15 +125,27 @@ static long long number(const char *line)
     return *p != '\0' ? -2 : negative ? -v : v;
 }
 
+enum pkv__reply_result pkv__redis_read_status(int fd, uint8_t *buffer,
+                                              uint32_t timeout_ms)
+{
+    reader r = {fd, 0, 0, buffer, now_ms() + timeout_ms};
+    char line[LINE_MAX];
+    if (read_line(&r, line) != 0)
+        return PKV__REPLY_BROKEN;
+    enum pkv__reply_result got = strcmp(line, "+OK") == 0 ? PKV__REPLY_VALUES
+                                 : line[0] == '-'        ? PKV__REPLY_ERROR
+                                                         : PKV__REPLY_BROKEN;
+    /* One command in flight: nothing may follow its reply. */
+    return r.pos == r.len ? got : PKV__REPLY_BROKEN;
+}
+
 enum pkv__reply_result pkv__redis_read_mget(int fd, uint8_t *buffer,
                                             uint32_t n, uint8_t *staging,
                                             size_t value_size,
-                                            uint64_t *sizes)
+                                            uint64_t *sizes,
+                                            uint32_t timeout_ms)
 {
-    reader r;
-    r.fd = fd;
-    r.pos = r.len = 0;
-    r.buf = buffer;
+    reader r = {fd, 0, 0, buffer, now_ms() + timeout_ms};
     char line[LINE_MAX];
     if (read_line(&r, line) != 0)
         return PKV__REPLY_BROKEN;

@@ -31,12 +31,20 @@ enum pkv__reply_result {
 #define PKV__REPLY_BUFFER ((size_t)1 << 20)
 
 /* Read the reply to an MGET of n keys from socket fd through buffer
- * (PKV__REPLY_BUFFER bytes): value i goes to staging + i * value_size (at
- * most value_size bytes; a longer one is read to its end), its length to
- * sizes[i], 0 for nil. */
+ * (PKV__REPLY_BUFFER bytes), all of it within timeout_ms: value i goes to
+ * staging + i * value_size (at most value_size bytes; a longer one is
+ * read to its end), its length to sizes[i], 0 for nil. */
 enum pkv__reply_result pkv__redis_read_mget(int fd, uint8_t *buffer,
                                             uint32_t n, uint8_t *staging,
                                             size_t value_size,
-                                            uint64_t *sizes);
+                                            uint64_t *sizes,
+                                            uint32_t timeout_ms);
+
+/* Read the reply to a SET the same way: VALUES for +OK, ERROR for an
+ * error line (up to 512 bytes), BROKEN for anything else. hiredis's
+ * reader would take any reply, however many elements a hostile server
+ * announces, into memory. */
+enum pkv__reply_result pkv__redis_read_status(int fd, uint8_t *buffer,
+                                              uint32_t timeout_ms);
 
 #endif

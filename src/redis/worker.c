@@ -189,7 +189,8 @@ static pkv_status take_values(pkv_redis *redis, pkv__redis_op *op)
     }
     enum pkv__reply_result got = pkv__redis_read_mget(
         c->fd, redis->read_buffer, op->num_keys, redis->staging,
-        op->value_size, redis->staged_sizes);
+        op->value_size, redis->staged_sizes,
+        PKV__REDIS_REPLY_TIMEOUTS * redis->timeout_ms);
     if (got == PKV__REPLY_BROKEN)
         disconnect(redis);
     if (got != PKV__REPLY_VALUES)
@@ -213,11 +214,24 @@ static pkv_status take_values(pkv_redis *redis, pkv__redis_op *op)
     return PKV_OK;
 }
 
-static pkv_status check_saved(const redisReply *reply)
+/* A SET's reply, read by reply.c: hiredis's reader would take whatever a
+ * hostile server announces (an array of 10^8 elements) into memory. */
+static pkv_status take_status(pkv_redis *redis)
 {
-    int ok = reply->type == REDIS_REPLY_STATUS && reply->len == 2 &&
-             memcmp(reply->str, "OK", 2) == 0;
-    return ok ? PKV_OK : PKV_ERR_STORE;
+    if (redis->read_buffer == NULL)
+        redis->read_buffer = malloc(PKV__REPLY_BUFFER);
+    if (redis->read_buffer == NULL) {
+        disconnect(redis); /* the reply is left unread */
+        return PKV_ERR_STORE;
+    }
+    enum pkv__reply_result got = pkv__redis_read_status(
+        ((redisContext *)redis->ctx)->fd, redis->read_buffer,
+        PKV__REDIS_REPLY_TIMEOUTS * redis->timeout_ms);
+    if (got == PKV__REPLY_BROKEN)
+        disconnect(redis);
+    /* An error reply (full memory) fails the op only: the connection is
+     * in step. */
+    return got == PKV__REPLY_VALUES ? PKV_OK : PKV_ERR_STORE;
 }
 
 static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
@@ -234,18 +248,8 @@ static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
     }
     /* hiredis has read nothing ahead: one command is in flight at a time,
      * and each reply is read to its end. */
-    if (op->kind == PKV__REDIS_LOAD)
-        return take_values(redis, op);
-    void *reply = NULL;
-    if (redisGetReply(redis->ctx, &reply) != REDIS_OK) {
-        disconnect(redis);
-        return PKV_ERR_STORE;
-    }
-    /* An error reply (full memory) fails the op only: the connection is
-     * in step. */
-    st = check_saved(reply);
-    freeReplyObject(reply);
-    return st;
+    return op->kind == PKV__REDIS_LOAD ? take_values(redis, op)
+                                       : take_status(redis);
 }
 
 static void *worker_main(void *arg)
