@@ -1114,10 +1114,28 @@ static void test_server_down_at_create(void **state)
     assert_int_equal(s.connects, 0);
     assert_true(s.connect_failures >= 2);
     assert_int_equal(s.errors, 2);
+    /* Backoff: operations every 10 ms for 1.5 s try to connect only after
+     * waits of 200, 400, 800 ms (each 75-125%), not every retry_ms (15
+     * attempts). */
+    uint64_t attempts = s.connect_failures;
+    for (uint64_t t = 10; t < 160; t++) {
+        assert_int_equal(load_sync(&c, t, keys, 1, out, sizeof out, &size),
+                         PKV_ERR_STORE);
+        sleep_ms(10);
+    }
+    s = get_stats(&c);
+    print_message("server down: %llu connection attempts in 1.5 s\n",
+                  (unsigned long long)(s.connect_failures - attempts));
+    assert_true(s.connect_failures - attempts >= 2 &&
+                s.connect_failures - attempts <= 5);
 
+    /* Back up: within the last wait (at most 5 s), saves go through. */
     assert_int_equal(rs_restart(rs), 0);
-    sleep_ms(150);
-    assert_int_equal(save_sync(&c, 3, "a", "up", 2), PKV_OK);
+    uint64_t ticket = 200;
+    while (save_sync(&c, ticket, "a", "up", 2) != PKV_OK) {
+        assert_true(ticket++ < 260);
+        sleep_ms(100);
+    }
     assert_int_equal(load_sync(&c, 4, keys, 1, out, sizeof out, &size),
                      PKV_OK);
     assert_int_equal(size, 2);

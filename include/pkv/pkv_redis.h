@@ -14,8 +14,9 @@
  * and so do saves. A connection error, a timeout or an error reply fails
  * the operation (PKV_ERR_STORE, never a value); after a connection error
  * or a timeout the connection is closed and the worker connects again for
- * a later operation, at most once per retry_ms: operations that come
- * sooner fail at once. Keys are key_prefix followed by the engine's key.
+ * the next operation; while attempts fail, each waits longer (retry_ms,
+ * doubled per failed attempt up to 5 s or retry_ms, 75-125% of that):
+ * operations that come sooner fail at once. Keys are key_prefix followed by the engine's key.
  *
  * poll and cancel take the connector's lock, so they may wait for a copy
  * in progress (a load's values into the engine's buffers: about 0.1 ms a
@@ -74,9 +75,9 @@ typedef struct pkv_redis_params {
     uint32_t timeout_ms; /* connect, and every send and receive; a whole
                             reply within 4 x timeout_ms; 1 to 60,000;
                             default 500 */
-    uint32_t retry_ms;   /* least time between a connection's failure or
-                            a failed attempt and the next attempt; at
-                            most 60,000; default 100 */
+    uint32_t retry_ms;   /* the first wait after a failed connection
+                            attempt (then doubled per failure, jittered);
+                            at most 60,000; default 100 */
     uint32_t ttl_seconds; /* SET ... EX ttl; 0 (the default): no expiry */
     uint32_t reserved0;   /* 0 */
 } pkv_redis_params;

@@ -33,6 +33,10 @@
  * for retry_ms after a failure. */
 #define PKV__REDIS_TIME_MAX_MS 60000u
 
+/* The longest wait between connection attempts to a server that stays
+ * down (retry_ms if that is longer). */
+#define PKV__REDIS_BACKOFF_MAX_MS 5000u
+
 /* A whole reply must arrive within this many timeout_ms (each receive
  * within one): a server that drips bytes cannot hold the connector. */
 #define PKV__REDIS_REPLY_TIMEOUTS 4u
@@ -104,8 +108,13 @@ struct pkv_redis {
 
     /* The worker's alone. */
     void *ctx;               /* redisContext, NULL when disconnected */
-    int tried;               /* a connection was attempted */
-    uint64_t last_attempt_ms;
+    uint64_t last_attempt_ms; /* or the connection's loss */
+    uint64_t wait_ms;         /* before the next attempt: 0 after a lost
+                                 connection, then retry_ms doubling with
+                                 each failed attempt (jittered), up to
+                                 PKV__REDIS_BACKOFF_MAX_MS */
+    uint32_t failed_attempts; /* in a row */
+    uint64_t jitter;          /* xorshift state */
     /* A load's reply as read (reply.h), before it is copied into the
      * engine's buffers: kept from load to load, as large as the largest. */
     uint8_t *staging;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <time.h>
 
 #if defined(__GNUC__)
 #define PKV__REDIS_PRINTF(fmt_index, first_arg) \
@@ -138,6 +139,10 @@ static pkv_status new_connector(const pkv_redis_params *p, pkv_redis **out)
     redis->port = p->port;
     redis->timeout_ms = p->timeout_ms;
     redis->retry_ms = p->retry_ms;
+    /* Differs between connectors (and processes): their retries spread. */
+    redis->jitter = ((uint64_t)(uintptr_t)redis ^ (uint64_t)time(NULL)) *
+                        0x9e3779b97f4a7c15ull |
+                    1u;
     if (p->key_prefix != NULL) {
         redis->prefix_len = strlen(p->key_prefix);
         memcpy(redis->prefix, p->key_prefix, redis->prefix_len);

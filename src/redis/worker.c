@@ -16,8 +16,11 @@
  *
  * A failed connection (error, timeout, EOF) is freed at once, since a late
  * reply would be taken for the next command's; the next operation
- * connects again, but no sooner than retry_ms after the failure or the
- * last attempt: one that comes sooner fails at once instead of waiting.
+ * connects again at once (a blip costs one operation), and while
+ * attempts keep failing, each waits longer: retry_ms, doubled per failed
+ * attempt up to PKV__REDIS_BACKOFF_MAX_MS, each wait drawn from 75-125% of
+ * that (connectors restarted together do not retry in step). An
+ * operation that comes during a wait fails at once instead of waiting.
  * A connection the server closed while it was idle (Redis's `timeout`, a
  * proxy or NAT dropping idle connections) is not a failure: before each
  * command a peek at the socket finds the close, and the command goes out
@@ -43,6 +46,25 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* The wait after a failed attempt. */
+static uint64_t backoff_ms(pkv_redis *redis)
+{
+    uint64_t cap = redis->retry_ms > PKV__REDIS_BACKOFF_MAX_MS
+                       ? redis->retry_ms
+                       : PKV__REDIS_BACKOFF_MAX_MS;
+    uint64_t wait = redis->retry_ms;
+    for (uint32_t i = 1; i < redis->failed_attempts && wait < cap; i++)
+        wait *= 2;
+    if (wait > cap)
+        wait = cap;
+    uint64_t x = redis->jitter; /* xorshift64 */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    redis->jitter = x;
+    return wait * (75 + x % 51) / 100;
+}
+
 static void disconnect(pkv_redis *redis)
 {
     pthread_mutex_lock(&redis->lock);
@@ -52,6 +74,7 @@ static void disconnect(pkv_redis *redis)
     redisFree(redis->ctx);
     redis->ctx = NULL;
     redis->last_attempt_ms = now_ms();
+    redis->wait_ms = 0; /* the next operation reconnects at once */
 }
 
 /* A connection with timeout_ms on connect, and on every send and receive
@@ -90,19 +113,18 @@ static pkv_status ensure_connected(pkv_redis *redis)
     if (redis->ctx != NULL && idle_connection_ok(redis->ctx))
         return PKV_OK;
     if (redis->ctx != NULL) {
-        /* Closed by the server while idle: reconnect now, not retry_ms
-         * later, since no attempt failed. */
+        /* Closed by the server while idle: reconnect now. */
         disconnect(redis);
-        redis->tried = 0;
         pthread_mutex_lock(&redis->lock);
         redis->stats.idle_closes++;
         pthread_mutex_unlock(&redis->lock);
     }
-    if (redis->tried && now_ms() - redis->last_attempt_ms < redis->retry_ms)
+    if (now_ms() - redis->last_attempt_ms < redis->wait_ms)
         return PKV_ERR_STORE;
     redisContext *c = open_context(redis);
-    redis->tried = 1;
     redis->last_attempt_ms = now_ms();
+    redis->failed_attempts = c != NULL ? 0 : redis->failed_attempts + 1;
+    redis->wait_ms = c != NULL ? 0 : backoff_ms(redis);
     redis->ctx = c;
     pthread_mutex_lock(&redis->lock);
     if (c != NULL) {
