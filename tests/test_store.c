@@ -18,7 +18,9 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "kv_layout.h"
 #include "store/digest.h"
+#include "wire.h"
 #include "store_fake.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
@@ -274,6 +276,53 @@ static void test_damaged_values(void **state)
     assert_int_equal(rows, 1); /* whole again */
     free(whole);
     fs_data_free(&data);
+    free(prompt);
+}
+
+/* A value forged with a valid checksum (wire.c is public code) but a
+ * non-finite number where the KV is read (an f32/f16 element; a quantized
+ * part's lo or scale): damaged, never used, as a host tensor with one is
+ * refused. The number is put in the last layer's last kv head's V part. */
+static void test_forged_non_finite(void **state)
+{
+    (void)state;
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_F16,
+                              PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
+                              PKV_KV_DTYPE_U8K_U4V};
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        pkv_engine_params p = params_of(dtypes[i]);
+        fs_data data = {0};
+        fill(&data, p, prompt, 0);
+        fs_entry *e = entry_at(&data, 2);
+        size_t kv = 128 + 4 * (size_t)p.block_size; /* value.c's layout */
+        uint32_t bs = p.block_size, d = p.head_dim;
+        uint32_t u4g = d % 32 == 0 ? 32 : d; /* pkv.h's default */
+        size_t head = PKV_LAYOUT_HEAD_BYTES(
+            p.kv_dtype, PKV_LAYOUT_PER_CHANNEL, PKV_LAYOUT_PER_TOKEN, u4g,
+            bs, d);
+        int kd = PKV_LAYOUT_KEY_DTYPE(p.kv_dtype);
+        int vd = PKV_LAYOUT_VALUE_DTYPE(p.kv_dtype);
+        size_t v_part = kv +
+                        (size_t)(p.num_layers * p.num_kv_heads - 1) * head +
+                        PKV_LAYOUT_PART_BYTES(kd, PKV_LAYOUT_PER_CHANNEL,
+                                              u4g, bs, d);
+        uint8_t *at = e->value + v_part;
+        if (vd == PKV_LAYOUT_F32) {
+            memcpy(at + 4, "\x00\x00\xc0\x7f", 4); /* NaN */
+        } else if (vd == PKV_LAYOUT_F16) {
+            memcpy(at + 2, "\x00\x7c", 2); /* +Inf */
+        } else {
+            /* The first scale of a per-token part (pkv.h's default for
+             * values): after the codes and the lo of every group. */
+            size_t scale = PKV_LAYOUT_Q_SCALE_OFFSET(
+                vd, PKV_LAYOUT_PER_TOKEN, u4g, bs, d);
+            memcpy(at + scale, "\x00\xfc", 2); /* -Inf */
+        }
+        pkv__put_u64(e->value + 120, pkv__checksum(e->value, e->size, 120));
+        expect_bad_block2(&data, p, prompt, 1);
+        fs_data_free(&data);
+    }
     free(prompt);
 }
 
@@ -771,6 +820,7 @@ int main(void)
         cmocka_unit_test(test_store_faults),
         cmocka_unit_test(test_bad_store),
         cmocka_unit_test(test_poll_flood),
+        cmocka_unit_test(test_forged_non_finite),
         cmocka_unit_test(test_sha256),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,6 +2,7 @@
 /* A KV store's value for one block: sealing and checking (value.h). */
 #include "store/value.h"
 
+#include "kv_layout.h"
 #include "wire.h"
 
 #include <string.h>
@@ -58,6 +59,52 @@ void pkv__value_seal(uint8_t *value, const pkv__backend_config *c)
                  pkv__checksum(value, pkv__value_bytes(c), AT_CHECKSUM));
 }
 
+/* Whether n binary16 numbers at p (little-endian) are all finite. */
+static int f16_finite(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((p[2 * i + 1] & 0x7c) == 0x7c) /* exponent all ones */
+            return 0;
+    return 1;
+}
+
+/* Whether n binary32 numbers at p (little-endian) are all finite. */
+static int f32_finite(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((p[4 * i + 3] & 0x7f) == 0x7f && (p[4 * i + 2] & 0x80) != 0)
+            return 0;
+    return 1;
+}
+
+/* Whether a value's KV (every layer's block, as swapped: kv_layout.h) holds
+ * only finite numbers: f32/f16 elements, and the f16 lo and scale of
+ * every quantized part (any code is a number in range). A host's tensors
+ * get the same check before they are appended; a stored value must not
+ * get around it. */
+static int kv_finite(const uint8_t *kv, const pkv__backend_config *c)
+{
+    uint32_t bs = c->block_size, d = c->head_dim;
+    for (uint32_t part = 0; part < 2 * c->num_layers * c->num_kv_heads;
+         part++) {
+        int value_part = part % 2;
+        int pd = value_part ? PKV_LAYOUT_VALUE_DTYPE(c->kv_dtype)
+                            : PKV_LAYOUT_KEY_DTYPE(c->kv_dtype);
+        int group = value_part ? c->value_quant : c->key_quant;
+        uint32_t u4g = c->u4_group != 0 ? c->u4_group : d;
+        int ok = pd == PKV_LAYOUT_F32   ? f32_finite(kv, (size_t)bs * d)
+                 : pd == PKV_LAYOUT_F16 ? f16_finite(kv, (size_t)bs * d)
+                                        : f16_finite(
+                                  kv + PKV_LAYOUT_Q_LO_OFFSET(pd, bs, d),
+                                  2 * (size_t)PKV_LAYOUT_Q_GROUPS(
+                                          pd, group, u4g, bs, d));
+        if (!ok)
+            return 0;
+        kv += PKV_LAYOUT_PART_BYTES(pd, group, u4g, bs, d);
+    }
+    return 1;
+}
+
 enum pkv__value_verdict pkv__value_check(
     const uint8_t *value, uint64_t size, const pkv__backend_config *c,
     uint32_t index, const uint8_t digest[PKV__DIGEST_BYTES],
@@ -77,5 +124,7 @@ enum pkv__value_verdict pkv__value_check(
     for (uint32_t t = 0; t < c->block_size; t++)
         if (pkv__get_u32(value + HEADER_BYTES + 4 * t) != (uint32_t)tokens[t])
             return PKV__VALUE_MISMATCHED;
+    if (!kv_finite(value + pkv__value_kv_offset(c), c))
+        return PKV__VALUE_DAMAGED;
     return PKV__VALUE_GOOD;
 }

@@ -38,7 +38,9 @@ void pkv__value_begin(uint8_t *value, const pkv__backend_config *c,
 void pkv__value_seal(uint8_t *value, const pkv__backend_config *c);
 
 /* Whether `size` bytes at value are what pkv__value_seal wrote for the
- * same config, index, digest, parent and tokens. */
+ * same config, index, digest, parent and tokens, with only finite numbers
+ * in its KV (f32/f16 elements, quantized parts' lo and scale): a value
+ * with another is DAMAGED, as a host tensor with one is refused. */
 enum pkv__value_verdict pkv__value_check(
     const uint8_t *value, uint64_t size, const pkv__backend_config *c,
     uint32_t index, const uint8_t digest[PKV__DIGEST_BYTES],
