@@ -547,8 +547,8 @@ static void test_slow_server(void **state)
 /* Two engines given one connector's store (pkv_redis.h forbids it):
  * their tickets collide, and cancel and poll match by ticket alone. The
  * connector refuses a ticket already in flight, so the misuse costs
- * misses and failed saves, never memory (the sanitizer builds) or a wrong
- * row (the check host). */
+ * misses, failed saves and timeouts, never memory (the sanitizer builds)
+ * or a wrong row (the check host). */
 static void test_two_engines_one_store(void **state)
 {
     (void)state;
@@ -589,9 +589,11 @@ static void test_two_engines_one_store(void **state)
     pkv_engine_stats_init(&sb);
     assert_int_equal(pkv_engine_get_stats(b.engine, &sb), PKV_OK);
     /* Tickets collided (the engines number theirs alike) and were
-     * refused at once: no engine waited out a load whose result the other
-     * polled. */
-    assert_int_equal(sa.store_timeouts + sb.store_timeouts, 0);
+     * refused. A ticket one engine sends after the other's same ticket
+     * left the connector can still have its result polled by the other
+     * and wait out its deadline; what the refusal guarantees is that no
+     * engine's buffers are written after it gave them up (the sanitizer
+     * builds run this test). */
     pkv_redis_stats rs;
     pkv_redis_stats_init(&rs);
     assert_int_equal(pkv_redis_get_stats(a.redis, &rs), PKV_OK);
