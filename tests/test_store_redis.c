@@ -557,8 +557,7 @@ static void test_two_engines_one_store(void **state)
     int32_t *prompts[4];
     for (uint64_t i = 0; i < 4; i++)
         prompts[i] = hm_prompt(PROMPT, 11 + i % 2); /* two prompts, twice */
-    /* Stored already: both engines load them at once, under the same
-     * tickets; one's poll can take the other's result. */
+    /* Stored already: both engines load them, under the same tickets. */
     fill(prompts[0], 0, p);
     fill(prompts[1], 0, p);
     redis_host a;
@@ -570,6 +569,13 @@ static void test_two_engines_one_store(void **state)
         ch_add_salted(&a.host, prompts[i], PROMPT, 3, 0);
         ch_add_salted(&b, prompts[i], PROMPT, 3, 0);
     }
+    /* A frozen server keeps the first engine's loads in the connector
+     * while the second sends the same tickets: they collide whatever the
+     * machine's timing. */
+    rs_stop_process(&server);
+    ch_step(&a.host, NULL);
+    ch_step(&b, NULL);
+    rs_continue(&server);
     for (int steps = 0; pkv_engine_has_work(a.host.engine) ||
                         pkv_engine_has_work(b.engine);
          steps++) {
