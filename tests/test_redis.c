@@ -815,7 +815,7 @@ static void test_hostile_set_reply(void **state)
     uint64_t t0 = now_ms();
     assert_int_equal(c.store.save(c.store.user, 1, "k", "v", 1), PKV_OK);
     assert_int_equal(wait_op(&c, 1), PKV_ERR_STORE);
-    assert_true(now_ms() - t0 < 2000);
+    assert_true(now_ms() - t0 < 5000);
     close_conn(&c);
     hostile_stop(&h);
     assert_true(max_rss_kib() - before < 64 * 1024);
@@ -845,7 +845,7 @@ static void test_hostile_drip(void **state)
     uint64_t took = now_ms() - t0;
     print_message("a dripping reply failed after %llu ms\n",
                   (unsigned long long)took);
-    assert_true(took >= 1900 && took < 3500);
+    assert_true(took >= 1900 && took < 10000); /* the reply: 20 s */
     close_conn(&c);
     hostile_stop(&h);
 }
@@ -1117,17 +1117,27 @@ static void test_server_down_at_create(void **state)
     /* Backoff: operations every 10 ms for 1.5 s try to connect only after
      * waits of 200, 400, 800 ms (each 75-125%), not every retry_ms (15
      * attempts). */
-    uint64_t attempts = s.connect_failures;
+    uint64_t attempts = s.connect_failures, start = now_ms();
     for (uint64_t t = 10; t < 160; t++) {
         assert_int_equal(load_sync(&c, t, keys, 1, out, sizeof out, &size),
                          PKV_ERR_STORE);
         sleep_ms(10);
     }
+    uint64_t elapsed = now_ms() - start;
     s = get_stats(&c);
-    print_message("server down: %llu connection attempts in 1.5 s\n",
-                  (unsigned long long)(s.connect_failures - attempts));
+    /* The most attempts the waits allow in that time (a loaded machine
+     * stretches the loop): each at least 75% of 200, 400, 800 ... ms. */
+    uint64_t allowed = 1, waited = 0;
+    for (uint64_t w = 150; waited + w <= elapsed; w *= 2) {
+        waited += w;
+        allowed++;
+    }
+    print_message("server down: %llu connection attempts in %llu ms "
+                  "(backoff allows %llu)\n",
+                  (unsigned long long)(s.connect_failures - attempts),
+                  (unsigned long long)elapsed, (unsigned long long)allowed);
     assert_true(s.connect_failures - attempts >= 2 &&
-                s.connect_failures - attempts <= 5);
+                s.connect_failures - attempts <= allowed + 1);
 
     /* Back up: within the last wait (at most 5 s), saves go through. */
     assert_int_equal(rs_restart(rs), 0);
