@@ -16,7 +16,8 @@
  * or a timeout the connection is closed and the worker connects again for
  * the next operation; while attempts fail, each waits longer (retry_ms,
  * doubled per failed attempt up to 5 s or retry_ms, 75-125% of that):
- * operations that come sooner fail at once. Keys are key_prefix followed by the engine's key.
+ * operations that come sooner fail at once. Keys are key_prefix followed
+ * by the engine's key.
  *
  * poll and cancel take the connector's lock, so they may wait for a copy
  * in progress (a load's values into the engine's buffers: about 0.1 ms a
@@ -116,7 +117,8 @@ PKV_REDIS_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
  * fail until it is up). Errors: PKV_ERR_INVALID_ARGUMENT (NULL, a
  * key_prefix too long, no host and no unix_path, a unix_path too long
  * for a socket address, port 0 or above 65535, timeout_ms 0 or above
- * 60,000, retry_ms above 60,000, reserved0 not 0), PKV_ERR_STRUCT_SIZE, PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
+ * 60,000, retry_ms above 60,000, reserved0 not 0), PKV_ERR_STRUCT_SIZE,
+ * PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
  * the thread cannot start; pkv_redis_last_error() says why.
  * Since 0.2.0.
  * Thread-safety: safe from any thread.
