@@ -5,6 +5,7 @@
 #include "engine_params.h"
 #include "store/engine_store.h"
 #include "kv_layout.h"
+#include "seq_tables.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -50,6 +51,14 @@ static pkv_status create_backend(pkv_engine *e)
     c->parallel = p->parallel;
     c->parallel_user = p->parallel_user;
     c->workers = p->parallel_workers;
+    const pkv__groups *g = &e->groups;
+    if (g->num_groups > 1) {
+        c->num_groups = g->num_groups;
+        c->num_arenas = g->slots;
+        c->layer_arena = g->layer_arena;
+        c->layer_group = g->layer_group;
+        c->group_windows = g->group_windows;
+    }
     return pkv__backend_create_for(p, c, &e->alloc, &e->ops, &e->backend);
 }
 
@@ -62,7 +71,7 @@ static void engine_free(pkv_engine *e)
         for (uint32_t i = 0; i < lists[l]->count; i++) {
             pkv__seq *s = lists[l]->items[i];
             if (e->pool.blocks != NULL)
-                pkv__table_release(&s->table, &e->pool);
+                pkv__seq_tables_release(s, &e->pool);
             pkv__prefix_chain_release(&s->chain, &e->pool);
         }
     /* Before the backend and pool: the store's operations in flight are
@@ -73,6 +82,7 @@ static void engine_free(pkv_engine *e)
     pkv__seqs_release(&e->seqs, &e->alloc);
     pkv__step_state_release(&e->step, &e->alloc);
     pkv__rollback_release(&e->rollback, &e->alloc);
+    pkv__groups_release(&e->groups, &e->alloc);
     pkv__free(&e->alloc, e->layer_windows, e->params.num_layers,
               sizeof *e->layer_windows);
     if (e->prefix.pool != NULL)
@@ -124,7 +134,8 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         engine_free(e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
     }
-    if (copy_layer_windows(e) != PKV_OK) {
+    if (copy_layer_windows(e) != PKV_OK ||
+        pkv__groups_init(&e->groups, &alloc, &e->params) != PKV_OK) {
         pkv__inbox_release(&e->inbox, &alloc);
         engine_free(e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "layer windows");

@@ -8,6 +8,7 @@
 #include "lifecycle.h"
 #include "rollback.h"
 #include "sched_plan.h"
+#include "seq_tables.h"
 #include "store/engine_store.h"
 
 #include <assert.h>
@@ -177,13 +178,43 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
 {
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = e->step.step_seqs[i];
-        uint32_t before = s->table.num_blocks;
-        pkv__table_truncate(&s->table, &e->pool, s->num_computed);
+        uint32_t before = pkv__seq_held(s);
+        pkv__seq_tables_truncate(s, &e->pool, s->num_computed);
         pkv__seqs_count_blocks(&e->seqs, s, before);
         s->scheduled = 0;
         s->num_tokens -= s->step_drafts; /* a retry takes them again */
         s->step_drafts = 0;
     }
+}
+
+/* Hybrid memory: the tables and slots of groups 1 .. groups - 1 (group
+ * 0's are laid out with the batch), each group's after the one before
+ * (backend.h). */
+static void build_group_tables(pkv_engine *e, uint32_t num_seqs,
+                               uint32_t rows)
+{
+    for (uint32_t g = 1; g < e->groups.num_groups; g++) {
+        uint64_t *slots = e->step.slots + (size_t)g * rows;
+        uint32_t row = 0;
+        for (uint32_t i = 0; i < num_seqs; i++) {
+            pkv__seq *s = e->step.step_seqs[i];
+            const pkv__table *t = pkv__seq_table(s, g);
+            uint32_t end = s->num_computed + s->scheduled;
+            for (uint32_t p = s->num_computed; p < end; p++)
+                slots[row++] = pkv__table_slot(t, &e->pool, p);
+            e->step.step_tables[g * num_seqs + i] = t->blocks;
+            e->step.table_versions[g * num_seqs + i] = t->version;
+        }
+    }
+}
+
+/* Hybrid memory, after a sequence's step: its windowed groups give back
+ * the blocks its next row cannot see. */
+static void slide_windows(pkv_engine *e, pkv__seq *s)
+{
+    uint32_t dropped =
+        pkv__seq_tables_slide(s, &e->pool, &e->groups, s->num_computed);
+    pkv__seqs_tenant_add(&e->seqs, s->tenant, -(int64_t)dropped);
 }
 
 /* Lay the planned step out as the batch and the backend's step. */
@@ -223,6 +254,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
         e->step.table_versions[i] = s->table.version;
     }
     e->step.query_start[num_seqs] = rows;
+    build_group_tables(e, num_seqs, rows);
     b->num_seqs = num_seqs;
     b->num_tokens = rows;
     b->seq_ids = e->step.seq_ids;
@@ -415,8 +447,10 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
          * steps fill no block: then only the sequence's first 64 bytes
          * are read (seq.h), where num_computed equals table.num_tokens. */
         assert(s->num_computed == s->table.num_tokens);
-        if (pkv__prefix_chain_behind(&s->chain, s->num_computed,
-                                     e->pool.block_size)) {
+        if (e->groups.num_groups > 1)
+            slide_windows(e, s);
+        else if (pkv__prefix_chain_behind(&s->chain, s->num_computed,
+                                          e->pool.block_size)) {
             uint32_t registered = s->chain.num_links;
             if (pkv__prefix_register(&e->prefix, &s->chain, &s->table,
                                      s->tokens, s->salt) != PKV_OK)

@@ -3,6 +3,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "seq_tables.h"
 #include "store/engine_store.h"
 
 #include <assert.h>
@@ -46,15 +47,15 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
         if (it->kind == PKV__PLAN_RUN) {
             uint32_t n = pkv__blocks_for(
                 (uint64_t)s->table.num_tokens + it->rows + it->drafts, bs);
-            if (n > s->table.capacity) /* most steps add no block */
-                st = pkv__table_reserve(&s->table, &e->pool, n);
+            /* Most steps add no block. */
+            st = pkv__seq_tables_reserve(s, &e->pool, n);
         } else if (it->kind == PKV__PLAN_SWAP_IN)
-            st = pkv__table_reserve(
-                &s->table, &e->pool,
+            st = pkv__seq_tables_reserve(
+                s, &e->pool,
                 pkv__blocks_for((uint64_t)s->num_computed + it->rows, bs));
         else if (it->kind == PKV__PLAN_ADMIT) {
-            st = pkv__table_reserve(
-                &s->table, &e->pool,
+            st = pkv__seq_tables_reserve(
+                s, &e->pool,
                 pkv__blocks_for((uint64_t)it->hits * bs + it->rows, bs));
             if (st == PKV_OK)
                 st = pkv__prefix_chain_reserve(&s->chain, &e->pool, it->hits);
@@ -119,9 +120,9 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
  * rather than run without slots. Returns whether it grew. */
 static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 {
-    pkv__block_copy copy;
-    uint32_t before = seq->table.num_blocks;
-    pkv_status st = pkv__table_append(&seq->table, &e->pool, rows, &copy);
+    pkv__block_copy copies[PKV__MAX_GROUPS];
+    uint32_t before = pkv__seq_held(seq);
+    pkv_status st = pkv__seq_tables_append(seq, &e->pool, rows, copies);
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(&e->seqs, seq, before);
     if (st != PKV_OK) {
@@ -129,8 +130,10 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
                               PKV_ERR_INTERNAL);
         return 0;
     }
-    if (copy.dst != PKV__NULL_BLOCK && !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
-        push_action(e, PKV__ACTION_COPY_BLOCK, seq, copy);
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+        if (copies[g].dst != PKV__NULL_BLOCK &&
+            !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
+            push_action(e, PKV__ACTION_COPY_BLOCK, seq, copies[g]);
     return 1;
 }
 

@@ -518,6 +518,26 @@ typedef struct pkv_engine_params {
     pkv_parallel_fn parallel;
     void *parallel_user;
     uint32_t parallel_workers;
+
+    /* Since 0.2.0. Hybrid memory: 1 groups the layers by their window
+     * (layer_windows), each group with its own block tables over the one
+     * pool, and a windowed group gives a sequence's blocks back as soon as
+     * no later row can see them (the block lies wholly behind the window
+     * of the sequence's next row), so a windowed layer holds about its
+     * window of KV, not the whole context. Groups have equal numbers of
+     * layers (the greatest common divisor of each window's layer count),
+     * a block holds one group's layers, and num_blocks and cache_bytes
+     * count such blocks: Gemma 3's 3 full and 15 windowed layers make 6
+     * groups of 3 layers, so the same cache_bytes gives 6 times the
+     * blocks. Outputs are the same as without it, bit for bit.
+     * With one window for every layer there is one group: no effect.
+     * Not yet with it (PKV_ERR_UNSUPPORTED at create): swap preemption,
+     * a KV store, a U8 rollback window; and pkv_seq_export,
+     * pkv_seq_import and the prefix-cache file refuse with the same
+     * status. The prefix cache is not used: every prompt is computed.
+     * pkv_engine_get_block_table gives the first group's table (the full
+     * layers', if any). 0 (the default): every layer keeps every token. */
+    uint32_t hybrid_memory;
 } pkv_engine_params;
 
 /*

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/* A sequence's block tables over the groups (seq_tables.h). */
+#include "seq_tables.h"
+
+uint32_t pkv__seq_held(const pkv__seq *seq)
+{
+    uint32_t n = 0;
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+        n += pkv__table_held(pkv__seq_table_c(seq, g));
+    return n;
+}
+
+void pkv__seq_tables_release(pkv__seq *seq, pkv__pool *pool)
+{
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+        pkv__table_release(pkv__seq_table(seq, g), pool);
+}
+
+pkv_status pkv__seq_tables_reserve(pkv__seq *seq, const pkv__pool *pool,
+                                   uint32_t n)
+{
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
+        pkv__table *t = pkv__seq_table(seq, g);
+        if (n > t->capacity) {
+            pkv_status st = pkv__table_reserve(t, pool, n);
+            if (st != PKV_OK)
+                return st;
+        }
+    }
+    return PKV_OK;
+}
+
+void pkv__seq_tables_truncate(pkv__seq *seq, pkv__pool *pool,
+                              uint32_t n_tokens)
+{
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+        pkv__table_truncate(pkv__seq_table(seq, g), pool, n_tokens);
+}
+
+pkv_status pkv__seq_tables_fork(pkv__seq *dst, const pkv__seq *src,
+                                pkv__pool *pool)
+{
+    for (uint32_t g = 0; g < pkv__seq_groups(src); g++) {
+        pkv_status st = pkv__table_fork(pkv__seq_table(dst, g),
+                                        pkv__seq_table_c(src, g), pool);
+        if (st != PKV_OK) {
+            pkv__seq_tables_truncate(dst, pool, 0);
+            return st;
+        }
+    }
+    return PKV_OK;
+}
+
+uint32_t pkv__seq_tables_needed(const pkv__seq *seq, const pkv__pool *pool,
+                                uint32_t n_new, pkv__ref_reader refs,
+                                const void *context)
+{
+    uint32_t n = 0;
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+        n += pkv__table_blocks_needed(pkv__seq_table_c(seq, g), pool, n_new,
+                                      refs, context);
+    return n;
+}
+
+pkv_status pkv__seq_tables_append(pkv__seq *seq, pkv__pool *pool,
+                                  uint32_t n_new, pkv__block_copy *copies)
+{
+    uint32_t groups = pkv__seq_groups(seq);
+    if (groups > 1 && pkv__seq_tables_needed(seq, pool, n_new, NULL, NULL) >
+                          pkv__pool_available(pool))
+        return PKV_ERR_NO_BLOCKS;
+    for (uint32_t g = 0; g < groups; g++) {
+        pkv_status st =
+            pkv__table_append(pkv__seq_table(seq, g), pool, n_new, &copies[g]);
+        /* Only memory for the ids can fail here, and the plan reserved
+         * it (a debug build traps a pkv bug in the caller). */
+        if (st != PKV_OK)
+            return st;
+    }
+    return PKV_OK;
+}
+
+uint32_t pkv__seq_tables_slide(pkv__seq *seq, pkv__pool *pool,
+                               const pkv__groups *groups, uint32_t next)
+{
+    uint32_t dropped = 0;
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
+        uint32_t w = pkv__groups_window(groups, g);
+        if (w == 0 || next + 1 <= w)
+            continue;
+        /* The row at `next` sees tokens from next + 1 - w on. */
+        dropped += pkv__table_drop_front(pkv__seq_table(seq, g), pool,
+                                         (next + 1 - w) / pool->block_size);
+    }
+    return dropped;
+}
+
+int pkv__seq_window_lost(const pkv__seq *seq, const pkv__groups *groups,
+                         uint32_t block_size, uint32_t next)
+{
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
+        uint32_t w = pkv__groups_window(groups, g);
+        uint64_t seen_from = next + 1 > w ? next + 1 - w : 0;
+        const pkv__table *t = pkv__seq_table_c(seq, g);
+        if (w != 0 && (uint64_t)t->first_held * block_size > seen_from)
+            return 1;
+    }
+    return 0;
+}
+
+uint64_t pkv__groups_peak_blocks(const pkv__groups *groups,
+                                 uint32_t block_size, uint64_t tokens,
+                                 uint32_t chunk)
+{
+    uint64_t all = pkv__blocks_for(tokens, block_size);
+    uint64_t n = 0;
+    for (uint32_t g = 0; g < groups->num_groups; g++) {
+        uint32_t w = pkv__groups_window(groups, g);
+        /* A chunk's rows and the window of its first row, plus a block
+         * each end may start inside. */
+        uint64_t windowed =
+            pkv__blocks_for((uint64_t)w + chunk, block_size) + 1;
+        n += w == 0 || windowed > all ? all : windowed;
+    }
+    return n;
+}
