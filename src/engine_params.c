@@ -200,9 +200,7 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
         const char *unsupported =
             p->preempt_mode == PKV_PREEMPT_MODE_SWAP ? "swap preemption"
             : p->store != NULL                     ? "a KV store"
-            : PKV_LAYOUT_QUANTIZED(p->kv_dtype) && p->u8_rollback_blocks > 0
-                ? "a U8 rollback window"
-                : NULL;
+                                                   : NULL;
         if (unsupported != NULL)
             return pkv__fail(PKV_ERR_UNSUPPORTED,
                              "params->hybrid_memory groups the layers by "

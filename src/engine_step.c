@@ -8,6 +8,7 @@
 #include "lifecycle.h"
 #include "rollback.h"
 #include "sched_plan.h"
+#include "prefix_groups.h"
 #include "seq_tables.h"
 #include "store/engine_store.h"
 
@@ -447,10 +448,8 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
          * steps fill no block: then only the sequence's first 64 bytes
          * are read (seq.h), where num_computed equals table.num_tokens. */
         assert(s->num_computed == s->table.num_tokens);
-        if (e->groups.num_groups > 1)
-            slide_windows(e, s);
-        else if (pkv__prefix_chain_behind(&s->chain, s->num_computed,
-                                          e->pool.block_size)) {
+        if (pkv__prefix_chain_behind(&s->chain, s->num_computed,
+                                     e->pool.block_size)) {
             uint32_t registered = s->chain.num_links;
             if (pkv__prefix_register(&e->prefix, &s->chain, &s->table,
                                      s->tokens, s->salt) != PKV_OK)
@@ -458,9 +457,15 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
                                 "seq %llu: prefix registration skipped "
                                 "(memory)",
                                 (unsigned long long)s->id);
+            if (e->groups.num_groups > 1)
+                pkv__prefix_register_groups(&e->prefix, &e->groups, s,
+                                            registered);
             if (pkv__store_enabled(e->store))
                 pkv__store_collect(e, s, registered);
         }
+        /* Only once its blocks are cached: they may be hits. */
+        if (e->groups.num_groups > 1)
+            slide_windows(e, s);
         if (samples_here == 0)
             continue;
         s->tokens[s->num_tokens++] = sampled[sample];

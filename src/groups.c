@@ -100,6 +100,15 @@ pkv_status pkv__groups_init(pkv__groups *g, const pkv__allocator *a,
     return PKV_OK;
 }
 
+uint32_t pkv__groups_first_seen(const pkv__groups *groups, uint32_t g,
+                                uint32_t block_size, uint32_t next)
+{
+    uint32_t w = pkv__groups_window(groups, g);
+    if (w == 0 || next + 1 <= w)
+        return 0;
+    return (next + 1 - w) / block_size;
+}
+
 void pkv__groups_release(pkv__groups *g, const pkv__allocator *a)
 {
     pkv__free(a, g->layer_arena, g->num_layers, sizeof *g->layer_arena);

@@ -49,4 +49,9 @@ static inline uint32_t pkv__groups_window(const pkv__groups *groups,
     return groups->group_windows != NULL ? groups->group_windows[g] : 0;
 }
 
+/* The first block that group g's row at token `next` sees (0 without a
+ * window): the blocks before it lie wholly behind the window. */
+uint32_t pkv__groups_first_seen(const pkv__groups *groups, uint32_t g,
+                                uint32_t block_size, uint32_t next);
+
 #endif

@@ -3,6 +3,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "prefix_groups.h"
 #include "seq_tables.h"
 #include "store/engine_store.h"
 
@@ -146,6 +147,16 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
     pkv__seq *seq = it->seq;
     pkv_status st =
         pkv__table_adopt(&seq->table, &e->pool, e->step.hit_blocks, it->hits);
+    /* The other groups' blocks follow group 0's links (plan.h). */
+    uint32_t at = it->hits, bs = e->pool.block_size;
+    for (uint32_t g = 1; st == PKV_OK && g < e->groups.num_groups; g++) {
+        uint32_t first =
+            pkv__groups_first_seen(&e->groups, g, bs, it->hits * bs);
+        for (uint32_t h = first; h < it->hits; h++)
+            e->step.hit_blocks[h - first] = links[at++].block;
+        st = pkv__table_adopt_from(pkv__seq_table(seq, g), &e->pool,
+                                   e->step.hit_blocks, first, it->hits);
+    }
     pkv__seqs_count_blocks(&e->seqs, seq, 0);
     if (st == PKV_OK)
         st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, links, it->hits);

@@ -28,6 +28,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "prefix_groups.h"
 #include "seq_tables.h"
 #include "store/engine_store.h"
 
@@ -395,23 +396,31 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
         *st = plan_end(pl, seq, never);
         return 1;
     }
-    *st = pkv__plan_reserve_links(plan, &e->alloc,
-                                  (size_t)seq->num_tokens / bs + 1);
+    *st = pkv__plan_reserve_links(
+        plan, &e->alloc, per_group(e, (uint64_t)seq->num_tokens / bs + 1));
     if (*st != PKV_OK)
         return 1;
     pkv__chain_link *hit = plan->links + plan->num_links;
-    uint32_t hits = 0;
-    if (e->groups.num_groups == 1) /* hybrid memory: no prefix cache */
-        pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens,
-                           seq->salt, seq->prompt_hashes,
-                           seq->num_prompt_hashes, hit, &hits);
+    uint32_t hits = 0, group_hits = 0;
+    pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
+                       seq->prompt_hashes, seq->num_prompt_hashes, hit,
+                       &hits);
+    if (e->groups.num_groups > 1) /* the other groups' blocks follow */
+        hits = pkv__prefix_group_hits(&e->prefix, &e->groups, hit, hits,
+                                      seq->tokens, seq->salt, hit + hits,
+                                      &group_hits);
+    uint32_t links = hits + group_hits;
     uint32_t revived = 0;
-    for (uint32_t h = 0; h < hits; h++)
+    for (uint32_t h = 0; h < links; h++)
         revived += view_ref(pl, hit[h].block) == 0;
     uint32_t computed = hits * bs;
     uint32_t rows = rows_wanted(e, seq, computed, pl->budget);
-    uint32_t after = per_group(e, pkv__blocks_for(computed + (uint64_t)rows, bs));
-    uint32_t need = after - hits + revived;
+    /* Every group takes the blocks from the hits on; the hits are held
+     * too. */
+    uint32_t fresh =
+        per_group(e, pkv__blocks_for(computed + (uint64_t)rows, bs) - hits);
+    uint32_t after = fresh + links;
+    uint32_t need = fresh + revived;
     if (over_tenant_quota(pl, seq->tenant, after))
         return 0;
     /* The watermark keeps blocks for running sequences to grow into; with
@@ -419,12 +428,12 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     uint32_t watermark = pl->running ? e->watermark_blocks : 0;
     if (need + watermark > pl->available)
         return -1;
-    *st = view_room(pl, hits);
+    *st = view_room(pl, links);
     if (*st == PKV_OK)
         *st = view_tenant_add(pl, seq->tenant, after);
     if (*st != PKV_OK)
         return 1;
-    for (uint32_t h = 0; h < hits; h++)
+    for (uint32_t h = 0; h < links; h++)
         view_set(pl, hit[h].block, view_ref(pl, hit[h].block) + 1);
     pl->available -= need;
     pl->budget -= rows;
@@ -433,7 +442,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     it->rows = rows;
     it->hits = hits;
     it->first_link = plan->num_links;
-    plan->num_links += hits;
+    plan->num_links += links;
     return 1;
 }
 

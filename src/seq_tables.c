@@ -84,27 +84,20 @@ uint32_t pkv__seq_tables_slide(pkv__seq *seq, pkv__pool *pool,
                                const pkv__groups *groups, uint32_t next)
 {
     uint32_t dropped = 0;
-    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
-        uint32_t w = pkv__groups_window(groups, g);
-        if (w == 0 || next + 1 <= w)
-            continue;
-        /* The row at `next` sees tokens from next + 1 - w on. */
-        dropped += pkv__table_drop_front(pkv__seq_table(seq, g), pool,
-                                         (next + 1 - w) / pool->block_size);
-    }
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+        dropped += pkv__table_drop_front(
+            pkv__seq_table(seq, g), pool,
+            pkv__groups_first_seen(groups, g, pool->block_size, next));
     return dropped;
 }
 
 int pkv__seq_window_lost(const pkv__seq *seq, const pkv__groups *groups,
                          uint32_t block_size, uint32_t next)
 {
-    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
-        uint32_t w = pkv__groups_window(groups, g);
-        uint64_t seen_from = next + 1 > w ? next + 1 - w : 0;
-        const pkv__table *t = pkv__seq_table_c(seq, g);
-        if (w != 0 && (uint64_t)t->first_held * block_size > seen_from)
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+        if (pkv__seq_table_c(seq, g)->first_held >
+            pkv__groups_first_seen(groups, g, block_size, next))
             return 1;
-    }
     return 0;
 }
 

@@ -161,16 +161,26 @@ pkv_status pkv__table_fork(pkv__table *dst, const pkv__table *src,
 pkv_status pkv__table_adopt(pkv__table *table, pkv__pool *pool,
                             const uint32_t *blocks, uint32_t n)
 {
-    if (table->num_blocks != 0 || table->num_tokens != 0 ||
+    return pkv__table_adopt_from(table, pool, blocks, 0, n);
+}
+
+pkv_status pkv__table_adopt_from(pkv__table *table, pkv__pool *pool,
+                                 const uint32_t *blocks, uint32_t first,
+                                 uint32_t n)
+{
+    if (table->num_blocks != 0 || table->num_tokens != 0 || first > n ||
         (uint64_t)n * pool->block_size > UINT32_MAX)
         return PKV_ERR_INVALID_ARGUMENT;
     pkv_status st = pkv__table_reserve(table, pool, n);
     if (st != PKV_OK)
         return st;
-    for (uint32_t i = 0; i < n; i++) {
-        table->blocks[i] = blocks[i];
-        pkv__pool_incref(pool, blocks[i]);
+    for (uint32_t i = 0; i < first; i++)
+        table->blocks[i] = PKV__NULL_BLOCK;
+    for (uint32_t i = first; i < n; i++) {
+        table->blocks[i] = blocks[i - first];
+        pkv__pool_incref(pool, blocks[i - first]);
     }
+    table->first_held = first;
     table->num_blocks = n;
     table->num_tokens = n * pool->block_size;
     stamp(table, pool);

@@ -103,6 +103,12 @@ pkv_status pkv__table_adopt(pkv__table *table, pkv__pool *pool,
 uint32_t pkv__table_drop_front(pkv__table *table, pkv__pool *pool,
                                uint32_t n);
 
+/* The same for a windowed group's table: blocks [0, first) are dropped
+ * (PKV__NULL_BLOCK), blocks [first, n) are blocks[0 .. n - first). */
+pkv_status pkv__table_adopt_from(pkv__table *table, pkv__pool *pool,
+                                 const uint32_t *blocks, uint32_t first,
+                                 uint32_t n);
+
 /* The cache slot (block * block_size + offset) of the token at position. */
 uint64_t pkv__table_slot(const pkv__table *table, const pkv__pool *pool,
                          uint32_t position);
