@@ -42,6 +42,8 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
 {
     uint32_t by_state[4] = {0, 0, 0, 0};
     uint64_t fills = 0;
+    uint32_t group_used[PKV__MAX_GROUPS] = {0};
+    uint64_t group_fills[PKV__MAX_GROUPS] = {0};
     for (uint32_t b = 0; b < p->num_blocks; b++) {
         const pkv__block *k = &p->blocks[b];
         int reserved = k->state == PKV__BLOCK_RESERVED;
@@ -54,6 +56,11 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
                 return broken(buf, size, "block %u: used with no reference",
                               (unsigned)b);
             fills += k->fill;
+            if (k->group >= PKV__MAX_GROUPS)
+                return broken(buf, size, "block %u: group %u", (unsigned)b,
+                              (unsigned)k->group);
+            group_used[k->group]++;
+            group_fills[k->group] += k->fill;
         } else if (!reserved && k->ref_count != 0) {
             return broken(buf, size, "block %u: %u references but not used",
                           (unsigned)b, (unsigned)k->ref_count);
@@ -87,6 +94,15 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
         return broken(buf, size, "tokens_stored %llu, used blocks hold %llu",
                       (unsigned long long)p->tokens_stored,
                       (unsigned long long)fills);
+    for (uint32_t g = 0; g < PKV__MAX_GROUPS; g++)
+        if (group_used[g] != p->group_used[g] ||
+            group_fills[g] != p->group_tokens[g])
+            return broken(buf, size, "group %u: counted %u blocks, %llu "
+                          "tokens; blocks say %u, %llu", (unsigned)g,
+                          (unsigned)p->group_used[g],
+                          (unsigned long long)p->group_tokens[g],
+                          (unsigned)group_used[g],
+                          (unsigned long long)group_fills[g]);
     return NULL;
 }
 
@@ -139,6 +155,11 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
         /* A truncate inside a block others hold (or the prefix cache)
          * leaves its fill: the next append copies or rewrites it. */
         const pkv__block *k = &e->pool.blocks[b];
+        if (k->group != g)
+            return broken(buf, size, "seq %llu: block %u (%u) of group %u "
+                          "is counted in group %u",
+                          (unsigned long long)s->id, (unsigned)i,
+                          (unsigned)b, (unsigned)g, (unsigned)k->group);
         int last_kept = i + 1 == t->num_blocks && k->fill > want;
         if (k->fill != want && !last_kept)
             return broken(buf, size, "seq %llu: block %u (%u) holds %u "

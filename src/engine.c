@@ -217,6 +217,26 @@ pkv_status pkv_engine_stats_init(pkv_engine_stats *stats)
     return PKV_OK;
 }
 
+pkv_status pkv_engine_get_group_stats(const pkv_engine *engine,
+                                      uint32_t group, uint32_t *window,
+                                      uint64_t *blocks_used,
+                                      uint64_t *tokens_stored)
+{
+    if (engine == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (window == NULL || blocks_used == NULL || tokens_stored == NULL)
+        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+                                "every out-parameter must be set");
+    if (group >= engine->groups.num_groups)
+        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+                                "group %u of %u", (unsigned)group,
+                                (unsigned)engine->groups.num_groups);
+    *window = pkv__groups_window(&engine->groups, group);
+    *blocks_used = engine->pool.group_used[group];
+    *tokens_stored = engine->pool.group_tokens[group];
+    return PKV_OK;
+}
+
 pkv_status pkv_engine_get_stats(const pkv_engine *engine,
                                 pkv_engine_stats *stats)
 {
@@ -271,6 +291,8 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.store_timeouts = t->store_timeouts;
     s.store_damaged = t->store_damaged;
     s.store_mismatched = t->store_mismatched;
+    s.kv_groups = engine->groups.num_groups;
+    s.group_layers = engine->groups.slots;
     memcpy(stats, &s, stats->struct_size);
     return PKV_OK;
 }

@@ -13,12 +13,9 @@
 #define PKV_GROUPS_H
 
 #include "alloc.h"
+#include "pool.h"
 
 #include <stdint.h>
-
-/* The most groups an engine makes (a table per group per sequence, a
- * copy-on-write per group in a step's device actions). */
-#define PKV__MAX_GROUPS 64u
 
 typedef struct pkv__groups {
     uint32_t num_groups;

@@ -70,12 +70,18 @@ pkv_status pkv__seq_tables_append(pkv__seq *seq, pkv__pool *pool,
                           pkv__pool_available(pool))
         return PKV_ERR_NO_BLOCKS;
     for (uint32_t g = 0; g < groups; g++) {
-        pkv_status st =
-            pkv__table_append(pkv__seq_table(seq, g), pool, n_new, &copies[g]);
+        pkv__table *t = pkv__seq_table(seq, g);
+        uint32_t before = t->num_blocks;
+        pkv_status st = pkv__table_append(t, pool, n_new, &copies[g]);
         /* Only memory for the ids can fail here, and the plan reserved
          * it (a debug build traps a pkv bug in the caller). */
         if (st != PKV_OK)
             return st;
+        /* The pool counts the new blocks as group 0's until told. */
+        for (uint32_t i = before; g > 0 && i < t->num_blocks; i++)
+            pkv__pool_set_group(pool, t->blocks[i], g);
+        if (g > 0 && copies[g].dst != PKV__NULL_BLOCK)
+            pkv__pool_set_group(pool, copies[g].dst, g);
     }
     return PKV_OK;
 }

@@ -162,6 +162,24 @@ static void workload(int32_t dtype, int32_t mode, int hybrid)
         assert_int_equal(most, 2);
     else
         assert_true(most == 0);
+    /* The groups' counts add up to the pool's. */
+    assert_int_equal(st.kv_groups, hybrid ? 3 : 1);
+    assert_int_equal(st.group_layers, hybrid ? 1 : 3);
+    uint64_t blocks = 0, tokens = 0;
+    /* Full layers first, then the windows in increasing order; without
+     * hybrid memory one group keeps every token. */
+    const uint32_t group_windows[3] = {0, 4, 5};
+    for (uint32_t g = 0; g < st.kv_groups; g++) {
+        uint32_t window;
+        uint64_t b, t;
+        assert_int_equal(
+            pkv_engine_get_group_stats(h.engine, g, &window, &b, &t), PKV_OK);
+        assert_int_equal(window, group_windows[g]);
+        blocks += b;
+        tokens += t;
+    }
+    assert_int_equal(blocks + 1, st.blocks_used);
+    assert_int_equal(tokens, st.tokens_stored);
     if (hybrid) {
         size_t size = 0;
         assert_int_equal(

@@ -1159,6 +1159,12 @@ typedef struct pkv_engine_stats {
      * another block (geometry, key, parent's key or tokens differ). */
     uint64_t store_damaged;
     uint64_t store_mismatched;
+    /* Since 0.2.0. Hybrid memory (pkv_engine_params.hybrid_memory): the
+     * groups of layers, 1 without it, and the layers of each (a block
+     * holds one group's KV; pkv_engine_get_group_stats has each group's
+     * blocks). */
+    uint32_t kv_groups;
+    uint32_t group_layers;
 } pkv_engine_stats;
 
 /*
@@ -1179,6 +1185,25 @@ PKV_API pkv_status pkv_engine_stats_init(pkv_engine_stats *stats);
  */
 PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
                                         pkv_engine_stats *stats);
+
+/*
+ * One group of layers of hybrid memory (pkv_engine_params.hybrid_memory),
+ * group < pkv_engine_stats.kv_groups: its layers' window (0: the group
+ * keeps every token, as the one group without hybrid memory does),
+ * the blocks its tables hold (used: blocks_used counts them too) and the
+ * tokens those blocks hold. Without hybrid memory there is one group, of
+ * every layer, whose figures are pkv_engine_stats' blocks_used (less the
+ * null block) and tokens_stored. Groups of full layers come first, then
+ * the windows in increasing order.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL engine (pkv_last_error) or
+ * out-parameter, or a group out of range. Since 0.2.0.
+ * Thread-safety: as any engine call. Ownership: writes the outputs only.
+ */
+PKV_API pkv_status pkv_engine_get_group_stats(const pkv_engine *engine,
+                                              uint32_t group,
+                                              uint32_t *window,
+                                              uint64_t *blocks_used,
+                                              uint64_t *tokens_stored);
 
 /*
  * The block table of a live sequence, for introspection: *blocks points to
