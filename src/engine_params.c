@@ -197,15 +197,11 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          (unsigned)pkv__groups_slots(p),
                          (unsigned)PKV__MAX_GROUPS);
     if (groups > 1) {
-        const char *unsupported =
-            p->preempt_mode == PKV_PREEMPT_MODE_SWAP ? "swap preemption"
-            : p->store != NULL                     ? "a KV store"
-                                                   : NULL;
-        if (unsupported != NULL)
+        if (p->store != NULL)
             return pkv__fail(PKV_ERR_UNSUPPORTED,
                              "params->hybrid_memory groups the layers by "
-                             "window; %s does not work with groups yet",
-                             unsupported);
+                             "window; a KV store does not work with groups "
+                             "yet");
     }
     if (p->key_quant == PKV_QUANT_GROUP_DEFAULT)
         p->key_quant = PKV_QUANT_GROUP_PER_CHANNEL;

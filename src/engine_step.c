@@ -116,6 +116,29 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
     pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
 }
 
+/* A swapped sequence's blocks back from its buffer: every group's held
+ * blocks, group after group, as the swap-out wrote them. */
+static pkv_status swap_in_groups(pkv_engine *e, pkv__seq *s,
+                                 const uint8_t *host)
+{
+    if (e->groups.num_groups == 1) /* as the swap-out counted them */
+        return e->ops->swap_in(e->backend, host, s->table.blocks,
+                               s->swap_num_blocks);
+    size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
+    uint32_t done = 0;
+    for (uint32_t g = 0; g < pkv__seq_groups(s); g++) {
+        const pkv__table *t = pkv__seq_table(s, g);
+        uint32_t n = pkv__blocks_for(s->num_computed, e->pool.block_size) -
+                     t->first_held;
+        pkv_status st = e->ops->swap_in(e->backend, host + done * block_bytes,
+                                        t->blocks + t->first_held, n);
+        if (st != PKV_OK)
+            return st;
+        done += n;
+    }
+    return PKV_OK;
+}
+
 /* Run the planner's device actions in order, each run of copy-on-write
  * copies as one backend call. One that fails costs its sequence (a failed
  * run: each of its sequences) this step, never the step or the sequence's
@@ -156,8 +179,7 @@ static void run_actions(pkv_engine *e, uint32_t *num_seqs)
             s->swap_blocks = NULL;
             break;
         case PKV__ACTION_SWAP_IN:
-            st = ops->swap_in(e->backend, host, s->table.blocks,
-                              s->swap_num_blocks);
+            st = swap_in_groups(e, s, host);
             if (st == PKV_OK && a->copy.dst != PKV__NO_STAGE)
                 st = ops->stage_in(e->backend, host + blocks_bytes,
                                    a->copy.dst);

@@ -205,8 +205,11 @@ static pkv_status preempt(planner *pl, pkv__seq *seq)
         return st;
     pkv__plan_item *it = add_item(pl, PKV__PLAN_PREEMPT, seq);
     if (e->params.preempt_mode == PKV_PREEMPT_MODE_SWAP) {
-        size_t size = pkv__backend_swap_bytes(&e->backend_config,
-                                              seq->table.num_blocks);
+        size_t size = pkv__backend_swap_bytes(
+            &e->backend_config,
+            pkv__groups_blocks_from(&e->groups, e->pool.block_size,
+                                    seq->num_computed,
+                                    seq->table.num_tokens));
         if (pl->swap_used + size <= e->params.swap_bytes) {
             pl->swap_used += size;
             it->swap = 1;
@@ -355,9 +358,9 @@ static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
     pkv_engine *e = pl->e;
     pkv__seq *seq = e->seqs.swapped.items[index];
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
-    uint32_t after = per_group(
-        e, pkv__blocks_for(seq->num_computed + (uint64_t)rows,
-                           e->pool.block_size));
+    uint32_t after =
+        pkv__groups_blocks_from(&e->groups, e->pool.block_size,
+                                seq->num_computed, seq->num_computed + rows);
     pkv_status never = never_fits(e, after);
     if (never != PKV_OK) {
         *st = plan_end(pl, seq, never);

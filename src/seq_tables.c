@@ -107,6 +107,42 @@ int pkv__seq_window_lost(const pkv__seq *seq, const pkv__groups *groups,
     return 0;
 }
 
+uint32_t pkv__groups_blocks_from(const pkv__groups *groups,
+                                 uint32_t block_size, uint32_t next,
+                                 uint32_t tokens)
+{
+    uint32_t n = 0, all = pkv__blocks_for(tokens, block_size);
+    for (uint32_t g = 0; g < groups->num_groups; g++)
+        n += all - pkv__groups_first_seen(groups, g, block_size, next);
+    return n;
+}
+
+pkv_status pkv__seq_tables_swap_in(pkv__seq *seq, pkv__pool *pool,
+                                   const pkv__groups *groups, uint32_t next,
+                                   uint32_t tokens)
+{
+    if (pkv__groups_blocks_from(groups, pool->block_size, next, tokens) >
+        pkv__pool_available(pool))
+        return PKV_ERR_NO_BLOCKS;
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
+        pkv__table *t = pkv__seq_table(seq, g);
+        uint32_t first =
+            pkv__groups_first_seen(groups, g, pool->block_size, next);
+        pkv__block_copy none;
+        pkv_status st = pkv__table_adopt_from(t, pool, NULL, first, first);
+        if (st == PKV_OK)
+            st = pkv__table_append(t, pool, tokens - first * pool->block_size,
+                                   &none);
+        if (st != PKV_OK) {
+            pkv__seq_tables_truncate(seq, pool, 0);
+            return st;
+        }
+        for (uint32_t i = first; g > 0 && i < t->num_blocks; i++)
+            pkv__pool_set_group(pool, t->blocks[i], g);
+    }
+    return PKV_OK;
+}
+
 uint64_t pkv__groups_peak_blocks(const pkv__groups *groups,
                                  uint32_t block_size, uint64_t tokens,
                                  uint32_t chunk)

@@ -52,6 +52,20 @@ uint32_t pkv__seq_tables_slide(pkv__seq *seq, pkv__pool *pool,
 int pkv__seq_window_lost(const pkv__seq *seq, const pkv__groups *groups,
                          uint32_t block_size, uint32_t next);
 
+/* Blocks a sequence whose next row is at token `next` holds in all its
+ * groups once its tables reach `tokens` tokens, each windowed group from
+ * the first block that row sees (a swap's: out and back in). */
+uint32_t pkv__groups_blocks_from(const pkv__groups *groups,
+                                 uint32_t block_size, uint32_t next,
+                                 uint32_t tokens);
+
+/* Give the empty tables slots for `tokens` tokens, each windowed group's
+ * from the first block the row at token `next` sees (the blocks before
+ * are dropped): a swapped sequence coming back. All or nothing. */
+pkv_status pkv__seq_tables_swap_in(pkv__seq *seq, pkv__pool *pool,
+                                   const pkv__groups *groups, uint32_t next,
+                                   uint32_t tokens);
+
 /* The most blocks a sequence of `tokens` tokens holds at once, over every
  * group, when it computes at most `chunk` rows a step: every block in a
  * group without a window, the window's and a chunk's in a windowed one. */

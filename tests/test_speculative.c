@@ -185,7 +185,7 @@ static void test_same_tokens(void **state)
             spec_case c = {PKV_BACKEND_KIND_CPU,
                            dtypes[d],
                            sizes[b],
-                           PKV_PREEMPT_MODE_RECOMPUTE,
+                           modes[b - 1],
                            0.7,
                            4,
                            PKV_LAYOUT_QUANTIZED(dtypes[d]) ? 2 : 0,

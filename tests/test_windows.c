@@ -75,8 +75,8 @@ static uint32_t most_windowed_blocks(const pkv_engine *e)
     return most;
 }
 
-/* hybrid: hybrid memory, where swap, export/import and the prefix cache
- * file are refused (pkv.h). */
+/* hybrid: hybrid memory, where export/import and the prefix cache file
+ * are refused (pkv.h). */
 static void workload(int32_t dtype, int32_t mode, int hybrid)
 {
     pkv_engine_params p = window_params(dtype, mode);
@@ -156,6 +156,7 @@ static void workload(int32_t dtype, int32_t mode, int hybrid)
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_true(st.prefix_hit_tokens > 0);
     assert_true(st.preemptions > 0);
+    assert_true((st.swap_outs > 0) == (mode == PKV_PREEMPT_MODE_SWAP));
     /* Between steps, a windowed group holds what its next row sees: 5
      * tokens reach at most 2 blocks of 4, where 25 tokens take 7. */
     if (hybrid)
@@ -236,10 +237,13 @@ static void test_mixed_windows(void **state)
 static void test_hybrid_memory(void **state)
 {
     (void)state;
-    workload(PKV_KV_DTYPE_F32, PKV_PREEMPT_MODE_RECOMPUTE, 1);
-    workload(PKV_KV_DTYPE_F16, PKV_PREEMPT_MODE_RECOMPUTE, 1);
-    workload(PKV_KV_DTYPE_U8, PKV_PREEMPT_MODE_RECOMPUTE, 1);
-    workload(PKV_KV_DTYPE_U4, PKV_PREEMPT_MODE_RECOMPUTE, 1);
+    const int32_t modes[] = {PKV_PREEMPT_MODE_RECOMPUTE, PKV_PREEMPT_MODE_SWAP};
+    for (size_t m = 0; m < 2; m++) {
+        workload(PKV_KV_DTYPE_F32, modes[m], 1);
+        workload(PKV_KV_DTYPE_F16, modes[m], 1);
+        workload(PKV_KV_DTYPE_U8, modes[m], 1);
+        workload(PKV_KV_DTYPE_U4, modes[m], 1);
+    }
 }
 #endif
 
@@ -307,10 +311,6 @@ static void test_errors(void **state)
     p.hybrid_memory = 2;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
     p.hybrid_memory = 1;
-    p.preempt_mode = PKV_PREEMPT_MODE_SWAP;
-    assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_UNSUPPORTED);
-    assert_non_null(strstr(pkv_last_error(), "swap preemption"));
-    p.preempt_mode = PKV_PREEMPT_MODE_RECOMPUTE;
     /* One window for every layer: one group, as without it. */
     static const uint32_t same[3] = {5, 5, 5};
     p.layer_windows = same;

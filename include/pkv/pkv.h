@@ -531,8 +531,8 @@ typedef struct pkv_engine_params {
      * groups of 3 layers, so the same cache_bytes gives 6 times the
      * blocks. Outputs are the same as without it, bit for bit.
      * With one window for every layer there is one group: no effect.
-     * Not yet with it (PKV_ERR_UNSUPPORTED at create): swap preemption
-     * and a KV store; and pkv_seq_export,
+     * Not yet with it (PKV_ERR_UNSUPPORTED at create): a KV store; and
+     * pkv_seq_export,
      * pkv_seq_import and the prefix-cache file refuse with the same
      * status. A prefix hit needs, in a windowed group, only the blocks
      * its first computed row sees. pkv_engine_get_block_table gives the first group's table (the full
