@@ -21,9 +21,9 @@ static uint32_t find(const pkv__prefix *prefix, uint32_t g,
 
 uint32_t pkv__prefix_group_hits(const pkv__prefix *prefix,
                                 const pkv__groups *groups,
-                                const pkv__chain_link *links, uint32_t n,
+                                pkv__chain_link *links, uint32_t n,
                                 const int32_t *tokens, uint64_t salt,
-                                pkv__chain_link *out, uint32_t *n_out)
+                                uint32_t *n_out)
 {
     uint32_t bs = prefix->pool->block_size;
     uint32_t h = n;
@@ -43,6 +43,7 @@ uint32_t pkv__prefix_group_hits(const pkv__prefix *prefix,
                 }
         }
     }
+    pkv__chain_link *out = links + h;
     uint32_t k = 0;
     for (uint32_t g = 1; g < groups->num_groups; g++)
         for (uint32_t j = pkv__groups_first_seen(groups, g, bs, h * bs); j < h;

@@ -19,13 +19,14 @@
 
 /* Of a lookup's n group-0 links (prefix.h), the most, h, that the other
  * groups can follow: each holds every block from its first seen one to
- * h cached. Their blocks go to out, group after group (groups 1 ..),
- * *n_out in all; out has room for n * (num_groups - 1). Pure. */
+ * h cached. Their blocks follow links[0 .. h) in links, group after
+ * group (groups 1 ..), *n_out in all; links has room for n * num_groups.
+ * Pure. */
 uint32_t pkv__prefix_group_hits(const pkv__prefix *prefix,
                                 const pkv__groups *groups,
-                                const pkv__chain_link *links, uint32_t n,
+                                pkv__chain_link *links, uint32_t n,
                                 const int32_t *tokens, uint64_t salt,
-                                pkv__chain_link *out, uint32_t *n_out);
+                                uint32_t *n_out);
 
 /* Register the full blocks that groups 1 .. hold for the chain's links
  * [from, num_links) (what pkv__prefix_register just added): a block not

@@ -410,8 +410,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
                        &hits);
     if (e->groups.num_groups > 1) /* the other groups' blocks follow */
         hits = pkv__prefix_group_hits(&e->prefix, &e->groups, hit, hits,
-                                      seq->tokens, seq->salt, hit + hits,
-                                      &group_hits);
+                                      seq->tokens, seq->salt, &group_hits);
     uint32_t links = hits + group_hits;
     uint32_t revived = 0;
     for (uint32_t h = 0; h < links; h++)
