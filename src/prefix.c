@@ -92,6 +92,15 @@ uint32_t pkv__prefix_find(const pkv__prefix *prefix, uint64_t hash,
                           const int32_t *tokens, uint64_t salt, uint32_t parent,
                           uint32_t parent_generation)
 {
+    return pkv__prefix_find_group(prefix, 0, hash, tokens, salt, parent,
+                                  parent_generation);
+}
+
+uint32_t pkv__prefix_find_group(const pkv__prefix *prefix, uint32_t group,
+                                uint64_t hash, const int32_t *tokens,
+                                uint64_t salt, uint32_t parent,
+                                uint32_t parent_generation)
+{
     const pkv__pool *pool = prefix->pool;
     uint64_t masked = hash & prefix->hash_mask;
     size_t bytes = pool->block_size * sizeof *tokens;
@@ -100,6 +109,7 @@ uint32_t pkv__prefix_find(const pkv__prefix *prefix, uint64_t hash,
         const pkv__prefix_entry *e = &prefix->entries[b];
         if (e->hash == masked && e->salt == salt && e->parent == parent &&
             e->parent_generation == parent_generation &&
+            pool->blocks[b].group == group &&
             memcmp(prefix->tokens + (size_t)b * pool->block_size, tokens,
                    bytes) == 0)
             return b;

@@ -92,13 +92,21 @@ pkv_status pkv__prefix_chain_adopt(pkv__prefix_chain *chain,
                                    const pkv__pool *pool,
                                    const pkv__chain_link *links, uint32_t n);
 
-/* The cached block that holds `tokens` (one full block) after `parent`
- * (an accepted block with its generation; the null block for the first
- * block of a prompt) under chained hash `hash` and salt, or
- * PKV__NO_BLOCK. */
+/* The cached block of group 0 (pool.h) that holds `tokens` (one full
+ * block) after `parent` (an accepted block with its generation; the null
+ * block for the first block of a prompt) under chained hash `hash` and
+ * salt, or PKV__NO_BLOCK. */
 uint32_t pkv__prefix_find(const pkv__prefix *prefix, uint64_t hash,
                           const int32_t *tokens, uint64_t salt, uint32_t parent,
                           uint32_t parent_generation);
+
+/* The same for a group of layers (prefix_groups.h): only a block that
+ * holds that group's KV (pkv__block.group) is found, so that even a hash
+ * collision never hands a group another group's layers. */
+uint32_t pkv__prefix_find_group(const pkv__prefix *prefix, uint32_t group,
+                                uint64_t hash, const int32_t *tokens,
+                                uint64_t salt, uint32_t parent,
+                                uint32_t parent_generation);
 
 /* Register a block that is not cached, holding `tokens` (its KV written)
  * after parent, as pkv__prefix_find would find it. */

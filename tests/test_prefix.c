@@ -203,6 +203,32 @@ static void test_forced_collision_is_rejected(void **state)
     f->prefix.hash_mask = UINT64_MAX;
 }
 
+/* Hybrid memory: a block is found only for the group of layers whose KV
+ * it holds, even when hash, tokens, salt and parent all match. */
+static void test_collision_across_groups_is_rejected(void **state)
+{
+    fixture *f = *state;
+    f->prefix.hash_mask = 0;
+    uint32_t b;
+    assert_int_equal(pkv__pool_alloc(&f->pool, 1, &b), PKV_OK);
+    pkv__pool_set_group(&f->pool, b, 1);
+    uint32_t null_gen = f->pool.blocks[PKV__NULL_BLOCK].generation;
+    pkv__prefix_insert(&f->prefix, b, 42, PROMPT, 0, PKV__NULL_BLOCK,
+                       null_gen);
+    assert_int_equal(pkv__prefix_find(&f->prefix, 42, PROMPT, 0,
+                                      PKV__NULL_BLOCK, null_gen),
+                     PKV__NO_BLOCK);
+    assert_int_equal(pkv__prefix_find_group(&f->prefix, 1, 42, PROMPT, 0,
+                                            PKV__NULL_BLOCK, null_gen),
+                     b);
+    assert_int_equal(pkv__prefix_find_group(&f->prefix, 2, 42, PROMPT, 0,
+                                            PKV__NULL_BLOCK, null_gen),
+                     PKV__NO_BLOCK);
+    pkv__pool_decref(&f->pool, b);
+    pkv__pool_uncache(&f->pool, b);
+    f->prefix.hash_mask = UINT64_MAX;
+}
+
 static void test_freed_prefix_hits_until_evicted(void **state)
 {
     fixture *f = *state;
@@ -312,6 +338,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_forced_collision_is_rejected,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_collision_across_groups_is_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_freed_prefix_hits_until_evicted,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
