@@ -67,6 +67,49 @@ static void open_conn(conn *c, const rs_server *rs, const char *prefix,
     assert_int_equal(pkv_redis_store(c->redis, &c->store), PKV_OK);
 }
 
+/* As open_conn, with AUTH and SELECT: username, password (NULL: none)
+ * and database. */
+static void open_conn_auth(conn *c, const rs_server *rs, const char *prefix,
+                           const char *username, const char *password,
+                           uint32_t database)
+{
+    pkv_redis_params p;
+    assert_int_equal(pkv_redis_params_init(&p), PKV_OK);
+    p.port = (uint32_t)rs->port;
+    p.key_prefix = prefix;
+    p.retry_ms = 100;
+    p.username = username;
+    p.password = password;
+    p.database = database;
+    assert_int_equal(pkv_redis_create(&p, &c->redis), PKV_OK);
+    memset(&c->store, 0, sizeof c->store);
+    c->store.struct_size = sizeof c->store;
+    assert_int_equal(pkv_redis_store(c->redis, &c->store), PKV_OK);
+}
+
+/* pkv_redis_connection_error, into a static buffer. */
+static const char *connection_error(const conn *c)
+{
+    static char why[256];
+    assert_int_equal(pkv_redis_connection_error(c->redis, why, sizeof why),
+                     PKV_OK);
+    return why;
+}
+
+/* An admin command's reply, which must be +OK or an integer (the
+ * command is rs_command's format: hiredis splits it at spaces). */
+#define admin(rs, command) admin_reply(rs_command(rs, command), command)
+
+static void admin_reply(redisReply *r, const char *command)
+{
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        print_message("%s: %s\n", command, r->str);
+    assert_true(r->type == REDIS_REPLY_STATUS ||
+                r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+}
+
 static void close_conn(conn *c)
 {
     pkv_redis_destroy(c->redis);
@@ -198,6 +241,10 @@ static void test_params(void **state)
     assert_int_equal(p.timeout_ms, 500);
     assert_int_equal(p.retry_ms, 100);
     assert_int_equal(p.ttl_seconds, 0);
+    assert_null(p.username);
+    assert_null(p.password);
+    assert_int_equal(p.database, 0);
+    assert_int_equal(p.reserved1, 0);
 
     assert_int_equal(pkv_redis_create(NULL, &r), PKV_ERR_INVALID_ARGUMENT);
     assert_null(r);
@@ -239,6 +286,42 @@ static void test_params(void **state)
     q = p;
     q.reserved0 = 1;
     assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q = p;
+    q.reserved1 = 1;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    /* AUTH's strings are bounded, a username needs a password, and no
+     * message shows the password. */
+    char secret[600];
+    memset(secret, 'w', sizeof secret);
+    secret[513] = '\0';
+    q = p;
+    q.password = secret;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_redis_last_error(), "or password is longer"));
+    assert_null(strstr(pkv_redis_last_error(), "wwww"));
+    secret[512] = '\0';
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_OK);
+    pkv_redis_destroy(r);
+    char user[200];
+    memset(user, 'u', sizeof user);
+    user[129] = '\0';
+    q.username = user;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_redis_last_error(), "username or password"));
+    user[128] = '\0';
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_OK);
+    pkv_redis_destroy(r);
+    q.password = NULL;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_redis_last_error(), "needs a password"));
+    /* A program built before AUTH's fields passes a shorter struct: it
+     * gets no AUTH and no SELECT, whatever lies past its end. */
+    q = p;
+    q.struct_size = (uint32_t)offsetof(pkv_redis_params, username);
+    q.username = user;
+    q.reserved1 = 7;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_OK);
+    pkv_redis_destroy(r);
     q = p;
     char path[200];
     memset(path, 's', sizeof path);
@@ -1190,6 +1273,180 @@ static void test_error_reply(void **state)
     close_conn(&c);
 }
 
+/* ------------------------------------------------- AUTH, ACL, SELECT */
+
+/* requirepass: a connector without the password, or with a wrong one, is
+ * refused (the message names AUTH, never the password); with it, values
+ * round-trip. */
+static void test_auth_password(void **state)
+{
+    rs_server *rs = *state;
+    assert_int_equal(rs_require_password(rs, "s3cret-pw"), 0);
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+
+    conn none;
+    open_conn_auth(&none, rs, "pw:", NULL, NULL, 0);
+    assert_int_equal(save_sync(&none, 1, "k", "v", 1), PKV_ERR_STORE);
+    close_conn(&none);
+
+    conn wrong;
+    open_conn_auth(&wrong, rs, "pw:", NULL, "not-the-s3cret", 0);
+    assert_int_equal(save_sync(&wrong, 1, "k", "v", 1), PKV_ERR_STORE);
+    pkv_redis_stats s = get_stats(&wrong);
+    assert_int_equal(s.connected, 0);
+    assert_int_equal(s.connects, 0);
+    assert_true(s.auth_failures >= 1);
+    assert_true(s.connect_failures >= s.auth_failures);
+    const char *why = connection_error(&wrong);
+    print_message("wrong password: %s\n", why);
+    assert_non_null(strstr(why, "AUTH refused"));
+    assert_non_null(strstr(why, "WRONGPASS"));
+    assert_null(strstr(why, "not-the-s3cret"));
+    close_conn(&wrong);
+
+    conn right;
+    open_conn_auth(&right, rs, "pw:", NULL, "s3cret-pw", 0);
+    assert_int_equal(save_sync(&right, 1, "k", "value", 5), PKV_OK);
+    assert_int_equal(load_sync(&right, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 5);
+    assert_memory_equal(out, "value", 5);
+    s = get_stats(&right);
+    assert_int_equal(s.auth_failures, 0);
+    assert_int_equal(s.connects, 1);
+    assert_string_equal(connection_error(&right), "");
+    close_conn(&right);
+}
+
+/* An ACL user with rights on lim:* keys, MGET and SET only: it works
+ * within them; a key outside is refused (an error reply: the op fails,
+ * the connection stays); SELECT, which it may not run, refuses the
+ * connection; a wrong password for the user too. */
+static void test_auth_acl_user(void **state)
+{
+    rs_server *rs = *state;
+    admin(rs, "ACL SETUSER pkvuser on >user-pw resetkeys ~lim:* "
+              "-@all +mget +set");
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+
+    conn ok;
+    open_conn_auth(&ok, rs, "lim:", "pkvuser", "user-pw", 0);
+    assert_int_equal(save_sync(&ok, 1, "k", "acl", 3), PKV_OK);
+    assert_int_equal(load_sync(&ok, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 3);
+    assert_int_equal(get_stats(&ok).auth_failures, 0);
+    close_conn(&ok);
+
+    conn outside;
+    open_conn_auth(&outside, rs, "other:", "pkvuser", "user-pw", 0);
+    assert_int_equal(save_sync(&outside, 1, "k", "acl", 3), PKV_ERR_STORE);
+    pkv_redis_stats s = get_stats(&outside);
+    assert_int_equal(s.connects, 1);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.auth_failures, 0);
+    close_conn(&outside);
+
+    conn select;
+    open_conn_auth(&select, rs, "lim:", "pkvuser", "user-pw", 2);
+    assert_int_equal(save_sync(&select, 1, "k", "acl", 3), PKV_ERR_STORE);
+    s = get_stats(&select);
+    assert_int_equal(s.connects, 0);
+    assert_true(s.auth_failures >= 1);
+    const char *why = connection_error(&select);
+    print_message("SELECT without the right: %s\n", why);
+    assert_non_null(strstr(why, "SELECT refused"));
+    assert_non_null(strstr(why, "NOPERM"));
+    close_conn(&select);
+
+    conn wrong;
+    open_conn_auth(&wrong, rs, "lim:", "pkvuser", "other-pw", 0);
+    assert_int_equal(save_sync(&wrong, 1, "k", "acl", 3), PKV_ERR_STORE);
+    assert_true(get_stats(&wrong).auth_failures >= 1);
+    why = connection_error(&wrong);
+    assert_non_null(strstr(why, "AUTH refused"));
+    assert_null(strstr(why, "other-pw"));
+    close_conn(&wrong);
+}
+
+/* SELECT: a connector on database 3 and one on 0 share a server and a
+ * prefix, not keys. */
+static void test_select_isolates(void **state)
+{
+    (void)state;
+    conn db3, db0;
+    open_conn_auth(&db3, &shared, "sel:", NULL, NULL, 3);
+    open_conn_auth(&db0, &shared, "sel:", NULL, NULL, 0);
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+    assert_int_equal(save_sync(&db3, 1, "k", "three", 5), PKV_OK);
+    assert_int_equal(load_sync(&db0, 1, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 0);
+    assert_int_equal(load_sync(&db3, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 5);
+    redisReply *r = rs_command(&shared, "GET sel:k");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    close_conn(&db3);
+    close_conn(&db0);
+}
+
+/* A connection killed by the server (CLIENT KILL) is made again with
+ * AUTH and SELECT before the next command: the value saved in database 2
+ * as the ACL user is found again, nothing failed. */
+static void test_auth_reconnect(void **state)
+{
+    rs_server *rs = *state;
+    assert_int_equal(rs_require_password(rs, "admin-pw"), 0);
+    admin(rs, "ACL SETUSER pkvuser on >user-pw resetkeys ~rc:* -@all "
+              "+mget +set +select");
+    conn c;
+    open_conn_auth(&c, rs, "rc:", "pkvuser", "user-pw", 2);
+    assert_int_equal(save_sync(&c, 1, "k", "again", 5), PKV_OK);
+    admin(rs, "CLIENT KILL USER pkvuser");
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+    assert_int_equal(load_sync(&c, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 5);
+    assert_memory_equal(out, "again", 5);
+    pkv_redis_stats s = get_stats(&c);
+    assert_int_equal(s.connects, 2);
+    assert_int_equal(s.idle_closes, 1);
+    assert_int_equal(s.errors, 0);
+    assert_int_equal(s.auth_failures, 0);
+    close_conn(&c);
+}
+
+/* A server that answers AUTH with the password it was sent: the message
+ * does not quote it. */
+static void test_auth_echo(void **state)
+{
+    (void)state;
+    hostile h;
+    hostile_start(&h, "-ERR echo: AUTH hush-pw-1\r\n", "x", 300);
+    rs_server fake = {0};
+    fake.port = h.port;
+    conn c;
+    open_conn_auth(&c, &fake, "", NULL, "hush-pw-1", 0);
+    assert_int_equal(save_sync(&c, 1, "k", "v", 1), PKV_ERR_STORE);
+    const char *why = connection_error(&c);
+    print_message("an echoing server: %s\n", why);
+    assert_non_null(strstr(why, "AUTH refused"));
+    assert_null(strstr(why, "hush-pw-1"));
+    close_conn(&c);
+    hostile_stop(&h);
+}
+
 /* A Unix socket instead of TCP. */
 static void test_unix_socket(void **state)
 {
@@ -1330,6 +1587,14 @@ int main(void)
                                         private_setup, private_teardown),
         cmocka_unit_test_setup_teardown(test_error_reply, private_setup,
                                         private_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_password, private_setup,
+                                        private_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_acl_user, private_setup,
+                                        private_teardown),
+        cmocka_unit_test(test_select_isolates),
+        cmocka_unit_test_setup_teardown(test_auth_reconnect, private_setup,
+                                        private_teardown),
+        cmocka_unit_test(test_auth_echo),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

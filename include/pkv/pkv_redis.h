@@ -17,7 +17,11 @@
  * the next operation; while attempts fail, each waits longer (retry_ms,
  * doubled per failed attempt up to 5 s or retry_ms, 75-125% of that):
  * operations that come sooner fail at once. Keys are key_prefix followed
- * by the engine's key.
+ * by the engine's key. Every connection, the first and each reconnect,
+ * sends AUTH (a password, or an ACL user and its password) and SELECT
+ * when the params ask, before any other command; a refusal fails that
+ * connection like any other failure (pkv_redis_connection_error says
+ * why).
  *
  * poll and cancel take the connector's lock, so they may wait for a copy
  * in progress (a load's values into the engine's buffers: about 0.1 ms a
@@ -81,6 +85,21 @@ typedef struct pkv_redis_params {
                             at most 60,000; default 100 */
     uint32_t ttl_seconds; /* SET ... EX ttl; 0 (the default): no expiry */
     uint32_t reserved0;   /* 0 */
+    /* Since 0.2.0, appended after the fields above. Sent on every
+     * connection, the first and each reconnect, before any other command:
+     * AUTH when password is set, then SELECT when database is not 0. A
+     * refusal fails the connection (connect_failures, auth_failures;
+     * pkv_redis_connection_error says which command and the server's
+     * reply, never the password). */
+    const char *username; /* a Redis 6 ACL user (AUTH username password);
+                             NULL: AUTH password alone (the default user).
+                             At most 128 bytes; needs a password */
+    const char *password; /* NULL (the default): no AUTH. At most 512
+                             bytes; copied at create, its copy zeroed at
+                             destroy */
+    uint32_t database;    /* SELECT database; 0 (the default): none sent,
+                             the server's first database */
+    uint32_t reserved1;   /* 0 */
 } pkv_redis_params;
 
 /* Counters of one connector. Fields are append-only. Since 0.2.0. */
@@ -99,11 +118,13 @@ typedef struct pkv_redis_stats {
     uint64_t idle_closes; /* connections the server closed while idle,
                              found before a command and replaced at once
                              (not counted in errors) */
+    uint64_t auth_failures; /* connections whose AUTH or SELECT the server
+                               refused (counted in connect_failures too) */
 } pkv_redis_stats;
 
 /*
  * Fill *params with defaults (127.0.0.1:6379, no prefix, timeout 500 ms,
- * retry 100 ms, no expiry).
+ * retry 100 ms, no expiry, no AUTH, no SELECT).
  * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL params
  * (pkv_redis_last_error).
  * Since 0.2.0.
@@ -117,7 +138,9 @@ PKV_REDIS_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
  * fail until it is up). Errors: PKV_ERR_INVALID_ARGUMENT (NULL, a
  * key_prefix too long, no host and no unix_path, a unix_path too long
  * for a socket address, port 0 or above 65535, timeout_ms 0 or above
- * 60,000, retry_ms above 60,000, reserved0 not 0), PKV_ERR_STRUCT_SIZE,
+ * 60,000, retry_ms above 60,000, reserved0 or reserved1 not 0, a
+ * username or password too long, a username without a password),
+ * PKV_ERR_STRUCT_SIZE,
  * PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
  * the thread cannot start; pkv_redis_last_error() says why.
  * Since 0.2.0.
@@ -177,6 +200,23 @@ PKV_REDIS_API pkv_status pkv_redis_stats_init(pkv_redis_stats *stats);
  */
 PKV_REDIS_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
                                              pkv_redis_stats *stats);
+
+/*
+ * Why the connector's last connection attempt failed, into buffer (size
+ * bytes, truncated, NUL-terminated): "" when it succeeded or none was
+ * made yet. A refused AUTH or SELECT names the command and quotes the
+ * server's error line (WRONGPASS, NOPERM, ...); the password is never in
+ * it (a reply that contains it is not quoted). Connections are made by
+ * the worker, so their failures are not pkv_redis_last_error's.
+ * Errors (pkv_redis_last_error): PKV_ERR_INVALID_ARGUMENT for a NULL redis
+ * or buffer, or a size of 0.
+ * Since 0.2.0.
+ * Thread-safety: safe from any thread (read under the connector's lock).
+ * Ownership: writes buffer only.
+ */
+PKV_REDIS_API pkv_status pkv_redis_connection_error(const pkv_redis *redis,
+                                                    char *buffer,
+                                                    size_t size);
 
 /*
  * The message of the last failure of a pkv_redis_* function on this

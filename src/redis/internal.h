@@ -25,8 +25,14 @@
 /* Longest key_prefix, without its NUL (pkv_redis.h). */
 #define PKV__REDIS_PREFIX_MAX 64u
 
-/* ttl_seconds in decimal (a uint32_t), NUL included. */
+/* ttl_seconds and database in decimal (a uint32_t), NUL included. */
 #define PKV__REDIS_TTL_MAX 11u
+
+/* The longest username and password, without their NUL: ACL names and
+ * passwords are far shorter in practice, and the AUTH command is built
+ * in a buffer of bounded size on the worker's stack. */
+#define PKV__REDIS_USERNAME_MAX 128u
+#define PKV__REDIS_PASSWORD_MAX 512u
 
 /* The longest timeout_ms and retry_ms: destroy waits up to timeout_ms
  * for a connection attempt in progress, and an engine's operations fail
@@ -47,6 +53,10 @@
 /* First release: every field up to reserved0 (append-only from here). */
 #define PKV__REDIS_PARAMS_MIN_SIZE PKV__END_OF(pkv_redis_params, reserved0)
 #define PKV__REDIS_STATS_MIN_SIZE PKV__END_OF(pkv_redis_stats, bytes_written)
+
+/* Zero n bytes at p in a way the compiler cannot drop as a dead store
+ * (the password's copies: they must not linger in freed memory). */
+void pkv__redis_wipe(void *p, size_t n);
 
 enum pkv__redis_kind { PKV__REDIS_LOAD, PKV__REDIS_SAVE };
 
@@ -88,6 +98,9 @@ struct pkv_redis {
     char prefix[PKV__REDIS_PREFIX_MAX + 1];
     size_t prefix_len;
     char ttl[PKV__REDIS_TTL_MAX]; /* "" for no expiry */
+    char *username;               /* NULL: AUTH password alone */
+    char *password;               /* NULL: no AUTH; wiped at destroy */
+    char database[PKV__REDIS_TTL_MAX]; /* "" for no SELECT */
 
     pthread_mutex_t lock;
     pthread_cond_t wake; /* the worker: work queued, or stop */
@@ -105,6 +118,9 @@ struct pkv_redis {
     int fd;                  /* the connection's socket, -1: none; destroy
                                 shuts it down to end a wait at once */
     pkv_redis_stats stats;
+    /* Why the last connection attempt failed, "" if it did not
+     * (pkv_redis_connection_error). */
+    char connection_error[PKV__REDIS_ERROR_MAX];
 
     /* The worker's alone. */
     void *ctx;               /* redisContext, NULL when disconnected */
