@@ -120,6 +120,10 @@ typedef struct pkv_redis_stats {
                              (not counted in errors) */
     uint64_t auth_failures; /* connections whose AUTH or SELECT the server
                                refused (counted in connect_failures too) */
+    uint64_t buffer_bytes; /* held for replies now: a 1 MiB read buffer
+                              and a load's staging, kept between loads up
+                              to 8 MiB (a larger one is freed after the
+                              load that needed it) */
 } pkv_redis_stats;
 
 /*

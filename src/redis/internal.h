@@ -47,6 +47,12 @@
  * within one): a server that drips bytes cannot hold the connector. */
 #define PKV__REDIS_REPLY_TIMEOUTS 4u
 
+/* The most a load's staging buffers keep between loads (pkv_redis.h,
+ * buffer_bytes): a prompt's 1,000 blocks of 8 KiB. One huge value must
+ * not pin its size for the connector's life, and a buffer kept up to
+ * this size spares the common loads an allocation and its page faults. */
+#define PKV__REDIS_STAGING_KEEP ((size_t)8 << 20)
+
 /* Messages of pkv_redis_last_error. */
 #define PKV__REDIS_ERROR_MAX 256u
 
@@ -132,7 +138,8 @@ struct pkv_redis {
     uint32_t failed_attempts; /* in a row */
     uint64_t jitter;          /* xorshift state */
     /* A load's reply as read (reply.h), before it is copied into the
-     * engine's buffers: kept from load to load, as large as the largest. */
+     * engine's buffers: kept from load to load up to
+     * PKV__REDIS_STAGING_KEEP bytes. */
     uint8_t *staging;
     size_t staging_size;
     uint8_t *read_buffer;    /* PKV__REPLY_BUFFER bytes, or NULL */

@@ -119,6 +119,29 @@ static int idle_connection_ok(const redisContext *c)
                        errno == EINTR);
 }
 
+/* The buffers' bytes, into the stats. */
+static void count_buffers(pkv_redis *redis)
+{
+    uint64_t bytes = redis->staging_size +
+                     (uint64_t)redis->staged_capacity *
+                         sizeof *redis->staged_sizes +
+                     (redis->read_buffer != NULL ? PKV__REPLY_BUFFER : 0);
+    pthread_mutex_lock(&redis->lock);
+    redis->stats.buffer_bytes = bytes;
+    pthread_mutex_unlock(&redis->lock);
+}
+
+/* The read buffer every reply goes through, allocated on first use and
+ * kept. 0, or -1 without memory. */
+static int have_read_buffer(pkv_redis *redis)
+{
+    if (redis->read_buffer != NULL)
+        return 0;
+    redis->read_buffer = malloc(PKV__REPLY_BUFFER);
+    count_buffers(redis);
+    return redis->read_buffer != NULL ? 0 : -1;
+}
+
 /* Append to cmd (at *at, cap bytes) one bulk string of a command in the
  * protocol's own form: "$<n>\r\n<bytes>\r\n". 0, or -1 if it does not
  * fit. */
@@ -163,9 +186,7 @@ static int handshake_command(pkv_redis *redis, int fd, const char *const *argv,
         snprintf(why, why_size, "%s: the connection failed", argv[0]);
         return -1;
     }
-    if (redis->read_buffer == NULL)
-        redis->read_buffer = malloc(PKV__REPLY_BUFFER);
-    if (redis->read_buffer == NULL) {
+    if (have_read_buffer(redis) != 0) {
         snprintf(why, why_size, "%s: no memory for its reply", argv[0]);
         return -1;
     }
@@ -296,12 +317,28 @@ static int send_command(pkv_redis *redis, pkv__redis_op *op)
     return 1;
 }
 
+/* After a load: staging buffers that grew past PKV__REDIS_STAGING_KEEP
+ * for it are freed, the next load allocates what it needs. */
+static void trim_staging(pkv_redis *redis)
+{
+    if (redis->staging_size > PKV__REDIS_STAGING_KEEP) {
+        free(redis->staging);
+        redis->staging = NULL;
+        redis->staging_size = 0;
+    }
+    if ((size_t)redis->staged_capacity * sizeof *redis->staged_sizes >
+        PKV__REDIS_STAGING_KEEP) {
+        free(redis->staged_sizes);
+        redis->staged_sizes = NULL;
+        redis->staged_capacity = 0;
+    }
+    count_buffers(redis);
+}
+
 /* Room in the staging buffers for op's reply. 0, or -1. */
 static int reserve_staging(pkv_redis *redis, const pkv__redis_op *op)
 {
-    if (redis->read_buffer == NULL)
-        redis->read_buffer = malloc(PKV__REPLY_BUFFER);
-    if (redis->read_buffer == NULL)
+    if (have_read_buffer(redis) != 0)
         return -1;
     size_t bytes = (size_t)op->num_keys * op->value_size;
     if (bytes > redis->staging_size) {
@@ -362,9 +399,7 @@ static pkv_status take_values(pkv_redis *redis, pkv__redis_op *op)
  * hostile server announces (an array of 10^8 elements) into memory. */
 static pkv_status take_status(pkv_redis *redis)
 {
-    if (redis->read_buffer == NULL)
-        redis->read_buffer = malloc(PKV__REPLY_BUFFER);
-    if (redis->read_buffer == NULL) {
+    if (have_read_buffer(redis) != 0) {
         disconnect(redis); /* the reply is left unread */
         return PKV_ERR_STORE;
     }
@@ -392,8 +427,11 @@ static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
     }
     /* hiredis has read nothing ahead: one command is in flight at a time,
      * and each reply is read to its end. */
-    return op->kind == PKV__REDIS_LOAD ? take_values(redis, op)
-                                       : take_status(redis);
+    if (op->kind == PKV__REDIS_SAVE)
+        return take_status(redis);
+    st = take_values(redis, op);
+    trim_staging(redis);
+    return st;
 }
 
 static void *worker_main(void *arg)
