@@ -364,6 +364,15 @@ typedef struct pkv_store {
      * different models must not both use with one store. Copied at
      * create. */
     const char *model;
+    /* Appended in 0.2.0. Optional (NULL: not called), set both or
+     * neither. attach is called once pkv_engine_create holds the store
+     * (before any other callback); detach once the engine lets go of it,
+     * after its last callback: in pkv_engine_destroy, or in a create that
+     * fails after attach. A connector counts its engines with them, so
+     * that destroying it while an engine still uses it can be caught
+     * instead of leaving the engine with freed memory (pkv_redis.h). */
+    void (*attach)(void *user);
+    void (*detach)(void *user);
 } pkv_store;
 
 /*
