@@ -1279,6 +1279,54 @@ static void test_error_reply(void **state)
     close_conn(&c);
 }
 
+/* Destroyed before the engine that holds its store (the engine's part
+ * played by the callbacks, as pkv_engine_create and destroy call them):
+ * the connector is closed, not freed, until the engine detaches; what
+ * the engine still calls works or fails cleanly (the sanitizer builds:
+ * no use after free, no leak). */
+static void test_destroy_before_engine(void **state)
+{
+    (void)state;
+    conn c;
+    open_conn(&c, &shared, "dbe:", 500, 0);
+    assert_non_null(c.store.attach);
+    assert_non_null(c.store.detach);
+    c.store.attach(c.store.user);
+    assert_int_equal(save_sync(&c, 1, "k", "v", 1), PKV_OK);
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+    assert_int_equal(load_sync(&c, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    /* Finished, not polled yet when the host destroys the connector. */
+    assert_int_equal(c.store.save(c.store.user, 3, "k", "w", 1), PKV_OK);
+    wait_commands(&c, 3);
+    sleep_ms(50);
+    pkv_redis_destroy(c.redis);
+    print_message("%s\n", pkv_redis_last_error());
+    assert_non_null(strstr(pkv_redis_last_error(), "PKV_ERR_BAD_STATE"));
+    assert_non_null(strstr(pkv_redis_last_error(), "1 engine(s) still"));
+    /* The engine goes on: its poll finds what finished, new operations
+     * fail at once, cancel is harmless. */
+    pkv_store_done d[2];
+    assert_int_equal(c.store.poll(c.store.user, d, 2), 1);
+    assert_int_equal(d[0].ticket, 3);
+    assert_int_equal(c.store.load(c.store.user, 4, keys, 1, out, sizeof out,
+                                  &size),
+                     PKV_ERR_STORE);
+    assert_int_equal(c.store.save(c.store.user, 5, "k", "x", 1),
+                     PKV_ERR_STORE);
+    c.store.cancel(c.store.user, 4);
+    assert_int_equal(c.store.poll(c.store.user, d, 2), 0);
+    c.store.detach(c.store.user); /* frees it */
+
+    /* No engine attached, or the last one gone: destroy frees at once. */
+    open_conn(&c, &shared, "dbe:", 500, 0);
+    c.store.attach(c.store.user);
+    c.store.detach(c.store.user);
+    close_conn(&c);
+}
+
 /* ------------------------------------------------- AUTH, ACL, SELECT */
 
 /* requirepass: a connector without the password, or with a wrong one, is
@@ -1577,6 +1625,7 @@ int main(void)
         cmocka_unit_test(test_hostile_drip),
         cmocka_unit_test(test_cancel_done),
         cmocka_unit_test(test_destroy_busy),
+        cmocka_unit_test(test_destroy_before_engine),
         cmocka_unit_test(test_unix_socket),
         cmocka_unit_test(test_stress),
         cmocka_unit_test_setup_teardown(test_load_first, private_setup,

@@ -161,8 +161,17 @@ PKV_REDIS_API pkv_status pkv_redis_create(const pkv_redis_params *params,
  * its reply ends at once (the socket is shut down); a connection attempt
  * in progress ends within timeout_ms (a host name's lookup is not
  * bounded by it). NULL is a no-op.
+ * Destroy engines before their connector. A connector destroyed while an
+ * engine still holds its store (attached by pkv_engine_create, through
+ * pkv_store.attach, and not yet detached by pkv_engine_destroy) is not
+ * freed under it: it is closed (the worker stops, loads and saves fail
+ * with PKV_ERR_STORE, so the engine computes what it would have loaded)
+ * and freed by the last such engine's pkv_engine_destroy, and
+ * pkv_redis_last_error says so (PKV_ERR_BAD_STATE). An engine of a
+ * libpkv older than pkv_store.attach is not counted.
  * Since 0.2.0.
- * Thread-safety: no engine may still use the connector.
+ * Thread-safety: safe while engines use the connector (above); not with
+ * another call of this connector's public functions.
  */
 PKV_REDIS_API void pkv_redis_destroy(pkv_redis *redis);
 

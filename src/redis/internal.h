@@ -121,6 +121,10 @@ struct pkv_redis {
     int stop;                /* destroy asked the worker to end */
     int store_given;         /* pkv_redis_store was called: it serves an
                                 engine's store already */
+    uint32_t engines;        /* engines holding the store: attached and
+                                not detached (pkv_store.attach) */
+    int closed;              /* pkv_redis_destroy was called while engines
+                                held it: the last detach frees it */
     int fd;                  /* the connection's socket, -1: none; destroy
                                 shuts it down to end a wait at once */
     pkv_redis_stats stats;
@@ -164,6 +168,11 @@ pkv_status pkv__redis_save(void *user, uint64_t ticket, const char *key,
 uint32_t pkv__redis_poll(void *user, pkv_store_done *done,
                          uint32_t capacity);
 void pkv__redis_cancel(void *user, uint64_t ticket);
+void pkv__redis_attach(void *user);
+void pkv__redis_detach(void *user);
+
+/* redis.c: free a connector whose worker has ended. */
+void pkv__redis_release(pkv_redis *redis);
 
 /* worker.c: start the thread (0, or an errno value); stop and join it. */
 int pkv__redis_worker_start(pkv_redis *redis);

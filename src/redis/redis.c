@@ -198,7 +198,7 @@ static pkv_status new_connector(const pkv_redis_params *p, pkv_redis **out)
     return PKV_OK;
 }
 
-static void release_connector(pkv_redis *redis)
+void pkv__redis_release(pkv_redis *redis)
 {
     pkv__redis_list_free(&redis->loads);
     pkv__redis_list_free(&redis->saves);
@@ -223,7 +223,7 @@ pkv_status pkv_redis_create(const pkv_redis_params *params, pkv_redis **out)
         return st;
     int rc = pkv__redis_worker_start(redis);
     if (rc != 0) {
-        release_connector(redis);
+        pkv__redis_release(redis);
         return fail(PKV_ERR_STORE, "cannot start the worker thread: %s",
                     strerror(rc));
     }
@@ -238,7 +238,24 @@ void pkv_redis_destroy(pkv_redis *redis)
     /* The worker finishes the op it runs (at once if it was sending or
      * receiving: the socket is shut down); queued ones are never sent. */
     pkv__redis_worker_stop(redis);
-    release_connector(redis);
+    pthread_mutex_lock(&redis->lock);
+    uint32_t engines = redis->engines;
+    redis->closed = engines > 0;
+    pthread_mutex_unlock(&redis->lock);
+    if (engines == 0) {
+        pkv__redis_release(redis);
+        return;
+    }
+    /* An engine still holds the store: freeing now would leave it calling
+     * into freed memory. As SQLite's sqlite3_close_v2, the connector
+     * stays, closed (loads and saves fail at once), until the last
+     * engine's pkv_engine_destroy detaches. destroy returns nothing, so
+     * the misuse is named on this thread, and it costs no memory. */
+    fail(PKV_ERR_BAD_STATE,
+         "pkv_redis_destroy: %u engine(s) still use this connector: it is "
+         "closed now and freed when the last of them is destroyed "
+         "(destroy engines before their connector)",
+         (unsigned)engines);
 }
 
 pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store)
@@ -262,6 +279,12 @@ pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store)
     store->save = pkv__redis_save;
     store->poll = pkv__redis_poll;
     store->cancel = pkv__redis_cancel;
+    /* A store from a pkv.h before attach and detach has no room for them
+     * (and its engine would not call them). */
+    if (store->struct_size >= PKV__END_OF(pkv_store, detach)) {
+        store->attach = pkv__redis_attach;
+        store->detach = pkv__redis_detach;
+    }
     return PKV_OK;
 }
 
