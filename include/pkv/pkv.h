@@ -471,7 +471,12 @@ typedef struct pkv_engine_params {
                                   environment variable PKV_OPENCL_DEVICE,
                                   else the first GPU, else any device */
     const char *program_cache_dir; /* compiled kernels are cached in this
-                                      existing directory; NULL: no cache */
+                                      existing directory; NULL: no cache.
+                                      One that is not a directory, is
+                                      owned by another user than this
+                                      one or root, or is writable by its
+                                      group or others fails create
+                                      (PKV_ERR_INVALID_ARGUMENT) */
     void *opencl_context; /* the host's cl_context and in-order
                              cl_command_queue, both or neither (set them
                              with pkv_engine_params_set_opencl,
