@@ -23,7 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 
@@ -1501,6 +1507,133 @@ static void test_auth_echo(void **state)
     hostile_stop(&h);
 }
 
+/* ----------------------------------------------------------------- TLS */
+
+/* A loopback port nobody listens on now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, len), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* TLS through stunnel (pkv_redis.h, "TLS"): a redis-server that speaks
+ * TLS only on its TLS port, with a self-signed certificate made here,
+ * and stunnel in client mode on loopback verifying it; the connector,
+ * plain TCP to stunnel, stores and loads through it, AUTH included. The
+ * same connector aimed at the TLS port itself gets nothing. Skipped
+ * without stunnel or openssl (tests/deps.sh installs both). */
+static void test_tls_stunnel(void **state)
+{
+    (void)state;
+    if (access("/usr/bin/stunnel4", X_OK) != 0 ||
+        access("/usr/bin/openssl", X_OK) != 0) {
+        print_message("skipped: stunnel4 or openssl not installed\n");
+        skip();
+    }
+    uint64_t t0 = now_ms();
+    char dir[] = "/tmp/pkv-tls-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cmd[600], cert[64], key[64], conf[64], log[64];
+    snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    snprintf(conf, sizeof conf, "%s/stunnel.conf", dir);
+    snprintf(log, sizeof log, "%s/stunnel.log", dir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt "
+             "ec_paramgen_curve:prime256v1 -nodes -keyout %s -out %s "
+             "-days 1 -subj /CN=localhost >/dev/null 2>&1",
+             key, cert);
+    assert_int_equal(system(cmd), 0);
+
+    char tls_port[16];
+    snprintf(tls_port, sizeof tls_port, "%d", free_port());
+    const char *args[] = {"--tls-port", tls_port, "--tls-cert-file", cert,
+                          "--tls-key-file", key, "--tls-ca-cert-file", cert,
+                          "--tls-auth-clients", "no", NULL};
+    rs_server rs;
+    assert_int_equal(rs_start(&rs, args), 0);
+    assert_int_equal(rs_require_password(&rs, "tls-pw"), 0);
+
+    int tunnel_port = free_port();
+    FILE *f = fopen(conf, "w");
+    assert_non_null(f);
+    fprintf(f, "foreground = yes\npid =\noutput = %s\n[redis]\n"
+               "client = yes\naccept = 127.0.0.1:%d\n"
+               "connect = 127.0.0.1:%s\nverifyPeer = yes\nCAfile = %s\n"
+               "checkHost = localhost\n",
+            log, tunnel_port, tls_port, cert);
+    assert_int_equal(fclose(f), 0);
+    fflush(NULL);
+    pid_t tunnel = fork();
+    assert_true(tunnel >= 0);
+    if (tunnel == 0) {
+        /* Its banner goes to stderr before its log file is open; it dies
+         * with the test. */
+        int quiet = open("/dev/null", O_WRONLY);
+        if (quiet >= 0)
+            dup2(quiet, 2);
+#if defined(__linux__)
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+        execl("/usr/bin/stunnel4", "stunnel4", conf, (char *)NULL);
+        _exit(127);
+    }
+    rs_server via = {0};
+    via.port = tunnel_port;
+    for (int i = 0; i < 500; i++) { /* listening within 5 s */
+        redisReply *r = rs_command(&via, "PING");
+        if (r != NULL) {
+            freeReplyObject(r);
+            break;
+        }
+        sleep_ms(10);
+    }
+
+    conn c;
+    open_conn_auth(&c, &via, "tls:", NULL, "tls-pw", 0);
+    char value[4096];
+    fill((unsigned char *)value, sizeof value, 5);
+    assert_int_equal(save_sync(&c, 1, "k", value, sizeof value), PKV_OK);
+    const char *keys[1] = {"k"};
+    char out[sizeof value];
+    uint64_t size;
+    assert_int_equal(load_sync(&c, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, sizeof value);
+    assert_memory_equal(out, value, sizeof value);
+    assert_int_equal(get_stats(&c).connects, 1);
+    close_conn(&c);
+
+    /* Plain text to the TLS port: no connection stands. */
+    rs_server direct = {0};
+    direct.port = atoi(tls_port);
+    open_conn_auth(&c, &direct, "tls:", NULL, "tls-pw", 0);
+    assert_int_equal(save_sync(&c, 1, "k", "v", 1), PKV_ERR_STORE);
+    assert_int_equal(get_stats(&c).connects, 0);
+    print_message("plain text to the TLS port: %s\n", connection_error(&c));
+    close_conn(&c);
+
+    kill(tunnel, SIGTERM);
+    waitpid(tunnel, NULL, 0);
+    rs_stop(&rs);
+    remove(cert);
+    remove(key);
+    remove(conf);
+    remove(log);
+    rmdir(dir);
+    print_message("TLS through stunnel: %llu ms, certificate included\n",
+                  (unsigned long long)(now_ms() - t0));
+}
+
 /* A Unix socket instead of TCP. */
 static void test_unix_socket(void **state)
 {
@@ -1650,6 +1783,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auth_reconnect, private_setup,
                                         private_teardown),
         cmocka_unit_test(test_auth_echo),
+        cmocka_unit_test(test_tls_stunnel),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

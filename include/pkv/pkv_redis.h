@@ -34,6 +34,28 @@
  * lock. The worker blocks every signal (a write to a closed connection
  * raises SIGPIPE, which then cannot end the process).
  *
+ * TLS: hiredis 0.14 (Debian 12's) has none, so the connector speaks plain
+ * TCP; for a server that takes TLS only (a managed Redis, or
+ * redis-server --tls-port), run a TLS client tunnel on loopback and point
+ * host and port at it. With stunnel (Debian's stunnel4), a configuration
+ * such as
+ *
+ *     [redis]
+ *     client = yes
+ *     accept = 127.0.0.1:6380
+ *     connect = redis.example.net:6379
+ *     verifyPeer = yes
+ *     CAfile = /etc/ssl/certs/ca-certificates.crt
+ *     checkHost = redis.example.net
+ *
+ * and host 127.0.0.1, port 6380 (with password, and username, since the
+ * tunnel carries AUTH too). verifyPeer and checkHost matter: without
+ * them the tunnel encrypts to whoever answers. Between two hosts of
+ * one's own, spiped does the same with a shared key instead of
+ * certificates. The listening port is reachable by every local user:
+ * keep requirepass or an ACL user on the server. test_redis's
+ * test_tls_stunnel runs this against a TLS-only redis-server.
+ *
  * libpkv_redis needs only this header and pkv.h's types: it does not link
  * libpkv, and reports its own failures through pkv_redis_last_error.
  *
