@@ -134,7 +134,8 @@ typedef struct pkv_redis_stats {
     uint64_t connect_failures;
     uint64_t commands;    /* MGETs and SETs sent */
     uint64_t errors;      /* operations failed: connection, timeout,
-                             error reply, or no connection yet (retry_ms) */
+                             error reply, no connection yet (retry_ms),
+                             or the connector destroyed under an engine */
     uint64_t bytes_read;  /* value bytes received */
     uint64_t bytes_written; /* value bytes sent */
     uint64_t idle_closes; /* connections the server closed while idle,

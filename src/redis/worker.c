@@ -26,6 +26,11 @@
  * command a peek at the socket finds the close, and the command goes out
  * on a new connection at once. TCP keepalive lets the kernel find a peer
  * that vanished without a close.
+ *
+ * Every new connection is handshaken before its first command: AUTH and
+ * SELECT as the params ask, so a reconnect is as authenticated as the
+ * first connection; a refusal fails the attempt like a server that is
+ * down (backoff), and its reason is kept for pkv_redis_connection_error.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_sigmask */
 #include "internal.h"
