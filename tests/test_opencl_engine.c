@@ -1014,7 +1014,6 @@ static void test_program_cache_trust(void **state)
     pkv_opencl_release_programs();
     assert_int_equal(run_own_context(dir, NULL), files);
     remove(tmp);
-
     remove_dir(dir);
     pkv_opencl_release_programs();
     clReleaseCommandQueue(queue);

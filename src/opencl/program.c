@@ -371,16 +371,6 @@ static pkv_status build_program(pkv__ocl_target *t, const char *cache_dir,
                                 cl_program *out)
 {
     char path[1024] = "";
-    char why[160];
-    /* Checked at create too (pkv__ocl_create); again here, as a program
-     * may be built long after (decode, at the first decode step), and a
-     * step must not fail for it: the cache is skipped. */
-    if (cache_dir != NULL && pkv__ocl_cache_dir_unsafe(cache_dir, why,
-                                                       sizeof why)) {
-        pkv__ocl_log(t, PKV_LOG_LEVEL_WARN,
-                     "program cache %s %s: not used", cache_dir, why);
-        cache_dir = NULL;
-    }
     if (cache_dir != NULL) {
         snprintf(path, sizeof path, "%s/pkv-%016llx.clbin", cache_dir,
                  (unsigned long long)key);
