@@ -37,13 +37,24 @@ static void sleep_ms(long ms)
     }
 }
 
-static redisContext *connect_to(int port, long timeout_ms)
+/* A connection to rs, authenticated when rs has a password, or NULL. */
+static redisContext *connect_to(const rs_server *rs, long timeout_ms)
 {
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", rs->port, tv);
     if (c != NULL && (c->err != 0 || redisSetTimeout(c, tv) != REDIS_OK)) {
         redisFree(c);
-        c = NULL;
+        return NULL;
+    }
+    if (c != NULL && rs->password[0] != '\0') {
+        redisReply *r = redisCommand(c, "AUTH %s", rs->password);
+        int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+        if (r != NULL)
+            freeReplyObject(r);
+        if (!ok) {
+            redisFree(c);
+            return NULL;
+        }
     }
     return c;
 }
@@ -51,7 +62,7 @@ static redisContext *connect_to(int port, long timeout_ms)
 /* 1 if the server on rs->port is rs->pid (not another test's). */
 static int answers(const rs_server *rs)
 {
-    redisContext *c = connect_to(rs->port, 500);
+    redisContext *c = connect_to(rs, 500);
     if (c == NULL)
         return 0;
     redisReply *r = redisCommand(c, "INFO server");
@@ -242,7 +253,7 @@ void rs_continue(rs_server *rs)
 
 redisReply *rs_command(const rs_server *rs, const char *fmt, ...)
 {
-    redisContext *c = connect_to(rs->port, 1000);
+    redisContext *c = connect_to(rs, 1000);
     if (c == NULL)
         return NULL;
     va_list args;
@@ -251,4 +262,17 @@ redisReply *rs_command(const rs_server *rs, const char *fmt, ...)
     va_end(args);
     redisFree(c);
     return r;
+}
+
+int rs_require_password(rs_server *rs, const char *password)
+{
+    if (strlen(password) >= sizeof rs->password)
+        return -1;
+    redisReply *r = rs_command(rs, "CONFIG SET requirepass %s", password);
+    int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+    if (r != NULL)
+        freeReplyObject(r);
+    if (ok)
+        snprintf(rs->password, sizeof rs->password, "%s", password);
+    return ok ? 0 : -1;
 }

@@ -22,6 +22,8 @@ typedef struct rs_server {
     char dir[64];       /* its --dir, removed by rs_stop */
     char log[96];       /* its --logfile, in dir */
     char *extra[RS_MAX_ARGS + 1]; /* copied, for rs_restart */
+    char password[64];  /* the default user's, "" for none: the helpers
+                           send AUTH with it (rs_require_password) */
 } rs_server;
 
 /* The redis-server rs_start runs: $PKV_REDIS_SERVER or
@@ -53,6 +55,10 @@ int rs_restart(rs_server *rs);
  * answers, as a hung one. rs_continue: SIGCONT. */
 void rs_stop_process(rs_server *rs);
 void rs_continue(rs_server *rs);
+
+/* CONFIG SET requirepass password: from now on the default user needs
+ * it, and the helpers send it. 0, or -1. */
+int rs_require_password(rs_server *rs, const char *password);
 
 /* One command on a connection of its own (1 s timeout), as redisCommand:
  * the reply (free it with freeReplyObject), or NULL when the server did

@@ -838,6 +838,21 @@ static int run_own_context(const char *dir, ch_host *keep)
     return hits;
 }
 
+/* A cache directory of a test and its files. */
+static void remove_dir(const char *dir)
+{
+    char path[600];
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *ent; (ent = readdir(d)) != NULL;)
+        if (ent->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+            remove(path);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
 /* pkv_opencl_release_programs: the next engine loads its programs again
  * (from the disk cache here), while shared ones need no load; an engine
  * alive across the release runs on. */
@@ -859,16 +874,7 @@ static void test_release_programs(void **state)
     ch_run(&alive, 20); /* its programs are its own to keep */
     ch_free(&alive);
     pkv_opencl_release_programs();
-    char path[600];
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    for (struct dirent *ent; (ent = readdir(d)) != NULL;)
-        if (ent->d_name[0] != '.') {
-            snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-            remove(path);
-        }
-    closedir(d);
-    rmdir(dir);
+    remove_dir(dir);
 }
 
 static void test_program_cache(void **state)
@@ -923,6 +929,97 @@ static void test_program_cache(void **state)
     clReleaseContext(ctx);
 }
 
+/* The cache directory and files only this user can write are used
+ * (a crafted binary under a valid header crashes PoCL's deserializer):
+ * a directory others may write refuses create, and files are created
+ * 0600, whole (temporary name, then rename), and read only when this user
+ * alone can have written them. */
+static void test_program_cache_trust(void **state)
+{
+    (void)state;
+    char dir[64];
+    strcpy(dir, "/tmp/pkv-cache-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    cl_context ctx;
+    cl_command_queue queue;
+    host_queue(&ctx, &queue);
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
+    p.program_cache_dir = dir;
+    assert_int_equal(pkv_engine_params_set_opencl(&p, ctx, queue), PKV_OK);
+    assert_int_equal(chmod(dir, 0777), 0);
+    expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT,
+                        "is writable by its group or others (mode 777");
+    assert_int_equal(chmod(dir, 0720), 0);
+    expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT, "program_cache_dir");
+    assert_int_equal(chmod(dir, 0755), 0);
+
+    /* Written 0600, whatever the umask. */
+    mode_t old_mask = umask(022);
+    log_capture l;
+    create_with_cache(dir, ctx, queue, &l);
+    umask(old_mask);
+    char paths[4][512];
+    int files = cache_files(dir, paths);
+    assert_int_equal(files, 2);
+    for (int i = 0; i < files; i++) {
+        struct stat st;
+        assert_int_equal(stat(paths[i], &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0600);
+    }
+
+    /* A file others could have written is not read: a warning, a
+     * rebuild, and a file of this user's in its place. */
+    assert_int_equal(chmod(paths[0], 0666), 0);
+    create_with_cache(dir, ctx, queue, &l);
+    assert_int_equal(l.warnings, 1);
+    struct stat st;
+    assert_int_equal(stat(paths[0], &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+
+    /* Nor one behind a link (it could name any file). */
+    static unsigned char bin[32 << 20];
+    size_t n = read_file(paths[0], bin, sizeof bin);
+    char elsewhere[600];
+    snprintf(elsewhere, sizeof elsewhere, "%s.elsewhere", paths[0]);
+    write_file(elsewhere, bin, n);
+    assert_int_equal(chmod(elsewhere, 0600), 0);
+    assert_int_equal(remove(paths[0]), 0);
+    assert_int_equal(symlink(elsewhere, paths[0]), 0);
+    pkv_opencl_release_programs();
+    assert_int_equal(run_own_context(dir, NULL), files - 1);
+    assert_int_equal(lstat(paths[0], &st), 0);
+    assert_true(S_ISREG(st.st_mode)); /* the link replaced by a file */
+    remove(elsewhere);
+
+    /* A half-written file under a temporary name (a writer killed, or a
+     * crafted one: a valid header and checksum over half the binary) is
+     * never read: the engine builds, then writes the file whole. */
+    n = read_file(paths[1], bin, sizeof bin);
+    assert_true(n > 64);
+    uint64_t half = (n - 32) / 2, sum = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < half; i++) {
+        sum ^= bin[32 + i];
+        sum *= 0x100000001b3ull;
+    }
+    for (int b = 0; b < 8; b++) {
+        bin[16 + b] = (unsigned char)(half >> (8 * b)); /* little-endian */
+        bin[24 + b] = (unsigned char)(sum >> (8 * b));
+    }
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.%ld.0x1.tmp", paths[1], (long)getpid());
+    write_file(tmp, bin, 32 + half);
+    assert_int_equal(remove(paths[1]), 0);
+    pkv_opencl_release_programs();
+    assert_int_equal(run_own_context(dir, NULL), files - 1);
+    pkv_opencl_release_programs();
+    assert_int_equal(run_own_context(dir, NULL), files);
+    remove(tmp);
+    remove_dir(dir);
+    pkv_opencl_release_programs();
+    clReleaseCommandQueue(queue);
+    clReleaseContext(ctx);
+}
+
 int main(void)
 {
     int skipped = ch_opencl_start();
@@ -941,6 +1038,7 @@ int main(void)
         cmocka_unit_test(test_program_fails_to_build),
         cmocka_unit_test(test_cache_too_large),
         cmocka_unit_test(test_program_cache),
+        cmocka_unit_test(test_program_cache_trust),
         cmocka_unit_test(test_release_programs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -23,7 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +71,49 @@ static void open_conn(conn *c, const rs_server *rs, const char *prefix,
     memset(&c->store, 0, sizeof c->store);
     c->store.struct_size = sizeof c->store;
     assert_int_equal(pkv_redis_store(c->redis, &c->store), PKV_OK);
+}
+
+/* As open_conn, with AUTH and SELECT: username, password (NULL: none)
+ * and database. */
+static void open_conn_auth(conn *c, const rs_server *rs, const char *prefix,
+                           const char *username, const char *password,
+                           uint32_t database)
+{
+    pkv_redis_params p;
+    assert_int_equal(pkv_redis_params_init(&p), PKV_OK);
+    p.port = (uint32_t)rs->port;
+    p.key_prefix = prefix;
+    p.retry_ms = 100;
+    p.username = username;
+    p.password = password;
+    p.database = database;
+    assert_int_equal(pkv_redis_create(&p, &c->redis), PKV_OK);
+    memset(&c->store, 0, sizeof c->store);
+    c->store.struct_size = sizeof c->store;
+    assert_int_equal(pkv_redis_store(c->redis, &c->store), PKV_OK);
+}
+
+/* pkv_redis_connection_error, into a static buffer. */
+static const char *connection_error(const conn *c)
+{
+    static char why[256];
+    assert_int_equal(pkv_redis_connection_error(c->redis, why, sizeof why),
+                     PKV_OK);
+    return why;
+}
+
+/* An admin command's reply, which must be +OK or an integer (the
+ * command is rs_command's format: hiredis splits it at spaces). */
+#define admin(rs, command) admin_reply(rs_command(rs, command), command)
+
+static void admin_reply(redisReply *r, const char *command)
+{
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        print_message("%s: %s\n", command, r->str);
+    assert_true(r->type == REDIS_REPLY_STATUS ||
+                r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
 }
 
 static void close_conn(conn *c)
@@ -198,6 +247,10 @@ static void test_params(void **state)
     assert_int_equal(p.timeout_ms, 500);
     assert_int_equal(p.retry_ms, 100);
     assert_int_equal(p.ttl_seconds, 0);
+    assert_null(p.username);
+    assert_null(p.password);
+    assert_int_equal(p.database, 0);
+    assert_int_equal(p.reserved1, 0);
 
     assert_int_equal(pkv_redis_create(NULL, &r), PKV_ERR_INVALID_ARGUMENT);
     assert_null(r);
@@ -239,6 +292,42 @@ static void test_params(void **state)
     q = p;
     q.reserved0 = 1;
     assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    q = p;
+    q.reserved1 = 1;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    /* AUTH's strings are bounded, a username needs a password, and no
+     * message shows the password. */
+    char secret[600];
+    memset(secret, 'w', sizeof secret);
+    secret[513] = '\0';
+    q = p;
+    q.password = secret;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_redis_last_error(), "or password is longer"));
+    assert_null(strstr(pkv_redis_last_error(), "wwww"));
+    secret[512] = '\0';
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_OK);
+    pkv_redis_destroy(r);
+    char user[200];
+    memset(user, 'u', sizeof user);
+    user[129] = '\0';
+    q.username = user;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_redis_last_error(), "username or password"));
+    user[128] = '\0';
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_OK);
+    pkv_redis_destroy(r);
+    q.password = NULL;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_redis_last_error(), "needs a password"));
+    /* A program built before AUTH's fields passes a shorter struct: it
+     * gets no AUTH and no SELECT, whatever lies past its end. */
+    q = p;
+    q.struct_size = (uint32_t)offsetof(pkv_redis_params, username);
+    q.username = user;
+    q.reserved1 = 7;
+    assert_int_equal(pkv_redis_create(&q, &r), PKV_OK);
+    pkv_redis_destroy(r);
     q = p;
     char path[200];
     memset(path, 's', sizeof path);
@@ -467,6 +556,10 @@ static void test_large_values(void **state)
         assert_memory_equal(out + (size_t)i * SLOT, in[i], lens[i]);
     }
     assert_true(all_bytes(out + 2 * (size_t)SLOT + 5, SLOT - 5 + 64, 0xAA));
+    /* 9 MiB of staging for that load, past the 8 MiB kept between loads:
+     * freed once it is done; the read buffer and the sizes stay. */
+    const uint64_t kept = MIB + 3 * sizeof(uint64_t);
+    assert_int_equal(get_stats(&c).buffer_bytes, kept);
     /* The 3 MiB value into a 2 MiB slot, then the small one. */
     const char *two[2] = {"a", "c"};
     memset(out, 0xAA, 3 * (size_t)SLOT + 64);
@@ -476,6 +569,8 @@ static void test_large_values(void **state)
     assert_int_equal(sizes[1], lens[2]);
     assert_memory_equal(out + 2 * MIB, in[2], lens[2]);
     assert_true(all_bytes(out + 2 * MIB + 5, 64, 0xAA));
+    /* 4 MiB of staging: kept for the next load. */
+    assert_int_equal(get_stats(&c).buffer_bytes, kept + 4 * MIB);
     close_conn(&c);
     for (int i = 0; i < 3; i++)
         free(in[i]);
@@ -1190,6 +1285,355 @@ static void test_error_reply(void **state)
     close_conn(&c);
 }
 
+/* Destroyed before the engine that holds its store (the engine's part
+ * played by the callbacks, as pkv_engine_create and destroy call them):
+ * the connector is closed, not freed, until the engine detaches; what
+ * the engine still calls works or fails cleanly (the sanitizer builds:
+ * no use after free, no leak). */
+static void test_destroy_before_engine(void **state)
+{
+    (void)state;
+    conn c;
+    open_conn(&c, &shared, "dbe:", 500, 0);
+    assert_non_null(c.store.attach);
+    assert_non_null(c.store.detach);
+    c.store.attach(c.store.user);
+    assert_int_equal(save_sync(&c, 1, "k", "v", 1), PKV_OK);
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+    assert_int_equal(load_sync(&c, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    /* Finished, not polled yet when the host destroys the connector. */
+    assert_int_equal(c.store.save(c.store.user, 3, "k", "w", 1), PKV_OK);
+    wait_commands(&c, 3);
+    sleep_ms(50);
+    pkv_redis_destroy(c.redis);
+    print_message("%s\n", pkv_redis_last_error());
+    assert_non_null(strstr(pkv_redis_last_error(), "PKV_ERR_BAD_STATE"));
+    assert_non_null(strstr(pkv_redis_last_error(), "1 engine(s) still"));
+    /* The engine goes on: its poll finds what finished, new operations
+     * fail at once, cancel is harmless. */
+    pkv_store_done d[2];
+    assert_int_equal(c.store.poll(c.store.user, d, 2), 1);
+    assert_int_equal(d[0].ticket, 3);
+    assert_int_equal(c.store.load(c.store.user, 4, keys, 1, out, sizeof out,
+                                  &size),
+                     PKV_ERR_STORE);
+    assert_int_equal(c.store.save(c.store.user, 5, "k", "x", 1),
+                     PKV_ERR_STORE);
+    c.store.cancel(c.store.user, 4);
+    assert_int_equal(c.store.poll(c.store.user, d, 2), 0);
+    c.store.detach(c.store.user); /* frees it */
+
+    /* No engine attached, or the last one gone: destroy frees at once. */
+    open_conn(&c, &shared, "dbe:", 500, 0);
+    c.store.attach(c.store.user);
+    c.store.detach(c.store.user);
+    close_conn(&c);
+}
+
+/* ------------------------------------------------- AUTH, ACL, SELECT */
+
+/* requirepass: a connector without the password, or with a wrong one, is
+ * refused (the message names AUTH, never the password); with it, values
+ * round-trip. */
+static void test_auth_password(void **state)
+{
+    rs_server *rs = *state;
+    assert_int_equal(rs_require_password(rs, "s3cret-pw"), 0);
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+
+    conn none;
+    open_conn_auth(&none, rs, "pw:", NULL, NULL, 0);
+    assert_int_equal(save_sync(&none, 1, "k", "v", 1), PKV_ERR_STORE);
+    close_conn(&none);
+
+    conn wrong;
+    open_conn_auth(&wrong, rs, "pw:", NULL, "not-the-s3cret", 0);
+    assert_int_equal(save_sync(&wrong, 1, "k", "v", 1), PKV_ERR_STORE);
+    pkv_redis_stats s = get_stats(&wrong);
+    assert_int_equal(s.connected, 0);
+    assert_int_equal(s.connects, 0);
+    assert_true(s.auth_failures >= 1);
+    assert_true(s.connect_failures >= s.auth_failures);
+    const char *why = connection_error(&wrong);
+    print_message("wrong password: %s\n", why);
+    assert_non_null(strstr(why, "AUTH refused"));
+    assert_non_null(strstr(why, "WRONGPASS"));
+    assert_null(strstr(why, "not-the-s3cret"));
+    close_conn(&wrong);
+
+    conn right;
+    open_conn_auth(&right, rs, "pw:", NULL, "s3cret-pw", 0);
+    assert_int_equal(save_sync(&right, 1, "k", "value", 5), PKV_OK);
+    assert_int_equal(load_sync(&right, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 5);
+    assert_memory_equal(out, "value", 5);
+    s = get_stats(&right);
+    assert_int_equal(s.auth_failures, 0);
+    assert_int_equal(s.connects, 1);
+    assert_string_equal(connection_error(&right), "");
+    close_conn(&right);
+}
+
+/* An ACL user with rights on lim:* keys, MGET and SET only: it works
+ * within them; a key outside is refused (an error reply: the op fails,
+ * the connection stays); SELECT, which it may not run, refuses the
+ * connection; a wrong password for the user too. */
+static void test_auth_acl_user(void **state)
+{
+    rs_server *rs = *state;
+    admin(rs, "ACL SETUSER pkvuser on >user-pw resetkeys ~lim:* "
+              "-@all +mget +set");
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+
+    conn ok;
+    open_conn_auth(&ok, rs, "lim:", "pkvuser", "user-pw", 0);
+    assert_int_equal(save_sync(&ok, 1, "k", "acl", 3), PKV_OK);
+    assert_int_equal(load_sync(&ok, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 3);
+    assert_int_equal(get_stats(&ok).auth_failures, 0);
+    close_conn(&ok);
+
+    conn outside;
+    open_conn_auth(&outside, rs, "other:", "pkvuser", "user-pw", 0);
+    assert_int_equal(save_sync(&outside, 1, "k", "acl", 3), PKV_ERR_STORE);
+    pkv_redis_stats s = get_stats(&outside);
+    assert_int_equal(s.connects, 1);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.auth_failures, 0);
+    close_conn(&outside);
+
+    conn select;
+    open_conn_auth(&select, rs, "lim:", "pkvuser", "user-pw", 2);
+    assert_int_equal(save_sync(&select, 1, "k", "acl", 3), PKV_ERR_STORE);
+    s = get_stats(&select);
+    assert_int_equal(s.connects, 0);
+    assert_true(s.auth_failures >= 1);
+    const char *why = connection_error(&select);
+    print_message("SELECT without the right: %s\n", why);
+    assert_non_null(strstr(why, "SELECT refused"));
+    assert_non_null(strstr(why, "NOPERM"));
+    close_conn(&select);
+
+    conn wrong;
+    open_conn_auth(&wrong, rs, "lim:", "pkvuser", "other-pw", 0);
+    assert_int_equal(save_sync(&wrong, 1, "k", "acl", 3), PKV_ERR_STORE);
+    assert_true(get_stats(&wrong).auth_failures >= 1);
+    why = connection_error(&wrong);
+    assert_non_null(strstr(why, "AUTH refused"));
+    assert_null(strstr(why, "other-pw"));
+    close_conn(&wrong);
+}
+
+/* SELECT: a connector on database 3 and one on 0 share a server and a
+ * prefix, not keys. */
+static void test_select_isolates(void **state)
+{
+    (void)state;
+    conn db3, db0;
+    open_conn_auth(&db3, &shared, "sel:", NULL, NULL, 3);
+    open_conn_auth(&db0, &shared, "sel:", NULL, NULL, 0);
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+    assert_int_equal(save_sync(&db3, 1, "k", "three", 5), PKV_OK);
+    assert_int_equal(load_sync(&db0, 1, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 0);
+    assert_int_equal(load_sync(&db3, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 5);
+    redisReply *r = rs_command(&shared, "GET sel:k");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    close_conn(&db3);
+    close_conn(&db0);
+}
+
+/* A connection killed by the server (CLIENT KILL) is made again with
+ * AUTH and SELECT before the next command: the value saved in database 2
+ * as the ACL user is found again, nothing failed. */
+static void test_auth_reconnect(void **state)
+{
+    rs_server *rs = *state;
+    assert_int_equal(rs_require_password(rs, "admin-pw"), 0);
+    admin(rs, "ACL SETUSER pkvuser on >user-pw resetkeys ~rc:* -@all "
+              "+mget +set +select");
+    conn c;
+    open_conn_auth(&c, rs, "rc:", "pkvuser", "user-pw", 2);
+    assert_int_equal(save_sync(&c, 1, "k", "again", 5), PKV_OK);
+    admin(rs, "CLIENT KILL USER pkvuser");
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+    assert_int_equal(load_sync(&c, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, 5);
+    assert_memory_equal(out, "again", 5);
+    pkv_redis_stats s = get_stats(&c);
+    assert_int_equal(s.connects, 2);
+    assert_int_equal(s.idle_closes, 1);
+    assert_int_equal(s.errors, 0);
+    assert_int_equal(s.auth_failures, 0);
+    close_conn(&c);
+}
+
+/* A server that answers AUTH with the password it was sent: the message
+ * does not quote it. */
+static void test_auth_echo(void **state)
+{
+    (void)state;
+    hostile h;
+    hostile_start(&h, "-ERR echo: AUTH hush-pw-1\r\n", "x", 300);
+    rs_server fake = {0};
+    fake.port = h.port;
+    conn c;
+    open_conn_auth(&c, &fake, "", NULL, "hush-pw-1", 0);
+    assert_int_equal(save_sync(&c, 1, "k", "v", 1), PKV_ERR_STORE);
+    const char *why = connection_error(&c);
+    print_message("an echoing server: %s\n", why);
+    assert_non_null(strstr(why, "AUTH refused"));
+    assert_null(strstr(why, "hush-pw-1"));
+    close_conn(&c);
+    hostile_stop(&h);
+}
+
+/* ----------------------------------------------------------------- TLS */
+
+/* A loopback port nobody listens on now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, len), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* TLS through stunnel (pkv_redis.h, "TLS"): a redis-server that speaks
+ * TLS only on its TLS port, with a self-signed certificate made here,
+ * and stunnel in client mode on loopback verifying it; the connector,
+ * plain TCP to stunnel, stores and loads through it, AUTH included. The
+ * same connector aimed at the TLS port itself gets nothing. Skipped
+ * without stunnel or openssl (tests/deps.sh installs both). */
+static void test_tls_stunnel(void **state)
+{
+    (void)state;
+    if (access("/usr/bin/stunnel4", X_OK) != 0 ||
+        access("/usr/bin/openssl", X_OK) != 0) {
+        print_message("skipped: stunnel4 or openssl not installed\n");
+        skip();
+    }
+    uint64_t t0 = now_ms();
+    char dir[] = "/tmp/pkv-tls-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cmd[600], cert[64], key[64], conf[64], log[64];
+    snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    snprintf(conf, sizeof conf, "%s/stunnel.conf", dir);
+    snprintf(log, sizeof log, "%s/stunnel.log", dir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt "
+             "ec_paramgen_curve:prime256v1 -nodes -keyout %s -out %s "
+             "-days 1 -subj /CN=localhost >/dev/null 2>&1",
+             key, cert);
+    assert_int_equal(system(cmd), 0);
+
+    char tls_port[16];
+    snprintf(tls_port, sizeof tls_port, "%d", free_port());
+    const char *args[] = {"--tls-port", tls_port, "--tls-cert-file", cert,
+                          "--tls-key-file", key, "--tls-ca-cert-file", cert,
+                          "--tls-auth-clients", "no", NULL};
+    rs_server rs;
+    assert_int_equal(rs_start(&rs, args), 0);
+    assert_int_equal(rs_require_password(&rs, "tls-pw"), 0);
+
+    int tunnel_port = free_port();
+    FILE *f = fopen(conf, "w");
+    assert_non_null(f);
+    fprintf(f, "foreground = yes\npid =\noutput = %s\n[redis]\n"
+               "client = yes\naccept = 127.0.0.1:%d\n"
+               "connect = 127.0.0.1:%s\nverifyPeer = yes\nCAfile = %s\n"
+               "checkHost = localhost\n",
+            log, tunnel_port, tls_port, cert);
+    assert_int_equal(fclose(f), 0);
+    fflush(NULL);
+    pid_t tunnel = fork();
+    assert_true(tunnel >= 0);
+    if (tunnel == 0) {
+        /* Its banner goes to stderr before its log file is open; it dies
+         * with the test. */
+        int quiet = open("/dev/null", O_WRONLY);
+        if (quiet >= 0)
+            dup2(quiet, 2);
+#if defined(__linux__)
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+        execl("/usr/bin/stunnel4", "stunnel4", conf, (char *)NULL);
+        _exit(127);
+    }
+    rs_server via = {0};
+    via.port = tunnel_port;
+    for (int i = 0; i < 500; i++) { /* listening within 5 s */
+        redisReply *r = rs_command(&via, "PING");
+        if (r != NULL) {
+            freeReplyObject(r);
+            break;
+        }
+        sleep_ms(10);
+    }
+
+    conn c;
+    open_conn_auth(&c, &via, "tls:", NULL, "tls-pw", 0);
+    char value[4096];
+    fill((unsigned char *)value, sizeof value, 5);
+    assert_int_equal(save_sync(&c, 1, "k", value, sizeof value), PKV_OK);
+    const char *keys[1] = {"k"};
+    char out[sizeof value];
+    uint64_t size;
+    assert_int_equal(load_sync(&c, 2, keys, 1, out, sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(size, sizeof value);
+    assert_memory_equal(out, value, sizeof value);
+    assert_int_equal(get_stats(&c).connects, 1);
+    close_conn(&c);
+
+    /* Plain text to the TLS port: no connection stands. */
+    rs_server direct = {0};
+    direct.port = atoi(tls_port);
+    open_conn_auth(&c, &direct, "tls:", NULL, "tls-pw", 0);
+    assert_int_equal(save_sync(&c, 1, "k", "v", 1), PKV_ERR_STORE);
+    assert_int_equal(get_stats(&c).connects, 0);
+    print_message("plain text to the TLS port: %s\n", connection_error(&c));
+    close_conn(&c);
+
+    kill(tunnel, SIGTERM);
+    waitpid(tunnel, NULL, 0);
+    rs_stop(&rs);
+    remove(cert);
+    remove(key);
+    remove(conf);
+    remove(log);
+    rmdir(dir);
+    print_message("TLS through stunnel: %llu ms, certificate included\n",
+                  (unsigned long long)(now_ms() - t0));
+}
+
 /* A Unix socket instead of TCP. */
 static void test_unix_socket(void **state)
 {
@@ -1314,6 +1758,7 @@ int main(void)
         cmocka_unit_test(test_hostile_drip),
         cmocka_unit_test(test_cancel_done),
         cmocka_unit_test(test_destroy_busy),
+        cmocka_unit_test(test_destroy_before_engine),
         cmocka_unit_test(test_unix_socket),
         cmocka_unit_test(test_stress),
         cmocka_unit_test_setup_teardown(test_load_first, private_setup,
@@ -1330,6 +1775,15 @@ int main(void)
                                         private_setup, private_teardown),
         cmocka_unit_test_setup_teardown(test_error_reply, private_setup,
                                         private_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_password, private_setup,
+                                        private_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_acl_user, private_setup,
+                                        private_teardown),
+        cmocka_unit_test(test_select_isolates),
+        cmocka_unit_test_setup_teardown(test_auth_reconnect, private_setup,
+                                        private_teardown),
+        cmocka_unit_test(test_auth_echo),
+        cmocka_unit_test(test_tls_stunnel),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -544,6 +544,42 @@ static void test_slow_server(void **state)
     free(prompt);
 }
 
+/* The connector destroyed before its engine, in the middle of a prompt
+ * (pkv_redis.h forbids the order): the engine holds it, so it is closed,
+ * not freed; the engine's loads and saves fail, it computes and ends
+ * every sequence, and its destroy frees the connector (the sanitizer
+ * builds: no use after free, no leak). */
+static void test_connector_destroyed_first(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16);
+    COMMAND("FLUSHALL");
+    int32_t *prompt = hm_prompt(PROMPT, 17);
+    fill(prompt, 0, p);
+    redis_host b;
+    rh_init(&b, p, server.port);
+    pkv_seq_id id = add(&b, prompt, 0);
+    ch_step(&b.host, NULL); /* asks: the load goes out */
+    pkv_redis_destroy(b.redis);
+    assert_non_null(strstr(pkv_redis_last_error(), "still use"));
+    b.redis = NULL;
+    int32_t *second = hm_prompt(PROMPT, 18);
+    pkv_seq_id other = add(&b, second, 0);
+    rh_run(&b);
+    assert_true(ch_find(&b.host, id)->ended);
+    assert_true(ch_find(&b.host, other)->ended);
+    pkv_engine_stats s = stats_of(&b);
+    print_message("after the connector's destroy: %llu load failures, "
+                  "%llu timeouts, %llu save failures\n",
+                  (unsigned long long)s.store_load_failures,
+                  (unsigned long long)s.store_timeouts,
+                  (unsigned long long)s.store_save_failures);
+    assert_int_equal(s.store_saves, 0);
+    rh_free(&b); /* the engine's destroy frees the connector */
+    free(second);
+    free(prompt);
+}
+
 /* Two engines given one connector's store (pkv_redis.h forbids it):
  * their tickets collide, and cancel and poll match by ticket alone. The
  * connector refuses a ticket already in flight, so the misuse costs
@@ -723,6 +759,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_kill_during_save),
         cmocka_unit_test(test_slow_server),
         cmocka_unit_test(test_two_engines_one_store),
+        cmocka_unit_test(test_connector_destroyed_first),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_fuzz),
     };

@@ -364,6 +364,15 @@ typedef struct pkv_store {
      * different models must not both use with one store. Copied at
      * create. */
     const char *model;
+    /* Appended in 0.2.0. Optional (NULL: not called), set both or
+     * neither. attach is called once pkv_engine_create holds the store
+     * (before any other callback); detach once the engine lets go of it,
+     * after its last callback: in pkv_engine_destroy, or in a create that
+     * fails after attach. A connector counts its engines with them, so
+     * that destroying it while an engine still uses it can be caught
+     * instead of leaving the engine with freed memory (pkv_redis.h). */
+    void (*attach)(void *user);
+    void (*detach)(void *user);
 } pkv_store;
 
 /*
@@ -462,7 +471,12 @@ typedef struct pkv_engine_params {
                                   environment variable PKV_OPENCL_DEVICE,
                                   else the first GPU, else any device */
     const char *program_cache_dir; /* compiled kernels are cached in this
-                                      existing directory; NULL: no cache */
+                                      existing directory; NULL: no cache.
+                                      One that is not a directory, is
+                                      owned by another user than this
+                                      one or root, or is writable by its
+                                      group or others fails create
+                                      (PKV_ERR_INVALID_ARGUMENT) */
     void *opencl_context; /* the host's cl_context and in-order
                              cl_command_queue, both or neither (set them
                              with pkv_engine_params_set_opencl,

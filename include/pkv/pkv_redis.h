@@ -17,7 +17,11 @@
  * the next operation; while attempts fail, each waits longer (retry_ms,
  * doubled per failed attempt up to 5 s or retry_ms, 75-125% of that):
  * operations that come sooner fail at once. Keys are key_prefix followed
- * by the engine's key.
+ * by the engine's key. Every connection, the first and each reconnect,
+ * sends AUTH (a password, or an ACL user and its password) and SELECT
+ * when the params ask, before any other command; a refusal fails that
+ * connection like any other failure (pkv_redis_connection_error says
+ * why).
  *
  * poll and cancel take the connector's lock, so they may wait for a copy
  * in progress (a load's values into the engine's buffers: about 0.1 ms a
@@ -29,6 +33,28 @@
  * written when the whole reply has arrived, both under the connector's
  * lock. The worker blocks every signal (a write to a closed connection
  * raises SIGPIPE, which then cannot end the process).
+ *
+ * TLS: hiredis 0.14 (Debian 12's) has none, so the connector speaks plain
+ * TCP; for a server that takes TLS only (a managed Redis, or
+ * redis-server --tls-port), run a TLS client tunnel on loopback and point
+ * host and port at it. With stunnel (Debian's stunnel4), a configuration
+ * such as
+ *
+ *     [redis]
+ *     client = yes
+ *     accept = 127.0.0.1:6380
+ *     connect = redis.example.net:6379
+ *     verifyPeer = yes
+ *     CAfile = /etc/ssl/certs/ca-certificates.crt
+ *     checkHost = redis.example.net
+ *
+ * and host 127.0.0.1, port 6380 (with password, and username, since the
+ * tunnel carries AUTH too). verifyPeer and checkHost matter: without
+ * them the tunnel encrypts to whoever answers. Between two hosts of
+ * one's own, spiped does the same with a shared key instead of
+ * certificates. The listening port is reachable by every local user:
+ * keep requirepass or an ACL user on the server. test_redis's
+ * test_tls_stunnel runs this against a TLS-only redis-server.
  *
  * libpkv_redis needs only this header and pkv.h's types: it does not link
  * libpkv, and reports its own failures through pkv_redis_last_error.
@@ -81,6 +107,21 @@ typedef struct pkv_redis_params {
                             at most 60,000; default 100 */
     uint32_t ttl_seconds; /* SET ... EX ttl; 0 (the default): no expiry */
     uint32_t reserved0;   /* 0 */
+    /* Since 0.2.0, appended after the fields above. Sent on every
+     * connection, the first and each reconnect, before any other command:
+     * AUTH when password is set, then SELECT when database is not 0. A
+     * refusal fails the connection (connect_failures, auth_failures;
+     * pkv_redis_connection_error says which command and the server's
+     * reply, never the password). */
+    const char *username; /* a Redis 6 ACL user (AUTH username password);
+                             NULL: AUTH password alone (the default user).
+                             At most 128 bytes; needs a password */
+    const char *password; /* NULL (the default): no AUTH. At most 512
+                             bytes; copied at create, its copy zeroed at
+                             destroy */
+    uint32_t database;    /* SELECT database; 0 (the default): none sent,
+                             the server's first database */
+    uint32_t reserved1;   /* 0 */
 } pkv_redis_params;
 
 /* Counters of one connector. Fields are append-only. Since 0.2.0. */
@@ -93,17 +134,24 @@ typedef struct pkv_redis_stats {
     uint64_t connect_failures;
     uint64_t commands;    /* MGETs and SETs sent */
     uint64_t errors;      /* operations failed: connection, timeout,
-                             error reply, or no connection yet (retry_ms) */
+                             error reply, no connection yet (retry_ms),
+                             or the connector destroyed under an engine */
     uint64_t bytes_read;  /* value bytes received */
     uint64_t bytes_written; /* value bytes sent */
     uint64_t idle_closes; /* connections the server closed while idle,
                              found before a command and replaced at once
                              (not counted in errors) */
+    uint64_t auth_failures; /* connections whose AUTH or SELECT the server
+                               refused (counted in connect_failures too) */
+    uint64_t buffer_bytes; /* held for replies now: a 1 MiB read buffer
+                              and a load's staging, kept between loads up
+                              to 8 MiB (a larger one is freed after the
+                              load that needed it) */
 } pkv_redis_stats;
 
 /*
  * Fill *params with defaults (127.0.0.1:6379, no prefix, timeout 500 ms,
- * retry 100 ms, no expiry).
+ * retry 100 ms, no expiry, no AUTH, no SELECT).
  * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL params
  * (pkv_redis_last_error).
  * Since 0.2.0.
@@ -117,7 +165,9 @@ PKV_REDIS_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
  * fail until it is up). Errors: PKV_ERR_INVALID_ARGUMENT (NULL, a
  * key_prefix too long, no host and no unix_path, a unix_path too long
  * for a socket address, port 0 or above 65535, timeout_ms 0 or above
- * 60,000, retry_ms above 60,000, reserved0 not 0), PKV_ERR_STRUCT_SIZE,
+ * 60,000, retry_ms above 60,000, reserved0 or reserved1 not 0, a
+ * username or password too long, a username without a password),
+ * PKV_ERR_STRUCT_SIZE,
  * PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
  * the thread cannot start; pkv_redis_last_error() says why.
  * Since 0.2.0.
@@ -134,8 +184,17 @@ PKV_REDIS_API pkv_status pkv_redis_create(const pkv_redis_params *params,
  * its reply ends at once (the socket is shut down); a connection attempt
  * in progress ends within timeout_ms (a host name's lookup is not
  * bounded by it). NULL is a no-op.
+ * Destroy engines before their connector. A connector destroyed while an
+ * engine still holds its store (attached by pkv_engine_create, through
+ * pkv_store.attach, and not yet detached by pkv_engine_destroy) is not
+ * freed under it: it is closed (the worker stops, loads and saves fail
+ * with PKV_ERR_STORE, so the engine computes what it would have loaded)
+ * and freed by the last such engine's pkv_engine_destroy, and
+ * pkv_redis_last_error says so (PKV_ERR_BAD_STATE). An engine of a
+ * libpkv older than pkv_store.attach is not counted.
  * Since 0.2.0.
- * Thread-safety: no engine may still use the connector.
+ * Thread-safety: safe while engines use the connector (above); not with
+ * another call of this connector's public functions.
  */
 PKV_REDIS_API void pkv_redis_destroy(pkv_redis *redis);
 
@@ -177,6 +236,23 @@ PKV_REDIS_API pkv_status pkv_redis_stats_init(pkv_redis_stats *stats);
  */
 PKV_REDIS_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
                                              pkv_redis_stats *stats);
+
+/*
+ * Why the connector's last connection attempt failed, into buffer (size
+ * bytes, truncated, NUL-terminated): "" when it succeeded or none was
+ * made yet. A refused AUTH or SELECT names the command and quotes the
+ * server's error line (WRONGPASS, NOPERM, ...); the password is never in
+ * it (a reply that contains it is not quoted). Connections are made by
+ * the worker, so their failures are not pkv_redis_last_error's.
+ * Errors (pkv_redis_last_error): PKV_ERR_INVALID_ARGUMENT for a NULL redis
+ * or buffer, or a size of 0.
+ * Since 0.2.0.
+ * Thread-safety: safe from any thread (read under the connector's lock).
+ * Ownership: writes buffer only.
+ */
+PKV_REDIS_API pkv_status pkv_redis_connection_error(const pkv_redis *redis,
+                                                    char *buffer,
+                                                    size_t size);
 
 /*
  * The message of the last failure of a pkv_redis_* function on this

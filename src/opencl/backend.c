@@ -192,6 +192,16 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "opencl backend: layers in groups (hybrid memory) "
                          "are not read per group yet");
+    /* Refused, not skipped: the host asked for a cache, and a warning in
+     * a log that is silent by default would leave it unaware that it runs
+     * without one, or that its directory is open to others. */
+    char unsafe[160];
+    if (o->cache_dir != NULL &&
+        pkv__ocl_cache_dir_unsafe(o->cache_dir, unsafe, sizeof unsafe))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "program_cache_dir %s %s: a file planted there "
+                         "would be loaded as a kernel binary",
+                         o->cache_dir, unsafe);
     pkv__backend *b = pkv__calloc(alloc, 1, sizeof *b);
     if (b == NULL)
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");

@@ -8,8 +8,13 @@
  * takes seconds on some drivers, creating an engine should not. Binaries
  * can be cached on disk, keyed by the sources, the options and the device
  * and driver; a cache file is checked (magic, key, size, checksum) and
- * never trusted: a bad one is rebuilt and rewritten.
+ * never trusted: a bad one is rebuilt and rewritten. The checksum is no
+ * defence against a crafted file (PoCL's deserializer crashes on half a
+ * binary under a valid header), so only a directory and files that this
+ * user alone can write are used, and a file appears under its name only
+ * once written whole (a temporary name, then rename).
  */
+#define _POSIX_C_SOURCE 200809L /* fdopen, fstat, O_NOFOLLOW, geteuid */
 #include "program.h"
 
 #include "error.h"
@@ -19,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CACHE_MAGIC "PKVCLB01"
 #define CACHE_MAX_BYTES (256u << 20)
@@ -201,22 +208,66 @@ static uint64_t get_u64(const unsigned char *p)
     return v;
 }
 
+/* Whether st (a cache directory's or file's) may be written by another
+ * user than this one and root: its owner, or its mode's group and other
+ * write bits. 1 with why[] saying so, or 0. */
+static int writable_by_others(const struct stat *st, char *why,
+                              size_t why_size)
+{
+    if (st->st_uid != geteuid() && st->st_uid != 0) {
+        snprintf(why, why_size, "is owned by uid %u, not by this user "
+                 "(uid %u) or root", (unsigned)st->st_uid,
+                 (unsigned)geteuid());
+        return 1;
+    }
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        snprintf(why, why_size, "is writable by its group or others "
+                 "(mode %03o; chmod go-w)", (unsigned)(st->st_mode & 0777));
+        return 1;
+    }
+    return 0;
+}
+
+int pkv__ocl_cache_dir_unsafe(const char *dir, char *why, size_t why_size)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return 0;
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, why_size, "is not a directory");
+        return 1;
+    }
+    return writable_by_others(&st, why, why_size);
+}
+
 /* A program from a cache file, or NULL when there is none or it does not
  * pass: magic, key, size and checksum (FNV-1a) checked, then the driver
  * must accept and build the binary. A bad file is logged and rebuilt. */
 static cl_program cache_load(pkv__ocl_target *t, const char *path, uint64_t key,
                              const char *options)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
+    /* Not through a link: it could name a file anyone may write. */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    if (fd < 0)
         return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (f == NULL) {
+        close(fd);
+        return NULL;
+    }
     unsigned char head[32];
     const char *why = NULL;
+    char owner[128];
     unsigned char *bin = NULL;
     uint64_t size = 0;
     cl_program prog = NULL;
-    if (fread(head, 1, sizeof head, f) != sizeof head ||
-        memcmp(head, CACHE_MAGIC, 8) != 0 || get_u64(head + 8) != key)
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        why = "not a regular file";
+    else if (writable_by_others(&st, owner, sizeof owner))
+        why = owner;
+    if (why == NULL && (fread(head, 1, sizeof head, f) != sizeof head ||
+        memcmp(head, CACHE_MAGIC, 8) != 0 || get_u64(head + 8) != key))
         why = "bad header";
     if (why == NULL) {
         size = get_u64(head + 16);
@@ -275,13 +326,25 @@ static void cache_store(pkv__ocl_target *t, const char *path, uint64_t key,
     if (bin == NULL)
         return;
     unsigned char *bins[1] = {bin};
+    /* A name of this process and target alone, created afresh (O_EXCL:
+     * never through a file or link already there), readable by this user
+     * alone; cache_load never opens it, and the rename makes the whole
+     * file appear at once. */
     char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.%p.tmp", path, (void *)t);
+    snprintf(tmp, sizeof tmp, "%s.%ld.%p.tmp", path, (long)getpid(),
+             (void *)t);
     FILE *f = NULL;
     int ok = clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins,
                               NULL) == CL_SUCCESS;
-    if (ok)
-        f = fopen(tmp, "wb");
+    int fd = ok ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600)
+                : -1;
+    if (fd >= 0) {
+        f = fdopen(fd, "wb");
+        if (f == NULL) {
+            close(fd);
+            remove(tmp);
+        }
+    }
     if (f != NULL) {
         unsigned char head[32];
         memcpy(head, CACHE_MAGIC, 8);

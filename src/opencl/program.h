@@ -34,6 +34,13 @@ enum pkv__ocl_program_kind {
     PKV__CL_DECODE_INTEL = 3 /* decode_intel.cl, specialised by -D options */
 };
 
+/* Whether dir may not hold program binaries this process loads: it
+ * exists and is not a directory, or is owned by another user than this
+ * one or root, or is writable by its group or others (anyone who can
+ * write there could plant a file the driver deserializes). 1 with why[]
+ * saying so, or 0 (an absent directory is 0: nothing is read from it). */
+int pkv__ocl_cache_dir_unsafe(const char *dir, char *why, size_t why_size);
+
 /* Drop the process-wide table of pkv's own contexts and programs
  * (pkv_opencl_release_programs). */
 void pkv__ocl_release_shared(void);

@@ -25,8 +25,14 @@
 /* Longest key_prefix, without its NUL (pkv_redis.h). */
 #define PKV__REDIS_PREFIX_MAX 64u
 
-/* ttl_seconds in decimal (a uint32_t), NUL included. */
+/* ttl_seconds and database in decimal (a uint32_t), NUL included. */
 #define PKV__REDIS_TTL_MAX 11u
+
+/* The longest username and password, without their NUL: ACL names and
+ * passwords are far shorter in practice, and the AUTH command is built
+ * in a buffer of bounded size on the worker's stack. */
+#define PKV__REDIS_USERNAME_MAX 128u
+#define PKV__REDIS_PASSWORD_MAX 512u
 
 /* The longest timeout_ms and retry_ms: destroy waits up to timeout_ms
  * for a connection attempt in progress, and an engine's operations fail
@@ -41,12 +47,22 @@
  * within one): a server that drips bytes cannot hold the connector. */
 #define PKV__REDIS_REPLY_TIMEOUTS 4u
 
+/* The most a load's staging buffers keep between loads (pkv_redis.h,
+ * buffer_bytes): a prompt's 1,000 blocks of 8 KiB. One huge value must
+ * not pin its size for the connector's life, and a buffer kept up to
+ * this size spares the common loads an allocation and its page faults. */
+#define PKV__REDIS_STAGING_KEEP ((size_t)8 << 20)
+
 /* Messages of pkv_redis_last_error. */
 #define PKV__REDIS_ERROR_MAX 256u
 
 /* First release: every field up to reserved0 (append-only from here). */
 #define PKV__REDIS_PARAMS_MIN_SIZE PKV__END_OF(pkv_redis_params, reserved0)
 #define PKV__REDIS_STATS_MIN_SIZE PKV__END_OF(pkv_redis_stats, bytes_written)
+
+/* Zero n bytes at p in a way the compiler cannot drop as a dead store
+ * (the password's copies: they must not linger in freed memory). */
+void pkv__redis_wipe(void *p, size_t n);
 
 enum pkv__redis_kind { PKV__REDIS_LOAD, PKV__REDIS_SAVE };
 
@@ -88,6 +104,9 @@ struct pkv_redis {
     char prefix[PKV__REDIS_PREFIX_MAX + 1];
     size_t prefix_len;
     char ttl[PKV__REDIS_TTL_MAX]; /* "" for no expiry */
+    char *username;               /* NULL: AUTH password alone */
+    char *password;               /* NULL: no AUTH; wiped at destroy */
+    char database[PKV__REDIS_TTL_MAX]; /* "" for no SELECT */
 
     pthread_mutex_t lock;
     pthread_cond_t wake; /* the worker: work queued, or stop */
@@ -102,9 +121,16 @@ struct pkv_redis {
     int stop;                /* destroy asked the worker to end */
     int store_given;         /* pkv_redis_store was called: it serves an
                                 engine's store already */
+    uint32_t engines;        /* engines holding the store: attached and
+                                not detached (pkv_store.attach) */
+    int closed;              /* pkv_redis_destroy was called while engines
+                                held it: the last detach frees it */
     int fd;                  /* the connection's socket, -1: none; destroy
                                 shuts it down to end a wait at once */
     pkv_redis_stats stats;
+    /* Why the last connection attempt failed, "" if it did not
+     * (pkv_redis_connection_error). */
+    char connection_error[PKV__REDIS_ERROR_MAX];
 
     /* The worker's alone. */
     void *ctx;               /* redisContext, NULL when disconnected */
@@ -116,7 +142,8 @@ struct pkv_redis {
     uint32_t failed_attempts; /* in a row */
     uint64_t jitter;          /* xorshift state */
     /* A load's reply as read (reply.h), before it is copied into the
-     * engine's buffers: kept from load to load, as large as the largest. */
+     * engine's buffers: kept from load to load up to
+     * PKV__REDIS_STAGING_KEEP bytes. */
     uint8_t *staging;
     size_t staging_size;
     uint8_t *read_buffer;    /* PKV__REPLY_BUFFER bytes, or NULL */
@@ -141,6 +168,11 @@ pkv_status pkv__redis_save(void *user, uint64_t ticket, const char *key,
 uint32_t pkv__redis_poll(void *user, pkv_store_done *done,
                          uint32_t capacity);
 void pkv__redis_cancel(void *user, uint64_t ticket);
+void pkv__redis_attach(void *user);
+void pkv__redis_detach(void *user);
+
+/* redis.c: free a connector whose worker has ended. */
+void pkv__redis_release(pkv_redis *redis);
 
 /* worker.c: start the thread (0, or an errno value); stop and join it. */
 int pkv__redis_worker_start(pkv_redis *redis);

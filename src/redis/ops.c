@@ -120,6 +120,13 @@ static int list_has_ticket(const pkv__redis_list *list, uint64_t ticket)
 static pkv_status enqueue(pkv_redis *redis, pkv__redis_op *op)
 {
     pthread_mutex_lock(&redis->lock);
+    if (redis->stop) {
+        /* Destroyed while an engine still holds it: no worker runs. */
+        redis->stats.errors++;
+        pthread_mutex_unlock(&redis->lock);
+        free(op);
+        return PKV_ERR_STORE;
+    }
     uint64_t t = op->ticket;
     if (list_has_ticket(&redis->loads, t) ||
         list_has_ticket(&redis->saves, t) ||
@@ -243,6 +250,31 @@ void pkv__redis_cancel(void *user, uint64_t ticket)
         redis->running->cancelled = 1;
     pthread_mutex_unlock(&redis->lock);
     pkv__redis_list_free(&gone);
+}
+
+void pkv__redis_attach(void *user)
+{
+    pkv_redis *redis = user;
+    if (redis == NULL)
+        return;
+    pthread_mutex_lock(&redis->lock);
+    redis->engines++;
+    pthread_mutex_unlock(&redis->lock);
+}
+
+void pkv__redis_detach(void *user)
+{
+    pkv_redis *redis = user;
+    if (redis == NULL)
+        return;
+    pthread_mutex_lock(&redis->lock);
+    if (redis->engines > 0)
+        redis->engines--;
+    int last = redis->engines == 0 && redis->closed;
+    pthread_mutex_unlock(&redis->lock);
+    /* pkv_redis_destroy came first and left the freeing to this call. */
+    if (last)
+        pkv__redis_release(redis);
 }
 
 void pkv__redis_finish(pkv_redis *redis, pkv__redis_op *op,

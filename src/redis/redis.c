@@ -72,6 +72,12 @@ pkv_status pkv_redis_params_init(pkv_redis_params *params)
     return PKV_OK;
 }
 
+/* Whether s (NULL: none) is longer than max bytes, read no further. */
+static int too_long(const char *s, size_t max)
+{
+    return s != NULL && strnlen(s, max + 1) > max;
+}
+
 /* The fields of in that its struct_size covers, over the defaults. */
 static pkv_status read_params(const pkv_redis_params *in,
                               pkv_redis_params *p)
@@ -92,12 +98,14 @@ static pkv_status read_params(const pkv_redis_params *in,
     if (p->unix_path == NULL && (p->port == 0 || p->port > 65535))
         return fail(PKV_ERR_INVALID_ARGUMENT, "port %u is not 1..65535",
                     (unsigned)p->port);
-    if (p->key_prefix != NULL &&
-        strnlen(p->key_prefix, PKV__REDIS_PREFIX_MAX + 1) >
-            PKV__REDIS_PREFIX_MAX)
+    if (too_long(p->key_prefix, PKV__REDIS_PREFIX_MAX) ||
+        too_long(p->username, PKV__REDIS_USERNAME_MAX) ||
+        too_long(p->password, PKV__REDIS_PASSWORD_MAX))
         return fail(PKV_ERR_INVALID_ARGUMENT,
-                    "key_prefix is longer than %u bytes",
-                    PKV__REDIS_PREFIX_MAX);
+                    "key_prefix, username or password is longer than %u, "
+                    "%u or %u bytes",
+                    PKV__REDIS_PREFIX_MAX, PKV__REDIS_USERNAME_MAX,
+                    PKV__REDIS_PASSWORD_MAX);
     /* 0 would be no timeout at all: an operation, and destroy, could wait
      * for ever on a hung server. */
     if (p->timeout_ms == 0 || p->timeout_ms > PKV__REDIS_TIME_MAX_MS ||
@@ -107,13 +115,29 @@ static pkv_status read_params(const pkv_redis_params *in,
                     "1 to %u, retry_ms at most %u",
                     (unsigned)p->timeout_ms, (unsigned)p->retry_ms,
                     PKV__REDIS_TIME_MAX_MS, PKV__REDIS_TIME_MAX_MS);
-    if (p->reserved0 != 0)
-        return fail(PKV_ERR_INVALID_ARGUMENT, "reserved0 is not 0");
+    if (p->reserved0 != 0 || p->reserved1 != 0)
+        return fail(PKV_ERR_INVALID_ARGUMENT,
+                    "reserved0 or reserved1 is not 0");
+    /* AUTH user alone is not a command: the user meant a password. */
+    if (p->username != NULL && p->password == NULL)
+        return fail(PKV_ERR_INVALID_ARGUMENT,
+                    "a username needs a password");
     return PKV_OK;
+}
+
+void pkv__redis_wipe(void *p, size_t n)
+{
+    volatile unsigned char *v = p;
+    for (size_t i = 0; i < n; i++)
+        v[i] = 0;
 }
 
 static void free_connector(pkv_redis *redis)
 {
+    if (redis->password != NULL)
+        pkv__redis_wipe(redis->password, strlen(redis->password));
+    free(redis->password);
+    free(redis->username);
     free(redis->host);
     free(redis->unix_path);
     free(redis->staging);
@@ -132,7 +156,13 @@ static pkv_status new_connector(const pkv_redis_params *p, pkv_redis **out)
         redis->unix_path = strdup(p->unix_path);
     else
         redis->host = strdup(p->host);
-    if (redis->unix_path == NULL && redis->host == NULL) {
+    if (p->username != NULL)
+        redis->username = strdup(p->username);
+    if (p->password != NULL)
+        redis->password = strdup(p->password);
+    if ((redis->unix_path == NULL && redis->host == NULL) ||
+        (p->username != NULL && redis->username == NULL) ||
+        (p->password != NULL && redis->password == NULL)) {
         free_connector(redis);
         return fail(PKV_ERR_OUT_OF_MEMORY, "no memory for the connector");
     }
@@ -150,6 +180,9 @@ static pkv_status new_connector(const pkv_redis_params *p, pkv_redis **out)
     if (p->ttl_seconds > 0)
         snprintf(redis->ttl, sizeof redis->ttl, "%u",
                  (unsigned)p->ttl_seconds);
+    if (p->database > 0)
+        snprintf(redis->database, sizeof redis->database, "%u",
+                 (unsigned)p->database);
     redis->fd = -1;
     redis->stats.struct_size = sizeof redis->stats;
     if (pthread_mutex_init(&redis->lock, NULL) != 0) {
@@ -165,7 +198,7 @@ static pkv_status new_connector(const pkv_redis_params *p, pkv_redis **out)
     return PKV_OK;
 }
 
-static void release_connector(pkv_redis *redis)
+void pkv__redis_release(pkv_redis *redis)
 {
     pkv__redis_list_free(&redis->loads);
     pkv__redis_list_free(&redis->saves);
@@ -190,7 +223,7 @@ pkv_status pkv_redis_create(const pkv_redis_params *params, pkv_redis **out)
         return st;
     int rc = pkv__redis_worker_start(redis);
     if (rc != 0) {
-        release_connector(redis);
+        pkv__redis_release(redis);
         return fail(PKV_ERR_STORE, "cannot start the worker thread: %s",
                     strerror(rc));
     }
@@ -205,7 +238,24 @@ void pkv_redis_destroy(pkv_redis *redis)
     /* The worker finishes the op it runs (at once if it was sending or
      * receiving: the socket is shut down); queued ones are never sent. */
     pkv__redis_worker_stop(redis);
-    release_connector(redis);
+    pthread_mutex_lock(&redis->lock);
+    uint32_t engines = redis->engines;
+    redis->closed = engines > 0;
+    pthread_mutex_unlock(&redis->lock);
+    if (engines == 0) {
+        pkv__redis_release(redis);
+        return;
+    }
+    /* An engine still holds the store: freeing now would leave it calling
+     * into freed memory. As SQLite's sqlite3_close_v2, the connector
+     * stays, closed (loads and saves fail at once), until the last
+     * engine's pkv_engine_destroy detaches. destroy returns nothing, so
+     * the misuse is named on this thread, and it costs no memory. */
+    fail(PKV_ERR_BAD_STATE,
+         "pkv_redis_destroy: %u engine(s) still use this connector: it is "
+         "closed now and freed when the last of them is destroyed "
+         "(destroy engines before their connector)",
+         (unsigned)engines);
 }
 
 pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store)
@@ -229,6 +279,12 @@ pkv_status pkv_redis_store(pkv_redis *redis, pkv_store *store)
     store->save = pkv__redis_save;
     store->poll = pkv__redis_poll;
     store->cancel = pkv__redis_cancel;
+    /* A store from a pkv.h before attach and detach has no room for them
+     * (and its engine would not call them). */
+    if (store->struct_size >= PKV__END_OF(pkv_store, detach)) {
+        store->attach = pkv__redis_attach;
+        store->detach = pkv__redis_detach;
+    }
     return PKV_OK;
 }
 
@@ -257,5 +313,19 @@ pkv_status pkv_redis_get_stats(const pkv_redis *redis, pkv_redis_stats *stats)
     pthread_mutex_unlock(&r->lock);
     s.struct_size = stats->struct_size;
     memcpy(stats, &s, stats->struct_size);
+    return PKV_OK;
+}
+
+pkv_status pkv_redis_connection_error(const pkv_redis *redis, char *buffer,
+                                      size_t size)
+{
+    if (redis == NULL || buffer == NULL || size == 0)
+        return fail(PKV_ERR_INVALID_ARGUMENT,
+                    "redis or buffer is NULL, or size is 0");
+    /* The lock is the one mutable part of a const connector. */
+    pkv_redis *r = (pkv_redis *)redis;
+    pthread_mutex_lock(&r->lock);
+    snprintf(buffer, size, "%s", r->connection_error);
+    pthread_mutex_unlock(&r->lock);
     return PKV_OK;
 }

@@ -126,7 +126,9 @@ static long long number(const char *line)
 }
 
 enum pkv__reply_result pkv__redis_read_status(int fd, uint8_t *buffer,
-                                              uint32_t timeout_ms)
+                                              uint32_t timeout_ms,
+                                              char *error,
+                                              size_t error_size)
 {
     reader r = {fd, 0, 0, buffer, now_ms() + timeout_ms};
     char line[LINE_MAX];
@@ -135,6 +137,12 @@ enum pkv__reply_result pkv__redis_read_status(int fd, uint8_t *buffer,
     enum pkv__reply_result got = strcmp(line, "+OK") == 0 ? PKV__REPLY_VALUES
                                  : line[0] == '-'        ? PKV__REPLY_ERROR
                                                          : PKV__REPLY_BROKEN;
+    if (got == PKV__REPLY_ERROR && error != NULL && error_size > 0) {
+        size_t n = strlen(line + 1);
+        n = n < error_size - 1 ? n : error_size - 1;
+        memcpy(error, line + 1, n);
+        error[n] = '\0';
+    }
     /* One command in flight: nothing may follow its reply. */
     return r.pos == r.len ? got : PKV__REPLY_BROKEN;
 }

@@ -40,11 +40,14 @@ enum pkv__reply_result pkv__redis_read_mget(int fd, uint8_t *buffer,
                                             uint64_t *sizes,
                                             uint32_t timeout_ms);
 
-/* Read the reply to a SET the same way: VALUES for +OK, ERROR for an
- * error line (up to 512 bytes), BROKEN for anything else. hiredis's
- * reader would take any reply, however many elements a hostile server
- * announces, into memory. */
+/* Read the reply to a SET (or AUTH, SELECT) the same way: VALUES for +OK,
+ * ERROR for an error line (up to 512 bytes; copied without its '-' into
+ * error, error_size bytes, when error is not NULL), BROKEN for anything
+ * else. hiredis's reader would take any reply, however many elements a
+ * hostile server announces, into memory. */
 enum pkv__reply_result pkv__redis_read_status(int fd, uint8_t *buffer,
-                                              uint32_t timeout_ms);
+                                              uint32_t timeout_ms,
+                                              char *error,
+                                              size_t error_size);
 
 #endif

@@ -26,6 +26,11 @@
  * command a peek at the socket finds the close, and the command goes out
  * on a new connection at once. TCP keepalive lets the kernel find a peer
  * that vanished without a close.
+ *
+ * Every new connection is handshaken before its first command: AUTH and
+ * SELECT as the params ask, so a reconnect is as authenticated as the
+ * first connection; a refusal fails the attempt like a server that is
+ * down (backoff), and its reason is kept for pkv_redis_connection_error.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_sigmask */
 #include "internal.h"
@@ -34,6 +39,7 @@
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -78,8 +84,10 @@ static void disconnect(pkv_redis *redis)
 }
 
 /* A connection with timeout_ms on connect, and on every send and receive
- * (socket timeouts: hiredis then fails the call), or NULL. */
-static redisContext *open_context(const pkv_redis *redis)
+ * (socket timeouts: hiredis then fails the call), or NULL with why[]
+ * saying why. */
+static redisContext *open_context(const pkv_redis *redis, char *why,
+                                  size_t why_size)
 {
     struct timeval tv;
     tv.tv_sec = (time_t)(redis->timeout_ms / 1000u);
@@ -89,9 +97,17 @@ static redisContext *open_context(const pkv_redis *redis)
                           : redisConnectWithTimeout(redis->host,
                                                     (int)redis->port, tv);
     if (c != NULL && (c->err != 0 || redisSetTimeout(c, tv) != REDIS_OK)) {
+        if (redis->unix_path != NULL)
+            snprintf(why, why_size, "cannot connect to %s: %s",
+                     redis->unix_path, c->errstr);
+        else
+            snprintf(why, why_size, "cannot connect to %s:%u: %s",
+                     redis->host, (unsigned)redis->port, c->errstr);
         redisFree(c);
-        c = NULL;
+        return NULL;
     }
+    if (c == NULL)
+        snprintf(why, why_size, "no memory for a connection");
     /* A unix socket has no keepalive and needs none. */
     if (c != NULL && redis->unix_path == NULL)
         redisEnableKeepAlive(c);
@@ -108,6 +124,119 @@ static int idle_connection_ok(const redisContext *c)
                        errno == EINTR);
 }
 
+/* The buffers' bytes, into the stats. */
+static void count_buffers(pkv_redis *redis)
+{
+    uint64_t bytes = redis->staging_size +
+                     (uint64_t)redis->staged_capacity *
+                         sizeof *redis->staged_sizes +
+                     (redis->read_buffer != NULL ? PKV__REPLY_BUFFER : 0);
+    pthread_mutex_lock(&redis->lock);
+    redis->stats.buffer_bytes = bytes;
+    pthread_mutex_unlock(&redis->lock);
+}
+
+/* The read buffer every reply goes through, allocated on first use and
+ * kept. 0, or -1 without memory. */
+static int have_read_buffer(pkv_redis *redis)
+{
+    if (redis->read_buffer != NULL)
+        return 0;
+    redis->read_buffer = malloc(PKV__REPLY_BUFFER);
+    count_buffers(redis);
+    return redis->read_buffer != NULL ? 0 : -1;
+}
+
+/* Append to cmd (at *at, cap bytes) one bulk string of a command in the
+ * protocol's own form: "$<n>\r\n<bytes>\r\n". 0, or -1 if it does not
+ * fit. */
+static int put_bulk(char *cmd, size_t cap, size_t *at, const char *s)
+{
+    size_t n = strlen(s);
+    int head = snprintf(cmd + *at, cap - *at, "$%zu\r\n", n);
+    if (head < 0 || (size_t)head + n + 2 >= cap - *at)
+        return -1;
+    *at += (size_t)head;
+    memcpy(cmd + *at, s, n);
+    memcpy(cmd + *at + n, "\r\n", 2);
+    *at += n + 2;
+    return 0;
+}
+
+/* Send the argc strings of argv as one command on fd and read its
+ * status reply. The command is written by the worker itself, not through
+ * hiredis, whose output buffer would leave the password in freed memory;
+ * the stack copy is wiped. 0 for +OK; 1 when the server refused it
+ * (why[]: the command and its error line, never the password); -1 when
+ * the connection failed. */
+static int handshake_command(pkv_redis *redis, int fd, const char *const *argv,
+                             int argc, char *why, size_t why_size)
+{
+    /* AUTH, the longest: its name, a username and a password, and their
+     * lengths' lines. */
+    char cmd[PKV__REDIS_USERNAME_MAX + PKV__REDIS_PASSWORD_MAX + 128];
+    size_t at = (size_t)snprintf(cmd, sizeof cmd, "*%d\r\n", argc);
+    int ok = 1;
+    for (int i = 0; i < argc && ok; i++)
+        ok = put_bulk(cmd, sizeof cmd, &at, argv[i]) == 0;
+    for (size_t sent = 0; ok && sent < at;) {
+        ssize_t n = send(fd, cmd + sent, at - sent, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        ok = n > 0;
+        sent += ok ? (size_t)n : 0;
+    }
+    pkv__redis_wipe(cmd, sizeof cmd);
+    if (!ok) {
+        snprintf(why, why_size, "%s: the connection failed", argv[0]);
+        return -1;
+    }
+    if (have_read_buffer(redis) != 0) {
+        snprintf(why, why_size, "%s: no memory for its reply", argv[0]);
+        return -1;
+    }
+    char line[PKV__REDIS_ERROR_MAX / 2];
+    enum pkv__reply_result got = pkv__redis_read_status(
+        fd, redis->read_buffer, redis->timeout_ms, line, sizeof line);
+    if (got == PKV__REPLY_VALUES)
+        return 0;
+    if (got == PKV__REPLY_BROKEN) {
+        snprintf(why, why_size,
+                 "%s: no reply of the expected shape within timeout_ms",
+                 argv[0]);
+        return -1;
+    }
+    /* A server that echoes what it was sent is not quoted. */
+    if (redis->password != NULL && redis->password[0] != '\0' &&
+        strstr(line, redis->password) != NULL)
+        snprintf(line, sizeof line, "(reply not quoted: it holds the "
+                                    "password)");
+    snprintf(why, why_size, "%s refused: %s", argv[0], line);
+    pkv__redis_wipe(line, sizeof line);
+    return 1;
+}
+
+/* AUTH and SELECT on a new connection, as the params ask, before any
+ * other command. 0, 1 (refused) or -1 (connection failed), as
+ * handshake_command. */
+static int handshake(pkv_redis *redis, int fd, char *why, size_t why_size)
+{
+    int rc = 0;
+    if (redis->password != NULL) {
+        const char *argv[3] = {"AUTH", redis->username, redis->password};
+        if (redis->username == NULL)
+            argv[1] = redis->password;
+        rc = handshake_command(redis, fd, argv,
+                               redis->username != NULL ? 3 : 2,
+                               why, why_size);
+    }
+    if (rc == 0 && redis->database[0] != '\0') {
+        const char *argv[2] = {"SELECT", redis->database};
+        rc = handshake_command(redis, fd, argv, 2, why, why_size);
+    }
+    return rc;
+}
+
 static pkv_status ensure_connected(pkv_redis *redis)
 {
     if (redis->ctx != NULL && idle_connection_ok(redis->ctx))
@@ -121,19 +250,38 @@ static pkv_status ensure_connected(pkv_redis *redis)
     }
     if (now_ms() - redis->last_attempt_ms < redis->wait_ms)
         return PKV_ERR_STORE;
-    redisContext *c = open_context(redis);
+    char why[PKV__REDIS_ERROR_MAX] = "";
+    redisContext *c = open_context(redis, why, sizeof why);
+    int refused = 0;
+    if (c != NULL) {
+        /* Published for destroy, which shuts it down to end a wait (the
+         * handshake's included). */
+        pthread_mutex_lock(&redis->lock);
+        redis->fd = c->fd;
+        int stopping = redis->stop;
+        pthread_mutex_unlock(&redis->lock);
+        int rc = stopping ? 0 : handshake(redis, c->fd, why, sizeof why);
+        if (rc != 0) {
+            refused = rc > 0;
+            pthread_mutex_lock(&redis->lock);
+            redis->fd = -1;
+            pthread_mutex_unlock(&redis->lock);
+            redisFree(c);
+            c = NULL;
+        }
+    }
     redis->last_attempt_ms = now_ms();
     redis->failed_attempts = c != NULL ? 0 : redis->failed_attempts + 1;
     redis->wait_ms = c != NULL ? 0 : backoff_ms(redis);
     redis->ctx = c;
     pthread_mutex_lock(&redis->lock);
+    memcpy(redis->connection_error, why, sizeof why);
     if (c != NULL) {
-        /* Published for destroy, which shuts it down to end a wait. */
-        redis->fd = c->fd;
         redis->stats.connected = 1;
         redis->stats.connects++;
     } else {
         redis->stats.connect_failures++;
+        redis->stats.auth_failures += (uint64_t)refused;
     }
     /* destroy came while connecting, too early to shut the socket down:
      * send nothing that could wait. */
@@ -174,12 +322,28 @@ static int send_command(pkv_redis *redis, pkv__redis_op *op)
     return 1;
 }
 
+/* After a load: staging buffers that grew past PKV__REDIS_STAGING_KEEP
+ * for it are freed, the next load allocates what it needs. */
+static void trim_staging(pkv_redis *redis)
+{
+    if (redis->staging_size > PKV__REDIS_STAGING_KEEP) {
+        free(redis->staging);
+        redis->staging = NULL;
+        redis->staging_size = 0;
+    }
+    if ((size_t)redis->staged_capacity * sizeof *redis->staged_sizes >
+        PKV__REDIS_STAGING_KEEP) {
+        free(redis->staged_sizes);
+        redis->staged_sizes = NULL;
+        redis->staged_capacity = 0;
+    }
+    count_buffers(redis);
+}
+
 /* Room in the staging buffers for op's reply. 0, or -1. */
 static int reserve_staging(pkv_redis *redis, const pkv__redis_op *op)
 {
-    if (redis->read_buffer == NULL)
-        redis->read_buffer = malloc(PKV__REPLY_BUFFER);
-    if (redis->read_buffer == NULL)
+    if (have_read_buffer(redis) != 0)
         return -1;
     size_t bytes = (size_t)op->num_keys * op->value_size;
     if (bytes > redis->staging_size) {
@@ -240,15 +404,13 @@ static pkv_status take_values(pkv_redis *redis, pkv__redis_op *op)
  * hostile server announces (an array of 10^8 elements) into memory. */
 static pkv_status take_status(pkv_redis *redis)
 {
-    if (redis->read_buffer == NULL)
-        redis->read_buffer = malloc(PKV__REPLY_BUFFER);
-    if (redis->read_buffer == NULL) {
+    if (have_read_buffer(redis) != 0) {
         disconnect(redis); /* the reply is left unread */
         return PKV_ERR_STORE;
     }
     enum pkv__reply_result got = pkv__redis_read_status(
         ((redisContext *)redis->ctx)->fd, redis->read_buffer,
-        PKV__REDIS_REPLY_TIMEOUTS * redis->timeout_ms);
+        PKV__REDIS_REPLY_TIMEOUTS * redis->timeout_ms, NULL, 0);
     if (got == PKV__REPLY_BROKEN)
         disconnect(redis);
     /* An error reply (full memory) fails the op only: the connection is
@@ -270,8 +432,11 @@ static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
     }
     /* hiredis has read nothing ahead: one command is in flight at a time,
      * and each reply is read to its end. */
-    return op->kind == PKV__REDIS_LOAD ? take_values(redis, op)
-                                       : take_status(redis);
+    if (op->kind == PKV__REDIS_SAVE)
+        return take_status(redis);
+    st = take_values(redis, op);
+    trim_staging(redis);
+    return st;
 }
 
 static void *worker_main(void *arg)

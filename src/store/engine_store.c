@@ -90,6 +90,10 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
     s->cb.model = NULL;
     pkv__digest_fingerprint(s->model, &e->backend_config, s->fingerprint);
     s->next_ticket = 1;
+    /* Last, so that nothing here fails after it: every store that reaches
+     * this line is released through pkv__store_release, which detaches. */
+    if (s->cb.attach != NULL)
+        s->cb.attach(s->cb.user);
     return PKV_OK;
 }
 
@@ -147,6 +151,10 @@ void pkv__store_release(pkv_engine *e)
     }
     for (uint32_t i = 0; i < s->num_pending; i++)
         free_op(e, &s->pending[i]);
+    /* After the last cancel: the connector may be freed by it. cb.load is
+     * set only once pkv__store_init got as far as attach. */
+    if (s->cb.load != NULL && s->cb.detach != NULL)
+        s->cb.detach(s->cb.user);
     pkv__free(&e->alloc, s->ops, s->ops_capacity, sizeof *s->ops);
     pkv__free(&e->alloc, s->pending, s->pending_capacity,
               sizeof *s->pending);
