@@ -518,6 +518,40 @@ typedef struct pkv_engine_params {
     pkv_parallel_fn parallel;
     void *parallel_user;
     uint32_t parallel_workers;
+
+    /* Since 0.2.0. The deployment key: 32 secret random bytes, the same
+     * for every engine that shares a store, prefix-cache files or
+     * exports, copied at create (the engine keeps only keys derived from
+     * it). NULL (the default): nothing is sealed, and the bytes pkv
+     * writes are checksummed, as before. One key for the engine rather
+     * than one in pkv_store, because one seal covers what every path
+     * writes for other processes:
+     * - store values are encrypted and authenticated (AES-256-GCM) and
+     *   bound to their key, their place in the prompt and their parent
+     *   block; store keys are HMAC-SHA-256 names ("pkvs:..."), which
+     *   reveal nothing of the prompt. A value that does not open under
+     *   this key, for this name and parent, is a miss
+     *   (pkv_engine_stats.store_damaged), never attended to;
+     * - pkv_engine_save_prefix_cache and pkv_seq_export write sealed
+     *   bytes; the loads refuse bytes that do not open under this key
+     *   (tampered, sealed under another key, or not sealed):
+     *   PKV_ERR_INVALID_ARGUMENT. An engine without a key refuses sealed
+     *   bytes: PKV_ERR_UNSUPPORTED.
+     * Trust, per mode. Without a key: whoever can write the store or the
+     * files decides the KV every reader attends to (a checksum is no
+     * MAC), and whoever can read them reads every prompt's tokens (a
+     * key names a digest of the tokens, which a guess can confirm).
+     * With a key, whoever lacks it, reading, writing or on the path: can
+     * delete, withhold, evict or damage values and files (misses and
+     * refusals, never wrong rows), replay an older sealed file, or a
+     * store value under its own name (same block, same prompt: KV for
+     * those very tokens), and see sizes, counts, timing and which names
+     * are asked together; cannot read tokens or KV, forge, change, move
+     * a value to another name or prompt, or learn a prompt from a name.
+     * Whoever holds the key is trusted as the engine is. Mechanism:
+     * docs/design.md, "Sealing". PKV_ERR_UNSUPPORTED at create when
+     * this library was built without OpenSSL's libcrypto. */
+    const uint8_t *seal_key;
 } pkv_engine_params;
 
 /*
