@@ -974,6 +974,34 @@ static void test_sealed_refusals(void **state)
     free(other);
 }
 
+/* A saved chain's head is written last, so a store that evicts the least
+ * recently written evicts it from its end: prompts in one step and in
+ * chunks of 8 tokens over six steps (blocks registered in five of them),
+ * each block written before its parent. */
+static void test_save_order(void **state)
+{
+    (void)state;
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    const uint32_t chunks[] = {0, 8};
+    for (size_t c = 0; c < 2; c++) {
+        pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
+        p.long_prefill_threshold = chunks[c];
+        fs_data data = {0};
+        fill(&data, p, prompt, 0);
+        uint64_t later = UINT64_MAX;
+        for (uint32_t j = 0; j < PROMPT / 4; j++) {
+            char key[PKV_STORE_KEY_MAX];
+            key_of(p, &data, prompt, 0, j, key);
+            const fs_entry *x = fs_get(&data, key);
+            assert_non_null(x);
+            assert_true(x->written < later);
+            later = x->written;
+        }
+        fs_data_free(&data);
+    }
+    free(prompt);
+}
+
 /* HMAC-SHA-256 against RFC 4231's test cases 1 to 3. */
 static void test_hmac(void **state)
 {
@@ -1031,6 +1059,7 @@ int main(void)
         cmocka_unit_test(test_hmac),
         cmocka_unit_test(test_sealed_share),
         cmocka_unit_test(test_sealed_refusals),
+        cmocka_unit_test(test_save_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -650,11 +650,20 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
     pkv__engine_store *s = e->store;
     const pkv__pool *pool = &e->pool;
     uint32_t bs = pool->block_size;
-    uint32_t end = seq->chain.num_links;
-    if (!(s->cb.flags & PKV_STORE_SAVE_GENERATED) &&
-        end > seq->prompt_len / bs)
-        end = seq->prompt_len / bs;
-    for (uint32_t j = first_new; j < end; j++) {
+    uint32_t end = seq->chain.num_links, prompt_blocks = seq->prompt_len / bs;
+    /* A prompt's blocks wait until its last full block is computed, then
+     * go together (the send writes them tail first): a store that evicts
+     * the least recently written (Redis with allkeys-lru) then evicts a
+     * chain from its end, as the prefix cache does, never its head first
+     * (a chain without its head is never hit). Starting from the first
+     * block costs nothing for those already saved or loaded: their stamp
+     * skips them. */
+    if (end < prompt_blocks)
+        return;
+    uint32_t from = first_new < prompt_blocks ? 0 : first_new;
+    if (!(s->cb.flags & PKV_STORE_SAVE_GENERATED) && end > prompt_blocks)
+        end = prompt_blocks;
+    for (uint32_t j = from; j < end; j++) {
         uint32_t b = seq->chain.links[j].block;
         uint64_t stamp = 1 + (uint64_t)pool->blocks[b].generation;
         if (s->sent[b] == stamp)
@@ -713,7 +722,9 @@ void pkv__store_send(pkv_engine *e)
     pkv_status st = kv ? e->ops->swap_out(e->backend, s->pending_blocks, n, kv)
                        : PKV_ERR_OUT_OF_MEMORY;
     uint64_t now = now_us();
-    for (uint32_t i = 0; i < n; i++) {
+    /* Collected parents first (under the budget, a chain keeps its head);
+     * saved children first, so each chain's head is written last. */
+    for (uint32_t i = n; i-- > 0;) {
         pkv__store_op op = s->pending[i];
         if (st == PKV_OK && reserve_op(e) == PKV_OK) {
             memcpy(op.values + kv_at, kv + (size_t)i * block_bytes,
