@@ -456,7 +456,8 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     if (n > available)
         n = available; /* the rest: a miss for want of room */
     size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
-    size_t kv_at = e->store->inner_at + pkv__value_kv_offset(&e->backend_config);
+    size_t kv_at =
+        e->store->inner_at + pkv__value_kv_offset(&e->backend_config);
     uint32_t taken = n; /* ids' length, n may drop to 0 below */
     uint8_t *kv = n ? scratch(e, (size_t)n * block_bytes) : NULL;
     uint32_t *ids = kv ? pkv__calloc(&e->alloc, n, sizeof *ids) : NULL;
@@ -664,7 +665,14 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
     if (!(s->cb.flags & PKV_STORE_SAVE_GENERATED) && end > prompt_blocks)
         end = prompt_blocks;
     for (uint32_t j = from; j < end; j++) {
-        uint32_t b = seq->chain.links[j].block;
+        /* A link may name the prefix cache's block of these tokens
+         * rather than the sequence's own; registered steps ago, that one
+         * may have been evicted and reused since (its generation moved
+         * on), while the sequence's own block still holds them. */
+        const pkv__chain_link *link = &seq->chain.links[j];
+        uint32_t b = pool->blocks[link->block].generation == link->generation
+                         ? link->block
+                         : seq->table.blocks[j];
         uint64_t stamp = 1 + (uint64_t)pool->blocks[b].generation;
         if (s->sent[b] == stamp)
             continue;
