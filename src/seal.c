@@ -208,10 +208,11 @@ pkv_status pkv__seal_close(pkv__seal *s, uint8_t *buf, size_t n,
     pkv__put_u32(buf + AT_VERSION, SEAL_VERSION);
     pkv__put_u32(buf + AT_HEADER_BYTES, PKV__SEAL_HEADER_BYTES);
     memcpy(buf + AT_CONTENT, content, 8);
+    uint8_t none[16]; /* GCM's final step writes no bytes */
     int len;
     if (RAND_bytes(buf + AT_SALT, SALT_BYTES + NONCE_BYTES) != 1 ||
         !start(s, buf, 1, ad, ad_n) || !run(s, content, n, content) ||
-        EVP_CipherFinal_ex(s->ctx, NULL, &len) != 1 ||
+        EVP_CipherFinal_ex(s->ctx, none, &len) != 1 ||
         EVP_CIPHER_CTX_ctrl(s->ctx, EVP_CTRL_GCM_GET_TAG, TAG_BYTES,
                             buf + AT_TAG) != 1)
         return PKV_ERR_INTERNAL;
@@ -241,14 +242,16 @@ pkv_status pkv__seal_open(pkv__seal *s, const uint8_t *in, size_t size,
         snprintf(why, why_size, "the sealed bytes hold another format");
         return PKV_ERR_INVALID_ARGUMENT;
     }
-    uint8_t tag[TAG_BYTES];
+    /* EVP takes the tag through a pointer to non-const; GCM's final
+     * step writes no bytes. */
+    uint8_t tag[TAG_BYTES], none[16];
     memcpy(tag, in + AT_TAG, TAG_BYTES);
     int len;
     if (!start(s, in, 0, ad, ad_n) ||
         !run(s, in + PKV__SEAL_HEADER_BYTES, n, out) ||
         EVP_CIPHER_CTX_ctrl(s->ctx, EVP_CTRL_GCM_SET_TAG, TAG_BYTES, tag) !=
             1 ||
-        EVP_CipherFinal_ex(s->ctx, NULL, &len) != 1) {
+        EVP_CipherFinal_ex(s->ctx, none, &len) != 1) {
         snprintf(why, why_size, "the seal does not hold: sealed under "
                                 "another key or for another place, or "
                                 "changed since");
