@@ -5,7 +5,8 @@
  * sequence exports) encrypted and authenticated with AES-256-GCM, and the
  * names of store values made with HMAC-SHA-256, so that without the key
  * no one can read, forge, move or replay them under another name
- * (docs/design.md, "Sealing", has the format and the trust model).
+ * (docs/design.md, "Sealing with a deployment key", has the format and
+ * the trust model).
  *
  * Sealed bytes are an envelope around the unsealed format, byte for byte:
  * a header of PKV__SEAL_HEADER_BYTES, then the content encrypted in place.

@@ -283,7 +283,9 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
  * prompt asks for. A block that fails, is missing, or does not arrive in
  * time is computed, never used; so a store can lose, evict or damage
  * values and the outputs stay those of an engine without one. (Keys,
- * values and the verification: docs/design.md, "KV store".)
+ * values and the verification: docs/design.md, "KV store".) The checks
+ * hold against accidents, not against whoever can write the store: with
+ * pkv_engine_params.seal_key set, values are also sealed (see there).
  * Everything in this section: since 0.2.0.
  *
  * Threads: pkv starts none. Every callback is called on the stepping
@@ -549,8 +551,9 @@ typedef struct pkv_engine_params {
      * are asked together; cannot read tokens or KV, forge, change, move
      * a value to another name or prompt, or learn a prompt from a name.
      * Whoever holds the key is trusted as the engine is. Mechanism:
-     * docs/design.md, "Sealing". PKV_ERR_UNSUPPORTED at create when
-     * this library was built without OpenSSL's libcrypto. */
+     * docs/design.md, "Sealing with a deployment key".
+     * PKV_ERR_UNSUPPORTED at create when this library was built without
+     * OpenSSL's libcrypto. */
     const uint8_t *seal_key;
 } pkv_engine_params;
 
