@@ -796,7 +796,8 @@ PKV_API pkv_status pkv_seq_propose(pkv_engine *engine, pkv_seq_id id,
  * holds and nothing else: bytes it does not use are zeros, so no export
  * carries KV of tokens the sequence no longer has (rejected drafts,
  * truncated tokens), and two sequences with the same tokens and the same
- * stored KV export the same bytes.
+ * stored KV export the same bytes. With pkv_engine_params.seal_key the
+ * export is sealed (64 bytes more, and no two alike).
  * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
  * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
  * and step_end or for a sequence no step has seen yet; PKV_ERR_NOT_FOUND;
@@ -832,11 +833,14 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * Errors (nothing changes): PKV_ERR_INVALID_ARGUMENT for NULL data or
  * out_id, bytes that are not an export, truncated or extended, a checksum
  * that does not match (a changed byte), inconsistent counts, a block size
- * or groups that no pkv layout has, or a token out of range;
- * PKV_ERR_UNSUPPORTED for another format version or geometry;
+ * or groups that no pkv layout has, or a token out of range, and with a
+ * seal_key for bytes that do not open under it (unsealed, sealed under
+ * another key, or changed); PKV_ERR_UNSUPPORTED for another format
+ * version or geometry, or sealed bytes given to an engine without a key;
  * PKV_ERR_NO_BLOCKS when its KV needs more blocks than the pool has;
  * PKV_ERR_BAD_STATE between step_begin and step_end; PKV_ERR_STRUCT_SIZE;
- * PKV_ERR_OUT_OF_MEMORY.
+ * PKV_ERR_OUT_OF_MEMORY (with a key, also for the copy the bytes are
+ * opened into: as many bytes as given).
  * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: data is read during the call only.
@@ -859,6 +863,7 @@ PKV_API pkv_status pkv_seq_import(pkv_engine *engine,
  * `*size` bytes; buffer NULL with capacity 0 only sets *size, otherwise
  * buffer must hold capacity >= *size bytes (format: docs/design.md, "A
  * prefix cache that survives restarts").
+ * With pkv_engine_params.seal_key the bytes are sealed (64 more).
  * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
  * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
  * and step_end; PKV_ERR_OUT_OF_MEMORY; a device error from reading the KV.
@@ -882,10 +887,14 @@ PKV_API pkv_status pkv_engine_save_prefix_cache(pkv_engine *engine,
  * receives how many blocks were loaded.
  * Errors (nothing changes): PKV_ERR_INVALID_ARGUMENT for NULL data, bytes
  * that are not a saved prefix cache, truncated or extended, a checksum
- * that does not match, an entry out of order or a token out of range;
- * PKV_ERR_UNSUPPORTED for another format version or geometry;
+ * that does not match, an entry out of order or a token out of range, and
+ * with a seal_key for bytes that do not open under it (unsealed, sealed
+ * under another key, or changed); PKV_ERR_UNSUPPORTED for another format
+ * version or geometry, or sealed bytes given to an engine without a key;
  * PKV_ERR_BAD_STATE between step_begin and step_end;
- * PKV_ERR_OUT_OF_MEMORY; a device error from writing the KV.
+ * PKV_ERR_OUT_OF_MEMORY (with a key, also for the copy the bytes are
+ * opened into: as many bytes as given); a device error from writing the
+ * KV.
  * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: data is read during the call only.
