@@ -658,8 +658,9 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
      * chain from its end, as the prefix cache does, never its head first
      * (a chain without its head is never hit). Starting from the first
      * block costs nothing for those already saved or loaded: their stamp
-     * skips them. */
-    if (end < prompt_blocks)
+     * skips them. Computed, not registered: a chain that stopped short
+     * (a block cached under another parent) still saves what it has. */
+    if (seq->num_computed < prompt_blocks * bs)
         return;
     uint32_t from = first_new < prompt_blocks ? 0 : first_new;
     if (!(s->cb.flags & PKV_STORE_SAVE_GENERATED) && end > prompt_blocks)
