@@ -300,7 +300,8 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
 
 /* The longest key a store is given, its NUL included: "pkv1:", 16 hex
  * digits naming the model and geometry, ':', 64 hex digits of the
- * block's SHA-256. Since 0.2.0. */
+ * block's SHA-256 (with pkv_engine_params.seal_key: "pkvs:" and HMACs of
+ * both, the same length). Since 0.2.0. */
 #define PKV_STORE_KEY_MAX 88u
 
 /* Save the blocks sequences fill with generated tokens too, not only
