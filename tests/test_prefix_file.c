@@ -221,15 +221,6 @@ static void test_bad_input(void **state)
     free(prompt);
 }
 
-static const uint8_t KEY[32] = {
-    0x3c, 0x91, 0x0e, 0x5a, 0x77, 0x02, 0xd4, 0x6b, 0x18, 0xe9, 0xa0,
-    0x4f, 0x62, 0xb3, 0x85, 0x1d, 0xc7, 0x39, 0xfe, 0x20, 0x54, 0x8a,
-    0x6d, 0x13, 0xb8, 0x47, 0x0c, 0xe5, 0x9a, 0x71, 0x26, 0xdf};
-static const uint8_t OTHER_KEY[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                      12, 13, 14, 15, 16, 17, 18, 19, 20,
-                                      21, 22, 23, 24, 25, 26, 27, 28, 29,
-                                      30, 31, 32};
-
 /* With a seal key: saved sealed (no token in the clear) and loaded into
  * a new engine with the key, whose prompt then hits. Refused with
  * PKV_ERR_INVALID_ARGUMENT, nothing loaded: a byte flipped (a sample of
@@ -244,8 +235,8 @@ static void test_sealed(void **state)
         skip();
     pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F32);
     pkv_engine_params other = p, plain = p;
-    p.seal_key = KEY;
-    other.seal_key = OTHER_KEY;
+    p.seal_key = ch_seal_key;
+    other.seal_key = ch_other_seal_key;
     int32_t *prompt = hm_prompt(PROMPT, 15);
     size_t size, plain_size;
     uint8_t *data = saved_cache(&p, prompt, &size);

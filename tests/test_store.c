@@ -810,15 +810,6 @@ static void test_sha256(void **state)
 
 /* ------------------------------------------------------------- sealing */
 
-static const uint8_t KEY[32] = {
-    0x3c, 0x91, 0x0e, 0x5a, 0x77, 0x02, 0xd4, 0x6b, 0x18, 0xe9, 0xa0,
-    0x4f, 0x62, 0xb3, 0x85, 0x1d, 0xc7, 0x39, 0xfe, 0x20, 0x54, 0x8a,
-    0x6d, 0x13, 0xb8, 0x47, 0x0c, 0xe5, 0x9a, 0x71, 0x26, 0xdf};
-static const uint8_t OTHER_KEY[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                      12, 13, 14, 15, 16, 17, 18, 19, 20,
-                                      21, 22, 23, 24, 25, 26, 27, 28, 29,
-                                      30, 31, 32};
-
 static pkv_engine_params sealed_params(const uint8_t *key)
 {
     pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
@@ -862,7 +853,7 @@ static int holds_tokens(const uint8_t *v, size_t n, const int32_t *prompt,
 static void test_sealed_share(void **state)
 {
     (void)state;
-    pkv_engine_params p = sealed_params(KEY);
+    pkv_engine_params p = sealed_params(ch_seal_key);
     if (!pkv__seal_available()) {
         /* Built without libcrypto: a key is refused, saying why. */
         pkv_engine *e = NULL;
@@ -899,7 +890,7 @@ static void test_sealed_share(void **state)
     assert_int_equal(s.store_hit_blocks, PROMPT / 4);
     assert_int_equal(s.store_damaged + s.store_mismatched, 0);
     /* Engines with another key or none ask under other names: misses. */
-    const pkv_engine_params others[] = {sealed_params(OTHER_KEY),
+    const pkv_engine_params others[] = {sealed_params(ch_other_seal_key),
                                         params_of(PKV_KV_DTYPE_F16)};
     for (size_t i = 0; i < 2; i++) {
         s = serve(&data, others[i], prompt, 0, &rows);
@@ -923,7 +914,7 @@ static void test_sealed_refusals(void **state)
     (void)state;
     if (!pkv__seal_available())
         skip();
-    pkv_engine_params p = sealed_params(KEY);
+    pkv_engine_params p = sealed_params(ch_seal_key);
     int32_t *prompt = hm_prompt(PROMPT, 7);
     int32_t *other = hm_prompt(PROMPT, 9);
     memcpy(other, prompt, 8 * sizeof *other); /* blocks 0 and 1 shared */
@@ -932,7 +923,7 @@ static void test_sealed_refusals(void **state)
     fill(&data, p, prompt, 0);
     fill(&foreign, p, other, 0);
     fill(&salted, p, prompt, 1);
-    fill(&keyed, sealed_params(OTHER_KEY), prompt, 0);
+    fill(&keyed, sealed_params(ch_other_seal_key), prompt, 0);
     fill(&plain, params_of(PKV_KV_DTYPE_F16), prompt, 0);
     char key[PKV_STORE_KEY_MAX], k3[PKV_STORE_KEY_MAX],
         kf[PKV_STORE_KEY_MAX], ks[PKV_STORE_KEY_MAX], ko[PKV_STORE_KEY_MAX],
@@ -941,7 +932,7 @@ static void test_sealed_refusals(void **state)
     key_of(p, &data, prompt, 0, 3, k3);
     key_of(p, &data, other, 0, 2, kf);
     key_of(p, &data, prompt, 1, 2, ks);
-    key_of(sealed_params(OTHER_KEY), &data, prompt, 0, 2, ko);
+    key_of(sealed_params(ch_other_seal_key), &data, prompt, 0, 2, ko);
     key_of(params_of(PKV_KV_DTYPE_F16), &data, prompt, 0, 2, kp);
     size_t size = fs_get(&data, key)->size;
     uint8_t *whole = malloc(size);
