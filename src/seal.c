@@ -36,7 +36,7 @@ void pkv__hmac_sha256(const uint8_t *key, size_t key_n, const uint8_t *data,
     pkv__sha256_final(&h, out);
 }
 
-/* The envelope (docs/design.md, "Sealing"). */
+/* The envelope (docs/design.md, "Sealing with a deployment key"). */
 #define SEAL_VERSION 1u
 static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'S', 'E', 'A', 'L', '\n'};
 enum {
