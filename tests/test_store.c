@@ -999,6 +999,38 @@ static void test_save_order(void **state)
     free(prompt);
 }
 
+/* A prompt whose chain links to another sequence's blocks (registered
+ * first in the same step), which are evicted and reused before the
+ * prompt's last chunk: its blocks, saved at that chunk, carry its own KV,
+ * not what the reused blocks hold now. A (the prompt's first 9 tokens)
+ * and B (all of it) prefill 8 tokens a step side by side in a pool of
+ * B's 11 blocks, so that B takes A's cached blocks once A ends; then C
+ * loads B's blocks (every row checked against dense attention). */
+static void test_save_after_eviction(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F32);
+    p.long_prefill_threshold = 8;
+    p.num_blocks = 12;
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    store_host a;
+    sh_init(&a, p, &data);
+    ch_add_salted(&a.host, prompt, 9, 1, 0);
+    ch_add_salted(&a.host, prompt, PROMPT, 1, 0);
+    sh_run(&a);
+    pkv_engine_stats s = stats_of(&a);
+    assert_int_equal(s.prefix_hit_tokens, 0); /* B linked, not hit */
+    sh_free(&a);
+    uint32_t rows;
+    p.num_blocks = 256;
+    s = serve(&data, p, prompt, 0, &rows);
+    assert_int_equal(rows, 1);
+    assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+    fs_data_free(&data);
+    free(prompt);
+}
+
 /* HMAC-SHA-256 against RFC 4231's test cases 1 to 3. */
 static void test_hmac(void **state)
 {
@@ -1057,6 +1089,7 @@ int main(void)
         cmocka_unit_test(test_sealed_share),
         cmocka_unit_test(test_sealed_refusals),
         cmocka_unit_test(test_save_order),
+        cmocka_unit_test(test_save_after_eviction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
