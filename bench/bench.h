@@ -8,6 +8,8 @@
 #include "bench_util.h"
 
 int bench_memory(const bench_options *opt);
+/* memory's hybrid-memory table (bench_hybrid.c). */
+int bench_hybrid_memory(const bench_options *opt);
 int bench_scheduler(const bench_options *opt);
 int bench_serve(const bench_options *opt);
 int bench_restart(const bench_options *opt);

@@ -280,5 +280,7 @@ int bench_memory(const bench_options *opt)
                 n, prompt, gen, (unsigned long long)used,
                 (unsigned long long)unshared, (unsigned long long)bound);
     formats_table(opt);
+    if (bench_hybrid_memory(opt) != 0)
+        return 1;
     return used <= bound ? 0 : 1;
 }

@@ -31,6 +31,10 @@ round, the sides alternating (llama.cpp first in even rounds):
            llama-server rather than llama-parallel: it takes the demo's own
            texts and reports each request's first token, where
            llama-parallel draws its own prompts and prints totals only.
+  kvmem    not a race (not in the default list): the KV MiB llama-server
+           allocates for one sequence of 2k, 8k and 32k tokens, f16 and
+           q8_0 K and V (flash attention, as quantized V needs), beside
+           pkv-bench memory's hybrid-memory table.
   trace    pkv-bench serve --model gemma3 --quick (20 requests, Poisson
            arrivals at 2x what the engine sustains, random-token prompts)
            against llama-server -np 16 given the same prompts, output
@@ -359,7 +363,7 @@ def llama_bench(opt, p, n):
 class Server:
     """llama-server on a free loopback port, its log in a file."""
 
-    def __init__(self, opt, slots, ctx, verbose=False):
+    def __init__(self, opt, slots, ctx, verbose=False, extra=()):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -371,7 +375,7 @@ class Server:
              "--host", "127.0.0.1", "--port", str(self.port),
              "-t", str(opt.threads), "-tb", str(opt.threads),
              "-np", str(slots), "-c", str(ctx), "--cache-ram", "0",
-             "--no-webui"] + (["-v"] if verbose else []),
+             "--no-webui"] + (["-v"] if verbose else []) + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -403,6 +407,17 @@ class Server:
                              r"+[0-9]+/([0-9]+) seqs", self.log.read()):
             caches[m.group(3)] = (float(m.group(1)) * 1048576 /
                                   (int(m.group(2)) * int(m.group(4))))
+        return sum(caches.values())
+
+    def kv_mib(self):
+        """MiB of every KV cache the last context made (the full layers'
+        and the window's), from a verbose server's load log."""
+        self.log.seek(0)
+        caches = {}
+        for m in re.finditer(r"llama_kv_cache: size = +([0-9.]+) MiB "
+                             r"\( *[0-9]+ cells, +([0-9]+) layers",
+                             self.log.read()):
+            caches[m.group(2)] = float(m.group(1))
         return sum(caches.values())
 
     def stop(self):
@@ -624,6 +639,27 @@ def report(opt, fig, kv_bytes):
         opt.json.flush()
 
 
+def kv_memory(opt):
+    """The KV bytes llama.cpp allocates for one sequence of 2k, 8k and
+    32k tokens (-np 1, flash attention, f16 and q8_0 K and V): beside
+    pkv-bench memory's hybrid-memory table."""
+    print(f"\nllama.cpp KV for one sequence (llama-cpp-python {VERSION}'s "
+          "tree): MiB of every KV cache at load")
+    print(f"{'ctx':>6} {'f16':>9} {'q8_0':>9}")
+    for ctx in (2048, 8192, 32768):
+        mib = {}
+        for kv in ("f16", "q8_0"):
+            server = Server(opt, 1, ctx, verbose=True,
+                            extra=["-fa", "on", "-ctk", kv, "-ctv", kv])
+            mib[kv] = server.kv_mib()
+            server.stop()
+            if opt.json:
+                opt.json.write(json.dumps({
+                    "bench": "peer", "workload": "kv memory", "ctx": ctx,
+                    "kv": kv, "mib": round(mib[kv], 2)}) + "\n")
+        print(f"{ctx:>6} {mib['f16']:>9.2f} {mib['q8_0']:>9.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3,
@@ -647,7 +683,7 @@ def main():
         fail("--runs and --threads take a number >= 1")
     work = opt.only.split(",")
     for w in work:
-        if w not in ("decode", "prefill", "demo", "trace"):
+        if w not in ("decode", "prefill", "demo", "trace", "kvmem"):
             fail(f"--only: unknown workload {w}")
     for path in (opt.gguf, opt.pkv_gemma3, opt.pkv_bench):
         if not os.path.exists(path):
@@ -671,7 +707,7 @@ def main():
         ids.flush()
         for r in range(opt.runs):
             llama_first = r % 2 == 0
-            for w in work:
+            for w in (w for w in work if w != "kvmem"):
                 progress(f"round {r + 1}/{opt.runs}: {w} (load "
                          f"{load():.2f})")
                 if w == "decode":
@@ -687,6 +723,10 @@ def main():
         server = Server(opt, 32, 32 * 128, verbose=True)
         kv_bytes["llama.cpp f16"] = server.kv_bytes_per_token()
         server.stop()
+    if "kvmem" in work:
+        kv_memory(opt)
+    if work == ["kvmem"]:
+        return
     for name, b in pkv_kv_bytes(opt).items():
         kv_bytes["pkv " + name] = b
     report(opt, fig, kv_bytes)

@@ -33,7 +33,11 @@ static const subcommand SUBCOMMANDS[] = {
      "reserves max_model_len (static) against pkv's paged block tables\n"
      "(Llama-3-8B-like geometry, f16, block 16), and what n parallel\n"
      "samples of one prompt share. Host-side, deterministic. Plots GiB per\n"
-     "request count. Takes well under a second; --quick runs the same."},
+     "request count. Then sequences of 2k, 8k and 32k tokens that fit in 1\n"
+     "GiB with and without hybrid memory (Gemma 3 270M's windows, and a\n"
+     "Llama-like geometry without), f16 and U8, from engines on the CPU\n"
+     "backend. About 30 s, most of it the 32k prompts' attention (--quick:\n"
+     "2k and 8k, a few seconds)."},
     {"scheduler", bench_scheduler,
      "host microseconds per step at 1 to 1,024 running sequences",
      "Host time of step_begin + step_end per decode step (attention\n"

@@ -3,8 +3,9 @@
  * The attention backend: an ops table the engine calls, implemented by the
  * CPU reference backend (backend_cpu.c) and the OpenCL backend.
  *
- * A backend owns the KV cache (one arena per layer, laid out as kv_layout.h
- * says) and, for U8, the staging tails. It makes no scheduling decision:
+ * A backend owns the KV cache (one arena per layer, or per slot of a group
+ * of layers with hybrid memory; laid out as kv_layout.h says) and, for
+ * U8, the staging tails. It makes no scheduling decision:
  * the engine owns block ids, slots and the assignment of staging tails.
  *
  * Call order per step:
@@ -95,6 +96,22 @@ typedef struct pkv__backend_config {
     pkv_parallel_fn parallel;
     void *parallel_user;
     uint32_t workers;
+    /* Hybrid memory (docs/design.md, "Hybrid memory"): layers grouped by
+     * their window, each group with its own block tables and slots in the
+     * step. Layer l keeps its KV in arena layer_arena[l] (< num_arenas)
+     * and reads group layer_group[l]'s tables and slots (< num_groups); a
+     * block id names that block in every arena, so the groups share one
+     * pool. group_windows[g] is the window of group g's layers (0: none):
+     * a table of a windowed group may hold PKV__NULL_BLOCK for the blocks
+     * that lie wholly behind the window of its sequence's first row in
+     * the step, which no row reads. num_groups 0 or 1 with the three
+     * arrays NULL and num_arenas 0: one group, one arena per layer. The
+     * arrays must outlive the backend. */
+    uint32_t num_groups;
+    uint32_t num_arenas;
+    const uint32_t *layer_arena;    /* [num_layers] */
+    const uint32_t *layer_group;    /* [num_layers] */
+    const uint32_t *group_windows;  /* [num_groups] */
 } pkv__backend_config;
 
 /*
@@ -111,21 +128,24 @@ typedef struct pkv__step {
     const uint32_t *query_start; /* [num_seqs + 1]: 0, ..., num_tokens */
     const uint32_t *context_lens; /* [num_seqs]: >= the sequence's rows,
                                      and <= max_blocks_per_seq * block_size */
-    /* [num_seqs]: each sequence's block ids, ceil(context_len /
-     * block_size) of them (no more are read); the sequences' own tables,
-     * not a copy, so that a step costs nothing per block it does not add.
-     * max_blocks_per_seq is the most any of them holds. */
+    /* [groups][num_seqs] (groups: the config's num_groups, at least 1):
+     * sequence i's block ids in group g at [g * num_seqs + i],
+     * ceil(context_len / block_size) of them (no more are read); the
+     * sequences' own tables, not a copy, so that a step costs nothing per
+     * block it does not add. max_blocks_per_seq is the most any of them
+     * holds. */
     const uint32_t *const *block_tables;
     uint32_t max_blocks_per_seq;
-    /* [num_seqs] or NULL: a stamp of each table (pkv__table.version). A
-     * row whose non-zero stamp equals the one the same row had in an
-     * earlier step holds the same ids (the first as many as that step
-     * read), so a backend need not check or upload them again; 0, or
-     * NULL for every row, says nothing (tests that build steps by
-     * hand). */
+    /* [groups][num_seqs] or NULL: a stamp of each table
+     * (pkv__table.version). A row whose non-zero stamp equals the one the
+     * same row had in an earlier step holds the same ids (the first as
+     * many as that step read), so a backend need not check or upload
+     * them again; 0, or NULL for every row, says nothing (tests that
+     * build steps by hand). */
     const uint64_t *table_versions;
-    const uint64_t *slots; /* [num_tokens]: block * block_size + offset
-                              where row t's K/V go; block 0 is refused */
+    /* [groups][num_tokens]: block * block_size + offset where row t's K/V
+     * go in group g, at [g * num_tokens + t]; block 0 is refused. */
+    const uint64_t *slots;
     const uint32_t *stages; /* [num_seqs]: staging tail of each sequence,
                                < num_stages (U8); NULL for f32/f16 */
     const uint32_t *windows; /* U8, [num_tokens] or NULL (none): for a row
@@ -175,7 +195,7 @@ typedef struct pkv__backend_ops {
                          const float *q, float *out, float scale,
                          uint32_t sliding_window);
 
-    /* For each pair, copy block src to block dst in every layer, in order.
+    /* For each pair, copy block src to block dst in every arena, in order.
      * Ids < num_blocks; dst != 0. */
     pkv_status (*copy_blocks)(pkv__backend *backend,
                               const pkv__block_copy *pairs, uint32_t n);
@@ -185,8 +205,8 @@ typedef struct pkv__backend_ops {
     pkv_status (*copy_stages)(pkv__backend *backend,
                               const pkv__block_copy *pairs, uint32_t n);
 
-    /* Swap: blocks[i] over every layer to/from host[i * swap_block_bytes],
-     * layer after layer (pkv__backend_swap_block_bytes). */
+    /* Swap: blocks[i] over every arena to/from host[i * swap_block_bytes],
+     * arena after arena (pkv__backend_swap_block_bytes). */
     pkv_status (*swap_out)(pkv__backend *backend, const uint32_t *blocks,
                            uint32_t n, void *host);
     pkv_status (*swap_in)(pkv__backend *backend, const void *host,
@@ -264,7 +284,16 @@ pkv__qformat pkv__backend_qformat(const pkv__backend_config *config, int kv);
 /* Bytes of one K (kv 0) or V (kv 1) part of one kv head of one block. */
 size_t pkv__backend_part_bytes(const pkv__backend_config *config, int kv);
 
-/* Bytes of one block over every layer: the unit of swap. */
+/* Layers' arenas and groups (the config's maps, or one arena per layer
+ * and one group). */
+uint32_t pkv__backend_num_arenas(const pkv__backend_config *config);
+uint32_t pkv__backend_num_groups(const pkv__backend_config *config);
+uint32_t pkv__backend_arena(const pkv__backend_config *config,
+                            uint32_t layer);
+uint32_t pkv__backend_group(const pkv__backend_config *config,
+                            uint32_t layer);
+
+/* Bytes of one block over every arena: the unit of swap. */
 size_t pkv__backend_swap_block_bytes(const pkv__backend_config *config);
 
 /* Bytes of one staging tail over every layer: K and V of block_size tokens

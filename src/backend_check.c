@@ -63,6 +63,23 @@ pkv_status pkv__backend_config_check(const pkv__backend_config *c)
                          "quantized caches only",
                          (unsigned)c->num_stages);
     }
+    if ((c->layer_arena == NULL) != (c->layer_group == NULL) ||
+        (c->layer_group != NULL &&
+         (c->group_windows == NULL || c->num_groups == 0 ||
+          c->num_arenas == 0 || c->num_arenas > c->num_layers ||
+          c->num_groups > c->num_layers)))
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "backend: groups %u, arenas %u: the layer maps and "
+                         "group windows must be given together, with 1 to "
+                         "num_layers groups and arenas",
+                         (unsigned)c->num_groups, (unsigned)c->num_arenas);
+    for (uint32_t l = 0; c->layer_group != NULL && l < c->num_layers; l++)
+        if (c->layer_arena[l] >= c->num_arenas ||
+            c->layer_group[l] >= c->num_groups)
+            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                             "backend: layer %u has arena %u and group %u",
+                             (unsigned)l, (unsigned)c->layer_arena[l],
+                             (unsigned)c->layer_group[l]);
     return PKV_OK;
 }
 
@@ -100,9 +117,29 @@ size_t pkv__backend_part_bytes(const pkv__backend_config *c, int kv)
                                  (size_t)c->head_dim);
 }
 
+uint32_t pkv__backend_num_arenas(const pkv__backend_config *c)
+{
+    return c->layer_arena != NULL ? c->num_arenas : c->num_layers;
+}
+
+uint32_t pkv__backend_num_groups(const pkv__backend_config *c)
+{
+    return c->layer_group != NULL ? c->num_groups : 1;
+}
+
+uint32_t pkv__backend_arena(const pkv__backend_config *c, uint32_t layer)
+{
+    return c->layer_arena != NULL ? c->layer_arena[layer] : layer;
+}
+
+uint32_t pkv__backend_group(const pkv__backend_config *c, uint32_t layer)
+{
+    return c->layer_group != NULL ? c->layer_group[layer] : 0;
+}
+
 size_t pkv__backend_swap_block_bytes(const pkv__backend_config *c)
 {
-    return pkv__backend_layer_block_bytes(c) * c->num_layers;
+    return pkv__backend_layer_block_bytes(c) * pkv__backend_num_arenas(c);
 }
 
 size_t pkv__backend_stage_bytes(const pkv__backend_config *c)
@@ -170,6 +207,55 @@ void pkv__tables_seen_forget(pkv__tables_seen *seen)
         memset(seen->rows, 0, seen->capacity * sizeof *seen->rows);
 }
 
+/* Sequence i's block table and slots in group g. Ids are 1..num_blocks-1,
+ * except, in a windowed group, the null block for blocks wholly behind
+ * the window of the sequence's first row (which no row reads). */
+static pkv_status table_check(const pkv__backend_config *c,
+                              const pkv__step *s, pkv__tables_seen *checked,
+                              uint32_t g, uint32_t i)
+{
+    uint64_t bs = c->block_size;
+    uint32_t q0 = s->query_start[i], q1 = s->query_start[i + 1];
+    uint32_t ctx = s->context_lens[i];
+    uint32_t row = g * s->num_seqs + i;
+    const uint32_t *table = s->block_tables[row];
+    uint32_t nb = (uint32_t)((ctx + bs - 1) / bs);
+    if (nb > 0 && table == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "step: sequence %u has no block table in group %u",
+                         (unsigned)i, (unsigned)g);
+    uint32_t window = c->group_windows != NULL ? c->group_windows[g] : 0;
+    uint64_t first = ctx - (q1 - q0); /* the first row's token */
+    uint64_t seen_from =
+        window > 0 && first + 1 > window ? first + 1 - window : 0;
+    uint64_t holes = seen_from / bs; /* blocks no row reads */
+    int known = pkv__tables_seen_knows(checked, s, row, nb);
+    for (uint32_t j = 0; !known && j < nb; j++)
+        if ((table[j] == 0 && j >= holes) || table[j] >= c->num_blocks)
+            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                             "step: sequence %u block %u is id %u in group "
+                             "%u; must be 1..%u",
+                             (unsigned)i, (unsigned)j, (unsigned)table[j],
+                             (unsigned)g, (unsigned)(c->num_blocks - 1));
+    if (!known)
+        pkv__tables_seen_note(checked, s, row, nb);
+    /* A slot must be where the block table puts the row's token: the
+     * causal mask and the u8 tail both rely on it. */
+    const uint64_t *slots = s->slots + (size_t)g * s->num_tokens;
+    for (uint32_t t = q0; t < q1; t++) {
+        uint64_t tok = first + (t - q0);
+        uint64_t want = (uint64_t)table[tok / bs] * bs + tok % bs;
+        if (slots[t] != want || table[tok / bs] == 0)
+            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                             "step: row %u has slot %llu in group %u; its "
+                             "block table puts token %llu at slot %llu",
+                             (unsigned)t, (unsigned long long)slots[t],
+                             (unsigned)g, (unsigned long long)tok,
+                             (unsigned long long)want);
+    }
+    return PKV_OK;
+}
+
 pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                                    const pkv__step *s,
                                    pkv__tables_seen *checked)
@@ -197,6 +283,7 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                          (unsigned)s->num_tokens);
     uint64_t bs = c->block_size;
     uint64_t cap = (uint64_t)s->max_blocks_per_seq * bs;
+    uint32_t groups = pkv__backend_num_groups(c);
     for (uint32_t i = 0; i < s->num_seqs; i++) {
         uint32_t q0 = s->query_start[i], q1 = s->query_start[i + 1];
         uint32_t ctx = s->context_lens[i];
@@ -207,22 +294,11 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                              "and the context max_blocks_per_seq %u",
                              (unsigned)i, (unsigned)q0, (unsigned)q1,
                              (unsigned)ctx, (unsigned)s->max_blocks_per_seq);
-        const uint32_t *table = s->block_tables[i];
-        uint32_t nb = (uint32_t)((ctx + bs - 1) / bs);
-        if (nb > 0 && table == NULL)
-            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                             "step: sequence %u has no block table",
-                             (unsigned)i);
-        int known = pkv__tables_seen_knows(checked, s, i, nb);
-        for (uint32_t j = 0; !known && j < nb; j++)
-            if (table[j] == 0 || table[j] >= c->num_blocks)
-                return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                                 "step: sequence %u block %u is id %u; "
-                                 "must be 1..%u",
-                                 (unsigned)i, (unsigned)j, (unsigned)table[j],
-                                 (unsigned)(c->num_blocks - 1));
-        if (!known)
-            pkv__tables_seen_note(checked, s, i, nb);
+        for (uint32_t g = 0; g < groups; g++) {
+            pkv_status st = table_check(c, s, checked, g, i);
+            if (st != PKV_OK)
+                return st;
+        }
         if (pkv__backend_quantized(c) && s->stages[i] >= c->num_stages)
             return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                              "step: sequence %u has staging tail %u of %u",
@@ -243,20 +319,6 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                                  (unsigned)t, (unsigned)w,
                                  (unsigned)c->num_stages,
                                  (unsigned)s->stages[i]);
-        }
-        /* A slot must be where the block table puts the row's token: the
-         * causal mask and the u8 tail both rely on it. */
-        for (uint32_t t = q0; t < q1; t++) {
-            uint64_t tok = ctx - (q1 - q0) + (t - q0);
-            uint64_t want = (uint64_t)table[tok / bs] * bs + tok % bs;
-            if (s->slots[t] != want)
-                return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                                 "step: row %u has slot %llu; its block "
-                                 "table puts token %llu at slot %llu",
-                                 (unsigned)t,
-                                 (unsigned long long)s->slots[t],
-                                 (unsigned long long)tok,
-                                 (unsigned long long)want);
         }
     }
     return PKV_OK;

@@ -58,8 +58,9 @@ struct pkv__backend {
     size_t layer_block_bytes;
     size_t head_bytes;   /* one kv head of one block: K part, V part */
     size_t k_part_bytes; /* offset of the V part within a head */
-    size_t arena_bytes;  /* one layer */
-    uint8_t **arenas;    /* [num_layers] */
+    size_t arena_bytes;  /* one arena: a layer, or a slot of a group */
+    uint32_t num_arenas;
+    uint8_t **arenas;    /* [num_arenas] (backend.h) */
     float *stages;       /* [num_stages][layer][kv head][K, V][token][ch] */
     size_t stage_floats; /* one tail over every layer */
     const pkv__attend_math *math; /* the processor's fastest */
@@ -89,9 +90,9 @@ static void cpu_destroy(pkv__backend *b)
         return;
     pkv__allocator a = b->alloc;
     if (b->arenas != NULL)
-        for (uint32_t l = 0; l < b->cfg.num_layers; l++)
+        for (uint32_t l = 0; l < b->num_arenas; l++)
             pkv__free(&a, b->arenas[l], b->arena_bytes, 1);
-    pkv__free(&a, b->arenas, b->cfg.num_layers, sizeof *b->arenas);
+    pkv__free(&a, b->arenas, b->num_arenas, sizeof *b->arenas);
     pkv__free(&a, b->stages, b->cfg.num_stages, b->stage_floats * 4);
     if (b->scratch != NULL)
         for (uint32_t w = 0; w < b->workers; w++) {
@@ -125,10 +126,11 @@ static pkv_status cpu_create(const pkv__backend_config *config,
     b->stage_floats = pkv__backend_stage_bytes(c) / sizeof(float);
     int overflow = b->layer_block_bytes > SIZE_MAX / c->num_blocks;
     b->arena_bytes = overflow ? 0 : b->layer_block_bytes * c->num_blocks;
+    b->num_arenas = pkv__backend_num_arenas(c);
     b->arenas = overflow ? NULL
-                         : pkv__calloc(alloc, c->num_layers, sizeof *b->arenas);
+                         : pkv__calloc(alloc, b->num_arenas, sizeof *b->arenas);
     int ok = b->arenas != NULL;
-    for (uint32_t l = 0; ok && l < c->num_layers; l++) {
+    for (uint32_t l = 0; ok && l < b->num_arenas; l++) {
         b->arenas[l] = pkv__calloc(alloc, b->arena_bytes, 1);
         ok = b->arenas[l] != NULL;
     }
@@ -137,8 +139,9 @@ static pkv_status cpu_create(const pkv__backend_config *config,
         ok = b->stages != NULL;
     }
     if (ok)
-        ok = pkv__tables_seen_init(&b->checked, alloc, c->max_step_seqs) ==
-             PKV_OK;
+        ok = pkv__tables_seen_init(&b->checked, alloc,
+                                   c->max_step_seqs *
+                                       pkv__backend_num_groups(c)) == PKV_OK;
     b->math = pkv__attend_math_for(c->head_dim);
     b->workers = c->workers > 0 ? c->workers : 1;
     if (ok) {
@@ -154,8 +157,8 @@ static pkv_status cpu_create(const pkv__backend_config *config,
     if (!ok) {
         pkv_status fail = pkv__fail(
             PKV_ERR_OUT_OF_MEMORY,
-            "cpu backend: no memory for %u layers of %u blocks of %zu bytes",
-            (unsigned)c->num_layers, (unsigned)c->num_blocks,
+            "cpu backend: no memory for %u arenas of %u blocks of %zu bytes",
+            (unsigned)b->num_arenas, (unsigned)c->num_blocks,
             b->layer_block_bytes);
         cpu_destroy(b);
         return fail;
@@ -178,7 +181,8 @@ static pkv_status cpu_begin_step(pkv__backend *b, const pkv__step *step)
 static uint8_t *part_at(const pkv__backend *b, uint32_t layer, uint64_t blk,
                         uint32_t h, int kv)
 {
-    return b->arenas[layer] + blk * b->layer_block_bytes +
+    return b->arenas[pkv__backend_arena(&b->cfg, layer)] +
+           blk * b->layer_block_bytes +
            h * b->head_bytes + (kv ? b->k_part_bytes : 0);
 }
 
@@ -195,8 +199,10 @@ static float *stage_at(const pkv__backend *b, uint32_t stage, uint32_t layer,
 static void store_row(pkv__backend *b, uint32_t layer, uint32_t seq,
                       uint32_t row, uint32_t h, int kv, const float *src)
 {
-    uint64_t slot = b->step.slots[row];
     const pkv__backend_config *c = &b->cfg;
+    uint64_t slot = b->step.slots[(size_t)pkv__backend_group(c, layer) *
+                                      b->step.num_tokens +
+                                  row];
     uint64_t blk = slot / c->block_size;
     uint32_t off = (uint32_t)(slot % c->block_size);
     uint32_t d = c->head_dim;
@@ -254,7 +260,8 @@ static const float *load_rows(const pkv__backend *b, uint32_t layer,
 {
     const pkv__backend_config *c = &b->cfg;
     const pkv__step *s = &b->step;
-    uint32_t blk = s->block_tables[seq][j];
+    uint32_t g = pkv__backend_group(c, layer);
+    uint32_t blk = s->block_tables[g * s->num_seqs + seq][j];
     const uint8_t *part = part_at(b, layer, blk, h, kv);
     if (c->kv_dtype == PKV_KV_DTYPE_F32)
         return (const float *)(const void *)part;
@@ -466,7 +473,7 @@ static pkv_status cpu_copy_blocks(pkv__backend *b,
         return st;
     size_t bytes = b->layer_block_bytes;
     for (uint32_t i = 0; i < n; i++)
-        for (uint32_t l = 0; l < b->cfg.num_layers; l++)
+        for (uint32_t l = 0; l < b->num_arenas; l++)
             if (pairs[i].src != pairs[i].dst)
                 memcpy(b->arenas[l] + pairs[i].dst * bytes,
                        b->arenas[l] + pairs[i].src * bytes, bytes);
@@ -493,7 +500,7 @@ static void swap_copy(pkv__backend *b, const uint32_t *blocks, uint32_t n,
 {
     size_t bytes = b->layer_block_bytes;
     for (uint32_t i = 0; i < n; i++)
-        for (uint32_t l = 0; l < b->cfg.num_layers; l++, host += bytes) {
+        for (uint32_t l = 0; l < b->num_arenas; l++, host += bytes) {
             uint8_t *block = b->arenas[l] + blocks[i] * bytes;
             memcpy(in ? block : host, in ? host : block, bytes);
         }

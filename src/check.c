@@ -4,6 +4,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "seq_tables.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,6 +42,8 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
 {
     uint32_t by_state[4] = {0, 0, 0, 0};
     uint64_t fills = 0;
+    uint32_t group_used[PKV__MAX_GROUPS] = {0};
+    uint64_t group_fills[PKV__MAX_GROUPS] = {0};
     for (uint32_t b = 0; b < p->num_blocks; b++) {
         const pkv__block *k = &p->blocks[b];
         int reserved = k->state == PKV__BLOCK_RESERVED;
@@ -53,6 +56,11 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
                 return broken(buf, size, "block %u: used with no reference",
                               (unsigned)b);
             fills += k->fill;
+            if (k->group >= PKV__MAX_GROUPS)
+                return broken(buf, size, "block %u: group %u", (unsigned)b,
+                              (unsigned)k->group);
+            group_used[k->group]++;
+            group_fills[k->group] += k->fill;
         } else if (!reserved && k->ref_count != 0) {
             return broken(buf, size, "block %u: %u references but not used",
                           (unsigned)b, (unsigned)k->ref_count);
@@ -86,16 +94,37 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
         return broken(buf, size, "tokens_stored %llu, used blocks hold %llu",
                       (unsigned long long)p->tokens_stored,
                       (unsigned long long)fills);
+    for (uint32_t g = 0; g < PKV__MAX_GROUPS; g++)
+        if (group_used[g] != p->group_used[g] ||
+            group_fills[g] != p->group_tokens[g])
+            return broken(buf, size, "group %u: counted %u blocks, %llu "
+                          "tokens; blocks say %u, %llu", (unsigned)g,
+                          (unsigned)p->group_used[g],
+                          (unsigned long long)p->group_tokens[g],
+                          (unsigned)group_used[g],
+                          (unsigned long long)group_fills[g]);
     return NULL;
 }
 
-/* A running sequence's table against its tokens and the pool; counts its
- * references into refs. */
+/* A running sequence's table of group g against its tokens and the pool;
+ * counts its references into refs. */
 static const char *check_table(const pkv_engine *e, const pkv__seq *s,
-                               uint32_t *refs, char *buf, size_t size)
+                               uint32_t g, uint32_t *refs, char *buf,
+                               size_t size)
 {
-    const pkv__table *t = &s->table;
+    const pkv__table *t = pkv__seq_table_c(s, g);
     uint32_t bs = e->pool.block_size;
+    if (t->first_held > t->num_blocks ||
+        (t->first_held > 0 && pkv__groups_window(&e->groups, g) == 0))
+        return broken(buf, size, "seq %llu: group %u dropped %u of %u "
+                      "blocks", (unsigned long long)s->id, (unsigned)g,
+                      (unsigned)t->first_held, (unsigned)t->num_blocks);
+    /* Nothing its next row (or this step's first) sees was dropped. */
+    if (pkv__seq_window_lost(s, &e->groups, bs, s->num_computed))
+        return broken(buf, size, "seq %llu: group %u dropped %u blocks; "
+                      "its row at %u sees one",
+                      (unsigned long long)s->id, (unsigned)g,
+                      (unsigned)t->first_held, (unsigned)s->num_computed);
     if (t->num_blocks != (t->num_tokens + bs - 1) / bs)
         return broken(buf, size, "seq %llu: %u blocks for %u tokens",
                       (unsigned long long)s->id, (unsigned)t->num_blocks,
@@ -110,7 +139,12 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
                       (unsigned)s->num_computed,
                       (unsigned)(e->step.in_step ? s->scheduled : 0),
                       (unsigned)s->num_tokens);
-    for (uint32_t i = 0; i < t->num_blocks; i++) {
+    for (uint32_t i = 0; i < t->first_held; i++)
+        if (t->blocks[i] != PKV__NULL_BLOCK)
+            return broken(buf, size, "seq %llu: dropped block %u is %u",
+                          (unsigned long long)s->id, (unsigned)i,
+                          (unsigned)t->blocks[i]);
+    for (uint32_t i = t->first_held; i < t->num_blocks; i++) {
         uint32_t b = t->blocks[i];
         if (b == PKV__NULL_BLOCK || b >= e->pool.num_blocks)
             return broken(buf, size, "seq %llu: block %u is %u",
@@ -121,6 +155,11 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
         /* A truncate inside a block others hold (or the prefix cache)
          * leaves its fill: the next append copies or rewrites it. */
         const pkv__block *k = &e->pool.blocks[b];
+        if (k->group != g)
+            return broken(buf, size, "seq %llu: block %u (%u) of group %u "
+                          "is counted in group %u",
+                          (unsigned long long)s->id, (unsigned)i,
+                          (unsigned)b, (unsigned)g, (unsigned)k->group);
         int last_kept = i + 1 == t->num_blocks && k->fill > want;
         if (k->fill != want && !last_kept)
             return broken(buf, size, "seq %llu: block %u (%u) holds %u "
@@ -158,7 +197,7 @@ static const char *check_tenants(const pkv_engine *e, const pkv__seq **run,
         uint32_t t = run[i]->tenant;
         uint64_t sum = 0;
         for (; i < n && run[i]->tenant == t; i++)
-            sum += run[i]->table.num_blocks;
+            sum += pkv__seq_held(run[i]);
         uint64_t counted = pkv__seqs_tenant_blocks(&e->seqs, t);
         if (counted != sum)
             return broken(buf, size, "tenant %u: counted %llu blocks, holds "
@@ -231,7 +270,10 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                               (unsigned long long)s->id, (int)s->state,
                               (int)states[l]);
             if (states[l] == PKV__SEQ_RUNNING) {
-                const char *why = check_table(e, s, refs, buf, size);
+                const char *why = NULL;
+                for (uint32_t g = 0; why == NULL && g < pkv__seq_groups(s);
+                     g++)
+                    why = check_table(e, s, g, refs, buf, size);
                 if (why != NULL)
                     return why;
                 if (u8 != (s->stage != PKV__NO_STAGE))
@@ -244,11 +286,11 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                     return why;
                 continue;
             }
-            if (s->table.num_blocks != 0 || s->stage != PKV__NO_STAGE)
+            if (pkv__seq_held(s) != 0 || s->stage != PKV__NO_STAGE)
                 return broken(buf, size, "seq %llu (state %d) holds %u "
                               "blocks, stage %u",
                               (unsigned long long)s->id, (int)s->state,
-                              (unsigned)s->table.num_blocks,
+                              (unsigned)pkv__seq_held(s),
                               (unsigned)s->stage);
             if ((states[l] == PKV__SEQ_SWAPPED) != (s->swap_data != NULL))
                 return broken(buf, size, "seq %llu (state %d): swap data %p",

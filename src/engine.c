@@ -6,6 +6,7 @@
 #include "store/engine_store.h"
 #include "kv_layout.h"
 #include "seal.h"
+#include "seq_tables.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -51,6 +52,14 @@ static pkv_status create_backend(pkv_engine *e)
     c->parallel = p->parallel;
     c->parallel_user = p->parallel_user;
     c->workers = p->parallel_workers;
+    const pkv__groups *g = &e->groups;
+    if (g->num_groups > 1) {
+        c->num_groups = g->num_groups;
+        c->num_arenas = g->slots;
+        c->layer_arena = g->layer_arena;
+        c->layer_group = g->layer_group;
+        c->group_windows = g->group_windows;
+    }
     return pkv__backend_create_for(p, c, &e->alloc, &e->ops, &e->backend);
 }
 
@@ -63,7 +72,7 @@ static void engine_free(pkv_engine *e)
         for (uint32_t i = 0; i < lists[l]->count; i++) {
             pkv__seq *s = lists[l]->items[i];
             if (e->pool.blocks != NULL)
-                pkv__table_release(&s->table, &e->pool);
+                pkv__seq_tables_release(s, &e->pool);
             pkv__prefix_chain_release(&s->chain, &e->pool);
         }
     /* Before the backend and pool: the store's operations in flight are
@@ -75,6 +84,7 @@ static void engine_free(pkv_engine *e)
     pkv__seqs_release(&e->seqs, &e->alloc);
     pkv__step_state_release(&e->step, &e->alloc);
     pkv__rollback_release(&e->rollback, &e->alloc);
+    pkv__groups_release(&e->groups, &e->alloc);
     pkv__free(&e->alloc, e->layer_windows, e->params.num_layers,
               sizeof *e->layer_windows);
     if (e->prefix.pool != NULL)
@@ -126,7 +136,8 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         engine_free(e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
     }
-    if (copy_layer_windows(e) != PKV_OK) {
+    if (copy_layer_windows(e) != PKV_OK ||
+        pkv__groups_init(&e->groups, &alloc, &e->params) != PKV_OK) {
         pkv__inbox_release(&e->inbox, &alloc);
         engine_free(e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "layer windows");
@@ -214,6 +225,26 @@ pkv_status pkv_engine_stats_init(pkv_engine_stats *stats)
     return PKV_OK;
 }
 
+pkv_status pkv_engine_get_group_stats(const pkv_engine *engine,
+                                      uint32_t group, uint32_t *window,
+                                      uint64_t *blocks_used,
+                                      uint64_t *tokens_stored)
+{
+    if (engine == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (window == NULL || blocks_used == NULL || tokens_stored == NULL)
+        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+                                "every out-parameter must be set");
+    if (group >= engine->groups.num_groups)
+        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+                                "group %u of %u", (unsigned)group,
+                                (unsigned)engine->groups.num_groups);
+    *window = pkv__groups_window(&engine->groups, group);
+    *blocks_used = engine->pool.group_used[group];
+    *tokens_stored = engine->pool.group_tokens[group];
+    return PKV_OK;
+}
+
 pkv_status pkv_engine_get_stats(const pkv_engine *engine,
                                 pkv_engine_stats *stats)
 {
@@ -268,6 +299,8 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.store_timeouts = t->store_timeouts;
     s.store_damaged = t->store_damaged;
     s.store_mismatched = t->store_mismatched;
+    s.kv_groups = engine->groups.num_groups;
+    s.group_layers = engine->groups.slots;
     memcpy(stats, &s, stats->struct_size);
     return PKV_OK;
 }

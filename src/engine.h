@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "engine_error.h"
+#include "groups.h"
 #include "inbox.h"
 #include "lifecycle.h"
 #include "pool.h"
@@ -26,7 +27,9 @@ struct pkv_engine {
     pkv_engine_params params; /* defaults resolved */
     uint32_t *layer_windows;  /* [num_layers]: each layer's window (0:
                                  all), params.layer_windows points here */
-    uint64_t block_bytes;     /* one block over all layers */
+    uint64_t block_bytes;     /* one block over all layers (with hybrid
+                                 memory, one group's layers) */
+    pkv__groups groups;       /* layers grouped by window (groups.h) */
     uint32_t watermark_blocks; /* blocks admission leaves free */
     uint64_t drafts_step; /* the step the latest pkv_seq_propose was for:
                              in the others, no sequence has drafts */

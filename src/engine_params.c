@@ -4,6 +4,7 @@
 #include "engine_params.h"
 
 #include "error.h"
+#include "groups.h"
 #include "kv_layout.h"
 #include "quant.h"
 #include "seal.h"
@@ -56,7 +57,7 @@ uint64_t pkv__block_bytes(const pkv_engine_params *p)
         (uint64_t)p->value_quant, (uint64_t)p->u4_group,
         (uint64_t)p->block_size, (uint64_t)p->head_dim);
     /* Geometry is bounded by validation, so this cannot overflow. */
-    return head * p->num_kv_heads * p->num_layers;
+    return head * p->num_kv_heads * pkv__groups_slots(p);
 }
 
 pkv_status pkv__params_resolve(const pkv_engine_params *in,
@@ -188,6 +189,26 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          "params->sliding_window is %u with layer_windows "
                          "set; give the windows one way",
                          (unsigned)p->sliding_window);
+    if (p->hybrid_memory > 1)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->hybrid_memory is %u; must be 0 or 1",
+                         (unsigned)p->hybrid_memory);
+    uint32_t groups = p->num_layers / pkv__groups_slots(p);
+    if (groups > PKV__MAX_GROUPS)
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "params->hybrid_memory groups the layers by window "
+                         "into %u groups of %u layers (the greatest common "
+                         "divisor of each window's layer count); at most %u",
+                         (unsigned)groups,
+                         (unsigned)pkv__groups_slots(p),
+                         (unsigned)PKV__MAX_GROUPS);
+    if (groups > 1) {
+        if (p->store != NULL)
+            return pkv__fail(PKV_ERR_UNSUPPORTED,
+                             "params->hybrid_memory groups the layers by "
+                             "window; a KV store does not work with groups "
+                             "yet");
+    }
     if (p->key_quant == PKV_QUANT_GROUP_DEFAULT)
         p->key_quant = PKV_QUANT_GROUP_PER_CHANNEL;
     if (p->value_quant == PKV_QUANT_GROUP_DEFAULT)

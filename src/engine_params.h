@@ -16,7 +16,8 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
  * for params whose block_size is set. */
 pkv_status pkv__params_size_pool(pkv_engine_params *params);
 
-/* Bytes of one block over all layers for validated params. */
+/* Bytes of one pool block for validated params: every layer, or one
+ * group's layers with hybrid memory (groups.h). */
 uint64_t pkv__block_bytes(const pkv_engine_params *params);
 
 #endif

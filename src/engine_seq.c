@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "seq_tables.h"
 #include "store/engine_store.h"
 #include "struct_sizes.h"
 
@@ -65,7 +66,8 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
                 (int)p.prompt[i],
                 (unsigned)(e->params.vocab_size ? e->params.vocab_size - 1
                                                 : INT32_MAX));
-    pkv__seq *seq = pkv__seq_new(&e->alloc, p.prompt, p.prompt_len);
+    pkv__seq *seq = pkv__seq_new(&e->alloc, p.prompt, p.prompt_len,
+                                 e->groups.num_groups);
     if (seq == NULL)
         return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
                                            "sequence of %u tokens",
@@ -145,7 +147,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     uint32_t quota = e->params.max_blocks_per_tenant;
     if (quota != 0) {
         uint64_t used = pkv__seqs_tenant_blocks(&e->seqs, parent->tenant);
-        if (used + parent->table.num_blocks > quota)
+        if (used + pkv__seq_held(parent) > quota)
             return pkv__engine_fail(e, PKV_ERR_QUOTA,
                                     "tenant %u holds %llu of %u blocks",
                                     (unsigned)parent->tenant,
@@ -158,11 +160,12 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         &e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
     pkv__seq *child = NULL;
     if (st == PKV_OK) {
-        child = pkv__seq_new(&e->alloc, parent->tokens, parent->num_tokens);
+        child = pkv__seq_new(&e->alloc, parent->tokens, parent->num_tokens,
+                             e->groups.num_groups);
         st = child == NULL ? PKV_ERR_OUT_OF_MEMORY : PKV_OK;
     }
     if (st == PKV_OK)
-        st = pkv__table_fork(&child->table, &parent->table, &e->pool);
+        st = pkv__seq_tables_fork(child, parent, &e->pool);
     if (st == PKV_OK)
         st = pkv__prefix_chain_adopt(&child->chain, &e->pool,
                                      parent->chain.links,
@@ -176,7 +179,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     }
     if (st != PKV_OK) {
         if (child != NULL) {
-            pkv__table_release(&child->table, &e->pool);
+            pkv__seq_tables_release(child, &e->pool);
             pkv__prefix_chain_release(&child->chain, &e->pool);
             pkv__seq_free(child, &e->alloc);
         }

@@ -8,6 +8,8 @@
 #include "lifecycle.h"
 #include "rollback.h"
 #include "sched_plan.h"
+#include "prefix_groups.h"
+#include "seq_tables.h"
 #include "store/engine_store.h"
 
 #include <assert.h>
@@ -114,6 +116,29 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
     pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
 }
 
+/* A swapped sequence's blocks back from its buffer: every group's held
+ * blocks, group after group, as the swap-out wrote them. */
+static pkv_status swap_in_groups(pkv_engine *e, pkv__seq *s,
+                                 const uint8_t *host)
+{
+    if (e->groups.num_groups == 1) /* as the swap-out counted them */
+        return e->ops->swap_in(e->backend, host, s->table.blocks,
+                               s->swap_num_blocks);
+    size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
+    uint32_t done = 0;
+    for (uint32_t g = 0; g < pkv__seq_groups(s); g++) {
+        const pkv__table *t = pkv__seq_table(s, g);
+        uint32_t n = pkv__blocks_for(s->num_computed, e->pool.block_size) -
+                     t->first_held;
+        pkv_status st = e->ops->swap_in(e->backend, host + done * block_bytes,
+                                        t->blocks + t->first_held, n);
+        if (st != PKV_OK)
+            return st;
+        done += n;
+    }
+    return PKV_OK;
+}
+
 /* Run the planner's device actions in order, each run of copy-on-write
  * copies as one backend call. One that fails costs its sequence (a failed
  * run: each of its sequences) this step, never the step or the sequence's
@@ -154,8 +179,7 @@ static void run_actions(pkv_engine *e, uint32_t *num_seqs)
             s->swap_blocks = NULL;
             break;
         case PKV__ACTION_SWAP_IN:
-            st = ops->swap_in(e->backend, host, s->table.blocks,
-                              s->swap_num_blocks);
+            st = swap_in_groups(e, s, host);
             if (st == PKV_OK && a->copy.dst != PKV__NO_STAGE)
                 st = ops->stage_in(e->backend, host + blocks_bytes,
                                    a->copy.dst);
@@ -177,13 +201,43 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
 {
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = e->step.step_seqs[i];
-        uint32_t before = s->table.num_blocks;
-        pkv__table_truncate(&s->table, &e->pool, s->num_computed);
+        uint32_t before = pkv__seq_held(s);
+        pkv__seq_tables_truncate(s, &e->pool, s->num_computed);
         pkv__seqs_count_blocks(&e->seqs, s, before);
         s->scheduled = 0;
         s->num_tokens -= s->step_drafts; /* a retry takes them again */
         s->step_drafts = 0;
     }
+}
+
+/* Hybrid memory: the tables and slots of groups 1 .. groups - 1 (group
+ * 0's are laid out with the batch), each group's after the one before
+ * (backend.h). */
+static void build_group_tables(pkv_engine *e, uint32_t num_seqs,
+                               uint32_t rows)
+{
+    for (uint32_t g = 1; g < e->groups.num_groups; g++) {
+        uint64_t *slots = e->step.slots + (size_t)g * rows;
+        uint32_t row = 0;
+        for (uint32_t i = 0; i < num_seqs; i++) {
+            pkv__seq *s = e->step.step_seqs[i];
+            const pkv__table *t = pkv__seq_table(s, g);
+            uint32_t end = s->num_computed + s->scheduled;
+            for (uint32_t p = s->num_computed; p < end; p++)
+                slots[row++] = pkv__table_slot(t, &e->pool, p);
+            e->step.step_tables[g * num_seqs + i] = t->blocks;
+            e->step.table_versions[g * num_seqs + i] = t->version;
+        }
+    }
+}
+
+/* Hybrid memory, after a sequence's step: its windowed groups give back
+ * the blocks its next row cannot see. */
+static void slide_windows(pkv_engine *e, pkv__seq *s)
+{
+    uint32_t dropped =
+        pkv__seq_tables_slide(s, &e->pool, &e->groups, s->num_computed);
+    pkv__seqs_tenant_add(&e->seqs, s->tenant, -(int64_t)dropped);
 }
 
 /* Lay the planned step out as the batch and the backend's step. */
@@ -223,6 +277,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
         e->step.table_versions[i] = s->table.version;
     }
     e->step.query_start[num_seqs] = rows;
+    build_group_tables(e, num_seqs, rows);
     b->num_seqs = num_seqs;
     b->num_tokens = rows;
     b->seq_ids = e->step.seq_ids;
@@ -424,9 +479,15 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
                                 "seq %llu: prefix registration skipped "
                                 "(memory)",
                                 (unsigned long long)s->id);
+            if (e->groups.num_groups > 1)
+                pkv__prefix_register_groups(&e->prefix, &e->groups, s,
+                                            registered);
             if (pkv__store_enabled(e->store))
                 pkv__store_collect(e, s, registered);
         }
+        /* Only once its blocks are cached: they may be hits. */
+        if (e->groups.num_groups > 1)
+            slide_windows(e, s);
         if (samples_here == 0)
             continue;
         s->tokens[s->num_tokens++] = sampled[sample];

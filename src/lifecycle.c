@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "rollback.h"
+#include "seq_tables.h"
 #include "store/engine_store.h"
 
 #include <string.h>
@@ -60,10 +61,19 @@ void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
 void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
 {
     pkv__engine_release_stage(e, seq);
-    pkv__seqs_tenant_add(&e->seqs, seq->tenant,
-                         -(int64_t)seq->table.num_blocks);
-    pkv__table_release(&seq->table, &e->pool);
+    pkv__seqs_tenant_add(&e->seqs, seq->tenant, -(int64_t)pkv__seq_held(seq));
+    pkv__seq_tables_release(seq, &e->pool);
     pkv__prefix_chain_release(&seq->chain, &e->pool);
+}
+
+pkv_status pkv__engine_no_groups(const pkv_engine *e, const char *what)
+{
+    if (e->groups.num_groups == 1)
+        return PKV_OK;
+    return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
+                            "%s: not with hybrid memory's groups of layers "
+                            "yet (pkv_engine_params.hybrid_memory)",
+                            what);
 }
 
 void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
@@ -83,7 +93,7 @@ void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
                             uint32_t before)
 {
     pkv__seqs_tenant_add(seqs, seq->tenant,
-                         (int64_t)seq->table.num_blocks - (int64_t)before);
+                         (int64_t)pkv__seq_held(seq) - (int64_t)before);
 }
 
 /* Remove the ended sequences from a list, keeping the others' order. */
@@ -205,9 +215,15 @@ void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
         !pkv__rollback_restore(&e->rollback, e->ops, e->backend, s,
                                start / bs))
         keep = start;
+    /* Hybrid memory: a row at `keep` would see blocks a windowed group
+     * dropped; nothing short of the whole sequence can be computed again
+     * (a step computes every layer), so it is, from the start. */
+    if (e->groups.num_groups > 1 &&
+        pkv__seq_window_lost(s, &e->groups, bs, keep))
+        keep = 0;
     pkv__rollback_forget_from(&e->rollback, s, keep / bs);
-    uint32_t before = s->table.num_blocks;
-    pkv__table_truncate(&s->table, &e->pool, keep);
+    uint32_t before = pkv__seq_held(s);
+    pkv__seq_tables_truncate(s, &e->pool, keep);
     pkv__seqs_count_blocks(&e->seqs, s, before);
     pkv__prefix_chain_truncate(&s->chain, keep / bs);
     s->num_computed = keep;

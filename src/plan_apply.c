@@ -3,6 +3,8 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "prefix_groups.h"
+#include "seq_tables.h"
 #include "store/engine_store.h"
 
 #include <assert.h>
@@ -11,7 +13,10 @@
 /* Host memory for a swap-out: NULL buffers and 0 when there is none. */
 static int alloc_swap(pkv_engine *e, pkv__seq *seq)
 {
-    uint32_t n = seq->table.num_blocks;
+    /* Every group's blocks from the first its next row sees. */
+    uint32_t n = pkv__groups_blocks_from(&e->groups, e->pool.block_size,
+                                         seq->num_computed,
+                                         seq->table.num_tokens);
     size_t size = pkv__backend_swap_bytes(&e->backend_config, n);
     seq->swap_data = pkv__calloc(&e->alloc, size, 1);
     seq->swap_blocks =
@@ -46,15 +51,15 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
         if (it->kind == PKV__PLAN_RUN) {
             uint32_t n = pkv__blocks_for(
                 (uint64_t)s->table.num_tokens + it->rows + it->drafts, bs);
-            if (n > s->table.capacity) /* most steps add no block */
-                st = pkv__table_reserve(&s->table, &e->pool, n);
+            /* Most steps add no block. */
+            st = pkv__seq_tables_reserve(s, &e->pool, n);
         } else if (it->kind == PKV__PLAN_SWAP_IN)
-            st = pkv__table_reserve(
-                &s->table, &e->pool,
+            st = pkv__seq_tables_reserve(
+                s, &e->pool,
                 pkv__blocks_for((uint64_t)s->num_computed + it->rows, bs));
         else if (it->kind == PKV__PLAN_ADMIT) {
-            st = pkv__table_reserve(
-                &s->table, &e->pool,
+            st = pkv__seq_tables_reserve(
+                s, &e->pool,
                 pkv__blocks_for((uint64_t)it->hits * bs + it->rows, bs));
             if (st == PKV_OK)
                 st = pkv__prefix_chain_reserve(&s->chain, &e->pool, it->hits);
@@ -90,9 +95,19 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
     seq->protect = 1;
     e->totals.preemptions++;
     if (it->swap) {
-        uint32_t n = seq->table.num_blocks;
-        memcpy(seq->swap_blocks, seq->table.blocks,
-               n * sizeof *seq->swap_blocks);
+        /* Its windowed groups first drop what its next row cannot see,
+         * so that each group's blocks out are the ones swap-in makes. */
+        pkv__seqs_tenant_add(
+            &e->seqs, seq->tenant,
+            -(int64_t)pkv__seq_tables_slide(seq, &e->pool, &e->groups,
+                                            seq->num_computed));
+        uint32_t n = 0;
+        for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
+            const pkv__table *t = pkv__seq_table(seq, g);
+            memcpy(seq->swap_blocks + n, t->blocks + t->first_held,
+                   pkv__table_held(t) * sizeof *seq->swap_blocks);
+            n += pkv__table_held(t);
+        }
         seq->swap_num_blocks = n;
         e->seqs.swap_used += seq->swap_size;
         pkv__block_copy stage = {seq->stage, PKV__NULL_BLOCK};
@@ -119,9 +134,9 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
  * rather than run without slots. Returns whether it grew. */
 static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 {
-    pkv__block_copy copy;
-    uint32_t before = seq->table.num_blocks;
-    pkv_status st = pkv__table_append(&seq->table, &e->pool, rows, &copy);
+    pkv__block_copy copies[PKV__MAX_GROUPS];
+    uint32_t before = pkv__seq_held(seq);
+    pkv_status st = pkv__seq_tables_append(seq, &e->pool, rows, copies);
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(&e->seqs, seq, before);
     if (st != PKV_OK) {
@@ -129,9 +144,29 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
                               PKV_ERR_INTERNAL);
         return 0;
     }
-    if (copy.dst != PKV__NULL_BLOCK && !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
-        push_action(e, PKV__ACTION_COPY_BLOCK, seq, copy);
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+        if (copies[g].dst != PKV__NULL_BLOCK &&
+            !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
+            push_action(e, PKV__ACTION_COPY_BLOCK, seq, copies[g]);
     return 1;
+}
+
+/* A swapped sequence's tables for its computed tokens and `rows` more
+ * (reserved: see grow); with groups, each windowed group's from the
+ * first block its next row sees, as the swap-out left them. */
+static int swap_in_tables(pkv_engine *e, pkv__seq *seq, uint32_t rows)
+{
+    if (e->groups.num_groups == 1)
+        return grow(e, seq, seq->num_computed + rows);
+    pkv_status st = pkv__seq_tables_swap_in(seq, &e->pool, &e->groups,
+                                            seq->num_computed,
+                                            seq->num_computed + rows);
+    assert(st == PKV_OK);
+    pkv__seqs_count_blocks(&e->seqs, seq, 0);
+    if (st != PKV_OK)
+        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
+                              PKV_ERR_INTERNAL);
+    return st == PKV_OK;
 }
 
 /* Adopt an admission's prefix hits (reserved: see grow). */
@@ -143,6 +178,16 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
     pkv__seq *seq = it->seq;
     pkv_status st =
         pkv__table_adopt(&seq->table, &e->pool, e->step.hit_blocks, it->hits);
+    /* The other groups' blocks follow group 0's links (plan.h). */
+    uint32_t at = it->hits, bs = e->pool.block_size;
+    for (uint32_t g = 1; st == PKV_OK && g < e->groups.num_groups; g++) {
+        uint32_t first =
+            pkv__groups_first_seen(&e->groups, g, bs, it->hits * bs);
+        for (uint32_t h = first; h < it->hits; h++)
+            e->step.hit_blocks[h - first] = links[at++].block;
+        st = pkv__table_adopt_from(pkv__seq_table(seq, g), &e->pool,
+                                   e->step.hit_blocks, first, it->hits);
+    }
     pkv__seqs_count_blocks(&e->seqs, seq, 0);
     if (st == PKV_OK)
         st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, links, it->hits);
@@ -229,7 +274,7 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
                 e->totals.draft_tokens += it->drafts;
             }
         } else if (it->kind == PKV__PLAN_SWAP_IN) {
-            if (!grow(e, s, s->num_computed + it->rows))
+            if (!swap_in_tables(e, s, it->rows))
                 continue;
             start_running(e, s);
             pkv__block_copy stage = {PKV__NULL_BLOCK, s->stage};

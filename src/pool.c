@@ -3,6 +3,8 @@
  * queues. */
 #include "pool.h"
 
+#include <string.h>
+
 static void queue_init(pkv__queue *q)
 {
     q->head = PKV__NO_BLOCK;
@@ -64,6 +66,8 @@ pkv_status pkv__pool_init(pkv__pool *pool, const pkv__allocator *alloc,
     pool->num_cached_free = 0;
     pool->num_used = 1;
     pool->tokens_stored = 0;
+    memset(pool->group_used, 0, sizeof pool->group_used);
+    memset(pool->group_tokens, 0, sizeof pool->group_tokens);
     return PKV_OK;
 }
 
@@ -99,8 +103,10 @@ static uint32_t take_block(pkv__pool *pool)
     blocks[b].state = PKV__BLOCK_USED;
     blocks[b].ref_count = 1;
     blocks[b].fill = 0;
+    blocks[b].group = 0;
     blocks[b].generation++;
     pool->num_used++;
+    pool->group_used[0]++;
     return b;
 }
 
@@ -121,6 +127,8 @@ void pkv__pool_incref(pkv__pool *pool, uint32_t block)
         pool->num_cached_free--;
         pool->num_used++;
         pool->tokens_stored += blk->fill;
+        pool->group_used[blk->group]++;
+        pool->group_tokens[blk->group] += blk->fill;
         blk->state = PKV__BLOCK_USED;
     }
     blk->ref_count++;
@@ -133,6 +141,8 @@ void pkv__pool_decref(pkv__pool *pool, uint32_t block)
         return;
     pool->num_used--;
     pool->tokens_stored -= blk->fill;
+    pool->group_used[blk->group]--;
+    pool->group_tokens[blk->group] -= blk->fill;
     if (blk->cached) {
         blk->state = PKV__BLOCK_CACHED_FREE;
         queue_push_back(pool->blocks, &pool->lru_queue, block);
@@ -148,7 +158,19 @@ void pkv__pool_set_fill(pkv__pool *pool, uint32_t block, uint32_t fill)
 {
     pkv__block *blk = &pool->blocks[block];
     pool->tokens_stored = pool->tokens_stored - blk->fill + fill;
+    pool->group_tokens[blk->group] =
+        pool->group_tokens[blk->group] - blk->fill + fill;
     blk->fill = fill;
+}
+
+void pkv__pool_set_group(pkv__pool *pool, uint32_t block, uint32_t group)
+{
+    pkv__block *blk = &pool->blocks[block];
+    pool->group_used[blk->group]--;
+    pool->group_tokens[blk->group] -= blk->fill;
+    blk->group = (uint8_t)group;
+    pool->group_used[group]++;
+    pool->group_tokens[group] += blk->fill;
 }
 
 void pkv__pool_mark_cached(pkv__pool *pool, uint32_t block)

@@ -20,6 +20,9 @@
 
 #define PKV__NULL_BLOCK 0u
 #define PKV__NO_BLOCK UINT32_MAX
+/* The most groups of layers an engine makes (groups.h): the pool counts
+ * each one's blocks. */
+#define PKV__MAX_GROUPS 64u
 
 enum pkv__block_state {
     PKV__BLOCK_RESERVED = 0,
@@ -38,6 +41,7 @@ typedef struct pkv__block {
                             block leaves the prefix cache (see prefix.h) */
     uint8_t state;       /* enum pkv__block_state */
     uint8_t cached;      /* registered in the prefix cache */
+    uint8_t group;       /* the group of layers whose KV it holds */
 } pkv__block;
 
 typedef struct pkv__queue {
@@ -60,6 +64,9 @@ typedef struct pkv__pool {
     uint32_t num_cached_free;
     uint32_t num_used; /* includes the null block */
     uint64_t tokens_stored; /* sum of fill over used blocks */
+    /* num_used (null block aside) and tokens_stored per group. */
+    uint32_t group_used[PKV__MAX_GROUPS];
+    uint64_t group_tokens[PKV__MAX_GROUPS];
     pkv__uncache_fn on_uncache;
     void *on_uncache_ctx;
     /* Block-table edits so far: each edit stamps its table with the next
@@ -86,6 +93,10 @@ void pkv__pool_incref(pkv__pool *pool, uint32_t block);
 /* Drop a reference. At zero the block joins the free queue, or the tail of
  * the LRU queue if it holds a cached prefix. */
 void pkv__pool_decref(pkv__pool *pool, uint32_t block);
+
+/* The group of a used block that take gave to group 0 (counted there
+ * until now). */
+void pkv__pool_set_group(pkv__pool *pool, uint32_t block, uint32_t group);
 
 /* Set how many tokens a used block holds (keeps tokens_stored exact). */
 void pkv__pool_set_fill(pkv__pool *pool, uint32_t block, uint32_t fill);

@@ -16,6 +16,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
+#include "lifecycle.h"
 #include "seal.h"
 #include "wire.h"
 
@@ -110,6 +111,8 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "save the prefix cache during a step: call "
                                 "it after step_end");
+    if (pkv__engine_no_groups(e, "pkv_engine_save_prefix_cache") != PKV_OK)
+        return PKV_ERR_UNSUPPORTED;
     const pkv__backend_config *c = &e->backend_config;
     uint32_t nb = e->pool.num_blocks, bs = c->block_size;
     uint32_t *depth = pkv__calloc(&e->alloc, nb, sizeof *depth);
@@ -375,6 +378,8 @@ pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "load the prefix cache during a step: call "
                                 "it after step_end");
+    if (pkv__engine_no_groups(e, "pkv_engine_load_prefix_cache") != PKV_OK)
+        return PKV_ERR_UNSUPPORTED;
     const uint8_t *d;
     size_t n;
     uint8_t *owned;

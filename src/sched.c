@@ -28,6 +28,8 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "prefix_groups.h"
+#include "seq_tables.h"
 #include "store/engine_store.h"
 
 #include <string.h>
@@ -112,13 +114,18 @@ static uint64_t view_ref_of(const void *pl, uint32_t block)
     return view_ref(pl, block);
 }
 
-/* Blocks a running sequence's table takes for `rows` more rows, the copy
- * of a shared or cached last block included (table.h). */
-
-static uint32_t blocks_needed(const planner *pl, const pkv__table *t,
+/* Blocks a running sequence's tables take for `rows` more rows, the
+ * copies of shared or cached last blocks included (table.h). */
+static uint32_t blocks_needed(const planner *pl, const pkv__seq *seq,
                               uint32_t rows)
 {
-    return pkv__table_blocks_needed(t, &pl->e->pool, rows, view_ref_of, pl);
+    return pkv__seq_tables_needed(seq, &pl->e->pool, rows, view_ref_of, pl);
+}
+
+/* With hybrid memory, every group takes a block where one table would. */
+static uint32_t per_group(const pkv_engine *e, uint64_t blocks)
+{
+    return (uint32_t)(blocks * e->groups.num_groups);
 }
 
 /* U8: rows from `computed` on that a step may run. When the last block
@@ -152,16 +159,19 @@ static uint32_t rows_wanted(const pkv_engine *e, const pkv__seq *seq,
 /* A running sequence leaves running: its blocks go back in the view. */
 static pkv_status leave_running(planner *pl, pkv__seq *seq)
 {
-    const pkv__table *t = &seq->table;
-    pkv_status st = view_room(pl, t->num_blocks);
+    uint32_t held = pkv__seq_held(seq);
+    pkv_status st = view_room(pl, held);
     if (st == PKV_OK)
-        st = view_tenant_add(pl, seq->tenant, -(int64_t)t->num_blocks);
+        st = view_tenant_add(pl, seq->tenant, -(int64_t)held);
     if (st != PKV_OK)
         return st;
-    for (uint32_t i = 0; i < t->num_blocks; i++) {
-        uint64_t ref = view_ref(pl, t->blocks[i]) - 1;
-        view_set(pl, t->blocks[i], ref);
-        pl->available += ref == 0;
+    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
+        const pkv__table *t = pkv__seq_table_c(seq, g);
+        for (uint32_t i = t->first_held; i < t->num_blocks; i++) {
+            uint64_t ref = view_ref(pl, t->blocks[i]) - 1;
+            view_set(pl, t->blocks[i], ref);
+            pl->available += ref == 0;
+        }
     }
     seq->plan_out = pl->plan->number;
     pl->running--;
@@ -195,8 +205,11 @@ static pkv_status preempt(planner *pl, pkv__seq *seq)
         return st;
     pkv__plan_item *it = add_item(pl, PKV__PLAN_PREEMPT, seq);
     if (e->params.preempt_mode == PKV_PREEMPT_MODE_SWAP) {
-        size_t size = pkv__backend_swap_bytes(&e->backend_config,
-                                              seq->table.num_blocks);
+        size_t size = pkv__backend_swap_bytes(
+            &e->backend_config,
+            pkv__groups_blocks_from(&e->groups, e->pool.block_size,
+                                    seq->num_computed,
+                                    seq->table.num_tokens));
         if (pl->swap_used + size <= e->params.swap_bytes) {
             pl->swap_used += size;
             it->swap = 1;
@@ -243,14 +256,16 @@ static pkv_status plan_running(planner *pl, uint32_t i)
         pkv_status st = PKV_OK;
         uint32_t after =
             pkv__blocks_for(seq->table.num_tokens + (uint64_t)rows, bs);
-        uint32_t grow_by = after - seq->table.num_blocks;
-        if (seq_quota != 0 && after > seq_quota)
+        uint32_t grow_by = per_group(e, after - seq->table.num_blocks);
+        /* The blocks it holds once grown (after, with one group). */
+        uint32_t held_after = pkv__seq_held(seq) + grow_by;
+        if (seq_quota != 0 && held_after > seq_quota)
             return plan_end(pl, seq, PKV_ERR_QUOTA);
         if (over_tenant_quota(pl, seq->tenant, grow_by)) {
             uint32_t v = pick_victim(pl, i, 1, seq->tenant, !oldest);
             if (v != NONE)
                 st = preempt(pl, e->seqs.running.items[v]);
-            else if (after > tenant_quota)
+            else if (held_after > tenant_quota)
                 return plan_end(pl, seq, PKV_ERR_QUOTA);
             else {
                 pl->kept++; /* the tenant's older sequences go first */
@@ -260,14 +275,18 @@ static pkv_status plan_running(planner *pl, uint32_t i)
                 return st;
             continue;
         }
-        uint32_t need = blocks_needed(pl, &seq->table, rows);
+        uint32_t need = blocks_needed(pl, seq, rows);
         if (need <= pl->available) {
             /* Copied, a shared or cached last block loses this
              * sequence's reference (pkv__table_append), which a later
              * sharer's blocks_needed must see (it may write in place);
              * one that only the prefix cache holds then is available. */
-            if (need > grow_by) {
-                const pkv__table *t = &seq->table;
+            for (uint32_t g = 0; need > grow_by && g < pkv__seq_groups(seq);
+                 g++) {
+                const pkv__table *t = pkv__seq_table_c(seq, g);
+                if (pkv__table_blocks_needed(t, &e->pool, rows, view_ref_of,
+                                             pl) == after - t->num_blocks)
+                    continue;
                 uint32_t last = t->blocks[t->num_blocks - 1];
                 st = view_room(pl, 1);
                 if (st != PKV_OK)
@@ -300,6 +319,22 @@ static pkv_status plan_running(planner *pl, uint32_t i)
     }
 }
 
+/* The most blocks a sequence of `tokens` tokens holds at once: with
+ * hybrid memory, its windowed groups hold only their windows and a step's
+ * rows, so one that fits by those is not refused for blocks they give
+ * back as it goes (seq_tables.h). */
+static uint32_t most_blocks(const pkv_engine *e, uint32_t tokens)
+{
+    uint32_t bs = e->pool.block_size;
+    if (e->groups.num_groups == 1)
+        return pkv__blocks_for(tokens, bs);
+    uint32_t chunk = e->params.long_prefill_threshold;
+    if (chunk == 0 || chunk > e->params.max_batch_tokens)
+        chunk = e->params.max_batch_tokens;
+    uint64_t n = pkv__groups_peak_blocks(&e->groups, bs, tokens, chunk);
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 /* Whether a sequence needing `blocks` in all can never run: not with the
  * whole pool, nor within its quotas. The status it then fails with. */
 static pkv_status never_fits(const pkv_engine *e, uint32_t blocks)
@@ -324,7 +359,8 @@ static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
     pkv__seq *seq = e->seqs.swapped.items[index];
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
     uint32_t after =
-        pkv__blocks_for(seq->num_computed + (uint64_t)rows, e->pool.block_size);
+        pkv__groups_blocks_from(&e->groups, e->pool.block_size,
+                                seq->num_computed, seq->num_computed + rows);
     pkv_status never = never_fits(e, after);
     if (never != PKV_OK) {
         *st = plan_end(pl, seq, never);
@@ -358,27 +394,36 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     if (pkv__store_enabled(e->store) &&
         seq->store_state != PKV__STORE_ASKED)
         return 0;
-    pkv_status never = never_fits(e, pkv__blocks_for(seq->num_tokens, bs));
+    pkv_status never = never_fits(e, most_blocks(e, seq->num_tokens));
     if (never != PKV_OK) {
         *st = plan_end(pl, seq, never);
         return 1;
     }
-    *st = pkv__plan_reserve_links(plan, &e->alloc,
-                                  (size_t)seq->num_tokens / bs + 1);
+    *st = pkv__plan_reserve_links(
+        plan, &e->alloc, per_group(e, (uint64_t)seq->num_tokens / bs + 1));
     if (*st != PKV_OK)
         return 1;
     pkv__chain_link *hit = plan->links + plan->num_links;
-    uint32_t hits = 0;
+    uint32_t hits = 0, group_hits = 0;
     pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
                        seq->prompt_hashes, seq->num_prompt_hashes, hit,
                        &hits);
+    if (e->groups.num_groups > 1) /* the other groups' blocks follow */
+        hits = pkv__prefix_group_hits(&e->prefix, &e->groups, hit, hits,
+                                      seq->tokens, seq->salt, hit + hits,
+                                      &group_hits);
+    uint32_t links = hits + group_hits;
     uint32_t revived = 0;
-    for (uint32_t h = 0; h < hits; h++)
+    for (uint32_t h = 0; h < links; h++)
         revived += view_ref(pl, hit[h].block) == 0;
     uint32_t computed = hits * bs;
     uint32_t rows = rows_wanted(e, seq, computed, pl->budget);
-    uint32_t after = pkv__blocks_for(computed + (uint64_t)rows, bs);
-    uint32_t need = after - hits + revived;
+    /* Every group takes the blocks from the hits on; the hits are held
+     * too. */
+    uint32_t fresh =
+        per_group(e, pkv__blocks_for(computed + (uint64_t)rows, bs) - hits);
+    uint32_t after = fresh + links;
+    uint32_t need = fresh + revived;
     if (over_tenant_quota(pl, seq->tenant, after))
         return 0;
     /* The watermark keeps blocks for running sequences to grow into; with
@@ -386,12 +431,12 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     uint32_t watermark = pl->running ? e->watermark_blocks : 0;
     if (need + watermark > pl->available)
         return -1;
-    *st = view_room(pl, hits);
+    *st = view_room(pl, links);
     if (*st == PKV_OK)
         *st = view_tenant_add(pl, seq->tenant, after);
     if (*st != PKV_OK)
         return 1;
-    for (uint32_t h = 0; h < hits; h++)
+    for (uint32_t h = 0; h < links; h++)
         view_set(pl, hit[h].block, view_ref(pl, hit[h].block) + 1);
     pl->available -= need;
     pl->budget -= rows;
@@ -400,7 +445,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     it->rows = rows;
     it->hits = hits;
     it->first_link = plan->num_links;
-    plan->num_links += hits;
+    plan->num_links += links;
     return 1;
 }
 
@@ -437,12 +482,15 @@ static pkv_status plan_drafts(planner *pl)
             k = room - 1;
         /* After its row, its last block is its own: no copy. */
         uint64_t tokens = (uint64_t)s->table.num_tokens + 1;
+        uint32_t held = pkv__seq_held(s) +
+                        per_group(e, pkv__blocks_for(tokens, bs) -
+                                         s->table.num_blocks);
         uint32_t need = 0;
         for (; k > 0; k--) {
-            uint32_t after = pkv__blocks_for(tokens + k, bs);
-            need = after - pkv__blocks_for(tokens, bs);
+            need = per_group(e, pkv__blocks_for(tokens + k, bs) -
+                                    pkv__blocks_for(tokens, bs));
             if (need <= pl->available &&
-                (seq_quota == 0 || after <= seq_quota) &&
+                (seq_quota == 0 || held + need <= seq_quota) &&
                 !over_tenant_quota(pl, s->tenant, need))
                 break;
         }

@@ -92,15 +92,21 @@ _Static_assert(END_OF(protect) <= 64, "step_end's fields in 64 bytes");
 _Static_assert(END_OF(stage) <= 128, "a step's fields in 128 bytes");
 
 pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
-                       uint32_t prompt_len)
+                       uint32_t prompt_len, uint32_t groups)
 {
     pkv__seq *seq = pkv__calloc(alloc, 1, sizeof *seq);
     if (seq == NULL)
         return NULL;
     seq->token_capacity = prompt_len + 16;
     seq->tokens = pkv__calloc(alloc, seq->token_capacity, sizeof *seq->tokens);
-    if (seq->tokens == NULL) {
-        pkv__free(alloc, seq, 1, sizeof *seq);
+    if (groups > 1) {
+        /* calloc: every table empty, as pkv__table_init leaves it. */
+        seq->group_tables =
+            pkv__calloc(alloc, groups - 1, sizeof *seq->group_tables);
+        seq->num_group_tables = groups - 1;
+    }
+    if (seq->tokens == NULL || (groups > 1 && seq->group_tables == NULL)) {
+        pkv__seq_free(seq, alloc);
         return NULL;
     }
     memcpy(seq->tokens, prompt, prompt_len * sizeof *prompt);
@@ -138,5 +144,7 @@ void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)
               sizeof *seq->swap_blocks);
     pkv__free(alloc, seq->drafts, seq->drafts_size, sizeof *seq->drafts);
     pkv__free(alloc, seq->store_digests, seq->store_digests_capacity, 1);
+    pkv__free(alloc, seq->group_tables, seq->num_group_tables,
+              sizeof *seq->group_tables);
     pkv__free(alloc, seq, 1, sizeof *seq);
 }

@@ -103,7 +103,29 @@ typedef struct pkv__seq {
     uint8_t *store_digests;
     uint32_t num_store_digests;
     uint32_t store_digests_capacity; /* in bytes */
+
+    /* Hybrid memory (groups.h): the tables of groups 1 .. groups - 1;
+     * `table` is group 0's. NULL, 0 with one group. */
+    pkv__table *group_tables;
+    uint32_t num_group_tables;
 } pkv__seq;
+
+/* Group g's block table (g < pkv__seq_groups). */
+static inline pkv__table *pkv__seq_table(pkv__seq *seq, uint32_t g)
+{
+    return g == 0 ? &seq->table : &seq->group_tables[g - 1];
+}
+
+static inline const pkv__table *pkv__seq_table_c(const pkv__seq *seq,
+                                                 uint32_t g)
+{
+    return g == 0 ? &seq->table : &seq->group_tables[g - 1];
+}
+
+static inline uint32_t pkv__seq_groups(const pkv__seq *seq)
+{
+    return 1 + seq->num_group_tables;
+}
 
 /* Prefetch what a step reads of the sequence (prefetch.h): its first
  * 128 bytes, or step_end's first 64. */
@@ -159,13 +181,14 @@ void pkv__seq_list_remove(pkv__seq_list *list, const pkv__seq *seq);
 void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state);
 
 /* A new sequence holding a copy of the prompt, with room for one more
- * token. NULL when memory runs out. */
+ * token, and an empty block table for each of `groups` groups. NULL when
+ * memory runs out. */
 pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
-                       uint32_t prompt_len);
+                       uint32_t prompt_len, uint32_t groups);
 /* Make room for num_tokens + more tokens. */
 pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc,
                                    uint32_t more);
-/* Free the sequence object; its table and chain must be released. */
+/* Free the sequence object; its tables and chain must be released. */
 void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc);
 
 #endif

@@ -156,7 +156,9 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     if (checked != PKV_OK)
         return checked;
     pkv__seq *s;
-    pkv_status st = pkv__engine_find_between_steps(e, id, "export", &s);
+    pkv_status st = pkv__engine_no_groups(e, "pkv_seq_export");
+    if (st == PKV_OK)
+        st = pkv__engine_find_between_steps(e, id, "export", &s);
     if (st != PKV_OK)
         return st;
     const pkv__backend_config *c = &e->backend_config;
@@ -338,7 +340,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
         for (uint32_t i = 0; i < tokens; i++)
             token_ids[i] =
                 (int32_t)pkv__get_u32(d + HEADER_BYTES + (size_t)i * 4);
-        seq = pkv__seq_new(&e->alloc, token_ids, tokens);
+        seq = pkv__seq_new(&e->alloc, token_ids, tokens, 1);
     }
     pkv__free(&e->alloc, token_ids, tokens, sizeof *token_ids);
     if (seq != NULL && swap_size > 0) {
@@ -425,6 +427,8 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     if (data == NULL || out_id == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
                                 data == NULL ? "data" : "out_id");
+    if (pkv__engine_no_groups(e, "pkv_seq_import") != PKV_OK)
+        return PKV_ERR_UNSUPPORTED;
     pkv_seq_params p;
     pkv_seq_params_init(&p);
     if (params != NULL) {

@@ -2,7 +2,13 @@
 /* The current step's state (step_state.h). */
 #include "step_state.h"
 
+#include "groups.h"
+
 #include <string.h>
+
+/* Device actions a step can hold: a swap and, in each group, a
+ * copy-on-write for its rows and one for its drafts, per sequence. */
+#define ACTIONS(seqs, groups) ((seqs) * (1 + 2 * (groups)))
 
 pkv_status pkv__step_state_init(pkv__step_state *s, const pkv__allocator *a,
                                 const pkv_engine_params *p)
@@ -12,24 +18,28 @@ pkv_status pkv__step_state_init(pkv__step_state *s, const pkv__allocator *a,
     s->max_seqs = p->max_num_seqs;
     s->max_rows = p->max_batch_tokens;
     s->num_layers = p->num_layers;
+    s->groups = p->num_layers / pkv__groups_slots(p);
+    size_t groups = s->groups;
     s->layer_done = pkv__calloc(a, s->num_layers, 1);
     s->step_seqs = pkv__calloc(a, seqs, sizeof *s->step_seqs);
-    s->actions = pkv__calloc(a, 3 * seqs, sizeof *s->actions);
-    s->copy_pairs = pkv__calloc(a, 3 * seqs, sizeof *s->copy_pairs);
+    s->actions = pkv__calloc(a, ACTIONS(seqs, groups), sizeof *s->actions);
+    s->copy_pairs =
+        pkv__calloc(a, ACTIONS(seqs, groups), sizeof *s->copy_pairs);
     s->seq_ids = pkv__calloc(a, seqs, sizeof *s->seq_ids);
     s->seq_user_data = pkv__calloc(a, seqs, sizeof *s->seq_user_data);
     s->query_start = pkv__calloc(a, seqs + 1, sizeof *s->query_start);
     s->context_lens = pkv__calloc(a, seqs, sizeof *s->context_lens);
     s->stages = pkv__calloc(a, seqs, sizeof *s->stages);
-    s->step_tables = pkv__calloc(a, seqs, sizeof *s->step_tables);
-    s->table_versions = pkv__calloc(a, seqs, sizeof *s->table_versions);
+    s->step_tables = pkv__calloc(a, seqs * groups, sizeof *s->step_tables);
+    s->table_versions =
+        pkv__calloc(a, seqs * groups, sizeof *s->table_versions);
     s->preempted = pkv__calloc(a, seqs, sizeof *s->preempted);
     s->seq_bad = pkv__calloc(a, seqs, 1);
     s->sample_rows = pkv__calloc(a, rows, sizeof *s->sample_rows);
     s->sample_seq_ids = pkv__calloc(a, rows, sizeof *s->sample_seq_ids);
     s->token_ids = pkv__calloc(a, rows, sizeof *s->token_ids);
     s->positions = pkv__calloc(a, rows, sizeof *s->positions);
-    s->slots = pkv__calloc(a, rows, sizeof *s->slots);
+    s->slots = pkv__calloc(a, rows * groups, sizeof *s->slots);
     s->row_bad = pkv__calloc(a, rows, 1);
     if (!s->layer_done || !s->step_seqs || !s->actions || !s->copy_pairs ||
         !s->seq_ids || !s->seq_user_data || !s->query_start ||
@@ -43,25 +53,27 @@ pkv_status pkv__step_state_init(pkv__step_state *s, const pkv__allocator *a,
 
 void pkv__step_state_release(pkv__step_state *s, const pkv__allocator *a)
 {
-    size_t seqs = s->max_seqs, rows = s->max_rows;
+    size_t seqs = s->max_seqs, rows = s->max_rows, groups = s->groups;
     pkv__free(a, s->layer_done, s->num_layers, 1);
     pkv__free(a, s->step_seqs, seqs, sizeof *s->step_seqs);
-    pkv__free(a, s->actions, 3 * seqs, sizeof *s->actions);
-    pkv__free(a, s->copy_pairs, 3 * seqs, sizeof *s->copy_pairs);
+    pkv__free(a, s->actions, ACTIONS(seqs, groups), sizeof *s->actions);
+    pkv__free(a, s->copy_pairs, ACTIONS(seqs, groups),
+              sizeof *s->copy_pairs);
     pkv__free(a, s->seq_ids, seqs, sizeof *s->seq_ids);
     pkv__free(a, s->seq_user_data, seqs, sizeof *s->seq_user_data);
     pkv__free(a, s->query_start, seqs + 1, sizeof *s->query_start);
     pkv__free(a, s->context_lens, seqs, sizeof *s->context_lens);
     pkv__free(a, s->stages, seqs, sizeof *s->stages);
-    pkv__free(a, s->step_tables, seqs, sizeof *s->step_tables);
-    pkv__free(a, s->table_versions, seqs, sizeof *s->table_versions);
+    pkv__free(a, s->step_tables, seqs * groups, sizeof *s->step_tables);
+    pkv__free(a, s->table_versions, seqs * groups,
+              sizeof *s->table_versions);
     pkv__free(a, s->preempted, seqs, sizeof *s->preempted);
     pkv__free(a, s->seq_bad, seqs, 1);
     pkv__free(a, s->sample_rows, rows, sizeof *s->sample_rows);
     pkv__free(a, s->sample_seq_ids, rows, sizeof *s->sample_seq_ids);
     pkv__free(a, s->token_ids, rows, sizeof *s->token_ids);
     pkv__free(a, s->positions, rows, sizeof *s->positions);
-    pkv__free(a, s->slots, rows, sizeof *s->slots);
+    pkv__free(a, s->slots, rows * groups, sizeof *s->slots);
     pkv__free(a, s->row_bad, rows, 1);
     pkv__free(a, s->finished, s->finished_capacity, sizeof *s->finished);
     pkv__free(a, s->finished_user_data, s->finished_user_data_capacity,

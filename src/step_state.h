@@ -33,13 +33,14 @@ typedef struct pkv__step_state {
     uint32_t max_seqs;   /* max_num_seqs */
     uint32_t max_rows;   /* max_batch_tokens */
     uint32_t num_layers;
+    uint32_t groups;     /* groups of layers (groups.h) */
     int in_step;
     uint32_t layers_left;
     uint8_t *layer_done;   /* [num_layers] */
     pkv__plan plan;        /* made by sched.c */
     pkv__seq **step_seqs;  /* [max_seqs]: the batch's sequences */
-    pkv__action *actions;  /* [3 * max_seqs] */
-    pkv__block_copy *copy_pairs; /* [3 * max_seqs]: a run of copies */
+    pkv__action *actions;  /* [max_seqs * (1 + 2 * groups)] */
+    pkv__block_copy *copy_pairs; /* as many: a run of copies */
     uint32_t num_actions;
     pkv__step backend_step; /* what the backend reads */
     pkv_batch batch;        /* what the host reads */
@@ -48,15 +49,17 @@ typedef struct pkv__step_state {
     uint32_t *query_start;      /* [max_seqs + 1] */
     uint32_t *context_lens;     /* [max_seqs] */
     uint32_t *stages;           /* [max_seqs] */
-    const uint32_t **step_tables; /* [max_seqs]: the tables' blocks */
-    uint64_t *table_versions;   /* [max_seqs] */
+    const uint32_t **step_tables; /* [groups][max_seqs]: the tables'
+                                     blocks (backend.h) */
+    uint64_t *table_versions;   /* [groups][max_seqs] */
     pkv_seq_id *preempted;      /* [max_seqs] */
     uint8_t *seq_bad;           /* [max_seqs]: a non-finite K/V row */
     uint32_t *sample_rows;      /* [max_rows]: drafts sample every row */
     pkv_seq_id *sample_seq_ids; /* [max_rows] */
     int32_t *token_ids;         /* [max_rows] */
     uint32_t *positions;        /* [max_rows] */
-    uint64_t *slots;            /* [max_rows] */
+    uint64_t *slots;            /* [groups][max_rows], packed by the
+                                   step's rows (backend.h) */
     uint8_t *row_bad;           /* [max_rows]: non-finite K/V */
     /* Grown before a step by pkv__step_state_reserve, or on demand. */
     pkv_finished *finished;

@@ -20,10 +20,14 @@ pkv_status pkv__table_reserve(pkv__table *table, const pkv__pool *pool,
                               uint32_t needed)
 {
     void *blocks;
-    pkv_status st = pkv__grow(&pool->alloc, table->blocks, &table->capacity,
+    size_t capacity = table->capacity;
+    pkv_status st = pkv__grow(&pool->alloc, table->blocks, &capacity,
                               table->num_blocks, needed,
                               sizeof *table->blocks, &blocks);
+    /* A table never needs more than max_model_len (at most 2^24) ids, so
+     * its capacity stays far below 2^32. */
     table->blocks = blocks;
+    table->capacity = (uint32_t)capacity;
     return st;
 }
 
@@ -116,8 +120,13 @@ void pkv__table_truncate(pkv__table *table, pkv__pool *pool,
     uint32_t keep = pkv__blocks_for(n_tokens, bs);
     if (table->num_blocks > keep)
         stamp(table, pool);
-    while (table->num_blocks > keep)
-        pkv__pool_decref(pool, table->blocks[--table->num_blocks]);
+    while (table->num_blocks > keep) {
+        uint32_t b = table->blocks[--table->num_blocks];
+        if (b != PKV__NULL_BLOCK) /* dropped behind a window */
+            pkv__pool_decref(pool, b);
+    }
+    if (table->first_held > keep)
+        table->first_held = keep;
     table->num_tokens = n_tokens;
     uint32_t tail_fill = n_tokens % bs;
     if (keep == 0 || tail_fill == 0)
@@ -139,10 +148,12 @@ pkv_status pkv__table_fork(pkv__table *dst, const pkv__table *src,
         return st;
     for (uint32_t i = 0; i < src->num_blocks; i++) {
         dst->blocks[i] = src->blocks[i];
-        pkv__pool_incref(pool, src->blocks[i]);
+        if (i >= src->first_held)
+            pkv__pool_incref(pool, src->blocks[i]);
     }
     dst->num_blocks = src->num_blocks;
     dst->num_tokens = src->num_tokens;
+    dst->first_held = src->first_held;
     stamp(dst, pool);
     return PKV_OK;
 }
@@ -150,20 +161,47 @@ pkv_status pkv__table_fork(pkv__table *dst, const pkv__table *src,
 pkv_status pkv__table_adopt(pkv__table *table, pkv__pool *pool,
                             const uint32_t *blocks, uint32_t n)
 {
-    if (table->num_blocks != 0 || table->num_tokens != 0 ||
+    return pkv__table_adopt_from(table, pool, blocks, 0, n);
+}
+
+pkv_status pkv__table_adopt_from(pkv__table *table, pkv__pool *pool,
+                                 const uint32_t *blocks, uint32_t first,
+                                 uint32_t n)
+{
+    if (table->num_blocks != 0 || table->num_tokens != 0 || first > n ||
         (uint64_t)n * pool->block_size > UINT32_MAX)
         return PKV_ERR_INVALID_ARGUMENT;
     pkv_status st = pkv__table_reserve(table, pool, n);
     if (st != PKV_OK)
         return st;
-    for (uint32_t i = 0; i < n; i++) {
-        table->blocks[i] = blocks[i];
-        pkv__pool_incref(pool, blocks[i]);
+    for (uint32_t i = 0; i < first; i++)
+        table->blocks[i] = PKV__NULL_BLOCK;
+    for (uint32_t i = first; i < n; i++) {
+        table->blocks[i] = blocks[i - first];
+        pkv__pool_incref(pool, blocks[i - first]);
     }
+    table->first_held = first;
     table->num_blocks = n;
     table->num_tokens = n * pool->block_size;
     stamp(table, pool);
     return PKV_OK;
+}
+
+uint32_t pkv__table_drop_front(pkv__table *table, pkv__pool *pool,
+                               uint32_t n)
+{
+    if (n > table->num_blocks)
+        n = table->num_blocks;
+    if (n <= table->first_held)
+        return 0;
+    uint32_t dropped = n - table->first_held;
+    for (uint32_t i = table->first_held; i < n; i++) {
+        pkv__pool_decref(pool, table->blocks[i]);
+        table->blocks[i] = PKV__NULL_BLOCK;
+    }
+    table->first_held = n;
+    stamp(table, pool);
+    return dropped;
 }
 
 uint64_t pkv__table_slot(const pkv__table *table, const pkv__pool *pool,

@@ -15,15 +15,26 @@
 
 typedef struct pkv__table {
     uint32_t *blocks;
-    size_t capacity;
     /* Stamped by every change to blocks[0 .. num_blocks) with a count no
      * other table state ever had (pkv__pool.table_edits), so that a
      * backend holding a copy of the blocks knows whether it is current
      * without comparing them. 0: empty since pkv__table_init. */
     uint64_t version;
+    uint32_t capacity; /* ids blocks has room for (32 bits: a sequence's
+                          step fields fit two cache lines, seq.h) */
     uint32_t num_blocks;
     uint32_t num_tokens; /* tokens that have slots */
+    /* Blocks [0, first_held) were dropped behind a window
+     * (pkv__table_drop_front): PKV__NULL_BLOCK, holding nothing. 0 in a
+     * table of a group without a window. */
+    uint32_t first_held;
 } pkv__table;
+
+/* Blocks the table holds references on. */
+static inline uint32_t pkv__table_held(const pkv__table *table)
+{
+    return table->num_blocks - table->first_held;
+}
 
 /* Blocks that hold `tokens` tokens. */
 static inline uint32_t pkv__blocks_for(uint64_t tokens, uint32_t block_size)
@@ -84,6 +95,19 @@ pkv_status pkv__table_fork(pkv__table *dst, const pkv__table *src,
  * taking a reference on each. All or nothing. */
 pkv_status pkv__table_adopt(pkv__table *table, pkv__pool *pool,
                             const uint32_t *blocks, uint32_t n);
+
+/* Drop the blocks before block n that the table still holds (a windowed
+ * group's blocks that no later row can see): their references go back to
+ * the pool and their ids become PKV__NULL_BLOCK. Returns how many it
+ * dropped. */
+uint32_t pkv__table_drop_front(pkv__table *table, pkv__pool *pool,
+                               uint32_t n);
+
+/* The same for a windowed group's table: blocks [0, first) are dropped
+ * (PKV__NULL_BLOCK), blocks [first, n) are blocks[0 .. n - first). */
+pkv_status pkv__table_adopt_from(pkv__table *table, pkv__pool *pool,
+                                 const uint32_t *blocks, uint32_t first,
+                                 uint32_t n);
 
 /* The cache slot (block * block_size + offset) of the token at position. */
 uint64_t pkv__table_slot(const pkv__table *table, const pkv__pool *pool,

@@ -116,22 +116,19 @@ static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
     free(perm);
     /* Quantized: a second tail per sequence, for the fork test. U4
      * groups of 32 channels, or 16 where 32 does not divide head_dim. */
-    pkv__backend_config cfg = {layers,
-                               hq,
-                               hkv,
-                               d,
-                               bs,
-                               nblocks,
-                               dtype,
-                               kq,
-                               vq,
-                               d % 32 == 0 ? 32 : 16,
-                               PKV_LAYOUT_QUANTIZED(dtype) ? 2 * n : 0,
-                               0,
-                               0,
-                               NULL,
-                               NULL,
-                               0};
+    pkv__backend_config cfg = {
+        .num_layers = layers,
+        .num_q_heads = hq,
+        .num_kv_heads = hkv,
+        .head_dim = d,
+        .block_size = bs,
+        .num_blocks = nblocks,
+        .kv_dtype = dtype,
+        .key_quant = kq,
+        .value_quant = vq,
+        .u4_group = d % 32 == 0 ? 32 : 16,
+        .num_stages = PKV_LAYOUT_QUANTIZED(dtype) ? 2 * n : 0,
+    };
     s->cfg = cfg;
     assert_int_equal(pkv__backend_cpu.create(&s->cfg, &s->alloc, &s->be),
                      PKV_OK);

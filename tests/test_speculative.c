@@ -37,6 +37,7 @@ typedef struct spec_case {
     double p;   /* a draft token is right with this probability */
     uint32_t k; /* drafts per step */
     uint32_t window; /* u8_rollback_blocks */
+    int hybrid;      /* windows of 6 and 0 tokens, in hybrid memory */
 } spec_case;
 
 /* Drafts for a decoding sequence: the true next tokens (hm_sample), each
@@ -67,12 +68,19 @@ static void run(const spec_case *c, int speculative, ch_host *h)
     p.block_size = c->block_size;
     p.preempt_mode = c->preempt_mode;
     p.u8_rollback_blocks = c->window;
+    static const uint32_t windows[2] = {6, 0};
+    if (c->hybrid) {
+        p.layer_windows = windows;
+        p.hybrid_memory = 1;
+    }
     p.swap_bytes = 1 << 20;
     p.watermark = 0;
     /* Room for about 3 of the 6 sequences at their full length. */
     uint32_t per_seq = (PROMPT + NEW + c->k + c->block_size - 1) /
                        c->block_size;
     p.num_blocks = 3 * per_seq + 1;
+    if (c->hybrid) /* a block is one layer's: 3 at their full length */
+        p.num_blocks = 2 * 3 * per_seq + 1;
     ch_cmocka_init(h, &p, hm_tolerance(c->dtype));
     int32_t *prompts[SEQS];
     for (uint32_t i = 0; i < SEQS; i++) {
@@ -162,6 +170,7 @@ static void test_same_tokens(void **state)
                                modes[m],
                                0.7,
                                4,
+                               0,
                                0};
                 same_outputs(&c);
                 if (PKV_LAYOUT_QUANTIZED(dtypes[d])) { /* a rollback window */
@@ -169,6 +178,20 @@ static void test_same_tokens(void **state)
                     same_outputs(&c);
                 }
             }
+    /* Hybrid memory: a windowed group's blocks come and go with the
+     * drafts and their rollback. */
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+        for (size_t b = 1; b < 3; b++) {
+            spec_case c = {PKV_BACKEND_KIND_CPU,
+                           dtypes[d],
+                           sizes[b],
+                           modes[b - 1],
+                           0.7,
+                           4,
+                           PKV_LAYOUT_QUANTIZED(dtypes[d]) ? 2 : 0,
+                           1};
+            same_outputs(&c);
+        }
     /* Acceptance from none to all. */
     const double ps[] = {0.0, 0.5, 0.9, 1.0};
     for (size_t i = 0; i < 4; i++) {
@@ -178,6 +201,7 @@ static void test_same_tokens(void **state)
                        PKV_PREEMPT_MODE_RECOMPUTE,
                        ps[i],
                        6,
+                       0,
                        0};
         same_outputs(&c);
     }
@@ -199,7 +223,8 @@ static void test_same_tokens_opencl(void **state)
                                            : PKV_PREEMPT_MODE_RECOMPUTE),
                            0.7,
                            4,
-                           PKV_LAYOUT_QUANTIZED(dtypes[d]) ? 2u : 0u};
+                           PKV_LAYOUT_QUANTIZED(dtypes[d]) ? 2u : 0u,
+                           0};
             same_outputs(&c);
         }
 }
@@ -263,7 +288,7 @@ static void committed_rows(int32_t backend, int32_t dtype, uint32_t bs,
         id = ch_add_prompt(&h[i], prompt, PROMPT, NEW, 0, 0);
     }
     ch_run(&h[0], 1000);
-    spec_case c = {backend, dtype, bs, 0, 0.6, 4, window};
+    spec_case c = {backend, dtype, bs, 0, 0.6, 4, window, 0};
     uint64_t rng = 99;
     for (int step = 0; step < 1000 && pkv_engine_has_work(h[1].engine);
          step++) {
@@ -378,7 +403,7 @@ static void window_case(int32_t backend, int32_t dtype, uint32_t bs,
             recomputed = 1;
         else if (step > 0) {
             int32_t drafts[PKV_MAX_DRAFTS];
-            spec_case c = {backend, dtype, bs, 0, 0.0, k, window};
+            spec_case c = {backend, dtype, bs, 0, 0.0, k, window, 0};
             uint64_t rng = 1;
             assert_int_equal(
                 ch_propose(&h[1], id, drafts,

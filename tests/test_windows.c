@@ -8,8 +8,10 @@
  * prefix hits, fork, preemption (recompute and swap), truncate,
  * speculative rows, export/import and the saved prefix cache. ch_step
  * checks every output row of every layer against dense attention over
- * that layer's window. Built twice: test_windows (CPU backend) and
- * test_windows_opencl.
+ * that layer's window. The same with hybrid memory (a group of layers
+ * per window, windowed groups dropping the blocks behind their windows):
+ * the same rows, fewer blocks. Built twice: test_windows (CPU backend)
+ * and test_windows_opencl.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
+#include "seq_tables.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 
@@ -57,9 +60,30 @@ static void move_copy(ch_host *h, pkv_seq_id id)
     assert_int_equal(ch_move(h, id, &copy), PKV_OK);
 }
 
-static void workload(int32_t dtype, int32_t mode)
+/* The most blocks a windowed group of the engine holds for one sequence
+ * (hybrid memory), over the running sequences. */
+static uint32_t most_windowed_blocks(const pkv_engine *e)
+{
+    uint32_t most = 0;
+    for (uint32_t i = 0; i < e->seqs.running.count; i++) {
+        const pkv__seq *s = e->seqs.running.items[i];
+        for (uint32_t g = 0; g < pkv__seq_groups(s); g++)
+            if (pkv__groups_window(&e->groups, g) != 0 &&
+                pkv__table_held(pkv__seq_table_c(s, g)) > most)
+                most = pkv__table_held(pkv__seq_table_c(s, g));
+    }
+    return most;
+}
+
+/* hybrid: hybrid memory, where export/import and the prefix cache file
+ * are refused (pkv.h). */
+static void workload(int32_t dtype, int32_t mode, int hybrid)
 {
     pkv_engine_params p = window_params(dtype, mode);
+    if (hybrid) {
+        p.hybrid_memory = 1;
+        p.num_blocks = 33; /* of one layer each: the sequences preempt */
+    }
     ch_host h;
     ch_cmocka_init(&h, &p, hm_tolerance(dtype));
     int32_t *prompts[SEQS];
@@ -71,8 +95,14 @@ static void workload(int32_t dtype, int32_t mode)
         else
             ids[i] = ch_add_prompt(&h, prompts[i], PROMPT, NEW, 0, 0);
     }
-    for (int s = 0; s < 6; s++)
+    if (hybrid)
+        assert_int_equal(h.engine->groups.num_groups, 3);
+    uint32_t most = 0;
+    for (int s = 0; s < 6; s++) {
         ch_step(&h, NULL);
+        if (most_windowed_blocks(h.engine) > most)
+            most = most_windowed_blocks(h.engine);
+    }
     ids[1] = ch_add_prompt(&h, prompts[1], PROMPT, NEW, 0, 0);
     pkv_seq_id child;
     const pkv__seq *es = pkv__seqs_find(&h.engine->seqs, ids[0]);
@@ -103,14 +133,65 @@ static void workload(int32_t dtype, int32_t mode)
     }
     ch_step(&h, NULL);
     es = pkv__seqs_find(&h.engine->seqs, ids[1]);
-    if (es != NULL && es->state == PKV__SEQ_RUNNING)
+    if (es != NULL && es->state == PKV__SEQ_RUNNING && !hybrid)
         move_copy(&h, ids[1]);
-    ch_run(&h, 500);
+    if (es != NULL && es->state == PKV__SEQ_RUNNING && hybrid) {
+        size_t size = 0;
+        assert_int_equal(pkv_seq_export(h.engine, ids[1], NULL, 0, &size),
+                         PKV_ERR_UNSUPPORTED);
+        assert_non_null(strstr(pkv_engine_last_error(h.engine),
+                               "hybrid_memory"));
+        /* A cut behind the 4- and 5-token windows: computed again. */
+        assert_int_equal(ch_truncate(&h, ids[1], 2), PKV_OK);
+    }
+    for (int s = 0; pkv_engine_has_work(h.engine); s++) {
+        assert_true(s < 500);
+        ch_step(&h, NULL);
+        ch_check(&h);
+        if (most_windowed_blocks(h.engine) > most)
+            most = most_windowed_blocks(h.engine);
+    }
     pkv_engine_stats st;
     pkv_engine_stats_init(&st);
     assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
     assert_true(st.prefix_hit_tokens > 0);
     assert_true(st.preemptions > 0);
+    assert_true((st.swap_outs > 0) == (mode == PKV_PREEMPT_MODE_SWAP));
+    /* Between steps, a windowed group holds what its next row sees: 5
+     * tokens reach at most 2 blocks of 4, where 25 tokens take 7. */
+    if (hybrid)
+        assert_int_equal(most, 2);
+    else
+        assert_true(most == 0);
+    /* The groups' counts add up to the pool's. */
+    assert_int_equal(st.kv_groups, hybrid ? 3 : 1);
+    assert_int_equal(st.group_layers, hybrid ? 1 : 3);
+    uint64_t blocks = 0, tokens = 0;
+    /* Full layers first, then the windows in increasing order; without
+     * hybrid memory one group keeps every token. */
+    const uint32_t group_windows[3] = {0, 4, 5};
+    for (uint32_t g = 0; g < st.kv_groups; g++) {
+        uint32_t window;
+        uint64_t b, t;
+        assert_int_equal(
+            pkv_engine_get_group_stats(h.engine, g, &window, &b, &t), PKV_OK);
+        assert_int_equal(window, group_windows[g]);
+        blocks += b;
+        tokens += t;
+    }
+    assert_int_equal(blocks + 1, st.blocks_used);
+    assert_int_equal(tokens, st.tokens_stored);
+    if (hybrid) {
+        size_t size = 0;
+        assert_int_equal(
+            pkv_engine_save_prefix_cache(h.engine, NULL, 0, &size),
+            PKV_ERR_UNSUPPORTED);
+        ch_check_idle(&h);
+        ch_free(&h);
+        for (uint32_t i = 0; i < SEQS; i++)
+            free(prompts[i]);
+        return;
+    }
 
     /* Prompt 0 again, so that its blocks are the cache's newest; then the
      * saved prefix cache in a new engine: prompt 0 hits it. */
@@ -147,19 +228,33 @@ static void test_mixed_windows(void **state)
     (void)state;
     const int32_t modes[] = {PKV_PREEMPT_MODE_RECOMPUTE, PKV_PREEMPT_MODE_SWAP};
     for (size_t m = 0; m < 2; m++) {
-        workload(PKV_KV_DTYPE_F32, modes[m]);
-        workload(PKV_KV_DTYPE_F16, modes[m]);
+        workload(PKV_KV_DTYPE_F32, modes[m], 0);
+        workload(PKV_KV_DTYPE_F16, modes[m], 0);
     }
 }
+
+#ifndef PKV_HAVE_OPENCL
+static void test_hybrid_memory(void **state)
+{
+    (void)state;
+    const int32_t modes[] = {PKV_PREEMPT_MODE_RECOMPUTE, PKV_PREEMPT_MODE_SWAP};
+    for (size_t m = 0; m < 2; m++) {
+        workload(PKV_KV_DTYPE_F32, modes[m], 1);
+        workload(PKV_KV_DTYPE_F16, modes[m], 1);
+        workload(PKV_KV_DTYPE_U8, modes[m], 1);
+        workload(PKV_KV_DTYPE_U4, modes[m], 1);
+    }
+}
+#endif
 
 /* U8 apart, so that the oclgrind pass in tests/run.sh can run it alone:
  * its staging tails and seals meet the windows there. */
 static void test_mixed_windows_u8(void **state)
 {
     (void)state;
-    workload(PKV_KV_DTYPE_U8, PKV_PREEMPT_MODE_RECOMPUTE);
-    workload(PKV_KV_DTYPE_U8, PKV_PREEMPT_MODE_SWAP);
-    workload(PKV_KV_DTYPE_U4, PKV_PREEMPT_MODE_SWAP);
+    workload(PKV_KV_DTYPE_U8, PKV_PREEMPT_MODE_RECOMPUTE, 0);
+    workload(PKV_KV_DTYPE_U8, PKV_PREEMPT_MODE_SWAP, 0);
+    workload(PKV_KV_DTYPE_U4, PKV_PREEMPT_MODE_SWAP, 0);
 }
 
 /* Decode steps of long contexts (the decode kernels on OpenCL), with
@@ -212,6 +307,16 @@ static void test_errors(void **state)
     given[0] = 99;
     assert_int_equal(e->layer_windows[0], 5);
     pkv_engine_destroy(e);
+    /* Hybrid memory: what does not work with groups yet is refused. */
+    p.hybrid_memory = 2;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+    p.hybrid_memory = 1;
+    /* One window for every layer: one group, as without it. */
+    static const uint32_t same[3] = {5, 5, 5};
+    p.layer_windows = same;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    assert_int_equal(e->groups.num_groups, 1);
+    pkv_engine_destroy(e);
 }
 #endif
 
@@ -231,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_mixed_windows),
         cmocka_unit_test(test_mixed_windows_u8),
         cmocka_unit_test(test_decode_windows),
+        cmocka_unit_test(test_hybrid_memory),
         cmocka_unit_test(test_errors),
     };
 #endif

@@ -25,6 +25,25 @@ void g3_engine_params(pkv_engine_params *p, const g3_model *m,
     p->parallel_workers = m->num_threads;
 }
 
+void g3_engine_hybrid(pkv_engine_params *p, const g3_model *m, int hybrid)
+{
+    p->hybrid_memory = (uint32_t)hybrid;
+    if (!hybrid)
+        return;
+    /* The engine's groups (pkv.h): the greatest common divisor of the
+     * windowed and the full layers' counts, layers per group. */
+    uint32_t layers = m->config.num_layers, windowed = 0;
+    for (uint32_t l = 0; l < layers; l++)
+        windowed += m->layer_windows[l] != 0;
+    uint32_t a = windowed, b = layers - windowed;
+    while (b != 0) {
+        uint32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    p->num_blocks = (p->num_blocks - 1) * (layers / a) + 1;
+}
+
 int g3_attend_pkv(void *user, uint32_t layer, uint32_t rows, const float *q,
                   const float *k, const float *v, float *out)
 {

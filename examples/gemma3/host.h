@@ -17,6 +17,12 @@
 void g3_engine_params(pkv_engine_params *p, const g3_model *m,
                       uint32_t max_model_len);
 
+/* Sets p->hybrid_memory (pkv.h) to `hybrid` and gives p->num_blocks, a
+ * count of blocks over every layer, as many blocks of one group of
+ * layers as hold the same tokens: with hybrid memory a block holds one
+ * group's layers (Gemma 3: 6 groups of 3). */
+void g3_engine_hybrid(pkv_engine_params *p, const g3_model *m, int hybrid);
+
 /* g3_attend_fn over pkv: user is a g3_pkv_attend. Prints the engine's
  * message to stderr on failure. */
 typedef struct g3_pkv_attend {

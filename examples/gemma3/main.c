@@ -7,7 +7,7 @@
  *              [--prompt TEXT | --file PATH] [--parse-special]
  *              [--max-new N] [--ctx N]
  *              [--temperature T] [--top-p P] [--seed S] [--threads N]
- *              [--json] [--quiet] [--store HOST:PORT]
+ *              [--json] [--quiet] [--store HOST:PORT] [--hybrid-memory]
  *   pkv-gemma3 --prompt-ids PATH [--logits PATH [--logits-from K]] ...
  *   pkv-gemma3 --perplexity PATH [--ctx N] [--max-tokens N] [--kv ...]
  *              [--keys channel|token] [--parse-special]
@@ -25,6 +25,8 @@
  * pkv-gemma3 loads the prompt blocks the first computed. --weights is the
  * model's GGUF (default: where examples/gemma3/setup.sh puts it);
  * --threads the threads of its matrix products (default: every core).
+ * --hybrid-memory keeps only the window of KV in the windowed layers
+ * (pkv_engine_params.hybrid_memory), with every mode.
  *
  * A sequence holds at most the model's context of 32,768 tokens, or --ctx
  * (with --perplexity, --ctx is the chunk length instead, 512 by default):
@@ -71,6 +73,7 @@ typedef struct options {
     const char *perplexity;
     int agreement;
     int32_t kv_dtype;
+    int hybrid; /* --hybrid-memory */
     int32_t key_quant;
     int32_t backend;
     uint32_t max_new;
@@ -123,7 +126,7 @@ static int usage(FILE *out, int code)
             "                  [--ctx N] [--temperature T] [--top-p P] "
             "[--seed S]\n"
             "                  [--threads N] [--json] [--quiet] "
-            "[--store HOST:PORT]\n"
+            "[--store HOST:PORT] [--hybrid-memory]\n"
             "       pkv-gemma3 --prompt-ids PATH [--logits PATH "
             "[--logits-from K]] ...\n"
             "       pkv-gemma3 --perplexity PATH [--ctx N] [--max-tokens N] "
@@ -136,6 +139,8 @@ static int usage(FILE *out, int code)
             "  %u, the model's context, which is the default); a longer\n"
             "  prompt is refused, the answer stops there. With --perplexity:\n"
             "  the chunk length (default 512).\n"
+            "--hybrid-memory: the windowed layers keep only their window's\n"
+            "  KV (pkv_engine_params.hybrid_memory); any mode.\n"
             "--parse-special: control-piece texts in the text\n"
             "  (<start_of_turn>, <end_of_turn>, <eos>...) read as those\n"
             "  tokens, for Gemma's chat format, as llama-cli reads a prompt.\n"
@@ -254,6 +259,10 @@ static int parse_options(int argc, char **argv, options *o)
         }
         if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "--hybrid-memory") == 0) {
+            o->hybrid = 1;
             continue;
         }
         if (strcmp(a, "--agreement") == 0) {
@@ -581,6 +590,7 @@ static int serve(const options *o, g3_model *m, const g3_tokenizer *tok)
     p.backend = o->backend;
     p.block_size = BLOCK_SIZE;
     p.num_blocks = blocks;
+    g3_engine_hybrid(&p, m, o->hybrid);
     p.max_batch_tokens = 256;
     p.log = host_log_stderr;
     p.log_level = PKV_LOG_LEVEL_WARN;
@@ -698,7 +708,7 @@ int main(int argc, char **argv)
         free(o.input_text);
         return 1;
     }
-    g3_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend};
+    g3_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend, o.hybrid};
     int rc;
     if (o.logits != NULL)
         rc = dump_logits(&o, &m, &tok, &kv);

@@ -56,6 +56,7 @@ static pkv_engine *create_engine(const g3_model *m, uint32_t max_len,
     p.backend = kv->backend;
     p.block_size = BLOCK_SIZE;
     p.num_blocks = blocks;
+    g3_engine_hybrid(&p, m, kv->hybrid);
     p.max_batch_tokens = SCORE_ROWS;
     p.log = host_log_stderr;
     p.log_level = PKV_LOG_LEVEL_WARN;
@@ -67,8 +68,10 @@ static pkv_engine *create_engine(const g3_model *m, uint32_t max_len,
     return e;
 }
 
+/* *kv_peak: the most bytes of KV the engine held at once. */
 static int run_seqs(g3_model *m, const score_seqs *s, const g3_kv_choice *kv,
-                    score_fn fn, void *user, char *backend, size_t size)
+                    score_fn fn, void *user, char *backend, size_t size,
+                    uint64_t *kv_peak)
 {
     uint32_t longest = 0, blocks = 1;
     for (uint32_t i = 0; i < s->n; i++) {
@@ -106,10 +109,15 @@ static int run_seqs(g3_model *m, const score_seqs *s, const g3_kv_choice *kv,
     }
     while (pkv_engine_has_work(e)) {
         const pkv_batch *b;
-        if (pkv_engine_step_begin(e, &b) != PKV_OK) {
+        pkv_engine_stats st;
+        pkv_engine_stats_init(&st);
+        if (pkv_engine_step_begin(e, &b) != PKV_OK ||
+            pkv_engine_get_stats(e, &st) != PKV_OK) {
             fprintf(stderr, "pkv-gemma3: %s\n", pkv_engine_last_error(e));
             goto out;
         }
+        if ((st.blocks_used - 1) * st.block_bytes > *kv_peak)
+            *kv_peak = (st.blocks_used - 1) * st.block_bytes;
         uint32_t n = 0;
         for (uint32_t q = 0; q < b->num_seqs; q++) {
             uint32_t seq = (uint32_t)((const uint32_t *)b->seq_user_data[q] -
@@ -227,14 +235,21 @@ int g3_score_perplexity(g3_model *m, const g3_tokenizer *tok,
     nll_sum acc = {&s, m->config.vocab_size, 0, 0};
     char backend[256];
     double t0 = host_now_s();
-    int rc = run_seqs(m, &s, kv, add_nll, &acc, backend, sizeof backend);
+    uint64_t kv_peak = 0;
+    int rc = run_seqs(m, &s, kv, add_nll, &acc, backend, sizeof backend,
+                      &kv_peak);
+    /* nll to the last bit (17 digits): runs that must agree exactly
+     * (hybrid memory or not) are compared on it. */
     if (rc == 0)
-        printf("{\"perplexity\": %.4f, \"nll\": %.6f, \"scored\": %llu, "
+        printf("{\"perplexity\": %.4f, \"nll\": %.17g, \"scored\": %llu, "
                "\"ctx\": %u, \"chunks\": %u, \"text_tokens\": %d, "
-               "\"kv\": \"%s\", \"backend\": \"%s\", \"seconds\": %.1f}\n",
+               "\"kv\": \"%s\", \"hybrid_memory\": %d, "
+               "\"kv_peak_bytes\": %llu, \"backend\": \"%s\", "
+               "\"seconds\": %.1f}\n",
                exp(acc.sum / (double)acc.count),
                acc.sum / (double)acc.count, (unsigned long long)acc.count,
-               ctx, chunks, n, dtype_name(kv), backend, host_now_s() - t0);
+               ctx, chunks, n, dtype_name(kv), kv->hybrid,
+               (unsigned long long)kv_peak, backend, host_now_s() - t0);
     free(ptrs);
     free(lens);
     free(all);
@@ -277,7 +292,9 @@ int g3_score_logits(g3_model *m, int32_t *ids, uint32_t n, uint32_t from,
     score_seqs s = {1, &ids, &n, &from, &last};
     logits_out o = {f, m->config.vocab_size, 0};
     char backend[256];
-    int rc = run_seqs(m, &s, kv, write_logits, &o, backend, sizeof backend);
+    uint64_t kv_peak = 0;
+    int rc = run_seqs(m, &s, kv, write_logits, &o, backend, sizeof backend,
+                      &kv_peak);
     if (fclose(f) != 0 || o.failed) {
         fprintf(stderr, "pkv-gemma3: cannot write %s\n", path);
         rc = 1;
@@ -327,7 +344,7 @@ static int generate_f32(g3_model *m, host_request *reqs, uint32_t n,
         blocks += len / BLOCK_SIZE + 1;
     }
     g3_kv_choice f32 = {PKV_KV_DTYPE_F32, PKV_QUANT_GROUP_DEFAULT,
-                        PKV_BACKEND_KIND_CPU};
+                        PKV_BACKEND_KIND_CPU, 0};
     pkv_engine *e = create_engine(m, longest, blocks, &f32);
     if (e == NULL)
         return 1;
@@ -395,8 +412,9 @@ int g3_score_agreement(g3_model *m, const g3_tokenizer *tok,
     score_seqs s = {N, tokens, len, first, last};
     argmax_hits hits = {&s, m->config.vocab_size, 0, 0};
     char backend[256];
-    if (run_seqs(m, &s, kv, count_argmax, &hits, backend, sizeof backend) !=
-        0)
+    uint64_t kv_peak = 0;
+    if (run_seqs(m, &s, kv, count_argmax, &hits, backend, sizeof backend,
+                 &kv_peak) != 0)
         goto out;
     printf("{\"agreement\": %.4f, \"same\": %llu, \"tokens\": %llu, "
            "\"prompts\": %u, \"kv\": \"%s\", \"backend\": \"%s\", "

@@ -15,6 +15,7 @@ typedef struct g3_kv_choice {
     int32_t dtype;     /* pkv_kv_dtype */
     int32_t key_quant; /* pkv_quant_group of U8/U4 keys */
     int32_t backend;   /* pkv_backend_kind */
+    int hybrid;        /* pkv_engine_params.hybrid_memory */
 } g3_kv_choice;
 
 /*

@@ -522,6 +522,26 @@ typedef struct pkv_engine_params {
     void *parallel_user;
     uint32_t parallel_workers;
 
+    /* Since 0.2.0. Hybrid memory: 1 groups the layers by their window
+     * (layer_windows), each group with its own block tables over the one
+     * pool, and a windowed group gives a sequence's blocks back as soon as
+     * no later row can see them (the block lies wholly behind the window
+     * of the sequence's next row), so a windowed layer holds about its
+     * window of KV, not the whole context. Groups have equal numbers of
+     * layers (the greatest common divisor of each window's layer count),
+     * a block holds one group's layers, and num_blocks and cache_bytes
+     * count such blocks: Gemma 3's 3 full and 15 windowed layers make 6
+     * groups of 3 layers, so the same cache_bytes gives 6 times the
+     * blocks. Outputs are the same as without it, bit for bit.
+     * With one window for every layer there is one group: no effect.
+     * Not yet with it (PKV_ERR_UNSUPPORTED at create): a KV store; and
+     * pkv_seq_export,
+     * pkv_seq_import and the prefix-cache file refuse with the same
+     * status. A prefix hit needs, in a windowed group, only the blocks
+     * its first computed row sees. pkv_engine_get_block_table gives the first group's table (the full
+     * layers', if any). 0 (the default): every layer keeps every token. */
+    uint32_t hybrid_memory;
+
     /* Since 0.2.0. The deployment key: 32 secret random bytes, the same
      * for every engine that shares a store, prefix-cache files or
      * exports, copied at create (the engine keeps only keys derived from
@@ -1186,6 +1206,12 @@ typedef struct pkv_engine_stats {
      * another block (geometry, key, parent's key or tokens differ). */
     uint64_t store_damaged;
     uint64_t store_mismatched;
+    /* Since 0.2.0. Hybrid memory (pkv_engine_params.hybrid_memory): the
+     * groups of layers, 1 without it, and the layers of each (a block
+     * holds one group's KV; pkv_engine_get_group_stats has each group's
+     * blocks). */
+    uint32_t kv_groups;
+    uint32_t group_layers;
 } pkv_engine_stats;
 
 /*
@@ -1206,6 +1232,25 @@ PKV_API pkv_status pkv_engine_stats_init(pkv_engine_stats *stats);
  */
 PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
                                         pkv_engine_stats *stats);
+
+/*
+ * One group of layers of hybrid memory (pkv_engine_params.hybrid_memory),
+ * group < pkv_engine_stats.kv_groups: its layers' window (0: the group
+ * keeps every token, as the one group without hybrid memory does),
+ * the blocks its tables hold (used: blocks_used counts them too) and the
+ * tokens those blocks hold. Without hybrid memory there is one group, of
+ * every layer, whose figures are pkv_engine_stats' blocks_used (less the
+ * null block) and tokens_stored. Groups of full layers come first, then
+ * the windows in increasing order.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL engine (pkv_last_error) or
+ * out-parameter, or a group out of range. Since 0.2.0.
+ * Thread-safety: as any engine call. Ownership: writes the outputs only.
+ */
+PKV_API pkv_status pkv_engine_get_group_stats(const pkv_engine *engine,
+                                              uint32_t group,
+                                              uint32_t *window,
+                                              uint64_t *blocks_used,
+                                              uint64_t *tokens_stored);
 
 /*
  * The block table of a live sequence, for introspection: *blocks points to

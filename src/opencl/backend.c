@@ -188,6 +188,10 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
     pkv_status st = pkv__backend_config_check(config);
     if (st != PKV_OK)
         return st;
+    if (pkv__backend_num_groups(config) > 1)
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "opencl backend: layers in groups (hybrid memory) "
+                         "are not read per group yet");
     pkv__backend *b = pkv__calloc(alloc, 1, sizeof *b);
     if (b == NULL)
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The prefix cache with hybrid memory's groups (groups.h). Group 0's
+ * blocks form the verified chain of prefix.h; a block of another group
+ * is indexed under its own hash (the chain's hash and the group) with the
+ * group-0 block of the same tokens as its parent, so it is found only
+ * while that block still holds them (its generation), and it holds the
+ * same prompt's KV by the chain's induction. A hit of h blocks needs, in
+ * each group, only the blocks the first computed row (token h *
+ * block_size) can see: all h in a group without a window, the window's
+ * last few in a windowed one (as vLLM's sliding-window manager does).
+ */
+#ifndef PKV_PREFIX_GROUPS_H
+#define PKV_PREFIX_GROUPS_H
+
+#include "groups.h"
+#include "prefix.h"
+#include "seq.h"
+
+/* Of a lookup's n group-0 links (prefix.h), the most, h, that the other
+ * groups can follow: each holds every block from its first seen one to
+ * h cached. Their blocks go to out, group after group (groups 1 ..),
+ * *n_out in all; out has room for n * (num_groups - 1). Pure. */
+uint32_t pkv__prefix_group_hits(const pkv__prefix *prefix,
+                                const pkv__groups *groups,
+                                const pkv__chain_link *links, uint32_t n,
+                                const int32_t *tokens, uint64_t salt,
+                                pkv__chain_link *out, uint32_t *n_out);
+
+/* Register the full blocks that groups 1 .. hold for the chain's links
+ * [from, num_links) (what pkv__prefix_register just added): a block not
+ * cached yet, where no equal one is, joins the index. */
+void pkv__prefix_register_groups(pkv__prefix *prefix,
+                                 const pkv__groups *groups,
+                                 const pkv__seq *seq, uint32_t from);
+
+#endif
