@@ -17,6 +17,7 @@ int bench_restart(const bench_options *opt);
 int bench_speculative(const bench_options *opt);
 int bench_kernels(const bench_options *opt);
 int bench_isa(const bench_options *opt); /* bench_isa.c */
+int bench_seal(const bench_options *opt); /* bench_seal.c */
 #ifdef PKV_BENCH_OPENCL
 int bench_interop(const bench_options *opt); /* bench_interop.c */
 #endif

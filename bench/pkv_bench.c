@@ -75,6 +75,17 @@ static const subcommand SUBCOMMANDS[] = {
      "one saved (pkv_engine_save/load_prefix_cache); both must sample the\n"
      "same first token. Nothing to plot. 5 rounds, about 25 seconds on a\n"
      "2-core machine; --quick 1 round (4.5 s measured)."},
+    {"seal", bench_seal,
+     "KV store saves and installs of 1 MiB values, sealed against not",
+     "What a deployment key (pkv_engine_params.seal_key) costs the KV\n"
+     "store's path: per value of 1 MiB of f16 KV (16 layers, 8 kv heads,\n"
+     "head_dim 128, blocks of 16), the step_end that saves a prompt's 8\n"
+     "blocks (read out, checksummed, sealed) and the step_begin that\n"
+     "installs them in a second engine (opened, verified, written into\n"
+     "its pool), with a key and without, taking turns in one run; the\n"
+     "in-process store of the tests, CPU backend. Medians of 9 rounds,\n"
+     "about 3 s on a 2-core machine; --quick 3 rounds, under 1 s. Skipped\n"
+     "when pkv was built without libcrypto."},
     {"kernels", bench_kernels,
      "OpenCL decode attention: KV GB/s vs memory bandwidth, paged vs "
      "contiguous",

@@ -5,6 +5,7 @@
 #include "engine_params.h"
 #include "store/engine_store.h"
 #include "kv_layout.h"
+#include "seal.h"
 #include "seq_tables.h"
 #include "struct_sizes.h"
 
@@ -77,6 +78,7 @@ static void engine_free(pkv_engine *e)
     /* Before the backend and pool: the store's operations in flight are
      * cancelled, so the connector stops writing into their buffers. */
     pkv__store_release(e);
+    pkv__seal_destroy(e->seal, &e->alloc);
     if (e->ops != NULL)
         e->ops->destroy(e->backend);
     pkv__seqs_release(&e->seqs, &e->alloc);
@@ -154,6 +156,12 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (st == PKV_OK) {
         what = "prefix index";
         st = pkv__prefix_init(&e->prefix, &e->pool);
+    }
+    /* The key itself is not kept: the seal holds what it derives. */
+    e->params.seal_key = NULL;
+    if (st == PKV_OK && p.seal_key != NULL) {
+        what = "seal";
+        st = pkv__seal_create(p.seal_key, &alloc, &e->seal);
     }
     if (st == PKV_OK) {
         what = "store state";

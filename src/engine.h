@@ -20,6 +20,7 @@
 #include "step_state.h"
 
 struct pkv__engine_store;
+struct pkv__seal;
 
 struct pkv_engine {
     pkv__allocator alloc;
@@ -42,6 +43,7 @@ struct pkv_engine {
     pkv__rollback rollback;    /* rollback.h */
     pkv__step_state step;      /* step_state.h */
     struct pkv__engine_store *store; /* store/engine_store.h */
+    struct pkv__seal *seal; /* seal.h; NULL: no seal_key */
     pkv_engine_stats totals; /* the cumulative counters */
     pkv__engine_message *message; /* engine_error.h */
 };

@@ -17,6 +17,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "seal.h"
 #include "wire.h"
 
 #include <stdlib.h>
@@ -129,7 +130,10 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     reachable(e, depth, path, order, &n);
     size_t block_bytes = pkv__backend_swap_block_bytes(c);
     size_t kv_at = HEADER_BYTES + n * entry_bytes(bs);
-    *size = kv_at + n * block_bytes;
+    size_t content = kv_at + n * block_bytes;
+    /* With a seal, the file goes after the seal's header. */
+    size_t seal_at = e->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
+    *size = seal_at + content;
     if (buffer == NULL && capacity == 0)
         goto done;
     if (buffer == NULL || capacity < *size) {
@@ -139,7 +143,7 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
                               *size, buffer == NULL ? (size_t)0 : capacity);
         goto done;
     }
-    uint8_t *out = buffer;
+    uint8_t *out = (uint8_t *)buffer + seal_at;
     for (uint32_t i = 0; i < n; i++)
         blocks[i] = order[i].block;
     st = e->ops->swap_out(e->backend, blocks, n, out + kv_at);
@@ -167,7 +171,14 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
             pkv__put_u32(p + 16 + 4 * t,
                          (uint32_t)e->prefix.tokens[(size_t)b * bs + t]);
     }
-    pkv__put_u64(out + AT_CHECKSUM, pkv__checksum(out, *size, AT_CHECKSUM));
+    pkv__put_u64(out + AT_CHECKSUM, pkv__checksum(out, content, AT_CHECKSUM));
+    if (e->seal != NULL) {
+        st = pkv__seal_close(e->seal, buffer, content, NULL, 0);
+        if (st != PKV_OK)
+            st = pkv__engine_fail(e, st, "save the prefix cache: sealing "
+                                         "%zu bytes failed",
+                                  content);
+    }
 done:
     pkv__free(&e->alloc, depth, nb, sizeof *depth);
     pkv__free(&e->alloc, path, nb, sizeof *path);
@@ -245,22 +256,11 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
 #define NOT_LOADED UINT32_MAX
 #define NEW_BLOCK (UINT32_MAX - 1)
 
-pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
-                                        size_t size, uint32_t *num_loaded)
+/* pkv_engine_load_prefix_cache of size bytes of a saved prefix cache at
+ * d (opened when sealed). */
+static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
+                            uint32_t *num_loaded)
 {
-    if (num_loaded != NULL)
-        *num_loaded = 0;
-    if (e == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
-    if (data == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "data is NULL");
-    if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
-                                "load the prefix cache during a step: call "
-                                "it after step_end");
-    if (pkv__engine_no_groups(e, "pkv_engine_load_prefix_cache") != PKV_OK)
-        return PKV_ERR_UNSUPPORTED;
-    const uint8_t *d = data;
     pkv_status st = check_file(e, d, size);
     if (st != PKV_OK)
         return st;
@@ -362,5 +362,33 @@ done:
     pkv__free(&e->alloc, tokens, (size_t)cap * bs, sizeof *tokens);
     pkv__free(&e->alloc, fresh, cap, sizeof *fresh);
     pkv__free(&e->alloc, bytes, bytes_size ? bytes_size : 1, 1);
+    return st;
+}
+
+pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
+                                        size_t size, uint32_t *num_loaded)
+{
+    if (num_loaded != NULL)
+        *num_loaded = 0;
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (data == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "data is NULL");
+    if (e->step.in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "load the prefix cache during a step: call "
+                                "it after step_end");
+    if (pkv__engine_no_groups(e, "pkv_engine_load_prefix_cache") != PKV_OK)
+        return PKV_ERR_UNSUPPORTED;
+    const uint8_t *d;
+    size_t n;
+    uint8_t *owned;
+    char why[160];
+    pkv_status st = pkv__seal_unwrap(e->seal, &e->alloc, data, size, MAGIC,
+                                     &d, &n, &owned, why, sizeof why);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e, st, "load: %s", why);
+    st = load_file(e, d, n, num_loaded);
+    pkv__free(&e->alloc, owned, n, 1);
     return st;
 }

@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "seal.h"
 #include "struct_sizes.h"
 #include "wire.h"
 
@@ -162,7 +163,10 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
         return st;
     const pkv__backend_config *c = &e->backend_config;
     uint64_t kv = kv_bytes(c, s->num_computed);
-    uint64_t total = HEADER_BYTES + (uint64_t)s->num_tokens * 4 + kv;
+    /* With a seal, the export goes after the seal's header. */
+    size_t seal_at = e->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
+    uint64_t content = HEADER_BYTES + (uint64_t)s->num_tokens * 4 + kv;
+    uint64_t total = seal_at + content;
     if (total > SIZE_MAX)
         return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
                                 "export of %llu bytes",
@@ -184,7 +188,7 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     if (st != PKV_OK)
         return st;
 
-    uint8_t *out = buffer;
+    uint8_t *out = (uint8_t *)buffer + seal_at;
     pkv__wire_put_header(out, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
     int quantized = pkv__backend_quantized(c);
     pkv__put_u32(out + AT_NUM_TOKENS, s->num_tokens);
@@ -202,8 +206,15 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     } else if (kv > 0)
         copy_rows(c, s->num_computed, p, swap, 0);
     pkv__put_u64(out + AT_CHECKSUM,
-                 pkv__checksum(out, (size_t)total, AT_CHECKSUM));
+                 pkv__checksum(out, (size_t)content, AT_CHECKSUM));
     pkv__free(&e->alloc, owned, owned_size, 1);
+    if (e->seal != NULL) {
+        st = pkv__seal_close(e->seal, buffer, (size_t)content, NULL, 0);
+        if (st != PKV_OK)
+            return pkv__engine_fail(e, st, "export: sealing %llu bytes "
+                                           "failed",
+                                    (unsigned long long)content);
+    }
     return PKV_OK;
 }
 
@@ -301,39 +312,12 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     return PKV_OK;
 }
 
-pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
-                          const void *data, size_t size, pkv_seq_id *out_id)
+/* pkv_seq_import of size bytes of an export at d (opened when sealed). */
+static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
+                                const uint8_t *d, size_t size,
+                                pkv_seq_id *out_id)
 {
-    if (out_id != NULL)
-        *out_id = 0;
-    if (e == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
-    if (data == NULL || out_id == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
-                                data == NULL ? "data" : "out_id");
-    if (pkv__engine_no_groups(e, "pkv_seq_import") != PKV_OK)
-        return PKV_ERR_UNSUPPORTED;
-    pkv_seq_params p;
-    pkv_seq_params_init(&p);
-    if (params != NULL) {
-        char why[128];
-        if (pkv__struct_size_bad(params->struct_size,
-                                 PKV__SEQ_PARAMS_MIN_SIZE, sizeof *params,
-                                 "params", "pkv_seq_params_init", why,
-                                 sizeof why))
-            return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
-        memcpy(&p, params, params->struct_size);
-    }
-    if (p.prompt != NULL || p.prompt_len != 0 || p.flags != 0)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                "import: params->prompt, prompt_len and "
-                                "flags must be NULL and 0 (the tokens come "
-                                "from the export)");
-    if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
-                                "import during a step: call it after "
-                                "step_end");
-    const uint8_t *d = data;
+    const pkv_seq_params p = *params;
     int keep_kv = 0;
     pkv_status st = check_header(e, d, size, &keep_kv);
     if (st != PKV_OK)
@@ -431,4 +415,49 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     *out_id = seq->id;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
+}
+
+pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
+                          const void *data, size_t size, pkv_seq_id *out_id)
+{
+    if (out_id != NULL)
+        *out_id = 0;
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (data == NULL || out_id == NULL)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+                                data == NULL ? "data" : "out_id");
+    if (pkv__engine_no_groups(e, "pkv_seq_import") != PKV_OK)
+        return PKV_ERR_UNSUPPORTED;
+    pkv_seq_params p;
+    pkv_seq_params_init(&p);
+    if (params != NULL) {
+        char why[128];
+        if (pkv__struct_size_bad(params->struct_size,
+                                 PKV__SEQ_PARAMS_MIN_SIZE, sizeof *params,
+                                 "params", "pkv_seq_params_init", why,
+                                 sizeof why))
+            return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
+        memcpy(&p, params, params->struct_size);
+    }
+    if (p.prompt != NULL || p.prompt_len != 0 || p.flags != 0)
+        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                                "import: params->prompt, prompt_len and "
+                                "flags must be NULL and 0 (the tokens come "
+                                "from the export)");
+    if (e->step.in_step)
+        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+                                "import during a step: call it after "
+                                "step_end");
+    const uint8_t *d;
+    size_t n;
+    uint8_t *owned;
+    char why[160];
+    pkv_status st = pkv__seal_unwrap(e->seal, &e->alloc, data, size, MAGIC,
+                                     &d, &n, &owned, why, sizeof why);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e, st, "import: %s", why);
+    st = import_export(e, &p, d, n, out_id);
+    pkv__free(&e->alloc, owned, n, 1);
+    return st;
 }

@@ -980,3 +980,12 @@ uint32_t ch_first_rows(ch_host *host, pkv_seq_id id)
     }
     ch_failf(host, "sequence %llu never ran", (unsigned long long)id);
 }
+
+const uint8_t ch_seal_key[32] = {
+    0x3c, 0x91, 0x0e, 0x5a, 0x77, 0x02, 0xd4, 0x6b, 0x18, 0xe9, 0xa0,
+    0x4f, 0x62, 0xb3, 0x85, 0x1d, 0xc7, 0x39, 0xfe, 0x20, 0x54, 0x8a,
+    0x6d, 0x13, 0xb8, 0x47, 0x0c, 0xe5, 0x9a, 0x71, 0x26, 0xdf};
+const uint8_t ch_other_seal_key[32] = {1,  2,  3,  4,  5,  6,  7,  8,
+                                       9,  10, 11, 12, 13, 14, 15, 16,
+                                       17, 18, 19, 20, 21, 22, 23, 24,
+                                       25, 26, 27, 28, 29, 30, 31, 32};

@@ -177,4 +177,9 @@ uint32_t ch_rows_of(const pkv_batch *b, pkv_seq_id id);
  * space held. */
 void ch_check_idle(ch_host *host);
 
+/* Two deployment keys (pkv_engine_params.seal_key) for the sealing
+ * tests: any 32 bytes will do, as long as the two differ. */
+extern const uint8_t ch_seal_key[32];
+extern const uint8_t ch_other_seal_key[32];
+
 #endif

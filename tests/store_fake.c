@@ -62,6 +62,7 @@ void fs_put(fs_data *data, const char *key, const void *value, size_t size)
     e->value = xalloc(size);
     memcpy(e->value, value, size);
     e->size = size;
+    e->written = ++data->clock;
 }
 
 void fs_delete(fs_data *data, const char *key)
@@ -132,6 +133,7 @@ static pkv_status fs_save(void *user, uint64_t ticket, const char *key,
     strcpy(op->keys, key);
     op->value = value; /* read when it finishes, as a real store may */
     op->value_size = value_size;
+    op->written = ++fs->data->clock;
     return PKV_OK;
 }
 
@@ -142,6 +144,7 @@ static int32_t run(fs_store *fs, fs_op *op)
         if (fs->fail_saves)
             return PKV_ERR_STORE;
         fs_put(fs->data, op->keys, op->value, op->value_size);
+        fs_get(fs->data, op->keys)->written = op->written;
         return PKV_OK;
     }
     if (fs->fail_loads)

@@ -20,12 +20,17 @@ typedef struct fs_entry {
     char key[PKV_STORE_KEY_MAX];
     uint8_t *value;
     size_t size;
+    /* When it was written: the place of its save among the table's saves
+     * (their calls, as a store that runs them in order writes them; what
+     * an LRU store evicts by when nothing reads). */
+    uint64_t written;
 } fs_entry;
 
 /* The shared table. */
 typedef struct fs_data {
     fs_entry *entries;
     size_t count, capacity;
+    uint64_t clock; /* saves and puts so far */
 } fs_data;
 
 typedef struct fs_op {
@@ -38,6 +43,7 @@ typedef struct fs_op {
     size_t value_size;
     uint64_t *sizes;
     uint32_t polls_left;
+    uint64_t written; /* a save's place (fs_entry.written) */
 } fs_op;
 
 /* One connector. */

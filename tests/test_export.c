@@ -21,6 +21,7 @@
 #include "lifecycle.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
+#include "seal.h"
 #include "wire.h"
 
 #include <stdlib.h>
@@ -496,6 +497,83 @@ static void test_u8_canonical(void **state)
     }
 }
 
+#ifndef PKV_HAVE_OPENCL
+/* With a seal key: a move between engines with the key (mid-prompt and
+ * decoding) goes as in test_move_cpu. The export is sealed: no token in
+ * the clear. Refused with PKV_ERR_INVALID_ARGUMENT, nothing imported: a
+ * byte flipped (a sample of places, seal header, tag and content), the
+ * export truncated, the export opened by an engine with another key, an
+ * unsealed export (even one forged with its checksum recomputed);
+ * refused with PKV_ERR_UNSUPPORTED by an engine without a key. */
+static void test_sealed(void **state)
+{
+    (void)state;
+    if (!pkv__seal_available())
+        skip();
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16,
+                                    4);
+    p.seal_key = ch_seal_key;
+    move_once(&p, &p, 1);
+    move_once(&p, &p, 6);
+    pkv_engine_params other = p, plain = p;
+    other.seal_key = ch_other_seal_key;
+    plain.seal_key = NULL;
+    ch_host a, b, c, d;
+    ch_cmocka_init(&a, &p, hm_tolerance(PKV_KV_DTYPE_F16));
+    ch_cmocka_init(&b, &p, hm_tolerance(PKV_KV_DTYPE_F16));
+    ch_cmocka_init(&c, &other, hm_tolerance(PKV_KV_DTYPE_F16));
+    ch_cmocka_init(&d, &plain, hm_tolerance(PKV_KV_DTYPE_F16));
+    int32_t *prompt = hm_prompt(PROMPT, 5);
+    pkv_seq_id id = ch_add_prompt(&a, prompt, PROMPT, 8, 0, 0);
+    pkv_seq_id id_plain = ch_add_prompt(&d, prompt, PROMPT, 8, 0, 0);
+    for (int i = 0; i < 3; i++) {
+        ch_step(&a, NULL);
+        ch_step(&d, NULL);
+    }
+    size_t size, plain_size;
+    uint8_t *data = export_seq(&a, id, &size);
+    uint8_t *unsealed = export_seq(&d, id_plain, &plain_size);
+    assert_int_equal(size, plain_size + PKV__SEAL_HEADER_BYTES);
+    assert_memory_equal(data, "PKVSEAL\n", 8);
+    uint8_t tokens[4 * PROMPT];
+    for (uint32_t i = 0; i < PROMPT; i++)
+        pkv__put_u32(tokens + 4 * i, (uint32_t)prompt[i]);
+    for (size_t at = 0; at + 16 <= size; at++)
+        assert_memory_not_equal(data + at, tokens, 16);
+    const size_t flips[] = {0, 8, 12, 16, 24, 36, 48, 63, 64, 64 + 72,
+                            size / 2, size - 1};
+    for (size_t f = 0; f < sizeof flips / sizeof flips[0]; f++) {
+        data[flips[f]] ^= 0x04;
+        assert_int_equal(try_import(b.engine, data, size),
+                         PKV_ERR_INVALID_ARGUMENT);
+        data[flips[f]] ^= 0x04;
+    }
+    assert_int_equal(try_import(b.engine, data, size - 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(try_import(b.engine, data, 40),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(try_import(c.engine, data, size),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(try_import(d.engine, data, size), PKV_ERR_UNSUPPORTED);
+    assert_int_equal(try_import(b.engine, unsealed, plain_size),
+                     PKV_ERR_INVALID_ARGUMENT);
+    unsealed[plain_size - 1] ^= 0x40; /* forged KV, checksum recomputed */
+    pkv__put_u64(unsealed + 72, pkv__checksum(unsealed, plain_size, 72));
+    assert_int_equal(try_import(b.engine, unsealed, plain_size),
+                     PKV_ERR_INVALID_ARGUMENT);
+    /* Nothing of the refusals stayed: b imports it intact and finishes
+     * as a does. */
+    pkv_seq_id moved = import_seq(&b, ch_find(&a, id), data, size);
+    ch_run(&d, 200);
+    ch_free(&c);
+    ch_free(&d);
+    finish_both(&a, id, &b, moved);
+    free(data);
+    free(unsealed);
+    free(prompt);
+}
+#endif
+
 /* Built twice: test_export (CPU) and test_export_opencl (labelled opencl,
  * so that it runs on every OpenCL runtime the tests cover). */
 int main(void)
@@ -515,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_quantized_block_size),
         cmocka_unit_test(test_u8_canonical),
+        cmocka_unit_test(test_sealed),
     };
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "prefix.h"
+#include "seal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -508,7 +509,12 @@ static void test_engine_create(void **state)
     params.allocator.alloc = count_alloc;
     params.allocator.free = count_free;
     params.allocator.user = &C;
-    for (int after = 0; after <= 1; after++) {
+    /* With a deployment key too (its seal is one more allocation), where
+     * this library can seal. */
+    static const uint8_t key[32] = {1, 2, 3};
+    for (int step = 0; step < 2 + 2 * pkv__seal_available(); step++) {
+        int after = step % 2;
+        params.seal_key = step >= 2 ? key : NULL;
         for (long n = 1;; n++) {
             assert_true(n <= MAX_N);
             pkv_engine *engine = (pkv_engine *)&params; /* must become NULL */

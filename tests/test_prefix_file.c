@@ -18,6 +18,8 @@
 #include "engine.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
+#include "seal.h"
+#include "wire.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +220,78 @@ static void test_bad_input(void **state)
     free(data);
     free(prompt);
 }
+
+/* With a seal key: saved sealed (no token in the clear) and loaded into
+ * a new engine with the key, whose prompt then hits. Refused with
+ * PKV_ERR_INVALID_ARGUMENT, nothing loaded: a byte flipped (a sample of
+ * places: the seal's header and tag, the content), the file truncated,
+ * the file under another key, an unsealed file (even one forged with
+ * its checksum recomputed); refused with PKV_ERR_UNSUPPORTED by an
+ * engine without a key. */
+static void test_sealed(void **state)
+{
+    (void)state;
+    if (!pkv__seal_available())
+        skip();
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F32);
+    pkv_engine_params other = p, plain = p;
+    p.seal_key = ch_seal_key;
+    other.seal_key = ch_other_seal_key;
+    int32_t *prompt = hm_prompt(PROMPT, 15);
+    size_t size, plain_size;
+    uint8_t *data = saved_cache(&p, prompt, &size);
+    uint8_t *unsealed = saved_cache(&plain, prompt, &plain_size);
+    assert_int_equal(size, plain_size + PKV__SEAL_HEADER_BYTES);
+    assert_memory_equal(data, "PKVSEAL\n", 8);
+    uint8_t tokens[16];
+    for (uint32_t i = 0; i < 4; i++)
+        pkv__put_u32(tokens + 4 * i, (uint32_t)prompt[i]);
+    for (size_t at = 0; at + sizeof tokens <= size; at++)
+        assert_memory_not_equal(data + at, tokens, sizeof tokens);
+    ch_host b, c, d;
+    ch_cmocka_init(&b, &p, hm_tolerance(p.kv_dtype));
+    ch_cmocka_init(&c, &other, hm_tolerance(p.kv_dtype));
+    ch_cmocka_init(&d, &plain, hm_tolerance(p.kv_dtype));
+    uint32_t free_before = b.engine->pool.num_free;
+    const size_t flips[] = {0, 8, 12, 16, 24, 36, 48, 63, 64, 64 + 44,
+                            size / 2, size - 1};
+    for (size_t f = 0; f < sizeof flips / sizeof flips[0]; f++) {
+        data[flips[f]] ^= 0x02;
+        assert_int_equal(try_load(b.engine, data, size),
+                         PKV_ERR_INVALID_ARGUMENT);
+        data[flips[f]] ^= 0x02;
+    }
+    assert_int_equal(try_load(b.engine, data, size - 1),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(try_load(c.engine, data, size),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(try_load(d.engine, data, size), PKV_ERR_UNSUPPORTED);
+    assert_int_equal(try_load(b.engine, unsealed, plain_size),
+                     PKV_ERR_INVALID_ARGUMENT);
+    unsealed[plain_size - 1] ^= 0x40; /* forged KV, checksum recomputed */
+    pkv__put_u64(unsealed + 56, pkv__checksum(unsealed, plain_size, 56));
+    assert_int_equal(try_load(b.engine, unsealed, plain_size),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(b.engine->pool.num_free, free_before);
+    uint32_t loaded = 0;
+    assert_int_equal(pkv_engine_load_prefix_cache(b.engine, data, size,
+                                                  &loaded),
+                     PKV_OK);
+    assert_true(loaded >= 10);
+    pkv_seq_id hit = add_salted(&b, prompt, 0);
+    const pkv_batch *batch;
+    ch_step(&b, &batch);
+    assert_int_equal(ch_rows_of(batch, hit), 1);
+    ch_run(&b, 100);
+    ch_check_idle(&b);
+    ch_free(&b);
+    ch_free(&c);
+    ch_free(&d);
+    free(data);
+    free(unsealed);
+    free(prompt);
+}
+
 #else
 /* Saved on one backend, loaded on the other. */
 static void test_reload_across_backends(void **state)
@@ -251,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_small_pool),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_sealed),
     };
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,7 +19,9 @@
 
 #include "engine.h"
 #include "kv_layout.h"
+#include "seal.h"
 #include "store/digest.h"
+#include "store/engine_store.h"
 #include "wire.h"
 #include "store_fake.h"
 #include "check_host_cmocka.h"
@@ -326,6 +328,17 @@ static void test_forged_non_finite(void **state)
     free(prompt);
 }
 
+/* A copy of entry x's value under key in data (x may be one of data's
+ * own entries, which fs_put may move). */
+static void put_entry(fs_data *data, const char *key, const fs_entry *x)
+{
+    uint8_t *copy = malloc(x->size);
+    assert_non_null(copy);
+    memcpy(copy, x->value, x->size);
+    fs_put(data, key, copy, x->size);
+    free(copy);
+}
+
 /* Intact values of other blocks under block 2's key: another geometry of
  * the same size, another salt, another block of the prompt, another
  * prompt's block 2 (a forced collision): mismatched, computed. */
@@ -354,13 +367,8 @@ static void test_other_blocks(void **state)
     fs_entry *imposters[] = {entry_at(&shaped, 2), entry_at(&salted, 2),
                              entry_at(&data, 3), entry_at(&foreign, 2)};
     for (size_t i = 0; i < 4; i++) {
-        fs_entry *x = imposters[i];
-        assert_int_equal(x->size, size);
-        uint8_t *copy = malloc(x->size);
-        assert_non_null(copy);
-        memcpy(copy, x->value, x->size);
-        fs_put(&data, key, copy, x->size);
-        free(copy);
+        assert_int_equal(imposters[i]->size, size);
+        put_entry(&data, key, imposters[i]);
         expect_bad_block2(&data, p, prompt, 0);
         fs_put(&data, key, kept, size);
     }
@@ -800,6 +808,261 @@ static void test_sha256(void **state)
     assert_int_equal(d[31], 0xd0);
 }
 
+/* ------------------------------------------------------------- sealing */
+
+static pkv_engine_params sealed_params(const uint8_t *key)
+{
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
+    p.seal_key = key;
+    return p;
+}
+
+/* The key under which an engine of params p stores block j of prompt
+ * (salt): the chain of digests, then pkv__store_key. */
+static void key_of(pkv_engine_params p, fs_data *data, const int32_t *prompt,
+                   uint64_t salt, uint32_t j, char *key)
+{
+    store_host h;
+    sh_init(&h, p, data);
+    const pkv_engine *e = h.host.engine;
+    uint8_t d[PKV__DIGEST_BYTES];
+    pkv__digest_root(e->store->model, &e->backend_config, salt, d);
+    for (uint32_t b = 0; b <= j; b++)
+        pkv__digest_block(d, prompt + (size_t)b * 4, 4, d);
+    pkv__store_key(e->store, d, key);
+    sh_free(&h);
+}
+
+/* Whether the 16 bytes of block j's token ids (u32 little-endian) occur
+ * in n bytes at v. */
+static int holds_tokens(const uint8_t *v, size_t n, const int32_t *prompt,
+                        uint32_t j)
+{
+    uint8_t t[16];
+    for (uint32_t i = 0; i < 4; i++)
+        pkv__put_u32(t + 4 * i, (uint32_t)prompt[4 * j + i]);
+    for (size_t at = 0; at + sizeof t <= n; at++)
+        if (memcmp(v + at, t, sizeof t) == 0)
+            return 1;
+    return 0;
+}
+
+/* With a seal key: a second engine with the key loads every block; names
+ * are "pkvs:" HMACs, none of them an unsealed name of the same blocks,
+ * and no value holds its tokens in the clear (an unsealed one does). */
+static void test_sealed_share(void **state)
+{
+    (void)state;
+    pkv_engine_params p = sealed_params(ch_seal_key);
+    if (!pkv__seal_available()) {
+        /* Built without libcrypto: a key is refused, saying why. */
+        pkv_engine *e = NULL;
+        assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_UNSUPPORTED);
+        assert_null(e);
+        assert_non_null(strstr(pkv_last_error(), "libcrypto"));
+        skip();
+    }
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    fs_data data = {0}, plain = {0};
+    fill(&data, p, prompt, 0);
+    fill(&plain, params_of(PKV_KV_DTYPE_F16), prompt, 0);
+    assert_int_equal(data.count, PROMPT / 4);
+    for (size_t i = 0; i < data.count; i++) {
+        const fs_entry *x = &data.entries[i];
+        assert_memory_equal(x->key, "pkvs:", 5);
+        assert_int_equal(strlen(x->key), 86);
+        for (size_t k = 0; k < plain.count; k++) {
+            assert_string_not_equal(x->key, plain.entries[k].key);
+            /* Not even the fingerprint, which names the model. */
+            assert_memory_not_equal(x->key + 5, plain.entries[k].key + 5,
+                                    16);
+        }
+        for (uint32_t j = 0; j < PROMPT / 4; j++)
+            assert_false(holds_tokens(x->value, x->size, prompt, j));
+    }
+    char key[PKV_STORE_KEY_MAX];
+    key_of(params_of(PKV_KV_DTYPE_F16), &plain, prompt, 0, 2, key);
+    assert_true(holds_tokens(fs_get(&plain, key)->value,
+                             fs_get(&plain, key)->size, prompt, 2));
+    uint32_t rows;
+    pkv_engine_stats s = serve(&data, p, prompt, 0, &rows);
+    assert_int_equal(rows, 1);
+    assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+    assert_int_equal(s.store_damaged + s.store_mismatched, 0);
+    /* Engines with another key or none ask under other names: misses. */
+    const pkv_engine_params others[] = {sealed_params(ch_other_seal_key),
+                                        params_of(PKV_KV_DTYPE_F16)};
+    for (size_t i = 0; i < 2; i++) {
+        s = serve(&data, others[i], prompt, 0, &rows);
+        assert_int_equal(rows, PROMPT);
+        assert_int_equal(s.store_hit_blocks + s.store_damaged, 0);
+    }
+    fs_data_free(&data);
+    fs_data_free(&plain);
+    free(prompt);
+}
+
+/* With a seal key, block 2's value replaced by: itself with a byte
+ * flipped (a sample of places: the seal's header and tag, the content,
+ * the last byte), truncated, another block's value of the same prompt
+ * (moved), another prompt's block 2 after the same two blocks (replayed
+ * under this prompt), the same block under another salt, block 2 sealed
+ * under another key, block 2 unsealed: each a miss counted damaged,
+ * blocks 0 and 1 loaded, block 2 computed (every row checked). */
+static void test_sealed_refusals(void **state)
+{
+    (void)state;
+    if (!pkv__seal_available())
+        skip();
+    pkv_engine_params p = sealed_params(ch_seal_key);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    int32_t *other = hm_prompt(PROMPT, 9);
+    memcpy(other, prompt, 8 * sizeof *other); /* blocks 0 and 1 shared */
+    fs_data data = {0}, foreign = {0}, salted = {0}, keyed = {0},
+            plain = {0};
+    fill(&data, p, prompt, 0);
+    fill(&foreign, p, other, 0);
+    fill(&salted, p, prompt, 1);
+    fill(&keyed, sealed_params(ch_other_seal_key), prompt, 0);
+    fill(&plain, params_of(PKV_KV_DTYPE_F16), prompt, 0);
+    char key[PKV_STORE_KEY_MAX], k3[PKV_STORE_KEY_MAX],
+        kf[PKV_STORE_KEY_MAX], ks[PKV_STORE_KEY_MAX], ko[PKV_STORE_KEY_MAX],
+        kp[PKV_STORE_KEY_MAX];
+    key_of(p, &data, prompt, 0, 2, key);
+    key_of(p, &data, prompt, 0, 3, k3);
+    key_of(p, &data, other, 0, 2, kf);
+    key_of(p, &data, prompt, 1, 2, ks);
+    key_of(sealed_params(ch_other_seal_key), &data, prompt, 0, 2, ko);
+    key_of(params_of(PKV_KV_DTYPE_F16), &data, prompt, 0, 2, kp);
+    size_t size = fs_get(&data, key)->size;
+    uint8_t *whole = malloc(size);
+    assert_non_null(whole);
+    memcpy(whole, fs_get(&data, key)->value, size);
+
+    const size_t flips[] = {0, 9, 20, 30, 40, 50, 63, 64, 100, 200,
+                            size / 2, size - 1};
+    for (size_t f = 0; f < sizeof flips / sizeof flips[0]; f++) {
+        whole[flips[f]] ^= 0x10;
+        fs_put(&data, key, whole, size);
+        whole[flips[f]] ^= 0x10;
+        expect_bad_block2(&data, p, prompt, 1);
+    }
+    fs_put(&data, key, whole, size - 1);
+    expect_bad_block2(&data, p, prompt, 1);
+    const fs_entry *imposters[] = {fs_get(&data, k3), fs_get(&foreign, kf),
+                                   fs_get(&salted, ks), fs_get(&keyed, ko),
+                                   fs_get(&plain, kp)};
+    for (size_t i = 0; i < sizeof imposters / sizeof imposters[0]; i++) {
+        assert_non_null(imposters[i]);
+        put_entry(&data, key, imposters[i]);
+        expect_bad_block2(&data, p, prompt, 1);
+    }
+    fs_put(&data, key, whole, size);
+    uint32_t rows;
+    serve(&data, p, prompt, 0, &rows);
+    assert_int_equal(rows, 1); /* whole again */
+    free(whole);
+    fs_data_free(&data);
+    fs_data_free(&foreign);
+    fs_data_free(&salted);
+    fs_data_free(&keyed);
+    fs_data_free(&plain);
+    free(prompt);
+    free(other);
+}
+
+/* A saved chain's head is written last, so a store that evicts the least
+ * recently written evicts it from its end: prompts in one step and in
+ * chunks of 8 tokens over six steps (blocks registered in five of them),
+ * each block written before its parent. */
+static void test_save_order(void **state)
+{
+    (void)state;
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    const uint32_t chunks[] = {0, 8};
+    for (size_t c = 0; c < 2; c++) {
+        pkv_engine_params p = params_of(PKV_KV_DTYPE_F16);
+        p.long_prefill_threshold = chunks[c];
+        fs_data data = {0};
+        fill(&data, p, prompt, 0);
+        uint64_t later = UINT64_MAX;
+        for (uint32_t j = 0; j < PROMPT / 4; j++) {
+            char key[PKV_STORE_KEY_MAX];
+            key_of(p, &data, prompt, 0, j, key);
+            const fs_entry *x = fs_get(&data, key);
+            assert_non_null(x);
+            assert_true(x->written < later);
+            later = x->written;
+        }
+        fs_data_free(&data);
+    }
+    free(prompt);
+}
+
+/* A prompt whose chain links to another sequence's blocks (registered
+ * first in the same step), which are evicted and reused before the
+ * prompt's last chunk: its blocks, saved at that chunk, carry its own KV,
+ * not what the reused blocks hold now. A (the prompt's first 9 tokens)
+ * and B (all of it) prefill 8 tokens a step side by side in a pool of
+ * B's 11 blocks, so that B takes A's cached blocks once A ends; then C
+ * loads B's blocks (every row checked against dense attention). */
+static void test_save_after_eviction(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_KV_DTYPE_F32);
+    p.long_prefill_threshold = 8;
+    p.num_blocks = 12;
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    store_host a;
+    sh_init(&a, p, &data);
+    ch_add_salted(&a.host, prompt, 9, 1, 0);
+    ch_add_salted(&a.host, prompt, PROMPT, 1, 0);
+    sh_run(&a);
+    pkv_engine_stats s = stats_of(&a);
+    assert_int_equal(s.prefix_hit_tokens, 0); /* B linked, not hit */
+    sh_free(&a);
+    uint32_t rows;
+    p.num_blocks = 256;
+    s = serve(&data, p, prompt, 0, &rows);
+    assert_int_equal(rows, 1);
+    assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+    fs_data_free(&data);
+    free(prompt);
+}
+
+/* HMAC-SHA-256 against RFC 4231's test cases 1 to 3. */
+static void test_hmac(void **state)
+{
+    (void)state;
+    uint8_t k1[20], k3[20], d3[50], out[32];
+    memset(k1, 0x0b, sizeof k1);
+    memset(k3, 0xaa, sizeof k3);
+    memset(d3, 0xdd, sizeof d3);
+    const struct {
+        const uint8_t *key;
+        size_t key_n;
+        const uint8_t *data;
+        size_t n;
+        const char *hex;
+    } cases[] = {
+        {k1, 20, (const uint8_t *)"Hi There", 8,
+         "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+        {(const uint8_t *)"Jefe", 4,
+         (const uint8_t *)"what do ya want for nothing?", 28,
+         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+        {k3, 20, d3, 50,
+         "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+    };
+    for (size_t c = 0; c < 3; c++) {
+        char hex[65];
+        pkv__hmac_sha256(cases[c].key, cases[c].key_n, cases[c].data,
+                         cases[c].n, out);
+        pkv__digest_hex(out, sizeof out, hex);
+        assert_string_equal(hex, cases[c].hex);
+    }
+}
+
 int main(void)
 {
 #ifdef PKV_HAVE_OPENCL
@@ -822,6 +1085,11 @@ int main(void)
         cmocka_unit_test(test_poll_flood),
         cmocka_unit_test(test_forged_non_finite),
         cmocka_unit_test(test_sha256),
+        cmocka_unit_test(test_hmac),
+        cmocka_unit_test(test_sealed_share),
+        cmocka_unit_test(test_sealed_refusals),
+        cmocka_unit_test(test_save_order),
+        cmocka_unit_test(test_save_after_eviction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -283,7 +283,9 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
  * prompt asks for. A block that fails, is missing, or does not arrive in
  * time is computed, never used; so a store can lose, evict or damage
  * values and the outputs stay those of an engine without one. (Keys,
- * values and the verification: docs/design.md, "KV store".)
+ * values and the verification: docs/design.md, "KV store".) The checks
+ * hold against accidents, not against whoever can write the store: with
+ * pkv_engine_params.seal_key set, values are also sealed (see there).
  * Everything in this section: since 0.2.0.
  *
  * Threads: pkv starts none. Every callback is called on the stepping
@@ -298,7 +300,8 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
 
 /* The longest key a store is given, its NUL included: "pkv1:", 16 hex
  * digits naming the model and geometry, ':', 64 hex digits of the
- * block's SHA-256. Since 0.2.0. */
+ * block's SHA-256 (with pkv_engine_params.seal_key: "pkvs:" and HMACs of
+ * both, the same length). Since 0.2.0. */
 #define PKV_STORE_KEY_MAX 88u
 
 /* Save the blocks sequences fill with generated tokens too, not only
@@ -552,6 +555,41 @@ typedef struct pkv_engine_params {
      * its first computed row sees. pkv_engine_get_block_table gives the first group's table (the full
      * layers', if any). 0 (the default): every layer keeps every token. */
     uint32_t hybrid_memory;
+
+    /* Since 0.2.0. The deployment key: 32 secret random bytes, the same
+     * for every engine that shares a store, prefix-cache files or
+     * exports, copied at create (the engine keeps only keys derived from
+     * it). NULL (the default): nothing is sealed, and the bytes pkv
+     * writes are checksummed, as before. One key for the engine rather
+     * than one in pkv_store, because one seal covers what every path
+     * writes for other processes:
+     * - store values are encrypted and authenticated (AES-256-GCM) and
+     *   bound to their key, their place in the prompt and their parent
+     *   block; store keys are HMAC-SHA-256 names ("pkvs:..."), which
+     *   reveal nothing of the prompt. A value that does not open under
+     *   this key, for this name and parent, is a miss
+     *   (pkv_engine_stats.store_damaged), never attended to;
+     * - pkv_engine_save_prefix_cache and pkv_seq_export write sealed
+     *   bytes; the loads refuse bytes that do not open under this key
+     *   (tampered, sealed under another key, or not sealed):
+     *   PKV_ERR_INVALID_ARGUMENT. An engine without a key refuses sealed
+     *   bytes: PKV_ERR_UNSUPPORTED.
+     * Trust, per mode. Without a key: whoever can write the store or the
+     * files decides the KV every reader attends to (a checksum is no
+     * MAC), and whoever can read them reads every prompt's tokens (a
+     * key names a digest of the tokens, which a guess can confirm).
+     * With a key, whoever lacks it, reading, writing or on the path: can
+     * delete, withhold, evict or damage values and files (misses and
+     * refusals, never wrong rows), replay an older sealed file, or a
+     * store value under its own name (same block, same prompt: KV for
+     * those very tokens), and see sizes, counts, timing and which names
+     * are asked together; cannot read tokens or KV, forge, change, move
+     * a value to another name or prompt, or learn a prompt from a name.
+     * Whoever holds the key is trusted as the engine is. Mechanism:
+     * docs/design.md, "Sealing with a deployment key".
+     * PKV_ERR_UNSUPPORTED at create when this library was built without
+     * OpenSSL's libcrypto. */
+    const uint8_t *seal_key;
 } pkv_engine_params;
 
 /*
@@ -793,7 +831,8 @@ PKV_API pkv_status pkv_seq_propose(pkv_engine *engine, pkv_seq_id id,
  * holds and nothing else: bytes it does not use are zeros, so no export
  * carries KV of tokens the sequence no longer has (rejected drafts,
  * truncated tokens), and two sequences with the same tokens and the same
- * stored KV export the same bytes.
+ * stored KV export the same bytes. With pkv_engine_params.seal_key the
+ * export is sealed (64 bytes more, and no two alike).
  * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
  * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
  * and step_end or for a sequence no step has seen yet; PKV_ERR_NOT_FOUND;
@@ -829,11 +868,14 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * Errors (nothing changes): PKV_ERR_INVALID_ARGUMENT for NULL data or
  * out_id, bytes that are not an export, truncated or extended, a checksum
  * that does not match (a changed byte), inconsistent counts, a block size
- * or groups that no pkv layout has, or a token out of range;
- * PKV_ERR_UNSUPPORTED for another format version or geometry;
+ * or groups that no pkv layout has, or a token out of range, and with a
+ * seal_key for bytes that do not open under it (unsealed, sealed under
+ * another key, or changed); PKV_ERR_UNSUPPORTED for another format
+ * version or geometry, or sealed bytes given to an engine without a key;
  * PKV_ERR_NO_BLOCKS when its KV needs more blocks than the pool has;
  * PKV_ERR_BAD_STATE between step_begin and step_end; PKV_ERR_STRUCT_SIZE;
- * PKV_ERR_OUT_OF_MEMORY.
+ * PKV_ERR_OUT_OF_MEMORY (with a key, also for the copy the bytes are
+ * opened into: as many bytes as given).
  * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: data is read during the call only.
@@ -856,6 +898,7 @@ PKV_API pkv_status pkv_seq_import(pkv_engine *engine,
  * `*size` bytes; buffer NULL with capacity 0 only sets *size, otherwise
  * buffer must hold capacity >= *size bytes (format: docs/design.md, "A
  * prefix cache that survives restarts").
+ * With pkv_engine_params.seal_key the bytes are sealed (64 more).
  * Errors: PKV_ERR_INVALID_ARGUMENT for size NULL or a buffer too small
  * (*size still says what is needed); PKV_ERR_BAD_STATE between step_begin
  * and step_end; PKV_ERR_OUT_OF_MEMORY; a device error from reading the KV.
@@ -879,10 +922,14 @@ PKV_API pkv_status pkv_engine_save_prefix_cache(pkv_engine *engine,
  * receives how many blocks were loaded.
  * Errors (nothing changes): PKV_ERR_INVALID_ARGUMENT for NULL data, bytes
  * that are not a saved prefix cache, truncated or extended, a checksum
- * that does not match, an entry out of order or a token out of range;
- * PKV_ERR_UNSUPPORTED for another format version or geometry;
+ * that does not match, an entry out of order or a token out of range, and
+ * with a seal_key for bytes that do not open under it (unsealed, sealed
+ * under another key, or changed); PKV_ERR_UNSUPPORTED for another format
+ * version or geometry, or sealed bytes given to an engine without a key;
  * PKV_ERR_BAD_STATE between step_begin and step_end;
- * PKV_ERR_OUT_OF_MEMORY; a device error from writing the KV.
+ * PKV_ERR_OUT_OF_MEMORY (with a key, also for the copy the bytes are
+ * opened into: as many bytes as given); a device error from writing the
+ * KV.
  * Since 0.2.0.
  * Thread-safety: the stepping thread only.
  * Ownership: data is read during the call only.

@@ -159,7 +159,7 @@ void pkv__digest_block(const uint8_t parent[PKV__DIGEST_BYTES],
     pkv__sha256_final(&h, out);
 }
 
-static void hex(const uint8_t *bytes, size_t n, char *out)
+void pkv__digest_hex(const uint8_t *bytes, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
@@ -167,21 +167,4 @@ static void hex(const uint8_t *bytes, size_t n, char *out)
         out[2 * i + 1] = digits[bytes[i] & 15];
     }
     out[2 * n] = '\0';
-}
-
-void pkv__digest_fingerprint(const uint8_t model[PKV__DIGEST_BYTES],
-                             const pkv__backend_config *c, char out[17])
-{
-    uint8_t root[PKV__DIGEST_BYTES];
-    pkv__digest_root(model, c, 0, root);
-    hex(root, 8, out);
-}
-
-void pkv__digest_key(const char fingerprint[17],
-                     const uint8_t digest[PKV__DIGEST_BYTES], char *out)
-{
-    memcpy(out, "pkv1:", 5);
-    memcpy(out + 5, fingerprint, 16);
-    out[21] = ':';
-    hex(digest, PKV__DIGEST_BYTES, out + 22);
 }

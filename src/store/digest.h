@@ -43,15 +43,7 @@ void pkv__digest_block(const uint8_t parent[PKV__DIGEST_BYTES],
                        const int32_t *tokens, uint32_t block_size,
                        uint8_t out[PKV__DIGEST_BYTES]);
 
-/* 16 hex digits naming the model, config c's geometry and KV format (the
- * first 8 bytes of the root digest of salt 0), for keys that can be
- * listed per model. */
-void pkv__digest_fingerprint(const uint8_t model[PKV__DIGEST_BYTES],
-                             const pkv__backend_config *c, char out[17]);
-
-/* The store key of a block: "pkv1:<fingerprint>:<64 hex digits>", NUL
- * terminated, PKV_STORE_KEY_MAX bytes. */
-void pkv__digest_key(const char fingerprint[17],
-                     const uint8_t digest[PKV__DIGEST_BYTES], char *out);
+/* n bytes as 2n lowercase hex digits and a NUL. */
+void pkv__digest_hex(const uint8_t *bytes, size_t n, char *out);
 
 #endif

@@ -6,8 +6,10 @@
 
 #include "check.h"
 #include "engine.h"
+#include "seal.h"
 #include "store/value.h"
 #include "struct_sizes.h"
+#include "wire.h"
 
 #include <string.h>
 #include <time.h>
@@ -84,17 +86,59 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
      * theirs. */
     pkv_store_init(&s->cb);
     memcpy(&s->cb, store, store->struct_size);
-    s->value_bytes = pkv__value_bytes(&e->backend_config);
+    s->seal = e->seal;
+    s->inner_at = s->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
+    s->value_bytes = s->inner_at + pkv__value_bytes(&e->backend_config);
     /* The name is not kept: its digest is what keys use. */
     pkv__digest_model(store->model, s->model);
     s->cb.model = NULL;
-    pkv__digest_fingerprint(s->model, &e->backend_config, s->fingerprint);
+    /* The fingerprint: the first 8 bytes of the root digest of salt 0
+     * (with a seal, of its name), so one model's keys can be listed. */
+    uint8_t root[PKV__DIGEST_BYTES];
+    pkv__digest_root(s->model, &e->backend_config, 0, root);
+    if (s->seal != NULL)
+        pkv__seal_name(s->seal, root, sizeof root, root);
+    pkv__digest_hex(root, 8, s->fingerprint);
     s->next_ticket = 1;
     /* Last, so that nothing here fails after it: every store that reaches
      * this line is released through pkv__store_release, which detaches. */
     if (s->cb.attach != NULL)
         s->cb.attach(s->cb.user);
     return PKV_OK;
+}
+
+void pkv__store_key(const pkv__engine_store *s,
+                    const uint8_t digest[PKV__DIGEST_BYTES], char *out)
+{
+    uint8_t name[PKV__SEAL_NAME_BYTES];
+    if (s->seal != NULL) {
+        pkv__seal_name(s->seal, digest, PKV__DIGEST_BYTES, name);
+        digest = name;
+    }
+    /* Sealed and unsealed values never share a key, so engines with and
+     * without a key on one store miss each other's values instead of
+     * counting them damaged. */
+    memcpy(out, s->seal != NULL ? "pkvs:" : "pkv1:", 5);
+    memcpy(out + 5, s->fingerprint, 16);
+    out[21] = ':';
+    pkv__digest_hex(digest, PKV__DIGEST_BYTES, out + 22);
+}
+
+/* What a sealed value is bound to besides its bytes: the key it is
+ * stored under, its place in its prompt, its parent's digest and its
+ * own. So a value opens only where it was saved: not under another key,
+ * not as another block, not after another parent (another prompt). */
+enum { AD_MAX = PKV_STORE_KEY_MAX + 4 + 2 * PKV__DIGEST_BYTES };
+
+static size_t value_ad(const char *key, uint32_t index,
+                       const uint8_t digests[2 * PKV__DIGEST_BYTES],
+                       uint8_t ad[AD_MAX])
+{
+    size_t n = strlen(key);
+    memcpy(ad, key, n);
+    pkv__put_u32(ad + n, index);
+    memcpy(ad + n + 4, digests, 2 * PKV__DIGEST_BYTES);
+    return n + 4 + 2 * PKV__DIGEST_BYTES;
 }
 
 /* ------------------------------------------------------------ operations */
@@ -301,8 +345,8 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     }
     for (uint32_t i = 0; i < n; i++) {
         char *key = op.keys + (size_t)i * PKV_STORE_KEY_MAX;
-        pkv__digest_key(s->fingerprint,
-                        d + ((size_t)hits + i + 1) * PKV__DIGEST_BYTES, key);
+        pkv__store_key(s, d + ((size_t)hits + i + 1) * PKV__DIGEST_BYTES,
+                       key);
         keys[i] = key;
     }
     op.first = hits;
@@ -329,14 +373,42 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     return 1;
 }
 
+/* Whether the value of block j of op's sequence (size bytes at v, as
+ * stored) is the one this engine would have saved: a sealed one must
+ * open, in place, under this key, for its key, place and parent, then
+ * its content passes pkv__value_check. */
+static enum pkv__value_verdict check_value(pkv_engine *e,
+                                           const pkv__store_op *op,
+                                           uint32_t j, uint8_t *v,
+                                           uint64_t size)
+{
+    pkv__engine_store *s = e->store;
+    const pkv__seq *seq = op->seq;
+    const uint8_t *parent = seq->store_digests + (size_t)j * PKV__DIGEST_BYTES;
+    if (s->seal != NULL) {
+        uint8_t ad[AD_MAX];
+        char why[128];
+        size_t ad_n = value_ad(op->keys + (size_t)(j - op->first) *
+                                              PKV_STORE_KEY_MAX,
+                               j, parent, ad);
+        if (size != s->value_bytes ||
+            pkv__seal_open(s->seal, v, s->value_bytes, pkv__value_magic, ad,
+                           ad_n, v + s->inner_at, why,
+                           sizeof why) != PKV_OK)
+            return PKV__VALUE_DAMAGED;
+    }
+    return pkv__value_check(v + s->inner_at, size - s->inner_at,
+                            &e->backend_config, j,
+                            parent + PKV__DIGEST_BYTES, parent,
+                            seq->tokens + (size_t)j * e->pool.block_size);
+}
+
 /* The run of op's values, from block `from` on, that pass verification:
  * its length. Counts the values that arrived and those rejected. */
 static uint32_t verified_run(pkv_engine *e, const pkv__store_op *op,
                              uint32_t from)
 {
     const pkv__seq *seq = op->seq;
-    const uint8_t *d = seq->store_digests;
-    uint32_t bs = e->pool.block_size;
     size_t vb = e->store->value_bytes;
     for (uint32_t i = 0; i < op->num_keys; i++)
         e->totals.store_load_bytes +=
@@ -346,10 +418,8 @@ static uint32_t verified_run(pkv_engine *e, const pkv__store_op *op,
         uint32_t i = j - op->first;
         if (op->sizes[i] == 0)
             break; /* not held: a miss */
-        enum pkv__value_verdict v = pkv__value_check(
-            op->values + (size_t)i * vb, op->sizes[i], &e->backend_config,
-            j, d + ((size_t)j + 1) * PKV__DIGEST_BYTES,
-            d + (size_t)j * PKV__DIGEST_BYTES, seq->tokens + (size_t)j * bs);
+        enum pkv__value_verdict v =
+            check_value(e, op, j, op->values + (size_t)i * vb, op->sizes[i]);
         if (v == PKV__VALUE_GOOD)
             continue;
         if (v == PKV__VALUE_DAMAGED)
@@ -394,7 +464,8 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     if (n > available)
         n = available; /* the rest: a miss for want of room */
     size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
-    size_t kv_at = pkv__value_kv_offset(&e->backend_config);
+    size_t kv_at =
+        e->store->inner_at + pkv__value_kv_offset(&e->backend_config);
     uint32_t taken = n; /* ids' length, n may drop to 0 below */
     uint8_t *kv = n ? scratch(e, (size_t)n * block_bytes) : NULL;
     uint32_t *ids = kv ? pkv__calloc(&e->alloc, n, sizeof *ids) : NULL;
@@ -588,12 +659,29 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
     pkv__engine_store *s = e->store;
     const pkv__pool *pool = &e->pool;
     uint32_t bs = pool->block_size;
-    uint32_t end = seq->chain.num_links;
-    if (!(s->cb.flags & PKV_STORE_SAVE_GENERATED) &&
-        end > seq->prompt_len / bs)
-        end = seq->prompt_len / bs;
-    for (uint32_t j = first_new; j < end; j++) {
-        uint32_t b = seq->chain.links[j].block;
+    uint32_t end = seq->chain.num_links, prompt_blocks = seq->prompt_len / bs;
+    /* A prompt's blocks wait until its last full block is computed, then
+     * go together (the send writes them tail first): a store that evicts
+     * the least recently written (Redis with allkeys-lru) then evicts a
+     * chain from its end, as the prefix cache does, never its head first
+     * (a chain without its head is never hit). Starting from the first
+     * block costs nothing for those already saved or loaded: their stamp
+     * skips them. Computed, not registered: a chain that stopped short
+     * (a block cached under another parent) still saves what it has. */
+    if (seq->num_computed < prompt_blocks * bs)
+        return;
+    uint32_t from = first_new < prompt_blocks ? 0 : first_new;
+    if (!(s->cb.flags & PKV_STORE_SAVE_GENERATED) && end > prompt_blocks)
+        end = prompt_blocks;
+    for (uint32_t j = from; j < end; j++) {
+        /* A link may name the prefix cache's block of these tokens
+         * rather than the sequence's own; registered steps ago, that one
+         * may have been evicted and reused since (its generation moved
+         * on), while the sequence's own block still holds them. */
+        const pkv__chain_link *link = &seq->chain.links[j];
+        uint32_t b = pool->blocks[link->block].generation == link->generation
+                         ? link->block
+                         : seq->table.blocks[j];
         uint64_t stamp = 1 + (uint64_t)pool->blocks[b].generation;
         if (s->sent[b] == stamp)
             continue;
@@ -614,16 +702,28 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
         }
         /* The header and tokens now (the sequence may end before the
          * send); the KV and the checksum at the send. */
-        pkv__value_begin(op.values, &e->backend_config, j,
+        pkv__value_begin(op.values + s->inner_at, &e->backend_config, j,
                          d + ((size_t)j + 1) * PKV__DIGEST_BYTES,
                          d + (size_t)j * PKV__DIGEST_BYTES,
                          seq->tokens + (size_t)j * bs);
-        pkv__digest_key(s->fingerprint,
-                        d + ((size_t)j + 1) * PKV__DIGEST_BYTES, op.keys);
+        pkv__store_key(s, d + ((size_t)j + 1) * PKV__DIGEST_BYTES, op.keys);
+        op.first = j;
+        memcpy(op.digests, d + (size_t)j * PKV__DIGEST_BYTES,
+               sizeof op.digests);
         s->pending[s->num_pending] = op;
         s->pending_blocks[s->num_pending++] = b;
         s->sent[b] = stamp;
     }
+}
+
+/* Seal a save's value, whose unsealed value is in place, for its key,
+ * place and parent. */
+static pkv_status seal_value(pkv__engine_store *s, pkv__store_op *op)
+{
+    uint8_t ad[AD_MAX];
+    size_t ad_n = value_ad(op->keys, op->first, op->digests, ad);
+    return pkv__seal_close(s->seal, op->values, s->value_bytes - s->inner_at,
+                           ad, ad_n);
 }
 
 void pkv__store_send(pkv_engine *e)
@@ -634,17 +734,25 @@ void pkv__store_send(pkv_engine *e)
         return;
     s->num_pending = 0;
     size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
-    size_t kv_at = pkv__value_kv_offset(&e->backend_config);
+    size_t kv_at = s->inner_at + pkv__value_kv_offset(&e->backend_config);
     uint8_t *kv = scratch(e, (size_t)n * block_bytes);
     pkv_status st = kv ? e->ops->swap_out(e->backend, s->pending_blocks, n, kv)
                        : PKV_ERR_OUT_OF_MEMORY;
     uint64_t now = now_us();
-    for (uint32_t i = 0; i < n; i++) {
+    /* Collected parents first (under the budget, a chain keeps its head);
+     * saved children first, so each chain's head is written last. */
+    for (uint32_t i = n; i-- > 0;) {
         pkv__store_op op = s->pending[i];
         if (st == PKV_OK && reserve_op(e) == PKV_OK) {
             memcpy(op.values + kv_at, kv + (size_t)i * block_bytes,
                    block_bytes);
-            pkv__value_seal(op.values, &e->backend_config);
+            pkv__value_seal(op.values + s->inner_at, &e->backend_config);
+            if (s->seal != NULL && seal_value(s, &op) != PKV_OK) {
+                e->totals.store_save_failures++;
+                s->sent[s->pending_blocks[i]] = 0;
+                free_op(e, &op);
+                continue;
+            }
             op.ticket = s->next_ticket++;
             op.started_us = now;
             op.deadline_us = now + 1000u * SAVE_TIMEOUT_FACTOR *

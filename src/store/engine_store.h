@@ -34,7 +34,11 @@ typedef struct pkv__store_op {
     size_t values_bytes; /* a load's values buffer (may be larger) */
     uint64_t *sizes; /* a load's */
     char *keys;      /* a load's, PKV_STORE_KEY_MAX bytes each */
-    uint32_t first;  /* a load's first block (index in its prompt) */
+    uint32_t first;  /* a load's first block (index in its prompt), a
+                        save's block */
+    /* A save's parent and block digests: a sealed value is bound to them
+     * when it is sealed, at the send, when the sequence may be gone. */
+    uint8_t digests[2 * PKV__DIGEST_BYTES];
     uint32_t num_keys;
     uint64_t started_us;
     uint64_t deadline_us;
@@ -42,7 +46,9 @@ typedef struct pkv__store_op {
 
 typedef struct pkv__engine_store {
     pkv_store cb; /* the host's connector; cb.load NULL: no store */
-    size_t value_bytes;
+    struct pkv__seal *seal; /* the engine's; NULL: values unsealed */
+    size_t value_bytes;  /* as stored, sealed or not */
+    size_t inner_at;     /* where the unsealed value starts in a value */
     uint8_t model[PKV__DIGEST_BYTES]; /* cb.model's digest */
     char fingerprint[17];
     pkv__store_op *ops;
@@ -74,6 +80,13 @@ static inline int pkv__store_enabled(const pkv__engine_store *s)
 {
     return s->cb.load != NULL;
 }
+
+/* The store key of a block of this digest: "pkv1:<fingerprint>:<64 hex
+ * digits of the digest>", or with a seal "pkvs:<fingerprint>:<64 hex
+ * digits of its name>" (both fingerprint and name HMACs under the seal's
+ * naming key), NUL terminated, PKV_STORE_KEY_MAX bytes. */
+void pkv__store_key(const pkv__engine_store *s,
+                    const uint8_t digest[PKV__DIGEST_BYTES], char *out);
 
 /* Check a host's pkv_store (create): PKV_OK, or the status with this
  * thread's message set. */

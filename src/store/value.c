@@ -9,7 +9,7 @@
 
 #define HEADER_BYTES 128u
 #define FORMAT_VERSION 1u
-static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'B', 'L', 'O', 'C', 'K'};
+const uint8_t pkv__value_magic[8] = {'P', 'K', 'V', 'B', 'L', 'O', 'C', 'K'};
 
 /* Header fields after the common ones (wire.h). */
 enum {
@@ -36,7 +36,8 @@ static void put_header(uint8_t *h, const pkv__backend_config *c,
                        uint32_t index, const uint8_t *digest,
                        const uint8_t *parent)
 {
-    pkv__wire_put_header(h, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
+    pkv__wire_put_header(h, HEADER_BYTES, pkv__value_magic, FORMAT_VERSION,
+                         c);
     pkv__put_u32(h + AT_INDEX, index);
     memcpy(h + AT_DIGEST, digest, PKV__DIGEST_BYTES);
     memcpy(h + AT_PARENT, parent, PKV__DIGEST_BYTES);

@@ -18,6 +18,9 @@ enum pkv__value_verdict {
     PKV__VALUE_MISMATCHED = 2 /* intact, but another block's */
 };
 
+/* The magic a value starts with (what a seal around one must hold). */
+extern const uint8_t pkv__value_magic[8];
+
 /* Bytes of one value of config c. */
 size_t pkv__value_bytes(const pkv__backend_config *c);
 

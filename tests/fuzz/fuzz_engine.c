@@ -11,8 +11,13 @@
  * stop flags, NaN K/V, and bad calls in the middle of the step), bad calls
  * between steps, block-table reads; with a KV store (the in-process one
  * of store_fake.h) on half the inputs: loads and saves late by a few
- * polls, refused or failed, values damaged or evicted in the store. At
- * the end the engine is stepped until it has no work.
+ * polls, refused or failed, values damaged or evicted in the store;
+ * with a deployment key (pkv_engine_params.seal_key) on a quarter of
+ * them, so that store values, moves and reloads are sealed and damaged
+ * store values go through the seal's checks; exports and saved prefix
+ * caches, sealed or not, with a byte flipped or cut short where the input
+ * says (refused, nothing changed). At the end the engine is stepped until
+ * it has no work.
  *
  * Checked (check_host.h): every batch against the host's record of each
  * sequence; every output row against the dense reference (tight for f32
@@ -34,6 +39,7 @@
 
 #include "engine.h"
 #include "lifecycle.h"
+#include "seal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +85,8 @@ static struct totals {
     uint64_t inputs, rows, steps, ended, preemptions, swap_outs, hit_tokens,
         forks, truncations, shared_cuts, moves, drafts, drafts_run,
         drafts_accepted, reloads, store_inputs, store_hit_blocks,
-        store_saves, store_rejected, store_faults, hybrid_inputs;
+        store_saves, store_rejected, store_faults, hybrid_inputs,
+        sealed_inputs, tampered;
     double max_error[5]; /* by pkv_kv_dtype */
 } TOT;
 
@@ -93,7 +100,8 @@ static void print_totals(void)
             "proposed, %llu run, %llu accepted, %llu prefix cache reloads; "
             "%llu inputs with a store: %llu blocks loaded, %llu saved, "
             "%llu rejected, %llu store faults; %llu inputs in hybrid "
-            "memory; max error f32 %.3g f16 "
+            "memory; %llu inputs sealed, %llu exports or prefix caches "
+            "tampered with; max error f32 %.3g f16 "
             "%.3g u8 %.3g u4 %.3g u8k-u4v %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
             (unsigned long long)TOT.rows, (unsigned long long)TOT.ended,
@@ -111,7 +119,9 @@ static void print_totals(void)
             (unsigned long long)TOT.store_saves,
             (unsigned long long)TOT.store_rejected,
             (unsigned long long)TOT.store_faults,
-            (unsigned long long)TOT.hybrid_inputs, TOT.max_error[0],
+            (unsigned long long)TOT.hybrid_inputs,
+            (unsigned long long)TOT.sealed_inputs,
+            (unsigned long long)TOT.tampered, TOT.max_error[0],
             TOT.max_error[1], TOT.max_error[2], TOT.max_error[3],
             TOT.max_error[4]);
 }
@@ -310,6 +320,12 @@ static int create(world *w)
     uint8_t budget = next_byte(r);
     p.max_batch_tokens = 1u + budget % 24u;
     p.watermark = watermarks[(budget >> 6) % 4u];
+    /* A key on a quarter of the inputs (any 32 bytes will do). */
+    static const uint8_t key[32] = {7, 1, 4, 9, 2, 8};
+    if ((budget >> 4) % 4u == 3 && pkv__seal_available()) {
+        p.seal_key = key;
+        TOT.sealed_inputs++;
+    }
     uint8_t len = next_byte(r);
     p.max_model_len = 4u + len % 45u;
     p.vocab_size = 2u + (len >> 2) % 14u;
@@ -545,6 +561,48 @@ static void op_reload(world *w)
     CHECK(loaded == 0 && e->pool.num_free == free_before);
     free(data);
     TOT.reloads++;
+}
+
+/* An export or the saved prefix cache (sealed with a key) with a byte
+ * flipped or cut short where the input says, handed back: refused (a
+ * damaged file, or one that claims another version), nothing changed. */
+static void op_tamper(world *w)
+{
+    pkv_engine *e = w->host.engine;
+    uint8_t how = next_byte(&w->in), hi = next_byte(&w->in),
+            lo = next_byte(&w->in);
+    int prefix = how % 2;
+    pkv_seq_id id = prefix ? 0 : pick_id(w);
+    size_t size = 0, got = 0;
+    pkv_status st = prefix ? pkv_engine_save_prefix_cache(e, NULL, 0, &size)
+                           : pkv_seq_export(e, id, NULL, 0, &size);
+    if (st != PKV_OK)
+        return; /* in a step, or no such sequence: op_move's part */
+    uint8_t *data = malloc(size);
+    CHECK(data != NULL);
+    st = prefix ? pkv_engine_save_prefix_cache(e, data, size, &got)
+                : pkv_seq_export(e, id, data, size, &got);
+    CHECK(st == PKV_OK && got == size);
+    size_t at = ((size_t)hi << 8 | lo) % size;
+    if ((how >> 1) % 2)
+        data[at] ^= (uint8_t)(1u << (how >> 2) % 8u);
+    else
+        size = at;
+    snapshot snap;
+    take(w, &snap);
+    pkv_seq_id copy = 7;
+    uint32_t loaded = 7;
+    st = prefix ? pkv_engine_load_prefix_cache(e, data, size, &loaded)
+                : pkv_seq_import(e, NULL, data, size, &copy);
+    if (st != PKV_ERR_INVALID_ARGUMENT && st != PKV_ERR_UNSUPPORTED)
+        ch_failf(&w->host, "a %s %s at byte %zu: %s",
+                 prefix ? "prefix cache" : "export",
+                 (how >> 1) % 2 ? "flipped" : "cut", at,
+                 pkv_status_name(st));
+    CHECK(copy == (prefix ? 7 : 0) && loaded == (prefix ? 0 : 7));
+    unchanged(w, &snap, prefix ? "load_prefix_cache" : "seq_import");
+    free(data);
+    TOT.tampered++;
 }
 
 /* Damage or evict a value in the store (or make loads fail for a
@@ -869,6 +927,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 op_reload(w);
             else if (op / 16 % 8 == 6)
                 op_store_fault(w);
+            else if (op / 16 % 8 == 4)
+                op_tamper(w);
             else
                 op_block_table(w);
             break;

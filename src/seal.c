@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: MIT */
+/* The seal of a deployment key: HMAC-SHA-256, key derivation, and the
+ * AES-256-GCM envelope (seal.h). */
+#include "seal.h"
+
+#include "store/digest.h"
+#include "wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifdef PKV_HAVE_SEAL
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#endif
+
+void pkv__hmac_sha256(const uint8_t *key, size_t key_n, const uint8_t *data,
+                      size_t n, uint8_t out[32])
+{
+    uint8_t pad[64], inner[32];
+    pkv__sha256 h;
+    memset(pad, 0, sizeof pad);
+    memcpy(pad, key, key_n); /* callers' keys are at most 64 bytes */
+    for (size_t i = 0; i < sizeof pad; i++)
+        pad[i] ^= 0x36;
+    pkv__sha256_init(&h);
+    pkv__sha256_update(&h, pad, sizeof pad);
+    pkv__sha256_update(&h, data, n);
+    pkv__sha256_final(&h, inner);
+    for (size_t i = 0; i < sizeof pad; i++)
+        pad[i] ^= 0x36 ^ 0x5c;
+    pkv__sha256_init(&h);
+    pkv__sha256_update(&h, pad, sizeof pad);
+    pkv__sha256_update(&h, inner, sizeof inner);
+    pkv__sha256_final(&h, out);
+}
+
+/* The envelope (docs/design.md, "Sealing with a deployment key"). */
+#define SEAL_VERSION 1u
+static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'S', 'E', 'A', 'L', '\n'};
+enum {
+    AT_VERSION = 8,       /* u32 */
+    AT_HEADER_BYTES = 12, /* u32 */
+    AT_CONTENT = 16,      /* the content's own magic */
+    AT_SALT = 24,         /* 12 random bytes: the content key's */
+    AT_NONCE = 36,        /* 12 random bytes: the GCM nonce */
+    AT_TAG = 48,          /* 16 bytes */
+    SALT_BYTES = 12,
+    NONCE_BYTES = 12,
+    TAG_BYTES = 16
+};
+
+int pkv__seal_is_sealed(const uint8_t *d, size_t size)
+{
+    return size >= PKV__SEAL_HEADER_BYTES && memcmp(d, MAGIC, 8) == 0;
+}
+
+pkv_status pkv__seal_unwrap(pkv__seal *s, const pkv__allocator *a,
+                            const uint8_t *in, size_t size,
+                            const uint8_t magic[8], const uint8_t **content,
+                            size_t *content_size, uint8_t **owned,
+                            char *why, size_t why_size)
+{
+    *content = in;
+    *content_size = size;
+    *owned = NULL;
+    if (s == NULL) {
+        if (!pkv__seal_is_sealed(in, size))
+            return PKV_OK;
+        snprintf(why, why_size, "the bytes are sealed with a deployment "
+                                "key; this engine has none "
+                                "(pkv_engine_params.seal_key)");
+        return PKV_ERR_UNSUPPORTED;
+    }
+    /* Bytes it refuses before it decrypts: no copy for them. */
+    if (!pkv__seal_is_sealed(in, size) ||
+        size - PKV__SEAL_HEADER_BYTES < 8)
+        return pkv__seal_open(s, in, size, magic, NULL, 0, NULL, why,
+                              why_size);
+    size_t n = size - PKV__SEAL_HEADER_BYTES;
+    uint8_t *copy = pkv__calloc(a, n, 1);
+    if (copy == NULL) {
+        snprintf(why, why_size, "%zu bytes to open the seal into", n);
+        return PKV_ERR_OUT_OF_MEMORY;
+    }
+    pkv_status st = pkv__seal_open(s, in, size, magic, NULL, 0, copy, why,
+                                   why_size);
+    if (st != PKV_OK) {
+        pkv__free(a, copy, n, 1);
+        return st;
+    }
+    *content = copy;
+    *content_size = n;
+    *owned = copy;
+    return PKV_OK;
+}
+
+#ifdef PKV_HAVE_SEAL
+
+struct pkv__seal {
+    uint8_t encrypt[32]; /* derives each content's key */
+    uint8_t name[32];    /* names store values */
+    EVP_CIPHER_CTX *ctx; /* AES-256-GCM, reused for every content */
+};
+
+/* AES-GCM's limit on one message: 2^32 - 2 blocks of 16 bytes. */
+#define MAX_CONTENT ((1ull << 36) - 32)
+/* EVP's updates take an int: a content goes through in pieces. */
+#define PIECE ((size_t)1 << 30)
+
+/* HKDF-Expand (RFC 5869) of one block, keyed by the deployment key itself
+ * (uniformly random, so the extract step adds nothing): the info label
+ * then the counter byte 1. Distinct labels, independent keys. */
+static void derive(const uint8_t key[32], const char *label, uint8_t out[32])
+{
+    uint8_t info[64];
+    size_t n = strlen(label);
+    memcpy(info, label, n);
+    info[n] = 1;
+    pkv__hmac_sha256(key, 32, info, n + 1, out);
+}
+
+int pkv__seal_available(void)
+{
+    return 1;
+}
+
+pkv_status pkv__seal_create(const uint8_t key[PKV__SEAL_KEY_BYTES],
+                            const pkv__allocator *a, pkv__seal **out)
+{
+    *out = NULL;
+    pkv__seal *s = pkv__calloc(a, 1, sizeof *s);
+    if (s == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    s->ctx = EVP_CIPHER_CTX_new();
+    if (s->ctx == NULL ||
+        EVP_CipherInit_ex(s->ctx, EVP_aes_256_gcm(), NULL, NULL, NULL, 1) !=
+            1) {
+        pkv__seal_destroy(s, a);
+        return PKV_ERR_OUT_OF_MEMORY;
+    }
+    derive(key, "pkv-seal-1 encryption", s->encrypt);
+    derive(key, "pkv-seal-1 names", s->name);
+    *out = s;
+    return PKV_OK;
+}
+
+void pkv__seal_destroy(pkv__seal *s, const pkv__allocator *a)
+{
+    if (s == NULL)
+        return;
+    EVP_CIPHER_CTX_free(s->ctx);
+    OPENSSL_cleanse(s, sizeof *s);
+    pkv__free(a, s, 1, sizeof *s);
+}
+
+void pkv__seal_name(const pkv__seal *s, const uint8_t *data, size_t n,
+                    uint8_t out[PKV__SEAL_NAME_BYTES])
+{
+    pkv__hmac_sha256(s->name, sizeof s->name, data, n, out);
+}
+
+/* Start the cipher (enc 1: encrypt, 0: decrypt) for the content whose
+ * envelope header is h: the content's own key, HMAC of the encryption key
+ * over the header's salt, so that a content key never serves two
+ * contents even if a nonce repeats; then the header before the tag and
+ * ad as associated data. 1 when libcrypto did it all. */
+static int start(pkv__seal *s, const uint8_t *h, int enc, const uint8_t *ad,
+                 size_t ad_n)
+{
+    static const char label[] = "pkv-seal-1 content";
+    uint8_t info[sizeof label - 1 + SALT_BYTES], key[32];
+    memcpy(info, label, sizeof label - 1);
+    memcpy(info + sizeof label - 1, h + AT_SALT, SALT_BYTES);
+    pkv__hmac_sha256(s->encrypt, sizeof s->encrypt, info, sizeof info, key);
+    int len, ok = EVP_CipherInit_ex(s->ctx, NULL, NULL, key, h + AT_NONCE,
+                                    enc) == 1 &&
+                  EVP_CipherUpdate(s->ctx, NULL, &len, h, AT_TAG) == 1;
+    for (size_t at = 0; ok && at < ad_n; at += PIECE) {
+        size_t piece = ad_n - at < PIECE ? ad_n - at : PIECE;
+        ok = EVP_CipherUpdate(s->ctx, NULL, &len, ad + at, (int)piece) == 1;
+    }
+    OPENSSL_cleanse(key, sizeof key);
+    return ok;
+}
+
+/* The content through the cipher, n bytes from in to out. */
+static int run(pkv__seal *s, const uint8_t *in, size_t n, uint8_t *out)
+{
+    int ok = 1, len;
+    for (size_t at = 0; ok && at < n; at += PIECE) {
+        size_t piece = n - at < PIECE ? n - at : PIECE;
+        ok = EVP_CipherUpdate(s->ctx, out + at, &len, in + at, (int)piece) ==
+             1;
+    }
+    return ok;
+}
+
+pkv_status pkv__seal_close(pkv__seal *s, uint8_t *buf, size_t n,
+                           const uint8_t *ad, size_t ad_n)
+{
+    if ((uint64_t)n > MAX_CONTENT || n < 8)
+        return PKV_ERR_UNSUPPORTED;
+    uint8_t *content = buf + PKV__SEAL_HEADER_BYTES;
+    memset(buf, 0, PKV__SEAL_HEADER_BYTES);
+    memcpy(buf, MAGIC, 8);
+    pkv__put_u32(buf + AT_VERSION, SEAL_VERSION);
+    pkv__put_u32(buf + AT_HEADER_BYTES, PKV__SEAL_HEADER_BYTES);
+    memcpy(buf + AT_CONTENT, content, 8);
+    uint8_t none[16]; /* GCM's final step writes no bytes */
+    int len;
+    if (RAND_bytes(buf + AT_SALT, SALT_BYTES + NONCE_BYTES) != 1 ||
+        !start(s, buf, 1, ad, ad_n) || !run(s, content, n, content) ||
+        EVP_CipherFinal_ex(s->ctx, none, &len) != 1 ||
+        EVP_CIPHER_CTX_ctrl(s->ctx, EVP_CTRL_GCM_GET_TAG, TAG_BYTES,
+                            buf + AT_TAG) != 1)
+        return PKV_ERR_INTERNAL;
+    return PKV_OK;
+}
+
+pkv_status pkv__seal_open(pkv__seal *s, const uint8_t *in, size_t size,
+                          const uint8_t magic[8], const uint8_t *ad,
+                          size_t ad_n, uint8_t *out, char *why,
+                          size_t why_size)
+{
+    if (!pkv__seal_is_sealed(in, size)) {
+        snprintf(why, why_size, "not sealed (this engine has a seal key "
+                                "and takes only sealed bytes)");
+        return PKV_ERR_INVALID_ARGUMENT;
+    }
+    if (pkv__get_u32(in + AT_VERSION) != SEAL_VERSION ||
+        pkv__get_u32(in + AT_HEADER_BYTES) != PKV__SEAL_HEADER_BYTES) {
+        snprintf(why, why_size, "seal version %u; this library opens %u",
+                 (unsigned)pkv__get_u32(in + AT_VERSION),
+                 (unsigned)SEAL_VERSION);
+        return PKV_ERR_INVALID_ARGUMENT;
+    }
+    size_t n = size - PKV__SEAL_HEADER_BYTES;
+    if (memcmp(in + AT_CONTENT, magic, 8) != 0 || (uint64_t)n > MAX_CONTENT ||
+        n < 8) {
+        snprintf(why, why_size, "the sealed bytes hold another format");
+        return PKV_ERR_INVALID_ARGUMENT;
+    }
+    /* EVP takes the tag through a pointer to non-const; GCM's final
+     * step writes no bytes. */
+    uint8_t tag[TAG_BYTES], none[16];
+    memcpy(tag, in + AT_TAG, TAG_BYTES);
+    int len;
+    if (!start(s, in, 0, ad, ad_n) ||
+        !run(s, in + PKV__SEAL_HEADER_BYTES, n, out) ||
+        EVP_CIPHER_CTX_ctrl(s->ctx, EVP_CTRL_GCM_SET_TAG, TAG_BYTES, tag) !=
+            1 ||
+        EVP_CipherFinal_ex(s->ctx, none, &len) != 1) {
+        snprintf(why, why_size, "the seal does not hold: sealed under "
+                                "another key or for another place, or "
+                                "changed since");
+        return PKV_ERR_INVALID_ARGUMENT;
+    }
+    return PKV_OK;
+}
+
+#else /* !PKV_HAVE_SEAL: nothing can be sealed; a key is refused. */
+
+struct pkv__seal {
+    int unused;
+};
+
+int pkv__seal_available(void)
+{
+    return 0;
+}
+
+pkv_status pkv__seal_create(const uint8_t key[PKV__SEAL_KEY_BYTES],
+                            const pkv__allocator *a, pkv__seal **out)
+{
+    (void)key;
+    (void)a;
+    *out = NULL;
+    return PKV_ERR_UNSUPPORTED;
+}
+
+void pkv__seal_destroy(pkv__seal *s, const pkv__allocator *a)
+{
+    (void)s;
+    (void)a;
+}
+
+void pkv__seal_name(const pkv__seal *s, const uint8_t *data, size_t n,
+                    uint8_t out[PKV__SEAL_NAME_BYTES])
+{
+    (void)s;
+    (void)data;
+    (void)n;
+    memset(out, 0, PKV__SEAL_NAME_BYTES);
+}
+
+pkv_status pkv__seal_close(pkv__seal *s, uint8_t *buf, size_t n,
+                           const uint8_t *ad, size_t ad_n)
+{
+    (void)s;
+    (void)buf;
+    (void)n;
+    (void)ad;
+    (void)ad_n;
+    return PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status pkv__seal_open(pkv__seal *s, const uint8_t *in, size_t size,
+                          const uint8_t magic[8], const uint8_t *ad,
+                          size_t ad_n, uint8_t *out, char *why,
+                          size_t why_size)
+{
+    (void)s;
+    (void)in;
+    (void)size;
+    (void)magic;
+    (void)ad;
+    (void)ad_n;
+    (void)out;
+    snprintf(why, why_size, "built without libcrypto");
+    return PKV_ERR_UNSUPPORTED;
+}
+
+#endif
