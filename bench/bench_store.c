@@ -242,6 +242,21 @@ static void rec_cancel(void *user, uint64_t ticket)
     r->inner.cancel(r->inner.user, ticket);
 }
 
+/* The connector counts the engines on it (pkv_store.attach). */
+static void rec_attach(void *user)
+{
+    rec_store *r = user;
+    if (r->inner.attach != NULL)
+        r->inner.attach(r->inner.user);
+}
+
+static void rec_detach(void *user)
+{
+    rec_store *r = user;
+    if (r->inner.detach != NULL)
+        r->inner.detach(r->inner.user);
+}
+
 /* A connector to sv under prefix, connected (so that no run times the
  * connection itself: a server keeps its connector). NULL on failure. */
 static pkv_redis *connector(const server *sv, const char *prefix,
@@ -683,6 +698,8 @@ static int engine_open(const store_ctx *x, int32_t dtype, const char *prefix,
     se->outer.save = rec_save;
     se->outer.poll = rec_poll;
     se->outer.cancel = rec_cancel;
+    se->outer.attach = rec_attach;
+    se->outer.detach = rec_detach;
     se->e = create_engine(&x->m->config, dtype, x->prompt_len, &se->outer);
     return se->e == NULL;
 }

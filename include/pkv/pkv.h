@@ -373,7 +373,9 @@ typedef struct pkv_store {
      * after its last callback: in pkv_engine_destroy, or in a create that
      * fails after attach. A connector counts its engines with them, so
      * that destroying it while an engine still uses it can be caught
-     * instead of leaving the engine with freed memory (pkv_redis.h). */
+     * instead of leaving the engine with freed memory (pkv_redis.h). A
+     * host that wraps a connector's callbacks under its own user must
+     * wrap these too (bench/bench_store.c does), or clear them. */
     void (*attach)(void *user);
     void (*detach)(void *user);
 } pkv_store;
