@@ -17,6 +17,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "prefix_groups.h"
 #include "seal.h"
 #include "wire.h"
 
@@ -24,7 +25,11 @@
 #include <string.h>
 
 #define HEADER_BYTES 64u
+/* Version 2: an engine with hybrid memory's groups; its header goes on
+ * with a u32 group and a u32 arena per layer, and each entry names its
+ * block's group. */
 #define FORMAT_VERSION 1u
+#define FORMAT_VERSION_GROUPS 2u
 #define ROOT UINT32_MAX /* parent index of a prompt's first block */
 static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'P', 'F', 'X', '\r', '\n'};
 
@@ -35,11 +40,33 @@ enum {
     AT_CHECKSUM = 56                        /* u64 */
 };
 
-/* An entry: u32 parent index (ROOT: none), u32 0, u64 salt, the block's
- * token ids as u32. */
+/* An entry: u32 parent index (ROOT: none), u32 group (0 in version 1),
+ * u64 salt, the block's token ids as u32. A block of group g > 0 has the
+ * group-0 block of the same tokens as its parent (prefix_groups.h). */
 static size_t entry_bytes(uint32_t block_size)
 {
     return 16 + (size_t)4 * block_size;
+}
+
+/* The engine's version and header bytes. */
+static uint32_t version_of(const pkv_engine *e)
+{
+    return e->groups.num_groups > 1 ? FORMAT_VERSION_GROUPS : FORMAT_VERSION;
+}
+
+static uint32_t header_bytes(const pkv_engine *e)
+{
+    return e->groups.num_groups > 1 ? HEADER_BYTES + 8 * e->groups.num_layers
+                                    : HEADER_BYTES;
+}
+
+/* Version 2's layer table: each layer's group and arena. */
+static void put_layout(const pkv_engine *e, uint8_t *at)
+{
+    for (uint32_t l = 0; l < e->groups.num_layers; l++) {
+        pkv__put_u32(at + 8 * l, e->groups.layer_group[l]);
+        pkv__put_u32(at + 8 * l + 4, e->groups.layer_arena[l]);
+    }
 }
 
 typedef struct ranked {
@@ -111,8 +138,6 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "save the prefix cache during a step: call "
                                 "it after step_end");
-    if (pkv__engine_no_groups(e, "pkv_engine_save_prefix_cache") != PKV_OK)
-        return PKV_ERR_UNSUPPORTED;
     const pkv__backend_config *c = &e->backend_config;
     uint32_t nb = e->pool.num_blocks, bs = c->block_size;
     uint32_t *depth = pkv__calloc(&e->alloc, nb, sizeof *depth);
@@ -129,7 +154,8 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     uint32_t n;
     reachable(e, depth, path, order, &n);
     size_t block_bytes = pkv__backend_swap_block_bytes(c);
-    size_t kv_at = HEADER_BYTES + n * entry_bytes(bs);
+    uint32_t head = header_bytes(e);
+    size_t kv_at = head + n * entry_bytes(bs);
     size_t content = kv_at + n * block_bytes;
     /* With a seal, the file goes after the seal's header. */
     size_t seal_at = e->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
@@ -156,16 +182,18 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     /* Where each block went: its parent's index. path is free again. */
     for (uint32_t i = 0; i < n; i++)
         path[blocks[i]] = i;
-    pkv__wire_put_header(out, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
+    pkv__wire_put_header(out, head, MAGIC, version_of(e), c);
     pkv__put_u64(out + AT_BLOCK_BYTES, block_bytes);
     pkv__put_u32(out + AT_NUM_ENTRIES, n);
+    if (e->groups.num_groups > 1)
+        put_layout(e, out + HEADER_BYTES);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b = blocks[i];
         const pkv__prefix_entry *en = &e->prefix.entries[b];
-        uint8_t *p = out + HEADER_BYTES + i * entry_bytes(bs);
+        uint8_t *p = out + head + i * entry_bytes(bs);
         pkv__put_u32(p, en->parent == PKV__NULL_BLOCK ? ROOT
                                                       : path[en->parent]);
-        pkv__put_u32(p + 4, 0);
+        pkv__put_u32(p + 4, e->pool.blocks[b].group);
         pkv__put_u64(p + 8, en->salt);
         for (uint32_t t = 0; t < bs; t++)
             pkv__put_u32(p + 16 + 4 * t,
@@ -193,8 +221,22 @@ done:
 static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
 {
     char why[128];
+    /* A file from an engine with groups or without into one of the
+     * other kind: its blocks hold other layers. */
+    uint32_t version = size >= HEADER_BYTES && memcmp(d, MAGIC, 8) == 0
+                           ? pkv__get_u32(d + PKV__AT_VERSION)
+                           : version_of(e);
+    if ((version == FORMAT_VERSION_GROUPS) != (e->groups.num_groups > 1) &&
+        (version == FORMAT_VERSION || version == FORMAT_VERSION_GROUPS))
+        return pkv__engine_fail(
+            e, PKV_ERR_UNSUPPORTED,
+            "load: saved by an engine %s hybrid memory's groups of layers; "
+            "this one has %s",
+            version == FORMAT_VERSION ? "without" : "with",
+            e->groups.num_groups > 1 ? "them" : "none");
+    uint32_t head = header_bytes(e);
     pkv_status st =
-        pkv__wire_check_opening(d, size, MAGIC, FORMAT_VERSION, HEADER_BYTES,
+        pkv__wire_check_opening(d, size, MAGIC, version_of(e), head,
                                 "a saved pkv prefix cache", why, sizeof why);
     if (st != PKV_OK)
         return pkv__engine_fail(e, st, "load: %s", why);
@@ -203,7 +245,7 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
     uint64_t block_bytes = pkv__get_u64(d + AT_BLOCK_BYTES);
     uint64_t total = block_bytes > UINT32_MAX || bs > UINT16_MAX
                          ? UINT64_MAX
-                         : HEADER_BYTES + (uint64_t)n * (16 + 4 * bs) +
+                         : head + (uint64_t)n * (16 + 4 * bs) +
                                (uint64_t)n * block_bytes;
     if (total != size)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
@@ -230,15 +272,41 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
             (unsigned)pkv__get_u32(d + PKV__AT_NUM_LAYERS),
             (unsigned)pkv__get_u32(d + PKV__AT_NUM_KV_HEADS),
             (unsigned)pkv__get_u32(d + PKV__AT_HEAD_DIM), (unsigned)bs);
+    if (e->groups.num_groups > 1) {
+        uint8_t layout[8];
+        for (uint32_t l = 0; l < e->groups.num_layers; l++) {
+            pkv__put_u32(layout, e->groups.layer_group[l]);
+            pkv__put_u32(layout + 4, e->groups.layer_arena[l]);
+            if (memcmp(d + HEADER_BYTES + 8 * l, layout, 8) != 0)
+                return pkv__engine_fail(
+                    e, PKV_ERR_UNSUPPORTED,
+                    "load: saved with layer %u in group %u, arena %u; this "
+                    "engine has it in group %u, arena %u",
+                    (unsigned)l,
+                    (unsigned)pkv__get_u32(d + HEADER_BYTES + 8 * l),
+                    (unsigned)pkv__get_u32(d + HEADER_BYTES + 8 * l + 4),
+                    (unsigned)e->groups.layer_group[l],
+                    (unsigned)e->groups.layer_arena[l]);
+        }
+    }
     uint32_t vocab = e->params.vocab_size;
     for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *p = d + HEADER_BYTES + i * entry_bytes(bs);
-        uint32_t parent = pkv__get_u32(p);
-        if ((parent != ROOT && parent >= i) || pkv__get_u32(p + 4) != 0)
+        const uint8_t *p = d + head + i * entry_bytes(bs);
+        uint32_t parent = pkv__get_u32(p), group = pkv__get_u32(p + 4);
+        /* A group-0 block follows a group-0 block; another group's block
+         * names the group-0 block of its tokens. */
+        uint32_t parent_group =
+            parent == ROOT || parent >= i
+                ? 0
+                : pkv__get_u32(d + head + parent * entry_bytes(bs) + 4);
+        if ((parent != ROOT && parent >= i) ||
+            group >= e->groups.num_groups || parent_group != 0 ||
+            (group != 0 && parent == ROOT))
             return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                    "load: block %u has parent %u; parents "
-                                    "come first",
-                                    (unsigned)i, (unsigned)parent);
+                                    "load: block %u of group %u has parent "
+                                    "%u; parents come first, in group 0",
+                                    (unsigned)i, (unsigned)group,
+                                    (unsigned)parent);
         for (uint32_t t = 0; t < bs; t++) {
             uint32_t tok = pkv__get_u32(p + 16 + 4 * t);
             if (tok > INT32_MAX || (vocab != 0 && tok >= vocab))
@@ -268,7 +336,8 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
     uint32_t n = pkv__get_u32(d + AT_NUM_ENTRIES);
     uint32_t bs = pool->block_size;
     size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
-    const uint8_t *kv = d + HEADER_BYTES + n * entry_bytes(bs);
+    uint32_t head = header_bytes(e);
+    const uint8_t *kv = d + head + n * entry_bytes(bs);
     uint32_t cap = n ? n : 1;
     uint32_t *target = pkv__calloc(&e->alloc, cap, sizeof *target);
     uint64_t *hash = pkv__calloc(&e->alloc, cap, sizeof *hash);
@@ -286,21 +355,24 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
     /* Which entries to load: every block that is not cached already and
      * whose parent is (or loads), while free blocks last. */
     for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *p = d + HEADER_BYTES + i * entry_bytes(bs);
-        uint32_t parent = pkv__get_u32(p);
+        const uint8_t *p = d + head + i * entry_bytes(bs);
+        uint32_t parent = pkv__get_u32(p), group = pkv__get_u32(p + 4);
         uint64_t salt = pkv__get_u64(p + 8);
         int32_t *t = tokens + (size_t)i * bs;
         for (uint32_t j = 0; j < bs; j++)
             t[j] = (int32_t)pkv__get_u32(p + 16 + 4 * j);
-        hash[i] = pkv__prefix_hash(parent == ROOT ? 0 : hash[parent], t, bs,
-                                   salt);
+        hash[i] = group != 0 ? pkv__prefix_group_hash(hash[parent], group)
+                             : pkv__prefix_hash(parent == ROOT ? 0
+                                                               : hash[parent],
+                                                t, bs, salt);
         uint32_t above = parent == ROOT ? PKV__NULL_BLOCK : target[parent];
         target[i] = NOT_LOADED;
         if (above == NOT_LOADED)
             continue;
         if (above != NEW_BLOCK) {
-            uint32_t b = pkv__prefix_find(&e->prefix, hash[i], t, salt, above,
-                                          pool->blocks[above].generation);
+            uint32_t b = pkv__prefix_find_group(
+                &e->prefix, group, hash[i], t, salt, above,
+                pool->blocks[above].generation);
             if (b != PKV__NO_BLOCK) {
                 target[i] = b;
                 continue;
@@ -326,6 +398,9 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
     for (uint32_t j = 0; j < k; j++) {
         uint32_t i = fresh[j];
         pkv__pool_alloc(pool, 1, &ids[j]); /* free blocks: cannot fail */
+        pkv__pool_set_group(
+            pool, ids[j],
+            pkv__get_u32(d + head + i * entry_bytes(bs) + 4));
         target[i] = ids[j];
     }
     st = e->ops->swap_in(e->backend, bytes, ids, k);
@@ -338,7 +413,7 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
     }
     /* Register parents first (entries are in that order). */
     for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *p = d + HEADER_BYTES + i * entry_bytes(bs);
+        const uint8_t *p = d + head + i * entry_bytes(bs);
         uint32_t b = target[i];
         if (b == NOT_LOADED || pool->blocks[b].cached)
             continue;
@@ -378,8 +453,6 @@ pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "load the prefix cache during a step: call "
                                 "it after step_end");
-    if (pkv__engine_no_groups(e, "pkv_engine_load_prefix_cache") != PKV_OK)
-        return PKV_ERR_UNSUPPORTED;
     const uint8_t *d;
     size_t n;
     uint8_t *owned;

@@ -2,9 +2,7 @@
 /* The prefix cache with groups of layers (prefix_groups.h). */
 #include "prefix_groups.h"
 
-/* Group g's hash of a chain link: the chain's, mixed with a multiple of
- * the golden ratio per group, so that no two groups share one. */
-static uint64_t group_hash(uint64_t hash, uint32_t g)
+uint64_t pkv__prefix_group_hash(uint64_t hash, uint32_t g)
 {
     return pkv__prefix_hash(hash, NULL, 0, 0x9e3779b97f4a7c15ull * g);
 }
@@ -15,7 +13,7 @@ static uint32_t find(const pkv__prefix *prefix, uint32_t g,
                      const pkv__chain_link *link, const int32_t *tokens,
                      uint64_t salt)
 {
-    return pkv__prefix_find_group(prefix, g, group_hash(link->hash, g),
+    return pkv__prefix_find_group(prefix, g, pkv__prefix_group_hash(link->hash, g),
                                   tokens, salt, link->block,
                                   link->generation);
 }
@@ -51,7 +49,7 @@ uint32_t pkv__prefix_group_hits(const pkv__prefix *prefix,
              j++) {
             uint32_t b = find(prefix, g, &links[j], tokens + (size_t)j * bs,
                               salt);
-            out[k].hash = group_hash(links[j].hash, g);
+            out[k].hash = pkv__prefix_group_hash(links[j].hash, g);
             out[k].block = b;
             out[k++].generation = prefix->pool->blocks[b].generation;
         }
@@ -76,9 +74,10 @@ void pkv__prefix_register_groups(pkv__prefix *prefix,
                 find(prefix, g, &chain->links[j], block_tokens, seq->salt) !=
                     PKV__NO_BLOCK)
                 continue;
-            pkv__prefix_insert(prefix, b, group_hash(chain->links[j].hash, g),
-                               block_tokens, seq->salt, chain->links[j].block,
-                               chain->links[j].generation);
+            pkv__prefix_insert(
+                prefix, b, pkv__prefix_group_hash(chain->links[j].hash, g),
+                block_tokens, seq->salt, chain->links[j].block,
+                chain->links[j].generation);
         }
     }
 }

@@ -17,6 +17,11 @@
 #include "prefix.h"
 #include "seq.h"
 
+/* Group g's hash of a block whose group-0 block has chained hash `hash`:
+ * the chain's, mixed with a multiple of the golden ratio per group, so
+ * that no two groups share one. */
+uint64_t pkv__prefix_group_hash(uint64_t hash, uint32_t g);
+
 /* Of a lookup's n group-0 links (prefix.h), the most, h, that the other
  * groups can follow: each holds every block from its first seen one to
  * h cached. Their blocks follow links[0 .. h) in links, group after

@@ -550,12 +550,12 @@ typedef struct pkv_engine_params {
      * groups of 3 layers, so the same cache_bytes gives 6 times the
      * blocks. Outputs are the same as without it, bit for bit.
      * With one window for every layer there is one group: no effect.
-     * Not yet with it (PKV_ERR_UNSUPPORTED at create): a KV store; and
-     * pkv_seq_export,
-     * pkv_seq_import and the prefix-cache file refuse with the same
-     * status. A prefix hit needs, in a windowed group, only the blocks
-     * its first computed row sees. pkv_engine_get_block_table gives the first group's table (the full
-     * layers', if any). 0 (the default): every layer keeps every token. */
+     * A prefix hit needs, in a windowed group, only the blocks its first
+     * computed row sees. A saved prefix cache loads only into an engine
+     * with the same groups (PKV_ERR_UNSUPPORTED otherwise). Not yet with
+     * it: a KV store (PKV_ERR_UNSUPPORTED at create), pkv_seq_export and
+     * pkv_seq_import (PKV_ERR_UNSUPPORTED). pkv_engine_get_block_table
+     * gives the first group's table (the full layers', if any). 0 (the default): every layer keeps every token. */
     uint32_t hybrid_memory;
 
     /* Since 0.2.0. The deployment key: 32 secret random bytes, the same

@@ -542,10 +542,6 @@ static void op_reload(world *w)
     pkv_engine *e = w->host.engine;
     size_t size = 0;
     pkv_status st = pkv_engine_save_prefix_cache(e, NULL, 0, &size);
-    if (e->groups.num_groups > 1 && !e->step.in_step) { /* not yet */
-        CHECK(st == PKV_ERR_UNSUPPORTED);
-        return;
-    }
     if (e->step.in_step) {
         CHECK(st == PKV_ERR_BAD_STATE);
         return;
