@@ -60,6 +60,23 @@ static void move_copy(ch_host *h, pkv_seq_id id)
     assert_int_equal(ch_move(h, id, &copy), PKV_OK);
 }
 
+/* h's prefix cache saved (*size bytes, the caller frees them), then h
+ * idle, freed and made again with p: a restart. */
+static void *restart(ch_host *h, const pkv_engine_params *p, int32_t dtype,
+                     size_t *size)
+{
+    assert_int_equal(pkv_engine_save_prefix_cache(h->engine, NULL, 0, size),
+                     PKV_OK);
+    void *data = malloc(*size);
+    assert_non_null(data);
+    assert_int_equal(
+        pkv_engine_save_prefix_cache(h->engine, data, *size, size), PKV_OK);
+    ch_check_idle(h);
+    ch_free(h);
+    ch_cmocka_init(h, p, hm_tolerance(dtype));
+    return data;
+}
+
 /* The most blocks a windowed group of the engine holds for one sequence
  * (hybrid memory), over the running sequences. */
 static uint32_t most_windowed_blocks(const pkv_engine *e)
@@ -190,15 +207,7 @@ static void workload(int32_t dtype, int32_t mode, int hybrid)
     ch_add_prompt(&h, prompts[0], PROMPT, NEW, 0, 0);
     ch_run(&h, 100);
     size_t size = 0;
-    assert_int_equal(pkv_engine_save_prefix_cache(h.engine, NULL, 0, &size),
-                     PKV_OK);
-    void *data = malloc(size);
-    assert_non_null(data);
-    assert_int_equal(
-        pkv_engine_save_prefix_cache(h.engine, data, size, &size), PKV_OK);
-    ch_check_idle(&h);
-    ch_free(&h);
-    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
+    void *data = restart(&h, &p, dtype, &size);
     uint32_t loaded = 0;
     assert_int_equal(
         pkv_engine_load_prefix_cache(h.engine, data, size, &loaded), PKV_OK);
@@ -247,15 +256,7 @@ static void hybrid_hits(int32_t dtype)
     /* 13 tokens in blocks of 4: the second run computes only its last. */
     assert_int_equal(st.prefix_hit_tokens, 12);
     size_t size = 0;
-    assert_int_equal(pkv_engine_save_prefix_cache(h.engine, NULL, 0, &size),
-                     PKV_OK);
-    void *data = malloc(size);
-    assert_non_null(data);
-    assert_int_equal(
-        pkv_engine_save_prefix_cache(h.engine, data, size, &size), PKV_OK);
-    ch_check_idle(&h);
-    ch_free(&h);
-    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
+    void *data = restart(&h, &p, dtype, &size);
     uint32_t loaded = 0;
     assert_int_equal(
         pkv_engine_load_prefix_cache(h.engine, data, size, &loaded), PKV_OK);
