@@ -66,16 +66,6 @@ void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
     pkv__prefix_chain_release(&seq->chain, &e->pool);
 }
 
-pkv_status pkv__engine_no_groups(const pkv_engine *e, const char *what)
-{
-    if (e->groups.num_groups == 1)
-        return PKV_OK;
-    return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
-                            "%s: not with hybrid memory's groups of layers "
-                            "yet (pkv_engine_params.hybrid_memory)",
-                            what);
-}
-
 void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
                          pkv__seq *seq)
 {

@@ -65,10 +65,6 @@ void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
 uint64_t pkv__seqs_tenant_blocks(const pkv__seqs *seqs, uint32_t tenant);
 void pkv__seqs_tenant_add(pkv__seqs *seqs, uint32_t tenant, int64_t delta);
 
-/* PKV_OK, or PKV_ERR_UNSUPPORTED with the engine's message when hybrid
- * memory groups its layers: `what` does not work with groups yet. */
-pkv_status pkv__engine_no_groups(const pkv_engine *e, const char *what);
-
 /* Count the blocks seq's tables gained (or lost) since they held `before`
  * (pkv__seq_held) against its tenant. */
 void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,

@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
+#include "seq_tables.h"
 #include "seal.h"
 #include "struct_sizes.h"
 #include "wire.h"
@@ -26,6 +27,12 @@
 
 #define HEADER_BYTES 80u
 #define FORMAT_VERSION 1u
+/* Version 2: from an engine with hybrid memory's groups. The header goes
+ * on with a u32 group, arena and window per layer; the KV is the
+ * engine's swap layout (each group's blocks from the first its next row
+ * sees, group after group), which only an engine grouped the same way,
+ * with the same block size, takes: any other computes the KV again. */
+#define FORMAT_VERSION_GROUPS 2u
 static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'S', 'E', 'Q', '\r', '\n'};
 
 /* Header fields after the common ones (wire.h): little-endian u32 at
@@ -39,6 +46,37 @@ enum {
     AT_KV_BYTES = 64, /* u64 */
     AT_CHECKSUM = 72  /* u64 */
 };
+
+static int grouped(const pkv_engine *e)
+{
+    return e->groups.num_groups > 1;
+}
+
+static uint32_t header_bytes_of(const pkv_engine *e)
+{
+    return grouped(e) ? HEADER_BYTES + 12 * e->groups.num_layers
+                      : HEADER_BYTES;
+}
+
+/* Version 2's layer table: each layer's group, arena and window. */
+static void put_layout(const pkv_engine *e, uint8_t *at)
+{
+    const pkv__groups *g = &e->groups;
+    for (uint32_t l = 0; l < g->num_layers; l++) {
+        pkv__put_u32(at + 12 * l, g->layer_group[l]);
+        pkv__put_u32(at + 12 * l + 4, g->layer_arena[l]);
+        pkv__put_u32(at + 12 * l + 8,
+                     pkv__groups_window(g, g->layer_group[l]));
+    }
+}
+
+/* Blocks of a grouped export of `computed` tokens: every group's from
+ * the first its next row sees. */
+static uint32_t grouped_blocks(const pkv_engine *e, uint32_t computed)
+{
+    return pkv__groups_blocks_from(&e->groups, e->pool.block_size, computed,
+                                   computed);
+}
 
 /* Bytes of one stored element (f32 and f16 rows). */
 static size_t elem_bytes(const pkv__backend_config *c)
@@ -57,6 +95,17 @@ static uint64_t kv_bytes(const pkv__backend_config *c, uint32_t computed)
                pkv__backend_stage_bytes(c);
     return (uint64_t)c->num_layers * c->num_kv_heads * 2 * computed *
            c->head_dim * elem_bytes(c);
+}
+
+/* The KV part of an export by e of `computed` tokens. */
+static uint64_t export_kv_bytes(const pkv_engine *e, uint32_t computed)
+{
+    const pkv__backend_config *c = &e->backend_config;
+    if (!grouped(e) || computed == 0)
+        return kv_bytes(c, computed);
+    return (uint64_t)grouped_blocks(e, computed) *
+               pkv__backend_swap_block_bytes(c) +
+           (pkv__backend_quantized(c) ? pkv__backend_stage_bytes(c) : 0);
 }
 
 /* The K (kv 0) or V (kv 1) row of token t, layer l, kv head h in host
@@ -112,6 +161,69 @@ static void quantized_canonical(const pkv__backend_config *c,
         memset(stage + (part * bs + used) * row, 0, (bs - used) * row);
 }
 
+/* A grouped export's KV (swap layout, then the tail), canonical as a
+ * quantized one is: each group's last block, when partly filled, holds
+ * zeros past its tokens (all of it when quantized: its rows are in the
+ * tail), and so does the tail. */
+static void grouped_canonical(const pkv_engine *e, uint32_t computed,
+                              uint8_t *kv)
+{
+    const pkv__backend_config *c = &e->backend_config;
+    uint32_t bs = c->block_size, used = computed % bs;
+    size_t block = pkv__backend_swap_block_bytes(c);
+    if (pkv__backend_quantized(c)) {
+        uint8_t *stage = kv + (size_t)grouped_blocks(e, computed) * block;
+        size_t row = (size_t)c->head_dim * sizeof(float);
+        size_t parts = (size_t)c->num_layers * c->num_kv_heads * 2;
+        for (size_t part = 0; part < parts; part++)
+            memset(stage + (part * bs + used) * row, 0, (bs - used) * row);
+    }
+    if (used == 0)
+        return;
+    size_t layer_block = pkv__backend_layer_block_bytes(c);
+    size_t part = pkv__backend_part_bytes(c, 0);
+    size_t row = (size_t)c->head_dim * elem_bytes(c);
+    uint32_t last = 0, all = pkv__blocks_for(computed, bs);
+    for (uint32_t g = 0; g < e->groups.num_groups; g++) {
+        last += all - pkv__groups_first_seen(&e->groups, g, bs, computed);
+        uint8_t *b = kv + (size_t)(last - 1) * block;
+        if (pkv__backend_quantized(c)) {
+            memset(b, 0, block);
+            continue;
+        }
+        for (uint32_t a = 0; a < pkv__backend_num_arenas(c); a++)
+            for (uint32_t h = 0; h < c->num_kv_heads; h++)
+                for (int k = 0; k < 2; k++)
+                    memset(b + a * layer_block + h * 2 * part +
+                               (size_t)k * part + used * row,
+                           0, (bs - used) * row);
+    }
+}
+
+/* A running grouped sequence's KV in swap layout into host: each group's
+ * blocks from the first its next row sees, then the tail. */
+static pkv_status grouped_kv_out(pkv_engine *e, const pkv__seq *s,
+                                 uint8_t *host)
+{
+    const pkv__backend_config *c = &e->backend_config;
+    uint32_t bs = c->block_size, all = pkv__blocks_for(s->num_computed, bs);
+    size_t block = pkv__backend_swap_block_bytes(c);
+    uint32_t done = 0;
+    for (uint32_t g = 0; g < pkv__seq_groups(s); g++) {
+        const pkv__table *t = pkv__seq_table_c(s, g);
+        uint32_t first =
+            pkv__groups_first_seen(&e->groups, g, bs, s->num_computed);
+        pkv_status st = e->ops->swap_out(e->backend, t->blocks + first,
+                                         all - first, host + done * block);
+        if (st != PKV_OK)
+            return st;
+        done += all - first;
+    }
+    if (pkv__backend_quantized(c))
+        return e->ops->stage_out(e->backend, s->stage, host + done * block);
+    return PKV_OK;
+}
+
 /* The sequence's KV in swap layout: its swap copy, or read from the
  * device into *owned (freed by the caller, of *owned_size bytes). */
 static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
@@ -128,16 +240,22 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
         return PKV_OK;
     }
     const pkv__backend_config *c = &e->backend_config;
-    uint32_t n = pkv__blocks_for(s->num_computed, c->block_size);
+    uint32_t n = grouped(e) ? grouped_blocks(e, s->num_computed)
+                            : pkv__blocks_for(s->num_computed, c->block_size);
     size_t blocks = n * pkv__backend_swap_block_bytes(c);
     size_t size = pkv__backend_swap_bytes(c, n);
     uint8_t *host = pkv__calloc(&e->alloc, size, 1);
     if (host == NULL)
         return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
                                 "export: %zu bytes of KV", size);
-    pkv_status st = e->ops->swap_out(e->backend, s->table.blocks, n, host);
-    if (st == PKV_OK && pkv__backend_quantized(c))
-        st = e->ops->stage_out(e->backend, s->stage, host + blocks);
+    pkv_status st;
+    if (grouped(e)) {
+        st = grouped_kv_out(e, s, host);
+    } else {
+        st = e->ops->swap_out(e->backend, s->table.blocks, n, host);
+        if (st == PKV_OK && pkv__backend_quantized(c))
+            st = e->ops->stage_out(e->backend, s->stage, host + blocks);
+    }
     if (st != PKV_OK) {
         pkv__free(&e->alloc, host, size, 1);
         return pkv__engine_fail(e, st, "export: reading the KV: %s",
@@ -156,16 +274,15 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     if (checked != PKV_OK)
         return checked;
     pkv__seq *s;
-    pkv_status st = pkv__engine_no_groups(e, "pkv_seq_export");
-    if (st == PKV_OK)
-        st = pkv__engine_find_between_steps(e, id, "export", &s);
+    pkv_status st = pkv__engine_find_between_steps(e, id, "export", &s);
     if (st != PKV_OK)
         return st;
     const pkv__backend_config *c = &e->backend_config;
-    uint64_t kv = kv_bytes(c, s->num_computed);
+    uint64_t kv = export_kv_bytes(e, s->num_computed);
+    uint32_t head = header_bytes_of(e);
     /* With a seal, the export goes after the seal's header. */
     size_t seal_at = e->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
-    uint64_t content = HEADER_BYTES + (uint64_t)s->num_tokens * 4 + kv;
+    uint64_t content = head + (uint64_t)s->num_tokens * 4 + kv;
     uint64_t total = seal_at + content;
     if (total > SIZE_MAX)
         return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
@@ -189,7 +306,11 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
         return st;
 
     uint8_t *out = (uint8_t *)buffer + seal_at;
-    pkv__wire_put_header(out, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
+    pkv__wire_put_header(out, head, MAGIC,
+                         grouped(e) ? FORMAT_VERSION_GROUPS : FORMAT_VERSION,
+                         c);
+    if (grouped(e))
+        put_layout(e, out + HEADER_BYTES);
     int quantized = pkv__backend_quantized(c);
     pkv__put_u32(out + AT_NUM_TOKENS, s->num_tokens);
     pkv__put_u32(out + AT_PROMPT_LEN, s->prompt_len);
@@ -197,10 +318,13 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     pkv__put_u32(out + AT_NUM_GENERATED, s->num_generated);
     pkv__put_u32(out + AT_MAX_NEW_TOKENS, s->max_new_tokens);
     pkv__put_u64(out + AT_KV_BYTES, kv);
-    uint8_t *p = out + HEADER_BYTES;
+    uint8_t *p = out + head;
     for (uint32_t i = 0; i < s->num_tokens; i++, p += 4)
         pkv__put_u32(p, (uint32_t)s->tokens[i]);
-    if (kv > 0 && quantized) {
+    if (kv > 0 && grouped(e)) {
+        memcpy(p, swap, (size_t)kv);
+        grouped_canonical(e, s->num_computed, p);
+    } else if (kv > 0 && quantized) {
         memcpy(p, swap, (size_t)kv);
         quantized_canonical(c, s->num_computed, p);
     } else if (kv > 0)
@@ -222,17 +346,27 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
  * by e. *keep_kv: whether its KV can move into e's blocks (U8 blocks of
  * another size or groups cannot: that would re-quantise them). */
 static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
-                               int *keep_kv)
+                               int *keep_kv, uint32_t *head)
 {
     char why[128];
+    /* Version 1, or 2 with its layer table (of as many layers as this
+     * engine has: another count fails the geometry check below). */
+    uint32_t version = size >= HEADER_BYTES && memcmp(d, MAGIC, 8) == 0
+                           ? pkv__get_u32(d + PKV__AT_VERSION)
+                           : FORMAT_VERSION;
+    if (version != FORMAT_VERSION_GROUPS)
+        version = FORMAT_VERSION;
+    *head = version == FORMAT_VERSION_GROUPS
+                ? HEADER_BYTES + 12 * e->backend_config.num_layers
+                : HEADER_BYTES;
     pkv_status st =
-        pkv__wire_check_opening(d, size, MAGIC, FORMAT_VERSION, HEADER_BYTES,
+        pkv__wire_check_opening(d, size, MAGIC, version, *head,
                                 "a pkv sequence export", why, sizeof why);
     if (st != PKV_OK)
         return pkv__engine_fail(e, st, "import: %s", why);
     uint32_t tokens = pkv__get_u32(d + AT_NUM_TOKENS);
     uint64_t kv = pkv__get_u64(d + AT_KV_BYTES);
-    uint64_t total = HEADER_BYTES + (uint64_t)tokens * 4 + kv;
+    uint64_t total = *head + (uint64_t)tokens * 4 + kv;
     if (kv > UINT64_MAX / 2 || total != size)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                 "import: the export says %llu bytes; %zu "
@@ -278,12 +412,32 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     *keep_kv = memcmp(d + PKV__AT_KEY_QUANT, mine + PKV__AT_KEY_QUANT, 8) ==
                    0 &&
                (!quantized || src.block_size == c->block_size);
+    /* A grouped export moves into an engine with the same groups, windows
+     * and blocks only; one grouped otherwise, or not, computes it again,
+     * and so does a grouped engine given an export without groups. */
+    if (version == FORMAT_VERSION_GROUPS || grouped(e)) {
+        int same = version == FORMAT_VERSION_GROUPS && grouped(e) &&
+                   src.block_size == c->block_size;
+        const pkv__groups *g = &e->groups;
+        for (uint32_t l = 0; same && l < c->num_layers; l++) {
+            const uint8_t *at = d + HEADER_BYTES + 12 * (size_t)l;
+            same = pkv__get_u32(at) == g->layer_group[l] &&
+                   pkv__get_u32(at + 4) == g->layer_arena[l] &&
+                   pkv__get_u32(at + 8) ==
+                       pkv__groups_window(g, g->layer_group[l]);
+        }
+        *keep_kv = *keep_kv && same;
+    }
     uint32_t prompt = pkv__get_u32(d + AT_PROMPT_LEN);
     uint32_t computed = pkv__get_u32(d + AT_NUM_COMPUTED);
     uint32_t generated = pkv__get_u32(d + AT_NUM_GENERATED);
+    /* The KV's bytes: a grouped export's are checked when they move. */
+    uint64_t kv_want = version == FORMAT_VERSION_GROUPS
+                           ? (*keep_kv ? export_kv_bytes(e, computed) : kv)
+                           : kv_bytes(&src, computed);
     if (tokens == 0 || tokens > e->params.max_model_len || prompt == 0 ||
         prompt > tokens || computed >= tokens || generated > tokens ||
-        kv != kv_bytes(&src, computed))
+        kv != kv_want)
         return pkv__engine_fail(
             e, PKV_ERR_INVALID_ARGUMENT,
             "import: %u tokens (prompt %u, %u sampled, %u with KV, %llu "
@@ -293,7 +447,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
             (unsigned)e->params.max_model_len);
     uint32_t vocab = e->params.vocab_size;
     for (uint32_t i = 0; i < tokens; i++) {
-        uint32_t t = pkv__get_u32(d + HEADER_BYTES + (size_t)i * 4);
+        uint32_t t = pkv__get_u32(d + *head + (size_t)i * 4);
         if (t > INT32_MAX || (vocab != 0 && t >= vocab))
             return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                     "import: token %u is %u; this engine's "
@@ -303,8 +457,9 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     }
     /* Blocks to hold the KV and the next row: a sequence that can never
      * fit is refused now, not failed at its first step. */
-    uint32_t need = pkv__blocks_for((uint64_t)(*keep_kv ? computed : 0) + 1,
-                                    c->block_size);
+    uint32_t kept = *keep_kv ? computed : 0;
+    uint32_t need = pkv__groups_blocks_from(&e->groups, c->block_size, kept,
+                                            kept + 1);
     if (need > c->num_blocks - 1)
         return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
                                 "import: %u blocks needed; the pool has %u",
@@ -319,7 +474,8 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
 {
     const pkv_seq_params p = *params;
     int keep_kv = 0;
-    pkv_status st = check_header(e, d, size, &keep_kv);
+    uint32_t head = HEADER_BYTES;
+    pkv_status st = check_header(e, d, size, &keep_kv, &head);
     if (st != PKV_OK)
         return st;
 
@@ -330,17 +486,18 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
     uint32_t prompt_len = pkv__get_u32(d + AT_PROMPT_LEN);
     uint32_t bs = c->block_size;
     uint32_t n_hashes = computed == 0 ? (prompt_len - 1) / bs : 0;
+    uint32_t swap_blocks = grouped(e) ? grouped_blocks(e, computed)
+                                      : pkv__blocks_for(computed, bs);
     size_t swap_size =
-        computed > 0 ? pkv__backend_swap_bytes(c, pkv__blocks_for(computed, bs))
-                     : 0;
+        computed > 0 ? pkv__backend_swap_bytes(c, swap_blocks) : 0;
     st = pkv__seqs_reserve(&e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
     int32_t *token_ids = pkv__calloc(&e->alloc, tokens, sizeof *token_ids);
     pkv__seq *seq = NULL;
     if (st == PKV_OK && token_ids != NULL) {
         for (uint32_t i = 0; i < tokens; i++)
-            token_ids[i] =
-                (int32_t)pkv__get_u32(d + HEADER_BYTES + (size_t)i * 4);
-        seq = pkv__seq_new(&e->alloc, token_ids, tokens, 1);
+            token_ids[i] = (int32_t)pkv__get_u32(d + head + (size_t)i * 4);
+        seq = pkv__seq_new(&e->alloc, token_ids, tokens,
+                           e->groups.num_groups);
     }
     pkv__free(&e->alloc, token_ids, tokens, sizeof *token_ids);
     if (seq != NULL && swap_size > 0) {
@@ -365,8 +522,8 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
                                 "import of %u tokens", (unsigned)tokens);
     }
 
-    const uint8_t *kv = d + HEADER_BYTES + (size_t)tokens * 4;
-    if (swap_size > 0 && pkv__backend_quantized(c))
+    const uint8_t *kv = d + head + (size_t)tokens * 4;
+    if (swap_size > 0 && (grouped(e) || pkv__backend_quantized(c)))
         memcpy(seq->swap_data, kv, swap_size);
     else if (swap_size > 0)
         copy_rows(c, computed, seq->swap_data, kv, 1);
@@ -390,7 +547,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
     if (tokens > e->seqs.longest_tokens) /* sizes the next step's arrays */
         e->seqs.longest_tokens = tokens;
     if (computed > 0) {
-        seq->swap_num_blocks = pkv__blocks_for(computed, bs);
+        seq->swap_num_blocks = swap_blocks;
         seq->swap_imported = 1;
         seq->state = PKV__SEQ_SWAPPED;
         pkv__seqs_enqueue(&e->seqs, &e->seqs.swapped, seq);
@@ -398,7 +555,17 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
         seq->state = PKV__SEQ_WAITING;
         pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, seq);
     }
-    if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0)
+    int groups_differ = grouped(e) || head != HEADER_BYTES;
+    if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0 && groups_differ)
+        pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
+                        "import: exported %s hybrid memory's groups of "
+                        "layers (or with other groups, windows or block "
+                        "size); sequence %llu computes its %u tokens of KV "
+                        "again",
+                        head != HEADER_BYTES ? "with" : "without",
+                        (unsigned long long)seq->id,
+                        (unsigned)pkv__get_u32(d + AT_NUM_COMPUTED));
+    else if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0)
         pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
                         "import: quantized blocks of %u tokens (groups "
                         "%#x/%#x) cannot move into blocks of %u (groups "
@@ -427,8 +594,6 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     if (data == NULL || out_id == NULL)
         return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
                                 data == NULL ? "data" : "out_id");
-    if (pkv__engine_no_groups(e, "pkv_seq_import") != PKV_OK)
-        return PKV_ERR_UNSUPPORTED;
     pkv_seq_params p;
     pkv_seq_params_init(&p);
     if (params != NULL) {

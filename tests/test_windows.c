@@ -92,7 +92,7 @@ static uint32_t most_windowed_blocks(const pkv_engine *e)
     return most;
 }
 
-/* hybrid: hybrid memory, where export/import are refused (pkv.h). */
+/* hybrid: hybrid memory. */
 static void workload(int32_t dtype, int32_t mode, int hybrid)
 {
     pkv_engine_params p = window_params(dtype, mode);
@@ -149,17 +149,11 @@ static void workload(int32_t dtype, int32_t mode, int hybrid)
     }
     ch_step(&h, NULL);
     es = pkv__seqs_find(&h.engine->seqs, ids[1]);
-    if (es != NULL && es->state == PKV__SEQ_RUNNING && !hybrid)
+    if (es != NULL && es->state == PKV__SEQ_RUNNING)
         move_copy(&h, ids[1]);
-    if (es != NULL && es->state == PKV__SEQ_RUNNING && hybrid) {
-        size_t size = 0;
-        assert_int_equal(pkv_seq_export(h.engine, ids[1], NULL, 0, &size),
-                         PKV_ERR_UNSUPPORTED);
-        assert_non_null(strstr(pkv_engine_last_error(h.engine),
-                               "hybrid_memory"));
+    if (es != NULL && es->state == PKV__SEQ_RUNNING && hybrid)
         /* A cut behind the 4- and 5-token windows: computed again. */
         assert_int_equal(ch_truncate(&h, ids[1], 2), PKV_OK);
-    }
     for (int s = 0; pkv_engine_has_work(h.engine); s++) {
         assert_true(s < 500);
         ch_step(&h, NULL);
@@ -282,11 +276,83 @@ static void hybrid_hits(int32_t dtype)
     free(prompt);
 }
 
+/* An export from hybrid memory keeps its KV in an engine grouped the same
+ * way; one without groups, and a hybrid engine given an export without
+ * them, take the tokens and compute the KV again. */
+static void hybrid_moves(int32_t dtype)
+{
+    pkv_engine_params p = window_params(dtype, PKV_PREEMPT_MODE_RECOMPUTE);
+    p.hybrid_memory = 1;
+    p.num_blocks = 64;
+    int32_t *prompt = hm_prompt(PROMPT, 91);
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
+    pkv_seq_id id = ch_add_prompt(&h, prompt, PROMPT, NEW, 0, 0);
+    for (int s = 0; s < 8; s++)
+        ch_step(&h, NULL);
+    const pkv__seq *es = pkv__seqs_find(&h.engine->seqs, id);
+    assert_non_null(es);
+    uint32_t computed = es->num_computed;
+    assert_true(computed > 8); /* past both windows */
+    size_t size = 0;
+    assert_int_equal(pkv_seq_export(h.engine, id, NULL, 0, &size), PKV_OK);
+    uint8_t *data = malloc(size);
+    assert_non_null(data);
+    assert_int_equal(pkv_seq_export(h.engine, id, data, size, &size),
+                     PKV_OK);
+    const int hybrid[2] = {1, 0};
+    for (int k = 0; k < 2; k++) {
+        pkv_engine_params q = p;
+        q.hybrid_memory = (uint32_t)hybrid[k];
+        q.num_blocks = hybrid[k] ? 64 : 22;
+        pkv_engine *e = NULL;
+        assert_int_equal(pkv_engine_create(&q, &e), PKV_OK);
+        pkv_seq_id copy = 0;
+        assert_int_equal(pkv_seq_import(e, NULL, data, size, &copy),
+                         PKV_OK);
+        const pkv__seq *c = pkv__seqs_find(&e->seqs, copy);
+        assert_non_null(c);
+        assert_int_equal(c->num_computed, hybrid[k] ? computed : 0);
+        if (!hybrid[k]) { /* and back: a hybrid engine computes it again */
+            size_t plain_size = 0;
+            assert_int_equal(
+                pkv_seq_export(e, copy, NULL, 0, &plain_size), PKV_OK);
+            uint8_t *plain = malloc(plain_size);
+            assert_non_null(plain);
+            assert_int_equal(
+                pkv_seq_export(e, copy, plain, plain_size, &plain_size),
+                PKV_OK);
+            pkv_engine *g = NULL;
+            assert_int_equal(pkv_engine_create(&p, &g), PKV_OK);
+            pkv_seq_id back = 0;
+            assert_int_equal(
+                pkv_seq_import(g, NULL, plain, plain_size, &back), PKV_OK);
+            assert_int_equal(pkv__seqs_find(&g->seqs, back)->num_computed,
+                             0);
+            pkv_engine_destroy(g);
+            free(plain);
+        }
+        pkv_engine_destroy(e);
+    }
+    /* The same engine: the copy resumes with its KV, every row checked. */
+    pkv_seq_id copy = 0;
+    assert_int_equal(ch_move(&h, id, &copy), PKV_OK);
+    assert_int_equal(pkv__seqs_find(&h.engine->seqs, copy)->num_computed,
+                     computed);
+    ch_run(&h, 200);
+    ch_check_idle(&h);
+    ch_free(&h);
+    free(data);
+    free(prompt);
+}
+
 static void test_hybrid_memory(void **state)
 {
     (void)state;
     hybrid_hits(PKV_KV_DTYPE_F32);
     hybrid_hits(PKV_KV_DTYPE_U8);
+    hybrid_moves(PKV_KV_DTYPE_F16);
+    hybrid_moves(PKV_KV_DTYPE_U4);
     const int32_t modes[] = {PKV_PREEMPT_MODE_RECOMPUTE, PKV_PREEMPT_MODE_SWAP};
     for (size_t m = 0; m < 2; m++) {
         workload(PKV_KV_DTYPE_F32, modes[m], 1);

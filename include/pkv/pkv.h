@@ -552,9 +552,11 @@ typedef struct pkv_engine_params {
      * With one window for every layer there is one group: no effect.
      * A prefix hit needs, in a windowed group, only the blocks its first
      * computed row sees. A saved prefix cache loads only into an engine
-     * with the same groups (PKV_ERR_UNSUPPORTED otherwise). Not yet with
-     * it: a KV store (PKV_ERR_UNSUPPORTED at create), pkv_seq_export and
-     * pkv_seq_import (PKV_ERR_UNSUPPORTED). pkv_engine_get_block_table
+     * with the same groups (PKV_ERR_UNSUPPORTED otherwise); an export's
+     * KV moves into an engine with the same groups, windows and block
+     * size, any other computes it again (pkv_seq_import). Not yet with
+     * it: a KV store (PKV_ERR_UNSUPPORTED at create).
+     * pkv_engine_get_block_table
      * gives the first group's table (the full layers', if any). 0 (the default): every layer keeps every token. */
     uint32_t hybrid_memory;
 
@@ -863,7 +865,10 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * engine's is imported
  * without its KV: the sequence joins the waiting sequences and computes
  * the KV of all its tokens again (logged at PKV_LOG_LEVEL_INFO), to the same
- * bound as any U8 block. params (NULL: defaults) gives tenant,
+ * bound as any U8 block. So does an export between engines of which one
+ * has hybrid memory's groups (pkv_engine_params.hybrid_memory) and the
+ * other has none, or other groups, windows or block_size. params (NULL:
+ * defaults) gives tenant,
  * priority, cache_salt and user_data as for pkv_seq_add, and
  * max_new_tokens when non-zero (0 keeps the exported one); its prompt
  * must be NULL and prompt_len and flags 0.

@@ -499,12 +499,6 @@ static void op_truncate(world *w)
 static void op_move(world *w)
 {
     pkv_seq_id copy;
-    if (w->host.engine->groups.num_groups > 1) { /* not yet (pkv.h) */
-        size_t size;
-        CHECK(pkv_seq_export(w->host.engine, pick_id(w), NULL, 0, &size) ==
-              PKV_ERR_UNSUPPORTED);
-        return;
-    }
     if (ch_move(&w->host, pick_id(w), &copy) == PKV_OK)
         TOT.moves++;
 }
