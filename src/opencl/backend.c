@@ -88,11 +88,10 @@ static void ocl_destroy(pkv__backend *b)
     if (b->stages != NULL)
         clReleaseMemObject(b->stages);
     if (b->arenas != NULL) {
-        for (uint32_t l = 0; l < b->cfg.num_layers; l++)
-            if (b->arenas[l] != NULL)
-                clReleaseMemObject(b->arenas[l]);
-        pkv__free(&b->alloc, b->arenas, b->cfg.num_layers,
-                  sizeof *b->arenas);
+        for (uint32_t a = 0; a < b->num_arenas; a++)
+            if (b->arenas[a] != NULL)
+                clReleaseMemObject(b->arenas[a]);
+        pkv__free(&b->alloc, b->arenas, b->num_arenas, sizeof *b->arenas);
     }
     cl_kernel ks[] = {b->k_append, b->k_seal, b->k_attend, b->k_copy,
                       b->k_tiled};
@@ -141,14 +140,15 @@ static pkv_status check_fit(pkv__backend *b)
                          lbb, stage_bytes);
     uint64_t arena = (uint64_t)lbb * c->num_blocks;
     uint64_t stages = (uint64_t)stage_bytes * c->num_stages;
-    uint64_t total = arena * c->num_layers + stages;
+    uint64_t total = arena * pkv__backend_num_arenas(c) + stages;
     if (arena > max_alloc || stages > max_alloc || total > global)
         return pkv__fail(PKV_ERR_DEVICE_MEMORY,
-                         "opencl: %u layers of %u blocks need %llu bytes per "
-                         "layer arena (%llu of staging tails), %llu in all; "
-                         "the device '%s' allows %llu per buffer and %llu in "
+                         "opencl: %u arenas of %u blocks need %llu bytes per "
+                         "arena (%llu of staging tails), %llu in all; the "
+                         "device '%s' allows %llu per buffer and %llu in "
                          "all: lower num_blocks or cache_bytes",
-                         (unsigned)c->num_layers, (unsigned)c->num_blocks,
+                         (unsigned)pkv__backend_num_arenas(c),
+                         (unsigned)c->num_blocks,
                          (unsigned long long)arena,
                          (unsigned long long)stages,
                          (unsigned long long)total, b->device_name,
@@ -285,13 +285,16 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
         pkv__ocl_decode_prepare(b);
 
     if (st == PKV_OK) {
-        b->arenas = pkv__calloc(alloc, config->num_layers, sizeof *b->arenas);
+        uint32_t arenas = pkv__backend_num_arenas(config);
+        b->arenas = pkv__calloc(alloc, arenas, sizeof *b->arenas);
         if (b->arenas == NULL)
             st = pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");
+        else
+            b->num_arenas = arenas;
     }
-    for (uint32_t l = 0; st == PKV_OK && l < config->num_layers; l++)
+    for (uint32_t a = 0; st == PKV_OK && a < b->num_arenas; a++)
         st = pkv__ocl_new_zeroed(b, b->arena_bytes, CL_MEM_READ_WRITE,
-                                 &b->arenas[l], "arena");
+                                 &b->arenas[a], "arena");
     if (st == PKV_OK && config->num_stages > 0)
         st = pkv__ocl_new_zeroed(
             b, (size_t)b->stage_floats * 4 * config->num_stages,
@@ -310,9 +313,9 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
         return pkv__fail(st, "%s", why);
     }
     pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_DEBUG,
-                 "opencl: %s%s, %u layer arenas of %zu bytes", b->device_name,
+                 "opencl: %s%s, %u arenas of %zu bytes", b->device_name,
                  b->unified ? ", unified memory" : "",
-                 (unsigned)config->num_layers, b->arena_bytes);
+                 (unsigned)b->num_arenas, b->arena_bytes);
     *out = b;
     return PKV_OK;
 }

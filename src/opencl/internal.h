@@ -58,7 +58,8 @@ struct pkv__backend {
     uint32_t k_part_bytes;
     uint32_t stage_floats;
     size_t arena_bytes;
-    cl_mem *arenas; /* [num_layers] */
+    uint32_t num_arenas;
+    cl_mem *arenas; /* [num_arenas]: pkv__backend_arena(cfg, layer) */
     cl_mem stages;  /* [num_stages][stage_floats] f32, or NULL */
 
     /* The step, packed (kv_step.h), its device copy and the upload. */
@@ -197,6 +198,9 @@ pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s);
 /* Every layer call with rows starts here: the step's arrays on the device. */
 pkv_status pkv__ocl_need_upload(pkv__backend *b);
 
+/* The arena a layer's kernels read and write. */
+cl_mem pkv__ocl_arena(const pkv__backend *b, uint32_t layer);
+
 /* decode.c: the split-K decode kernels */
 /* Build the decode program for this geometry (create). A build failure
  * is not an error: the generic kernel serves decode steps too. */
@@ -233,13 +237,13 @@ pkv_status pkv__ocl_copy_blocks(pkv__backend *b, const pkv__block_copy *pairs,
 pkv_status pkv__ocl_copy_stages(pkv__backend *b, const pkv__block_copy *pairs,
                                 uint32_t n);
 
-/* Every block's layers gathered into the transfer buffer, one pkv__ocl_launch
- * per layer, then one read of it all. */
+/* Every block's arenas gathered into the transfer buffer, one
+ * pkv__ocl_launch per arena, then one read of it all. */
 pkv_status pkv__ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
                              uint32_t n, void *host);
 
-/* Every block's layers in one host write, then one pkv__ocl_launch per layer
- * from the transfer buffer into the arena. */
+/* Every block's arenas in one host write, then one pkv__ocl_launch per
+ * arena from the transfer buffer into it. */
 pkv_status pkv__ocl_swap_in(pkv__backend *b, const void *host,
                             const uint32_t *blocks, uint32_t n);
 

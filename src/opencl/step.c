@@ -293,3 +293,8 @@ pkv_status pkv__ocl_need_upload(pkv__backend *b)
         return PKV_OK;
     return upload_step(b);
 }
+
+cl_mem pkv__ocl_arena(const pkv__backend *b, uint32_t layer)
+{
+    return b->arenas[pkv__backend_arena(&b->cfg, layer)];
+}
