@@ -67,16 +67,27 @@ static void ocl_destroy(pkv__backend *b)
     for (int i = 0; i < 4; i++)
         if (b->tensor_mem[i] != NULL)
             clReleaseMemObject(b->tensor_mem[i]);
-    if (b->step_mem != NULL)
-        clReleaseMemObject(b->step_mem);
+    for (uint32_t g = 0; b->groups != NULL && g < b->num_groups; g++) {
+        pkv__ocl_group *grp = &b->groups[g];
+        if (grp->step_mem != NULL)
+            clReleaseMemObject(grp->step_mem);
+        if (grp->tables != NULL)
+            clReleaseMemObject(grp->tables);
+        pkv__free(&b->alloc, grp->step_host, grp->step_host_cap,
+                  sizeof(uint32_t));
+        pkv__free(&b->alloc, grp->table_mirror, grp->table_mirror_cap,
+                  sizeof(uint32_t));
+        pkv__tables_seen_release(&grp->device_rows, &b->alloc);
+    }
+    pkv__free(&b->alloc, b->groups, b->num_groups, sizeof *b->groups);
     if (b->transfer != NULL)
         clReleaseMemObject(b->transfer);
     if (b->units != NULL)
         clReleaseMemObject(b->units);
     pkv__free(&b->alloc, b->units_host, b->units_cap, 1);
-    cl_mem decode_mems[] = {b->dec_lens, b->tables, b->dec_stages,
-                            b->part_acc, b->part_ml};
-    for (size_t i = 0; i < 5; i++)
+    cl_mem decode_mems[] = {b->dec_lens, b->dec_stages, b->part_acc,
+                            b->part_ml};
+    for (size_t i = 0; i < 4; i++)
         if (decode_mems[i] != NULL)
             clReleaseMemObject(decode_mems[i]);
     if (b->k_partial != NULL)
@@ -104,10 +115,6 @@ static void ocl_destroy(pkv__backend *b)
         clReleaseCommandQueue(b->queue);
     if (b->cl.context != NULL)
         clReleaseContext(b->cl.context);
-    pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof(uint32_t));
-    pkv__free(&b->alloc, b->table_mirror, b->table_mirror_cap,
-              sizeof(uint32_t));
-    pkv__tables_seen_release(&b->device_rows, &b->alloc);
     pkv__tables_seen_release(&b->checked, &b->alloc);
     pkv__allocator a = b->alloc;
     pkv__free(&a, b, 1, sizeof *b);
@@ -154,7 +161,8 @@ static pkv_status check_fit(pkv__backend *b)
                          (unsigned long long)total, b->device_name,
                          (unsigned long long)max_alloc,
                          (unsigned long long)global);
-    /* The largest step's block tables, rows of a power-of-two stride. Its
+    /* The largest step's block tables (of one group: each group has a
+     * buffer of its own), rows of a power-of-two stride. Its
      * other arrays (kv_step.h) stay far below the 2^32 words the kernels
      * index: at most 65,536 sequences and 2^20 rows (engine.c) pack into
      * fewer than 2^24 words. */
@@ -247,11 +255,20 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
                         sizeof b->compute_units, &b->compute_units, NULL);
         st = check_fit(b);
     }
-    if (st == PKV_OK)
-        st = pkv__tables_seen_init(&b->device_rows, alloc,
+    if (st == PKV_OK) {
+        b->groups = pkv__calloc(alloc, pkv__backend_num_groups(config),
+                                sizeof *b->groups);
+        if (b->groups == NULL)
+            st = pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");
+        else
+            b->num_groups = pkv__backend_num_groups(config);
+    }
+    for (uint32_t g = 0; st == PKV_OK && g < b->num_groups; g++)
+        st = pkv__tables_seen_init(&b->groups[g].device_rows, alloc,
                                    config->max_step_seqs);
     if (st == PKV_OK)
-        st = pkv__tables_seen_init(&b->checked, alloc, config->max_step_seqs);
+        st = pkv__tables_seen_init(&b->checked, alloc,
+                                   config->max_step_seqs * b->num_groups);
     if (st == PKV_OK)
         st = pkv__ocl_program(&b->cl, PKV__CL_GENERIC, "", &b->program);
     if (st == PKV_OK && own) {
