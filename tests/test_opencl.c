@@ -27,6 +27,9 @@
  *   gives for u8 at |v| <= 1, and 20x what they reach here (observed 5e-6
  *   at 8192 tokens). An indexing or masking bug shows as 1e-2 or more.
  *
+ * Hybrid memory (test_groups): layers in groups with their own block
+ * tables, slots and windows, over arenas the groups share.
+ *
  * To keep the run short (PoCL compiles kernels with LLVM), one program
  * serves every case (geometry is passed as kernel arguments, and pkv
  * shares its programs across the process), and the grid is sampled: every
@@ -75,8 +78,10 @@ typedef struct pair {
     pkv__backend *cpu, *ocl;
 } pair;
 
-static void pair_init(pair *p, const geo *g, uint32_t num_blocks,
-                      uint32_t num_stages)
+/* The config of geometry g (pair_config), then both backends on it
+ * (pair_create): pair_init. */
+static void pair_config(pair *p, const geo *g, uint32_t num_blocks,
+                        uint32_t num_stages)
 {
     memset(p, 0, sizeof *p);
     p->alloc = plain_allocator();
@@ -94,11 +99,22 @@ static void pair_init(pair *p, const geo *g, uint32_t num_blocks,
                       : g->d % 16 == 0 ? 16
                                        : 8;
     p->cfg.num_stages = PKV_LAYOUT_QUANTIZED(g->dtype) ? num_stages : 0;
+}
+
+static void pair_create(pair *p)
+{
     assert_int_equal(pkv__backend_cpu.create(&p->cfg, &p->alloc, &p->cpu),
                      PKV_OK);
     pkv_status st = pkv__backend_opencl.create(&p->cfg, &p->alloc, &p->ocl);
     if (st != PKV_OK)
         fail_msg("opencl create: %s", pkv_last_error());
+}
+
+static void pair_init(pair *p, const geo *g, uint32_t num_blocks,
+                      uint32_t num_stages)
+{
+    pair_config(p, g, num_blocks, num_stages);
+    pair_create(p);
 }
 
 static void pair_free(pair *p)
@@ -203,6 +219,51 @@ static void check_ok(pkv_status st, const char *what)
         fail_msg("%s: %s (%s)", what, pkv_status_name(st), pkv_last_error());
 }
 
+/* Whether a step of these rows runs on the split-K decode kernels: one
+ * row per sequence, and the kernels not turned off. */
+static int decode_kernels(const uint32_t *query_start, uint32_t num_seqs,
+                          uint32_t num_tokens)
+{
+    const char *variant = getenv("PKV_OPENCL_DECODE");
+    int decode = num_tokens == num_seqs &&
+                 (variant == NULL || strcmp(variant, "off") != 0);
+    for (uint32_t i = 0; i < num_seqs; i++)
+        decode &= query_start[i + 1] - query_start[i] == 1;
+    return decode;
+}
+
+/* Attention of `layer` over the step both backends began, on the same
+ * random queries; the outputs must agree within the tolerance of the
+ * kernels that ran (decode: the split-K ones). Returns the largest
+ * difference. */
+static double attend_both(pair *p, uint32_t layer, uint32_t num_tokens,
+                          int decode, uint32_t window, uint64_t *rng)
+{
+    const pkv__backend_config *c = &p->cfg;
+    size_t qn = (size_t)num_tokens * c->num_q_heads * c->head_dim;
+    float *q = normals(rng, qn);
+    float *o1 = tensor_alloc(qn), *o2 = tensor_alloc(qn);
+    check_ok(pkv__backend_cpu.attend(p->cpu, layer, q, o1, 0.0f, window),
+             "cpu attend");
+    check_ok(pkv__backend_opencl.attend(p->ocl, layer, q, o2, 0.0f, window),
+             "ocl attend");
+    double worst = 0;
+    for (size_t i = 0; i < qn; i++) {
+        double e = fabs((double)o1[i] - (double)o2[i]);
+        if (!(e <= worst))
+            worst = e; /* NaN sticks */
+    }
+    double tol = decode ? ATTEND_TOL_DECODE : ATTEND_TOL;
+    max_seen = worst > max_seen ? worst : max_seen;
+    if (!(worst <= tol))
+        fail_msg("layer %u: attend differs by %g (tolerance %g)",
+                 (unsigned)layer, worst, tol);
+    free(q);
+    free(o1);
+    free(o2);
+    return worst;
+}
+
 /* Run one step on both backends: append on `layer`, and attention when
  * `attend`; compare the outputs. Returns the largest difference. */
 static double run_step(pair *p, const batch *b, uint32_t layer, int attend,
@@ -213,40 +274,15 @@ static double run_step(pair *p, const batch *b, uint32_t layer, int attend,
     check_ok(pkv__backend_cpu.begin_step(p->cpu, &s), "cpu begin_step");
     check_ok(pkv__backend_opencl.begin_step(p->ocl, &s), "ocl begin_step");
     size_t kvn = (size_t)b->num_tokens * c->num_kv_heads * c->head_dim;
-    size_t qn = (size_t)b->num_tokens * c->num_q_heads * c->head_dim;
     float *k = normals(rng, kvn), *v = normals(rng, kvn);
     check_ok(pkv__backend_cpu.append(p->cpu, layer, k, v), "cpu append");
     check_ok(pkv__backend_opencl.append(p->ocl, layer, k, v), "ocl append");
     double worst = 0;
-    if (attend) {
-        float *q = normals(rng, qn);
-        float *o1 = tensor_alloc(qn), *o2 = tensor_alloc(qn);
-        assert_true(o1 && o2);
-        check_ok(pkv__backend_cpu.attend(p->cpu, layer, q, o1, 0.0f, window),
-                 "cpu attend");
-        check_ok(
-            pkv__backend_opencl.attend(p->ocl, layer, q, o2, 0.0f, window),
-            "ocl attend");
-        for (size_t i = 0; i < qn; i++) {
-            double e = fabs((double)o1[i] - (double)o2[i]);
-            if (!(e <= worst))
-                worst = e; /* NaN sticks */
-        }
-        /* A step of one row per sequence runs on the decode kernels
-         * unless they are turned off. */
-        const char *variant = getenv("PKV_OPENCL_DECODE");
-        int decode = b->num_tokens == b->num_seqs &&
-                     (variant == NULL || strcmp(variant, "off") != 0);
-        for (uint32_t i = 0; i < b->num_seqs; i++)
-            decode &= b->query_start[i + 1] - b->query_start[i] == 1;
-        double tol = decode ? ATTEND_TOL_DECODE : ATTEND_TOL;
-        max_seen = worst > max_seen ? worst : max_seen;
-        if (!(worst <= tol))
-            fail_msg("attend differs by %g (tolerance %g)", worst, tol);
-        free(q);
-        free(o1);
-        free(o2);
-    }
+    if (attend)
+        worst = attend_both(
+            p, layer, b->num_tokens,
+            decode_kernels(b->query_start, b->num_seqs, b->num_tokens),
+            window, rng);
     free(k);
     free(v);
     return worst;
@@ -615,6 +651,29 @@ static void test_large_contexts(void **state)
                   max_seen);
 }
 
+/* The same block copies on both backends. */
+static void copy_both(pair *p, const pkv__block_copy *pairs, uint32_t n)
+{
+    check_ok(pkv__backend_cpu.copy_blocks(p->cpu, pairs, n), "cpu copy");
+    check_ok(pkv__backend_opencl.copy_blocks(p->ocl, pairs, n), "ocl copy");
+}
+
+/* Blocks out_ids swapped out of the OpenCL cache and into in_ids of both:
+ * the OpenCL bytes, and their layout, must be the CPU backend's. */
+static void swap_both(pair *p, const uint32_t *out_ids,
+                      const uint32_t *in_ids, uint32_t n)
+{
+    uint8_t *host = malloc(n * pkv__backend_swap_block_bytes(&p->cfg));
+    assert_non_null(host);
+    check_ok(pkv__backend_opencl.swap_out(p->ocl, out_ids, n, host),
+             "ocl swap out");
+    check_ok(pkv__backend_opencl.swap_in(p->ocl, host, in_ids, n),
+             "ocl swap in");
+    check_ok(pkv__backend_cpu.swap_in(p->cpu, host, in_ids, n),
+             "cpu swap in");
+    free(host);
+}
+
 /* copy_blocks, copy_stages, swap and stage round trips: the OpenCL cache
  * must follow the CPU cache through each. */
 static void test_copy_and_swap(void **state)
@@ -633,15 +692,11 @@ static void test_copy_and_swap(void **state)
         run_step(&p, &b, 1, 1, 0, &rng);
         batch_free(&b);
         pkv__block_copy pairs[2] = {{5, 20}, {9, 21}};
-        check_ok(pkv__backend_cpu.copy_blocks(p.cpu, pairs, 2), "cpu copy");
-        check_ok(pkv__backend_opencl.copy_blocks(p.ocl, pairs, 2),
-                 "ocl copy");
+        copy_both(&p, pairs, 2);
         /* A chain: in order, 23 gets what 20 held (the OpenCL backend
          * copies these one by one, independent pairs in one launch). */
         pkv__block_copy chain[2] = {{20, 22}, {22, 23}};
-        check_ok(pkv__backend_cpu.copy_blocks(p.cpu, chain, 2), "cpu copy");
-        check_ok(pkv__backend_opencl.copy_blocks(p.ocl, chain, 2),
-                 "ocl copy chain");
+        copy_both(&p, chain, 2);
         pkv__block_copy tails[1] = {{1, 3}};
         if (PKV_LAYOUT_QUANTIZED(g.dtype)) {
             check_ok(pkv__backend_cpu.copy_stages(p.cpu, tails, 1), "cpu");
@@ -651,16 +706,7 @@ static void test_copy_and_swap(void **state)
         /* Swap blocks 11 and 3 out of the OpenCL cache and into 25, 26 of
          * both; stage 0 out and into stage 2. */
         uint32_t out_ids[2] = {11, 3}, in_ids[2] = {25, 26};
-        size_t sbb = pkv__backend_swap_block_bytes(&p.cfg);
-        uint8_t *host = malloc(2 * sbb);
-        assert_non_null(host);
-        check_ok(pkv__backend_opencl.swap_out(p.ocl, out_ids, 2, host),
-                 "ocl swap out");
-        check_ok(pkv__backend_opencl.swap_in(p.ocl, host, in_ids, 2),
-                 "ocl swap in");
-        check_ok(pkv__backend_cpu.swap_in(p.cpu, host, in_ids, 2),
-                 "cpu swap in");
-        free(host);
+        swap_both(&p, out_ids, in_ids, 2);
         if (PKV_LAYOUT_QUANTIZED(g.dtype)) {
             float *t = malloc(pkv__backend_stage_bytes(&p.cfg));
             assert_non_null(t);
@@ -684,6 +730,178 @@ static void test_copy_and_swap(void **state)
                          PKV_ERR_INVALID_ARGUMENT);
         pair_free(&p);
     }
+}
+
+/* Hybrid memory: 4 layers in 2 groups (layers 0 and 2: no window;
+ * 1 and 3: a window of GWIN tokens), each group's layers in arenas 0 and
+ * 1, so that arena 0 holds layers 0 and 1 with each group's own blocks.
+ * Every group has its own random block tables, the windowed one the null
+ * block behind the window of each sequence's first row. A layer that
+ * read another group's tables or slots, or another arena, would read or
+ * write other blocks than the CPU backend does. */
+#define GSEQS 3
+#define GMAXB 8
+#define GWIN 9
+/* Blocks 1..GPOOL: each group's tables, the windowed group's moved ones,
+ * and as many more, so that the tables' blocks lie apart. */
+#define GPOOL (6 * GSEQS * GMAXB)
+static const uint32_t g_layer_group[4] = {0, 1, 0, 1};
+static const uint32_t g_layer_arena[4] = {0, 0, 1, 1};
+static const uint32_t g_windows[2] = {0, GWIN};
+
+/* One step of both backends over the 4 layers, append then attention of
+ * each: rows[i] rows after prior[i] tokens of sequence i, whose blocks in
+ * group g are tables[g][i] (stamped versions[g][i]). */
+static void grouped_step(pair *p, const uint32_t *prior, const uint32_t *rows,
+                         uint32_t tables[2][GSEQS][GMAXB],
+                         uint64_t versions[2][GSEQS], uint64_t *rng)
+{
+    const pkv__backend_config *c = &p->cfg;
+    uint32_t bs = c->block_size, qs[GSEQS + 1], ctx[GSEQS], stages[GSEQS];
+    uint32_t step_tables[2][GSEQS][GMAXB];
+    const uint32_t *step_rows[2 * GSEQS];
+    uint32_t t = 0;
+    for (uint32_t i = 0; i < GSEQS; i++) {
+        qs[i] = t;
+        t += rows[i];
+        ctx[i] = prior[i] + rows[i];
+        stages[i] = i;
+    }
+    qs[GSEQS] = t;
+    uint64_t *slots = calloc(2 * (size_t)t, sizeof *slots);
+    assert_non_null(slots);
+    for (uint32_t g = 0; g < 2; g++)
+        for (uint32_t i = 0; i < GSEQS; i++) {
+            /* The blocks no row reads: wholly behind the window of the
+             * sequence's first row. */
+            uint32_t lo = g_windows[g] > 0 && prior[i] + 1 > g_windows[g]
+                              ? prior[i] + 1 - g_windows[g]
+                              : 0;
+            for (uint32_t j = 0; j < GMAXB; j++)
+                step_tables[g][i][j] = j < lo / bs ? 0 : tables[g][i][j];
+            step_rows[g * GSEQS + i] = step_tables[g][i];
+            for (uint32_t r = 0; r < rows[i]; r++) {
+                uint32_t tok = prior[i] + r;
+                slots[(size_t)g * t + qs[i] + r] =
+                    (uint64_t)tables[g][i][tok / bs] * bs + tok % bs;
+            }
+        }
+    pkv__step s;
+    memset(&s, 0, sizeof s);
+    s.num_seqs = GSEQS;
+    s.num_tokens = t;
+    s.query_start = qs;
+    s.context_lens = ctx;
+    s.block_tables = step_rows;
+    s.max_blocks_per_seq = GMAXB;
+    s.table_versions = &versions[0][0];
+    s.slots = slots;
+    s.stages = PKV_LAYOUT_QUANTIZED(c->kv_dtype) ? stages : NULL;
+    check_ok(pkv__backend_cpu.begin_step(p->cpu, &s), "cpu begin_step");
+    check_ok(pkv__backend_opencl.begin_step(p->ocl, &s), "ocl begin_step");
+    size_t kvn = (size_t)t * c->num_kv_heads * c->head_dim;
+    int decode = decode_kernels(qs, GSEQS, t);
+    for (uint32_t l = 0; l < c->num_layers; l++) {
+        float *k = normals(rng, kvn), *v = normals(rng, kvn);
+        check_ok(pkv__backend_cpu.append(p->cpu, l, k, v), "cpu append");
+        check_ok(pkv__backend_opencl.append(p->ocl, l, k, v), "ocl append");
+        attend_both(p, l, t, decode, g_windows[g_layer_group[l]], rng);
+        free(k);
+        free(v);
+    }
+    free(slots);
+}
+
+/* Every dtype on both prefill kernels: a prefill step, a mixed one and a
+ * decode step, in which the windowed group's blocks have moved (copied to
+ * new blocks, new tables): only that group's table rows are uploaded
+ * again, and a stale one would miss the step's token. Then copies and a
+ * swap round trip over both arenas. */
+static void test_groups(void **state)
+{
+    (void)state;
+    static const char *const prefills[] = {"rows", "tiles"};
+    for (unsigned run = 0; run < 2 * NUM_DTYPES; run++) {
+        setenv("PKV_OPENCL_PREFILL", prefills[run % 2], 1);
+        geo g = make_geo(64, 4, 2, 8, dtypes[run / 2], run % 4 >= 2);
+        g.layers = 4;
+        uint64_t rng = 900 + run;
+        pair p;
+        pair_config(&p, &g, GPOOL + 1, GSEQS);
+        p.cfg.max_step_seqs = GSEQS;
+        p.cfg.max_seq_tokens = GMAXB * g.bs;
+        p.cfg.num_groups = 2;
+        p.cfg.num_arenas = 2;
+        p.cfg.layer_arena = g_layer_arena;
+        p.cfg.layer_group = g_layer_group;
+        p.cfg.group_windows = g_windows;
+        pair_create(&p);
+        /* Blocks: each group's, then the windowed group's new ones, from
+         * one shuffled pool; the rest are free. */
+        uint32_t pool[GPOOL], all[GPOOL];
+        for (uint32_t i = 0; i < GPOOL; i++)
+            pool[i] = all[i] = i + 1;
+        for (uint32_t i = GPOOL - 1; i > 0; i--) {
+            uint32_t j = (uint32_t)(test_rand(&rng) % (i + 1)), x = pool[i];
+            pool[i] = pool[j];
+            pool[j] = x;
+        }
+        uint32_t tables[2][GSEQS][GMAXB], moved[GSEQS][GMAXB], next = 0;
+        for (uint32_t i = 0; i < GSEQS; i++)
+            for (uint32_t j = 0; j < GMAXB; j++) {
+                tables[0][i][j] = pool[next++];
+                tables[1][i][j] = pool[next++];
+                moved[i][j] = pool[next++];
+            }
+        uint64_t versions[2][GSEQS];
+        for (uint32_t i = 0; i < GSEQS; i++) {
+            versions[0][i] = 100 + i;
+            versions[1][i] = 200 + i;
+        }
+        uint32_t prior[GSEQS] = {0, 0, 0}, rows[GSEQS] = {27, 5, 40};
+        grouped_step(&p, prior, rows, tables, versions, &rng);
+        /* Mixed: decode rows and a chunk of 9, the windowed group's
+         * tables now with null blocks (new versions). */
+        uint32_t prior2[GSEQS] = {27, 5, 40}, rows2[GSEQS] = {1, 9, 1};
+        for (uint32_t i = 0; i < GSEQS; i++)
+            versions[1][i] += 10;
+        grouped_step(&p, prior2, rows2, tables, versions, &rng);
+        /* Decode, the windowed group's blocks moved. */
+        uint32_t prior3[GSEQS] = {28, 14, 41}, rows3[GSEQS] = {1, 1, 1};
+        pkv__block_copy copies[GSEQS * GMAXB];
+        for (uint32_t i = 0; i < GSEQS; i++)
+            for (uint32_t j = 0; j < GMAXB; j++) {
+                copies[i * GMAXB + j].src = tables[1][i][j];
+                copies[i * GMAXB + j].dst = moved[i][j];
+                tables[1][i][j] = moved[i][j];
+            }
+        copy_both(&p, copies, GSEQS * GMAXB);
+        for (uint32_t i = 0; i < GSEQS; i++)
+            versions[1][i] += 10;
+        uint64_t words = pkv__ocl_table_words(p.ocl);
+        grouped_step(&p, prior3, rows3, tables, versions, &rng);
+        /* The unwindowed group's rows, same versions and block counts,
+         * stay on the device: one stride-16 row per sequence is sent. */
+        assert_int_equal(pkv__ocl_table_words(p.ocl) - words, GSEQS * 16);
+        uint32_t ctx[GSEQS] = {29, 15, 42};
+        compare_caches(&p, all, GPOOL, ctx, GSEQS);
+        /* Copies and a swap round trip: every arena of each block. */
+        pkv__block_copy pairs[2] = {{tables[0][2][1], pool[next]},
+                                    {tables[1][0][3], pool[next + 1]}};
+        copy_both(&p, pairs, 2);
+        uint32_t out_ids[2] = {tables[0][0][2], tables[1][2][4]};
+        uint32_t in_ids[2] = {pool[next + 2], pool[next + 3]};
+        assert_int_equal(pkv__backend_swap_block_bytes(&p.cfg),
+                         2 * pkv__backend_layer_block_bytes(&p.cfg));
+        swap_both(&p, out_ids, in_ids, 2);
+        compare_caches(&p, all, GPOOL, ctx, GSEQS);
+        snprintf(last_device, sizeof last_device, "%s",
+                 pkv__ocl_ops(p.ocl)->name);
+        pair_free(&p);
+    }
+    unsetenv("PKV_OPENCL_PREFILL");
+    print_message("groups on %s: largest attend difference so far %g\n",
+                  last_device, max_seen);
 }
 
 /* The checks every backend shares: the same statuses as the CPU backend. */
@@ -735,6 +953,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_copy_and_swap),
+        cmocka_unit_test(test_groups),
         cmocka_unit_test(test_small_variants),
         cmocka_unit_test(test_large_grid),
         cmocka_unit_test(test_large_contexts),

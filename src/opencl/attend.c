@@ -15,14 +15,15 @@ static pkv_status enqueue_append(pkv__backend *b, uint32_t layer, kt k, kt v)
     cl_uint hkv = c->num_kv_heads, d = c->head_dim, bs = c->block_size;
     cl_uint dtype = (cl_uint)c->kv_dtype, lyr = layer;
     cl_uint ntok = b->step.num_tokens, nseal = b->num_seals;
-    cl_mem arena = b->arenas[layer];
+    cl_mem arena = pkv__ocl_arena(b, layer);
+    cl_mem step = pkv__ocl_group_of(b, layer)->step_mem;
     for (cl_uint kv = 0; kv < 2 && pkv__backend_quantized(c) && nseal; kv++) {
         kt src = kv ? v : k;
         pkv__qformat f = pkv__backend_qformat(c, (int)kv);
         cl_uint pd = (cl_uint)f.dtype, group = (cl_uint)f.group;
         cl_uint u4g = f.u4_group;
         karg a[] = {KA(arena), KA(b->stages), KA(src.mem), KA(src.off),
-                    KA(src.f16), KA(b->step_mem), KA(nseal), KA(kv), KA(pd),
+                    KA(src.f16), KA(step), KA(nseal), KA(kv), KA(pd),
                     KA(group), KA(u4g), KA(hkv), KA(d), KA(bs),
                     KA(b->head_bytes),
                     KA(b->k_part_bytes), KA(b->layer_block_bytes),
@@ -36,7 +37,7 @@ static pkv_status enqueue_append(pkv__backend *b, uint32_t layer, kt k, kt v)
     for (cl_uint kv = 0; kv < 2; kv++) {
         kt src = kv ? v : k;
         karg a[] = {KA(arena), KA(b->stages), KA(src.mem), KA(src.off),
-                    KA(src.f16), KA(b->step_mem), KA(ntok), KA(kv),
+                    KA(src.f16), KA(step), KA(ntok), KA(kv),
                     KA(dtype), KA(hkv), KA(d), KA(bs), KA(b->head_bytes),
                     KA(b->k_part_bytes), KA(b->layer_block_bytes),
                     KA(b->stage_floats), KA(lyr)};
@@ -60,12 +61,14 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     cl_uint flags = q.f16 | out.f16 << 1, lyr = layer, win = window;
     cl_uint ntok = b->step.num_tokens, maxb = b->table_stride;
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)d) : scale;
+    cl_mem arena = pkv__ocl_arena(b, layer);
+    const pkv__ocl_group *grp = pkv__ocl_group_of(b, layer);
     if (b->tile_rows > 0 && ntok > 0) {
         /* The tiled kernel: a work-group per (tile, kv head). */
         cl_uint rows = b->tile_rows, chunk = b->tile_chunk;
-        karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(q.mem),
+        karg a[] = {KA(arena), KA(b->stages), KA(q.mem),
                     KA(q.off), KA(out.mem), KA(out.off), KA(flags),
-                    KA(b->step_mem), KA(b->tables), KA(rows), KA(chunk),
+                    KA(grp->step_mem), KA(grp->tables), KA(rows), KA(chunk),
                     KA(maxb), KA(hq), KA(hkv), KA(d), KA(bs), KA(dtype),
                     KA(kq), KA(vq), KA(u4g), KA(b->head_bytes),
                     KA(b->k_part_bytes),
@@ -76,9 +79,9 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
                                sizeof a / sizeof a[0], b->num_tiles * lanes,
                                hkv, lanes);
     }
-    karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(q.mem), KA(q.off),
-                KA(out.mem), KA(out.off), KA(flags), KA(b->step_mem),
-                KA(b->tables), KA(ntok), KA(maxb), KA(hq), KA(hkv), KA(d),
+    karg a[] = {KA(arena), KA(b->stages), KA(q.mem), KA(q.off),
+                KA(out.mem), KA(out.off), KA(flags), KA(grp->step_mem),
+                KA(grp->tables), KA(ntok), KA(maxb), KA(hq), KA(hkv), KA(d),
                 KA(bs), KA(dtype), KA(kq), KA(vq), KA(u4g), KA(b->head_bytes),
                 KA(b->k_part_bytes), KA(b->layer_block_bytes),
                 KA(b->stage_floats), KA(lyr), KA(sc), KA(win)};

@@ -67,16 +67,27 @@ static void ocl_destroy(pkv__backend *b)
     for (int i = 0; i < 4; i++)
         if (b->tensor_mem[i] != NULL)
             clReleaseMemObject(b->tensor_mem[i]);
-    if (b->step_mem != NULL)
-        clReleaseMemObject(b->step_mem);
+    for (uint32_t g = 0; b->groups != NULL && g < b->num_groups; g++) {
+        pkv__ocl_group *grp = &b->groups[g];
+        if (grp->step_mem != NULL)
+            clReleaseMemObject(grp->step_mem);
+        if (grp->tables != NULL)
+            clReleaseMemObject(grp->tables);
+        pkv__free(&b->alloc, grp->step_host, grp->step_host_cap,
+                  sizeof(uint32_t));
+        pkv__free(&b->alloc, grp->table_mirror, grp->table_mirror_cap,
+                  sizeof(uint32_t));
+        pkv__tables_seen_release(&grp->device_rows, &b->alloc);
+    }
+    pkv__free(&b->alloc, b->groups, b->num_groups, sizeof *b->groups);
     if (b->transfer != NULL)
         clReleaseMemObject(b->transfer);
     if (b->units != NULL)
         clReleaseMemObject(b->units);
     pkv__free(&b->alloc, b->units_host, b->units_cap, 1);
-    cl_mem decode_mems[] = {b->dec_lens, b->tables, b->dec_stages,
-                            b->part_acc, b->part_ml};
-    for (size_t i = 0; i < 5; i++)
+    cl_mem decode_mems[] = {b->dec_lens, b->dec_stages, b->part_acc,
+                            b->part_ml};
+    for (size_t i = 0; i < 4; i++)
         if (decode_mems[i] != NULL)
             clReleaseMemObject(decode_mems[i]);
     if (b->k_partial != NULL)
@@ -88,11 +99,10 @@ static void ocl_destroy(pkv__backend *b)
     if (b->stages != NULL)
         clReleaseMemObject(b->stages);
     if (b->arenas != NULL) {
-        for (uint32_t l = 0; l < b->cfg.num_layers; l++)
-            if (b->arenas[l] != NULL)
-                clReleaseMemObject(b->arenas[l]);
-        pkv__free(&b->alloc, b->arenas, b->cfg.num_layers,
-                  sizeof *b->arenas);
+        for (uint32_t a = 0; a < b->num_arenas; a++)
+            if (b->arenas[a] != NULL)
+                clReleaseMemObject(b->arenas[a]);
+        pkv__free(&b->alloc, b->arenas, b->num_arenas, sizeof *b->arenas);
     }
     cl_kernel ks[] = {b->k_append, b->k_seal, b->k_attend, b->k_copy,
                       b->k_tiled};
@@ -105,10 +115,6 @@ static void ocl_destroy(pkv__backend *b)
         clReleaseCommandQueue(b->queue);
     if (b->cl.context != NULL)
         clReleaseContext(b->cl.context);
-    pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof(uint32_t));
-    pkv__free(&b->alloc, b->table_mirror, b->table_mirror_cap,
-              sizeof(uint32_t));
-    pkv__tables_seen_release(&b->device_rows, &b->alloc);
     pkv__tables_seen_release(&b->checked, &b->alloc);
     pkv__allocator a = b->alloc;
     pkv__free(&a, b, 1, sizeof *b);
@@ -141,20 +147,22 @@ static pkv_status check_fit(pkv__backend *b)
                          lbb, stage_bytes);
     uint64_t arena = (uint64_t)lbb * c->num_blocks;
     uint64_t stages = (uint64_t)stage_bytes * c->num_stages;
-    uint64_t total = arena * c->num_layers + stages;
+    uint64_t total = arena * pkv__backend_num_arenas(c) + stages;
     if (arena > max_alloc || stages > max_alloc || total > global)
         return pkv__fail(PKV_ERR_DEVICE_MEMORY,
-                         "opencl: %u layers of %u blocks need %llu bytes per "
-                         "layer arena (%llu of staging tails), %llu in all; "
-                         "the device '%s' allows %llu per buffer and %llu in "
+                         "opencl: %u arenas of %u blocks need %llu bytes per "
+                         "arena (%llu of staging tails), %llu in all; the "
+                         "device '%s' allows %llu per buffer and %llu in "
                          "all: lower num_blocks or cache_bytes",
-                         (unsigned)c->num_layers, (unsigned)c->num_blocks,
+                         (unsigned)pkv__backend_num_arenas(c),
+                         (unsigned)c->num_blocks,
                          (unsigned long long)arena,
                          (unsigned long long)stages,
                          (unsigned long long)total, b->device_name,
                          (unsigned long long)max_alloc,
                          (unsigned long long)global);
-    /* The largest step's block tables, rows of a power-of-two stride. Its
+    /* The largest step's block tables (of one group: each group has a
+     * buffer of its own), rows of a power-of-two stride. Its
      * other arrays (kv_step.h) stay far below the 2^32 words the kernels
      * index: at most 65,536 sequences and 2^20 rows (engine.c) pack into
      * fewer than 2^24 words. */
@@ -261,11 +269,20 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
                         sizeof b->compute_units, &b->compute_units, NULL);
         st = check_fit(b);
     }
-    if (st == PKV_OK)
-        st = pkv__tables_seen_init(&b->device_rows, alloc,
+    if (st == PKV_OK) {
+        b->groups = pkv__calloc(alloc, pkv__backend_num_groups(config),
+                                sizeof *b->groups);
+        if (b->groups == NULL)
+            st = pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");
+        else
+            b->num_groups = pkv__backend_num_groups(config);
+    }
+    for (uint32_t g = 0; st == PKV_OK && g < b->num_groups; g++)
+        st = pkv__tables_seen_init(&b->groups[g].device_rows, alloc,
                                    config->max_step_seqs);
     if (st == PKV_OK)
-        st = pkv__tables_seen_init(&b->checked, alloc, config->max_step_seqs);
+        st = pkv__tables_seen_init(&b->checked, alloc,
+                                   config->max_step_seqs * b->num_groups);
     if (st == PKV_OK)
         st = pkv__ocl_program(&b->cl, PKV__CL_GENERIC, "", &b->program);
     if (st == PKV_OK && own) {
@@ -299,13 +316,16 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
         pkv__ocl_decode_prepare(b);
 
     if (st == PKV_OK) {
-        b->arenas = pkv__calloc(alloc, config->num_layers, sizeof *b->arenas);
+        uint32_t arenas = pkv__backend_num_arenas(config);
+        b->arenas = pkv__calloc(alloc, arenas, sizeof *b->arenas);
         if (b->arenas == NULL)
             st = pkv__fail(PKV_ERR_OUT_OF_MEMORY, "opencl backend: no memory");
+        else
+            b->num_arenas = arenas;
     }
-    for (uint32_t l = 0; st == PKV_OK && l < config->num_layers; l++)
+    for (uint32_t a = 0; st == PKV_OK && a < b->num_arenas; a++)
         st = pkv__ocl_new_zeroed(b, b->arena_bytes, CL_MEM_READ_WRITE,
-                                 &b->arenas[l], "arena");
+                                 &b->arenas[a], "arena");
     if (st == PKV_OK && config->num_stages > 0)
         st = pkv__ocl_new_zeroed(
             b, (size_t)b->stage_floats * 4 * config->num_stages,
@@ -324,9 +344,9 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
         return pkv__fail(st, "%s", why);
     }
     pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_DEBUG,
-                 "opencl: %s%s, %u layer arenas of %zu bytes", b->device_name,
+                 "opencl: %s%s, %u arenas of %zu bytes", b->device_name,
                  b->unified ? ", unified memory" : "",
-                 (unsigned)config->num_layers, b->arena_bytes);
+                 (unsigned)b->num_arenas, b->arena_bytes);
     *out = b;
     return PKV_OK;
 }

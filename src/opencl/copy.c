@@ -92,10 +92,10 @@ static int list_pairs(pkv__backend *b, const pkv__block_copy *pairs,
     return independent;
 }
 
-/* Copy the pairs within one buffer per layer (layers > 1: arenas) or one
- * buffer (stages): one pkv__ocl_launch per buffer, or, for dependent pairs,
+/* Copy the pairs within each of `count` buffers (the arenas, or the one
+ * of the stages): one pkv__ocl_launch per buffer, or, for dependent pairs,
  * one per pair in order. */
-static pkv_status copy_pairs(pkv__backend *b, cl_mem *bufs, uint32_t layers,
+static pkv_status copy_pairs(pkv__backend *b, cl_mem *bufs, uint32_t count,
                              const pkv__block_copy *pairs, uint32_t n,
                              size_t unit_bytes)
 {
@@ -106,7 +106,7 @@ static pkv_status copy_pairs(pkv__backend *b, cl_mem *bufs, uint32_t layers,
     if (list_pairs(b, pairs, n, &k)) {
         if (k > 0)
             st = put_units(b);
-        for (uint32_t l = 0; st == PKV_OK && k > 0 && l < layers; l++)
+        for (uint32_t l = 0; st == PKV_OK && k > 0 && l < count; l++)
             st = copy_units(b, bufs[l], 0, bufs[l], 0, k, unit_bytes);
         return st;
     }
@@ -116,7 +116,7 @@ static pkv_status copy_pairs(pkv__backend *b, cl_mem *bufs, uint32_t layers,
         b->units_host[0] = pairs[i].dst;
         b->units_host[1] = pairs[i].src;
         st = put_units(b);
-        for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
+        for (uint32_t l = 0; st == PKV_OK && l < count; l++)
             st = copy_units(b, bufs[l], 0, bufs[l], 0, 1, unit_bytes);
     }
     return st;
@@ -128,7 +128,7 @@ pkv_status pkv__ocl_copy_blocks(pkv__backend *b, const pkv__block_copy *pairs,
     pkv_status st = pkv__backend_pairs_check(&b->cfg, pairs, n, 1);
     if (st != PKV_OK)
         return st;
-    return copy_pairs(b, b->arenas, b->cfg.num_layers, pairs, n,
+    return copy_pairs(b, b->arenas, b->num_arenas, pairs, n,
                       b->layer_block_bytes);
 }
 
@@ -162,30 +162,29 @@ static pkv_status to_transfer(pkv__backend *b, const void *host, size_t bytes)
     return PKV_OK;
 }
 
-/* The host layout of a swap is block after block, each layer after layer:
- * block i's layer l is transfer unit i * layers + l. Units of the list:
- * the blocks on one side, i * layers on the other; each layer's
- * pkv__ocl_launch adds l to the transfer side. */
+/* The host layout of a swap is block after block, each arena after arena:
+ * block i's arena a is transfer unit i * arenas + a. Units of the list:
+ * the blocks on one side, i * arenas on the other; each arena's
+ * pkv__ocl_launch adds a to the transfer side. */
 static void list_swap(pkv__backend *b, const uint32_t *blocks, uint32_t n,
                       int to_arena)
 {
-    uint32_t layers = b->cfg.num_layers;
     for (uint32_t i = 0; i < n; i++) {
         b->units_host[2 * i + (to_arena ? 0 : 1)] = blocks[i];
-        b->units_host[2 * i + (to_arena ? 1 : 0)] = i * layers;
+        b->units_host[2 * i + (to_arena ? 1 : 0)] = i * b->num_arenas;
     }
 }
 
-/* Every block's layers gathered into the transfer buffer, one pkv__ocl_launch
- * per layer, then one read of it all. */
+/* Every block's arenas gathered into the transfer buffer, one
+ * pkv__ocl_launch per arena, then one read of it all. */
 pkv_status pkv__ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
                              uint32_t n, void *host)
 {
     pkv_status st = pkv__backend_ids_check(&b->cfg, blocks, n, 0);
     if (st != PKV_OK || n == 0)
         return st;
-    uint32_t layers = b->cfg.num_layers;
-    size_t bytes = (size_t)n * layers * b->layer_block_bytes;
+    uint32_t arenas = b->num_arenas;
+    size_t bytes = (size_t)n * arenas * b->layer_block_bytes;
     st = transfer_reserve(b, bytes);
     if (st == PKV_OK)
         st = units_reserve(b, n);
@@ -193,8 +192,8 @@ pkv_status pkv__ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
         return st;
     list_swap(b, blocks, n, 0);
     st = put_units(b);
-    for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
-        st = copy_units(b, b->transfer, l, b->arenas[l], 0, n,
+    for (uint32_t a = 0; st == PKV_OK && a < arenas; a++)
+        st = copy_units(b, b->transfer, a, b->arenas[a], 0, n,
                         b->layer_block_bytes);
     if (st == PKV_OK) {
         cl_int err = clEnqueueReadBuffer(b->queue, b->transfer, CL_TRUE, 0,
@@ -206,24 +205,24 @@ pkv_status pkv__ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
     return st != PKV_OK ? st : fin;
 }
 
-/* Every block's layers in one host write, then one pkv__ocl_launch per layer
- * from the transfer buffer into the arena. */
+/* Every block's arenas in one host write, then one pkv__ocl_launch per
+ * arena from the transfer buffer into it. */
 pkv_status pkv__ocl_swap_in(pkv__backend *b, const void *host,
                             const uint32_t *blocks, uint32_t n)
 {
     pkv_status st = pkv__backend_ids_check(&b->cfg, blocks, n, 1);
     if (st != PKV_OK || n == 0)
         return st;
-    uint32_t layers = b->cfg.num_layers;
+    uint32_t arenas = b->num_arenas;
     st = units_reserve(b, n);
     if (st == PKV_OK)
-        st = to_transfer(b, host, (size_t)n * layers * b->layer_block_bytes);
+        st = to_transfer(b, host, (size_t)n * arenas * b->layer_block_bytes);
     if (st == PKV_OK) {
         list_swap(b, blocks, n, 1);
         st = put_units(b);
     }
-    for (uint32_t l = 0; st == PKV_OK && l < layers; l++)
-        st = copy_units(b, b->arenas[l], 0, b->transfer, l, n,
+    for (uint32_t a = 0; st == PKV_OK && a < arenas; a++)
+        st = copy_units(b, b->arenas[a], 0, b->transfer, a, n,
                         b->layer_block_bytes);
     pkv_status fin = pkv__ocl_finish(b, "swap in");
     return st != PKV_OK ? st : fin;

@@ -149,9 +149,11 @@ pkv_status pkv__ocl_enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)c->head_dim) : scale;
     cl_mem acc = parts > 1 ? b->part_acc : NULL;
     cl_mem ml = parts > 1 ? b->part_ml : NULL;
-    karg a[] = {KA(b->arenas[layer]), KA(b->stages), KA(b->stage_floats),
+    cl_mem arena = pkv__ocl_arena(b, layer);
+    cl_mem tables = pkv__ocl_group_of(b, layer)->tables;
+    karg a[] = {KA(arena), KA(b->stages), KA(b->stage_floats),
                 KA(layer_off), KA(b->dec_stages), KA(q.mem), KA(q.off),
-                KA(b->dec_lens), KA(b->tables), KA(maxb), KA(hkv), KA(sc),
+                KA(b->dec_lens), KA(tables), KA(maxb), KA(hkv), KA(sc),
                 KA(win), KA(psize), KA(out.mem), KA(out.off), KA(flags),
                 KA(acc), KA(ml)};
     pkv_status st = pkv__ocl_launch(b, b->k_partial, "pkv_decode_partial", a,

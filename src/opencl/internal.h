@@ -36,6 +36,27 @@
 
 #define LOCAL_ROWS 16u /* work-group width of the per-row kernels */
 
+/* What a group of layers reads of the step on the device: its block
+ * tables and its step arrays (kv_step.h; the slots and seals are the
+ * group's, the rest the same in every group). Buffers of their own rather
+ * than sections of shared ones: the kernels index both from the start of
+ * the buffer they are given, and a sub-buffer at a section would need
+ * the device's base-address alignment and a creation per step.
+ * The tables are rows of table_stride entries, written from a host
+ * mirror; device_rows knows which table versions the buffer holds, row
+ * by row, so that a step uploads only the rows that changed. */
+typedef struct pkv__ocl_group {
+    cl_mem tables;
+    size_t tables_cap; /* bytes */
+    uint32_t *table_mirror;
+    size_t table_mirror_cap; /* uints */
+    pkv__tables_seen device_rows;
+    uint32_t *step_host;
+    size_t step_host_cap; /* uints */
+    cl_mem step_mem;
+    size_t step_mem_cap; /* uints */
+} pkv__ocl_group;
+
 struct pkv__backend {
     pkv__backend_config cfg;
     pkv__allocator alloc;
@@ -58,19 +79,19 @@ struct pkv__backend {
     uint32_t k_part_bytes;
     uint32_t stage_floats;
     size_t arena_bytes;
-    cl_mem *arenas; /* [num_layers] */
+    uint32_t num_arenas;
+    cl_mem *arenas; /* [num_arenas]: pkv__backend_arena(cfg, layer) */
     cl_mem stages;  /* [num_stages][stage_floats] f32, or NULL */
 
-    /* The step, packed (kv_step.h), its device copy and the upload. */
+    /* The step (its tables and step arrays: groups[], one per group of
+     * layers) and the upload, whose event covers every group's writes. */
     pkv__step step;
     int have_step;
     int uploaded; /* the step's arrays are on the device */
     uint32_t num_seals;
-    uint32_t *step_host;
-    size_t step_host_cap; /* uints */
-    cl_mem step_mem;
-    size_t step_mem_cap; /* uints */
     cl_event upload;
+    uint32_t num_groups;
+    pkv__ocl_group *groups; /* [num_groups]: pkv__backend_group(cfg, l) */
 
     /* The split-K decode kernels (kernels/decode_common.cl) for steps whose
      * rows are one per sequence: the variant asked for by
@@ -89,16 +110,11 @@ struct pkv__backend {
     cl_kernel k_partial, k_reduce;
     cl_mem dec_lens, dec_stages; /* this decode step's arrays */
     size_t dec_cap[2];           /* bytes */
-    /* Every step's block tables: rows of table_stride entries (a stride
-     * that only grows), written from a host mirror. device_rows knows
-     * which table versions the device holds, so that a step uploads only
-     * the rows that changed; checked, which ones begin_step checked. */
-    cl_mem tables;
-    size_t tables_cap; /* bytes */
-    uint32_t *table_mirror;
-    size_t table_mirror_cap; /* uints */
+    /* Every group's block-table rows hold table_stride entries (a stride
+     * that only grows); checked knows which table versions begin_step
+     * checked, rows [groups][num_seqs] as the step's. */
     uint32_t table_stride;
-    pkv__tables_seen device_rows, checked;
+    pkv__tables_seen checked;
     uint64_t table_words; /* uploaded to tables (tests) */
     uint64_t finishes;    /* clFinish calls of host-tensor layers (tests) */
     uint64_t buffers_created; /* clCreateBuffer calls (tests) */
@@ -197,6 +213,12 @@ pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s);
 /* Every layer call with rows starts here: the step's arrays on the device. */
 pkv_status pkv__ocl_need_upload(pkv__backend *b);
 
+/* The buffers a layer's kernels read: its arena, and its group's tables
+ * and step arrays. */
+cl_mem pkv__ocl_arena(const pkv__backend *b, uint32_t layer);
+const pkv__ocl_group *pkv__ocl_group_of(const pkv__backend *b,
+                                        uint32_t layer);
+
 /* decode.c: the split-K decode kernels */
 /* Build the decode program for this geometry (create). A build failure
  * is not an error: the generic kernel serves decode steps too. */
@@ -233,13 +255,13 @@ pkv_status pkv__ocl_copy_blocks(pkv__backend *b, const pkv__block_copy *pairs,
 pkv_status pkv__ocl_copy_stages(pkv__backend *b, const pkv__block_copy *pairs,
                                 uint32_t n);
 
-/* Every block's layers gathered into the transfer buffer, one pkv__ocl_launch
- * per layer, then one read of it all. */
+/* Every block's arenas gathered into the transfer buffer, one
+ * pkv__ocl_launch per arena, then one read of it all. */
 pkv_status pkv__ocl_swap_out(pkv__backend *b, const uint32_t *blocks,
                              uint32_t n, void *host);
 
-/* Every block's layers in one host write, then one pkv__ocl_launch per layer
- * from the transfer buffer into the arena. */
+/* Every block's arenas in one host write, then one pkv__ocl_launch per
+ * arena from the transfer buffer into it. */
 pkv_status pkv__ocl_swap_in(pkv__backend *b, const void *host,
                             const uint32_t *blocks, uint32_t n);
 

@@ -2,7 +2,7 @@
 /*
  * The step on the device: begin_step takes it; the first layer call packs
  * its arrays (kv_step.h) and uploads them with the block-table rows that
- * changed.
+ * changed, for each group of layers (pkv__ocl_group).
  */
 #include "internal.h"
 
@@ -27,32 +27,46 @@ static int all_decode(const pkv__step *s)
     return s->num_seqs > 0 && s->num_tokens == s->num_seqs;
 }
 
-static pkv_status grow_step(pkv__backend *b, size_t words)
+static pkv_status grow_step(pkv__backend *b, pkv__ocl_group *grp,
+                            size_t words)
 {
-    if (words > b->step_host_cap) {
-        size_t cap = b->step_host_cap ? b->step_host_cap : 256;
+    if (words > grp->step_host_cap) {
+        size_t cap = grp->step_host_cap ? grp->step_host_cap : 256;
         while (cap < words)
             cap *= 2;
         uint32_t *grown = pkv__calloc(&b->alloc, cap, sizeof *grown);
         if (grown == NULL)
             return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "step arrays: no memory");
-        pkv__free(&b->alloc, b->step_host, b->step_host_cap, sizeof *grown);
-        b->step_host = grown;
-        b->step_host_cap = cap;
+        pkv__free(&b->alloc, grp->step_host, grp->step_host_cap,
+                  sizeof *grown);
+        grp->step_host = grown;
+        grp->step_host_cap = cap;
     }
-    if (words > b->step_mem_cap) {
-        size_t cap = b->step_host_cap;
+    if (words > grp->step_mem_cap) {
+        size_t cap = grp->step_host_cap;
         cl_int err;
         cl_mem m = pkv__ocl_new_buffer(b, CL_MEM_READ_ONLY,
                                        cap * sizeof(uint32_t), &err);
         if (err != CL_SUCCESS)
             return pkv__ocl_fail(err, "clCreateBuffer(step arrays)");
-        if (b->step_mem != NULL)
-            clReleaseMemObject(b->step_mem);
-        b->step_mem = m;
-        b->step_mem_cap = cap;
+        if (grp->step_mem != NULL)
+            clReleaseMemObject(grp->step_mem);
+        grp->step_mem = m;
+        grp->step_mem_cap = cap;
     }
     return PKV_OK;
+}
+
+/* Step s as group g's layers read it: its tables, their versions and its
+ * slots are the group's ([groups][num_seqs], [groups][num_tokens]). */
+static pkv__step group_step(const pkv__step *s, uint32_t g)
+{
+    pkv__step v = *s;
+    v.block_tables = s->block_tables + (size_t)g * s->num_seqs;
+    if (s->table_versions != NULL)
+        v.table_versions = s->table_versions + (size_t)g * s->num_seqs;
+    v.slots = s->slots + (size_t)g * s->num_tokens;
+    return v;
 }
 
 /* The packed step's words (kv_step.h): the header, then each array;
@@ -75,38 +89,39 @@ static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
     return at;
 }
 
-/* The step's block tables into b->tables, as rows of table_stride
- * entries: only the runs of rows whose table version device_rows does not
- * know (in a decode step, the rows of the sequences that crossed into a
- * new block; a step that admits a prompt adds its row). Called after the
- * previous step's uploads finished (upload_step waits for them), so the
- * mirror they read from may change. */
-static pkv_status upload_tables(pkv__backend *b)
+/* A group's block tables (s, its view of the step) into grp->tables, as
+ * rows of `stride` entries (restride: a stride other than the one the
+ * buffer holds): only the runs of rows whose table version device_rows
+ * does not know (in a decode step, the rows of the sequences that crossed
+ * into a new block; a step that admits a prompt adds its row). Each group
+ * knows its own rows, by the sequence's index in the step: a row of the
+ * buffer is then one place whatever the step's number of sequences. Called
+ * after the previous step's uploads finished (upload_step waits for them),
+ * so the mirror they read from may change. */
+static pkv_status upload_tables(pkv__backend *b, pkv__ocl_group *grp,
+                                const pkv__step *s, uint32_t stride,
+                                int restride)
 {
-    const pkv__step *s = &b->step;
-    uint32_t n = s->num_seqs, maxb = s->max_blocks_per_seq;
-    uint32_t bs = b->cfg.block_size;
-    uint32_t stride = pkv__ocl_table_stride_for(b->table_stride, maxb);
+    uint32_t n = s->num_seqs, bs = b->cfg.block_size;
     size_t words = (size_t)(n > 0 ? n : 1) * stride;
-    cl_mem before = b->tables;
+    cl_mem before = grp->tables;
     pkv_status st =
-        pkv__ocl_grow_buffer(b, &b->tables, &b->tables_cap, words * 4,
+        pkv__ocl_grow_buffer(b, &grp->tables, &grp->tables_cap, words * 4,
                              CL_MEM_READ_ONLY, "block tables");
     if (st != PKV_OK)
         return st;
-    if (b->tables != before || stride != b->table_stride)
-        pkv__tables_seen_forget(&b->device_rows); /* it holds none */
-    size_t cap = b->tables_cap / 4;
-    if (b->table_mirror_cap < cap) {
+    if (grp->tables != before || restride)
+        pkv__tables_seen_forget(&grp->device_rows); /* it holds none */
+    size_t cap = grp->tables_cap / 4;
+    if (grp->table_mirror_cap < cap) {
         uint32_t *m = pkv__calloc(&b->alloc, cap, sizeof *m);
         if (m == NULL)
             return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "block tables");
-        pkv__free(&b->alloc, b->table_mirror, b->table_mirror_cap,
+        pkv__free(&b->alloc, grp->table_mirror, grp->table_mirror_cap,
                   sizeof *m);
-        b->table_mirror = m;
-        b->table_mirror_cap = cap;
+        grp->table_mirror = m;
+        grp->table_mirror_cap = cap;
     }
-    b->table_stride = stride;
     for (uint32_t i = 0; i < n;) {
         /* The next run of rows [i, j) that must be written. A kernel reads
          * a row's entries below its sequence's block count only, so what
@@ -114,23 +129,23 @@ static pkv_status upload_tables(pkv__backend *b)
         uint32_t j = i;
         for (; j < n; j++) {
             uint32_t nb = (s->context_lens[j] + bs - 1) / bs;
-            if (pkv__tables_seen_knows(&b->device_rows, s, j, nb))
+            if (pkv__tables_seen_knows(&grp->device_rows, s, j, nb))
                 break;
-            memcpy(b->table_mirror + (size_t)j * stride, s->block_tables[j],
+            memcpy(grp->table_mirror + (size_t)j * stride, s->block_tables[j],
                    nb * sizeof(uint32_t));
         }
         if (j > i) {
             size_t at = (size_t)i * stride, count = (size_t)(j - i) * stride;
             cl_int err = clEnqueueWriteBuffer(
-                b->queue, b->tables, CL_FALSE, at * 4, count * 4,
-                b->table_mirror + at, 0, NULL, NULL);
+                b->queue, grp->tables, CL_FALSE, at * 4, count * 4,
+                grp->table_mirror + at, 0, NULL, NULL);
             if (err != CL_SUCCESS) {
-                pkv__tables_seen_forget(&b->device_rows);
+                pkv__tables_seen_forget(&grp->device_rows);
                 return pkv__ocl_fail(err, "clEnqueueWriteBuffer(tables)");
             }
             b->table_words += count;
             for (uint32_t r = i; r < j; r++)
-                pkv__tables_seen_note(&b->device_rows, s, r,
+                pkv__tables_seen_note(&grp->device_rows, s, r,
                                       (s->context_lens[r] + bs - 1) / bs);
         }
         i = j + (j < n);
@@ -174,28 +189,13 @@ pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s)
     return PKV_OK;
 }
 
-/* Pack the step's arrays (kv_step.h) and upload them, once per step, from
- * its first layer call. On failure nothing is marked done: the next layer
- * call (the host's repeat) starts over. */
-static pkv_status upload_step(pkv__backend *b)
+/* Pack step s (a group's view of it) into w, laid out as off and lens
+ * say (kv_step.h). */
+static void pack_step(const pkv__backend *b, const pkv__step *s, uint32_t *w,
+                      const size_t *off, const size_t *lens)
 {
-    const pkv__step *s = &b->step;
-    /* The previous upload reads step_host: let it pkv__ocl_finish first. */
-    if (b->upload != NULL) {
-        cl_int err = clWaitForEvents(1, &b->upload);
-        clReleaseEvent(b->upload);
-        b->upload = NULL;
-        if (err != CL_SUCCESS)
-            return pkv__ocl_fail(err, "clWaitForEvents(step upload)");
-    }
     uint32_t n = s->num_seqs, bs = b->cfg.block_size;
     int quantized = pkv__backend_quantized(&b->cfg);
-    size_t off[PKV_STEP_HEADER], lens[PKV_STEP_HEADER];
-    size_t at = step_layout(s, b->num_seals, b->num_tiles, off, lens);
-    pkv_status st = grow_step(b, at);
-    if (st != PKV_OK)
-        return st;
-    uint32_t *w = b->step_host;
     for (int i = 0; i < PKV_STEP_HEADER; i++)
         w[i] = (uint32_t)off[i];
     if (n > 0) {
@@ -240,14 +240,44 @@ static pkv_status upload_step(pkv__backend *b)
             seal += PKV_SEAL_WORDS;
         }
     }
+}
+
+/* Pack the step's arrays (kv_step.h), one copy per group (each with the
+ * group's slots and sealed blocks), and upload them with the tables,
+ * once per step, from its first layer call. On failure nothing is marked
+ * done: the next layer call (the host's repeat) starts over. */
+static pkv_status upload_step(pkv__backend *b)
+{
+    const pkv__step *s = &b->step;
+    /* The previous upload reads step_host: let it pkv__ocl_finish first. */
+    if (b->upload != NULL) {
+        cl_int err = clWaitForEvents(1, &b->upload);
+        clReleaseEvent(b->upload);
+        b->upload = NULL;
+        if (err != CL_SUCCESS)
+            return pkv__ocl_fail(err, "clWaitForEvents(step upload)");
+    }
+    uint32_t n = s->num_seqs, groups = b->num_groups;
+    size_t off[PKV_STEP_HEADER], lens[PKV_STEP_HEADER];
+    size_t at = step_layout(s, b->num_seals, b->num_tiles, off, lens);
+    pkv_status st = PKV_OK;
+    for (uint32_t g = 0; st == PKV_OK && g < groups; g++) {
+        st = grow_step(b, &b->groups[g], at);
+        pkv__step view = group_step(s, g);
+        if (st == PKV_OK)
+            pack_step(b, &view, b->groups[g].step_host, off, lens);
+    }
+    if (st != PKV_OK)
+        return st;
     /* pkv__ocl_need_upload built the decode kernels. */
     int decode = all_decode(s) && b->decode_state == 1;
     uint32_t longest = 0;
     for (uint32_t i = 0; i < n; i++)
         longest = s->context_lens[i] > longest ? s->context_lens[i] : longest;
-    /* The decode kernels take these arrays as separate buffers. The main
-     * upload below comes last on the in-order queue: its event covers
-     * these writes too. */
+    /* The decode kernels take these arrays as separate buffers (the same
+     * in every group). The step arrays' uploads below come last on the
+     * in-order queue: the last one's event covers these writes too. */
+    const uint32_t *w = b->groups[0].step_host;
     const int which[2] = {PKV_STEP_CONTEXT_LENS, PKV_STEP_STAGES};
     cl_mem *mems[2] = {&b->dec_lens, &b->dec_stages};
     size_t *caps[2] = {&b->dec_cap[0], &b->dec_cap[1]};
@@ -263,23 +293,31 @@ static pkv_status upload_step(pkv__backend *b)
         if (err != CL_SUCCESS)
             st = pkv__ocl_fail(err, "clEnqueueWriteBuffer(decode arrays)");
     }
-    if (st == PKV_OK)
-        st = upload_tables(b);
-    cl_int err = st != PKV_OK ? CL_SUCCESS
-                              : clEnqueueWriteBuffer(b->queue, b->step_mem,
-                                                     CL_FALSE, 0, at * 4, w,
-                                                     0, NULL, &b->upload);
-    if (err != CL_SUCCESS) {
-        b->upload = NULL;
-        st = pkv__ocl_fail(err, "clEnqueueWriteBuffer(step arrays)");
+    uint32_t stride =
+        pkv__ocl_table_stride_for(b->table_stride, s->max_blocks_per_seq);
+    for (uint32_t g = 0; st == PKV_OK && g < groups; g++) {
+        pkv__step view = group_step(s, g);
+        st = upload_tables(b, &b->groups[g], &view, stride,
+                           stride != b->table_stride);
+    }
+    for (uint32_t g = 0; st == PKV_OK && g < groups; g++) {
+        cl_int err = clEnqueueWriteBuffer(
+            b->queue, b->groups[g].step_mem, CL_FALSE, 0, at * 4,
+            b->groups[g].step_host, 0, NULL,
+            g + 1 == groups ? &b->upload : NULL);
+        if (err != CL_SUCCESS) {
+            b->upload = NULL;
+            st = pkv__ocl_fail(err, "clEnqueueWriteBuffer(step arrays)");
+        }
     }
     if (st != PKV_OK) {
         /* No event covers the writes enqueued above, which read step_host
-         * and the table mirror: let them pkv__ocl_finish before a repeat
+         * and the table mirrors: let them pkv__ocl_finish before a repeat
          * changes those. */
         clFinish(b->queue);
         return st;
     }
+    b->table_stride = stride;
     b->step_is_decode = decode;
     b->max_context = longest;
     b->uploaded = 1;
@@ -292,4 +330,15 @@ pkv_status pkv__ocl_need_upload(pkv__backend *b)
     if (b->uploaded)
         return PKV_OK;
     return upload_step(b);
+}
+
+cl_mem pkv__ocl_arena(const pkv__backend *b, uint32_t layer)
+{
+    return b->arenas[pkv__backend_arena(&b->cfg, layer)];
+}
+
+const pkv__ocl_group *pkv__ocl_group_of(const pkv__backend *b,
+                                        uint32_t layer)
+{
+    return &b->groups[pkv__backend_group(&b->cfg, layer)];
 }
