@@ -228,7 +228,6 @@ static void test_mixed_windows(void **state)
     }
 }
 
-#ifndef PKV_HAVE_OPENCL
 /* Hybrid memory's prefix hits with room for every block: a prompt run to
  * its first token, then again (its windowed groups' last blocks hit with
  * its full group's), then from a saved prefix cache in a new engine. */
@@ -361,7 +360,6 @@ static void test_hybrid_memory(void **state)
         workload(PKV_KV_DTYPE_U4, modes[m], 1);
     }
 }
-#endif
 
 /* U8 apart, so that the oclgrind pass in tests/run.sh can run it alone:
  * its staging tails and seals meet the windows there. */
@@ -446,6 +444,7 @@ int main(void)
         cmocka_unit_test(test_mixed_windows),
         cmocka_unit_test(test_mixed_windows_u8),
         cmocka_unit_test(test_decode_windows),
+        cmocka_unit_test(test_hybrid_memory),
     };
 #else
     const struct CMUnitTest tests[] = {

@@ -196,10 +196,6 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
     pkv_status st = pkv__backend_config_check(config);
     if (st != PKV_OK)
         return st;
-    if (pkv__backend_num_groups(config) > 1)
-        return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "opencl backend: layers in groups (hybrid memory) "
-                         "are not read per group yet");
     /* Refused, not skipped: the host asked for a cache, and a warning in
      * a log that is silent by default would leave it unaware that it runs
      * without one, or that its directory is open to others. */
