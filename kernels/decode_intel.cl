@@ -334,7 +334,11 @@ static void block_values(global const uchar *v, int dtype, int a, int e,
     /* The staging tail's rows go token by token in builds with u4
      * values (a block, at most a partition): in runs they spilled 192
      * bytes on dg2-g10 at GQA 4 with 2 pairs, and Intel's CPU runtime
-     * (2026.22) gave wrong sums, a cause not found. */
+     * (2026.22) computes them wrong. That is the runtime's defect: its
+     * vectorizer runs them a lane at a time, and each shuffle of the
+     * run's weights then returns the calling lane's own weight, not lane
+     * j's (tests/reduced/intel_cpu_shuffle/ has the reduced kernel, the
+     * evidence and the commands). */
     int runs = VD != PKV_LAYOUT_U4 || dtype != PKV_LAYOUT_F32;
     for (; runs && c + 16 <= e; c += 16) {
         global const uchar *run = rows + (size_t)c * row_bytes(dtype, D);
