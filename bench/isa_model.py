@@ -23,8 +23,10 @@ import sys
 # dg2-g10: Arc A770 (32 Xe-cores of 16 EUs, 2.1 GHz, GDDR6 16 Gb/s
 # 256-bit). Intel's product pages for the EUs and clocks.
 dev = {"tgllp": (96, 1.35, 68.3), "adl-p": (96, 1.45, 83.2), "dg2-g10": (512, 2.1, 512.0)}
-# Geometry: layers, kv heads, head_dim, group.
-geo = {"Llama-3-8B": (32, 8, 128, 4), "Gemma 3 270M": (18, 1, 256, 4)}
+# Geometry: layers, kv heads, head_dim, group (Llama-3-70B: GQA 8, twice
+# the fmas per KV byte).
+geo = {"Llama-3-8B": (32, 8, 128, 4), "Gemma 3 270M": (18, 1, 256, 4),
+       "Llama-3-70B": (80, 8, 128, 8)}
 isa = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)

@@ -82,6 +82,10 @@
 #define V_RUN_PARAMS                                      \
     (VD == PKV_LAYOUT_U4 && VQ == PKV_LAYOUT_PER_TOKEN && \
      U4G % (DSUB / 2) == 0)
+/* V_RUN_PARAMS with one pair a lane and the slice in one group: a run
+ * keeps its lo and scale as floats, which each token then reads from lane
+ * j in place, where packed they took four scalar moves a token. */
+#define V_RUN_FLOATS (V_RUN_PARAMS && NP == 1 && U4G % DSUB == 0)
 
 #if NP == 1
 #define block_read_us(p) intel_sub_group_block_read_us(p)
@@ -123,9 +127,14 @@ static float8 k_run(global const uchar *row, int dtype, int x)
 {
     if (dtype == PKV_LAYOUT_U4) {
         uint c = ((global const uint *)row)[x];
-        return convert_float8((uint8)(c) >> (uint8)(0, 4, 8, 12, 16, 20, 24,
-                                                    28) &
-                              15u);
+        /* The even channels are the low nibbles of the four bytes, the
+         * odd ones the high: two masks and a shift, then each byte
+         * converts where it lies (a shift and a mask a channel took twice
+         * the instructions). */
+        float4 lo = convert_float4(as_uchar4(c & 0x0f0f0f0fu));
+        float4 hi = convert_float4(as_uchar4(c >> 4 & 0x0f0f0f0fu));
+        return (float8)(lo.s0, hi.s0, lo.s1, hi.s1, lo.s2, hi.s2, lo.s3,
+                        hi.s3);
     }
     if (dtype == PKV_LAYOUT_U8)
         return convert_float8(as_uchar8(((global const uint2 *)row)[x]));
@@ -231,8 +240,10 @@ static void v_pairs(global const uchar *row, int dtype, float2 *out)
             out[0] = convert_float2((uchar2)(b.x & 15, b.x >> 4));
             out[NP - 1] = convert_float2((uchar2)(b.y & 15, b.y >> 4));
         } else {
-            uchar b = row[get_sub_group_local_id()];
-            out[0] = convert_float2((uchar2)(b & 15, b >> 4));
+            /* Widened at once: as a uchar each nibble took two byte moves
+             * on dg2-g10. */
+            uint b = row[get_sub_group_local_id()];
+            out[0] = convert_float2((uint2)(b & 15, b >> 4));
         }
     } else if (dtype == PKV_LAYOUT_U8) {
         ushortP c = block_read_us((const global ushort *)row);
@@ -252,22 +263,20 @@ static void v_pairs(global const uchar *row, int dtype, float2 *out)
 
 /* Pass 3, token j of the rows of a V slice stored as dtype: add its
  * value pairs, weighted by p[g], to acc. Per-channel quantized values are
- * dequantised with the pairs' vlo, vsc; u4 per-token ones with tq, the
- * bits of token_param_bits for token j in the lane's group. */
+ * dequantised with the pairs' vlo, vsc; u4 per-token ones with tp, the
+ * lo and scale of token j in the lane's group. */
 static void token_values(global const uchar *rows, int dtype, int j,
                          const float *p, const float2 *vlo,
-                         const float2 *vsc, uint tq, float2 *acc)
+                         const float2 *vsc, float2 tp, float2 *acc)
 {
     float2 r[NP];
     v_pairs(rows + (size_t)j * row_bytes(dtype, D), dtype, r);
     if (VQ == PKV_LAYOUT_PER_CHANNEL && is_quantized(dtype))
         for (int i = 0; i < NP; i++)
             r[i] = fma(vsc[i], r[i], vlo[i]);
-    if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4) {
-        float2 t = vload_half2(0, (const private half *)&tq);
+    if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4)
         for (int i = 0; i < NP; i++)
-            r[i] = fma((float2)t.y, r[i], (float2)t.x);
-    }
+            r[i] = fma((float2)tp.y, r[i], (float2)tp.x);
     for (int g = 0; g < G; g++)
         for (int i = 0; i < NP; i++)
             acc[g * NP + i] = fma((float2)p[g], r[i], acc[g * NP + i]);
@@ -283,8 +292,14 @@ static uint token_param_bits(global const half *lo, uint t, uint grp)
     return b[0] | (uint)b[BS * VNG] << 16;
 }
 
+/* The lo and scale that token_param_bits packed. */
+static float2 token_param_floats(uint bits)
+{
+    return vload_half2(0, (const private half *)&bits);
+}
+
 /* Token c + j of a run of 16 whose weights lane l holds for token c + l
- * (V_RUN_PARAMS: and the lo and scale of token c + l, in rp): j is a
+ * (V_RUN_PARAMS: and the lo and scale of token c + l, in rf or rp): j is a
  * constant, so each is read from lane j's register in place, with no
  * instruction of its own. */
 #define RUN_TOKEN(j)                                                          \
@@ -292,15 +307,19 @@ static uint token_param_bits(global const half *lo, uint t, uint grp)
         float p[G];                                                           \
         for (int g = 0; g < G; g++)                                           \
             p[g] = intel_sub_group_shuffle(wl[g], (uint)(j));                 \
-        uint tq = 0;                                                          \
-        if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4) {                         \
+        float2 tp = 0.0f;                                                     \
+        if (V_RUN_FLOATS && dtype == PKV_LAYOUT_U4) {                         \
+            tp = (float2)(intel_sub_group_shuffle(rf.x, (uint)(j)),           \
+                          intel_sub_group_shuffle(rf.y, (uint)(j)));          \
+        } else if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4) {                  \
             uint t0 = intel_sub_group_shuffle(rp.x, (uint)(j));               \
             uint t1 = intel_sub_group_shuffle(rp.y, (uint)(j));               \
-            tq = lane < 8 ? t0 : t1;                                          \
+            tp = token_param_floats(lane < 8 ? t0 : t1);                      \
         } else if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4) {    \
-            tq = token_param_bits(lo, (uint)(c + (j)), grp);                  \
+            tp = token_param_floats(                                          \
+                token_param_bits(lo, (uint)(c + (j)), grp));                  \
         }                                                                     \
-        token_values(run, dtype, j, p, vlo, vsc, tq, acc);                    \
+        token_values(run, dtype, j, p, vlo, vsc, tp, acc);                    \
     } while (0)
 
 /* Pass 3 for tokens [a, e) of one block (V part v, stored as dtype): add
@@ -334,15 +353,23 @@ static void block_values(global const uchar *v, int dtype, int a, int e,
     /* The staging tail's rows go token by token in builds with u4
      * values (a block, at most a partition): in runs they spilled 192
      * bytes on dg2-g10 at GQA 4 with 2 pairs, and Intel's CPU runtime
-     * (2026.22) gave wrong sums, a cause not found. */
+     * (2026.22) computes them wrong. That is the runtime's defect: its
+     * vectorizer runs them a lane at a time, and each shuffle of the
+     * run's weights then returns the calling lane's own weight, not lane
+     * j's (tests/reduced/intel_cpu_shuffle/ has the reduced kernel, the
+     * evidence and the commands). */
     int runs = VD != PKV_LAYOUT_U4 || dtype != PKV_LAYOUT_F32;
     for (; runs && c + 16 <= e; c += 16) {
         global const uchar *run = rows + (size_t)c * row_bytes(dtype, D);
         float wl[G];
         for (int g = 0; g < G; g++)
             wl[g] = w[(w0 + (uint)c + lane) * G + g];
+        float2 rf = 0.0f;
         uint2 rp = 0;
-        if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4)
+        if (V_RUN_FLOATS && dtype == PKV_LAYOUT_U4)
+            rf = token_param_floats(
+                token_param_bits(lo, (uint)c + lane, grp0));
+        else if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4)
             rp = (uint2)(token_param_bits(lo, (uint)c + lane, grp0),
                          token_param_bits(lo, (uint)c + lane, grp1));
         RUN_TOKEN(0);
@@ -366,10 +393,10 @@ static void block_values(global const uchar *v, int dtype, int a, int e,
         float p[G];
         for (int g = 0; g < G; g++)
             p[g] = w[(w0 + (uint)c) * G + g];
-        uint tq = 0;
+        float2 tp = 0.0f;
         if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4)
-            tq = token_param_bits(lo, (uint)c, grp);
-        token_values(rows, dtype, c, p, vlo, vsc, tq, acc);
+            tp = token_param_floats(token_param_bits(lo, (uint)c, grp));
+        token_values(rows, dtype, c, p, vlo, vsc, tp, acc);
     }
 }
 

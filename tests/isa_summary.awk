@@ -7,13 +7,16 @@
 # keb and veb (K and V element bytes), file (the dump's name, which holds
 # the SIMD width).
 #
-# Each innermost loop with at least 8 G mad instructions streams KV (the
-# loops over 16 channels of 16 tokens and over runs of 16 tokens; fewer
-# are the one-token loops at a partition's edge); it reads (mads / G) x 16
-# lanes x element-bytes bytes a turn (one mad per head per element a lane;
-# u4: half a byte an element; the mads that fold or dequantise parameters
-# count as elements too, so quantized figures lean low); loops before the
-# kernel's first exp are the score pass, after it the value pass.
+# Each innermost loop with at least 8 G products streams KV (the loops
+# over 16 channels of 16 tokens and over runs of 16 tokens; fewer are the
+# one-token loops at a partition's edge); it reads (products / G) x 16
+# lanes x element-bytes bytes a turn (one product per head per element a
+# lane; u4: half a byte an element). A product is a mad with exactly one
+# scalar operand: the query channel or the weight every lane takes from
+# one lane. The mads that fold or dequantise parameters have none (per
+# channel) or two (a token's lo and scale), and counting them as elements
+# made the quantized figures lean low. Loops before the kernel's first exp
+# are the score pass, after it the value pass.
 # kb_inst/vb_inst: instructions per K and V byte of the costliest such
 # loop; kb_cyc/vb_cyc: cycles of an 8-wide ALU per byte, a SIMD16
 # instruction 2 cycles, sends and control flow 0 (docs/performance.md,
@@ -40,6 +43,8 @@
                 lstart[nl] = lab[w[i]]; lend[nl] = n; nl++; break
             }
     if (op == "math" && code ~ /exp/ && firstexp == "") firstexp = n
+    # Scalar regions: <0> (three-source syntax) or <0;1,0>.
+    scalars[n] = gsub(/<0>|<0;1,0>/, "&", code)
     n++
 }
 function cyc(k,   m, s) {
@@ -59,18 +64,18 @@ END {
         for (k = 0; k < nl; k++)
             if (k != l && lstart[k] >= lstart[l] && lend[k] <= lend[l]) inner = 1
         if (inner) continue
-        mads = 0; c = 0
+        prods = 0; c = 0
         for (k = lstart[l]; k <= lend[l]; k++) {
-            if (opc[k] == "mad") mads++
+            if (opc[k] == "mad" && scalars[k] == 1) prods++
             c += cyc(k)
         }
-        if (mads < 8 * G) continue
+        if (prods < 8 * G) continue
         ins = lend[l] - lstart[l] + 1
         if (firstexp == "" || lstart[l] < firstexp) {
-            bytes = mads / G * 16 * keb
+            bytes = prods / G * 16 * keb
             if (c / bytes > kb_c) { kb_c = c / bytes; kb_i = ins / bytes }
         } else {
-            bytes = mads / G * 16 * veb
+            bytes = prods / G * 16 * veb
             if (c / bytes > vb_c) { vb_c = c / bytes; vb_i = ins / bytes }
         }
     }

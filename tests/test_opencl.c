@@ -511,6 +511,9 @@ static const struct {
     {128, 8, 2, 16, PKV_KV_DTYPE_U4, 1, 0, 0, 8},
     {96, 8, 2, 16, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 24},
     {64, 8, 2, 8, PKV_KV_DTYPE_U4, 0, 0, 0, 64},
+    /* GQA 8 with per-token u4 values: the Intel variant's lanes own one
+     * pair each and a run keeps its parameters as floats. */
+    {128, 8, 1, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
 };
 
 #define NUM_SMALL (sizeof small_cases / sizeof small_cases[0])
