@@ -400,7 +400,8 @@ static enum pkv__value_verdict check_value(pkv_engine *e,
     return pkv__value_check(v + s->inner_at, size - s->inner_at,
                             &e->backend_config, j,
                             parent + PKV__DIGEST_BYTES, parent,
-                            seq->tokens + (size_t)j * e->pool.block_size);
+                            seq->tokens + (size_t)j * e->pool.block_size,
+                            s->seal != NULL);
 }
 
 /* The run of op's values, from block `from` on, that pass verification:
@@ -746,7 +747,9 @@ void pkv__store_send(pkv_engine *e)
         if (st == PKV_OK && reserve_op(e) == PKV_OK) {
             memcpy(op.values + kv_at, kv + (size_t)i * block_bytes,
                    block_bytes);
-            pkv__value_seal(op.values + s->inner_at, &e->backend_config);
+            /* Under a seal the AEAD's tag is the check: no checksum. */
+            if (s->seal == NULL)
+                pkv__value_seal(op.values + s->inner_at, &e->backend_config);
             if (s->seal != NULL && seal_value(s, &op) != PKV_OK) {
                 e->totals.store_save_failures++;
                 s->sent[s->pending_blocks[i]] = 0;

@@ -43,10 +43,14 @@ void pkv__value_seal(uint8_t *value, const pkv__backend_config *c);
 /* Whether `size` bytes at value are what pkv__value_seal wrote for the
  * same config, index, digest, parent and tokens, with only finite numbers
  * in its KV (f32/f16 elements, quantized parts' lo and scale): a value
- * with another is DAMAGED, as a host tensor with one is refused. */
+ * with another is DAMAGED, as a host tensor with one is refused.
+ * authenticated: the value came out of a deployment key's seal, which
+ * already proved every byte is what this key sealed, so the checksum is
+ * neither written (pkv__value_seal is not called) nor compared. */
 enum pkv__value_verdict pkv__value_check(
     const uint8_t *value, uint64_t size, const pkv__backend_config *c,
     uint32_t index, const uint8_t digest[PKV__DIGEST_BYTES],
-    const uint8_t parent[PKV__DIGEST_BYTES], const int32_t *tokens);
+    const uint8_t parent[PKV__DIGEST_BYTES], const int32_t *tokens,
+    int authenticated);
 
 #endif
