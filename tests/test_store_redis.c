@@ -453,6 +453,77 @@ static void test_bad_values(void **state)
     free(other);
 }
 
+/* With a deployment key, through a real redis-server: a second engine
+ * with the key loads every block; names and values show no token of
+ * the prompt; an engine with another key only misses; a value changed
+ * in Redis, or another block's sealed value moved under its key, is a
+ * counted miss and the block is computed, every row checked. */
+static void test_sealed(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16);
+    p.seal_key = ch_seal_key;
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    COMMAND("FLUSHALL");
+    fill(prompt, 0, p);
+    uint32_t rows;
+    pkv_engine_stats s = serve(prompt, p, &rows);
+    assert_int_equal(rows, 1);
+    assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+    /* Any 2 consecutive token ids of the prompt, as stored unsealed. */
+    redisReply *keys = rs_command(&server, "KEYS *");
+    assert_non_null(keys);
+    assert_int_equal(keys->elements, PROMPT / 4);
+    uint8_t pair[8];
+    for (int i = 0; i < 8; i++)
+        pair[i] = (uint8_t)((uint32_t)prompt[i / 4 + 5] >> (8 * (i % 4)));
+    char **names = calloc(keys->elements, sizeof *names);
+    assert_non_null(names);
+    for (size_t i = 0; i < keys->elements; i++) {
+        names[i] = strdup(keys->element[i]->str);
+        assert_non_null(strstr(names[i], "pkvs:"));
+        redisReply *v = rs_command(&server, "GET %s", names[i]);
+        assert_non_null(v);
+        for (size_t at = 0; at + 8 <= v->len; at++)
+            assert_true(memcmp(v->str + at, pair, 8) != 0);
+        freeReplyObject(v);
+    }
+    pkv_engine_params other = p;
+    other.seal_key = ch_other_seal_key;
+    s = serve(prompt, other, &rows);
+    assert_int_equal(rows, PROMPT);
+    assert_int_equal(s.store_hit_blocks + s.store_damaged, 0);
+    /* A flipped byte in one value, then another value moved under a
+     * key: the first is damaged, a miss; nothing after it loads. */
+    for (int how = 0; how < 2; how++) {
+        COMMAND("FLUSHALL");
+        fill(prompt, 0, p);
+        redisReply *v = rs_command(&server, "GET %s", names[0]);
+        assert_non_null(v);
+        size_t len = v->len;
+        uint8_t *bytes = malloc(len);
+        assert_non_null(bytes);
+        memcpy(bytes, v->str, len);
+        freeReplyObject(v);
+        if (how == 0) {
+            bytes[len / 2] ^= 0x10;
+            set_value(names[0], bytes, len);
+        } else {
+            set_value(names[1], bytes, len); /* names[0]'s under [1] */
+        }
+        free(bytes);
+        s = serve(prompt, p, &rows);
+        assert_int_equal(s.store_damaged, 1);
+        assert_true(s.store_hit_blocks < PROMPT / 4);
+        assert_int_equal(rows, PROMPT - 4 * s.store_hit_blocks);
+    }
+    for (size_t i = 0; i < keys->elements; i++)
+        free(names[i]);
+    free(names);
+    freeReplyObject(keys);
+    free(prompt);
+}
+
 /* The server killed while a load is in flight (frozen first, so that the
  * load is surely in flight), then restarted empty: the prompt is
  * computed; once the connector reconnects, saves and hits work again. */
@@ -755,6 +826,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_processes),
         cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_sealed),
         cmocka_unit_test(test_kill_during_load),
         cmocka_unit_test(test_kill_during_save),
         cmocka_unit_test(test_slow_server),
