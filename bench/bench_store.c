@@ -291,11 +291,13 @@ static pkv_redis *connector(const server *sv, const char *prefix,
 /* ------------------------------------------------------------ the engine */
 
 static pkv_engine *create_engine(const llama_config *c, int32_t dtype,
-                                 uint32_t prompt_len, const pkv_store *store)
+                                 uint32_t prompt_len, const pkv_store *store,
+                                 const uint8_t *seal_key)
 {
     pkv_engine_params p;
     llama_engine_params(&p, c);
     p.kv_dtype = dtype;
+    p.seal_key = seal_key;
     p.backend = PKV_BACKEND_KIND_CPU;
     p.max_batch_tokens = CHUNK;
     p.num_blocks = 2 * (prompt_len / BLOCK + 1) + 8;
@@ -609,6 +611,7 @@ enum { MAX_RUNS = 99 };
 /* One KV dtype's figures. */
 typedef struct dtype_result {
     const char *name;
+    const uint8_t *seal_key; /* pkv_engine_params.seal_key, or NULL */
     int cold_runs, hit_runs;
     double cold, hit;          /* median TTFT, seconds */
     double hit_to_rows, hit_begin, hit_forward; /* medians, seconds */
@@ -681,8 +684,9 @@ typedef struct store_engine {
     pkv_engine *e;
 } store_engine;
 
-static int engine_open(const store_ctx *x, int32_t dtype, const char *prefix,
-                       key_list *saved, store_engine *se)
+static int engine_open(const store_ctx *x, const dtype_result *r,
+                       int32_t dtype, const char *prefix, key_list *saved,
+                       store_engine *se)
 {
     memset(se, 0, sizeof *se);
     se->redis = connector(x->sv, prefix, x->external);
@@ -700,7 +704,8 @@ static int engine_open(const store_ctx *x, int32_t dtype, const char *prefix,
     se->outer.cancel = rec_cancel;
     se->outer.attach = rec_attach;
     se->outer.detach = rec_detach;
-    se->e = create_engine(&x->m->config, dtype, x->prompt_len, &se->outer);
+    se->e = create_engine(&x->m->config, dtype, x->prompt_len, &se->outer,
+                          r->seal_key);
     return se->e == NULL;
 }
 
@@ -780,7 +785,7 @@ static int run_dtype(const store_ctx *x, int32_t dtype, dtype_result *r)
     for (int k = 0; rc == 0 && k < n; k++) {
         bench_progress("store: %s, cold engine %d of %d", r->name, k + 1,
                        n);
-        rc = engine_open(x, dtype, prefix, &saved, &se) ||
+        rc = engine_open(x, r, dtype, prefix, &saved, &se) ||
              serve(x, &se, (uint64_t)k, &t, &st) || check_cold(&st, saves);
         engine_close(&se);
         free(se.rec.keys); /* A's miss: nothing to keep */
@@ -799,7 +804,7 @@ static int run_dtype(const store_ctx *x, int32_t dtype, dtype_result *r)
      * to grow, and new buffers for the values), the others a server's
      * that has been up a while: the medians. */
     if (rc == 0)
-        rc = engine_open(x, dtype, prefix, NULL, &se);
+        rc = engine_open(x, r, dtype, prefix, NULL, &se);
     for (int k = 0; rc == 0 && k < n; k++) {
         bench_progress("store: %s, second engine, request %d of %d",
                        r->name, k + 1, n);
@@ -878,14 +883,14 @@ static void print_table(const store_ctx *x, const dtype_result *r, int n)
            "hit medians are its %d others'. Redis %s at\n%s:%d%s.\n",
            r[0].cold_runs, r[0].hit_runs, x->sv->version, x->sv->host,
            x->sv->port, x->external ? "" : " (started by pkv-bench)");
-    printf("\n  kv   cold ms   hit ms  cold/hit  new conn ms  blocks "
+    printf("\n  kv      cold ms   hit ms  cold/hit  new conn ms  blocks "
            "hit/saved  saved bytes  loaded bytes\n");
     for (int i = 0; i < n; i++) {
         char blocks[48];
         snprintf(blocks, sizeof blocks, "%llu/%llu",
                  (unsigned long long)r[i].hit_blocks,
                  (unsigned long long)r[i].saves);
-        printf("  %-4s %7.1f %8.1f %8.1fx %12.1f %17s %12llu %13llu\n",
+        printf("  %-7s %7.1f %8.1f %8.1fx %12.1f %17s %12llu %13llu\n",
                r[i].name, 1e3 * r[i].cold, 1e3 * r[i].hit,
                r[i].cold / r[i].hit, 1e3 * r[i].hit_new, blocks,
                (unsigned long long)r[i].save_bytes,
@@ -895,10 +900,10 @@ static void print_table(const store_ctx *x, const dtype_result *r, int n)
            "load, then the\n  step_begin that verifies and installs it), "
            "the forward pass of the rows\n  left; the cold engine's miss "
            "(the same MGET, no values) for comparison\n");
-    printf("  kv   to rows    wait  install  rows  forward    total  "
+    printf("  kv      to rows    wait  install  rows  forward    total  "
            "cold's miss\n");
     for (int i = 0; i < n; i++)
-        printf("  %-4s %7.2f %7.2f %8.2f %5u %8.2f %8.2f %12.2f\n",
+        printf("  %-7s %7.2f %7.2f %8.2f %5u %8.2f %8.2f %12.2f\n",
                r[i].name, 1e3 * r[i].hit_to_rows, 1e3 * r[i].hit_wait,
                1e3 * r[i].hit_begin, (unsigned)r[i].hit_rows,
                1e3 * r[i].hit_forward, 1e3 * r[i].hit,
@@ -907,7 +912,7 @@ static void print_table(const store_ctx *x, const dtype_result *r, int n)
            "\"new conn\": its first\n  request's), the connector alone "
            "(one MGET, polled: first on a new\n  connection, median warm), "
            "redis-benchmark\n");
-    printf("  kv   value B  engine  new conn  conn 1st  conn warm  rb GET  "
+    printf("  kv      value B  engine  new conn  conn 1st  conn warm  rb GET  "
            "rb GET -P16  rb MGET -c1  eng/GET  eng/GET-P16\n");
     for (int i = 0; i < n; i++) {
         double eng = gbps((double)r[i].load_bytes, r[i].hit_wait);
@@ -917,7 +922,7 @@ static void print_table(const store_ctx *x, const dtype_result *r, int n)
         double get = r[i].rb.get_rps * (double)r[i].value_size / 1e9;
         double get1 = r[i].rb.get1_rps * (double)r[i].value_size / 1e9;
         double mget = r[i].rb.mget_rps * (double)r[i].load_bytes / 1e9;
-        printf("  %-4s %7zu %7.2f %9.2f %9.2f %10.2f ", r[i].name,
+        printf("  %-7s %7zu %7.2f %9.2f %9.2f %10.2f ", r[i].name,
                r[i].value_size, eng, eng_new, first, raw);
         if (r[i].rb.ran)
             printf("%7.2f %12.2f %12.2f %8.2f %12.2f\n", get1, get, mget,
@@ -944,7 +949,8 @@ static void print_json(const store_ctx *x, const dtype_result *r)
     double get1 = r->rb.get1_rps * (double)r->value_size / 1e9;
     double mget = r->rb.mget_rps * (double)r->load_bytes / 1e9;
     fprintf(j,
-            "{\"bench\":\"store\",\"kv\":\"%s\",\"prompt_tokens\":%u,"
+            "{\"bench\":\"store\",\"kv\":\"%s\",\"sealed\":%s,"
+            "\"prompt_tokens\":%u,"
             "\"server\":\"%s\",\"redis_version\":\"%s\","
             "\"cold_runs\":%d,\"hit_runs\":%d,\"first_token\":%d,"
             "\"cold_ms\":%.3f,\"hit_ms\":%.3f,\"speedup\":%.2f,"
@@ -958,7 +964,8 @@ static void print_json(const store_ctx *x, const dtype_result *r)
             "\"cold_drain_ms\":%.3f,\"store_gbps\":%.4f,"
             "\"connector_first_ms\":%.3f,\"connector_first_gbps\":%.4f,"
             "\"connector_ms\":%.3f,\"connector_gbps\":%.4f,",
-            r->name, (unsigned)x->prompt_len,
+            r->seal_key != NULL ? "f16" : r->name,
+            r->seal_key != NULL ? "true" : "false", (unsigned)x->prompt_len,
             x->external ? "external" : "started", x->sv->version,
             r->cold_runs, r->hit_runs, (int)r->first, 1e3 * r->cold,
             1e3 * r->hit, r->cold / r->hit, (unsigned long long)r->saves,
@@ -989,6 +996,22 @@ static void print_json(const store_ctx *x, const dtype_result *r)
                    "\"rb_mget_rps\":null,\"rb_mget_gbps\":null,"
                    "\"store_vs_rb_get\":null,"
                    "\"connector_vs_rb_get\":null}\n");
+}
+
+/* Whether pkv was built with libcrypto: an engine takes a key. */
+static int sealing_built(const llama_config *c)
+{
+    static const uint8_t probe_key[32];
+    pkv_engine_params p;
+    llama_engine_params(&p, c);
+    p.backend = PKV_BACKEND_KIND_CPU;
+    p.num_blocks = 8;
+    p.seal_key = probe_key;
+    pkv_engine *e = NULL;
+    if (pkv_engine_create(&p, &e) != PKV_OK)
+        return 0;
+    pkv_engine_destroy(e);
+    return 1;
 }
 
 int bench_store(const bench_options *opt)
@@ -1038,19 +1061,27 @@ int bench_store(const bench_options *opt)
                    opt->redis != NULL,
                    (unsigned long)wall.tv_sec * 1000ul +
                        (unsigned long)(wall.tv_nsec / 1000000)};
-    dtype_result r[2];
+    /* f16 again with a deployment key: what sealing costs the path. */
+    static const uint8_t bench_key[32] = {
+        0x70, 0x6b, 0x76, 0x2d, 0x62, 0x65, 0x6e, 0x63, 0x68, 0x2d, 0x73,
+        0x65, 0x61, 0x6c, 0x2d, 0x6b, 0x65, 0x79, 0x2d, 0x6e, 0x6f, 0x74,
+        0x2d, 0x73, 0x65, 0x63, 0x72, 0x65, 0x74, 0x2d, 0x30, 0x31};
+    dtype_result r[3];
     memset(r, 0, sizeof r);
-    const char *names[2] = {"f16", "u8"};
-    const int32_t dtypes[2] = {PKV_KV_DTYPE_F16, PKV_KV_DTYPE_U8};
-    for (int i = 0; i < 2 && rc == 0; i++) {
+    const char *names[3] = {"f16", "u8", "f16+key"};
+    const int32_t dtypes[3] = {PKV_KV_DTYPE_F16, PKV_KV_DTYPE_U8,
+                               PKV_KV_DTYPE_F16};
+    int rows = sealing_built(&c) ? 3 : 2;
+    for (int i = 0; i < rows && rc == 0; i++) {
         r[i].name = names[i];
+        r[i].seal_key = i == 2 ? bench_key : NULL;
         r[i].cold_runs = hits;     /* tenants */
         r[i].hit_runs = hits - 1;  /* the second engine's after its first */
         rc = run_dtype(&x, dtypes[i], &r[i]);
     }
     if (rc == 0) {
-        print_table(&x, r, 2);
-        for (int i = 0; i < 2 && opt->json != NULL; i++)
+        print_table(&x, r, rows);
+        for (int i = 0; i < rows && opt->json != NULL; i++)
             print_json(&x, &r[i]);
     }
     rs_stop(&sv.rs);

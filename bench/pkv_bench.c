@@ -127,7 +127,9 @@ static const subcommand SUBCOMMANDS[] = {
     {"store", bench_store,
      "first token of a 2,000-token prompt: cold vs loaded from Redis",
      "Time to first token of a 2,000-token shared prompt (restart's model\n"
-     "and prompt, CPU backend), f16 and u8 KV, for N tenants (salts): a\n"
+     "and prompt, CPU backend), f16 and u8 KV, and f16 sealed under a\n"
+     "deployment key (seal_key; when pkv has libcrypto), for N tenants\n"
+     "(salts): a\n"
      "cold engine per tenant computes it and saves its blocks to Redis\n"
      "through libpkv_redis; a second engine (a new engine and connector)\n"
      "serves the tenants in turn, loading them (its first request apart,\n"
@@ -137,8 +139,8 @@ static const subcommand SUBCOMMANDS[] = {
      "same value size; MGET of the same keys). Starts its own\n"
      "redis-server on a free loopback port (skips without one) unless\n"
      "--redis names a server (keys under a prefix of the run's, deleted\n"
-     "at the end). About 20 s on a 2-core machine; --quick 2 tenants and a\n"
-     "tenth of the redis-benchmark requests, about 7 s.\n"
+     "at the end). About 30 s on a 2-core machine; --quick 2 tenants and a\n"
+     "tenth of the redis-benchmark requests, about 10 s.\n"
      "  --prompt N         prompt tokens, 17 to 2047 (default 2000)\n"
      "  --runs N           tenants, 2 to 99 (default 5)\n"
      "  --redis HOST:PORT  an existing server instead of its own"},
