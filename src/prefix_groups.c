@@ -13,7 +13,8 @@ static uint32_t find(const pkv__prefix *prefix, uint32_t g,
                      const pkv__chain_link *link, const int32_t *tokens,
                      uint64_t salt)
 {
-    return pkv__prefix_find_group(prefix, g, pkv__prefix_group_hash(link->hash, g),
+    return pkv__prefix_find_group(prefix, g,
+                                  pkv__prefix_group_hash(link->hash, g),
                                   tokens, salt, link->block,
                                   link->generation);
 }
