@@ -202,13 +202,6 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          (unsigned)groups,
                          (unsigned)pkv__groups_slots(p),
                          (unsigned)PKV__MAX_GROUPS);
-    if (groups > 1) {
-        if (p->store != NULL)
-            return pkv__fail(PKV_ERR_UNSUPPORTED,
-                             "params->hybrid_memory groups the layers by "
-                             "window; a KV store does not work with groups "
-                             "yet");
-    }
     if (p->key_quant == PKV_QUANT_GROUP_DEFAULT)
         p->key_quant = PKV_QUANT_GROUP_PER_CHANNEL;
     if (p->value_quant == PKV_QUANT_GROUP_DEFAULT)

@@ -200,6 +200,54 @@ static pkv_engine_stats serve(fs_data *data, pkv_engine_params p,
     return s;
 }
 
+/* Hybrid memory (a window of 6 tokens on one layer of two): the full
+ * group's blocks and the windowed group's last ones go to the store, each
+ * group's under its own names; a second engine loads them all and
+ * computes one row, every row checked against dense attention. */
+static void test_hybrid_memory(void **state)
+{
+    (void)state;
+    static const uint32_t windows[2] = {6, 0};
+    const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_U8};
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    for (size_t d = 0; d < 2; d++) {
+        pkv_engine_params p = params_of(dtypes[d]);
+        p.layer_windows = windows;
+        p.hybrid_memory = 1;
+        fs_data data = {0};
+        store_host a;
+        sh_init(&a, p, &data);
+        add(&a, prompt, 0);
+        sh_run(&a);
+        pkv_engine_stats s = stats_of(&a);
+        assert_int_equal(s.kv_groups, 2);
+        /* The full group's 10 blocks and the windowed group's it held
+         * when the prompt's last full block was computed. */
+        assert_true(s.store_saves > PROMPT / 4);
+        assert_int_equal(s.store_save_failures + s.store_saves_skipped, 0);
+        sh_free(&a);
+        store_host b;
+        sh_init(&b, p, &data);
+        pkv_seq_id id = add(&b, prompt, 0);
+        assert_int_equal(first_rows(&b, id), 1);
+        sh_run(&b);
+        s = stats_of(&b);
+        /* The full group's 10 and the windowed group's 2 its row sees. */
+        assert_int_equal(s.store_hit_blocks, PROMPT / 4 + 2);
+        assert_int_equal(s.store_damaged + s.store_mismatched, 0);
+        sh_free(&b);
+        /* An engine without groups names other values: it misses them. */
+        pkv_engine_params q = p;
+        q.hybrid_memory = 0;
+        uint32_t rows;
+        s = serve(&data, q, prompt, 0, &rows);
+        assert_int_equal(rows, PROMPT);
+        assert_int_equal(s.store_hit_blocks + s.store_damaged, 0);
+        fs_data_free(&data);
+    }
+    free(prompt);
+}
+
 /* The entry of a table filled with one prompt that holds block j (the
  * value's index field, docs/design.md "KV store"). */
 static fs_entry *entry_at(fs_data *data, uint32_t j)
@@ -1072,6 +1120,7 @@ int main(void)
 #endif
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_share),
+        cmocka_unit_test(test_hybrid_memory),
         cmocka_unit_test(test_local_first),
         cmocka_unit_test(test_damaged_values),
         cmocka_unit_test(test_other_blocks),

@@ -554,8 +554,9 @@ typedef struct pkv_engine_params {
      * computed row sees. A saved prefix cache loads only into an engine
      * with the same groups (PKV_ERR_UNSUPPORTED otherwise); an export's
      * KV moves into an engine with the same groups, windows and block
-     * size, any other computes it again (pkv_seq_import). Not yet with
-     * it: a KV store (PKV_ERR_UNSUPPORTED at create).
+     * size, any other computes it again (pkv_seq_import). A KV store
+     * keeps a value per group and block, each group's under its own
+     * names: engines grouped otherwise miss each other's.
      * pkv_engine_get_block_table
      * gives the first group's table (the full layers', if any). 0 (the default): every layer keeps every token. */
     uint32_t hybrid_memory;

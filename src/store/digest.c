@@ -141,6 +141,15 @@ void pkv__digest_root(const uint8_t model[PKV__DIGEST_BYTES],
     pkv__sha256_update(&h, words + PKV__AT_KV_DTYPE,
                        PKV__AT_FORMAT_FIELDS - PKV__AT_KV_DTYPE);
     pkv__sha256_update(&h, salt_bytes, sizeof salt_bytes);
+    /* Hybrid memory: a block holds one group's layers, so engines grouped
+     * otherwise name other values (and miss, rather than count the values
+     * damaged). Each layer's group and arena; nothing without groups. */
+    for (uint32_t l = 0; c->layer_group != NULL && l < c->num_layers; l++) {
+        uint8_t place[8];
+        pkv__put_u32(place, c->layer_group[l]);
+        pkv__put_u32(place + 4, c->layer_arena[l]);
+        pkv__sha256_update(&h, place, sizeof place);
+    }
     pkv__sha256_final(&h, out);
 }
 

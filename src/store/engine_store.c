@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "engine.h"
+#include "prefix_groups.h"
 #include "seal.h"
 #include "store/value.h"
 #include "struct_sizes.h"
@@ -267,6 +268,17 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
     return d;
 }
 
+/* Hybrid memory: the digest of group g's block (g > 0) whose group-0
+ * block has digest `block`: that one chained with the group as a token
+ * no prompt has (a negative id), so no two groups' values share a name
+ * and each names the group-0 block of its tokens, its parent. */
+static void group_digest(const uint8_t block[PKV__DIGEST_BYTES], uint32_t g,
+                         uint8_t out[PKV__DIGEST_BYTES])
+{
+    int32_t tag = -(int32_t)g;
+    pkv__digest_block(block, &tag, 1, out);
+}
+
 void pkv__store_forget(pkv_engine *e, pkv__seq *seq, uint32_t keep_blocks)
 {
     pkv__engine_store *s = e->store;
@@ -289,6 +301,58 @@ void pkv__store_forget(pkv_engine *e, pkv__seq *seq, uint32_t keep_blocks)
 /* Ask the store for the blocks of seq's prompt that its prefix cache
  * lacks, as many as the load budget holds. Returns 0 when the budget is
  * full (the next sequences wait too), else 1. */
+/* Hybrid memory: the other groups' keys a load of group-0 blocks up to
+ * block `end` (excluded) asks for: the blocks the row at token end *
+ * block_size sees in each windowed group (every block in a full one). */
+static uint32_t group_keys(const pkv_engine *e, uint32_t end)
+{
+    uint32_t n = 0, bs = e->pool.block_size;
+    for (uint32_t g = 1; g < e->groups.num_groups; g++)
+        n += end - pkv__groups_first_seen(&e->groups, g, bs, end * bs);
+    return n;
+}
+
+/* Key i of a load op starting at block `first` (d: the prompt's
+ * digests): its block and group, into *j and *g. */
+static void key_place(const pkv_engine *e, const pkv__store_op *op,
+                      uint32_t first, uint32_t i, uint32_t *j, uint32_t *g)
+{
+    uint32_t bs = e->pool.block_size, end = first + op->group0_keys;
+    if (i < op->group0_keys) {
+        *j = first + i;
+        *g = 0;
+        return;
+    }
+    i -= op->group0_keys;
+    for (uint32_t k = 1;; k++) {
+        uint32_t lo = pkv__groups_first_seen(&e->groups, k, bs, end * bs);
+        if (i < end - lo) {
+            *j = lo + i;
+            *g = k;
+            return;
+        }
+        i -= end - lo;
+    }
+}
+
+/* Key i's value's parent and own digests into pair (as a save's
+ * pkv__store_op.digests): group 0's block after its parent, another
+ * group's after the group-0 block of its tokens. */
+static void key_digests(const pkv_engine *e, const pkv__store_op *op,
+                        uint32_t first, const uint8_t *d, uint32_t i,
+                        uint8_t pair[2 * PKV__DIGEST_BYTES])
+{
+    uint32_t j, g;
+    key_place(e, op, first, i, &j, &g);
+    if (g == 0) {
+        memcpy(pair, d + (size_t)j * PKV__DIGEST_BYTES,
+               2 * PKV__DIGEST_BYTES);
+        return;
+    }
+    memcpy(pair, d + ((size_t)j + 1) * PKV__DIGEST_BYTES, PKV__DIGEST_BYTES);
+    group_digest(pair, g, pair + PKV__DIGEST_BYTES);
+}
+
 static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
 {
     pkv__engine_store *s = e->store;
@@ -308,6 +372,13 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     uint32_t n = n_max - hits;
     if (room / vb < n)
         n = (uint32_t)(room / vb);
+    /* Hybrid memory: each other group's blocks that the row after the
+     * last one asked sees; all in the budget, fewer group-0 ones if not. */
+    uint32_t all = n + group_keys(e, hits + n);
+    while (n > 0 && room / vb < all) {
+        n--;
+        all = n + group_keys(e, hits + n);
+    }
     if (n == 0) {
         if (s->load_bytes == 0)
             return 1; /* one block is over the budget: never asks */
@@ -317,6 +388,8 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     const uint8_t *d = digests(e, seq, hits + n);
     pkv__store_op op;
     memset(&op, 0, sizeof op);
+    op.group0_keys = n;
+    n = all;
     op.values_bytes = (size_t)n * vb;
     if (d != NULL && s->spare_bytes >= op.values_bytes) {
         op.values = s->spare;
@@ -345,8 +418,9 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     }
     for (uint32_t i = 0; i < n; i++) {
         char *key = op.keys + (size_t)i * PKV_STORE_KEY_MAX;
-        pkv__store_key(s, d + ((size_t)hits + i + 1) * PKV__DIGEST_BYTES,
-                       key);
+        uint8_t pair[2 * PKV__DIGEST_BYTES];
+        key_digests(e, &op, hits, d, i, pair);
+        pkv__store_key(s, pair + PKV__DIGEST_BYTES, key);
         keys[i] = key;
     }
     op.first = hits;
@@ -373,24 +447,26 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     return 1;
 }
 
-/* Whether the value of block j of op's sequence (size bytes at v, as
- * stored) is the one this engine would have saved: a sealed one must
- * open, in place, under this key, for its key, place and parent, then
- * its content passes pkv__value_check. */
+/* Whether the value of op's key i (size bytes at v, as stored) is the
+ * one this engine would have saved: a sealed one must open, in place,
+ * under this key, for its key, place and parent, then its content passes
+ * pkv__value_check. */
 static enum pkv__value_verdict check_value(pkv_engine *e,
                                            const pkv__store_op *op,
-                                           uint32_t j, uint8_t *v,
+                                           uint32_t i, uint8_t *v,
                                            uint64_t size)
 {
     pkv__engine_store *s = e->store;
     const pkv__seq *seq = op->seq;
-    const uint8_t *parent = seq->store_digests + (size_t)j * PKV__DIGEST_BYTES;
+    uint32_t j, g;
+    key_place(e, op, op->first, i, &j, &g);
+    uint8_t parent[2 * PKV__DIGEST_BYTES];
+    key_digests(e, op, op->first, seq->store_digests, i, parent);
     if (s->seal != NULL) {
         uint8_t ad[AD_MAX];
         char why[128];
-        size_t ad_n = value_ad(op->keys + (size_t)(j - op->first) *
-                                              PKV_STORE_KEY_MAX,
-                               j, parent, ad);
+        size_t ad_n = value_ad(op->keys + (size_t)i * PKV_STORE_KEY_MAX, j,
+                               parent, ad);
         if (size != s->value_bytes ||
             pkv__seal_open(s->seal, v, s->value_bytes, pkv__value_magic, ad,
                            ad_n, v + s->inner_at, why,
@@ -415,12 +491,12 @@ static uint32_t verified_run(pkv_engine *e, const pkv__store_op *op,
         e->totals.store_load_bytes +=
             op->sizes[i] < vb ? op->sizes[i] : vb;
     uint32_t j = from;
-    for (; j < op->first + op->num_keys; j++) {
+    for (; j < op->first + op->group0_keys; j++) {
         uint32_t i = j - op->first;
         if (op->sizes[i] == 0)
             break; /* not held: a miss */
         enum pkv__value_verdict v =
-            check_value(e, op, j, op->values + (size_t)i * vb, op->sizes[i]);
+            check_value(e, op, i, op->values + (size_t)i * vb, op->sizes[i]);
         if (v == PKV__VALUE_GOOD)
             continue;
         if (v == PKV__VALUE_DAMAGED)
@@ -436,6 +512,73 @@ static uint32_t verified_run(pkv_engine *e, const pkv__store_op *op,
         break;
     }
     return j - from;
+}
+
+/* Hybrid memory: a landed load's other groups' values, when the prefix
+ * cache now holds group 0's blocks up to where the load asked (the rows
+ * their windows serve start there): each verified value becomes a cached
+ * block of its group after the group-0 block of its tokens, as a
+ * registration makes them (prefix_groups.h). Admission's lookup takes
+ * them from there. */
+static void install_groups(pkv_engine *e, const pkv__store_op *op,
+                           pkv__chain_link *links)
+{
+    pkv__seq *seq = op->seq;
+    pkv__pool *pool = &e->pool;
+    uint32_t bs = pool->block_size, end = op->first + op->group0_keys;
+    uint32_t hits = 0;
+    pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
+                       seq->prompt_hashes, seq->num_prompt_hashes, links,
+                       &hits);
+    if (hits < end || op->group0_keys == 0)
+        return;
+    size_t vb = e->store->value_bytes;
+    size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
+    size_t kv_at =
+        e->store->inner_at + pkv__value_kv_offset(&e->backend_config);
+    for (uint32_t i = op->group0_keys; i < op->num_keys; i++) {
+        uint32_t j, g;
+        key_place(e, op, op->first, i, &j, &g);
+        const int32_t *t = seq->tokens + (size_t)j * bs;
+        uint64_t h = pkv__prefix_group_hash(links[j].hash, g);
+        if (op->sizes[i] == 0 ||
+            pkv__prefix_find_group(&e->prefix, g, h, t, seq->salt,
+                                   links[j].block, links[j].generation) !=
+                PKV__NO_BLOCK)
+            continue; /* a miss, or cached already */
+        enum pkv__value_verdict v =
+            check_value(e, op, i, op->values + (size_t)i * vb, op->sizes[i]);
+        if (v != PKV__VALUE_GOOD) {
+            if (v == PKV__VALUE_DAMAGED)
+                e->totals.store_damaged++;
+            else
+                e->totals.store_mismatched++;
+            continue;
+        }
+        /* Its parent is pinned while a block is taken for it. */
+        uint32_t b;
+        pkv__pool_incref(pool, links[j].block);
+        int taken = pkv__pool_alloc(pool, 1, &b) == PKV_OK;
+        uint8_t *kv = taken ? scratch(e, block_bytes) : NULL;
+        if (kv != NULL) {
+            memcpy(kv, op->values + (size_t)i * vb + kv_at, block_bytes);
+            if (e->ops->swap_in(e->backend, kv, &b, 1) != PKV_OK)
+                kv = NULL;
+        }
+        if (kv != NULL) {
+            pkv__pool_set_group(pool, b, g);
+            pkv__pool_set_fill(pool, b, bs);
+            pkv__prefix_insert(&e->prefix, b, h, t, seq->salt,
+                               links[j].block, links[j].generation);
+            e->store->sent[b] = 1 + (uint64_t)pool->blocks[b].generation;
+            e->totals.store_hit_blocks++;
+        } else {
+            e->totals.store_load_failures += (uint64_t)taken;
+        }
+        if (taken) /* cached and unreferenced, or free again */
+            pkv__pool_decref(pool, b);
+        pkv__pool_decref(pool, links[j].block);
+    }
 }
 
 /* A load landed: its verified blocks join the prefix cache after the
@@ -514,6 +657,8 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     pkv__free(&e->alloc, ids, taken, sizeof *ids);
     e->totals.store_hit_blocks += n;
     e->totals.store_hit_tokens += (uint64_t)n * bs;
+    if (e->groups.num_groups > 1)
+        install_groups(e, op, links);
 }
 
 /* Links for a lookup of the longest sequence, kept between steps (a
@@ -655,6 +800,44 @@ static pkv_status reserve_pending(pkv_engine *e)
     return PKV_OK;
 }
 
+/* Collect block b, block j of seq's prompt, for the send: named by
+ * pair's second digest, after its first (its parent). Skipped when b's
+ * contents were sent already (its stamp) or the budget or memory is
+ * short. */
+static void collect_block(pkv_engine *e, const pkv__seq *seq, uint32_t j,
+                          uint32_t b,
+                          const uint8_t pair[2 * PKV__DIGEST_BYTES])
+{
+    pkv__engine_store *s = e->store;
+    uint64_t stamp = 1 + (uint64_t)e->pool.blocks[b].generation;
+    if (s->sent[b] == stamp)
+        return;
+    pkv__store_op op;
+    memset(&op, 0, sizeof op);
+    if (s->save_bytes + s->value_bytes <= s->cb.max_save_bytes &&
+        reserve_pending(e) == PKV_OK) {
+        op.values = pkv__calloc(&e->alloc, s->value_bytes, 1);
+        op.keys = pkv__calloc(&e->alloc, PKV_STORE_KEY_MAX, 1);
+    }
+    s->save_bytes += s->value_bytes; /* free_op takes it back */
+    if (op.values == NULL || op.keys == NULL) {
+        free_op(e, &op);
+        e->totals.store_saves_skipped++;
+        return;
+    }
+    /* The header and tokens now (the sequence may end before the send);
+     * the KV and the checksum at the send. */
+    pkv__value_begin(op.values + s->inner_at, &e->backend_config, j,
+                     pair + PKV__DIGEST_BYTES, pair,
+                     seq->tokens + (size_t)j * e->pool.block_size);
+    pkv__store_key(s, pair + PKV__DIGEST_BYTES, op.keys);
+    op.first = j;
+    memcpy(op.digests, pair, sizeof op.digests);
+    s->pending[s->num_pending] = op;
+    s->pending_blocks[s->num_pending++] = b;
+    s->sent[b] = stamp;
+}
+
 void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
 {
     pkv__engine_store *s = e->store;
@@ -683,37 +866,29 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
         uint32_t b = pool->blocks[link->block].generation == link->generation
                          ? link->block
                          : seq->table.blocks[j];
-        uint64_t stamp = 1 + (uint64_t)pool->blocks[b].generation;
-        if (s->sent[b] == stamp)
-            continue;
         const uint8_t *d = digests(e, seq, j + 1);
-        pkv__store_op op;
-        memset(&op, 0, sizeof op);
-        if (d != NULL &&
-            s->save_bytes + s->value_bytes <= s->cb.max_save_bytes &&
-            reserve_pending(e) == PKV_OK) {
-            op.values = pkv__calloc(&e->alloc, s->value_bytes, 1);
-            op.keys = pkv__calloc(&e->alloc, PKV_STORE_KEY_MAX, 1);
-        }
-        s->save_bytes += s->value_bytes; /* free_op takes it back */
-        if (op.values == NULL || op.keys == NULL) {
-            free_op(e, &op);
+        if (d != NULL)
+            collect_block(e, seq, j, b, d + (size_t)j * PKV__DIGEST_BYTES);
+        else
             e->totals.store_saves_skipped++;
-            continue;
+    }
+    /* Hybrid memory: the other groups' blocks the tables still hold, each
+     * under its group's digest, after the group-0 block of its tokens. */
+    for (uint32_t g = 1; g < e->groups.num_groups; g++) {
+        const pkv__table *t = pkv__seq_table_c(seq, g);
+        for (uint32_t j = from > t->first_held ? from : t->first_held;
+             j < end && j < seq->num_computed / bs; j++) {
+            const uint8_t *d = digests(e, seq, j + 1);
+            uint8_t pair[2 * PKV__DIGEST_BYTES];
+            if (d == NULL) {
+                e->totals.store_saves_skipped++;
+                continue;
+            }
+            memcpy(pair, d + ((size_t)j + 1) * PKV__DIGEST_BYTES,
+                   PKV__DIGEST_BYTES);
+            group_digest(pair, g, pair + PKV__DIGEST_BYTES);
+            collect_block(e, seq, j, t->blocks[j], pair);
         }
-        /* The header and tokens now (the sequence may end before the
-         * send); the KV and the checksum at the send. */
-        pkv__value_begin(op.values + s->inner_at, &e->backend_config, j,
-                         d + ((size_t)j + 1) * PKV__DIGEST_BYTES,
-                         d + (size_t)j * PKV__DIGEST_BYTES,
-                         seq->tokens + (size_t)j * bs);
-        pkv__store_key(s, d + ((size_t)j + 1) * PKV__DIGEST_BYTES, op.keys);
-        op.first = j;
-        memcpy(op.digests, d + (size_t)j * PKV__DIGEST_BYTES,
-               sizeof op.digests);
-        s->pending[s->num_pending] = op;
-        s->pending_blocks[s->num_pending++] = b;
-        s->sent[b] = stamp;
     }
 }
 

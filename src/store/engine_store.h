@@ -40,6 +40,9 @@ typedef struct pkv__store_op {
      * when it is sealed, at the send, when the sequence may be gone. */
     uint8_t digests[2 * PKV__DIGEST_BYTES];
     uint32_t num_keys;
+    /* A load's group-0 values, num_keys of them without hybrid memory;
+     * with it the other groups' follow (engine_store.c, ask). */
+    uint32_t group0_keys;
     uint64_t started_us;
     uint64_t deadline_us;
 } pkv__store_op;

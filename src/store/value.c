@@ -103,8 +103,10 @@ static int f32_finite(const uint8_t *p, size_t n)
 static int kv_finite(const uint8_t *kv, const pkv__backend_config *c)
 {
     uint32_t bs = c->block_size, d = c->head_dim;
-    for (uint32_t part = 0; part < 2 * c->num_layers * c->num_kv_heads;
-         part++) {
+    /* Every arena's: a block holds one group's layers with hybrid
+     * memory (backend.h). */
+    uint32_t parts = 2 * pkv__backend_num_arenas(c) * c->num_kv_heads;
+    for (uint32_t part = 0; part < parts; part++) {
         int value_part = part % 2;
         int pd = value_part ? PKV_LAYOUT_VALUE_DTYPE(c->kv_dtype)
                             : PKV_LAYOUT_KEY_DTYPE(c->kv_dtype);

@@ -352,9 +352,10 @@ static int create(world *w)
         p.store = &w->store;
         TOT.store_inputs++;
     }
-    /* Without a store, mixed windows in hybrid memory on odd bits: a
-     * table per window, the windowed one dropping blocks. */
-    w->hybrid = !w->has_store && p.layer_windows != NULL && (st >> 1) % 2;
+    /* Mixed windows in hybrid memory on odd bits: a table per window,
+     * the windowed one dropping blocks. */
+    w->hybrid = p.layer_windows != NULL &&
+                (w->has_store ? (st >> 5) % 2 : (st >> 1) % 2);
     p.hybrid_memory = (uint32_t)w->hybrid;
     TOT.hybrid_inputs += (uint64_t)w->hybrid;
 
