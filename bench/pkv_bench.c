@@ -36,8 +36,8 @@ static const subcommand SUBCOMMANDS[] = {
      "request count. Then sequences of 2k, 8k and 32k tokens that fit in 1\n"
      "GiB with and without hybrid memory (Gemma 3 270M's windows, and a\n"
      "Llama-like geometry without), f16 and U8, from engines on the CPU\n"
-     "backend. About 30 s, most of it the 32k prompts' attention (--quick:\n"
-     "2k and 8k, a few seconds)."},
+     "backend. About 30 s on a quiet 2-core machine, most of it the 32k\n"
+     "prompts' attention (--quick: 2k and 8k, about 7 s)."},
     {"scheduler", bench_scheduler,
      "host microseconds per step at 1 to 1,024 running sequences",
      "Host time of step_begin + step_end per decode step (attention\n"
@@ -139,8 +139,8 @@ static const subcommand SUBCOMMANDS[] = {
      "same value size; MGET of the same keys). Starts its own\n"
      "redis-server on a free loopback port (skips without one) unless\n"
      "--redis names a server (keys under a prefix of the run's, deleted\n"
-     "at the end). About 30 s on a 2-core machine; --quick 2 tenants and a\n"
-     "tenth of the redis-benchmark requests, about 10 s.\n"
+     "at the end). About 16 s on a quiet 2-core machine; --quick 2\n"
+     "tenants and a tenth of the redis-benchmark requests, about 5 s.\n"
      "  --prompt N         prompt tokens, 17 to 2047 (default 2000)\n"
      "  --runs N           tenants, 2 to 99 (default 5)\n"
      "  --redis HOST:PORT  an existing server instead of its own"},

@@ -146,19 +146,26 @@ static void copy_rows(const pkv__backend_config *c, uint32_t computed,
  * back seal), so they are exported as zeros: two sequences with the same
  * tokens and stored KV export the same bytes. kv: the export's KV part
  * (swap layout, then the tail [layer][kv head][K, V][token][ch]). */
+/* Zeros over a staging tail's rows from `used` on. */
+static void zero_tail_rows(const pkv__backend_config *c, uint32_t used,
+                           uint8_t *stage)
+{
+    uint32_t bs = c->block_size;
+    size_t row = (size_t)c->head_dim * sizeof(float);
+    size_t parts = (size_t)c->num_layers * c->num_kv_heads * 2;
+    for (size_t part = 0; part < parts; part++)
+        memset(stage + (part * bs + used) * row, 0, (bs - used) * row);
+}
+
 static void quantized_canonical(const pkv__backend_config *c,
                                 uint32_t computed, uint8_t *kv)
 {
     uint32_t bs = c->block_size, used = computed % bs;
     uint32_t n = pkv__blocks_for(computed, bs);
     size_t block = pkv__backend_swap_block_bytes(c);
-    size_t row = (size_t)c->head_dim * sizeof(float);
-    uint8_t *stage = kv + (size_t)n * block;
     if (used != 0)
         memset(kv + (size_t)(n - 1) * block, 0, block);
-    size_t parts = (size_t)c->num_layers * c->num_kv_heads * 2;
-    for (size_t part = 0; part < parts; part++)
-        memset(stage + (part * bs + used) * row, 0, (bs - used) * row);
+    zero_tail_rows(c, used, kv + (size_t)n * block);
 }
 
 /* A grouped export's KV (swap layout, then the tail), canonical as a
@@ -171,13 +178,9 @@ static void grouped_canonical(const pkv_engine *e, uint32_t computed,
     const pkv__backend_config *c = &e->backend_config;
     uint32_t bs = c->block_size, used = computed % bs;
     size_t block = pkv__backend_swap_block_bytes(c);
-    if (pkv__backend_quantized(c)) {
-        uint8_t *stage = kv + (size_t)grouped_blocks(e, computed) * block;
-        size_t row = (size_t)c->head_dim * sizeof(float);
-        size_t parts = (size_t)c->num_layers * c->num_kv_heads * 2;
-        for (size_t part = 0; part < parts; part++)
-            memset(stage + (part * bs + used) * row, 0, (bs - used) * row);
-    }
+    if (pkv__backend_quantized(c))
+        zero_tail_rows(c, used,
+                       kv + (size_t)grouped_blocks(e, computed) * block);
     if (used == 0)
         return;
     size_t layer_block = pkv__backend_layer_block_bytes(c);

@@ -887,8 +887,8 @@ static void test_program_cache(void **state)
     cl_command_queue queue;
     host_queue(&ctx, &queue);
     log_capture l;
-    /* The generic program at creation, the decode program at the first
-     * all-decode step: one file each. */
+    /* The generic and the decode programs, both built at creation: one
+     * file each. */
     create_with_cache(dir, ctx, queue, &l);
     char paths[4][512];
     int files = cache_files(dir, paths);

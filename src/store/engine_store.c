@@ -312,8 +312,9 @@ static uint32_t group_keys(const pkv_engine *e, uint32_t end)
     return n;
 }
 
-/* Key i of a load op starting at block `first` (d: the prompt's
- * digests): its block and group, into *j and *g. */
+/* Key i of a load op whose group-0 keys start at block `first`: its
+ * block and group, into *j and *g (ask's order: group 0's, then each
+ * other group's in turn). */
 static void key_place(const pkv_engine *e, const pkv__store_op *op,
                       uint32_t first, uint32_t i, uint32_t *j, uint32_t *g)
 {
