@@ -55,6 +55,10 @@
  * certificates. The listening port is reachable by every local user:
  * keep requirepass or an ACL user on the server. test_redis's
  * test_tls_stunnel runs this against a TLS-only redis-server.
+ * hiredis 1.x has hiredis_ssl; using it would put TLS inside the
+ * connector, but the worker's own socket reads and writes would have to
+ * go through the TLS session (docs/design.md, "What hiredis 1.x would
+ * change").
  *
  * libpkv_redis needs only this header and pkv.h's types: it does not link
  * libpkv, and reports its own failures through pkv_redis_last_error.
