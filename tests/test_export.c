@@ -508,8 +508,6 @@ static void test_u8_canonical(void **state)
 static void test_sealed(void **state)
 {
     (void)state;
-    if (!pkv__seal_available())
-        skip();
     pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16,
                                     4);
     p.seal_key = ch_seal_key;

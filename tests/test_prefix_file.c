@@ -231,8 +231,6 @@ static void test_bad_input(void **state)
 static void test_sealed(void **state)
 {
     (void)state;
-    if (!pkv__seal_available())
-        skip();
     pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F32);
     pkv_engine_params other = p, plain = p;
     p.seal_key = ch_seal_key;

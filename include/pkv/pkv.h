@@ -591,9 +591,8 @@ typedef struct pkv_engine_params {
      * are asked together; cannot read tokens or KV, forge, change, move
      * a value to another name or prompt, or learn a prompt from a name.
      * Whoever holds the key is trusted as the engine is. Mechanism:
-     * docs/design.md, "Sealing with a deployment key".
-     * PKV_ERR_UNSUPPORTED at create when this library was built without
-     * OpenSSL's libcrypto. */
+     * docs/design.md, "Sealing with a deployment key" (OpenSSL's
+     * libcrypto, which every build of pkv links). */
     const uint8_t *seal_key;
 } pkv_engine_params;
 
