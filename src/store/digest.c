@@ -34,8 +34,8 @@ pkv_status pkv__digest_fetch(EVP_MD **out)
 }
 
 /* Bumped with the value format (value.h): keys of another format never
- * meet this one's. */
-static const char ROOT_TAG[16] = "pkv-store-key-1";
+ * meet this one's, so values an older pkv saved are misses. */
+static const char ROOT_TAG[16] = "pkv-store-key-2";
 
 pkv_status pkv__digest_model(const EVP_MD *md, const char *name,
                              uint8_t out[PKV__DIGEST_BYTES])
