@@ -84,17 +84,11 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
     s->sent = pkv__calloc(&e->alloc, e->pool.num_blocks, sizeof *s->sent);
     if (s->sent == NULL)
         return PKV_ERR_OUT_OF_MEMORY;
-    /* Over the defaults: fields appended after the caller's header keep
-     * theirs. */
-    pkv_store_init(&s->cb);
-    memcpy(&s->cb, store, store->struct_size);
     s->seal = e->seal;
-    s->inner_at = s->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
-    s->value_bytes = s->inner_at + pkv__value_bytes(&e->backend_config);
-    s->cb.model = NULL;
-    /* The name is not kept: its digest is what keys use. The
+    /* The model's name is not kept: its digest is what keys use. The
      * fingerprint: the first 8 bytes of the root digest of salt 0 (with a
-     * seal, of its name), so one model's keys can be listed. */
+     * seal, of its name), so one model's keys can be listed. Before cb is
+     * set: a store whose cb.load is set is detached at release. */
     uint8_t root[PKV__DIGEST_BYTES];
     pkv_status st = pkv__digest_fetch(&s->sha256);
     if (st == PKV_OK)
@@ -107,6 +101,13 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
     if (st != PKV_OK)
         return st;
     pkv__digest_hex(root, 8, s->fingerprint);
+    /* Over the defaults: fields appended after the caller's header keep
+     * theirs. */
+    pkv_store_init(&s->cb);
+    memcpy(&s->cb, store, store->struct_size);
+    s->cb.model = NULL;
+    s->inner_at = s->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
+    s->value_bytes = s->inner_at + pkv__value_bytes(&e->backend_config);
     s->next_ticket = 1;
     /* Last, so that nothing here fails after it: every store that reaches
      * this line is released through pkv__store_release, which detaches. */
