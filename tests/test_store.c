@@ -27,6 +27,7 @@
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1201,8 +1202,118 @@ static void test_hmac(void **state)
     }
 }
 
+/* libcrypto's allocations (CRYPTO_set_mem_functions, in main: before its
+ * first), counted, the fail_at-th failed (0: none). */
+static struct {
+    long count, fail_at;
+    int attached; /* the connector's attaches less its detaches */
+} CM;
+
+static void *crypto_malloc(size_t n, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    return ++CM.count == CM.fail_at ? NULL : malloc(n);
+}
+
+static void *crypto_realloc(void *p, size_t n, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    return ++CM.count == CM.fail_at ? NULL : realloc(p, n);
+}
+
+static void crypto_free(void *p, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    free(p);
+}
+
+static void count_attach(void *user)
+{
+    (void)user;
+    CM.attached++;
+}
+
+static void count_detach(void *user)
+{
+    (void)user;
+    CM.attached--;
+}
+
+/* Each of libcrypto's allocations failed in turn (digests, names, the
+ * seal), without and with a key: a create fails cleanly
+ * (PKV_ERR_OUT_OF_MEMORY, the connector never left attached); a prompt
+ * over a store holding all its blocks gets every row right (checked),
+ * whatever loads or saves the failure cost, and without a key no value
+ * is counted damaged or mismatched for it. */
+static void test_crypto_failures(void **state)
+{
+    (void)state;
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    for (int sealed = 0; sealed < 2; sealed++) {
+        pkv_engine_params p = sealed ? sealed_params(ch_seal_key)
+                                     : params_of(PKV_KV_DTYPE_F16);
+        fs_data data = {0};
+        fill(&data, p, prompt, 0);
+        long n = 1, refused = 0;
+        for (;; n++) {
+            store_host h;
+            sh_connect(&h, &data);
+            h.store.attach = count_attach;
+            h.store.detach = count_detach;
+            p.store = &h.store;
+            pkv_engine *e = NULL;
+            CM.count = 0;
+            CM.fail_at = n;
+            pkv_status st = pkv_engine_create(&p, &e);
+            CM.fail_at = 0;
+            pkv_engine_destroy(e);
+            fs_free(&h.fs);
+            assert_int_equal(CM.attached, 0);
+            if (CM.count < n) { /* nothing failed */
+                assert_int_equal(st, PKV_OK);
+                break;
+            }
+            /* libcrypto absorbs some failures of its own. */
+            if (st != PKV_OK) {
+                assert_int_equal(st, PKV_ERR_OUT_OF_MEMORY);
+                assert_null(e);
+                refused++;
+            }
+        }
+        assert_true(refused > 0);
+        for (n = 1;; n++) {
+            store_host h;
+            sh_init(&h, p, &data);
+            CM.count = 0;
+            CM.fail_at = n;
+            add(&h, prompt, 0);
+            sh_run(&h);
+            CM.fail_at = 0;
+            pkv_engine_stats s = stats_of(&h);
+            sh_free(&h);
+            assert_int_equal(s.store_mismatched, 0);
+            if (!sealed)
+                assert_int_equal(s.store_damaged, 0);
+            if (CM.count < n) {
+                assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+                break;
+            }
+        }
+        assert_true(n > 1);
+        fs_data_free(&data);
+    }
+    free(prompt);
+}
+
 int main(void)
 {
+    /* Before libcrypto allocates anything (test_crypto_failures). */
+    if (CRYPTO_set_mem_functions(crypto_malloc, crypto_realloc,
+                                 crypto_free) != 1)
+        return 1;
 #ifdef PKV_HAVE_OPENCL
     int skip = ch_opencl_start();
     if (skip)
@@ -1228,6 +1339,7 @@ int main(void)
         cmocka_unit_test(test_hmac),
         cmocka_unit_test(test_sealed_share),
         cmocka_unit_test(test_sealed_refusals),
+        cmocka_unit_test(test_crypto_failures),
         cmocka_unit_test(test_save_order),
         cmocka_unit_test(test_save_after_eviction),
     };
