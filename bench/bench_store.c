@@ -998,22 +998,6 @@ static void print_json(const store_ctx *x, const dtype_result *r)
                    "\"connector_vs_rb_get\":null}\n");
 }
 
-/* Whether pkv was built with libcrypto: an engine takes a key. */
-static int sealing_built(const llama_config *c)
-{
-    static const uint8_t probe_key[32];
-    pkv_engine_params p;
-    llama_engine_params(&p, c);
-    p.backend = PKV_BACKEND_KIND_CPU;
-    p.num_blocks = 8;
-    p.seal_key = probe_key;
-    pkv_engine *e = NULL;
-    if (pkv_engine_create(&p, &e) != PKV_OK)
-        return 0;
-    pkv_engine_destroy(e);
-    return 1;
-}
-
 int bench_store(const bench_options *opt)
 {
     llama_config c = bench_restart_config();
@@ -1071,7 +1055,7 @@ int bench_store(const bench_options *opt)
     const char *names[3] = {"f16", "u8", "f16+key"};
     const int32_t dtypes[3] = {PKV_KV_DTYPE_F16, PKV_KV_DTYPE_U8,
                                PKV_KV_DTYPE_F16};
-    int rows = sealing_built(&c) ? 3 : 2;
+    const int rows = 3;
     for (int i = 0; i < rows && rc == 0; i++) {
         r[i].name = names[i];
         r[i].seal_key = i == 2 ? bench_key : NULL;

@@ -7,7 +7,6 @@
 #include "groups.h"
 #include "kv_layout.h"
 #include "quant.h"
-#include "seal.h"
 #include "store/engine_store.h"
 #include "struct_sizes.h"
 
@@ -170,11 +169,6 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
         if (st != PKV_OK)
             return st;
     }
-    if (p->seal_key != NULL && !pkv__seal_available())
-        return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "params->seal_key is set; this pkv was built "
-                         "without OpenSSL's libcrypto, which sealing "
-                         "needs");
     if (p->parallel != NULL &&
         (p->parallel_workers == 0 || p->parallel_workers > MAX_WORKERS))
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,

@@ -25,11 +25,12 @@
 #include <string.h>
 
 #define HEADER_BYTES 64u
-/* Version 2: an engine with hybrid memory's groups; its header goes on
- * with a u32 group and a u32 arena per layer, and each entry names its
- * block's group. */
-#define FORMAT_VERSION 1u
-#define FORMAT_VERSION_GROUPS 2u
+/* Versions 3 and 4: versions 1 and 2 with an XXH3 checksum (wire.h);
+ * older ones are refused as made by an older pkv. Version 4: an engine
+ * with hybrid memory's groups; its header goes on with a u32 group and a
+ * u32 arena per layer, and each entry names its block's group. */
+#define FORMAT_VERSION 3u
+#define FORMAT_VERSION_GROUPS 4u
 #define ROOT UINT32_MAX /* parent index of a prompt's first block */
 static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'P', 'F', 'X', '\r', '\n'};
 
@@ -40,7 +41,7 @@ enum {
     AT_CHECKSUM = 56                        /* u64 */
 };
 
-/* An entry: u32 parent index (ROOT: none), u32 group (0 in version 1),
+/* An entry: u32 parent index (ROOT: none), u32 group (0 in version 3),
  * u64 salt, the block's token ids as u32. A block of group g > 0 has the
  * group-0 block of the same tokens as its parent (prefix_groups.h). */
 static size_t entry_bytes(uint32_t block_size)
@@ -60,7 +61,7 @@ static uint32_t header_bytes(const pkv_engine *e)
                                     : HEADER_BYTES;
 }
 
-/* Version 2's layer table: each layer's group and arena. */
+/* Version 4's layer table: each layer's group and arena. */
 static void put_layout(const pkv_engine *e, uint8_t *at)
 {
     for (uint32_t l = 0; l < e->groups.num_layers; l++) {

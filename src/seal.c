@@ -1,39 +1,48 @@
 /* SPDX-License-Identifier: MIT */
 /* The seal of a deployment key: HMAC-SHA-256, key derivation, and the
- * AES-256-GCM envelope (seal.h). */
+ * AES-256-GCM envelope (seal.h), all from libcrypto. */
 #include "seal.h"
 
-#include "store/digest.h"
 #include "wire.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#ifdef PKV_HAVE_SEAL
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
-#endif
 
-void pkv__hmac_sha256(const uint8_t *key, size_t key_n, const uint8_t *data,
-                      size_t n, uint8_t out[32])
+pkv_status pkv__hmac_key(const uint8_t *key, size_t key_n,
+                         EVP_MAC_CTX **out)
 {
-    uint8_t pad[64], inner[32];
-    pkv__sha256 h;
-    memset(pad, 0, sizeof pad);
-    memcpy(pad, key, key_n); /* callers' keys are at most 64 bytes */
-    for (size_t i = 0; i < sizeof pad; i++)
-        pad[i] ^= 0x36;
-    pkv__sha256_init(&h);
-    pkv__sha256_update(&h, pad, sizeof pad);
-    pkv__sha256_update(&h, data, n);
-    pkv__sha256_final(&h, inner);
-    for (size_t i = 0; i < sizeof pad; i++)
-        pad[i] ^= 0x36 ^ 0x5c;
-    pkv__sha256_init(&h);
-    pkv__sha256_update(&h, pad, sizeof pad);
-    pkv__sha256_update(&h, inner, sizeof inner);
-    pkv__sha256_final(&h, out);
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(
+                               OSSL_MAC_PARAM_DIGEST, digest, 0),
+                           OSSL_PARAM_construct_end()};
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
+    EVP_MAC_free(mac); /* the context holds a reference of its own */
+    if (ctx == NULL || EVP_MAC_init(ctx, key, key_n, params) != 1) {
+        EVP_MAC_CTX_free(ctx);
+        *out = NULL;
+        return PKV_ERR_OUT_OF_MEMORY;
+    }
+    *out = ctx;
+    return PKV_OK;
+}
+
+pkv_status pkv__hmac_sha256(EVP_MAC_CTX *mac, const uint8_t *data, size_t n,
+                            uint8_t out[32])
+{
+    size_t len;
+    /* No key: the context's own, hashed into its pads once when keyed. */
+    return EVP_MAC_init(mac, NULL, 0, NULL) == 1 &&
+                   EVP_MAC_update(mac, data, n) == 1 &&
+                   EVP_MAC_final(mac, out, &len, 32) == 1
+               ? PKV_OK
+               : PKV_ERR_OUT_OF_MEMORY;
 }
 
 /* The envelope (docs/design.md, "Sealing with a deployment key"). */
@@ -96,12 +105,10 @@ pkv_status pkv__seal_unwrap(pkv__seal *s, const pkv__allocator *a,
     return PKV_OK;
 }
 
-#ifdef PKV_HAVE_SEAL
-
 struct pkv__seal {
-    uint8_t encrypt[32]; /* derives each content's key */
-    uint8_t name[32];    /* names store values */
-    EVP_CIPHER_CTX *ctx; /* AES-256-GCM, reused for every content */
+    EVP_MAC_CTX *encrypt; /* HMAC keyed to derive each content's key */
+    EVP_MAC_CTX *name;    /* HMAC keyed to name store values */
+    EVP_CIPHER_CTX *ctx;  /* AES-256-GCM, reused for every content */
 };
 
 /* AES-GCM's limit on one message: 2^32 - 2 blocks of 16 bytes. */
@@ -111,19 +118,20 @@ struct pkv__seal {
 
 /* HKDF-Expand (RFC 5869) of one block, keyed by the deployment key itself
  * (uniformly random, so the extract step adds nothing): the info label
- * then the counter byte 1. Distinct labels, independent keys. */
-static void derive(const uint8_t key[32], const char *label, uint8_t out[32])
+ * then the counter byte 1. Distinct labels, independent keys; each
+ * becomes an HMAC context keyed with it, *out. */
+static pkv_status derive(EVP_MAC_CTX *key, const char *label,
+                         EVP_MAC_CTX **out)
 {
-    uint8_t info[64];
+    uint8_t info[64], derived[32];
     size_t n = strlen(label);
     memcpy(info, label, n);
     info[n] = 1;
-    pkv__hmac_sha256(key, 32, info, n + 1, out);
-}
-
-int pkv__seal_available(void)
-{
-    return 1;
+    pkv_status st = pkv__hmac_sha256(key, info, n + 1, derived);
+    if (st == PKV_OK)
+        st = pkv__hmac_key(derived, sizeof derived, out);
+    OPENSSL_cleanse(derived, sizeof derived);
+    return st;
 }
 
 pkv_status pkv__seal_create(const uint8_t key[PKV__SEAL_KEY_BYTES],
@@ -133,15 +141,22 @@ pkv_status pkv__seal_create(const uint8_t key[PKV__SEAL_KEY_BYTES],
     pkv__seal *s = pkv__calloc(a, 1, sizeof *s);
     if (s == NULL)
         return PKV_ERR_OUT_OF_MEMORY;
+    EVP_MAC_CTX *deployment = NULL;
     s->ctx = EVP_CIPHER_CTX_new();
-    if (s->ctx == NULL ||
-        EVP_CipherInit_ex(s->ctx, EVP_aes_256_gcm(), NULL, NULL, NULL, 1) !=
-            1) {
+    pkv_status st =
+        s->ctx != NULL && EVP_CipherInit_ex(s->ctx, EVP_aes_256_gcm(), NULL,
+                                            NULL, NULL, 1) == 1
+            ? pkv__hmac_key(key, PKV__SEAL_KEY_BYTES, &deployment)
+            : PKV_ERR_OUT_OF_MEMORY;
+    if (st == PKV_OK)
+        st = derive(deployment, "pkv-seal-1 encryption", &s->encrypt);
+    if (st == PKV_OK)
+        st = derive(deployment, "pkv-seal-1 names", &s->name);
+    EVP_MAC_CTX_free(deployment);
+    if (st != PKV_OK) {
         pkv__seal_destroy(s, a);
-        return PKV_ERR_OUT_OF_MEMORY;
+        return st;
     }
-    derive(key, "pkv-seal-1 encryption", s->encrypt);
-    derive(key, "pkv-seal-1 names", s->name);
     *out = s;
     return PKV_OK;
 }
@@ -150,15 +165,17 @@ void pkv__seal_destroy(pkv__seal *s, const pkv__allocator *a)
 {
     if (s == NULL)
         return;
+    /* libcrypto wipes the keys its contexts hold as it frees them. */
     EVP_CIPHER_CTX_free(s->ctx);
-    OPENSSL_cleanse(s, sizeof *s);
+    EVP_MAC_CTX_free(s->encrypt);
+    EVP_MAC_CTX_free(s->name);
     pkv__free(a, s, 1, sizeof *s);
 }
 
-void pkv__seal_name(const pkv__seal *s, const uint8_t *data, size_t n,
-                    uint8_t out[PKV__SEAL_NAME_BYTES])
+pkv_status pkv__seal_name(pkv__seal *s, const uint8_t *data, size_t n,
+                          uint8_t out[PKV__SEAL_NAME_BYTES])
 {
-    pkv__hmac_sha256(s->name, sizeof s->name, data, n, out);
+    return pkv__hmac_sha256(s->name, data, n, out);
 }
 
 /* Start the cipher (enc 1: encrypt, 0: decrypt) for the content whose
@@ -173,8 +190,9 @@ static int start(pkv__seal *s, const uint8_t *h, int enc, const uint8_t *ad,
     uint8_t info[sizeof label - 1 + SALT_BYTES], key[32];
     memcpy(info, label, sizeof label - 1);
     memcpy(info + sizeof label - 1, h + AT_SALT, SALT_BYTES);
-    pkv__hmac_sha256(s->encrypt, sizeof s->encrypt, info, sizeof info, key);
-    int len, ok = EVP_CipherInit_ex(s->ctx, NULL, NULL, key, h + AT_NONCE,
+    int len, ok = pkv__hmac_sha256(s->encrypt, info, sizeof info, key) ==
+                          PKV_OK &&
+                  EVP_CipherInit_ex(s->ctx, NULL, NULL, key, h + AT_NONCE,
                                     enc) == 1 &&
                   EVP_CipherUpdate(s->ctx, NULL, &len, h, AT_TAG) == 1;
     for (size_t at = 0; ok && at < ad_n; at += PIECE) {
@@ -259,67 +277,3 @@ pkv_status pkv__seal_open(pkv__seal *s, const uint8_t *in, size_t size,
     }
     return PKV_OK;
 }
-
-#else /* !PKV_HAVE_SEAL: nothing can be sealed; a key is refused. */
-
-struct pkv__seal {
-    int unused;
-};
-
-int pkv__seal_available(void)
-{
-    return 0;
-}
-
-pkv_status pkv__seal_create(const uint8_t key[PKV__SEAL_KEY_BYTES],
-                            const pkv__allocator *a, pkv__seal **out)
-{
-    (void)key;
-    (void)a;
-    *out = NULL;
-    return PKV_ERR_UNSUPPORTED;
-}
-
-void pkv__seal_destroy(pkv__seal *s, const pkv__allocator *a)
-{
-    (void)s;
-    (void)a;
-}
-
-void pkv__seal_name(const pkv__seal *s, const uint8_t *data, size_t n,
-                    uint8_t out[PKV__SEAL_NAME_BYTES])
-{
-    (void)s;
-    (void)data;
-    (void)n;
-    memset(out, 0, PKV__SEAL_NAME_BYTES);
-}
-
-pkv_status pkv__seal_close(pkv__seal *s, uint8_t *buf, size_t n,
-                           const uint8_t *ad, size_t ad_n)
-{
-    (void)s;
-    (void)buf;
-    (void)n;
-    (void)ad;
-    (void)ad_n;
-    return PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status pkv__seal_open(pkv__seal *s, const uint8_t *in, size_t size,
-                          const uint8_t magic[8], const uint8_t *ad,
-                          size_t ad_n, uint8_t *out, char *why,
-                          size_t why_size)
-{
-    (void)s;
-    (void)in;
-    (void)size;
-    (void)magic;
-    (void)ad;
-    (void)ad_n;
-    (void)out;
-    snprintf(why, why_size, "built without libcrypto");
-    return PKV_ERR_UNSUPPORTED;
-}
-
-#endif

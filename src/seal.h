@@ -11,15 +11,14 @@
  * Sealed bytes are an envelope around the unsealed format, byte for byte:
  * a header of PKV__SEAL_HEADER_BYTES, then the content encrypted in place.
  * So every parser of the unsealed formats runs, unchanged, on what a seal
- * opens to. AES-GCM comes from OpenSSL's libcrypto (PKV_HAVE_SEAL); a
- * library built without it has pkv__seal_available() 0 and refuses a key
- * at create, so nothing else here is reached.
+ * opens to. AES-GCM and HMAC come from OpenSSL's libcrypto.
  */
 #ifndef PKV_SEAL_H
 #define PKV_SEAL_H
 
 #include "alloc.h"
 
+#include <openssl/types.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,17 +28,21 @@
 
 typedef struct pkv__seal pkv__seal;
 
-/* HMAC-SHA-256 (RFC 2104) of n bytes of data under a key of key_n bytes
- * (at most 64). */
-void pkv__hmac_sha256(const uint8_t *key, size_t key_n, const uint8_t *data,
-                      size_t n, uint8_t out[32]);
+/* An HMAC-SHA-256 (RFC 2104) context keyed with key_n bytes of key, *out
+ * (EVP_MAC_CTX_free releases it): keyed once, it hashes any number of
+ * messages under that key. PKV_ERR_OUT_OF_MEMORY when libcrypto fails. */
+pkv_status pkv__hmac_key(const uint8_t *key, size_t key_n,
+                         EVP_MAC_CTX **out);
 
-/* Whether this library was built with libcrypto and can seal. */
-int pkv__seal_available(void);
+/* HMAC-SHA-256 of n bytes of data under mac's key (pkv__hmac_key).
+ * PKV_ERR_OUT_OF_MEMORY when libcrypto fails. Not for two threads at
+ * once on one mac. */
+pkv_status pkv__hmac_sha256(EVP_MAC_CTX *mac, const uint8_t *data, size_t n,
+                            uint8_t out[32]);
 
 /* The seal of a deployment key: its two derived keys (encryption,
- * naming) and a cipher context. PKV_ERR_OUT_OF_MEMORY, or
- * PKV_ERR_UNSUPPORTED when !pkv__seal_available(). */
+ * naming) and a cipher context. PKV_ERR_OUT_OF_MEMORY (ours or
+ * libcrypto's). */
 pkv_status pkv__seal_create(const uint8_t key[PKV__SEAL_KEY_BYTES],
                             const pkv__allocator *a, pkv__seal **out);
 
@@ -47,9 +50,10 @@ pkv_status pkv__seal_create(const uint8_t key[PKV__SEAL_KEY_BYTES],
 void pkv__seal_destroy(pkv__seal *s, const pkv__allocator *a);
 
 /* The name of n bytes under the naming key (HMAC-SHA-256): reveals
- * nothing of data to whoever lacks the key. */
-void pkv__seal_name(const pkv__seal *s, const uint8_t *data, size_t n,
-                    uint8_t out[PKV__SEAL_NAME_BYTES]);
+ * nothing of data to whoever lacks the key. PKV_ERR_OUT_OF_MEMORY when
+ * libcrypto fails. */
+pkv_status pkv__seal_name(pkv__seal *s, const uint8_t *data, size_t n,
+                          uint8_t out[PKV__SEAL_NAME_BYTES]);
 
 /* Whether size bytes at d start as sealed bytes (the envelope's magic):
  * for the message of a refusal, not a check. */

@@ -26,13 +26,15 @@
 #include <string.h>
 
 #define HEADER_BYTES 80u
-#define FORMAT_VERSION 1u
-/* Version 2: from an engine with hybrid memory's groups. The header goes
+/* Versions 3 and 4: versions 1 and 2 with an XXH3 checksum (wire.h);
+ * older ones are refused as made by an older pkv. */
+#define FORMAT_VERSION 3u
+/* Version 4: from an engine with hybrid memory's groups. The header goes
  * on with a u32 group, arena and window per layer; the KV is the
  * engine's swap layout (each group's blocks from the first its next row
  * sees, group after group), which only an engine grouped the same way,
  * with the same block size, takes: any other computes the KV again. */
-#define FORMAT_VERSION_GROUPS 2u
+#define FORMAT_VERSION_GROUPS 4u
 static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'S', 'E', 'Q', '\r', '\n'};
 
 /* Header fields after the common ones (wire.h): little-endian u32 at
@@ -58,7 +60,7 @@ static uint32_t header_bytes_of(const pkv_engine *e)
                       : HEADER_BYTES;
 }
 
-/* Version 2's layer table: each layer's group, arena and window. */
+/* Version 4's layer table: each layer's group, arena and window. */
 static void put_layout(const pkv_engine *e, uint8_t *at)
 {
     const pkv__groups *g = &e->groups;
@@ -352,7 +354,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
                                int *keep_kv, uint32_t *head)
 {
     char why[128];
-    /* Version 1, or 2 with its layer table (of as many layers as this
+    /* Version 3, or 4 with its layer table (of as many layers as this
      * engine has: another count fails the geometry check below). */
     uint32_t version = size >= HEADER_BYTES && memcmp(d, MAGIC, 8) == 0
                            ? pkv__get_u32(d + PKV__AT_VERSION)

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 pkv_status pkv__wire_check_opening(const uint8_t *d, size_t size,
                                    const uint8_t magic[8], uint32_t version,
@@ -18,8 +19,9 @@ pkv_status pkv__wire_check_opening(const uint8_t *d, size_t size,
     if (v != version ||
         pkv__get_u32(d + PKV__AT_HEADER_BYTES) != header_bytes) {
         snprintf(why, why_size,
-                 "format version %u; this library reads version %u",
-                 (unsigned)v, (unsigned)version);
+                 "format version %u%s; this library reads version %u",
+                 (unsigned)v, v < version ? ", made by an older pkv" : "",
+                 (unsigned)version);
         return PKV_ERR_UNSUPPORTED;
     }
     return PKV_OK;
@@ -55,16 +57,11 @@ uint64_t pkv__get_u64(const uint8_t *p)
 
 uint64_t pkv__checksum(const uint8_t *p, size_t n, size_t skip)
 {
-    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)n;
-    for (size_t i = 0; i < n; i += 8) {
-        uint8_t word[8] = {0};
-        size_t len = n - i < 8 ? n - i : 8;
-        if (i != skip)
-            memcpy(word, p + i, len);
-        h ^= pkv__get_u64(word);
-        h = (h << 29 | h >> 35) * 0xff51afd7ed558ccdu;
-    }
-    return h ^ (h >> 32);
+    /* The bytes before the field, seeded with the length; then those
+     * after it, seeded with that hash: each part changes the result, and
+     * neither needs a copy or a streaming state. */
+    XXH64_hash_t head = XXH3_64bits_withSeed(p, skip, (XXH64_hash_t)n);
+    return XXH3_64bits_withSeed(p + skip + 8, n - skip - 8, head);
 }
 
 uint32_t pkv__wire_quant(const pkv__backend_config *c, int kv)

@@ -4,8 +4,8 @@
 # - Debian packages (compilers, OpenCL loader and headers, PoCL, Intel's
 #   GPU compiler ocloc, cmocka, the oclgrind simulator, gnuplot for
 #   pkv-bench --plot, redis-server and hiredis for the KV store, stunnel4
-#   for the connector's TLS through a tunnel, libssl-dev for sealing with
-#   a deployment key, ...);
+#   for the connector's TLS through a tunnel, libssl-dev and
+#   libxxhash-dev, which the library needs, ...);
 # - Intel's OpenCL runtime for CPUs, from PyPI into a virtual environment
 #   under $PKV_CACHE (default ~/.cache/pkv), with an ICD file of our own in
 #   $PKV_CACHE/intel-icd (the wheel's names a path that does not exist).
@@ -22,7 +22,7 @@ set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
 opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang
 abigail-tools oclgrind python3 python3-venv gnuplot-nox redis-server
-redis-tools libhiredis-dev stunnel4 openssl libssl-dev"
+redis-tools libhiredis-dev stunnel4 openssl libssl-dev libxxhash-dev"
 missing=""
 for p in $PKV_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -282,10 +282,12 @@ typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
  * checksum, geometry, key, parent's key and tokens must be those the
  * prompt asks for. A block that fails, is missing, or does not arrive in
  * time is computed, never used; so a store can lose, evict or damage
- * values and the outputs stay those of an engine without one. (Keys,
- * values and the verification: docs/design.md, "KV store".) The checks
- * hold against accidents, not against whoever can write the store: with
- * pkv_engine_params.seal_key set, values are also sealed (see there).
+ * values and the outputs stay those of an engine without one. Values an
+ * older pkv saved (another value format) are under other keys: misses.
+ * (Keys, values and the verification: docs/design.md, "KV store".) The
+ * checks (an XXH3 checksum) hold against accidents, not against whoever
+ * can write the store: with pkv_engine_params.seal_key set, values are
+ * also sealed (see there).
  * Everything in this section: since 0.2.0.
  *
  * Threads: pkv starts none. Every callback is called on the stepping
@@ -591,9 +593,8 @@ typedef struct pkv_engine_params {
      * are asked together; cannot read tokens or KV, forge, change, move
      * a value to another name or prompt, or learn a prompt from a name.
      * Whoever holds the key is trusted as the engine is. Mechanism:
-     * docs/design.md, "Sealing with a deployment key".
-     * PKV_ERR_UNSUPPORTED at create when this library was built without
-     * OpenSSL's libcrypto. */
+     * docs/design.md, "Sealing with a deployment key" (OpenSSL's
+     * libcrypto, which every build of pkv links). */
     const uint8_t *seal_key;
 } pkv_engine_params;
 
@@ -879,7 +880,8 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * or groups that no pkv layout has, or a token out of range, and with a
  * seal_key for bytes that do not open under it (unsealed, sealed under
  * another key, or changed); PKV_ERR_UNSUPPORTED for another format
- * version or geometry, or sealed bytes given to an engine without a key;
+ * version (an older pkv's export is refused, the message saying so) or
+ * geometry, or sealed bytes given to an engine without a key;
  * PKV_ERR_NO_BLOCKS when its KV needs more blocks than the pool has;
  * PKV_ERR_BAD_STATE between step_begin and step_end; PKV_ERR_STRUCT_SIZE;
  * PKV_ERR_OUT_OF_MEMORY (with a key, also for the copy the bytes are
@@ -933,7 +935,8 @@ PKV_API pkv_status pkv_engine_save_prefix_cache(pkv_engine *engine,
  * that does not match, an entry out of order or a token out of range, and
  * with a seal_key for bytes that do not open under it (unsealed, sealed
  * under another key, or changed); PKV_ERR_UNSUPPORTED for another format
- * version or geometry, or sealed bytes given to an engine without a key;
+ * version (a file an older pkv saved is refused, the message saying so)
+ * or geometry, or sealed bytes given to an engine without a key;
  * PKV_ERR_BAD_STATE between step_begin and step_end;
  * PKV_ERR_OUT_OF_MEMORY (with a key, also for the copy the bytes are
  * opened into: as many bytes as given); a device error from writing the

@@ -13,35 +13,51 @@
 
 #include "backend.h"
 
+#include <openssl/types.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define PKV__DIGEST_BYTES 32u
 
+/* SHA-256 from libcrypto (SHA-NI where the processor has it), in pieces:
+ * begin, add, end. md is EVP_MD_fetch(NULL, "SHA256", NULL), fetched once
+ * by its owner (pkv__digest_fetch): fetching by name at every hash would
+ * cost more than hashing a block's name. libcrypto allocates a context
+ * at begin, which may fail: the error is kept, end reports it
+ * (PKV_ERR_OUT_OF_MEMORY) and frees the context in any case. */
 typedef struct pkv__sha256 {
-    uint32_t state[8];
-    uint64_t bytes;
-    uint8_t buffer[64];
+    EVP_MD_CTX *ctx;
+    int ok;
 } pkv__sha256;
 
-void pkv__sha256_init(pkv__sha256 *h);
-void pkv__sha256_update(pkv__sha256 *h, const void *data, size_t n);
-void pkv__sha256_final(pkv__sha256 *h, uint8_t out[PKV__DIGEST_BYTES]);
+void pkv__sha256_begin(pkv__sha256 *h, const EVP_MD *md);
+void pkv__sha256_add(pkv__sha256 *h, const void *data, size_t n);
+pkv_status pkv__sha256_end(pkv__sha256 *h, uint8_t out[PKV__DIGEST_BYTES]);
+
+/* libcrypto's SHA-256, for pkv__sha256_begin: *out, released with
+ * EVP_MD_free; PKV_ERR_OUT_OF_MEMORY when libcrypto has none. */
+pkv_status pkv__digest_fetch(EVP_MD **out);
+
+/* The digests below: PKV_OK, or PKV_ERR_OUT_OF_MEMORY (libcrypto's
+ * context). */
 
 /* The digest of a model's name (pkv_store.model; NULL is ""). */
-void pkv__digest_model(const char *name, uint8_t out[PKV__DIGEST_BYTES]);
+pkv_status pkv__digest_model(const EVP_MD *md, const char *name,
+                             uint8_t out[PKV__DIGEST_BYTES]);
 
 /* The digest a prompt's chain starts from: the model's, the geometry and
  * KV format of config c (the export header's words) and the salt. */
-void pkv__digest_root(const uint8_t model[PKV__DIGEST_BYTES],
-                      const pkv__backend_config *c, uint64_t salt,
-                      uint8_t out[PKV__DIGEST_BYTES]);
+pkv_status pkv__digest_root(const EVP_MD *md,
+                            const uint8_t model[PKV__DIGEST_BYTES],
+                            const pkv__backend_config *c, uint64_t salt,
+                            uint8_t out[PKV__DIGEST_BYTES]);
 
 /* The digest of a block: its parent's (the root for the first block) and
  * its block_size token ids. */
-void pkv__digest_block(const uint8_t parent[PKV__DIGEST_BYTES],
-                       const int32_t *tokens, uint32_t block_size,
-                       uint8_t out[PKV__DIGEST_BYTES]);
+pkv_status pkv__digest_block(const EVP_MD *md,
+                             const uint8_t parent[PKV__DIGEST_BYTES],
+                             const int32_t *tokens, uint32_t block_size,
+                             uint8_t out[PKV__DIGEST_BYTES]);
 
 /* n bytes as 2n lowercase hex digits and a NUL. */
 void pkv__digest_hex(const uint8_t *bytes, size_t n, char *out);

@@ -12,6 +12,7 @@
 #include "struct_sizes.h"
 #include "wire.h"
 
+#include <openssl/evp.h>
 #include <string.h>
 #include <time.h>
 
@@ -83,23 +84,30 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
     s->sent = pkv__calloc(&e->alloc, e->pool.num_blocks, sizeof *s->sent);
     if (s->sent == NULL)
         return PKV_ERR_OUT_OF_MEMORY;
+    s->seal = e->seal;
+    /* The model's name is not kept: its digest is what keys use. The
+     * fingerprint: the first 8 bytes of the root digest of salt 0 (with a
+     * seal, of its name), so one model's keys can be listed. Before cb is
+     * set: a store whose cb.load is set is detached at release. */
+    uint8_t root[PKV__DIGEST_BYTES];
+    pkv_status st = pkv__digest_fetch(&s->sha256);
+    if (st == PKV_OK)
+        st = pkv__digest_model(s->sha256, store->model, s->model);
+    if (st == PKV_OK)
+        st = pkv__digest_root(s->sha256, s->model, &e->backend_config, 0,
+                              root);
+    if (st == PKV_OK && s->seal != NULL)
+        st = pkv__seal_name(s->seal, root, sizeof root, root);
+    if (st != PKV_OK)
+        return st;
+    pkv__digest_hex(root, 8, s->fingerprint);
     /* Over the defaults: fields appended after the caller's header keep
      * theirs. */
     pkv_store_init(&s->cb);
     memcpy(&s->cb, store, store->struct_size);
-    s->seal = e->seal;
+    s->cb.model = NULL;
     s->inner_at = s->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
     s->value_bytes = s->inner_at + pkv__value_bytes(&e->backend_config);
-    /* The name is not kept: its digest is what keys use. */
-    pkv__digest_model(store->model, s->model);
-    s->cb.model = NULL;
-    /* The fingerprint: the first 8 bytes of the root digest of salt 0
-     * (with a seal, of its name), so one model's keys can be listed. */
-    uint8_t root[PKV__DIGEST_BYTES];
-    pkv__digest_root(s->model, &e->backend_config, 0, root);
-    if (s->seal != NULL)
-        pkv__seal_name(s->seal, root, sizeof root, root);
-    pkv__digest_hex(root, 8, s->fingerprint);
     s->next_ticket = 1;
     /* Last, so that nothing here fails after it: every store that reaches
      * this line is released through pkv__store_release, which detaches. */
@@ -108,12 +116,15 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
     return PKV_OK;
 }
 
-void pkv__store_key(const pkv__engine_store *s,
-                    const uint8_t digest[PKV__DIGEST_BYTES], char *out)
+pkv_status pkv__store_key(const pkv__engine_store *s,
+                          const uint8_t digest[PKV__DIGEST_BYTES], char *out)
 {
     uint8_t name[PKV__SEAL_NAME_BYTES];
     if (s->seal != NULL) {
-        pkv__seal_name(s->seal, digest, PKV__DIGEST_BYTES, name);
+        pkv_status st =
+            pkv__seal_name(s->seal, digest, PKV__DIGEST_BYTES, name);
+        if (st != PKV_OK)
+            return st;
         digest = name;
     }
     /* Sealed and unsealed values never share a key, so engines with and
@@ -123,6 +134,7 @@ void pkv__store_key(const pkv__engine_store *s,
     memcpy(out + 5, s->fingerprint, 16);
     out[21] = ':';
     pkv__digest_hex(digest, PKV__DIGEST_BYTES, out + 22);
+    return PKV_OK;
 }
 
 /* What a sealed value is bound to besides its bytes: the key it is
@@ -210,6 +222,7 @@ void pkv__store_release(pkv_engine *e)
     pkv__free(&e->alloc, s->links, s->links_capacity, sizeof *s->links);
     if (s->sent != NULL)
         pkv__free(&e->alloc, s->sent, e->pool.num_blocks, sizeof *s->sent);
+    EVP_MD_free(s->sha256);
     pkv__free(&e->alloc, s, 1, sizeof *s);
     e->store = NULL;
 }
@@ -242,7 +255,8 @@ static uint8_t *scratch(pkv_engine *e, size_t n)
 /* --------------------------------------------------------------- digests */
 
 /* The digests of seq's root and first n blocks: digests[0] the root,
- * digests[j + 1] block j's. NULL when memory runs out. */
+ * digests[j + 1] block j's. NULL when memory runs out (ours, or
+ * libcrypto's: those computed are kept). */
 static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
 {
     uint32_t have = seq->num_store_digests;
@@ -258,13 +272,21 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
     seq->store_digests_capacity = (uint32_t)capacity;
     uint8_t *d = seq->store_digests;
     uint32_t bs = e->pool.block_size;
-    if (have == 0)
-        pkv__digest_root(e->store->model, &e->backend_config, seq->salt, d);
-    for (uint32_t j = have ? have - 1 : 0; j < n; j++)
-        pkv__digest_block(d + (size_t)j * PKV__DIGEST_BYTES,
-                          seq->tokens + (size_t)j * bs, bs,
-                          d + ((size_t)j + 1) * PKV__DIGEST_BYTES);
-    seq->num_store_digests = n + 1;
+    const EVP_MD *md = e->store->sha256;
+    if (have == 0) {
+        if (pkv__digest_root(md, e->store->model, &e->backend_config,
+                             seq->salt, d) != PKV_OK)
+            return NULL;
+        seq->num_store_digests = have = 1;
+    }
+    for (uint32_t j = have - 1; j < n; j++) {
+        if (pkv__digest_block(md, d + (size_t)j * PKV__DIGEST_BYTES,
+                              seq->tokens + (size_t)j * bs, bs,
+                              d + ((size_t)j + 1) * PKV__DIGEST_BYTES) !=
+            PKV_OK)
+            return NULL;
+        seq->num_store_digests = j + 2;
+    }
     return d;
 }
 
@@ -272,11 +294,12 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
  * block has digest `block`: that one chained with the group as a token
  * no prompt has (a negative id), so no two groups' values share a name
  * and each names the group-0 block of its tokens, its parent. */
-static void group_digest(const uint8_t block[PKV__DIGEST_BYTES], uint32_t g,
-                         uint8_t out[PKV__DIGEST_BYTES])
+static pkv_status group_digest(const pkv_engine *e,
+                               const uint8_t block[PKV__DIGEST_BYTES],
+                               uint32_t g, uint8_t out[PKV__DIGEST_BYTES])
 {
     int32_t tag = -(int32_t)g;
-    pkv__digest_block(block, &tag, 1, out);
+    return pkv__digest_block(e->store->sha256, block, &tag, 1, out);
 }
 
 void pkv__store_forget(pkv_engine *e, pkv__seq *seq, uint32_t keep_blocks)
@@ -338,20 +361,40 @@ static void key_place(const pkv_engine *e, const pkv__store_op *op,
 
 /* Key i's value's parent and own digests into pair (as a save's
  * pkv__store_op.digests): group 0's block after its parent, another
- * group's after the group-0 block of its tokens. */
-static void key_digests(const pkv_engine *e, const pkv__store_op *op,
-                        uint32_t first, const uint8_t *d, uint32_t i,
-                        uint8_t pair[2 * PKV__DIGEST_BYTES])
+ * group's after the group-0 block of its tokens (group_digest's
+ * status). */
+static pkv_status key_digests(const pkv_engine *e, const pkv__store_op *op,
+                              uint32_t first, const uint8_t *d, uint32_t i,
+                              uint8_t pair[2 * PKV__DIGEST_BYTES])
 {
     uint32_t j, g;
     key_place(e, op, first, i, &j, &g);
     if (g == 0) {
         memcpy(pair, d + (size_t)j * PKV__DIGEST_BYTES,
                2 * PKV__DIGEST_BYTES);
-        return;
+        return PKV_OK;
     }
     memcpy(pair, d + ((size_t)j + 1) * PKV__DIGEST_BYTES, PKV__DIGEST_BYTES);
-    group_digest(pair, g, pair + PKV__DIGEST_BYTES);
+    return group_digest(e, pair, g, pair + PKV__DIGEST_BYTES);
+}
+
+/* The keys of a load's values, from block `first` on (d: the sequence's
+ * digests), into op's keys buffer, keys[i] pointing at each. */
+static pkv_status name_keys(const pkv_engine *e, pkv__store_op *op,
+                            uint32_t first, const uint8_t *d,
+                            const char **keys)
+{
+    for (uint32_t i = 0; i < op->num_keys; i++) {
+        char *key = op->keys + (size_t)i * PKV_STORE_KEY_MAX;
+        uint8_t pair[2 * PKV__DIGEST_BYTES];
+        pkv_status st = key_digests(e, op, first, d, i, pair);
+        if (st == PKV_OK)
+            st = pkv__store_key(e->store, pair + PKV__DIGEST_BYTES, key);
+        if (st != PKV_OK)
+            return st;
+        keys[i] = key;
+    }
+    return PKV_OK;
 }
 
 static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
@@ -409,20 +452,14 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     op.seq = seq;
     op.num_keys = n;
     s->load_bytes += (uint64_t)n * vb; /* free_op takes it back */
-    if (keys == NULL || reserve_op(e) != PKV_OK) {
+    if (keys == NULL || reserve_op(e) != PKV_OK ||
+        name_keys(e, &op, hits, d, keys) != PKV_OK) {
         pkv__free(&e->alloc, keys, n, sizeof *keys);
         free_op(e, &op);
         pkv__engine_log(e, PKV_LOG_LEVEL_DEBUG,
                         "seq %llu: not asked of the store (memory)",
                         (unsigned long long)seq->id);
         return 1;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        char *key = op.keys + (size_t)i * PKV_STORE_KEY_MAX;
-        uint8_t pair[2 * PKV__DIGEST_BYTES];
-        key_digests(e, &op, hits, d, i, pair);
-        pkv__store_key(s, pair + PKV__DIGEST_BYTES, key);
-        keys[i] = key;
     }
     op.first = hits;
     op.ticket = s->next_ticket++;
@@ -451,7 +488,7 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
 /* Whether the value of op's key i (size bytes at v, as stored) is the
  * one this engine would have saved: a sealed one must open, in place,
  * under this key, for its key, place and parent, then its content passes
- * pkv__value_check. */
+ * pkv__value_check. UNCHECKED when its digests cannot be computed. */
 static enum pkv__value_verdict check_value(pkv_engine *e,
                                            const pkv__store_op *op,
                                            uint32_t i, uint8_t *v,
@@ -462,7 +499,9 @@ static enum pkv__value_verdict check_value(pkv_engine *e,
     uint32_t j, g;
     key_place(e, op, op->first, i, &j, &g);
     uint8_t parent[2 * PKV__DIGEST_BYTES];
-    key_digests(e, op, op->first, seq->store_digests, i, parent);
+    if (key_digests(e, op, op->first, seq->store_digests, i, parent) !=
+        PKV_OK)
+        return PKV__VALUE_UNCHECKED;
     if (s->seal != NULL) {
         uint8_t ad[AD_MAX];
         char why[128];
@@ -500,6 +539,8 @@ static uint32_t verified_run(pkv_engine *e, const pkv__store_op *op,
             check_value(e, op, i, op->values + (size_t)i * vb, op->sizes[i]);
         if (v == PKV__VALUE_GOOD)
             continue;
+        if (v == PKV__VALUE_UNCHECKED)
+            break;
         if (v == PKV__VALUE_DAMAGED)
             e->totals.store_damaged++;
         else
@@ -552,7 +593,7 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
         if (v != PKV__VALUE_GOOD) {
             if (v == PKV__VALUE_DAMAGED)
                 e->totals.store_damaged++;
-            else
+            else if (v == PKV__VALUE_MISMATCHED)
                 e->totals.store_mismatched++;
             continue;
         }
@@ -821,7 +862,8 @@ static void collect_block(pkv_engine *e, const pkv__seq *seq, uint32_t j,
         op.keys = pkv__calloc(&e->alloc, PKV_STORE_KEY_MAX, 1);
     }
     s->save_bytes += s->value_bytes; /* free_op takes it back */
-    if (op.values == NULL || op.keys == NULL) {
+    if (op.values == NULL || op.keys == NULL ||
+        pkv__store_key(s, pair + PKV__DIGEST_BYTES, op.keys) != PKV_OK) {
         free_op(e, &op);
         e->totals.store_saves_skipped++;
         return;
@@ -831,7 +873,6 @@ static void collect_block(pkv_engine *e, const pkv__seq *seq, uint32_t j,
     pkv__value_begin(op.values + s->inner_at, &e->backend_config, j,
                      pair + PKV__DIGEST_BYTES, pair,
                      seq->tokens + (size_t)j * e->pool.block_size);
-    pkv__store_key(s, pair + PKV__DIGEST_BYTES, op.keys);
     op.first = j;
     memcpy(op.digests, pair, sizeof op.digests);
     s->pending[s->num_pending] = op;
@@ -881,13 +922,15 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
              j < end && j < seq->num_computed / bs; j++) {
             const uint8_t *d = digests(e, seq, j + 1);
             uint8_t pair[2 * PKV__DIGEST_BYTES];
-            if (d == NULL) {
+            if (d != NULL)
+                memcpy(pair, d + ((size_t)j + 1) * PKV__DIGEST_BYTES,
+                       PKV__DIGEST_BYTES);
+            if (d == NULL ||
+                group_digest(e, pair, g, pair + PKV__DIGEST_BYTES) !=
+                    PKV_OK) {
                 e->totals.store_saves_skipped++;
                 continue;
             }
-            memcpy(pair, d + ((size_t)j + 1) * PKV__DIGEST_BYTES,
-                   PKV__DIGEST_BYTES);
-            group_digest(pair, g, pair + PKV__DIGEST_BYTES);
             collect_block(e, seq, j, t->blocks[j], pair);
         }
     }

@@ -52,6 +52,7 @@ typedef struct pkv__engine_store {
     struct pkv__seal *seal; /* the engine's; NULL: values unsealed */
     size_t value_bytes;  /* as stored, sealed or not */
     size_t inner_at;     /* where the unsealed value starts in a value */
+    EVP_MD *sha256; /* libcrypto's, fetched once for every digest */
     uint8_t model[PKV__DIGEST_BYTES]; /* cb.model's digest */
     char fingerprint[17];
     pkv__store_op *ops;
@@ -87,9 +88,11 @@ static inline int pkv__store_enabled(const pkv__engine_store *s)
 /* The store key of a block of this digest: "pkv1:<fingerprint>:<64 hex
  * digits of the digest>", or with a seal "pkvs:<fingerprint>:<64 hex
  * digits of its name>" (both fingerprint and name HMACs under the seal's
- * naming key), NUL terminated, PKV_STORE_KEY_MAX bytes. */
-void pkv__store_key(const pkv__engine_store *s,
-                    const uint8_t digest[PKV__DIGEST_BYTES], char *out);
+ * naming key), NUL terminated, PKV_STORE_KEY_MAX bytes. PKV_OK, or
+ * PKV_ERR_OUT_OF_MEMORY when libcrypto fails (the name). */
+pkv_status pkv__store_key(const pkv__engine_store *s,
+                          const uint8_t digest[PKV__DIGEST_BYTES],
+                          char *out);
 
 /* Check a host's pkv_store (create): PKV_OK, or the status with this
  * thread's message set. */

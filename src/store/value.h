@@ -15,7 +15,10 @@
 enum pkv__value_verdict {
     PKV__VALUE_GOOD = 0,
     PKV__VALUE_DAMAGED = 1,   /* another size, or the checksum fails */
-    PKV__VALUE_MISMATCHED = 2 /* intact, but another block's */
+    PKV__VALUE_MISMATCHED = 2, /* intact, but another block's */
+    /* Not checked: its digests could not be computed (libcrypto's
+     * memory; engine_store.c); a miss, neither counted. */
+    PKV__VALUE_UNCHECKED = 3
 };
 
 /* The magic a value starts with (what a seal around one must hold). */
