@@ -5,7 +5,9 @@
  * kernels/dpas_emulation.cl's, which executes the documented operand
  * layout with sub-group broadcasts. Needs sub-groups of 8
  * (cl_intel_required_subgroup_size), cl_intel_subgroups and cl_khr_fp16:
- * Intel's CPU runtime (tests/run.sh's Intel pass); skipped elsewhere.
+ * Intel's CPU runtime (tests/run.sh's Intel pass); skipped elsewhere,
+ * after the check of which devices and geometries take the variant
+ * (pkv__dpas_accepts), which needs none.
  *
  * Each case: both backends append the same K/V over two steps (a prefill
  * of three sequences, then a mixed step with a decode row), the CPU
@@ -299,6 +301,36 @@ static void run_case(const dcase *c, uint64_t seed)
     pkv__backend_opencl.destroy(ocl);
 }
 
+/* Which devices and geometries take the variant (no device needed). */
+static void test_accepts(void **state)
+{
+    (void)state;
+    const char *xmx = "cl_khr_fp16 "
+                      "cl_intel_subgroup_matrix_multiply_accumulate "
+                      "cl_intel_subgroups";
+    char why[256];
+    assert_true(pkv__dpas_accepts(xmx, 128, 4, 1024, 65536, why, sizeof why));
+    assert_true(pkv__dpas_accepts(xmx, 256, 8, 1024, 65536, why, sizeof why));
+    /* No matrix engines, or only a longer name's prefix. */
+    assert_false(pkv__dpas_accepts("cl_khr_fp16 cl_intel_subgroups", 128, 4,
+                                   1024, 65536, why, sizeof why));
+    assert_false(pkv__dpas_accepts(
+        "cl_intel_subgroup_matrix_multiply_accumulate_tensor_float32", 128,
+        4, 1024, 65536, why, sizeof why));
+    /* head_dim not a multiple of 16, or above 256. */
+    assert_false(pkv__dpas_accepts(xmx, 72, 4, 1024, 65536, why, sizeof why));
+    assert_false(pkv__dpas_accepts(xmx, 512, 4, 1024, 65536, why, sizeof why));
+    /* A work-group of 8 x group, and its local memory. */
+    assert_false(pkv__dpas_accepts(xmx, 128, 32, 128, 65536, why, sizeof why));
+    uint64_t need = pkv__dpas_local_bytes(256, 8);
+    assert_int_equal(need, 64 * 256 + 2 * 8 * 256 * 2);
+    assert_true(pkv__dpas_accepts(xmx, 256, 8, 1024, need, why, sizeof why));
+    assert_false(
+        pkv__dpas_accepts(xmx, 256, 8, 1024, need - 1, why, sizeof why));
+    assert_int_equal(pkv__dpas_rows(64), 4);
+    assert_int_equal(pkv__dpas_rows(80), 2);
+}
+
 static void test_against_cpu(void **state)
 {
     (void)state;
@@ -323,13 +355,19 @@ static int device_fits(void)
 
 int main(void)
 {
+    const struct CMUnitTest choice[] = {
+        cmocka_unit_test(test_accepts),
+    };
+    int failed = cmocka_run_group_tests(choice, NULL, NULL);
+    if (failed != 0)
+        return failed;
     int skipped = ch_opencl_start();
     if (skipped != 0)
         return skipped;
     if (!device_fits()) {
         print_message("the device lacks sub-groups of 8, Intel's sub-group "
-                      "shuffles or f16 (Intel's CPU runtime has them): "
-                      "skipped\n");
+                      "shuffles or f16 (Intel's CPU runtime has them): the "
+                      "emulated kernel is skipped\n");
         return 77;
     }
     const struct CMUnitTest tests[] = {

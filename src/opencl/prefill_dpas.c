@@ -26,22 +26,11 @@ uint64_t pkv__dpas_local_bytes(uint32_t head_dim, uint32_t group)
            (uint64_t)2u * group * head_dim * pkv__dpas_rows(head_dim);
 }
 
-/* Whether the space-separated list holds the word. */
-static int has_word(const char *list, const char *word)
-{
-    size_t n = strlen(word);
-    for (const char *p = strstr(list, word); p != NULL;
-         p = strstr(p + 1, word))
-        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
-            return 1;
-    return 0;
-}
-
 int pkv__dpas_accepts(const char *extensions, uint32_t head_dim,
                       uint32_t group, size_t max_group, uint64_t local_mem,
                       char *why, size_t why_size)
 {
-    if (!has_word(extensions, DPAS_EXTENSION))
+    if (!pkv__ocl_has_extension(extensions, DPAS_EXTENSION))
         snprintf(why, why_size, "the device lacks " DPAS_EXTENSION);
     else if (head_dim % 16 != 0 || head_dim > 256)
         snprintf(why, why_size,
