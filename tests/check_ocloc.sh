@@ -15,7 +15,8 @@
 #   paged_decode.cl, decode_gpu.cl or decode_intel.cl, with their -D
 #   geometry (as the backend builds them), and paged_decode.cl and
 #   decode_intel.cl once more with -DPKV_DECODE_CONTIGUOUS (pkv-bench's
-#   baseline). Any other
+#   baseline). The DPAS prefill program (src/opencl/program.c) with its
+#   emulated builtin. Any other
 #   kernels/*.cl is compiled alone after src/kv_layout.h. Exit 77 (ctest:
 #   skipped) when ocloc is not installed.
 # Builds run side by side, and a build that succeeded is remembered
@@ -143,6 +144,19 @@ build "paged_decode.cl (contiguous)" "$tmp/decode.cl" \
 build "decode_intel.cl (contiguous)" "$tmp/decode_intel.cl" \
     "$intel $ishape=2 -DPKV_DECODE_CONTIGUOUS $d"
 covered="$covered decode_common.cl paged_decode.cl decode_gpu.cl decode_intel.cl "
+
+# The DPAS prefill program (src/opencl/program.c) with the emulated
+# builtin: no offline build defines the extension's macro, and these
+# devices but dg2-g10 lack the instruction; tests/check_dpas.sh builds the
+# matrix-engine one for dg2-g10.
+cat "$root/src/kv_layout.h" "$root/src/kv_step.h" \
+    "$root/kernels/pkv_common.cl" "$root/kernels/tensor_io.cl" \
+    "$root/kernels/paged_attention.cl" "$root/kernels/dpas_emulation.cl" \
+    "$root/kernels/prefill_dpas.cl" >"$tmp/prefill_dpas.cl"
+dpas_opts="-cl-std=CL2.0 $geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1"
+build "prefill_dpas.cl (emulated)" "$tmp/prefill_dpas.cl" \
+    "$dpas_opts -DPKV_VALUE_QUANT=2 -DPKV_U4_GROUP=32"
+covered="$covered dpas_emulation.cl prefill_dpas.cl "
 
 # Any other kernel file, alone after kv_layout.h.
 for f in "$root"/kernels/*.cl; do

@@ -94,3 +94,26 @@ ocloc_counts() {
         echo "$built built, no cache"
     fi
 }
+
+# ocloc_dump DIR FILE DEVICE OPTIONS: compile FILE for DEVICE with its GEN
+# assembly dumped into DIR (the compiler's output in DIR/log); 0 when it
+# built.
+ocloc_dump() {
+    mkdir -p "$1"
+    IGC_ShaderDumpEnable=1 IGC_DumpLLVMIR=0 IGC_DumpToCustomDir=$1 \
+        ocloc compile -q -file "$2" -device "$3" -options "$4" \
+        -output_no_suffix -output "$1/out" >"$1/log" 2>&1
+}
+
+# ocloc_shipped DIR: the .asm dumps in DIR that ship, one a line: for a
+# kernel IGC retried at another width, the retry's ("_1_" in the name).
+ocloc_shipped() {
+    for asm in "$1"/*.asm; do
+        case "$asm" in
+        *_1_simd*) ;;
+        *) ls "$1"/*_1_simd*_entry_"${asm##*_entry_}" >/dev/null 2>&1 &&
+            continue ;;
+        esac
+        echo "$asm"
+    done
+}

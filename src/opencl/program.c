@@ -91,6 +91,13 @@ static const char *const decode_gpu_files[] = {
 static const char *const decode_intel_files[] = {
     "src/kv_layout.h", "kernels/tensor_io.cl", "kernels/decode_common.cl",
     "kernels/decode_intel.cl"};
+/* The DPAS prefill program: paged_attention.cl for its helpers (its
+ * kernel comes along, unused), the builtin's emulation where the device
+ * lacks the extension, the kernel. */
+static const char *const prefill_dpas_files[] = {
+    "src/kv_layout.h", "src/kv_step.h", "kernels/pkv_common.cl",
+    "kernels/tensor_io.cl", "kernels/paged_attention.cl",
+    "kernels/dpas_emulation.cl", "kernels/prefill_dpas.cl"};
 #define NUM_FILES(list) ((unsigned)(sizeof list / sizeof list[0]))
 
 /* Read a kernel file from pkv__ocl_kernel_dir into dst (size bytes), or
@@ -522,6 +529,10 @@ pkv_status pkv__ocl_program(pkv__ocl_target *t, int kind, const char *extra,
     if (kind == PKV__CL_DECODE_GPU)
         return get_program(t, decode_gpu_files, NUM_FILES(decode_gpu_files),
                            extra, t->cache_dir, t->own_context, out);
+    if (kind == PKV__CL_PREFILL_DPAS)
+        return get_program(t, prefill_dpas_files,
+                           NUM_FILES(prefill_dpas_files), extra, t->cache_dir,
+                           t->own_context, out);
     if (kind == PKV__CL_DECODE_INTEL)
         return get_program(t, decode_intel_files,
                            NUM_FILES(decode_intel_files), extra, t->cache_dir,
