@@ -5,8 +5,7 @@
 # loops' cost per KV byte.
 # Variables: dev, label, G (query heads a KV head, 0 for no loop figures),
 # keb and veb (K and V element bytes), file (the dump's name, which holds
-# the SIMD width), shape (optional: key=value fields ending the line, the
-# geometry and work-group shape a build fixes, for bench/isa_model.py).
+# the SIMD width).
 #
 # Each innermost loop with at least 8 G products streams KV (the loops
 # over 16 channels of 16 tokens and over runs of 16 tokens; fewer are the
@@ -158,7 +157,5 @@ END {
         per_product("qk", qk_l)
         per_product("pv", pv_l)
     }
-    if (shape != "")
-        printf " %s", shape
     printf "\n"
 }
