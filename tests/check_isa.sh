@@ -6,7 +6,8 @@
 # fail on any spill (or private memory, which costs the same) in them.
 #
 # Usage: sh tests/check_isa.sh SOURCE_DIR [--quick] [--json FILE]
-#   --quick   tgllp and dg2-g10 at head_dim 128 and 256 only
+#   --quick   tgllp and dg2-g10 at head_dim 128 and 256 only (the intel
+#             prefill kernel at GQA 8 and, beside block 16, block 8)
 #   --json    one JSON object per kernel line to FILE (pkv-bench isa)
 #
 # The programs, built as the OpenCL backend builds them
@@ -77,7 +78,11 @@ ocloc_cache_init isa_check
 
 devices="tgllp adl-p dg2-g10"
 dims="64 96 128 256"
-[ "$quick" = 1 ] && devices="tgllp dg2-g10" && dims="128 256"
+# The intel prefill kernel's GQA (at block 16) and other blocks.
+pgroups="1 8"
+pblocks="8 32 64"
+[ "$quick" = 1 ] && devices="tgllp dg2-g10" && dims="128 256" &&
+    pgroups="8" && pblocks="8"
 
 # The generic program: the backend's files, decode and intel prefill
 # kernels excepted.
@@ -193,7 +198,7 @@ for dev in $devices; do
             "0 "* | "1 "* | "2 1 2" | "3 1 2") ;;
             *) [ "$d" -ge 128 ] || continue ;;
             esac
-            for g in 1 8; do
+            for g in $pgroups; do
                 # shellcheck disable=SC2086 # three words
                 prefill "$dev" "$d" "$g" 16 $layout
             done
@@ -202,7 +207,7 @@ for dev in $devices; do
     for layout in "1 1 1" "2 1 2" "3 1 2"; do
         for d in $dims; do
             case "$d" in 64 | 256) ;; *) continue ;; esac
-            for bs in 8 32 64; do
+            for bs in $pblocks; do
                 # shellcheck disable=SC2086 # three words
                 prefill "$dev" "$d" 4 "$bs" $layout
             done
