@@ -6,13 +6,22 @@
 # fail on any spill (or private memory, which costs the same) in them.
 #
 # Usage: sh tests/check_isa.sh SOURCE_DIR [--quick] [--json FILE]
-#   --quick   tgllp and dg2-g10 at head_dim 128 and 256 only
+#   --quick   tgllp and dg2-g10 at head_dim 128 and 256 only (the intel
+#             prefill kernel at GQA 8 and, beside block 16, block 8)
 #   --json    one JSON object per kernel line to FILE (pkv-bench isa)
 #
 # The programs, built as the OpenCL backend builds them
 # (src/opencl/program.c, src/opencl/decode.c):
 # - the generic program (append, seal, paged attention, tiled prefill,
 #   block copy), whose kernels take their geometry as arguments;
+# - the intel prefill kernel (kernels/prefill_intel.cl), which AUTO picks
+#   on every Intel GPU for steps with more rows than sequences where the
+#   geometry fits it (head_dim a multiple of 32 up to 256, up to 8 query
+#   heads per kv head, blocks of 8 or more): head_dim 64/96/128/256 at
+#   block 16 over the decode grid's formats with GQA 1 and 8 (2 rows of a
+#   tile hold GQA 4's queries: the kernel's registers do not depend on
+#   the group), and blocks 8/32/64 for f16, u8 and u4 at GQA 4, head_dim
+#   64 and 256;
 # - the intel decode variant (kernels/decode_intel.cl: the partial and the
 #   reduce kernel), which AUTO picks on every Intel GPU for head_dim a
 #   multiple of 32, over head_dim 64/96/128/256, GQA 1/4/8 at block 16
@@ -27,11 +36,17 @@
 # A line: device, program, kernel, SIMD width (the dump that ships: IGC's
 # retry at another width, "_1_" in the file name, when there is one),
 # instructions, spill bytes, private memory bytes. It fails on a spill in
-# any of them and on private memory in the decode programs; the generic
-# program's attention kernels keep arrays a work-item indexes at run time
-# in private memory (reported: docs/performance.md, "Intel GPU code").
-# For decode partials also the hottest loops' cost per KV byte
-# (kb_inst, kb_cyc, vb_inst, vb_cyc: tests/isa_summary.awk says how).
+# any of them and on private memory in every kernel pkv picks on an
+# Intel GPU. Reported only: pkv_paged_attention (CPU devices) and
+# pkv_paged_attention_tiled (on an Intel GPU only for the geometries the
+# intel prefill kernel does not take), which keep arrays a work-item
+# indexes at run time in private memory (docs/performance.md, "Intel GPU
+# code"). For decode partials and the intel prefill kernel also the
+# hottest loops' cost per KV byte (kb_inst, kb_cyc, vb_inst, vb_cyc:
+# tests/isa_summary.awk says how; the prefill kernel's loops are those
+# its comments name "score" and "value", counted with G = 8, the
+# queries of a tile, so that products / G x 16 are the KV elements a turn
+# reads).
 # Each build's lines are cached (tests/ocloc_lib.sh: keyed by the exact
 # source, options, device, compiler and summary program); the last line
 # says how many were built and how many read. PKV_ISA_REBUILD=1 builds
@@ -63,20 +78,28 @@ ocloc_cache_init isa_check
 
 devices="tgllp adl-p dg2-g10"
 dims="64 96 128 256"
-[ "$quick" = 1 ] && devices="tgllp dg2-g10" && dims="128 256"
+# The intel prefill kernel's GQA (at block 16) and other blocks.
+pgroups="1 8"
+pblocks="8 32 64"
+[ "$quick" = 1 ] && devices="tgllp dg2-g10" && dims="128 256" &&
+    pgroups="8" && pblocks="8"
 
-# The generic program: the backend's files, decode kernels excepted.
+# The generic program: the backend's files, decode and intel prefill
+# kernels excepted.
 files=$(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$root/CMakeLists.txt" |
     sed 's/set(PKV_KERNEL_FILES//; s/)//')
 : >"$tmp/generic.cl"
 for f in $files; do
-    case "$f" in *decode*.cl) continue ;; esac
+    case "$f" in *decode*.cl | *prefill_intel.cl) continue ;; esac
     cat "$root/$f" >>"$tmp/generic.cl"
     echo >>"$tmp/generic.cl"
 done
 cat "$root/src/kv_layout.h" "$root/kernels/tensor_io.cl" \
     "$root/kernels/decode_common.cl" "$root/kernels/decode_intel.cl" \
     >"$tmp/decode_intel.cl"
+cat "$root/src/kv_layout.h" "$root/src/kv_step.h" \
+    "$root/kernels/tensor_io.cl" "$root/kernels/prefill_intel.cl" \
+    >"$tmp/prefill_intel.cl"
 base="-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
 
 # pkv__decode_intel_pairs.
@@ -145,6 +168,53 @@ for dev in $devices; do
     done
 done
 
+# Element bytes of the K and the V parts of dtype $1, as "kb vb".
+elem_bytes() {
+    case "$1" in
+    0) echo "4 4" ;;
+    1) echo "2 2" ;;
+    2) echo "1 1" ;;
+    3) echo "0.5 0.5" ;;
+    4) echo "1 0.5" ;;
+    esac
+}
+# The intel prefill kernel (pkv__prefill_intel_shape: 8 / GQA rows a
+# tile).
+prefill() { # device head_dim group block dtype kq vq
+    # shellcheck disable=SC2046 # two words
+    set -- "$@" $(elem_bytes "$5")
+    add "$1" prefill_intel.cl 8 "$8" "$9" \
+        "prefill-d$2-g$3-b$4-kv$5-k$6-v$7" \
+        "$base -cl-std=CL2.0 -DPKV_PREFILL_ROWS=$((8 / $3))" \
+        "-DPKV_HEAD_DIM=$2 -DPKV_BLOCK_SIZE=$4 -DPKV_GROUP=$3" \
+        "-DPKV_KV_DTYPE=$5 -DPKV_KEY_QUANT=$6 -DPKV_VALUE_QUANT=$7" \
+        "-DPKV_U4_GROUP=32"
+}
+for dev in $devices; do
+    for layout in "0 1 1" "1 1 1" "2 1 2" "2 2 2" "2 1 1" "3 1 2" "3 2 1" \
+        "4 1 2"; do
+        for d in $dims; do
+            case "$layout" in
+            "0 "* | "1 "* | "2 1 2" | "3 1 2") ;;
+            *) [ "$d" -ge 128 ] || continue ;;
+            esac
+            for g in $pgroups; do
+                # shellcheck disable=SC2086 # three words
+                prefill "$dev" "$d" "$g" 16 $layout
+            done
+        done
+    done
+    for layout in "1 1 1" "2 1 2" "3 1 2"; do
+        for d in $dims; do
+            case "$d" in 64 | 256) ;; *) continue ;; esac
+            for bs in $pblocks; do
+                # shellcheck disable=SC2086 # three words
+                prefill "$dev" "$d" 4 "$bs" $layout
+            done
+        done
+    done
+done
+
 # One build: its lines into out.N, from the cache or from its dumps (in a
 # directory of its own: dumps of one source overwrite each other across
 # devices).
@@ -185,7 +255,7 @@ build() { # a builds line: id device source group kbytes vbytes label options...
     ocloc_cache_put "$key" "$tmp/out.$id"
 }
 
-for src in generic.cl decode_intel.cl; do
+for src in generic.cl decode_intel.cl prefill_intel.cl; do
     ocloc_hash "$tmp/$src" >"$tmp/$src.sha256"
 done
 summary_id=$(ocloc_hash "$root/tests/isa_summary.awk")
@@ -195,7 +265,8 @@ fails=0
 for i in $(seq 1 "$n"); do
     cat "$tmp/out.$i"
     if grep -q "BUILD-FAILED\|spill=[1-9]" "$tmp/out.$i" ||
-        grep -v " generic " "$tmp/out.$i" | grep -q "private=[1-9]"; then
+        grep -v " pkv_paged_attention\(_tiled\)\? " "$tmp/out.$i" |
+        grep -q "private=[1-9]"; then
         fails=$((fails + 1))
     fi
 done >"$tmp/all"
@@ -210,6 +281,9 @@ if [ -n "$json" ]; then
     }' >"$json"
 fi
 echo "check_isa: $n builds ($(ocloc_counts)), $(grep -c . "$tmp/all")" \
-     "lines, $fails failed (a spill, private memory in a decode program," \
-     "or a build error), $(($(date +%s) - start))s"
+     "lines, $fails failed (a spill, private memory in a kernel pkv picks" \
+     "on an Intel GPU, or a build error; pkv_paged_attention, for CPU" \
+     "devices, and pkv_paged_attention_tiled, for the geometries the intel" \
+     "prefill kernel does not take, are reported only)," \
+     "$(($(date +%s) - start))s"
 [ "$fails" -eq 0 ]

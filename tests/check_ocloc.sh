@@ -9,8 +9,10 @@
 # Usage: sh tests/check_ocloc.sh SOURCE_DIR [PROGRAM_FILE...]
 #   PROGRAM_FILEs (relative to SOURCE_DIR) are the files the backend
 #   embeds (CMake's PKV_KERNEL_FILES, read from SOURCE_DIR/CMakeLists.txt
-#   when none are given); all but the decode kernels are concatenated, in
-#   order, into the generic program, as the backend does. The decode
+#   when none are given); all but the decode and intel prefill kernels
+#   are concatenated, in order, into the generic program, as the backend
+#   does. The intel prefill program is src/kv_layout.h, src/kv_step.h,
+#   tensor_io.cl and prefill_intel.cl, with its -D geometry. The decode
 #   programs are src/kv_layout.h, tensor_io.cl, decode_common.cl, then
 #   paged_decode.cl, decode_gpu.cl or decode_intel.cl, with their -D
 #   geometry (as the backend builds them), and paged_decode.cl and
@@ -102,7 +104,7 @@ covered=" "
 if [ $# -gt 0 ]; then
     : >"$tmp/program.cl"
     for f in "$@"; do
-        case "$f" in *decode*.cl) continue ;; esac
+        case "$f" in *decode*.cl | *prefill_intel.cl) continue ;; esac
         cat "$root/$f" >>"$tmp/program.cl"
         echo >>"$tmp/program.cl"
         names="${names:-}$f "
@@ -121,6 +123,9 @@ decode_src() { # variant file -> the program source
 decode_src paged_decode.cl >"$tmp/decode.cl"
 decode_src decode_gpu.cl >"$tmp/decode_gpu.cl"
 decode_src decode_intel.cl >"$tmp/decode_intel.cl"
+cat "$root/src/kv_layout.h" "$root/src/kv_step.h" \
+    "$root/kernels/tensor_io.cl" "$root/kernels/prefill_intel.cl" \
+    >"$tmp/prefill_intel.cl"
 geom="-DPKV_HEAD_DIM=128 -DPKV_BLOCK_SIZE=16 -DPKV_GROUP=4"
 ishape="-DPKV_INTEL_PARTITION=256 -DPKV_INTEL_PAIRS"
 gpu="-DPKV_GPU_CHUNKS=4 -DPKV_GPU_TOKENS=8 -DPKV_GPU_PARTITION=256"
@@ -130,6 +135,8 @@ for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1" "3 1 2" "3 2 1" "4 1 2"; do
     build paged_decode.cl "$tmp/decode.cl" "$plain $d"
     build decode_intel.cl "$tmp/decode_intel.cl" "$intel $ishape=2 $d"
     build decode_gpu.cl "$tmp/decode_gpu.cl" "$plain $d $gpu"
+    build prefill_intel.cl "$tmp/prefill_intel.cl" \
+        "-cl-std=CL2.0 -DPKV_PREFILL_ROWS=2 $d"
 done
 # Another geometry.
 build decode_intel.cl "$tmp/decode_intel.cl" \
@@ -144,6 +151,7 @@ build "paged_decode.cl (contiguous)" "$tmp/decode.cl" \
 build "decode_intel.cl (contiguous)" "$tmp/decode_intel.cl" \
     "$intel $ishape=2 -DPKV_DECODE_CONTIGUOUS $d"
 covered="$covered decode_common.cl paged_decode.cl decode_gpu.cl decode_intel.cl "
+covered="$covered prefill_intel.cl "
 
 # The DPAS prefill program (src/opencl/program.c) with the emulated
 # builtin: no offline build defines the extension's macro, and these

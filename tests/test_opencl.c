@@ -62,7 +62,7 @@
 static double max_seen; /* the largest attend difference, reported */
 /* The device of the last run_case and the decode kernel variant of the
  * last one that ran a decode step, for the log. */
-static char last_device[512], last_variant[512];
+static char last_device[512], last_variant[512], last_prefill[512];
 
 typedef struct geo {
     uint32_t d, hq, hkv, bs;
@@ -400,6 +400,9 @@ static void run_case(const geo *g, uint32_t seqs, uint32_t rows,
     const char *variant = pkv__ocl_decode_variant(p.ocl);
     snprintf(last_variant, sizeof last_variant, "%s",
              variant != NULL ? variant : "(none)");
+    const char *prefill = pkv__ocl_prefill_variant(p.ocl);
+    snprintf(last_prefill, sizeof last_prefill, "%s",
+             prefill != NULL ? prefill : "(none)");
     pair_free(&p);
     free(prior);
     free(nq);
@@ -463,9 +466,12 @@ static void test_large_grid(void **state)
                 }
                 geo g = make_geo(d, hq, hkv, sizes[si], dtype, idx % 2);
                 uint32_t window = idx % 4 == 3 ? 37 : 0;
-                /* A third of the cases on the tiled prefill kernel. */
-                setenv("PKV_OPENCL_PREFILL", idx % 3 == 1 ? "tiles" : "rows",
-                       1);
+                /* A third of the cases on each prefill kernel (Intel's
+                 * where the device has its subgroups, else the tiled
+                 * one). */
+                static const char *const prefills[] = {"rows", "tiles",
+                                                       "intel"};
+                setenv("PKV_OPENCL_PREFILL", prefills[idx % 3], 1);
                 run_case(&g, shape[0], shape[1], 3 * sizes[si] + 5, window,
                          1000 + idx);
             }
@@ -575,11 +581,12 @@ static void test_small_variants(void **state)
     }
     unsetenv("PKV_OPENCL_DECODE");
     /* Mixed steps run on the prefill kernels, whatever the decode variant:
-     * the CPU-shaped rows kernel and the GPU-shaped tiled one (forced
+     * the CPU-shaped rows kernel, the GPU-shaped tiled one and Intel's
+     * where the device has its subgroups and the geometry fits it (forced
      * through PKV_OPENCL_PREFILL). PKV_TEST_PREFILL, a list such as
      * "tiles", runs fewer. */
-    static const char *const prefills[] = {"rows", "tiles"};
-    for (unsigned v = 0; v < 2; v++) {
+    static const char *const prefills[] = {"rows", "tiles", "intel"};
+    for (unsigned v = 0; v < 3; v++) {
         if (only_prefill != NULL && strstr(only_prefill, prefills[v]) == NULL)
             continue;
         setenv("PKV_OPENCL_PREFILL", prefills[v], 1);
@@ -587,6 +594,19 @@ static void test_small_variants(void **state)
             geo g = small_geo(i);
             run_case(&g, 3, 16, 2 * small_cases[i].bs + 5,
                      small_cases[i].window, 400 + i);
+            if (strncmp(last_prefill, prefills[v], strlen(prefills[v])) == 0)
+                continue;
+            /* Only Intel's may be refused, and only for the device or
+             * the geometry, never because it did not build. A device
+             * without its subgroups runs the tiled kernel: once is
+             * enough. */
+            if (v != 2 || strstr(last_prefill, ", but ") == NULL)
+                fail_msg("asked for the %s prefill kernel, got %s",
+                         prefills[v], last_prefill);
+            print_message("%s, head_dim %u: %s\n", last_device,
+                          (unsigned)small_cases[i].d, last_prefill);
+            if (strstr(last_prefill, "lacks") != NULL)
+                break;
         }
     }
     unsetenv("PKV_OPENCL_PREFILL");
@@ -815,17 +835,18 @@ static void grouped_step(pair *p, const uint32_t *prior, const uint32_t *rows,
     free(slots);
 }
 
-/* Every dtype on both prefill kernels: a prefill step, a mixed one and a
- * decode step, in which the windowed group's blocks have moved (copied to
- * new blocks, new tables): only that group's table rows are uploaded
- * again, and a stale one would miss the step's token. Then copies and a
- * swap round trip over both arenas. */
+/* Every dtype on two of the prefill kernels (rows, tiles, Intel's in
+ * turn): a prefill step, a mixed one and a decode step, in which the
+ * windowed group's blocks have moved (copied to new blocks, new tables):
+ * only that group's table rows are uploaded again, and a stale one would
+ * miss the step's token. Then copies and a swap round trip over both
+ * arenas. */
 static void test_groups(void **state)
 {
     (void)state;
-    static const char *const prefills[] = {"rows", "tiles"};
+    static const char *const prefills[] = {"rows", "tiles", "intel"};
     for (unsigned run = 0; run < 2 * NUM_DTYPES; run++) {
-        setenv("PKV_OPENCL_PREFILL", prefills[run % 2], 1);
+        setenv("PKV_OPENCL_PREFILL", prefills[run % 3], 1);
         geo g = make_geo(64, 4, 2, 8, dtypes[run / 2], run % 4 >= 2);
         g.layers = 4;
         uint64_t rng = 900 + run;

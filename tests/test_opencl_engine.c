@@ -239,7 +239,9 @@ static void run_interop(int32_t tensor_dtype, int32_t kv_dtype,
 {
     pkv_engine_params p = hm_params(PKV_BACKEND_KIND_OPENCL);
     p.kv_dtype = kv_dtype;
-    p.head_dim = 16;
+    /* The smallest head_dim and block the intel kernels take. */
+    p.head_dim = 32;
+    p.block_size = 8;
     pkv_engine_params pc = p;
     pc.backend = PKV_BACKEND_KIND_CPU;
     assert_int_equal(pkv_engine_params_set_opencl(&p, ctx, queue), PKV_OK);
@@ -533,16 +535,20 @@ static void test_interop(void **state)
     cl_context ctx;
     cl_command_queue queue;
     host_queue(&ctx, &queue);
-    /* Every decode variant (Intel's turns itself off where the device
-     * lacks its extensions) takes f16 and f32 tensors at offsets. */
+    /* Every decode variant and every prefill kernel (Intel's turn
+     * themselves off where the device lacks their extensions) take f16
+     * and f32 tensors at offsets. */
     static const char *const variants[] = {"cpu", "gpu", "intel"};
+    static const char *const prefills[] = {"rows", "tiles", "intel"};
     for (int i = 0; i < 3; i++) {
         setenv("PKV_OPENCL_DECODE", variants[i], 1);
+        setenv("PKV_OPENCL_PREFILL", prefills[i], 1);
         run_interop(PKV_TENSOR_DTYPE_F32, PKV_KV_DTYPE_F32, ctx, queue);
         run_interop(PKV_TENSOR_DTYPE_F16, PKV_KV_DTYPE_U8, ctx, queue);
         run_interop(PKV_TENSOR_DTYPE_F32, PKV_KV_DTYPE_F16, ctx, queue);
     }
     unsetenv("PKV_OPENCL_DECODE");
+    unsetenv("PKV_OPENCL_PREFILL");
     clReleaseCommandQueue(queue);
     clReleaseContext(ctx);
 }
@@ -760,8 +766,8 @@ static void test_cache_too_large(void **state)
     unsetenv("PKV_OPENCL_DECODE");
     setenv("PKV_OPENCL_PREFILL", "wide", 1);
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT,
-                        "PKV_OPENCL_PREFILL=wide: expected auto, rows or "
-                        "tiles");
+                        "PKV_OPENCL_PREFILL=wide: expected auto, rows, "
+                        "tiles or intel");
     unsetenv("PKV_OPENCL_PREFILL");
 }
 

@@ -178,13 +178,76 @@ static void test_gpu_shape(void **state)
 static void test_prefill_choice(void **state)
 {
     (void)state;
-    /* Auto: rows on a CPU device, tiles elsewhere; forced either way. */
-    assert_int_equal(pkv__prefill_choose(NULL, 1), PKV__PREFILL_ROWS);
-    assert_int_equal(pkv__prefill_choose("", 0), PKV__PREFILL_TILES);
-    assert_int_equal(pkv__prefill_choose("auto", 0), PKV__PREFILL_TILES);
-    assert_int_equal(pkv__prefill_choose("tiles", 1), PKV__PREFILL_TILES);
-    assert_int_equal(pkv__prefill_choose("rows", 0), PKV__PREFILL_ROWS);
-    assert_int_equal(pkv__prefill_choose("tile", 0), -1);
+    char why[320];
+    assert_int_equal(pkv__prefill_parse(NULL), PKV__PREFILL_AUTO);
+    assert_int_equal(pkv__prefill_parse(""), PKV__PREFILL_AUTO);
+    assert_int_equal(pkv__prefill_parse("auto"), PKV__PREFILL_AUTO);
+    assert_int_equal(pkv__prefill_parse("rows"), PKV__PREFILL_ROWS);
+    assert_int_equal(pkv__prefill_parse("tiles"), PKV__PREFILL_TILES);
+    assert_int_equal(pkv__prefill_parse("intel"), PKV__PREFILL_INTEL);
+    assert_int_equal(pkv__prefill_parse("tile"), -1);
+    /* Auto: rows on a CPU device, Intel's where it runs, else tiles. */
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 1, 1, 1, why,
+                                         sizeof why),
+                     PKV__PREFILL_ROWS);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 0, 1, 1, why,
+                                         sizeof why),
+                     PKV__PREFILL_INTEL);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 0, 0, 1, why,
+                                         sizeof why),
+                     PKV__PREFILL_TILES);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 0, 1, 0, why,
+                                         sizeof why),
+                     PKV__PREFILL_TILES);
+    /* Forced: as asked, but Intel's only where it runs, and why not. */
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_TILES, 1, 1, 1, why,
+                                         sizeof why),
+                     PKV__PREFILL_TILES);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_ROWS, 0, 1, 1, why,
+                                         sizeof why),
+                     PKV__PREFILL_ROWS);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_INTEL, 1, 1, 1, why,
+                                         sizeof why),
+                     PKV__PREFILL_INTEL);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_INTEL, 0, 0, 1, why,
+                                         sizeof why),
+                     PKV__PREFILL_TILES);
+    assert_non_null(strstr(why, "lacks cl_intel_subgroups"));
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_INTEL, 0, 1, 0, why,
+                                         sizeof why),
+                     PKV__PREFILL_TILES);
+    assert_non_null(strstr(why, "does not take the geometry"));
+    /* The geometries Intel's kernel takes. */
+    assert_true(pkv__prefill_intel_takes(128, 8, 16));
+    assert_true(pkv__prefill_intel_takes(96, 1, 8));
+    assert_false(pkv__prefill_intel_takes(80, 4, 16));
+    assert_false(pkv__prefill_intel_takes(512, 4, 16));
+    assert_false(pkv__prefill_intel_takes(128, 16, 16));
+    assert_false(pkv__prefill_intel_takes(128, 4, 4));
+    uint32_t irows = 0, lanes = 0;
+    /* 8 queries a tile: GQA 4 takes 2 rows, GQA 3 2 (6 queries);
+     * head_dim / 2 lanes. */
+    assert_int_equal(pkv__prefill_intel_shape(128, 4, 16, 65536, 1024,
+                                              &irows, &lanes),
+                     0);
+    assert_int_equal(irows, 2);
+    assert_int_equal(lanes, 64);
+    assert_int_equal(pkv__prefill_intel_shape(96, 3, 8, 65536, 1024,
+                                              &irows, &lanes),
+                     0);
+    assert_int_equal(irows, 2);
+    assert_int_equal(lanes, 48);
+    /* head_dim 256 at block 16: 2 x 8 KiB of queries and sums, 16
+     * KiB of K or V, 4 KiB of partial scores and the rest. */
+    assert_int_equal(pkv__prefill_intel_local_bytes(256, 16),
+                     4u * (2 * 256 * 8 + 16 * 256 + 8 * 16 * 8 +
+                           16 * 8 + 24));
+    assert_int_equal(pkv__prefill_intel_shape(256, 1, 16, 32768, 1024,
+                                              &irows, &lanes),
+                     -1);
+    assert_int_equal(pkv__prefill_intel_shape(128, 4, 16, 65536, 32,
+                                              &irows, &lanes),
+                     -1);
 
     uint32_t rows = 0, chunk = 0;
     /* GQA 4, head_dim 128, block 16: 16 rows x 4 heads, 16 tokens. */

@@ -13,6 +13,7 @@
  * the same rows, fewer blocks. Built twice: test_windows (CPU backend)
  * and test_windows_opencl.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -425,6 +426,13 @@ static void test_decode_windows(void **state)
                               PKV_KV_DTYPE_U8, PKV_KV_DTYPE_U4,
                               PKV_KV_DTYPE_U8K_U4V};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+#ifdef PKV_HAVE_OPENCL
+        /* The prompt's prefill step on the GPU-shaped prefill kernels in
+         * turn (Intel's where the device has its subgroups, else the
+         * tiled one); CPU devices run the rows kernel in every other
+         * test. */
+        setenv("PKV_OPENCL_PREFILL", d % 2 ? "tiles" : "intel", 1);
+#endif
         pkv_engine_params p =
             window_params(dtypes[d], PKV_PREEMPT_MODE_RECOMPUTE);
         p.num_q_heads = 4;
@@ -444,6 +452,9 @@ static void test_decode_windows(void **state)
         ch_free(&h);
         free(prompt);
     }
+#ifdef PKV_HAVE_OPENCL
+    unsetenv("PKV_OPENCL_PREFILL");
+#endif
 }
 
 #ifndef PKV_HAVE_OPENCL

@@ -5,6 +5,8 @@
  */
 #include "internal.h"
 
+#include "features.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,6 +65,18 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)d) : scale;
     cl_mem arena = pkv__ocl_arena(b, layer);
     const pkv__ocl_group *grp = pkv__ocl_group_of(b, layer);
+    if (b->prefill_kind == PKV__PREFILL_INTEL && ntok > 0) {
+        /* Intel's: a work-group per (tile, kv head), the geometry built
+         * in. */
+        karg a[] = {KA(arena), KA(b->stages), KA(q.mem), KA(q.off),
+                    KA(out.mem), KA(out.off), KA(flags), KA(grp->step_mem),
+                    KA(grp->tables), KA(maxb), KA(hkv), KA(b->stage_floats),
+                    KA(lyr), KA(sc), KA(win)};
+        size_t lanes = b->prefill_lanes;
+        return pkv__ocl_launch(b, b->k_prefill, "pkv_prefill_intel", a,
+                               sizeof a / sizeof a[0], b->num_tiles * lanes,
+                               hkv, lanes);
+    }
     if (b->tile_rows > 0 && ntok > 0) {
         /* The tiled kernel: a work-group per (tile, kv head). */
         cl_uint rows = b->tile_rows, chunk = b->tile_chunk;

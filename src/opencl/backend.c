@@ -15,41 +15,128 @@
 #include <string.h>
 
 
-/* The attention kernel of steps with more rows than sequences: the tiled
- * one where PKV_OPENCL_PREFILL (value pf) or the device type asks for it
- * and it fits, else pkv_paged_attention. */
-static pkv_status prefill_prepare(pkv__backend *b, const char *pf)
+/* The Intel prefill kernel (kernels/prefill_intel.cl), built for this
+ * geometry: its program, kernel and shape; PKV_ERR_UNSUPPORTED when it
+ * does not fit the device. */
+static pkv_status intel_prefill_build(pkv__backend *b, uint64_t local_mem,
+                                      size_t max_group, char *opts,
+                                      size_t opts_size)
+{
+    const pkv__backend_config *c = &b->cfg;
+    uint32_t group = c->num_q_heads / c->num_kv_heads, rows = 0, lanes = 0;
+    if (pkv__prefill_intel_shape(c->head_dim, group, c->block_size,
+                                 local_mem, max_group, &rows, &lanes) != 0)
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "it does not fit the device: %llu bytes of local "
+                         "memory, work-groups of %zu",
+                         (unsigned long long)local_mem, max_group);
+    int quantized = pkv__backend_quantized(c);
+    char own[64];
+    pkv__prefill_intel_options(rows, own, sizeof own);
+    pkv__decode_build_options(
+        c->head_dim, c->block_size, group, (int)c->kv_dtype,
+        quantized ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
+        quantized ? (int)c->value_quant : PKV_LAYOUT_PER_CHANNEL,
+        c->u4_group != 0 ? c->u4_group : c->head_dim, own, opts, opts_size);
+    size_t local = 0;
+    pkv_status st = pkv__ocl_program(&b->cl, PKV__CL_PREFILL_INTEL, opts,
+                                     &b->prefill_program);
+    if (st == PKV_OK)
+        st = pkv__ocl_make_kernel(b, b->prefill_program, "pkv_prefill_intel",
+                                  &b->k_prefill, &local, lanes);
+    if (st == PKV_OK && local < lanes)
+        st = pkv__fail(PKV_ERR_UNSUPPORTED,
+                       "the kernel's work-groups hold %zu items, %u needed",
+                       local, (unsigned)lanes);
+    if (st == PKV_OK) {
+        b->tile_rows = rows;
+        b->prefill_lanes = lanes;
+    }
+    return st;
+}
+
+/* The attention kernel of steps with more rows than sequences, from
+ * PKV_OPENCL_PREFILL (request) and the device: Intel's where it can run
+ * (else the tiled one), the tiled one where it fits, else
+ * pkv_paged_attention. Built here, at create, as the decode program is. */
+static pkv_status prefill_prepare(pkv__backend *b, int request)
 {
     const pkv__backend_config *c = &b->cfg;
     cl_device_type type = 0;
     cl_ulong local_mem = 0;
+    size_t max_group = 0;
+    char extensions[4096], why[320], opts[512];
     clGetDeviceInfo(b->cl.device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     clGetDeviceInfo(b->cl.device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
                     &local_mem, NULL);
+    clGetDeviceInfo(b->cl.device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
+                    sizeof max_group, &max_group, NULL);
+    pkv__ocl_device_string(b->cl.device, CL_DEVICE_EXTENSIONS, extensions,
+                           sizeof extensions);
+    uint32_t group = c->num_q_heads / c->num_kv_heads;
+    pkv__prefill_kind kind = pkv__prefill_choose(
+        request, (type & CL_DEVICE_TYPE_CPU) != 0,
+        pkv__ocl_has_extension(extensions, "cl_intel_subgroups"),
+        pkv__prefill_intel_takes(c->head_dim, group, c->block_size), why,
+        sizeof why);
     b->tile_rows = 0;
-    if (pkv__prefill_choose(pf, (type & CL_DEVICE_TYPE_CPU) != 0) !=
-        PKV__PREFILL_TILES)
+    b->prefill_kind = kind;
+    if (kind == PKV__PREFILL_INTEL) {
+        pkv_status st =
+            intel_prefill_build(b, local_mem, max_group, opts, sizeof opts);
+        if (st == PKV_OK) {
+            snprintf(b->prefill_variant, sizeof b->prefill_variant,
+                     "intel: a work-group of 16-lane subgroups per (tile of "
+                     "%u rows, kv head), K and V staged in local memory "
+                     "%u tokens at a time (%s)",
+                     (unsigned)b->tile_rows,
+                     (unsigned)(c->block_size < 16 ? c->block_size : 16),
+                     why);
+            pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_INFO,
+                         "opencl: prefill kernel %s;%s", b->prefill_variant,
+                         opts);
+            return PKV_OK;
+        }
+        /* The tiled kernel serves where Intel's does not build. */
+        snprintf(why, sizeof why,
+                 "the intel prefill kernel is unavailable: %s",
+                 pkv_last_error());
+        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_WARN, "opencl: prefill kernel: %s",
+                     why);
+        kind = PKV__PREFILL_TILES;
+        b->prefill_kind = kind;
+    } else if (request == PKV__PREFILL_INTEL) {
+        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_WARN, "opencl: prefill kernel: %s",
+                     why);
+    }
+    if (kind == PKV__PREFILL_ROWS) {
+        snprintf(b->prefill_variant, sizeof b->prefill_variant,
+                 "rows: a work-item per row and query head (%s)", why);
         return PKV_OK;
-    size_t max_group = 0;
+    }
     pkv_status st =
         pkv__ocl_make_kernel(b, b->program, "pkv_paged_attention_tiled",
                              &b->k_tiled, &max_group, 1024);
-    uint32_t group = c->num_q_heads / c->num_kv_heads, rows = 0, chunk = 0;
+    uint32_t rows = 0, chunk = 0;
     if (st == PKV_OK &&
         pkv__prefill_tile_shape(group, c->head_dim, c->block_size, local_mem,
                                 max_group, &rows, &chunk) == 0) {
         b->tile_rows = rows;
         b->tile_chunk = chunk;
-        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_INFO,
-                     "opencl: prefill kernel tiled: %u rows x %u query heads "
-                     "per work-group, %u tokens staged at a time",
-                     (unsigned)rows, (unsigned)group, (unsigned)chunk);
+        snprintf(b->prefill_variant, sizeof b->prefill_variant,
+                 "tiles: %u rows x %u query heads per work-group, %u tokens "
+                 "staged at a time (%s)",
+                 (unsigned)rows, (unsigned)group, (unsigned)chunk, why);
+        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_INFO, "opencl: prefill kernel %s",
+                     b->prefill_variant);
     } else if (st == PKV_OK) {
-        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_WARN,
-                     "opencl: prefill kernel rows: the tiled kernel does not "
-                     "fit the device (%llu bytes of local memory, work-groups "
-                     "of %zu)",
-                     (unsigned long long)local_mem, max_group);
+        b->prefill_kind = PKV__PREFILL_ROWS;
+        snprintf(b->prefill_variant, sizeof b->prefill_variant,
+                 "rows: the tiled kernel does not fit the device (%llu bytes "
+                 "of local memory, work-groups of %zu)",
+                 (unsigned long long)local_mem, max_group);
+        pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_WARN, "opencl: prefill kernel %s",
+                     b->prefill_variant);
     }
     return st;
 }
@@ -90,6 +177,10 @@ static void ocl_destroy(pkv__backend *b)
     for (size_t i = 0; i < 4; i++)
         if (decode_mems[i] != NULL)
             clReleaseMemObject(decode_mems[i]);
+    if (b->k_prefill != NULL)
+        clReleaseKernel(b->k_prefill);
+    if (b->prefill_program != NULL)
+        clReleaseProgram(b->prefill_program);
     if (b->k_partial != NULL)
         clReleaseKernel(b->k_partial);
     if (b->k_reduce != NULL)
@@ -224,7 +315,8 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
     const char *dk = getenv("PKV_OPENCL_DECODE");
     b->decode_request = pkv__decode_parse(dk);
     const char *pf = getenv("PKV_OPENCL_PREFILL");
-    if (b->decode_request < 0 || pkv__prefill_choose(pf, 0) < 0) {
+    int prefill_request = pkv__prefill_parse(pf);
+    if (b->decode_request < 0 || prefill_request < 0) {
         pkv_status bad =
             b->decode_request < 0
                 ? pkv__fail(PKV_ERR_INVALID_ARGUMENT,
@@ -232,8 +324,8 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
                             "intel or off",
                             dk)
                 : pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                            "PKV_OPENCL_PREFILL=%s: expected auto, rows or "
-                            "tiles",
+                            "PKV_OPENCL_PREFILL=%s: expected auto, rows, "
+                            "tiles or intel",
                             pf);
         pkv__free(alloc, b, 1, sizeof *b);
         return bad;
@@ -302,7 +394,7 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
         st = pkv__ocl_make_kernel(b, b->program, "pkv_block_copy", &b->k_copy,
                                   &b->local_copy, 64);
     if (st == PKV_OK)
-        st = prefill_prepare(b, pf);
+        st = prefill_prepare(b, prefill_request);
     /* The decode kernels too, here where the geometry is known, so that
      * the first all-decode step pays no build in the host's latency (a
      * program cache directory turns later processes' builds into a binary
@@ -371,6 +463,11 @@ int pkv__ocl_is(const pkv__backend_ops *ops)
 const char *pkv__ocl_decode_variant(const pkv__backend *b)
 {
     return b->decode_variant[0] != '\0' ? b->decode_variant : NULL;
+}
+
+const char *pkv__ocl_prefill_variant(const pkv__backend *b)
+{
+    return b->prefill_variant[0] != '\0' ? b->prefill_variant : NULL;
 }
 
 uint64_t pkv__ocl_table_words(const pkv__backend *b)

@@ -186,15 +186,97 @@ int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
     return 0;
 }
 
-int pkv__prefill_choose(const char *value, int cpu_device)
+int pkv__prefill_parse(const char *value)
 {
-    if (value == NULL || value[0] == '\0' || strcmp(value, "auto") == 0)
-        return cpu_device ? PKV__PREFILL_ROWS : PKV__PREFILL_TILES;
-    if (strcmp(value, "rows") == 0)
-        return PKV__PREFILL_ROWS;
-    if (strcmp(value, "tiles") == 0)
-        return PKV__PREFILL_TILES;
+    static const char *const names[] = {"rows", "tiles", "intel", "auto"};
+    if (value == NULL || value[0] == '\0')
+        return PKV__PREFILL_AUTO;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
     return -1;
+}
+
+int pkv__prefill_intel_takes(uint32_t head_dim, uint32_t group,
+                             uint32_t block_size)
+{
+    return head_dim % 32 == 0 && head_dim <= PKV__PREFILL_INTEL_MAX_DIM &&
+           group >= 1 && group <= PKV__PREFILL_INTEL_QUERIES &&
+           block_size >= 8;
+}
+
+pkv__prefill_kind pkv__prefill_choose(int request, int cpu_device,
+                                      int subgroups, int takes, char *why,
+                                      size_t why_size)
+{
+    static const char *const names[] = {"rows", "tiles", "intel"};
+    if (request == PKV__PREFILL_INTEL && !subgroups) {
+        snprintf(why, why_size,
+                 "PKV_OPENCL_PREFILL=intel, but the device lacks "
+                 "cl_intel_subgroups");
+        return PKV__PREFILL_TILES;
+    }
+    if (request == PKV__PREFILL_INTEL && !takes) {
+        snprintf(why, why_size,
+                 "PKV_OPENCL_PREFILL=intel, but the kernel does not take "
+                 "the geometry (head_dim a multiple of 32 up to %u, up to "
+                 "%u query heads per kv head, blocks of 8 tokens or more)",
+                 PKV__PREFILL_INTEL_MAX_DIM, PKV__PREFILL_INTEL_QUERIES);
+        return PKV__PREFILL_TILES;
+    }
+    if (request != PKV__PREFILL_AUTO) {
+        snprintf(why, why_size, "PKV_OPENCL_PREFILL=%s", names[request]);
+        return (pkv__prefill_kind)request;
+    }
+    if (cpu_device) {
+        snprintf(why, why_size,
+                 "auto: a CPU device, where a work-item per row and head is "
+                 "fastest");
+        return PKV__PREFILL_ROWS;
+    }
+    if (subgroups && takes) {
+        snprintf(why, why_size, "auto: the device has cl_intel_subgroups");
+        return PKV__PREFILL_INTEL;
+    }
+    snprintf(why, why_size,
+             "auto: %s",
+             subgroups ? "a geometry the intel kernel does not take"
+                       : "a GPU or accelerator without Intel subgroups");
+    return PKV__PREFILL_TILES;
+}
+
+/* kernels/prefill_intel.cl's chunk: TC tokens. */
+static uint32_t intel_chunk(uint32_t block_size)
+{
+    return block_size < 16 ? block_size : 16;
+}
+
+uint64_t pkv__prefill_intel_local_bytes(uint32_t head_dim,
+                                        uint32_t block_size)
+{
+    uint64_t nv = PKV__PREFILL_INTEL_QUERIES, tc = intel_chunk(block_size);
+    return 4ull * (2 * head_dim * nv + tc * head_dim +
+                   head_dim / 32 * 16 * nv + tc * nv + 3 * nv);
+}
+
+int pkv__prefill_intel_shape(uint32_t head_dim, uint32_t group,
+                             uint32_t block_size, uint64_t local_mem,
+                             size_t max_group, uint32_t *rows,
+                             uint32_t *lanes)
+{
+    if (group == 0 || group > PKV__PREFILL_INTEL_QUERIES ||
+        head_dim % 32 != 0 || head_dim / 2 > max_group ||
+        pkv__prefill_intel_local_bytes(head_dim, block_size) > local_mem)
+        return -1;
+    *rows = PKV__PREFILL_INTEL_QUERIES / group;
+    *lanes = head_dim / 2;
+    return 0;
+}
+
+void pkv__prefill_intel_options(uint32_t rows, char *out, size_t size)
+{
+    snprintf(out, size, " -cl-std=CL2.0 -DPKV_PREFILL_ROWS=%u",
+             (unsigned)rows);
 }
 
 #define TILE_TARGET_LANES 64u

@@ -61,12 +61,59 @@ int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
                                size_t max_group, pkv__decode_gpu_shape *out);
 
 /* The attention kernel of steps with more than one row per sequence:
- * ROWS (paged_attention.cl, a work-item per row and head) or TILES
- * (paged_attention_tiled.cl, a work-group per tile of rows). From
- * PKV_OPENCL_PREFILL's value: "rows", "tiles", or NULL, "" or "auto" for
- * ROWS on a CPU device and TILES elsewhere; anything else -1. */
-enum { PKV__PREFILL_ROWS = 0, PKV__PREFILL_TILES = 1 };
-int pkv__prefill_choose(const char *value, int cpu_device);
+ * ROWS (paged_attention.cl, a work-item per row and head), TILES
+ * (paged_attention_tiled.cl, a work-group per tile of rows) or INTEL
+ * (prefill_intel.cl, a work-group of Intel subgroups per tile of rows and
+ * kv head, built per geometry). AUTO is a request only. */
+typedef enum pkv__prefill_kind {
+    PKV__PREFILL_ROWS = 0,
+    PKV__PREFILL_TILES = 1,
+    PKV__PREFILL_INTEL = 2,
+    PKV__PREFILL_AUTO = 3
+} pkv__prefill_kind;
+
+/* The request in PKV_OPENCL_PREFILL's value: NULL, "" or "auto" is AUTO;
+ * "rows", "tiles", "intel"; anything else -1. */
+int pkv__prefill_parse(const char *value);
+
+/* Whether INTEL takes a geometry: head_dim a multiple of 32 up to
+ * PKV__PREFILL_INTEL_MAX_DIM, `group` query heads per kv head up to
+ * PKV__PREFILL_INTEL_QUERIES, blocks of 8 tokens or more. The device
+ * needs cl_intel_subgroups besides. */
+#define PKV__PREFILL_INTEL_MAX_DIM 256u
+#define PKV__PREFILL_INTEL_QUERIES 8u /* kernels/prefill_intel.cl: NV */
+int pkv__prefill_intel_takes(uint32_t head_dim, uint32_t group,
+                             uint32_t block_size);
+
+/* The kernel for `request` on a device (cpu_device: CL_DEVICE_TYPE_CPU;
+ * subgroups: it has cl_intel_subgroups; takes: pkv__prefill_intel_takes),
+ * with the reason written to why. AUTO: ROWS on a CPU device, else INTEL
+ * where it can run, else TILES. A forced INTEL that cannot run gives
+ * TILES, why saying "the device lacks cl_intel_subgroups" or "the
+ * geometry". */
+pkv__prefill_kind pkv__prefill_choose(int request, int cpu_device,
+                                      int subgroups, int takes, char *why,
+                                      size_t why_size);
+
+/* The INTEL kernel's shape for head_dim, `group` and block_size on a
+ * device with local_mem bytes of local memory and work-groups of up to
+ * max_group items: *rows = PKV__PREFILL_INTEL_QUERIES / group rows a tile,
+ * *lanes = head_dim / 2 work-items a work-group; its build options (the
+ * geometry's, then -cl-std=CL2.0 -DPKV_PREFILL_ROWS=rows) come from
+ * pkv__decode_build_options with pkv__prefill_intel_options. Returns 0,
+ * or -1 when it does not fit. */
+int pkv__prefill_intel_shape(uint32_t head_dim, uint32_t group,
+                             uint32_t block_size, uint64_t local_mem,
+                             size_t max_group, uint32_t *rows,
+                             uint32_t *lanes);
+
+/* The INTEL kernel's own build options for `rows` rows a tile. */
+void pkv__prefill_intel_options(uint32_t rows, char *out, size_t size);
+
+/* Local memory bytes the INTEL kernel uses (kernels/prefill_intel.cl:
+ * qs, accs, kv, part, w, stat). */
+uint64_t pkv__prefill_intel_local_bytes(uint32_t head_dim,
+                                        uint32_t block_size);
 
 /* The tiled kernel's shape for `group` query heads per kv head, head_dim,
  * block_size, the device's local memory and largest work-group: tile_rows

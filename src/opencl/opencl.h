@@ -73,6 +73,11 @@ void pkv__ocl_release_programs(void);
  * Borrowed, valid while the backend lives. */
 const char *pkv__ocl_decode_variant(const pkv__backend *backend);
 
+/* The attention kernel of steps with more rows than sequences that the
+ * backend chose at create ("rows: ...", "tiles: ..." or "intel: ..."),
+ * and why. Borrowed, valid while the backend lives. */
+const char *pkv__ocl_prefill_variant(const pkv__backend *backend);
+
 /* Block-table words the steps uploaded so far (each uploads only the
  * rows that changed since the previous step): for tests. */
 uint64_t pkv__ocl_table_words(const pkv__backend *backend);

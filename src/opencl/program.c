@@ -76,7 +76,8 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 
 #define FNV_START 0xcbf29ce484222325ull
 
-/* The files of the generic program and of the decode program. */
+/* The files of the generic program, of the decode programs and of the
+ * Intel prefill program. */
 static const char *const generic_files[] = {
     "src/kv_layout.h",         "src/kv_step.h",
     "kernels/pkv_common.cl",   "kernels/tensor_io.cl",
@@ -98,6 +99,9 @@ static const char *const prefill_dpas_files[] = {
     "src/kv_layout.h", "src/kv_step.h", "kernels/pkv_common.cl",
     "kernels/tensor_io.cl", "kernels/paged_attention.cl",
     "kernels/dpas_emulation.cl", "kernels/prefill_dpas.cl"};
+static const char *const prefill_intel_files[] = {
+    "src/kv_layout.h", "src/kv_step.h", "kernels/tensor_io.cl",
+    "kernels/prefill_intel.cl"};
 #define NUM_FILES(list) ((unsigned)(sizeof list / sizeof list[0]))
 
 /* Read a kernel file from pkv__ocl_kernel_dir into dst (size bytes), or
@@ -537,6 +541,10 @@ pkv_status pkv__ocl_program(pkv__ocl_target *t, int kind, const char *extra,
         return get_program(t, decode_intel_files,
                            NUM_FILES(decode_intel_files), extra, t->cache_dir,
                            t->own_context, out);
+    if (kind == PKV__CL_PREFILL_INTEL)
+        return get_program(t, prefill_intel_files,
+                           NUM_FILES(prefill_intel_files), extra,
+                           t->cache_dir, t->own_context, out);
     return get_program(t, generic_files, NUM_FILES(generic_files), extra,
                        t->cache_dir, t->own_context, out);
 }

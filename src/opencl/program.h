@@ -28,11 +28,13 @@ typedef struct pkv__ocl_target {
 
 /* The programs pkv builds. */
 enum pkv__ocl_program_kind {
-    PKV__CL_GENERIC = 0,      /* kv_append, paged_attention, block_copy */
-    PKV__CL_DECODE = 1,       /* paged_decode.cl, specialised by -D options */
-    PKV__CL_DECODE_GPU = 2,   /* decode_gpu.cl, specialised by -D options */
-    PKV__CL_DECODE_INTEL = 3, /* decode_intel.cl, specialised by -D options */
-    PKV__CL_PREFILL_DPAS = 4  /* prefill_dpas.cl, specialised by -D options */
+    PKV__CL_GENERIC = 0,       /* kv_append, paged_attention, block_copy */
+    PKV__CL_DECODE = 1,        /* paged_decode.cl, specialised by -D options */
+    PKV__CL_DECODE_GPU = 2,    /* decode_gpu.cl, specialised by -D options */
+    PKV__CL_DECODE_INTEL = 3,  /* decode_intel.cl, specialised by -D options */
+    PKV__CL_PREFILL_DPAS = 4,  /* prefill_dpas.cl, specialised by -D options */
+    PKV__CL_PREFILL_INTEL = 5  /* prefill_intel.cl, specialised by -D
+                                  options */
 };
 
 /* Whether dir may not hold program binaries this process loads: it
