@@ -767,7 +767,7 @@ static void test_cache_too_large(void **state)
     setenv("PKV_OPENCL_PREFILL", "wide", 1);
     expect_create_fails(p, PKV_ERR_INVALID_ARGUMENT,
                         "PKV_OPENCL_PREFILL=wide: expected auto, rows, "
-                        "tiles or intel");
+                        "tiles, intel or dpas");
     unsetenv("PKV_OPENCL_PREFILL");
 }
 

@@ -185,6 +185,7 @@ static void test_prefill_choice(void **state)
     assert_int_equal(pkv__prefill_parse("rows"), PKV__PREFILL_ROWS);
     assert_int_equal(pkv__prefill_parse("tiles"), PKV__PREFILL_TILES);
     assert_int_equal(pkv__prefill_parse("intel"), PKV__PREFILL_INTEL);
+    assert_int_equal(pkv__prefill_parse("dpas"), PKV__PREFILL_DPAS);
     assert_int_equal(pkv__prefill_parse("tile"), -1);
     /* Auto: rows on a CPU device, Intel's where it runs, else tiles. */
     assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 1, 1, 1, why,
@@ -217,6 +218,15 @@ static void test_prefill_choice(void **state)
                                          sizeof why),
                      PKV__PREFILL_TILES);
     assert_non_null(strstr(why, "does not take the geometry"));
+    /* DPAS only when asked for, and only with Intel's subgroups (its
+     * geometry is checked at its build). */
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_DPAS, 0, 1, 0, why,
+                                         sizeof why),
+                     PKV__PREFILL_DPAS);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_DPAS, 0, 0, 1, why,
+                                         sizeof why),
+                     PKV__PREFILL_TILES);
+    assert_non_null(strstr(why, "dpas, but the device lacks"));
     /* The geometries Intel's kernel takes. */
     assert_true(pkv__prefill_intel_takes(128, 8, 16));
     assert_true(pkv__prefill_intel_takes(96, 1, 8));

@@ -6,13 +6,14 @@
  * layout with sub-group broadcasts. Needs sub-groups of 8
  * (cl_intel_required_subgroup_size), cl_intel_subgroups and cl_khr_fp16:
  * Intel's CPU runtime (tests/run.sh's Intel pass); skipped elsewhere,
- * after the check of which devices and geometries take the variant
- * (pkv__dpas_accepts), which needs none.
+ * after the check of which geometries the variant takes
+ * (pkv__dpas_takes), which needs no device.
  *
  * Each case: both backends append the same K/V over two steps (a prefill
  * of three sequences, then a mixed step with a decode row), the CPU
- * backend attends, the OpenCL backend runs the DPAS kernel over the same
- * cache; block tables random and non-contiguous, the blocks wholly behind
+ * backend attends, the OpenCL backend, created with
+ * PKV_OPENCL_PREFILL=dpas, runs the DPAS kernel over the same cache (its
+ * attend with host tensors, or the kernel on f16 device tensors); block tables random and non-contiguous, the blocks wholly behind
  * a window's reach null (block 0), as a windowed group's are.
  *
  * Tolerance, derived per case from its data (printed with what was seen).
@@ -41,6 +42,7 @@
  * the two f16 of a pair swapped in the emulation moved them by 4.5, the
  * window's mask dropped by 1.5.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,6 +54,7 @@
 #include "half.h"
 #include "kv_layout.h"
 #include "mem_util.h"
+#include "opencl/features.h"
 #include "opencl/prefill_dpas.h"
 #include "rng.h"
 
@@ -119,11 +122,15 @@ static cl_mem device_copy(pkv__backend *b, const void *p, size_t bytes)
 }
 
 /* The DPAS kernel's output for host queries q (n floats): through f16
- * tensors when f16_io. */
-static void dpas_attend(pkv__backend *b, const pkv__ocl_dpas *dp,
-                        const float *q, float *out, size_t n, int f16_io,
-                        uint32_t window)
+ * device tensors when f16_io, else the backend's attend. */
+static void dpas_attend(pkv__backend *b, const float *q, float *out,
+                        size_t n, int f16_io, uint32_t window)
 {
+    if (!f16_io) {
+        check_ok(pkv__backend_opencl.attend(b, 0, q, out, 0.0f, window),
+                 "ocl attend");
+        return;
+    }
     size_t elem = f16_io ? 2 : 4;
     uint16_t *h = malloc(n * 2 + 2);
     assert_non_null(h);
@@ -133,7 +140,7 @@ static void dpas_attend(pkv__backend *b, const pkv__ocl_dpas *dp,
     cl_mem om = device_copy(b, f16_io ? (const void *)h : (const void *)q,
                             n * elem);
     kt tq = {qm, 0, (cl_uint)f16_io}, to = {om, 0, (cl_uint)f16_io};
-    check_ok(pkv__ocl_dpas_enqueue(b, dp, 0, tq, to, 0.0f, window),
+    check_ok(pkv__ocl_dpas_enqueue(b, 0, tq, to, 0.0f, window),
              "dpas enqueue");
     void *dst = f16_io ? (void *)h : (void *)out;
     assert_int_equal(clEnqueueReadBuffer(b->queue, om, CL_TRUE, 0, n * elem,
@@ -200,11 +207,14 @@ static void run_case(const dcase *c, uint64_t seed)
     pkv__allocator alloc = plain_allocator();
     pkv__backend *cpu = NULL, *ocl = NULL;
     check_ok(pkv__backend_cpu.create(&cfg, &alloc, &cpu), "cpu create");
-    check_ok(pkv__backend_opencl.create(&cfg, &alloc, &ocl), "ocl create");
-    pkv__ocl_dpas dp;
-    check_ok(pkv__ocl_dpas_build(ocl, &dp), "dpas build");
-    /* The step's tiles are the DPAS kernel's. */
-    ocl->tile_rows = dp.rows;
+    setenv("PKV_OPENCL_PREFILL", "dpas", 1);
+    pkv_status created = pkv__backend_opencl.create(&cfg, &alloc, &ocl);
+    unsetenv("PKV_OPENCL_PREFILL");
+    check_ok(created, "ocl create");
+    /* Asked for, the DPAS kernel is what the backend built, its tiles the
+     * step's. */
+    assert_int_equal(ocl->prefill_kind, PKV__PREFILL_DPAS);
+    assert_int_equal(ocl->tile_rows, pkv__dpas_rows(c->d));
 
     uint64_t rng = seed;
     /* Blocks 1.. in a random order: tables[i] for sequence i. */
@@ -264,7 +274,7 @@ static void run_case(const dcase *c, uint64_t seed)
         check_ok(pkv__backend_opencl.append(ocl, 0, k, v), "ocl append");
         check_ok(pkv__backend_cpu.attend(cpu, 0, q, o1, 0.0f, c->window),
                  "cpu attend");
-        dpas_attend(ocl, &dp, q, o2, qn, c->f16_io, c->window);
+        dpas_attend(ocl, q, o2, qn, c->f16_io, c->window);
         double kn_step = max_norm(k, (size_t)t * c->hkv, c->d);
         kn = kn_step > kn ? kn_step : kn;
         double tol = tolerance(c, max_norm(q, (size_t)t * c->hq, c->d), kn,
@@ -296,37 +306,27 @@ static void run_case(const dcase *c, uint64_t seed)
                   (unsigned)c->d, (unsigned)c->hq, (unsigned)c->hkv,
                   (unsigned)c->bs, (unsigned)c->window, (int)c->dtype,
                   c->f16_io, worst, tol_min);
-    pkv__ocl_dpas_release(&dp);
     pkv__backend_cpu.destroy(cpu);
     pkv__backend_opencl.destroy(ocl);
 }
 
-/* Which devices and geometries take the variant (no device needed). */
-static void test_accepts(void **state)
+/* Which geometries and device limits take the variant (no device
+ * needed). */
+static void test_takes(void **state)
 {
     (void)state;
-    const char *xmx = "cl_khr_fp16 "
-                      "cl_intel_subgroup_matrix_multiply_accumulate "
-                      "cl_intel_subgroups";
     char why[256];
-    assert_true(pkv__dpas_accepts(xmx, 128, 4, 1024, 65536, why, sizeof why));
-    assert_true(pkv__dpas_accepts(xmx, 256, 8, 1024, 65536, why, sizeof why));
-    /* No matrix engines, or only a longer name's prefix. */
-    assert_false(pkv__dpas_accepts("cl_khr_fp16 cl_intel_subgroups", 128, 4,
-                                   1024, 65536, why, sizeof why));
-    assert_false(pkv__dpas_accepts(
-        "cl_intel_subgroup_matrix_multiply_accumulate_tensor_float32", 128,
-        4, 1024, 65536, why, sizeof why));
+    assert_true(pkv__dpas_takes(128, 4, 1024, 65536, why, sizeof why));
+    assert_true(pkv__dpas_takes(256, 8, 1024, 65536, why, sizeof why));
     /* head_dim not a multiple of 16, or above 256. */
-    assert_false(pkv__dpas_accepts(xmx, 72, 4, 1024, 65536, why, sizeof why));
-    assert_false(pkv__dpas_accepts(xmx, 512, 4, 1024, 65536, why, sizeof why));
+    assert_false(pkv__dpas_takes(72, 4, 1024, 65536, why, sizeof why));
+    assert_false(pkv__dpas_takes(512, 4, 1024, 65536, why, sizeof why));
     /* A work-group of 8 x group, and its local memory. */
-    assert_false(pkv__dpas_accepts(xmx, 128, 32, 128, 65536, why, sizeof why));
+    assert_false(pkv__dpas_takes(128, 32, 128, 65536, why, sizeof why));
     uint64_t need = pkv__dpas_local_bytes(256, 8);
     assert_int_equal(need, 64 * 256 + 2 * 8 * 256 * 2);
-    assert_true(pkv__dpas_accepts(xmx, 256, 8, 1024, need, why, sizeof why));
-    assert_false(
-        pkv__dpas_accepts(xmx, 256, 8, 1024, need - 1, why, sizeof why));
+    assert_true(pkv__dpas_takes(256, 8, 1024, need, why, sizeof why));
+    assert_false(pkv__dpas_takes(256, 8, 1024, need - 1, why, sizeof why));
     assert_int_equal(pkv__dpas_rows(64), 4);
     assert_int_equal(pkv__dpas_rows(80), 2);
 }
@@ -356,7 +356,7 @@ static int device_fits(void)
 int main(void)
 {
     const struct CMUnitTest choice[] = {
-        cmocka_unit_test(test_accepts),
+        cmocka_unit_test(test_takes),
     };
     int failed = cmocka_run_group_tests(choice, NULL, NULL);
     if (failed != 0)

@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include "features.h"
+#include "prefill_dpas.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,6 +66,8 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)d) : scale;
     cl_mem arena = pkv__ocl_arena(b, layer);
     const pkv__ocl_group *grp = pkv__ocl_group_of(b, layer);
+    if (b->prefill_kind == PKV__PREFILL_DPAS && ntok > 0)
+        return pkv__ocl_dpas_enqueue(b, layer, q, out, scale, window);
     if (b->prefill_kind == PKV__PREFILL_INTEL && ntok > 0) {
         /* Intel's: a work-group per (tile, kv head), the geometry built
          * in. */

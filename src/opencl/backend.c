@@ -8,6 +8,7 @@
 
 #include "features.h"
 #include "kv_layout.h"
+#include "prefill_dpas.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -55,10 +56,25 @@ static pkv_status intel_prefill_build(pkv__backend *b, uint64_t local_mem,
     return st;
 }
 
+/* The DPAS kernel, asked for: built where the device's work-groups and
+ * local memory take the geometry, else PKV_ERR_UNSUPPORTED with the
+ * reason. */
+static pkv_status dpas_prefill_build(pkv__backend *b, uint64_t local_mem,
+                                     size_t max_group)
+{
+    const pkv__backend_config *c = &b->cfg;
+    char why[200];
+    if (!pkv__dpas_takes(c->head_dim, c->num_q_heads / c->num_kv_heads,
+                         max_group, local_mem, why, sizeof why))
+        return pkv__fail(PKV_ERR_UNSUPPORTED, "%s", why);
+    return pkv__ocl_dpas_build(b);
+}
+
 /* The attention kernel of steps with more rows than sequences, from
  * PKV_OPENCL_PREFILL (request) and the device: Intel's where it can run
  * (else the tiled one), the tiled one where it fits, else
- * pkv_paged_attention. Built here, at create, as the decode program is. */
+ * pkv_paged_attention; the DPAS kernel only when asked for. Built here,
+ * at create, as the decode program is. */
 static pkv_status prefill_prepare(pkv__backend *b, int request)
 {
     const pkv__backend_config *c = &b->cfg;
@@ -81,10 +97,24 @@ static pkv_status prefill_prepare(pkv__backend *b, int request)
         sizeof why);
     b->tile_rows = 0;
     b->prefill_kind = kind;
-    if (kind == PKV__PREFILL_INTEL) {
-        pkv_status st =
+    pkv_status built = PKV_OK;
+    if (kind == PKV__PREFILL_DPAS) {
+        built = dpas_prefill_build(b, local_mem, max_group);
+        if (built == PKV_OK) {
+            snprintf(b->prefill_variant, sizeof b->prefill_variant,
+                     "dpas: %u sub-groups of 8 per (tile of %u rows, kv "
+                     "head), the products on the matrix engines%s (%s)",
+                     (unsigned)group, (unsigned)b->tile_rows,
+                     pkv__ocl_has_extension(extensions, PKV__DPAS_EXTENSION)
+                         ? ""
+                         : ", emulated: the device has none",
+                     why);
+            return PKV_OK;
+        }
+    } else if (kind == PKV__PREFILL_INTEL) {
+        built =
             intel_prefill_build(b, local_mem, max_group, opts, sizeof opts);
-        if (st == PKV_OK) {
+        if (built == PKV_OK) {
             snprintf(b->prefill_variant, sizeof b->prefill_variant,
                      "intel: a work-group of 16-lane subgroups per (tile of "
                      "%u rows, kv head), K and V staged in local memory "
@@ -97,15 +127,19 @@ static pkv_status prefill_prepare(pkv__backend *b, int request)
                          opts);
             return PKV_OK;
         }
-        /* The tiled kernel serves where Intel's does not build. */
-        snprintf(why, sizeof why,
-                 "the intel prefill kernel is unavailable: %s",
+    }
+    if (built != PKV_OK) {
+        /* The tiled kernel serves where Intel's or the DPAS kernel does
+         * not build. */
+        snprintf(why, sizeof why, "the %s prefill kernel is unavailable: %s",
+                 kind == PKV__PREFILL_DPAS ? "dpas" : "intel",
                  pkv_last_error());
         pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_WARN, "opencl: prefill kernel: %s",
                      why);
         kind = PKV__PREFILL_TILES;
         b->prefill_kind = kind;
-    } else if (request == PKV__PREFILL_INTEL) {
+    } else if (request == PKV__PREFILL_INTEL ||
+               request == PKV__PREFILL_DPAS) {
         pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_WARN, "opencl: prefill kernel: %s",
                      why);
     }
@@ -325,7 +359,7 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
                             dk)
                 : pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                             "PKV_OPENCL_PREFILL=%s: expected auto, rows, "
-                            "tiles or intel",
+                            "tiles, intel or dpas",
                             pf);
         pkv__free(alloc, b, 1, sizeof *b);
         return bad;

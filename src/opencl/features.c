@@ -188,10 +188,11 @@ int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
 
 int pkv__prefill_parse(const char *value)
 {
-    static const char *const names[] = {"rows", "tiles", "intel", "auto"};
+    static const char *const names[] = {"rows", "tiles", "intel", "dpas",
+                                        "auto"};
     if (value == NULL || value[0] == '\0')
         return PKV__PREFILL_AUTO;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (strcmp(value, names[i]) == 0)
             return i;
     return -1;
@@ -209,11 +210,13 @@ pkv__prefill_kind pkv__prefill_choose(int request, int cpu_device,
                                       int subgroups, int takes, char *why,
                                       size_t why_size)
 {
-    static const char *const names[] = {"rows", "tiles", "intel"};
-    if (request == PKV__PREFILL_INTEL && !subgroups) {
+    static const char *const names[] = {"rows", "tiles", "intel", "dpas"};
+    if ((request == PKV__PREFILL_INTEL || request == PKV__PREFILL_DPAS) &&
+        !subgroups) {
         snprintf(why, why_size,
-                 "PKV_OPENCL_PREFILL=intel, but the device lacks "
-                 "cl_intel_subgroups");
+                 "PKV_OPENCL_PREFILL=%s, but the device lacks "
+                 "cl_intel_subgroups",
+                 names[request]);
         return PKV__PREFILL_TILES;
     }
     if (request == PKV__PREFILL_INTEL && !takes) {

@@ -64,16 +64,20 @@ int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
  * ROWS (paged_attention.cl, a work-item per row and head), TILES
  * (paged_attention_tiled.cl, a work-group per tile of rows) or INTEL
  * (prefill_intel.cl, a work-group of Intel subgroups per tile of rows and
- * kv head, built per geometry). AUTO is a request only. */
+ * kv head, built per geometry) or DPAS (prefill_dpas.cl, the score and
+ * value products on Intel's matrix engines, built per geometry; only
+ * when asked for: src/opencl/prefill_dpas.h says why). AUTO is a request
+ * only. */
 typedef enum pkv__prefill_kind {
     PKV__PREFILL_ROWS = 0,
     PKV__PREFILL_TILES = 1,
     PKV__PREFILL_INTEL = 2,
-    PKV__PREFILL_AUTO = 3
+    PKV__PREFILL_DPAS = 3,
+    PKV__PREFILL_AUTO = 4
 } pkv__prefill_kind;
 
 /* The request in PKV_OPENCL_PREFILL's value: NULL, "" or "auto" is AUTO;
- * "rows", "tiles", "intel"; anything else -1. */
+ * "rows", "tiles", "intel", "dpas"; anything else -1. */
 int pkv__prefill_parse(const char *value);
 
 /* Whether INTEL takes a geometry: head_dim a multiple of 32 up to
@@ -88,9 +92,10 @@ int pkv__prefill_intel_takes(uint32_t head_dim, uint32_t group,
 /* The kernel for `request` on a device (cpu_device: CL_DEVICE_TYPE_CPU;
  * subgroups: it has cl_intel_subgroups; takes: pkv__prefill_intel_takes),
  * with the reason written to why. AUTO: ROWS on a CPU device, else INTEL
- * where it can run, else TILES. A forced INTEL that cannot run gives
- * TILES, why saying "the device lacks cl_intel_subgroups" or "the
- * geometry". */
+ * where it can run, else TILES. A forced INTEL or DPAS that cannot run
+ * gives TILES, why saying "the device lacks cl_intel_subgroups" or "the
+ * geometry" (INTEL); DPAS needs the subgroups here, its geometry is
+ * checked at its build (pkv__dpas_takes). */
 pkv__prefill_kind pkv__prefill_choose(int request, int cpu_device,
                                       int subgroups, int takes, char *why,
                                       size_t why_size);

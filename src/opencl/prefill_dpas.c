@@ -9,9 +9,7 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 
-#define DPAS_EXTENSION "cl_intel_subgroup_matrix_multiply_accumulate"
 #define SUB_GROUP 8u /* the builtin's sub-group size on DG2 */
 
 uint32_t pkv__dpas_rows(uint32_t head_dim)
@@ -26,13 +24,10 @@ uint64_t pkv__dpas_local_bytes(uint32_t head_dim, uint32_t group)
            (uint64_t)2u * group * head_dim * pkv__dpas_rows(head_dim);
 }
 
-int pkv__dpas_accepts(const char *extensions, uint32_t head_dim,
-                      uint32_t group, size_t max_group, uint64_t local_mem,
-                      char *why, size_t why_size)
+int pkv__dpas_takes(uint32_t head_dim, uint32_t group, size_t max_group,
+                    uint64_t local_mem, char *why, size_t why_size)
 {
-    if (!pkv__ocl_has_extension(extensions, DPAS_EXTENSION))
-        snprintf(why, why_size, "the device lacks " DPAS_EXTENSION);
-    else if (head_dim % 16 != 0 || head_dim > 256)
+    if (head_dim % 16 != 0 || head_dim > 256)
         snprintf(why, why_size,
                  "head_dim %u is not a multiple of 16 up to 256",
                  (unsigned)head_dim);
@@ -50,13 +45,12 @@ int pkv__dpas_accepts(const char *extensions, uint32_t head_dim,
     return 0;
 }
 
-pkv_status pkv__ocl_dpas_build(pkv__backend *b, pkv__ocl_dpas *out)
+pkv_status pkv__ocl_dpas_build(pkv__backend *b)
 {
     const pkv__backend_config *c = &b->cfg;
     int quantized = pkv__backend_quantized(c);
     uint32_t group = c->num_q_heads / c->num_kv_heads;
     char opts[512];
-    memset(out, 0, sizeof *out);
     pkv__decode_build_options(
         c->head_dim, c->block_size, group, (int)c->kv_dtype,
         quantized ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
@@ -65,33 +59,31 @@ pkv_status pkv__ocl_dpas_build(pkv__backend *b, pkv__ocl_dpas *out)
         opts, sizeof opts);
     size_t local = 0, want = (size_t)SUB_GROUP * group;
     pkv_status st = pkv__ocl_program(&b->cl, PKV__CL_PREFILL_DPAS, opts,
-                                     &out->program);
+                                     &b->prefill_program);
     if (st == PKV_OK)
-        st = pkv__ocl_make_kernel(b, out->program, "pkv_prefill_dpas",
-                                  &out->kernel, &local, want);
+        st = pkv__ocl_make_kernel(b, b->prefill_program, "pkv_prefill_dpas",
+                                  &b->k_prefill, &local, want);
     if (st == PKV_OK && local < want)
         st = pkv__fail(PKV_ERR_UNSUPPORTED,
                        "the DPAS prefill kernel's work-groups hold %zu "
                        "items, %zu needed",
                        local, want);
-    if (st != PKV_OK) {
-        pkv__ocl_dpas_release(out);
+    if (st != PKV_OK)
         return st;
-    }
-    out->rows = pkv__dpas_rows(c->head_dim);
+    b->tile_rows = pkv__dpas_rows(c->head_dim);
+    b->prefill_lanes = (uint32_t)want;
     pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_INFO,
                  "opencl: prefill kernel dpas: %u rows x %u query heads per "
                  "work-group;%s",
-                 (unsigned)out->rows, (unsigned)group, opts);
+                 (unsigned)b->tile_rows, (unsigned)group, opts);
     return PKV_OK;
 }
 
-pkv_status pkv__ocl_dpas_enqueue(pkv__backend *b, const pkv__ocl_dpas *d,
-                                 uint32_t layer, kt q, kt out, float scale,
-                                 uint32_t window)
+pkv_status pkv__ocl_dpas_enqueue(pkv__backend *b, uint32_t layer, kt q,
+                                 kt out, float scale, uint32_t window)
 {
     const pkv__backend_config *c = &b->cfg;
-    cl_uint hkv = c->num_kv_heads, group = c->num_q_heads / hkv;
+    cl_uint hkv = c->num_kv_heads;
     cl_uint flags = q.f16 | out.f16 << 1, lyr = layer, win = window;
     cl_uint maxb = b->table_stride;
     cl_float sc = scale == 0.0f ? 1.0f / sqrtf((float)c->head_dim) : scale;
@@ -105,17 +97,8 @@ pkv_status pkv__ocl_dpas_enqueue(pkv__backend *b, const pkv__ocl_dpas *d,
                 KA(hkv),           KA(b->layer_block_bytes),
                 KA(b->stage_floats), KA(lyr),
                 KA(sc),            KA(win)};
-    size_t lanes = (size_t)SUB_GROUP * group;
-    return pkv__ocl_launch(b, d->kernel, "pkv_prefill_dpas", a,
+    size_t lanes = b->prefill_lanes;
+    return pkv__ocl_launch(b, b->k_prefill, "pkv_prefill_dpas", a,
                            sizeof a / sizeof a[0], b->num_tiles * lanes, hkv,
                            lanes);
-}
-
-void pkv__ocl_dpas_release(pkv__ocl_dpas *d)
-{
-    if (d->kernel != NULL)
-        clReleaseKernel(d->kernel);
-    if (d->program != NULL)
-        clReleaseProgram(d->program);
-    memset(d, 0, sizeof *d);
 }
