@@ -35,7 +35,9 @@
 #
 # A line: device, program, kernel, SIMD width (the dump that ships: IGC's
 # retry at another width, "_1_" in the file name, when there is one),
-# instructions, spill bytes, private memory bytes. It fails on a spill in
+# instructions, spill bytes, private memory bytes (private=: scratch, from
+# the .asm; stateless=: a work-item's private memory in global memory,
+# from the .cos, where Xe-HPG keeps it). It fails on a spill in
 # any of them and on private memory in every kernel pkv picks on an
 # Intel GPU. Reported only: pkv_paged_attention (CPU devices) and
 # pkv_paged_attention_tiled (on an Intel GPU only for the geometries the
@@ -247,9 +249,11 @@ build() { # a builds line: id device source group kbytes vbytes label options...
         *) ls "$dir"/*_1_simd*_entry_"${asm##*_entry_}" >/dev/null 2>&1 &&
             continue ;;
         esac
+        stateless=$(sed -n 's/.*PerThreadPrivateMemorySize *= *//p' \
+            "${asm%.asm}.cos" 2>/dev/null | sort -n | tail -1)
         awk -v dev="$dev" -v label="$label" -v G="$g" -v keb="$keb" \
-            -v veb="$veb" -v file="$asm" -f "$root/tests/isa_summary.awk" \
-            "$asm" >>"$tmp/out.$id"
+            -v veb="$veb" -v file="$asm" -v stateless="${stateless:-0}" \
+            -f "$root/tests/isa_summary.awk" "$asm" >>"$tmp/out.$id"
     done
     rm -rf "$dir"
     ocloc_cache_put "$key" "$tmp/out.$id"
@@ -266,7 +270,7 @@ for i in $(seq 1 "$n"); do
     cat "$tmp/out.$i"
     if grep -q "BUILD-FAILED\|spill=[1-9]" "$tmp/out.$i" ||
         grep -v " pkv_paged_attention\(_tiled\)\? " "$tmp/out.$i" |
-        grep -q "private=[1-9]"; then
+        grep -q "private=[1-9]\|stateless=[1-9]"; then
         fails=$((fails + 1))
     fi
 done >"$tmp/all"

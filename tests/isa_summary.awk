@@ -5,7 +5,11 @@
 # loops' cost per KV byte.
 # Variables: dev, label, G (query heads a KV head, 0 for no loop figures),
 # keb and veb (K and V element bytes), file (the dump's name, which holds
-# the SIMD width).
+# the SIMD width), stateless (the private memory a work-item keeps in
+# global memory, from the dump's .cos: PerThreadPrivateMemorySize; Xe-HPG
+# puts run-time indexed arrays there and its .asm header does not say).
+# private= is the .asm's figure (scratch a hardware thread keeps, Gen12),
+# stateless= the .cos's; either above 0 is private memory.
 #
 # Each innermost loop with at least 8 G products streams KV (the loops
 # over 16 channels of 16 tokens and over runs of 16 tokens; fewer are the
@@ -40,6 +44,7 @@
 # the cycles: loads from local and private memory). The per-token work
 # around the hot loop (the score's horizontal sum, the exp, the running
 # sum) is left out, as the decode figures leave out the softmax.
+BEGIN { n = 0; nl = 0 }
 /^\/\/\.kernel / { kernel = $2 }
 /^\/\/\.instCount / { inst = $2 }
 /^\/\/\.spill size / { spill = $3 }
@@ -147,7 +152,7 @@ END {
         if (lstart[l] < firstexp) qk_l = deeper(l, qk_l)
         else pv_l = deeper(l, pv_l)
     }
-    printf "%s %s %s simd%s inst=%d spill=%d private=%d", dev, label, kernel, simd, inst, spill, priv
+    printf "%s %s %s simd%s inst=%d spill=%d private=%d stateless=%d", dev, label, kernel, simd, inst, spill, priv, stateless
     # A pass whose loop the compiler unrolled away has no figure.
     if (kb_c > 0)
         printf " kb_inst=%.3f kb_cyc=%.3f", kb_i, kb_c
