@@ -172,8 +172,17 @@ static decode_unit this_unit(global const uchar *arena,
     decode_unit u;
     u.part = get_group_id(0);
     u.num_parts = get_num_groups(0);
+    /* A group id where the work-group is 1 wide (the sequence, and in
+     * the intel variant the kv head too): the same value as the global
+     * id, but Intel's GPU compiler knows a group id is the same in every
+     * lane of a subgroup; from global ids it computed every address of
+     * the unit lane by lane. */
+#ifdef PKV_INTEL_SUBGROUPS
+    u.h = get_group_id(1);
+#else
     u.h = get_global_id(1);
-    u.seq = get_global_id(2);
+#endif
+    u.seq = get_group_id(2);
     u.ctx = context_lens[u.seq];
     u.range = part_range(u.ctx, u.part, sliding_window, partition_size);
     u.arena = arena;
@@ -262,8 +271,16 @@ static decode_dest decode_dest_of(const decode_unit *u, size_t row, float m,
     return d;
 }
 
-/* Channels ch, ch + 1 (store4: to ch + 3) of the row, scaled by
- * d->mul. */
+/* Channel ch (store2: ch, ch + 1; store4: to ch + 3) of the row, scaled
+ * by d->mul. */
+static void decode_store1(const decode_dest *d, float x, uint ch)
+{
+    if (d->f16)
+        vstore_half_rte(x * d->mul, 0, (global half *)d->p + d->off + ch);
+    else
+        d->p[d->off + ch] = x * d->mul;
+}
+
 static void decode_store2(const decode_dest *d, float2 x, uint ch)
 {
     if (d->f16)

@@ -2,8 +2,8 @@
 /*
  * The Intel subgroup variant of pkv_decode_partial (decode_common.cl has
  * the contract, the shared helpers and the reduce kernel). Needs
- * cl_intel_subgroups and cl_intel_subgroups_short and head_dim a multiple
- * of 32; built with -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS and
+ * cl_intel_subgroups, cl_intel_subgroups_short and cl_intel_subgroups_char
+ * and head_dim a multiple of 32; built with -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS and
  *   PKV_INTEL_PAIRS      channel pairs a lane owns in the value pass: 1 or
  *                        2, dividing head_dim / 32
  *   PKV_INTEL_PARTITION  the longest partition_size the host passes
@@ -29,10 +29,11 @@
  *   3. Values, lanes over channels: subgroup s owns channels
  *      [s DSUB, (s + 1) DSUB), DSUB = 32 PKV_INTEL_PAIRS, lane l the pairs
  *      (2u, 2u + 1), u = s DSUB / 2 + l + 16 i, i < PKV_INTEL_PAIRS (u4
- *      with 2 pairs: u = s DSUB / 2 + 2 l + i): a u8 row slice is one
- *      subgroup block read of ushorts, an f16 one of uints. In runs of
- *      16 tokens each token's weights reach the lanes by broadcast from a
- *      register that holds 16 tokens' weights.
+ *      with 2 pairs: u = s DSUB / 2 + 2 l + i; u8 with 1 pair: the
+ *      channels s DSUB + l and that + 16): a row slice is one subgroup
+ *      block read (u8: of ushorts, or uchars with 1 pair; f16: of
+ *      uints). In runs of 16 tokens each token's weights reach the lanes
+ *      by broadcast from a register that holds 16 tokens' weights.
  *
  * A lane keeps G scores and G query channels in pass 1 and 2 G
  * PKV_INTEL_PAIRS sums in pass 3: the host picks PKV_INTEL_PAIRS (and so
@@ -45,16 +46,18 @@
  * groups a row do that per group, at the group's last run of 8 channels
  * (a run lies in one group: U4G is a multiple of 8), with the query's
  * per-group sums in local memory. u8 per-token values fold their scale
- * into the weight and their lo into a per-head sum (pass 2); u4 per-token
- * values are dequantised per row (a lane's channels lie in one group, so
- * that is one lo and one scale a token) and per-channel values of either
- * dtype per row with the lane's pairs' parameters. A lane's u4 pairs are
- * one byte each: 2 pairs are one subgroup block read of ushorts, 1 pair a
- * byte of its own. The block that is not sealed is read in f32 from the
- * staging tail.
+ * into the weight and their lo into a per-head sum (pass 2), u4 ones so
+ * in each run of 16 tokens where the subgroup's slice lies in one group
+ * (V_RUN_FLOATS) and else are dequantised per row (a lane's channels lie
+ * in one group, so that is one lo and one scale a token); per-channel
+ * values of either dtype are dequantised per row with the lane's pairs'
+ * parameters. A lane's u4 pairs are one byte each: 2 pairs are one
+ * subgroup block read of ushorts, 1 pair one of uchars. The block that is
+ * not sealed is read in f32 from the staging tail.
  */
 #pragma OPENCL EXTENSION cl_intel_subgroups : enable
 #pragma OPENCL EXTENSION cl_intel_subgroups_short : enable
+#pragma OPENCL EXTENSION cl_intel_subgroups_char : enable
 
 #define NP PKV_INTEL_PAIRS
 #define DSUB (32 * NP)
@@ -62,6 +65,8 @@
 #define WG (16 * NSG)
 #define TC (BS < 16 ? BS : 16)
 #define PMAX PKV_INTEL_PARTITION
+/* Runs of 16 channels a turn of the score loop (chunk_scores). */
+#define K_TURN (G >= 8 ? 2 : 1)
 #if D % DSUB != 0
 #error "PKV_INTEL_PAIRS must divide head_dim / 32"
 #endif
@@ -74,6 +79,14 @@
 /* u4 values with 2 pairs a lane: lane l owns pairs 2 l, 2 l + 1 of its
  * subgroup's slice (one ushort of codes), else pairs l + 16 i. */
 #define V_ADJACENT (VD == PKV_LAYOUT_U4 && NP == 2)
+/* u8 values with one pair a lane: lane l's pair holds channels l and
+ * l + 16 of its subgroup's slice, the bytes that one subgroup block read
+ * of uchars gives it, each converted where it lies (read as the ushort of
+ * two adjacent channels, the high byte took a shift first: 7% of a
+ * token's cycles at GQA 8; with 2 pairs a lane the ushorts convert
+ * without, and a uchar read spilled on dg2-g10). The staging tail's f32
+ * rows are read alike. */
+#define V_STRIDED (VD == PKV_LAYOUT_U8 && NP == 1)
 /* u4 per-token values whose groups hold a half of the slice (U4G a
  * multiple of DSUB / 2: lanes 0-7 own the first half, 8-15 the second):
  * a run of 16 tokens loads their lo and scale once, lane l those of token
@@ -82,10 +95,15 @@
 #define V_RUN_PARAMS                                      \
     (VD == PKV_LAYOUT_U4 && VQ == PKV_LAYOUT_PER_TOKEN && \
      U4G % (DSUB / 2) == 0)
-/* V_RUN_PARAMS with one pair a lane and the slice in one group: a run
- * keeps its lo and scale as floats, which each token then reads from lane
- * j in place, where packed they took four scalar moves a token. */
+/* V_RUN_PARAMS with one pair a lane and the slice in one group: every
+ * lane's channels share a token's lo and scale, so a run folds them in
+ * once, as pass 2 does for u8 per-token values: each of its 16 tokens'
+ * scale into the lanes' weights, its lo times the weight into a per-head
+ * sum (run_lo), and the tokens' codes go into the sums as they are (two
+ * fmas a token dequantised them). */
 #define V_RUN_FLOATS (V_RUN_PARAMS && NP == 1 && U4G % DSUB == 0)
+/* Whether a run of a block stored as dtype is folded so. */
+#define RUN_FOLDED(dtype) (V_RUN_FLOATS && (dtype) == PKV_LAYOUT_U4)
 
 #if NP == 1
 #define block_read_us(p) intel_sub_group_block_read_us(p)
@@ -143,6 +161,65 @@ static float8 k_run(global const uchar *row, int dtype, int x)
     return ((global const float8 *)row)[x];
 }
 
+/* Pass 1, channels [16 x, 16 x + 16) of the lane's K row (stored as
+ * dtype; per-channel parameters lo and sc): adds their products with the
+ * G query rows to s (K_GROUPS: to gs, folded into s at a group's end),
+ * and per-channel keys q . lo to qlo. chunk_scores says the rest. */
+static void score_x(int x, global const uchar *row, int dtype, uint slot,
+                    global const half *lo, global const half *sc,
+                    local const float *qs, local const float *qg,
+                    float *s, float *qlo, float *gs)
+{
+    uint lane = get_sub_group_local_id();
+    int quant = is_quantized(dtype);
+    /* Lane l holds channel 16 x + l of each head. */
+    float qx[G];
+    for (int g = 0; g < G; g++)
+        qx[g] = qs[(16 * x + lane) * G + g];
+    if (KQ == PKV_LAYOUT_PER_CHANNEL && quant) {
+        /* Subgroup block reads: one address for the subgroup, where a
+         * lane's own half took three vector instructions a read. */
+        ushort lb = intel_sub_group_block_read_us(
+            (global const ushort *)lo + 16 * x);
+        ushort sb = intel_sub_group_block_read_us(
+            (global const ushort *)sc + 16 * x);
+        float lx = vload_half(0, (const private half *)&lb);
+        float sx = vload_half(0, (const private half *)&sb);
+        for (int g = 0; g < G; g++) {
+            qlo[g] = fma(qx[g], lx, qlo[g]);
+            qx[g] *= sx;
+        }
+    }
+    for (int half_run = 0; half_run < 2; half_run++) {
+        int r = 2 * x + half_run;
+        float8 kx = k_run(row, dtype, r);
+        if (K_GROUPS && quant) {
+            for (int c = 0; c < 8; c++)
+                for (int g = 0; g < G; g++)
+                    gs[g] = fma(intel_sub_group_shuffle(
+                                    qx[g], (uint)(8 * half_run + c)),
+                                kx[c], gs[g]);
+            if ((r + 1) % (KW / 8) == 0) {
+                int grp = r / (KW / 8);
+                uint pi = slot * (D / KW) + (uint)grp;
+                float lt = vload_half(pi, lo), st = vload_half(pi, sc);
+                for (int g = 0; g < G; g++) {
+                    s[g] = fma(st, gs[g], fma(lt, qg[grp * G + g], s[g]));
+                    gs[g] = 0.0f;
+                }
+            }
+        } else {
+            for (int c = 0; c < 8; c++) {
+                float kc = kx[c];
+                for (int g = 0; g < G; g++)
+                    s[g] = fma(intel_sub_group_shuffle(
+                                   qx[g], (uint)(8 * half_run + c)),
+                               kc, s[g]);
+            }
+        }
+    }
+}
+
 /* Pass 1 for one chunk: the scores s[g] of the lane's token (slot `slot`
  * of the block whose K part is k, stored as dtype) against the G query
  * rows in local memory, laid out [channel][head]; qsum: per-token keys
@@ -154,7 +231,6 @@ static void chunk_scores(global const uchar *k, int dtype, uint slot,
                          local const float *qs, local const float *qg,
                          const float *qsum, float *s)
 {
-    uint lane = get_sub_group_local_id();
     int quant = is_quantized(dtype);
     global const half *lo =
         (global const half *)(k + PKV_LAYOUT_Q_LO_OFFSET(KD, BS, D));
@@ -168,48 +244,15 @@ static void chunk_scores(global const uchar *k, int dtype, uint slot,
         qlo[g] = 0.0f;
         gs[g] = 0.0f;
     }
+    /* GQA 8 and more: two runs of 16 channels a turn (head_dim / 16 is
+     * even), whose loop control and flag set-up, about a tenth of a
+     * one-run turn's cycles at GQA 8, then come once for both. With fewer
+     * heads that saved under 1% and made dg2-g10 spill (GQA 4). */
 #pragma unroll 1
-    for (int x = 0; x < D / 16; x++) {
-        /* Lane l holds channel 16 x + l of each head. */
-        float qx[G];
-        for (int g = 0; g < G; g++)
-            qx[g] = qs[(16 * x + lane) * G + g];
-        if (KQ == PKV_LAYOUT_PER_CHANNEL && quant) {
-            float lx = vload_half(16 * x + lane, lo);
-            float sx = vload_half(16 * x + lane, sc);
-            for (int g = 0; g < G; g++) {
-                qlo[g] = fma(qx[g], lx, qlo[g]);
-                qx[g] *= sx;
-            }
-        }
-        for (int half_run = 0; half_run < 2; half_run++) {
-            int r = 2 * x + half_run;
-            float8 kx = k_run(row, dtype, r);
-            if (K_GROUPS && quant) {
-                for (int c = 0; c < 8; c++)
-                    for (int g = 0; g < G; g++)
-                        gs[g] = fma(intel_sub_group_shuffle(
-                                        qx[g], (uint)(8 * half_run + c)),
-                                    kx[c], gs[g]);
-                if ((r + 1) % (KW / 8) == 0) {
-                    int grp = r / (KW / 8);
-                    uint pi = slot * (D / KW) + (uint)grp;
-                    float lt = vload_half(pi, lo), st = vload_half(pi, sc);
-                    for (int g = 0; g < G; g++) {
-                        s[g] = fma(st, gs[g], fma(lt, qg[grp * G + g], s[g]));
-                        gs[g] = 0.0f;
-                    }
-                }
-            } else {
-                for (int c = 0; c < 8; c++) {
-                    float kc = kx[c];
-                    for (int g = 0; g < G; g++)
-                        s[g] = fma(intel_sub_group_shuffle(
-                                       qx[g], (uint)(8 * half_run + c)),
-                                   kc, s[g]);
-                }
-            }
-        }
+    for (int x = 0; x < D / 16; x += K_TURN) {
+        score_x(x, row, dtype, slot, lo, sc, qs, qg, s, qlo, gs);
+        if (K_TURN == 2)
+            score_x(x + 1, row, dtype, slot, lo, sc, qs, qg, s, qlo, gs);
     }
     if (KQ == PKV_LAYOUT_PER_CHANNEL && quant)
         for (int g = 0; g < G; g++)
@@ -221,11 +264,30 @@ static void chunk_scores(global const uchar *k, int dtype, uint slot,
     }
 }
 
-/* The slice pair (0 .. DSUB / 2 - 1) that the lane owns as its pair i. */
+/* The slice pair (0 .. DSUB / 2 - 1) that the lane owns as its pair i
+ * (not V_STRIDED). */
 static uint slice_pair(int i)
 {
     uint lane = get_sub_group_local_id();
     return V_ADJACENT ? 2 * lane + (uint)i : lane + 16 * (uint)i;
+}
+
+/* The channel of the subgroup's slice (0 .. DSUB - 1) that element e (0
+ * or 1) of the lane's pair i holds. */
+static uint slice_channel(int i, int e)
+{
+    uint lane = get_sub_group_local_id();
+    return V_STRIDED ? 16 * (uint)e + lane : 2 * slice_pair(i) + (uint)e;
+}
+
+/* The f16 parameters (array a: lo or scale, channel c0 the slice's first)
+ * of the lane's pair i, as floats. */
+static float2 pair_params(global const half *a, uint c0, int i)
+{
+    if (V_STRIDED)
+        return (float2)(vload_half(c0 + slice_channel(i, 0), a),
+                        vload_half(c0 + slice_channel(i, 1), a));
+    return vload_half2(c0 / 2 + slice_pair(i), a);
 }
 
 /* The lane's channel pairs of a value row slice stored as dtype (f32: the
@@ -240,11 +302,16 @@ static void v_pairs(global const uchar *row, int dtype, float2 *out)
             out[0] = convert_float2((uchar2)(b.x & 15, b.x >> 4));
             out[NP - 1] = convert_float2((uchar2)(b.y & 15, b.y >> 4));
         } else {
-            /* Widened at once: as a uchar each nibble took two byte moves
-             * on dg2-g10. */
-            uint b = row[get_sub_group_local_id()];
+            /* Lane l's byte l: a subgroup block read (one address for
+             * the subgroup; a lane's own byte took a vector of addresses
+             * a token), widened at once: as a uchar each nibble took two
+             * byte moves on dg2-g10. */
+            uint b = intel_sub_group_block_read_uc((const global uchar *)row);
             out[0] = convert_float2((uint2)(b & 15, b >> 4));
         }
+    } else if (dtype == PKV_LAYOUT_U8 && V_STRIDED) {
+        out[0] = convert_float2(
+            intel_sub_group_block_read_uc2((const global uchar *)row));
     } else if (dtype == PKV_LAYOUT_U8) {
         ushortP c = block_read_us((const global ushort *)row);
         for (int i = 0; i < NP; i++)
@@ -255,6 +322,9 @@ static void v_pairs(global const uchar *row, int dtype, float2 *out)
             uint bits = EL(c, i);
             out[i] = vload_half2(0, (const private half *)&bits);
         }
+    } else if (V_STRIDED) {
+        out[0] = as_float2(
+            intel_sub_group_block_read2((const global uint *)row));
     } else {
         for (int i = 0; i < NP; i++)
             out[i] = vload2(slice_pair(i), (global const float *)row);
@@ -264,17 +334,19 @@ static void v_pairs(global const uchar *row, int dtype, float2 *out)
 /* Pass 3, token j of the rows of a V slice stored as dtype: add its
  * value pairs, weighted by p[g], to acc. Per-channel quantized values are
  * dequantised with the pairs' vlo, vsc; u4 per-token ones with tp, the
- * lo and scale of token j in the lane's group. */
+ * lo and scale of token j in the lane's group, unless folded (the run
+ * folded them into p and run_lo). */
 static void token_values(global const uchar *rows, int dtype, int j,
                          const float *p, const float2 *vlo,
-                         const float2 *vsc, float2 tp, float2 *acc)
+                         const float2 *vsc, float2 tp, int folded,
+                         float2 *acc)
 {
     float2 r[NP];
     v_pairs(rows + (size_t)j * row_bytes(dtype, D), dtype, r);
     if (VQ == PKV_LAYOUT_PER_CHANNEL && is_quantized(dtype))
         for (int i = 0; i < NP; i++)
             r[i] = fma(vsc[i], r[i], vlo[i]);
-    if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4)
+    if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4 && !folded)
         for (int i = 0; i < NP; i++)
             r[i] = fma((float2)tp.y, r[i], (float2)tp.x);
     for (int g = 0; g < G; g++)
@@ -299,41 +371,43 @@ static float2 token_param_floats(uint bits)
 }
 
 /* Token c + j of a run of 16 whose weights lane l holds for token c + l
- * (V_RUN_PARAMS: and the lo and scale of token c + l, in rf or rp): j is a
- * constant, so each is read from lane j's register in place, with no
- * instruction of its own. */
+ * (V_RUN_PARAMS and not folded: and the lo and scale of token c + l, in
+ * rp): j is a constant, so each is read from lane j's register in place,
+ * with no instruction of its own. */
 #define RUN_TOKEN(j)                                                          \
     do {                                                                      \
         float p[G];                                                           \
         for (int g = 0; g < G; g++)                                           \
             p[g] = intel_sub_group_shuffle(wl[g], (uint)(j));                 \
         float2 tp = 0.0f;                                                     \
-        if (V_RUN_FLOATS && dtype == PKV_LAYOUT_U4) {                         \
-            tp = (float2)(intel_sub_group_shuffle(rf.x, (uint)(j)),           \
-                          intel_sub_group_shuffle(rf.y, (uint)(j)));          \
-        } else if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4) {                  \
+        if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4 && !V_RUN_FLOATS) {        \
             uint t0 = intel_sub_group_shuffle(rp.x, (uint)(j));               \
             uint t1 = intel_sub_group_shuffle(rp.y, (uint)(j));               \
             tp = token_param_floats(lane < 8 ? t0 : t1);                      \
-        } else if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4) {    \
+        } else if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4 &&    \
+                   !V_RUN_PARAMS) {                                           \
             tp = token_param_floats(                                          \
                 token_param_bits(lo, (uint)(c + (j)), grp));                  \
         }                                                                     \
-        token_values(run, dtype, j, p, vlo, vsc, tp, acc);                    \
+        token_values(run, dtype, j, p, vlo, vsc, tp, RUN_FOLDED(dtype), acc); \
     } while (0)
 
-/* Pass 3 for tokens [a, e) of one block (V part v, stored as dtype): add
- * each token's value pairs, weighted by its G weights, to acc. w holds
+/* Pass 3 for tokens [a, e) of one block (V part v, stored as dtype), the
+ * slice of subgroup sg (the kernel's, which the compiler knows is the
+ * same in every lane; broadcast again here, it made dg2-g10 spill): add
+ * each token's value pairs, weighted by its G weights, to acc (and, in
+ * folded runs, the tokens' lo times their weights to run_lo). w holds
  * the partition's weights, [token][head], token b0 + a at w0 + a. Runs of
  * 16 tokens take their weights from one register of the subgroup, written
  * out token by token (the compiler kept a loop over them, and each weight
  * then cost two indirect moves); the tokens left over, at a partition's
  * or a window's edge, one at a time. */
-static void block_values(global const uchar *v, int dtype, int a, int e,
-                         uint w0, local const float *w, float2 *acc)
+static void block_values(global const uchar *v, int dtype, uint sg, int a,
+                         int e, uint w0, local const float *w, float2 *acc,
+                         float *run_lo)
 {
     uint lane = get_sub_group_local_id();
-    uint p0 = get_sub_group_id() * DSUB / 2;
+    uint p0 = sg * DSUB / 2;
     global const uchar *rows = v + row_bytes(dtype, 2 * p0);
     global const half *lo =
         (global const half *)(v + PKV_LAYOUT_Q_LO_OFFSET(VD, BS, D));
@@ -342,8 +416,8 @@ static void block_values(global const uchar *v, int dtype, int a, int e,
     float2 vlo[NP], vsc[NP];
     if (VQ == PKV_LAYOUT_PER_CHANNEL && is_quantized(dtype))
         for (int i = 0; i < NP; i++) {
-            vlo[i] = vload_half2(p0 + slice_pair(i), lo);
-            vsc[i] = vload_half2(p0 + slice_pair(i), sc);
+            vlo[i] = pair_params(lo, 2 * p0, i);
+            vsc[i] = pair_params(sc, 2 * p0, i);
         }
     /* u4 per-token values: the group of the lane's channels, and of the
      * first channel of each half of the slice. */
@@ -364,14 +438,18 @@ static void block_values(global const uchar *v, int dtype, int a, int e,
         float wl[G];
         for (int g = 0; g < G; g++)
             wl[g] = w[(w0 + (uint)c + lane) * G + g];
-        float2 rf = 0.0f;
         uint2 rp = 0;
-        if (V_RUN_FLOATS && dtype == PKV_LAYOUT_U4)
-            rf = token_param_floats(
+        if (RUN_FOLDED(dtype)) {
+            float2 rf = token_param_floats(
                 token_param_bits(lo, (uint)c + lane, grp0));
-        else if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4)
+            for (int g = 0; g < G; g++) {
+                run_lo[g] = fma(wl[g], rf.x, run_lo[g]);
+                wl[g] *= rf.y;
+            }
+        } else if (V_RUN_PARAMS && dtype == PKV_LAYOUT_U4) {
             rp = (uint2)(token_param_bits(lo, (uint)c + lane, grp0),
                          token_param_bits(lo, (uint)c + lane, grp1));
+        }
         RUN_TOKEN(0);
         RUN_TOKEN(1);
         RUN_TOKEN(2);
@@ -396,7 +474,7 @@ static void block_values(global const uchar *v, int dtype, int a, int e,
         float2 tp = 0.0f;
         if (VQ == PKV_LAYOUT_PER_TOKEN && dtype == PKV_LAYOUT_U4)
             tp = token_param_floats(token_param_bits(lo, (uint)c, grp));
-        token_values(rows, dtype, c, p, vlo, vsc, tp, acc);
+        token_values(rows, dtype, c, p, vlo, vsc, tp, 0, acc);
     }
 }
 
@@ -415,7 +493,11 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 #else
     local const float *qg = qs;
 #endif
-    uint lane = get_sub_group_local_id(), sg = get_sub_group_id();
+    /* The subgroup id broadcast from lane 0: the compiler then knows it is
+     * the same in every lane (it did not for get_sub_group_id), and so
+     * the chunk each subgroup scores and its block's addresses. */
+    uint lane = get_sub_group_local_id();
+    uint sg = sub_group_broadcast(get_sub_group_id(), 0);
     uint lid = get_local_id(0);
     decode_unit u = THIS_UNIT();
     uint t0 = u.range.x, t1 = u.range.y;
@@ -510,17 +592,21 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 
     /* 3. Values over the subgroup's channel slice. */
     float2 acc[G * NP];
+    float run_lo[G]; /* folded runs: per head, a lane's sum of p lo */
     for (int i = 0; i < G * NP; i++)
         acc[i] = 0.0f;
+    for (int g = 0; g < G; g++)
+        run_lo[g] = 0.0f;
     for (uint b0 = t0 / BS * BS; b0 < t1; b0 += BS) {
         int dtype;
         global const uchar *vp;
         decode_block(&u, b0 / BS, &dtype, &vp);
         int a = (int)(max(b0, t0) - b0), e = (int)(min(b0 + BS, t1) - b0);
         if (QUANTIZED && dtype == PKV_LAYOUT_F32)
-            block_values(vp, PKV_LAYOUT_F32, a, e, b0 - t0, w, acc);
+            block_values(vp, PKV_LAYOUT_F32, sg, a, e, b0 - t0, w, acc,
+                         run_lo);
         else
-            block_values(vp, VD, a, e, b0 - t0, w, acc);
+            block_values(vp, VD, sg, a, e, b0 - t0, w, acc, run_lo);
     }
 
     for (int g = 0; g < G; g++) {
@@ -528,8 +614,16 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
             decode_dest_of(&u, row0 + g, stat[g], stat[G + g], lid == 0, out,
                            out_off, flags, part_acc, part_ml);
         float accl = stat[2 * G + g];
-        for (int i = 0; i < NP; i++)
-            decode_store2(&d, (acc[g * NP + i] + accl),
-                          2 * (sg * DSUB / 2 + slice_pair(i)));
+        if (V_RUN_FLOATS)
+            accl += sub_group_reduce_add(run_lo[g]);
+        for (int i = 0; i < NP; i++) {
+            float2 o = acc[g * NP + i] + accl;
+            if (V_STRIDED) {
+                decode_store1(&d, o.x, sg * DSUB + slice_channel(i, 0));
+                decode_store1(&d, o.y, sg * DSUB + slice_channel(i, 1));
+            } else {
+                decode_store2(&d, o, sg * DSUB + 2 * slice_pair(i));
+            }
+        }
     }
 }

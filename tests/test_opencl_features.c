@@ -31,7 +31,8 @@ static void test_decode_choice(void **state)
     (void)state;
     char why[256];
     const char *intel = "cl_khr_global_int32_base_atomics cl_intel_subgroups "
-                        "cl_intel_subgroups_short cl_khr_fp16 ";
+                        "cl_intel_subgroups_short cl_intel_subgroups_char "
+                        "cl_khr_fp16 ";
     const char *pocl = "cl_khr_byte_addressable_store cl_khr_fp64";
     int a = PKV__DECODE_AUTO;
 
@@ -58,6 +59,11 @@ static void test_decode_choice(void **state)
                      PKV__DECODE_GPU);
     assert_int_equal(pkv__decode_choose(a, 0, "cl_intel_subgroups", 128, why,
                                         sizeof why),
+                     PKV__DECODE_GPU);
+    assert_int_equal(pkv__decode_choose(a, 0,
+                                        "cl_intel_subgroups "
+                                        "cl_intel_subgroups_short",
+                                        128, why, sizeof why),
                      PKV__DECODE_GPU);
 
     /* Forced: obeyed, except Intel without what it needs. */

@@ -35,7 +35,8 @@ static int intel_capable(const char *extensions, uint32_t head_dim)
     int dims_ok = head_dim % 32 == 0 && head_dim <= 512;
     return dims_ok &&
            pkv__ocl_has_extension(extensions, "cl_intel_subgroups") &&
-           pkv__ocl_has_extension(extensions, "cl_intel_subgroups_short");
+           pkv__ocl_has_extension(extensions, "cl_intel_subgroups_short") &&
+           pkv__ocl_has_extension(extensions, "cl_intel_subgroups_char");
 }
 
 pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
@@ -52,7 +53,8 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
         else
             snprintf(why, why_size,
                      "PKV_OPENCL_DECODE=intel, but the device lacks "
-                     "cl_intel_subgroups or cl_intel_subgroups_short");
+                     "cl_intel_subgroups, cl_intel_subgroups_short or "
+                     "cl_intel_subgroups_char");
         return PKV__DECODE_OFF;
     }
     if (request != PKV__DECODE_AUTO) {
@@ -68,8 +70,8 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
     }
     if (intel) {
         snprintf(why, why_size,
-                 "auto: the device has cl_intel_subgroups and "
-                 "cl_intel_subgroups_short");
+                 "auto: the device has cl_intel_subgroups, "
+                 "cl_intel_subgroups_short and cl_intel_subgroups_char");
         return PKV__DECODE_INTEL;
     }
     snprintf(why, why_size,
