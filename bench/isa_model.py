@@ -64,9 +64,10 @@ for name, (L, hkv, d, g) in geo.items():
 # qk_cyc per channel of a query-key pair, pv_cyc per value element). A
 # kernel built per geometry names it in its label as the decode builds do
 # (...-d128-g4-b16-kv1-k1-v1); a line without is built for every geometry.
-# Another kernel: its name as the second argument.
-PREFILL_KERNEL = sys.argv[2] if len(sys.argv) > 2 else \
-    "pkv_paged_attention_tiled"
+# By default the kernel pkv picks on an Intel GPU; another (the tiled
+# kernel, pkv_paged_attention_tiled, which it replaced there): its name as
+# the second argument.
+PREFILL_KERNEL = sys.argv[2] if len(sys.argv) > 2 else "pkv_prefill_intel"
 # Each kernel's work-group shape for a group and block size, as the host
 # sets it: rows a tile, the queries it computes (None: its rows' group
 # queries, each over its own tokens only) and the tokens it computes in

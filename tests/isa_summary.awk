@@ -79,8 +79,8 @@ BEGIN { n = 0; nl = 0 }
             sub(/\|.*/, "", prod[n])
         }
     }
-    # Scalar regions: <0> (three-source syntax) or <0;1,0>.
-    scalars[n] = gsub(/<0>|<0;1,0>/, "&", code)
+    # Scalar regions: <0> or <0;0> (three-source syntax) or <0;1,0>.
+    scalars[n] = gsub(/<0>|<0;0>|<0;1,0>/, "&", code)
     n++
 }
 function send(k) { return opc[k] ~ /^(send|sendc|load|store|atomic)$/ }
