@@ -109,12 +109,16 @@ static const subcommand SUBCOMMANDS[] = {
      "The kernels pkv picks on an Intel GPU, compiled by Intel's offline\n"
      "compiler (ocloc) for tgllp, adl-p and dg2-g10 over head_dim, GQA,\n"
      "block size and KV dtype (tests/check_isa.sh): per kernel the SIMD\n"
-     "width, instructions, spill and private memory bytes, and for the\n"
+     "width, instructions, spill and private memory bytes, for the\n"
      "decode partials the hottest loops' instructions and ALU cycles per\n"
-     "K and V byte (docs/performance.md, \"Intel GPU code\"). Fails on a\n"
-     "spill. Table on stderr. About 2 minutes on a 2-core machine; --quick\n"
-     "(tgllp and dg2-g10, head_dim 128 and 256) 40 s. Skipped without\n"
-     "ocloc (Debian package intel-opencl-icd)."},
+     "K and V byte, for the prefill kernels per product\n"
+     "(docs/performance.md, \"Intel GPU code\"). Fails on a spill, or on\n"
+     "private memory in a kernel pkv picks on an Intel GPU. Table on\n"
+     "stderr. Each build's lines are cached: every one of the 525 made\n"
+     "afresh, about 4 minutes on a 2-core machine; --quick (tgllp and\n"
+     "dg2-g10, head_dim 128 and 256: 172 builds) 2.5 minutes; from the\n"
+     "cache seconds. Skipped without ocloc (Debian package\n"
+     "intel-opencl-icd)."},
 #ifdef PKV_BENCH_OPENCL
     {"interop", bench_interop,
      "attend with host tensors copied, host memory wrapped, and cl_mem",
