@@ -104,15 +104,6 @@ cat "$root/src/kv_layout.h" "$root/src/kv_step.h" \
     >"$tmp/prefill_intel.cl"
 base="-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
 
-# pkv__decode_intel_pairs.
-pairs() { # head_dim group quantized_channel_values
-    per=$((2 * $2 + 4 * $3))
-    if [ $(($1 % 64)) -eq 0 ] && [ $((2 * per)) -le 16 ]; then
-        echo 2
-    else
-        echo 1
-    fi
-}
 
 # The list of builds: id, device, source, group, K and V element bytes,
 # label, options (the rest of the line).
@@ -148,7 +139,7 @@ for dev in $devices; do
                     esac
                     qch=0
                     [ "$dt" -ge 2 ] && [ "$vq" = 1 ] && qch=1
-                    np=$(pairs "$d" "$g" "$qch")
+                    np=$(ocloc_intel_pairs "$d" "$g" "$qch")
                     # Element bytes of the K and the V parts.
                     case "$dt" in
                     0) kb=4 vb=4 ;;

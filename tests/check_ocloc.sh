@@ -133,7 +133,11 @@ for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1" "3 1 2" "3 2 1" "4 1 2"; do
     set -- $variant
     d="$geom -DPKV_KV_DTYPE=$1 -DPKV_KEY_QUANT=$2 -DPKV_VALUE_QUANT=$3 -DPKV_U4_GROUP=32"
     build paged_decode.cl "$tmp/decode.cl" "$plain $d"
-    build decode_intel.cl "$tmp/decode_intel.cl" "$intel $ishape=2 $d"
+    # The pairs the backend picks: per-channel quantized values take one.
+    qch=0
+    [ "$1" -ge 2 ] && [ "$3" = 1 ] && qch=1
+    np=$(ocloc_intel_pairs 128 4 "$qch")
+    build decode_intel.cl "$tmp/decode_intel.cl" "$intel $ishape=$np $d"
     build decode_gpu.cl "$tmp/decode_gpu.cl" "$plain $d $gpu"
     build prefill_intel.cl "$tmp/prefill_intel.cl" \
         "-cl-std=CL2.0 -DPKV_PREFILL_ROWS=2 $d"

@@ -117,3 +117,15 @@ ocloc_shipped() {
         echo "$asm"
     done
 }
+
+# ocloc_intel_pairs HEAD_DIM GROUP QUANTIZED_CHANNEL_VALUES: the channel
+# pairs a lane the intel decode variant is built with, as
+# pkv__decode_intel_pairs (src/opencl/features.c) picks them.
+ocloc_intel_pairs() { # head_dim group quantized_channel_values
+    per=$((2 * $2 + 4 * $3))
+    if [ $(($1 % 64)) -eq 0 ] && [ $((2 * per)) -le 16 ]; then
+        echo 2
+    else
+        echo 1
+    fi
+}
