@@ -62,15 +62,8 @@ cat "$root/src/kv_layout.h" "$root/src/kv_step.h" \
     "$root/kernels/pkv_common.cl" "$root/kernels/tensor_io.cl" \
     "$root/kernels/paged_attention.cl" "$root/kernels/dpas_emulation.cl" \
     "$root/kernels/prefill_dpas.cl" >"$tmp/dpas.cl"
-# The generic program, as tests/check_isa.sh builds it.
-files=$(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$root/CMakeLists.txt" |
-    sed 's/set(PKV_KERNEL_FILES//; s/)//')
-: >"$tmp/generic.cl"
-for f in $files; do
-    case "$f" in *decode*.cl) continue ;; esac
-    cat "$root/$f" >>"$tmp/generic.cl"
-    echo >>"$tmp/generic.cl"
-done
+# The generic program, for the tiled kernel's figures beside these.
+ocloc_generic_source "$root" "$tmp/generic.cl"
 base="-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
 
 # pkv__dpas_rows (src/opencl/prefill_dpas.c).

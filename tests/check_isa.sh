@@ -86,16 +86,7 @@ pblocks="8 32 64"
 [ "$quick" = 1 ] && devices="tgllp dg2-g10" && dims="128 256" &&
     pgroups="8" && pblocks="8"
 
-# The generic program: the backend's files, decode and intel prefill
-# kernels excepted.
-files=$(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$root/CMakeLists.txt" |
-    sed 's/set(PKV_KERNEL_FILES//; s/)//')
-: >"$tmp/generic.cl"
-for f in $files; do
-    case "$f" in *decode*.cl | *prefill_intel.cl) continue ;; esac
-    cat "$root/$f" >>"$tmp/generic.cl"
-    echo >>"$tmp/generic.cl"
-done
+ocloc_generic_source "$root" "$tmp/generic.cl"
 cat "$root/src/kv_layout.h" "$root/kernels/tensor_io.cl" \
     "$root/kernels/decode_common.cl" "$root/kernels/decode_intel.cl" \
     >"$tmp/decode_intel.cl"

@@ -129,3 +129,17 @@ ocloc_intel_pairs() { # head_dim group quantized_channel_values
         echo 1
     fi
 }
+
+# ocloc_generic_source ROOT OUT: the generic program as the backend builds
+# it (src/opencl/program.c): CMakeLists.txt's PKV_KERNEL_FILES in order,
+# but for the decode and intel prefill files, programs of their own built
+# with -D geometry.
+ocloc_generic_source() {
+    : >"$2"
+    for f in $(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$1/CMakeLists.txt" |
+        sed 's/set(PKV_KERNEL_FILES//; s/)//'); do
+        case "$f" in *decode*.cl | *prefill_intel.cl) continue ;; esac
+        cat "$1/$f" >>"$2"
+        echo >>"$2"
+    done
+}
