@@ -18,16 +18,23 @@ int pkv__ocl_has_extension(const char *extensions, const char *name)
     return 0;
 }
 
+/* The index of value in names[0..n), whose last is "auto", which NULL and
+ * "" mean too; -1 for anything else. */
+static int parse_choice(const char *value, const char *const *names, int n)
+{
+    if (value == NULL || value[0] == '\0')
+        return n - 1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    return -1;
+}
+
 int pkv__decode_parse(const char *value)
 {
     static const char *const names[] = {"off", "cpu", "gpu", "intel",
                                         "auto"};
-    if (value == NULL || value[0] == '\0')
-        return PKV__DECODE_AUTO;
-    for (int i = 0; i < 5; i++)
-        if (strcmp(value, names[i]) == 0)
-            return i;
-    return -1;
+    return parse_choice(value, names, PKV__DECODE_AUTO + 1);
 }
 
 static int intel_capable(const char *extensions, uint32_t head_dim)
@@ -192,12 +199,7 @@ int pkv__prefill_parse(const char *value)
 {
     static const char *const names[] = {"rows", "tiles", "intel", "dpas",
                                         "auto"};
-    if (value == NULL || value[0] == '\0')
-        return PKV__PREFILL_AUTO;
-    for (int i = 0; i < 5; i++)
-        if (strcmp(value, names[i]) == 0)
-            return i;
-    return -1;
+    return parse_choice(value, names, PKV__PREFILL_AUTO + 1);
 }
 
 int pkv__prefill_intel_takes(uint32_t head_dim, uint32_t group,
