@@ -252,9 +252,9 @@ def decode_threads_needed(dv, d, g, pairs, lab, eb, vg):
     (code bytes only: the parameters, as in the first table, take the
     rest). A score turn reads Bk = 16 lanes x 16 channels of K (32 at GQA
     8: K_TURN), a value turn Bv = 16 tokens x 32 x pairs channels of V
-    (kernels/decode_intel.cl). a alone is the first table's instruction
-    to memory ratio: above 1 no number of threads makes the step
-    memory-bound."""
+    (kernels/decode_intel.cl). a alone is about the first table's
+    instruction to memory ratio: above 1 no number of threads makes the
+    step memory-bound."""
     eu, ghz, bw = dev[dv]
     r = isa[(dv, "intel-d%d-g%d-b16-%s" % (d, g, lab))]
     params = d * 4 / 16 + 4 * vg if vg else 0
@@ -277,6 +277,9 @@ def decode_shape(dv, d, g):
 
 
 def decode_occupancy():
+    """Per target and geometry: the work-groups a sub-slice holds, the
+    threads an EU then holds, those each KV format needs at LATENCY, and
+    the longest latency the resident threads hide."""
     for dv in dev:
         print()
         print("| %s decode: head_dim | GQA | threads a WG | local bytes "
@@ -375,6 +378,7 @@ def prefill_occupancy():
         print("| %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
             dv, name, kv, per_eu, issue, slow, mem, max(slow, mem),
             f32 / max(slow, mem)))
+
 
 print()
 print("Occupancy (a sub-slice: Xe-LP's dual sub-slice, Xe-HPG's Xe-core; "
