@@ -93,6 +93,9 @@
 #define NSG (DP / 32)
 #define WG (16 * NSG)
 #define RUNS (D / 4) /* runs of 4 channels a row */
+#ifndef PKV_PREFILL_CHUNK
+#error "PKV_PREFILL_CHUNK (the tokens staged at a time) must be defined"
+#endif
 #define TC PKV_PREFILL_CHUNK
 /* The value pass steps tokens in turns of 4; the score pass has a lane a
  * token; a chunk of one block lies in it. */
@@ -349,6 +352,11 @@ kernel void pkv_prefill_intel(global const uchar *arena,
             uint tok = tile_first + min(j / G, rows - 1u);
             uint t = c0 + lane;
             float sc = 0.0f;
+            /* Past 8 subgroups (head_dim above 256) in turns of 4: the
+             * 14 or 16 loads at once spilled on dg2-g10. */
+#if NSG > 8
+#pragma unroll 4
+#endif
             for (uint p = 0; p < NSG; p++)
                 sc += part[(p * 16u + lane) * NV + j];
             int seen = lane < cn && t >= window_start(tok, window) &&
