@@ -176,8 +176,9 @@ static void chunk_in(local float *kv, global const uchar *part, int pd,
 /* Tokens [c0, c0 + cn) of the context into kv, across blocks of fewer
  * than 8 tokens: each token's block from the table, from the staging
  * tail where it is the quantized block holding the context's last token
- * (pkv_block_source in paged_attention.cl says why). head: the kv head's
- * offset in a block; tail: its staging rows (K, then V after BS rows). */
+ * (pkv_block_source in paged_attention.cl says why). kvh: the kv head,
+ * of num_kv_heads in a block; tail: its staging rows (K, then V after BS
+ * rows). */
 static void chunk_in(local float *kv, global const uchar *arena,
                      global const uint *table, uint num_kv_heads, uint kvh,
                      global const float *tail, uint ctx, uint c0, uint cn,
@@ -303,6 +304,7 @@ kernel void pkv_prefill_intel(global const uchar *arena,
     uint cn;
     for (uint c0 = tile_lo; c0 <= tile_last; c0 += cn) {
 #if BS < 8
+        /* 1. K in, across blocks. */
         cn = min((uint)TC, tile_last + 1u - c0);
         barrier(CLK_LOCAL_MEM_FENCE); /* pass 4 is done with kv */
         chunk_in(kv, arena, table, num_kv_heads, kvh, tail, ctx, c0, cn,
