@@ -249,6 +249,15 @@ static void test_prefill_choice(void **state)
     assert_false(pkv__prefill_intel_takes(66, 4, 16));
     assert_false(pkv__prefill_intel_takes(128, 0, 16));
     assert_false(pkv__prefill_intel_takes(128, 4, 12));
+    /* So AUTO picks it on an Intel GPU at head_dim 80, GQA 12, block 1,
+     * and still the rows kernel on a CPU device. */
+    int takes = pkv__prefill_intel_takes(80, 12, 1);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 0, 1, takes, why,
+                                         sizeof why),
+                     PKV__PREFILL_INTEL);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 1, 1, takes, why,
+                                         sizeof why),
+                     PKV__PREFILL_ROWS);
     /* Intel's shape: 8 queries a tile (GQA 4 takes 2 rows, GQA 3 2: 6
      * queries; past GQA 8 one row and the group in slices of 8 heads,
      * the last of GQA 12 and MQA 71 part empty); head_dim rounded up to
