@@ -116,11 +116,11 @@ typedef struct pkv__prefill_intel_setup {
 
 /* The INTEL kernel's shape for head_dim, `group` and block_size on a
  * device with local_mem bytes of local memory and work-groups of up to
- * max_group items; its build options (the geometry's, then
- * pkv__prefill_intel_options') come from pkv__decode_build_options.
- * Returns 0, or -1 when it does not fit (even 4 tokens a chunk overflow
- * local memory, or the work-group is too large): the backend then runs
- * the tiled kernel and logs why at PKV_LOG_LEVEL_WARN. */
+ * max_group items. Its build options are pkv__decode_build_options' with
+ * pkv__prefill_intel_options' as the variant's own. Returns 0, or -1 when
+ * it does not fit (even 4 tokens a chunk overflow local memory, or the
+ * work-group is too large): the backend then runs the tiled kernel and
+ * logs why at PKV_LOG_LEVEL_WARN. */
 int pkv__prefill_intel_shape(uint32_t head_dim, uint32_t group,
                              uint32_t block_size, uint64_t local_mem,
                              size_t max_group, pkv__prefill_intel_setup *out);
