@@ -114,10 +114,10 @@ static const subcommand SUBCOMMANDS[] = {
      "K and V byte, for the prefill kernels per product\n"
      "(docs/performance.md, \"Intel GPU code\"). Fails on a spill, or on\n"
      "private memory in a kernel pkv picks on an Intel GPU. Table on\n"
-     "stderr. Each build's lines are cached: every one of the 525 made\n"
-     "afresh, about 4 minutes on a 2-core machine; --quick (tgllp and\n"
-     "dg2-g10, head_dim 128 and 256: 172 builds) 2.5 minutes; from the\n"
-     "cache seconds. Skipped without ocloc (Debian package\n"
+     "stderr. Each build's lines are cached: every one of the 579 made\n"
+     "afresh, 4 to 6 minutes on a 2-core machine; --quick (tgllp and\n"
+     "dg2-g10, head_dim 128 and 256: 182 builds) about 2 minutes; from\n"
+     "the cache seconds. Skipped without ocloc (Debian package\n"
      "intel-opencl-icd)."},
 #ifdef PKV_BENCH_OPENCL
     {"interop", bench_interop,

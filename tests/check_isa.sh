@@ -7,7 +7,9 @@
 #
 # Usage: sh tests/check_isa.sh SOURCE_DIR [--quick] [--json FILE]
 #   --quick   tgllp and dg2-g10 at head_dim 128 and 256 only (the intel
-#             prefill kernel at GQA 8 and, beside block 16, block 8)
+#             prefill kernel at GQA 8 and, beside block 16, block 8; of
+#             the geometries it took last, U8 at head_dim 80 and 512,
+#             GQA 12 and blocks 4 and 1)
 #   --json    one JSON object per kernel line to FILE (pkv-bench isa)
 #
 # The programs, built as the OpenCL backend builds them
@@ -15,13 +17,17 @@
 # - the generic program (append, seal, paged attention, tiled prefill,
 #   block copy), whose kernels take their geometry as arguments;
 # - the intel prefill kernel (kernels/prefill_intel.cl), which AUTO picks
-#   on every Intel GPU for steps with more rows than sequences where the
-#   geometry fits it (head_dim a multiple of 32 up to 256, up to 8 query
-#   heads per kv head, blocks of 8 or more): head_dim 64/96/128/256 at
-#   block 16 over the decode grid's formats with GQA 1 and 8 (2 rows of a
-#   tile hold GQA 4's queries: the kernel's registers do not depend on
-#   the group), and blocks 8/32/64 for f16, u8 and u4 at GQA 4, head_dim
-#   64 and 256;
+#   on every Intel GPU for steps with more rows than sequences, at every
+#   geometry pkv accepts where the device's local memory holds it (64 KB
+#   here: pkv__prefill_intel_shape's chunk for it): head_dim 64/96/128/256
+#   at block 16 over the decode grid's formats with GQA 1 and 8 (2 rows
+#   of a tile hold GQA 4's queries: the kernel's registers do not depend
+#   on the group), blocks 8/32/64 for f16, u8 and u4 at GQA 4, head_dim
+#   64 and 256; and the code only the other geometries compile: head_dim
+#   80 (channels padded to 96) and 512 (8 tokens a chunk) at GQA 4 and
+#   1, GQA 12 (slices of 8 heads) at head_dim 128, blocks 4 and 1
+#   (chunks across blocks) at GQA 4, for f16, u8 and u4; u8 at GQA 16
+#   and U8 keys with U4 values at head_dim 512 and block 4 besides;
 # - the intel decode variant (kernels/decode_intel.cl: the partial and the
 #   reduce kernel), which AUTO picks on every Intel GPU for head_dim a
 #   multiple of 32, over head_dim 64/96/128/256, GQA 1/4/8 at block 16
@@ -40,10 +46,10 @@
 # from the .cos, where Xe-HPG keeps it). It fails on a spill in
 # any of them and on private memory in every kernel pkv picks on an
 # Intel GPU. Reported only: pkv_paged_attention (CPU devices) and
-# pkv_paged_attention_tiled (on an Intel GPU only for the geometries the
-# intel prefill kernel does not take), which keep arrays a work-item
-# indexes at run time in private memory (docs/performance.md, "Intel GPU
-# code"). For decode partials and the intel prefill kernel also the
+# pkv_paged_attention_tiled (never picked on an Intel GPU: only where its
+# local memory cannot hold the intel prefill kernel, or a GPU lacks
+# Intel's subgroups), which keep arrays a work-item indexes at run time
+# in private memory (docs/performance.md, "Intel GPU code"). For decode partials and the intel prefill kernel also the
 # hottest loops' cost per KV byte (kb_inst, kb_cyc, vb_inst, vb_cyc:
 # tests/isa_summary.awk says how; the prefill kernel's loops are those
 # its comments name "score" and "value", counted with G = 8, the
@@ -80,11 +86,13 @@ ocloc_cache_init isa_check
 
 devices="tgllp adl-p dg2-g10"
 dims="64 96 128 256"
-# The intel prefill kernel's GQA (at block 16) and other blocks.
+# The intel prefill kernel's GQA (at block 16) and other blocks; the
+# geometries it took last (new, below).
 pgroups="1 8"
 pblocks="8 32 64"
+new_layouts="1,1,1 2,1,2 3,1,2"
 [ "$quick" = 1 ] && devices="tgllp dg2-g10" && dims="128 256" &&
-    pgroups="8" && pblocks="8"
+    pgroups="8" && pblocks="8" && new_layouts="2,1,2"
 
 ocloc_generic_source "$root" "$tmp/generic.cl"
 cat "$root/src/kv_layout.h" "$root/kernels/tensor_io.cl" \
@@ -162,14 +170,31 @@ elem_bytes() {
     4) echo "1 0.5" ;;
     esac
 }
+# The intel prefill kernel's chunk on 64 KB of local memory, as
+# pkv__prefill_intel_shape picks it (src/opencl/features.c;
+# tests/test_opencl_features.c checks its values): 16 tokens, a block of
+# 8, halved while the kernel's local memory exceeds 64 KB.
+prefill_chunk() { # head_dim block
+    c=16
+    [ "$2" = 8 ] && c=8
+    dp=$((($1 + 31) / 32 * 32))
+    while [ $((4 * (16 * dp + c * dp + dp / 32 * 128 + 8 * c + 24))) \
+        -gt 65536 ]; do
+        c=$((c / 2))
+    done
+    echo "$c"
+}
 # The intel prefill kernel (pkv__prefill_intel_shape: 8 / GQA rows a
-# tile).
+# tile, 1 past GQA 8).
 prefill() { # device head_dim group block dtype kq vq
     # shellcheck disable=SC2046 # two words
     set -- "$@" $(elem_bytes "$5")
+    rows=$((8 / $3))
+    [ "$rows" = 0 ] && rows=1
     add "$1" prefill_intel.cl 8 "$8" "$9" \
         "prefill-d$2-g$3-b$4-kv$5-k$6-v$7" \
-        "$base -cl-std=CL2.0 -DPKV_PREFILL_ROWS=$((8 / $3))" \
+        "$base -cl-std=CL2.0 -DPKV_PREFILL_ROWS=$rows" \
+        "-DPKV_PREFILL_CHUNK=$(prefill_chunk "$2" "$4")" \
         "-DPKV_HEAD_DIM=$2 -DPKV_BLOCK_SIZE=$4 -DPKV_GROUP=$3" \
         "-DPKV_KV_DTYPE=$5 -DPKV_KEY_QUANT=$6 -DPKV_VALUE_QUANT=$7" \
         "-DPKV_U4_GROUP=32"
@@ -197,6 +222,21 @@ for dev in $devices; do
             done
         done
     done
+    # The geometries it took last, f16, u8 and u4 (u8 in --quick):
+    # head_dim 80 and 512, GQA 12, blocks 4 and 1; u8 at GQA 16, U8 keys
+    # with U4 values at head_dim 512 and block 4 besides.
+    for layout in $new_layouts; do
+        for geometry in "80 4 16" "512 1 16" "128 12 16" "128 4 4" \
+            "128 4 1"; do
+            # shellcheck disable=SC2046,SC2086 # three words each
+            prefill "$dev" $geometry $(echo "$layout" | tr , ' ')
+        done
+    done
+    if [ "$quick" = 0 ]; then
+        prefill "$dev" 128 16 16 2 1 2
+        prefill "$dev" 512 1 16 4 1 2
+        prefill "$dev" 128 4 4 4 1 2
+    fi
 done
 
 # One build: its lines into out.N, from the cache or from its dumps (in a
@@ -269,7 +309,8 @@ fi
 echo "check_isa: $n builds ($(ocloc_counts)), $(grep -c . "$tmp/all")" \
      "lines, $fails failed (a spill, private memory in a kernel pkv picks" \
      "on an Intel GPU, or a build error; pkv_paged_attention, for CPU" \
-     "devices, and pkv_paged_attention_tiled, for the geometries the intel" \
-     "prefill kernel does not take, are reported only)," \
+     "devices, and pkv_paged_attention_tiled, never picked on an Intel" \
+     "GPU but where its local memory cannot hold the intel prefill" \
+     "kernel, are reported only)," \
      "$(($(date +%s) - start))s"
 [ "$fails" -eq 0 ]

@@ -140,7 +140,7 @@ for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1" "3 1 2" "3 2 1" "4 1 2"; do
     build decode_intel.cl "$tmp/decode_intel.cl" "$intel $ishape=$np $d"
     build decode_gpu.cl "$tmp/decode_gpu.cl" "$plain $d $gpu"
     build prefill_intel.cl "$tmp/prefill_intel.cl" \
-        "-cl-std=CL2.0 -DPKV_PREFILL_ROWS=2 $d"
+        "-cl-std=CL2.0 -DPKV_PREFILL_ROWS=2 -DPKV_PREFILL_CHUNK=16 $d"
 done
 # Another geometry.
 build decode_intel.cl "$tmp/decode_intel.cl" \

@@ -582,8 +582,8 @@ static void test_small_variants(void **state)
     unsetenv("PKV_OPENCL_DECODE");
     /* Mixed steps run on the prefill kernels, whatever the decode variant:
      * the CPU-shaped rows kernel, the GPU-shaped tiled one and Intel's
-     * where the device has its subgroups and the geometry fits it (forced
-     * through PKV_OPENCL_PREFILL). PKV_TEST_PREFILL, a list such as
+     * where the device has its subgroups (forced through
+     * PKV_OPENCL_PREFILL). PKV_TEST_PREFILL, a list such as
      * "tiles", runs fewer. */
     static const char *const prefills[] = {"rows", "tiles", "intel"};
     for (unsigned v = 0; v < 3; v++) {
@@ -596,22 +596,71 @@ static void test_small_variants(void **state)
                      small_cases[i].window, 400 + i);
             if (strncmp(last_prefill, prefills[v], strlen(prefills[v])) == 0)
                 continue;
-            /* Only Intel's may be refused, and only for the device or
-             * the geometry, never because it did not build. A device
-             * without its subgroups runs the tiled kernel: once is
-             * enough. */
-            if (v != 2 || strstr(last_prefill, ", but ") == NULL)
+            /* Only Intel's may be refused, and only for a device
+             * without its subgroups (it takes every geometry pkv
+             * accepts), never because it did not build. Such a device
+             * runs the tiled kernel: once is enough. */
+            if (v != 2 || strstr(last_prefill, "lacks") == NULL)
                 fail_msg("asked for the %s prefill kernel, got %s",
                          prefills[v], last_prefill);
             print_message("%s, head_dim %u: %s\n", last_device,
                           (unsigned)small_cases[i].d, last_prefill);
-            if (strstr(last_prefill, "lacks") != NULL)
-                break;
+            break;
         }
     }
     unsetenv("PKV_OPENCL_PREFILL");
     print_message("small variants: largest attend difference so far %g\n",
                   max_seen);
+}
+
+/* The geometries the intel prefill kernel took last, forced through
+ * PKV_OPENCL_PREFILL=intel where the device has Intel's subgroups (a
+ * device without them gets the tiled kernel: one case then): head_dim
+ * 80 and 20 (channels padded to a multiple of 32), 512; GQA 12 and 71
+ * (head slices of 8, the last part empty) and 16; blocks 1, 2 and 4
+ * (chunks across blocks, each token's staging tail rule its own); every
+ * dtype, windows; random prior contexts, so that the quantized ones read
+ * sealed blocks and staging tails in one chunk. A case on another kernel
+ * than Intel's fails. */
+static void test_intel_prefill_geometries(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t d, hq, hkv, bs;
+        int32_t dtype;
+        int flip;
+        uint32_t window, rows;
+    } cases[] = {
+        {80, 8, 2, 16, PKV_KV_DTYPE_U8, 0, 0, 24},
+        {20, 12, 1, 4, PKV_KV_DTYPE_F16, 0, 9, 20},
+        {512, 2, 1, 16, PKV_KV_DTYPE_U4, 0, 0, 12},
+        {64, 32, 2, 2, PKV_KV_DTYPE_U8K_U4V, 0, 0, 12},
+        {128, 24, 2, 1, PKV_KV_DTYPE_U8, 1, 21, 12},
+        {96, 71, 1, 8, PKV_KV_DTYPE_F32, 0, 0, 9},
+        {80, 4, 4, 4, PKV_KV_DTYPE_U4, 1, 13, 20},
+        {36, 8, 4, 1, PKV_KV_DTYPE_F32, 0, 5, 24},
+    };
+    setenv("PKV_OPENCL_PREFILL", "intel", 1);
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        geo g = make_geo(cases[i].d, cases[i].hq, cases[i].hkv, cases[i].bs,
+                         cases[i].dtype, cases[i].flip);
+        run_case(&g, 3, cases[i].rows, 3 * cases[i].bs + 7,
+                 cases[i].window, 700 + i);
+        if (strstr(last_prefill, "lacks cl_intel_subgroups") != NULL) {
+            print_message("%s: %s\n", last_device, last_prefill);
+            break;
+        }
+        if (strncmp(last_prefill, "intel:", 6) != 0)
+            fail_msg("head_dim %u, GQA %u, block %u: asked for the intel "
+                     "prefill kernel, got %s",
+                     (unsigned)cases[i].d,
+                     (unsigned)(cases[i].hq / cases[i].hkv),
+                     (unsigned)cases[i].bs, last_prefill);
+    }
+    unsetenv("PKV_OPENCL_PREFILL");
+    print_message("intel prefill geometries on %s: largest attend "
+                  "difference so far %g\n",
+                  last_device, max_seen);
 }
 
 /* Long contexts: two decode rows over 8191 and 5000 tokens, and a short
@@ -979,6 +1028,7 @@ int main(void)
         cmocka_unit_test(test_copy_and_swap),
         cmocka_unit_test(test_groups),
         cmocka_unit_test(test_small_variants),
+        cmocka_unit_test(test_intel_prefill_geometries),
         cmocka_unit_test(test_large_grid),
         cmocka_unit_test(test_large_contexts),
     };

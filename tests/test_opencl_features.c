@@ -233,37 +233,88 @@ static void test_prefill_choice(void **state)
                                          sizeof why),
                      PKV__PREFILL_TILES);
     assert_non_null(strstr(why, "dpas, but the device lacks"));
-    /* The geometries Intel's kernel takes. */
+    /* The geometries Intel's kernel takes: every one pkv accepts
+     * (head_dim a multiple of 4 up to 512, any GQA, blocks of a power of
+     * two from 1 to 256). */
     assert_true(pkv__prefill_intel_takes(128, 8, 16));
     assert_true(pkv__prefill_intel_takes(96, 1, 8));
-    assert_false(pkv__prefill_intel_takes(80, 4, 16));
-    assert_false(pkv__prefill_intel_takes(512, 4, 16));
-    assert_false(pkv__prefill_intel_takes(128, 16, 16));
-    assert_false(pkv__prefill_intel_takes(128, 4, 4));
-    uint32_t irows = 0, lanes = 0;
-    /* 8 queries a tile: GQA 4 takes 2 rows, GQA 3 2 (6 queries);
-     * head_dim / 2 lanes. */
-    assert_int_equal(pkv__prefill_intel_shape(128, 4, 16, 65536, 1024,
-                                              &irows, &lanes),
-                     0);
-    assert_int_equal(irows, 2);
-    assert_int_equal(lanes, 64);
-    assert_int_equal(pkv__prefill_intel_shape(96, 3, 8, 65536, 1024,
-                                              &irows, &lanes),
-                     0);
-    assert_int_equal(irows, 2);
-    assert_int_equal(lanes, 48);
+    assert_true(pkv__prefill_intel_takes(80, 4, 16));
+    assert_true(pkv__prefill_intel_takes(4, 1, 1));
+    assert_true(pkv__prefill_intel_takes(512, 4, 16));
+    assert_true(pkv__prefill_intel_takes(128, 16, 16));
+    assert_true(pkv__prefill_intel_takes(64, 71, 256));
+    assert_true(pkv__prefill_intel_takes(128, 4, 4));
+    assert_true(pkv__prefill_intel_takes(20, 12, 2));
+    assert_false(pkv__prefill_intel_takes(516, 4, 16));
+    assert_false(pkv__prefill_intel_takes(66, 4, 16));
+    assert_false(pkv__prefill_intel_takes(128, 0, 16));
+    assert_false(pkv__prefill_intel_takes(128, 4, 12));
+    /* So AUTO picks it on an Intel GPU at head_dim 80, GQA 12, block 1,
+     * and still the rows kernel on a CPU device. */
+    int takes = pkv__prefill_intel_takes(80, 12, 1);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 0, 1, takes, why,
+                                         sizeof why),
+                     PKV__PREFILL_INTEL);
+    assert_int_equal(pkv__prefill_choose(PKV__PREFILL_AUTO, 1, 1, takes, why,
+                                         sizeof why),
+                     PKV__PREFILL_ROWS);
+    /* Intel's shape: 8 queries a tile (GQA 4 takes 2 rows, GQA 3 2: 6
+     * queries; past GQA 8 one row and the group in slices of 8 heads,
+     * the last of GQA 12 and MQA 71 part empty); head_dim rounded up to
+     * a multiple of 32, halved, lanes (80: 48, 20: 16); 16 tokens a
+     * chunk, a block of 8 at block 8, 16 across blocks under 8; fewer
+     * where local memory demands (head_dim 448 holds 16 tokens in 64
+     * KiB, 480 and 512 hold 8; in 32 KiB head_dim 256 holds 8, 512 none:
+     * the tiled kernel then); work-groups too small do not fit. */
+    static const struct {
+        uint32_t d, group, bs, local, max_group;
+        int ret;
+        uint32_t rows, slices, chunk, lanes;
+    } shapes[] = {
+        {128, 4, 16, 65536, 1024, 0, 2, 1, 16, 64},
+        {96, 3, 8, 65536, 1024, 0, 2, 1, 8, 48},
+        {80, 4, 16, 65536, 1024, 0, 2, 1, 16, 48},
+        {20, 4, 16, 65536, 1024, 0, 2, 1, 16, 16},
+        {128, 8, 16, 65536, 1024, 0, 1, 1, 16, 64},
+        {128, 12, 16, 65536, 1024, 0, 1, 2, 16, 64},
+        {64, 71, 16, 65536, 1024, 0, 1, 9, 16, 32},
+        {128, 4, 1, 65536, 1024, 0, 2, 1, 16, 64},
+        {128, 4, 4, 65536, 1024, 0, 2, 1, 16, 64},
+        {448, 1, 16, 65536, 1024, 0, 8, 1, 16, 224},
+        {480, 1, 16, 65536, 1024, 0, 8, 1, 8, 240},
+        {512, 1, 16, 65536, 1024, 0, 8, 1, 8, 256},
+        {256, 1, 16, 32768, 1024, 0, 8, 1, 8, 128},
+        {512, 1, 16, 50000, 1024, 0, 8, 1, 4, 256},
+        {512, 1, 16, 32768, 1024, -1, 0, 0, 0, 0},
+        {128, 4, 16, 65536, 32, -1, 0, 0, 0, 0},
+        {512, 4, 16, 65536, 128, -1, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        pkv__prefill_intel_setup is = {0, 0, 0, 0};
+        assert_int_equal(pkv__prefill_intel_shape(
+                             shapes[i].d, shapes[i].group, shapes[i].bs,
+                             shapes[i].local, shapes[i].max_group, &is),
+                         shapes[i].ret);
+        assert_int_equal(is.rows, shapes[i].rows);
+        assert_int_equal(is.slices, shapes[i].slices);
+        assert_int_equal(is.chunk, shapes[i].chunk);
+        assert_int_equal(is.lanes, shapes[i].lanes);
+    }
+    pkv__prefill_intel_setup is = {2, 1, 8, 48};
+    char opts[96];
+    pkv__prefill_intel_options(&is, opts, sizeof opts);
+    assert_string_equal(opts, " -cl-std=CL2.0 -DPKV_PREFILL_ROWS=2 "
+                              "-DPKV_PREFILL_CHUNK=8");
     /* head_dim 256 at block 16: 2 x 8 KiB of queries and sums, 16
-     * KiB of K or V, 4 KiB of partial scores and the rest. */
+     * KiB of K or V, 4 KiB of partial scores and the rest; head_dim 80
+     * counted as 96; 512 with 8 tokens and with 4. */
     assert_int_equal(pkv__prefill_intel_local_bytes(256, 16),
                      4u * (2 * 256 * 8 + 16 * 256 + 8 * 16 * 8 +
                            16 * 8 + 24));
-    assert_int_equal(pkv__prefill_intel_shape(256, 1, 16, 32768, 1024,
-                                              &irows, &lanes),
-                     -1);
-    assert_int_equal(pkv__prefill_intel_shape(128, 4, 16, 65536, 32,
-                                              &irows, &lanes),
-                     -1);
+    assert_int_equal(pkv__prefill_intel_local_bytes(80, 16),
+                     pkv__prefill_intel_local_bytes(96, 16));
+    assert_int_equal(pkv__prefill_intel_local_bytes(512, 8), 57696);
+    assert_int_equal(pkv__prefill_intel_local_bytes(512, 4), 49376);
 
     uint32_t rows = 0, chunk = 0;
     /* GQA 4, head_dim 128, block 16: 16 rows x 4 heads, 16 tokens. */

@@ -69,8 +69,8 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
     if (b->prefill_kind == PKV__PREFILL_DPAS && ntok > 0)
         return pkv__ocl_dpas_enqueue(b, layer, q, out, scale, window);
     if (b->prefill_kind == PKV__PREFILL_INTEL && ntok > 0) {
-        /* Intel's: a work-group per (tile, kv head), the geometry built
-         * in. */
+        /* Intel's: a work-group per (tile, kv head, slice of its query
+         * heads), the geometry built in. */
         karg a[] = {KA(arena), KA(b->stages), KA(q.mem), KA(q.off),
                     KA(out.mem), KA(out.off), KA(flags), KA(grp->step_mem),
                     KA(grp->tables), KA(maxb), KA(hkv), KA(b->stage_floats),
@@ -78,7 +78,7 @@ static pkv_status enqueue_attend(pkv__backend *b, uint32_t layer, kt q,
         size_t lanes = b->prefill_lanes;
         return pkv__ocl_launch(b, b->k_prefill, "pkv_prefill_intel", a,
                                sizeof a / sizeof a[0], b->num_tiles * lanes,
-                               hkv, lanes);
+                               (size_t)hkv * b->prefill_slices, lanes);
     }
     if (b->tile_rows > 0 && ntok > 0) {
         /* The tiled kernel: a work-group per (tile, kv head). */

@@ -24,16 +24,21 @@ static pkv_status intel_prefill_build(pkv__backend *b, uint64_t local_mem,
                                       size_t opts_size)
 {
     const pkv__backend_config *c = &b->cfg;
-    uint32_t group = c->num_q_heads / c->num_kv_heads, rows = 0, lanes = 0;
+    uint32_t group = c->num_q_heads / c->num_kv_heads;
+    pkv__prefill_intel_setup s;
     if (pkv__prefill_intel_shape(c->head_dim, group, c->block_size,
-                                 local_mem, max_group, &rows, &lanes) != 0)
+                                 local_mem, max_group, &s) != 0)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "it does not fit the device: %llu bytes of local "
-                         "memory, work-groups of %zu",
-                         (unsigned long long)local_mem, max_group);
+                         "memory (%llu needed with chunks of 4 tokens), "
+                         "work-groups of %zu",
+                         (unsigned long long)local_mem,
+                         (unsigned long long)pkv__prefill_intel_local_bytes(
+                             c->head_dim, 4),
+                         max_group);
     int quantized = pkv__backend_quantized(c);
-    char own[64];
-    pkv__prefill_intel_options(rows, own, sizeof own);
+    char own[96];
+    pkv__prefill_intel_options(&s, own, sizeof own);
     pkv__decode_build_options(
         c->head_dim, c->block_size, group, (int)c->kv_dtype,
         quantized ? (int)c->key_quant : PKV_LAYOUT_PER_CHANNEL,
@@ -44,14 +49,16 @@ static pkv_status intel_prefill_build(pkv__backend *b, uint64_t local_mem,
                                      &b->prefill_program);
     if (st == PKV_OK)
         st = pkv__ocl_make_kernel(b, b->prefill_program, "pkv_prefill_intel",
-                                  &b->k_prefill, &local, lanes);
-    if (st == PKV_OK && local < lanes)
+                                  &b->k_prefill, &local, s.lanes);
+    if (st == PKV_OK && local < s.lanes)
         st = pkv__fail(PKV_ERR_UNSUPPORTED,
                        "the kernel's work-groups hold %zu items, %u needed",
-                       local, (unsigned)lanes);
+                       local, (unsigned)s.lanes);
     if (st == PKV_OK) {
-        b->tile_rows = rows;
-        b->prefill_lanes = lanes;
+        b->tile_rows = s.rows;
+        b->tile_chunk = s.chunk;
+        b->prefill_lanes = s.lanes;
+        b->prefill_slices = s.slices;
     }
     return st;
 }
@@ -117,11 +124,13 @@ static pkv_status prefill_prepare(pkv__backend *b, int request)
         if (built == PKV_OK) {
             snprintf(b->prefill_variant, sizeof b->prefill_variant,
                      "intel: a work-group of 16-lane subgroups per (tile of "
-                     "%u rows, kv head), K and V staged in local memory "
-                     "%u tokens at a time (%s)",
+                     "%u rows, kv head, slice of %u query heads), K and V "
+                     "staged in local memory %u tokens at a time (%s)",
                      (unsigned)b->tile_rows,
-                     (unsigned)(c->block_size < 16 ? c->block_size : 16),
-                     why);
+                     (unsigned)(group < PKV__PREFILL_INTEL_QUERIES
+                                    ? group
+                                    : PKV__PREFILL_INTEL_QUERIES),
+                     (unsigned)b->tile_chunk, why);
             pkv__ocl_log(&b->cl, PKV_LOG_LEVEL_INFO,
                          "opencl: prefill kernel %s;%s", b->prefill_variant,
                          opts);

@@ -205,9 +205,9 @@ int pkv__prefill_parse(const char *value)
 int pkv__prefill_intel_takes(uint32_t head_dim, uint32_t group,
                              uint32_t block_size)
 {
-    return head_dim % 32 == 0 && head_dim <= PKV__PREFILL_INTEL_MAX_DIM &&
-           group >= 1 && group <= PKV__PREFILL_INTEL_QUERIES &&
-           block_size >= 8;
+    return head_dim > 0 && head_dim % 4 == 0 &&
+           head_dim <= PKV__PREFILL_INTEL_MAX_DIM && group >= 1 &&
+           block_size > 0 && (block_size & (block_size - 1)) == 0;
 }
 
 pkv__prefill_kind pkv__prefill_choose(int request, int cpu_device,
@@ -226,9 +226,9 @@ pkv__prefill_kind pkv__prefill_choose(int request, int cpu_device,
     if (request == PKV__PREFILL_INTEL && !takes) {
         snprintf(why, why_size,
                  "PKV_OPENCL_PREFILL=intel, but the kernel does not take "
-                 "the geometry (head_dim a multiple of 32 up to %u, up to "
-                 "%u query heads per kv head, blocks of 8 tokens or more)",
-                 PKV__PREFILL_INTEL_MAX_DIM, PKV__PREFILL_INTEL_QUERIES);
+                 "the geometry (head_dim a multiple of 4 up to %u, blocks "
+                 "of a power of two)",
+                 PKV__PREFILL_INTEL_MAX_DIM);
         return PKV__PREFILL_TILES;
     }
     if (request != PKV__PREFILL_AUTO) {
@@ -252,38 +252,51 @@ pkv__prefill_kind pkv__prefill_choose(int request, int cpu_device,
     return PKV__PREFILL_TILES;
 }
 
-/* kernels/prefill_intel.cl's chunk: TC tokens. */
-static uint32_t intel_chunk(uint32_t block_size)
+/* kernels/prefill_intel.cl's DP: head_dim rounded up to a multiple of
+ * 32, a subgroup of 16 lanes per 32 channels. */
+static uint64_t intel_padded_dim(uint32_t head_dim)
 {
-    return block_size < 16 ? block_size : 16;
+    return (head_dim + 31ull) / 32 * 32;
 }
 
-uint64_t pkv__prefill_intel_local_bytes(uint32_t head_dim,
-                                        uint32_t block_size)
+uint64_t pkv__prefill_intel_local_bytes(uint32_t head_dim, uint32_t chunk)
 {
-    uint64_t nv = PKV__PREFILL_INTEL_QUERIES, tc = intel_chunk(block_size);
-    return 4ull * (2 * head_dim * nv + tc * head_dim +
-                   head_dim / 32 * 16 * nv + tc * nv + 3 * nv);
+    uint64_t nv = PKV__PREFILL_INTEL_QUERIES, dp = intel_padded_dim(head_dim);
+    return 4ull * (2 * dp * nv + chunk * dp + dp / 32 * 16 * nv +
+                   chunk * nv + 3 * nv);
 }
 
 int pkv__prefill_intel_shape(uint32_t head_dim, uint32_t group,
                              uint32_t block_size, uint64_t local_mem,
-                             size_t max_group, uint32_t *rows,
-                             uint32_t *lanes)
+                             size_t max_group, pkv__prefill_intel_setup *out)
 {
-    if (group == 0 || group > PKV__PREFILL_INTEL_QUERIES ||
-        head_dim % 32 != 0 || head_dim / 2 > max_group ||
-        pkv__prefill_intel_local_bytes(head_dim, block_size) > local_mem)
+    uint32_t nv = PKV__PREFILL_INTEL_QUERIES;
+    if (!pkv__prefill_intel_takes(head_dim, group, block_size) ||
+        intel_padded_dim(head_dim) / 2 > max_group)
         return -1;
-    *rows = PKV__PREFILL_INTEL_QUERIES / group;
-    *lanes = head_dim / 2;
+    /* 16 tokens a chunk, a whole block of 8 where blocks hold 8; below
+     * 8, chunks span blocks. Halved while local memory cannot hold it
+     * (head_dim above 448 on 64 KB), down to 4: the value pass steps
+     * tokens in turns of 4. */
+    uint32_t chunk = block_size >= 8 && block_size < 16 ? block_size : 16;
+    while (pkv__prefill_intel_local_bytes(head_dim, chunk) > local_mem) {
+        if (chunk == 4)
+            return -1;
+        chunk /= 2;
+    }
+    out->rows = group >= nv ? 1u : nv / group;
+    out->slices = (group + nv - 1) / nv;
+    out->chunk = chunk;
+    out->lanes = (uint32_t)(intel_padded_dim(head_dim) / 2);
     return 0;
 }
 
-void pkv__prefill_intel_options(uint32_t rows, char *out, size_t size)
+void pkv__prefill_intel_options(const pkv__prefill_intel_setup *s,
+                                char *out, size_t size)
 {
-    snprintf(out, size, " -cl-std=CL2.0 -DPKV_PREFILL_ROWS=%u",
-             (unsigned)rows);
+    snprintf(out, size,
+             " -cl-std=CL2.0 -DPKV_PREFILL_ROWS=%u -DPKV_PREFILL_CHUNK=%u",
+             (unsigned)s->rows, (unsigned)s->chunk);
 }
 
 #define TILE_TARGET_LANES 64u

@@ -80,11 +80,12 @@ typedef enum pkv__prefill_kind {
  * "rows", "tiles", "intel", "dpas"; anything else -1. */
 int pkv__prefill_parse(const char *value);
 
-/* Whether INTEL takes a geometry: head_dim a multiple of 32 up to
- * PKV__PREFILL_INTEL_MAX_DIM, `group` query heads per kv head up to
- * PKV__PREFILL_INTEL_QUERIES, blocks of 8 tokens or more. The device
- * needs cl_intel_subgroups besides. */
-#define PKV__PREFILL_INTEL_MAX_DIM 256u
+/* Whether INTEL takes a geometry: head_dim a multiple of 4 up to
+ * PKV__PREFILL_INTEL_MAX_DIM, any `group` query heads per kv head (1 or
+ * more), blocks of any power of two: every geometry pkv accepts. The
+ * device needs cl_intel_subgroups besides, and its local memory and
+ * work-groups must hold the shape (pkv__prefill_intel_shape). */
+#define PKV__PREFILL_INTEL_MAX_DIM 512u
 #define PKV__PREFILL_INTEL_QUERIES 8u /* kernels/prefill_intel.cl: NV */
 int pkv__prefill_intel_takes(uint32_t head_dim, uint32_t group,
                              uint32_t block_size);
@@ -100,25 +101,39 @@ pkv__prefill_kind pkv__prefill_choose(int request, int cpu_device,
                                       int subgroups, int takes, char *why,
                                       size_t why_size);
 
+/* The INTEL kernel's shape (kernels/prefill_intel.cl). */
+typedef struct pkv__prefill_intel_setup {
+    uint32_t rows;   /* rows a tile: PKV__PREFILL_INTEL_QUERIES / group, 1
+                        past that group */
+    uint32_t slices; /* head slices a kv head: ceil(group / 8), the launch's
+                        second dimension num_kv_heads * slices */
+    uint32_t chunk;  /* tokens staged at a time: 16, else 8 or 4 where
+                        local memory demands; at most block_size where
+                        that is 8 or more */
+    uint32_t lanes;  /* work-items a work-group: head_dim rounded up to a
+                        multiple of 32, halved */
+} pkv__prefill_intel_setup;
+
 /* The INTEL kernel's shape for head_dim, `group` and block_size on a
  * device with local_mem bytes of local memory and work-groups of up to
- * max_group items: *rows = PKV__PREFILL_INTEL_QUERIES / group rows a tile,
- * *lanes = head_dim / 2 work-items a work-group; its build options (the
- * geometry's, then -cl-std=CL2.0 -DPKV_PREFILL_ROWS=rows) come from
- * pkv__decode_build_options with pkv__prefill_intel_options. Returns 0,
- * or -1 when it does not fit. */
+ * max_group items. Its build options are pkv__decode_build_options' with
+ * pkv__prefill_intel_options' as the variant's own. Returns 0, or -1 when
+ * it does not fit (even 4 tokens a chunk overflow local memory, or the
+ * work-group is too large): the backend then runs the tiled kernel and
+ * logs why at PKV_LOG_LEVEL_WARN. */
 int pkv__prefill_intel_shape(uint32_t head_dim, uint32_t group,
                              uint32_t block_size, uint64_t local_mem,
-                             size_t max_group, uint32_t *rows,
-                             uint32_t *lanes);
+                             size_t max_group, pkv__prefill_intel_setup *out);
 
-/* The INTEL kernel's own build options for `rows` rows a tile. */
-void pkv__prefill_intel_options(uint32_t rows, char *out, size_t size);
+/* The INTEL kernel's own build options: " -cl-std=CL2.0
+ * -DPKV_PREFILL_ROWS=rows -DPKV_PREFILL_CHUNK=chunk". */
+void pkv__prefill_intel_options(const pkv__prefill_intel_setup *s,
+                                char *out, size_t size);
 
-/* Local memory bytes the INTEL kernel uses (kernels/prefill_intel.cl:
- * qs, accs, kv, part, w, stat). */
-uint64_t pkv__prefill_intel_local_bytes(uint32_t head_dim,
-                                        uint32_t block_size);
+/* Local memory bytes the INTEL kernel uses at head_dim with chunks of
+ * `chunk` tokens (kernels/prefill_intel.cl: qs, accs, kv, part, w,
+ * stat). */
+uint64_t pkv__prefill_intel_local_bytes(uint32_t head_dim, uint32_t chunk);
 
 /* The tiled kernel's shape for `group` query heads per kv head, head_dim,
  * block_size, the device's local memory and largest work-group: tile_rows

@@ -67,12 +67,13 @@ struct pkv__backend {
     /* Steps with more rows than sequences: pkv_paged_attention, or with
      * tile_rows > 0 the tiled kernel (prefill_kind TILES: chunk tokens
      * staged at a time) or Intel's (INTEL: k_prefill, of prefill_program,
-     * built per geometry at create, prefill_lanes work-items a group). */
+     * built per geometry at create, prefill_lanes work-items a group,
+     * prefill_slices work-groups a tile and kv head). */
     uint32_t tile_rows, tile_chunk, num_tiles;
     int prefill_kind; /* a pkv__prefill_kind */
     cl_program prefill_program;
     cl_kernel k_prefill;
-    uint32_t prefill_lanes;
+    uint32_t prefill_lanes, prefill_slices;
     char prefill_variant[PKV__ERROR_MAX]; /* what was chosen, and why */
     size_t local_append, local_seal, local_attend, local_copy;
     int unified;         /* CL_DEVICE_HOST_UNIFIED_MEMORY (for the log) */
