@@ -35,9 +35,9 @@
 #   f16, u8 and u4 at GQA 4. PKV_INTEL_PAIRS follows
 #   pkv__decode_intel_pairs (src/opencl/features.c;
 #   tests/test_opencl_features.c checks its values);
-# - beyond that grid, on tgllp and dg2-g10 (adl-p compiles for tgllp's
-#   Xe-LP), the decode kernels pkv picks on an Intel GPU at geometries
-#   the grid leaves out: the intel variant at GQA 12 (every format), 16
+# - beyond that grid, on tgllp and dg2-g10 (adl-p once, by hand:
+#   docs/performance.md), the decode kernels pkv picks on an Intel GPU
+#   at geometries the grid leaves out: the intel variant at GQA 12 (every format), 16
 #   and 32 (the default u8 and u4), whose query heads are split among
 #   work-groups of at most 8 (PKV_GROUP_SPLIT, pkv__decode_split), and
 #   the portable GPU variant (kernels/decode_gpu.cl), which AUTO picks
