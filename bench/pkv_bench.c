@@ -114,11 +114,12 @@ static const subcommand SUBCOMMANDS[] = {
      "K and V byte, for the prefill kernels per product\n"
      "(docs/performance.md, \"Intel GPU code\"). Fails on a spill, or on\n"
      "private memory in a kernel pkv picks on an Intel GPU. Table on\n"
-     "stderr. Each build's lines are cached: every one of the 525 made\n"
-     "afresh, about 4 minutes on a 2-core machine; --quick (tgllp and\n"
-     "dg2-g10, head_dim 128 and 256: 172 builds) 2.5 minutes; from the\n"
-     "cache seconds. Skipped without ocloc (Debian package\n"
-     "intel-opencl-icd)."},
+     "stderr. Each build's lines are cached: every one of the 645 made\n"
+     "afresh, 8.5 minutes on a 2-core machine beside other work (the\n"
+     "525 before the decode builds at GQA 12-32 and head_dims off 32:\n"
+     "about 4 minutes alone); --quick (tgllp and dg2-g10, head_dim 128\n"
+     "and 256: 196 builds) about 2 minutes; from the cache seconds.\n"
+     "Skipped without ocloc (Debian package intel-opencl-icd)."},
 #ifdef PKV_BENCH_OPENCL
     {"interop", bench_interop,
      "attend with host tensors copied, host memory wrapped, and cl_mem",
