@@ -201,6 +201,7 @@ typedef struct cl_env {
     const char *variant_file;
     uint32_t lanes;     /* work-group size along dimension 0 */
     uint32_t partition; /* the variant's longest partition; 0: any */
+    uint32_t split;     /* work-groups a kv head */
 } cl_env;
 
 static int cl_check(cl_int err, const char *what)
@@ -231,13 +232,14 @@ static int choose_variant(cl_env *e)
                         "auto, cpu, gpu or intel\n");
         return 1;
     }
-    e->variant = pkv__decode_choose(request, (type & CL_DEVICE_TYPE_CPU) != 0,
-                                    ext, HEAD_DIM, e->variant_why,
-                                    sizeof e->variant_why);
+    int cpu_device = (type & CL_DEVICE_TYPE_CPU) != 0;
+    e->variant = pkv__decode_choose(request, cpu_device, ext, HEAD_DIM,
+                                    e->variant_why, sizeof e->variant_why);
     /* The largest block size of the sweep decides the partition. */
     pkv__decode_setup su;
     if (e->variant == PKV__DECODE_OFF ||
         pkv__decode_setup_make(e->variant, HEAD_DIM, GROUP, 128, 0,
+                               pkv__ocl_intel_gpu(cpu_device, ext),
                                local_mem, max_group, &su) != 0) {
         fprintf(stderr, "pkv-bench kernels: no decode variant (%s)\n",
                 e->variant == PKV__DECODE_OFF
@@ -249,6 +251,7 @@ static int choose_variant(cl_env *e)
     snprintf(e->variant_opts, sizeof e->variant_opts, "%s", su.options);
     e->lanes = su.lanes;
     e->partition = su.partition;
+    e->split = su.split;
     return 0;
 }
 
@@ -574,7 +577,8 @@ static int set_args(decode_gpu *g, int which, const decode_case *c,
 static int enqueue(const cl_env *e, decode_gpu *g, int which, uint32_t batch)
 {
     size_t lanes = e->lanes;
-    size_t gp[3] = {g->plan.num_partitions * lanes, HKV, batch};
+    size_t gp[3] = {g->plan.num_partitions * lanes, (size_t)HKV * e->split,
+                    batch};
     size_t lp[3] = {lanes, lanes == 1 ? HKV : 1, 1};
     cl_int err = clEnqueueNDRangeKernel(e->queue, g->partial[which], 3, NULL,
                                         gp, lp, 0, NULL, NULL);

@@ -79,7 +79,10 @@ PREFILL_KERNEL = sys.argv[2] if len(sys.argv) > 2 else "pkv_prefill_intel"
 PREFILL_SHAPES = {
     # pkv__prefill_tile_shape: 64 lanes, a row and query head a lane.
     "pkv_paged_attention_tiled": lambda g, bs: (max(1, 64 // g), None, None),
-    # pkv__prefill_intel_shape: 8 queries (NV), chunks of up to 16 tokens.
+    # pkv__prefill_intel_shape: 8 queries (NV), chunks of up to 16 tokens
+    # (so at the geometries modelled here: GQA up to 8, head_dim up to
+    # 448, blocks of 8 or more; past them a tile is one row of 8 heads
+    # and the chunk another).
     "pkv_prefill_intel": lambda g, bs: (8 // g, 8, min(16, bs)),
 }
 GEOMETRY = re.compile(r"-d(\d+)-g(\d+)-b(\d+)-(kv\d+-k\d+-v\d+)$")

@@ -114,11 +114,11 @@ static const subcommand SUBCOMMANDS[] = {
      "K and V byte, for the prefill kernels per product\n"
      "(docs/performance.md, \"Intel GPU code\"). Fails on a spill, or on\n"
      "private memory in a kernel pkv picks on an Intel GPU. Table on\n"
-     "stderr. Each build's lines are cached: every one of the 579 made\n"
-     "afresh, 4 to 6 minutes on a 2-core machine; --quick (tgllp and\n"
-     "dg2-g10, head_dim 128 and 256: 182 builds) about 2 minutes; from\n"
-     "the cache seconds. Skipped without ocloc (Debian package\n"
-     "intel-opencl-icd)."},
+     "stderr. Each build's lines are cached: every one of the 699 made\n"
+     "afresh, about 5.5 minutes on a 2-core machine; --quick (tgllp and\n"
+     "dg2-g10, head_dim 128 and 256, and a few geometries beyond: 206\n"
+     "builds) about 2 minutes; from the cache seconds. Skipped without\n"
+     "ocloc (Debian package intel-opencl-icd)."},
 #ifdef PKV_BENCH_OPENCL
     {"interop", bench_interop,
      "attend with host tensors copied, host memory wrapped, and cl_mem",

@@ -16,6 +16,12 @@
  *                   quantized only: PKV_LAYOUT_PER_CHANNEL (1) or
  *                   _PER_TOKEN (2)
  *   PKV_U4_GROUP    u4 parts: channels of a per-token group
+ *   PKV_GROUP_SPLIT optional (1): work-groups that share the query heads
+ *                   of a kv head, each taking G = PKV_GROUP /
+ *                   PKV_GROUP_SPLIT of them (the GPU and INTEL variants,
+ *                   where a lane keeps some floats a head: more than 8
+ *                   heads spilled on Intel GPUs). Each reads the kv
+ *                   head's bytes.
  *   PKV_DECODE_CONTIGUOUS optional, set by decode_contiguous.cl only.
  *   Each variant adds its own (see its file).
  *
@@ -55,10 +61,11 @@
  *     global float *part_ml)       [num_seqs][num_q_heads][num_partitions]
  *                                  [2]: running max, denominator
  *
- *   NDRange: global (num_partitions * L, num_kv_heads, num_seqs), local
- *   (L, 1, 1) or (1, num_kv_heads, 1): see the variant. With one partition
- *   the kernel writes normalised rows to out and leaves part_* alone (they
- *   may then be NULL); otherwise it writes part_* only.
+ *   NDRange: global (num_partitions * L, num_kv_heads * PKV_GROUP_SPLIT,
+ *   num_seqs), local (L, 1, 1) or (1, num_kv_heads, 1): see the variant.
+ *   With one partition the kernel writes normalised rows to out and
+ *   leaves part_* alone (they may then be NULL); otherwise it writes
+ *   part_* only.
  *
  *   Partitioning: the row sees [lo, ctx), lo = the window start (or 0).
  *   Partition p covers tokens [s + p * P, s + (p + 1) * P) of it, with
@@ -92,7 +99,14 @@
  */
 #define D PKV_HEAD_DIM
 #define BS PKV_BLOCK_SIZE
-#define G PKV_GROUP
+#ifndef PKV_GROUP_SPLIT
+#define PKV_GROUP_SPLIT 1
+#endif
+#if PKV_GROUP % PKV_GROUP_SPLIT != 0
+#error "PKV_GROUP_SPLIT must divide PKV_GROUP"
+#endif
+/* Query heads a work-group takes. */
+#define G (PKV_GROUP / PKV_GROUP_SPLIT)
 
 #define U4G PKV_U4_GROUP
 /* The stored dtype of K parts and of V parts, and whether they are
@@ -142,12 +156,14 @@ static uint2 part_range(uint ctx, uint part, uint sliding_window,
 
 /* What one work-group of pkv_decode_partial computes: partition part of
  * num_parts, kv head h, sequence seq (context ctx), tokens [range.x,
- * range.y) of it (empty when range.y <= range.x); and where that
+ * range.y) of it (empty when range.y <= range.x), for the G query rows
+ * from row0 (of all num_seqs * num_q_heads); and where that
  * sequence's blocks are: its block-table row and, quantized, the f32 rows of
  * kv head h in its staging tail. */
 typedef struct decode_unit {
     uint part, num_parts, h, seq, ctx;
     uint2 range;
+    size_t row0;
     global const uchar *arena;
     global const uint *tables;
     size_t table_row; /* the sequence's row of tables: seq * max_blocks */
@@ -178,11 +194,15 @@ static decode_unit this_unit(global const uchar *arena,
      * lane of a subgroup; from global ids it computed every address of
      * the unit lane by lane. */
 #ifdef PKV_INTEL_SUBGROUPS
-    u.h = get_group_id(1);
+    uint slot = get_group_id(1);
 #else
-    u.h = get_global_id(1);
+    uint slot = get_global_id(1);
 #endif
+    /* Slot h * PKV_GROUP_SPLIT + i takes kv head h's query heads [i G,
+     * (i + 1) G). */
+    u.h = slot / PKV_GROUP_SPLIT;
     u.seq = get_group_id(2);
+    u.row0 = ((size_t)u.seq * num_kv_heads * PKV_GROUP_SPLIT + slot) * G;
     u.ctx = context_lens[u.seq];
     u.range = part_range(u.ctx, u.part, sliding_window, partition_size);
     u.arena = arena;

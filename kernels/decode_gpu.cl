@@ -46,8 +46,7 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
     decode_unit w = THIS_UNIT();
     uint t0 = w.range.x;
     uint n = w.range.y > w.range.x ? w.range.y - w.range.x : 0;
-    uint hq = num_kv_heads * G;
-    size_t row0 = (size_t)w.seq * hq + w.h * G;
+    size_t row0 = w.row0;
 
     float4 qv[G][NQ];
     ulong qrow = q_off + row0 * D;

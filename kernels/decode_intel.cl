@@ -502,8 +502,7 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
     decode_unit u = THIS_UNIT();
     uint t0 = u.range.x, t1 = u.range.y;
     uint n = t1 > t0 ? t1 - t0 : 0;
-    uint hq = num_kv_heads * G;
-    size_t row0 = (size_t)u.seq * hq + u.h * G;
+    size_t row0 = u.row0;
 
     /* 0. The query. */
     ulong qrow = q_off + row0 * D;

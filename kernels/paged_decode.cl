@@ -602,8 +602,7 @@ kernel void pkv_decode_partial(PKV_DECODE_PARTIAL_ARGS)
 {
     decode_unit u = THIS_UNIT();
     uint t_begin = u.range.x, t_end = u.range.y;
-    uint hq = num_kv_heads * G;
-    size_t row0 = (size_t)u.seq * hq + u.h * G;
+    size_t row0 = u.row0;
 
     /* The query rows, pre-scaled, in the lane order of K. */
     floatV qv[G * NV];

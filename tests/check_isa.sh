@@ -9,7 +9,9 @@
 #   --quick   tgllp and dg2-g10 at head_dim 128 and 256 only (the intel
 #             prefill kernel at GQA 8 and, beside block 16, block 8; of
 #             the geometries it took last, U8 at head_dim 80 and 512,
-#             GQA 12 and blocks 4 and 1)
+#             GQA 12 and blocks 4 and 1; of the decode builds beyond the
+#             grid, GQA 32 and block 1 with the intel variant, and
+#             head_dim 80 at GQA 4 and 32 with the GPU variant)
 #   --json    one JSON object per kernel line to FILE (pkv-bench isa)
 #
 # The programs, built as the OpenCL backend builds them
@@ -37,7 +39,21 @@
 #   with per-channel values and u8 keys with u4 values; blocks 8/32/64 for
 #   f16, u8 and u4 at GQA 4. PKV_INTEL_PAIRS follows
 #   pkv__decode_intel_pairs (src/opencl/features.c;
-#   tests/test_opencl_features.c checks its values).
+#   tests/test_opencl_features.c checks its values);
+# - beyond that grid, on tgllp and dg2-g10 (adl-p once, by hand:
+#   docs/performance.md), the decode kernels pkv picks on an Intel GPU
+#   at geometries the grid leaves out: the intel variant at GQA 12
+#   (every format), 16 and 32 (the default u8 and u4), whose query
+#   heads are split among work-groups of at most 8 (PKV_GROUP_SPLIT,
+#   pkv__decode_split), and
+#   the portable GPU variant (kernels/decode_gpu.cl), which AUTO picks
+#   for head_dims that are not multiples of 32, in the shape
+#   pkv__decode_gpu_shape_make gives an Intel GPU: head_dim 80 at GQA 4,
+#   12 and 32 (every format) and 2 (f16, the default u8 and u4, u8 keys
+#   with u4 values), head_dim 20 at GQA 12 and 32 and 100 at GQA 12 (those
+#   four formats); and blocks of 1 and 4 tokens at GQA 16 with both (the
+#   default u8 and u4). tests/ocloc_lib.sh's ocloc_decode_split and
+#   ocloc_gpu_shape follow the host's rules.
 #
 # A line: device, program, kernel, SIMD width (the dump that ships: IGC's
 # retry at another width, "_1_" in the file name, when there is one),
@@ -49,12 +65,12 @@
 # pkv_paged_attention_tiled (never picked on an Intel GPU: only where its
 # local memory cannot hold the intel prefill kernel, or a GPU lacks
 # Intel's subgroups), which keep arrays a work-item indexes at run time
-# in private memory (docs/performance.md, "Intel GPU code"). For decode partials and the intel prefill kernel also the
-# hottest loops' cost per KV byte (kb_inst, kb_cyc, vb_inst, vb_cyc:
-# tests/isa_summary.awk says how; the prefill kernel's loops are those
-# its comments name "score" and "value", counted with G = 8, the
-# queries of a tile, so that products / G x 16 are the KV elements a turn
-# reads).
+# in private memory (docs/performance.md, "Intel GPU code"). For decode
+# partials and the intel prefill kernel also the hottest loops' cost per
+# KV byte (kb_inst, kb_cyc, vb_inst, vb_cyc: tests/isa_summary.awk says
+# how; the prefill kernel's loops are those its comments name "score"
+# and "value", counted with G = 8, the queries of a tile, so that
+# products / G x 16 are the KV elements a turn reads).
 # Each build's lines are cached (tests/ocloc_lib.sh: keyed by the exact
 # source, options, device, compiler and summary program); the last line
 # says how many were built and how many read. PKV_ISA_REBUILD=1 builds
@@ -95,9 +111,11 @@ new_layouts="1,1,1 2,1,2 3,1,2"
     pgroups="8" && pblocks="8" && new_layouts="2,1,2"
 
 ocloc_generic_source "$root" "$tmp/generic.cl"
-cat "$root/src/kv_layout.h" "$root/kernels/tensor_io.cl" \
-    "$root/kernels/decode_common.cl" "$root/kernels/decode_intel.cl" \
-    >"$tmp/decode_intel.cl"
+for v in intel gpu; do
+    cat "$root/src/kv_layout.h" "$root/kernels/tensor_io.cl" \
+        "$root/kernels/decode_common.cl" "$root/kernels/decode_$v.cl" \
+        >"$tmp/decode_$v.cl"
+done
 cat "$root/src/kv_layout.h" "$root/src/kv_step.h" \
     "$root/kernels/tensor_io.cl" "$root/kernels/prefill_intel.cl" \
     >"$tmp/prefill_intel.cl"
@@ -170,6 +188,90 @@ elem_bytes() {
     4) echo "1 0.5" ;;
     esac
 }
+# Decode geometries beyond that grid, as pkv builds them for an Intel
+# GPU: more than 8 query heads a kv head (the intel and GPU variants
+# split them among work-groups of at most 8: PKV_GROUP_SPLIT), and
+# head_dims that are not multiples of 32 (the GPU variant, shaped by
+# ocloc_gpu_shape), with u4 groups as the engine's default (32, or the
+# whole row).
+decode_more() { # device variant head_dim group block dtype kq vq
+    sp=$(ocloc_decode_split "$4")
+    heads=$(($4 / sp))
+    u4g=32
+    [ $(($3 % 32)) -eq 0 ] || u4g=$3
+    geo="-DPKV_HEAD_DIM=$3 -DPKV_BLOCK_SIZE=$5 -DPKV_GROUP=$4"
+    geo="$geo -DPKV_KV_DTYPE=$6 -DPKV_KEY_QUANT=$7 -DPKV_VALUE_QUANT=$8"
+    geo="$geo -DPKV_U4_GROUP=$u4g"
+    [ "$sp" -gt 1 ] && geo="$geo -DPKV_GROUP_SPLIT=$sp"
+    if [ "$2" = intel ]; then
+        qch=0
+        [ "$6" -ge 2 ] && [ "$8" = 1 ] && qch=1
+        np=$(ocloc_intel_pairs "$3" "$heads" "$qch")
+        vopts="-cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS -DPKV_INTEL_PARTITION=256"
+        vopts="$vopts -DPKV_INTEL_PAIRS=$np"
+    else
+        # shellcheck disable=SC2046 # two words
+        set -- "$@" $(ocloc_gpu_shape "$3" "$heads")
+        vopts="-DPKV_GPU_CHUNKS=$9 -DPKV_GPU_TOKENS=${10}"
+        vopts="$vopts -DPKV_GPU_PARTITION=256"
+    fi
+    # shellcheck disable=SC2046 # two words
+    add "$1" "decode_$2.cl" "$heads" $(elem_bytes "$6") \
+        "$2-d$3-g$4-b$5-kv$6-k$7-v$8" "$base $vopts $geo"
+}
+mdevices="tgllp dg2-g10"
+for dev in $mdevices; do
+    for layout in "0 1 1" "1 1 1" "2 1 2" "2 2 2" "2 1 1" "3 1 2" "3 2 1" \
+        "4 1 2"; do
+        # f16, the default u8 and u4, u8 keys with u4 values.
+        case "$layout" in
+        "1 1 1" | "2 1 2" | "3 1 2" | "4 1 2") main=1 ;;
+        *) main=0 ;;
+        esac
+        set -- $layout
+        # The intel variant at GQA 12 (6 heads a work-group) in every
+        # format; at 16 and 32 (8 heads) in the default u8 and u4.
+        for g in 12 16 32; do
+            [ "$quick" = 1 ] && [ "$g" != 32 ] && continue
+            case "$g $layout" in
+            "12 "* | *" 2 1 2" | *" 3 1 2") ;;
+            *) continue ;;
+            esac
+            decode_more "$dev" intel 128 "$g" 16 "$@"
+        done
+        # The GPU variant: at head_dim 80 every format with GQA 4, 12 and
+        # 32 (2 chunks a lane, then 1 with 6 and 8 heads), the main ones
+        # with GQA 2 (4 chunks); head_dim 20 at GQA 12 and 32, and 100 at
+        # GQA 12, in the main formats.
+        for d in 20 80 100; do
+            for g in 2 4 12 32; do
+                case "$d $g $main" in
+                "80 4 "? | "80 12 "? | "80 32 "? | *" 1") ;;
+                *) continue ;;
+                esac
+                case "$d $g" in
+                "20 2" | "20 4" | "100 2" | "100 4" | "100 32") continue ;;
+                esac
+                [ "$quick" = 1 ] && { [ "$main" = 0 ] || [ "$d" != 80 ] ||
+                    [ "$g" = 2 ] || [ "$g" = 12 ]; } && continue
+                decode_more "$dev" gpu "$d" "$g" 16 "$@"
+            done
+        done
+    done
+    # Blocks of 1 and 4 tokens at GQA 16: both variants with the default
+    # u8 and u4 (--quick: u4 and block 1).
+    for layout in "2 1 2" "3 1 2"; do
+        for bs in 1 4; do
+            [ "$quick" = 1 ] && { [ "$bs" = 4 ] || [ "$layout" = "2 1 2" ]; } &&
+                continue
+            # shellcheck disable=SC2086 # three words
+            decode_more "$dev" intel 128 16 "$bs" $layout
+            # shellcheck disable=SC2086 # three words
+            decode_more "$dev" gpu 80 16 "$bs" $layout
+        done
+    done
+done
+
 # The intel prefill kernel's chunk on 64 KB of local memory, as
 # pkv__prefill_intel_shape picks it (src/opencl/features.c;
 # tests/test_opencl_features.c checks its values): 16 tokens, a block of
@@ -281,7 +383,7 @@ build() { # a builds line: id device source group kbytes vbytes label options...
     ocloc_cache_put "$key" "$tmp/out.$id"
 }
 
-for src in generic.cl decode_intel.cl prefill_intel.cl; do
+for src in generic.cl decode_intel.cl decode_gpu.cl prefill_intel.cl; do
     ocloc_hash "$tmp/$src" >"$tmp/$src.sha256"
 done
 summary_id=$(ocloc_hash "$root/tests/isa_summary.awk")

@@ -149,6 +149,11 @@ build decode_intel.cl "$tmp/decode_intel.cl" \
     "$intel $ishape=1 -DPKV_HEAD_DIM=96 -DPKV_BLOCK_SIZE=32 -DPKV_GROUP=8 -DPKV_KV_DTYPE=3 -DPKV_KEY_QUANT=2 -DPKV_VALUE_QUANT=1 -DPKV_U4_GROUP=8"
 build decode_gpu.cl "$tmp/decode_gpu.cl" \
     "$plain -DPKV_HEAD_DIM=96 -DPKV_BLOCK_SIZE=8 -DPKV_GROUP=8 -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=2 -DPKV_VALUE_QUANT=1 -DPKV_U4_GROUP=32 -DPKV_GPU_CHUNKS=1 -DPKV_GPU_TOKENS=2 -DPKV_GPU_PARTITION=256"
+# More than 8 query heads a kv head: split among work-groups.
+build decode_intel.cl "$tmp/decode_intel.cl" \
+    "$intel $ishape=1 -DPKV_HEAD_DIM=128 -DPKV_BLOCK_SIZE=4 -DPKV_GROUP=32 -DPKV_GROUP_SPLIT=4 -DPKV_KV_DTYPE=3 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2 -DPKV_U4_GROUP=32"
+build decode_gpu.cl "$tmp/decode_gpu.cl" \
+    "$plain -DPKV_HEAD_DIM=80 -DPKV_BLOCK_SIZE=1 -DPKV_GROUP=12 -DPKV_GROUP_SPLIT=2 -DPKV_KV_DTYPE=4 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2 -DPKV_U4_GROUP=80 -DPKV_GPU_CHUNKS=1 -DPKV_GPU_TOKENS=3 -DPKV_GPU_PARTITION=256"
 d="$geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1 -DPKV_VALUE_QUANT=2 -DPKV_U4_GROUP=32"
 build "paged_decode.cl (contiguous)" "$tmp/decode.cl" \
     "$plain -DPKV_DECODE_CONTIGUOUS $d"

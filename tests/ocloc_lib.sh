@@ -130,6 +130,39 @@ ocloc_intel_pairs() { # head_dim group quantized_channel_values
     fi
 }
 
+# ocloc_decode_split GROUP: the work-groups a kv head's GROUP query heads
+# are split among in the GPU and intel decode variants, as
+# pkv__decode_split (src/opencl/features.c) picks them: GROUP / its
+# largest divisor up to 8.
+ocloc_decode_split() { # group
+    h=$1
+    [ "$h" -gt 8 ] && h=8
+    while [ "$h" -gt 1 ] && [ $(($1 % h)) -ne 0 ]; do
+        h=$((h - 1))
+    done
+    echo $(($1 / h))
+}
+
+# ocloc_gpu_shape HEAD_DIM HEADS: "chunks tokens" of the GPU decode
+# variant on an Intel GPU with HEADS query heads a work-group, as
+# pkv__decode_gpu_shape_make (src/opencl/features.c) makes them: at most 8
+# float4 accumulators a lane, about 64 lanes.
+ocloc_gpu_shape() { # head_dim heads
+    if [ $((4 * $2)) -le 8 ] && [ $(($1 % 16)) -eq 0 ]; then
+        c=4
+    elif [ $((2 * $2)) -le 8 ] && [ $(($1 % 8)) -eq 0 ]; then
+        c=2
+    else
+        c=1
+    fi
+    rl=$(($1 / (4 * c)))
+    if [ "$rl" -ge 64 ]; then
+        echo "$c 1"
+    else
+        echo "$c $((64 / rl))"
+    fi
+}
+
 # ocloc_generic_source ROOT OUT: the generic program as the backend builds
 # it (src/opencl/program.c): CMakeLists.txt's PKV_KERNEL_FILES in order,
 # but for the decode and intel prefill files, programs of their own built

@@ -520,6 +520,14 @@ static const struct {
     /* GQA 8 with per-token u4 values: the Intel variant's lanes own one
      * pair each and a run keeps its parameters as floats. */
     {128, 8, 1, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
+    /* More than 8 query heads a kv head: the GPU and Intel variants split
+     * them among work-groups (GQA 12: 2 of 6 heads, 16: 2 of 8, 32: 4 of
+     * 8), here with head_dims that are not multiples of 32 (the GPU
+     * variant's on Intel GPUs) and blocks of 1 and 4 tokens. */
+    {80, 12, 1, 4, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
+    {128, 16, 1, 1, PKV_KV_DTYPE_U8, 1, 0, 0, 0},
+    {20, 32, 1, 16, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 20},
+    {64, 32, 2, 8, PKV_KV_DTYPE_U4, 1, 0, 0, 0},
 };
 
 #define NUM_SMALL (sizeof small_cases / sizeof small_cases[0])

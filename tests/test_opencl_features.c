@@ -102,7 +102,7 @@ static void test_intel_shape(void **state)
      * 4 subgroups. */
     assert_int_equal(pkv__decode_intel_pairs(128, 4, 0), 2);
     assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 128, 4, 16, 0,
-                                            65536, 1024, &su),
+                                            1, 65536, 1024, &su),
                      0);
     assert_int_equal(su.lanes, 32);
     assert_int_equal(su.partition, 256);
@@ -110,7 +110,7 @@ static void test_intel_shape(void **state)
     assert_non_null(strstr(su.options, "-DPKV_INTEL_SUBGROUPS"));
     assert_non_null(strstr(su.options, "-DPKV_INTEL_PAIRS=2"));
     assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 128, 4, 16, 1,
-                                            65536, 1024, &su),
+                                            1, 65536, 1024, &su),
                      0);
     assert_int_equal(su.lanes, 64);
     /* Gemma 3 (256, GQA 4); one head: still 2 pairs (more spilled); GQA
@@ -131,11 +131,59 @@ static void test_intel_shape(void **state)
     /* A device without room for the query and the partition's weights, or
      * for the work-group, is refused. */
     assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 256, 8, 16, 0,
-                                            8192, 1024, &su),
+                                            1, 8192, 1024, &su),
                      -1);
     assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 256, 8, 16, 0,
-                                            65536, 64, &su),
+                                            1, 65536, 64, &su),
                      -1);
+}
+
+static void test_group_split(void **state)
+{
+    (void)state;
+    const char *intel = "cl_intel_subgroups cl_intel_subgroups_short "
+                        "cl_intel_subgroups_char";
+    pkv__decode_setup su;
+    /* Up to 8 query heads a work-group, all work-groups alike. */
+    assert_int_equal(pkv__decode_split(1), 1);
+    assert_int_equal(pkv__decode_split(8), 1);
+    assert_int_equal(pkv__decode_split(12), 2);
+    assert_int_equal(pkv__decode_split(16), 2);
+    assert_int_equal(pkv__decode_split(32), 4);
+    assert_int_equal(pkv__decode_split(9), 3);
+    assert_int_equal(pkv__decode_split(11), 11);
+    /* An Intel GPU: not a CPU device, with the three extensions. */
+    assert_true(pkv__ocl_intel_gpu(0, intel));
+    assert_false(pkv__ocl_intel_gpu(1, intel));
+    assert_false(pkv__ocl_intel_gpu(0, "cl_intel_subgroups"));
+    /* GQA 32 on the INTEL variant: 4 work-groups of 8 heads, whose pairs
+     * and local memory are those of GQA 8. */
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_INTEL, 128, 32, 16,
+                                            0, 1, 65536, 1024, &su),
+                     0);
+    assert_int_equal(su.split, 4);
+    assert_int_equal(su.lanes, 64);
+    assert_non_null(strstr(su.options, "-DPKV_INTEL_PAIRS=1"));
+    assert_non_null(strstr(su.options, " -DPKV_GROUP_SPLIT=4"));
+    /* GQA 12 on the GPU variant, head_dim 80 on an Intel GPU: 2 of 6
+     * heads, one chunk a lane (6 float4 accumulators). */
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_GPU, 80, 12, 16, 0,
+                                            1, 65536, 1024, &su),
+                     0);
+    assert_int_equal(su.split, 2);
+    assert_non_null(strstr(su.options, "-DPKV_GPU_CHUNKS=1 "));
+    assert_non_null(strstr(su.options, " -DPKV_GROUP_SPLIT=2"));
+    /* No split up to GQA 8, and never on the CPU variant. */
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_GPU, 80, 8, 16, 0, 1,
+                                            65536, 1024, &su),
+                     0);
+    assert_int_equal(su.split, 1);
+    assert_null(strstr(su.options, "SPLIT"));
+    assert_int_equal(pkv__decode_setup_make(PKV__DECODE_CPU, 80, 32, 16, 0,
+                                            0, 65536, 1024, &su),
+                     0);
+    assert_int_equal(su.split, 1);
+    assert_int_equal(su.options[0], '\0');
 }
 
 static void test_gpu_shape(void **state)
@@ -144,41 +192,57 @@ static void test_gpu_shape(void **state)
     pkv__decode_gpu_shape s;
     /* head_dim 128, GQA 4: 16-byte loads of 4 chunks, 8 lanes a row, 8
      * tokens in flight, partitions of 256 tokens. */
-    assert_int_equal(pkv__decode_gpu_shape_make(128, 4, 16, 65536, 1024, &s),
-                     0);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(128, 4, 16, 0, 65536, 1024, &s), 0);
     assert_int_equal(s.chunks, 4);
     assert_int_equal(s.row_lanes, 8);
     assert_int_equal(s.tokens, 8);
     assert_int_equal(s.lanes, 64);
     assert_int_equal(s.partition, 256);
     /* GQA 8 keeps the accumulators to 16 float4: 2 chunks. */
-    assert_int_equal(pkv__decode_gpu_shape_make(128, 8, 16, 65536, 1024, &s),
-                     0);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(128, 8, 16, 0, 65536, 1024, &s), 0);
     assert_int_equal(s.chunks, 2);
     assert_int_equal(s.lanes, 64);
+    /* On an Intel GPU 8 float4 accumulators at most (16 spilled or kept
+     * private memory): head_dim 80, GQA 4 takes 2 chunks, 10 lanes a
+     * row; GQA 2 still 4; GQA 8 one. */
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(80, 4, 16, 1, 65536, 1024, &s), 0);
+    assert_int_equal(s.chunks, 2);
+    assert_int_equal(s.row_lanes, 10);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(80, 4, 16, 0, 65536, 1024, &s), 0);
+    assert_int_equal(s.chunks, 4);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(80, 2, 16, 1, 65536, 1024, &s), 0);
+    assert_int_equal(s.chunks, 4);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(80, 8, 16, 1, 65536, 1024, &s), 0);
+    assert_int_equal(s.chunks, 1);
     /* head_dim 96 (not a multiple of 16 floats per lane-row): 6 lanes a
      * row, 10 tokens, 60 lanes; block 24 rounds the partition down. */
-    assert_int_equal(pkv__decode_gpu_shape_make(96, 1, 24, 65536, 1024, &s),
-                     0);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(96, 1, 24, 0, 65536, 1024, &s), 0);
     assert_int_equal(s.row_lanes, 6);
     assert_int_equal(s.lanes, 60);
     assert_int_equal(s.partition, 240);
     /* Little local memory: shorter partitions, still whole blocks. */
-    assert_int_equal(pkv__decode_gpu_shape_make(128, 32, 16, 16384, 1024, &s),
-                     0);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(128, 32, 16, 0, 16384, 1024, &s), 0);
     assert_int_equal(s.partition % 16, 0);
     assert_true(pkv__decode_gpu_local_bytes(&s, 32) <= 16384);
     assert_true(s.partition < 256);
     /* Small work-groups cap the tokens in flight; too little for a row or
      * for one block's scores is refused. */
-    assert_int_equal(pkv__decode_gpu_shape_make(512, 1, 16, 65536, 32, &s),
-                     0);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(512, 1, 16, 0, 65536, 32, &s), 0);
     assert_int_equal(s.row_lanes, 32);
     assert_int_equal(s.lanes, 32);
-    assert_int_equal(pkv__decode_gpu_shape_make(512, 16, 16, 65536, 64, &s),
-                     -1);
-    assert_int_equal(pkv__decode_gpu_shape_make(128, 64, 64, 4096, 1024, &s),
-                     -1);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(512, 16, 16, 0, 65536, 64, &s), -1);
+    assert_int_equal(
+        pkv__decode_gpu_shape_make(128, 64, 64, 0, 4096, 1024, &s), -1);
 }
 
 static void test_prefill_choice(void **state)
@@ -347,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_extension_tokens),
         cmocka_unit_test(test_decode_choice),
         cmocka_unit_test(test_intel_shape),
+        cmocka_unit_test(test_group_split),
         cmocka_unit_test(test_gpu_shape),
         cmocka_unit_test(test_prefill_choice),
     };

@@ -14,9 +14,11 @@
 #include <string.h>
 
 /* The -D options and program of the decode variant `kind` (not OFF) for
- * this geometry, into opts; sets decode_lanes and decode_partition. */
+ * this geometry on a device that is an Intel GPU or not (intel_gpu), into
+ * opts; sets decode_lanes, decode_partition and decode_split. */
 static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
-                                 char *opts, size_t size, int *program)
+                                 int intel_gpu, char *opts, size_t size,
+                                 int *program)
 {
     const pkv__backend_config *c = &b->cfg;
     int quantized = pkv__backend_quantized(c);
@@ -31,14 +33,15 @@ static pkv_status decode_options(pkv__backend *b, pkv__decode_kind kind,
     int q_channel_values =
         quantized && c->value_quant == PKV_QUANT_GROUP_PER_CHANNEL;
     if (pkv__decode_setup_make(kind, c->head_dim, group, c->block_size,
-                               q_channel_values, local_mem, max_group,
-                               &su) != 0)
+                               q_channel_values, intel_gpu, local_mem,
+                               max_group, &su) != 0)
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the variant does not fit the device: %llu bytes of "
                          "local memory, work-groups of %zu",
                          (unsigned long long)local_mem, max_group);
     b->decode_lanes = su.lanes;
     b->decode_partition = su.partition;
+    b->decode_split = su.split;
     *program = kind == PKV__DECODE_GPU     ? PKV__CL_DECODE_GPU
                : kind == PKV__DECODE_INTEL ? PKV__CL_DECODE_INTEL
                                            : PKV__CL_DECODE;
@@ -61,9 +64,10 @@ void pkv__ocl_decode_prepare(pkv__backend *b)
                           sizeof extensions);
     cl_device_type type = 0;
     clGetDeviceInfo(b->cl.device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    pkv__decode_kind kind = pkv__decode_choose(
-        b->decode_request, (type & CL_DEVICE_TYPE_CPU) != 0, extensions,
-        c->head_dim, why, sizeof why);
+    int cpu_device = (type & CL_DEVICE_TYPE_CPU) != 0;
+    pkv__decode_kind kind =
+        pkv__decode_choose(b->decode_request, cpu_device, extensions,
+                           c->head_dim, why, sizeof why);
     pkv_status st = PKV_OK;
     if (kind == PKV__DECODE_OFF) {
         snprintf(b->decode_variant, sizeof b->decode_variant,
@@ -76,7 +80,8 @@ void pkv__ocl_decode_prepare(pkv__backend *b)
         return;
     }
     int program = PKV__CL_DECODE;
-    st = decode_options(b, kind, opts, sizeof opts, &program);
+    st = decode_options(b, kind, pkv__ocl_intel_gpu(cpu_device, extensions),
+                        opts, sizeof opts, &program);
     size_t local = 0;
     if (st == PKV_OK)
         st = pkv__ocl_program(&b->cl, program, opts, &b->decode_program);
@@ -127,9 +132,11 @@ pkv_status pkv__ocl_enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
 {
     const pkv__backend_config *c = &b->cfg;
     cl_uint n = b->step.num_seqs, hq = c->num_q_heads, hkv = c->num_kv_heads;
+    /* The plan counts work-groups a partition: a kv head has
+     * decode_split of them. */
     pkv__decode_plan plan = pkv__decode_plan_make(
-        n, hkv, b->max_context, window, c->block_size, b->compute_units,
-        b->decode_partition);
+        n, hkv * b->decode_split, b->max_context, window, c->block_size,
+        b->compute_units, b->decode_partition);
     cl_uint parts = plan.num_partitions, psize = plan.partition_size;
     if (parts > 1) {
         size_t rows = (size_t)n * hq * parts;
@@ -161,7 +168,7 @@ pkv_status pkv__ocl_enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
     if (st != PKV_OK)
         return st;
     size_t lanes = b->decode_lanes;
-    size_t global[3] = {parts * lanes, hkv, n};
+    size_t global[3] = {parts * lanes, (size_t)hkv * b->decode_split, n};
     size_t local[3] = {lanes, lanes == 1 ? hkv : 1, 1};
     cl_int err = clEnqueueNDRangeKernel(b->queue, b->k_partial, 3, NULL,
                                         global, local, 0, NULL, NULL);

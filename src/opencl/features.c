@@ -37,13 +37,22 @@ int pkv__decode_parse(const char *value)
     return parse_choice(value, names, PKV__DECODE_AUTO + 1);
 }
 
-static int intel_capable(const char *extensions, uint32_t head_dim)
+static int intel_subgroups(const char *extensions)
 {
-    int dims_ok = head_dim % 32 == 0 && head_dim <= 512;
-    return dims_ok &&
-           pkv__ocl_has_extension(extensions, "cl_intel_subgroups") &&
+    return pkv__ocl_has_extension(extensions, "cl_intel_subgroups") &&
            pkv__ocl_has_extension(extensions, "cl_intel_subgroups_short") &&
            pkv__ocl_has_extension(extensions, "cl_intel_subgroups_char");
+}
+
+int pkv__ocl_intel_gpu(int cpu_device, const char *extensions)
+{
+    return !cpu_device && intel_subgroups(extensions);
+}
+
+static int intel_capable(const char *extensions, uint32_t head_dim)
+{
+    return head_dim % 32 == 0 && head_dim <= 512 &&
+           intel_subgroups(extensions);
 }
 
 pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
@@ -88,6 +97,18 @@ pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
     return PKV__DECODE_GPU;
 }
 
+uint32_t pkv__decode_split(uint32_t group)
+{
+    /* The largest divisor of group up to PKV__DECODE_MAX_HEADS: the
+     * fewest re-reads of the kv head's bytes with every work-group the
+     * same size. */
+    uint32_t heads = group < PKV__DECODE_MAX_HEADS ? group
+                                                    : PKV__DECODE_MAX_HEADS;
+    while (heads > 1 && group % heads != 0)
+        heads--;
+    return heads > 0 ? group / heads : 1u;
+}
+
 uint32_t pkv__decode_intel_pairs(uint32_t head_dim, uint32_t group,
                                  int q_channel_values)
 {
@@ -114,40 +135,50 @@ uint64_t pkv__decode_intel_local_bytes(uint32_t head_dim, uint32_t group)
 
 int pkv__decode_setup_make(pkv__decode_kind kind, uint32_t head_dim,
                            uint32_t group, uint32_t block_size,
-                           int q_channel_values, uint64_t local_mem,
-                           size_t max_group,
+                           int q_channel_values, int intel_gpu,
+                           uint64_t local_mem, size_t max_group,
                            pkv__decode_setup *out)
 {
     memset(out, 0, sizeof *out);
     out->file = "paged_decode.cl";
     out->lanes = 1;
+    out->split = 1;
+    if (kind == PKV__DECODE_CPU)
+        return 0;
+    out->split = pkv__decode_split(group);
+    uint32_t heads = group / out->split;
+    int n = 0;
     if (kind == PKV__DECODE_INTEL) {
         uint32_t pairs =
-            pkv__decode_intel_pairs(head_dim, group, q_channel_values);
+            pkv__decode_intel_pairs(head_dim, heads, q_channel_values);
         out->file = "decode_intel.cl";
         out->lanes = 16 * (head_dim / (32 * pairs));
         out->partition = PKV__DECODE_INTEL_PARTITION;
         if (out->lanes > max_group ||
-            pkv__decode_intel_local_bytes(head_dim, group) > local_mem)
+            pkv__decode_intel_local_bytes(head_dim, heads) > local_mem)
             return -1;
-        snprintf(out->options, sizeof out->options,
-                 " -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS -DPKV_INTEL_PAIRS=%u "
-                 "-DPKV_INTEL_PARTITION=%u",
-                 (unsigned)pairs, (unsigned)PKV__DECODE_INTEL_PARTITION);
+        n = snprintf(out->options, sizeof out->options,
+                     " -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS "
+                     "-DPKV_INTEL_PAIRS=%u -DPKV_INTEL_PARTITION=%u",
+                     (unsigned)pairs, (unsigned)PKV__DECODE_INTEL_PARTITION);
     } else if (kind == PKV__DECODE_GPU) {
         pkv__decode_gpu_shape s;
-        if (pkv__decode_gpu_shape_make(head_dim, group, block_size, local_mem,
-                                       max_group, &s) != 0)
+        if (pkv__decode_gpu_shape_make(head_dim, heads, block_size,
+                                       intel_gpu, local_mem, max_group,
+                                       &s) != 0)
             return -1;
         out->file = "decode_gpu.cl";
         out->lanes = s.lanes;
         out->partition = s.partition;
-        snprintf(out->options, sizeof out->options,
-                 " -DPKV_GPU_CHUNKS=%u -DPKV_GPU_TOKENS=%u "
-                 "-DPKV_GPU_PARTITION=%u",
-                 (unsigned)s.chunks, (unsigned)s.tokens,
-                 (unsigned)s.partition);
+        n = snprintf(out->options, sizeof out->options,
+                     " -DPKV_GPU_CHUNKS=%u -DPKV_GPU_TOKENS=%u "
+                     "-DPKV_GPU_PARTITION=%u",
+                     (unsigned)s.chunks, (unsigned)s.tokens,
+                     (unsigned)s.partition);
     }
+    if (out->split > 1 && n > 0 && (size_t)n < sizeof out->options)
+        snprintf(out->options + n, sizeof out->options - (size_t)n,
+                 " -DPKV_GROUP_SPLIT=%u", (unsigned)out->split);
     return 0;
 }
 
@@ -164,15 +195,20 @@ uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *s,
 #define GPU_MAX_PARTITION 256u
 
 int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
-                               uint32_t block_size, uint64_t local_mem,
-                               size_t max_group, pkv__decode_gpu_shape *out)
+                               uint32_t block_size, int intel_gpu,
+                               uint64_t local_mem, size_t max_group,
+                               pkv__decode_gpu_shape *out)
 {
     pkv__decode_gpu_shape s;
     /* Up to 16 bytes of f32 per lane and load, with the G * chunks float4
-     * accumulators of a lane kept to 16 (64 registers). */
-    s.chunks = group <= 4 && head_dim % 16 == 0   ? 4u
-               : group <= 8 && head_dim % 8 == 0 ? 2u
-                                                  : 1u;
+     * accumulators of a lane kept to 16 (64 registers); on an Intel GPU
+     * to 8: 16 (GQA 4 with 4 chunks) spilled or kept private memory there
+     * for u4, u8 keys with u4 values and per-token keys
+     * (docs/performance.md, "Intel GPU code"). */
+    uint32_t cap = intel_gpu ? 8u : 16u;
+    s.chunks = group * 4 <= cap && head_dim % 16 == 0   ? 4u
+               : group * 2 <= cap && head_dim % 8 == 0 ? 2u
+                                                        : 1u;
     s.row_lanes = head_dim / (4 * s.chunks);
     if (s.row_lanes == 0 || s.row_lanes > max_group)
         return -1;

@@ -11,6 +11,11 @@
 /* Whether the space-separated extension list holds exactly `name`. */
 int pkv__ocl_has_extension(const char *extensions, const char *name);
 
+/* Whether a device is an Intel GPU as the kernel choices see one: not a
+ * CPU device (cpu_device: CL_DEVICE_TYPE_CPU), with cl_intel_subgroups,
+ * cl_intel_subgroups_short and cl_intel_subgroups_char. */
+int pkv__ocl_intel_gpu(int cpu_device, const char *extensions);
+
 /* The variants of kernels/decode_common.cl's pkv_decode_partial. OFF means
  * decode steps run on the generic paged-attention kernel. */
 typedef enum pkv__decode_kind {
@@ -50,15 +55,18 @@ typedef struct pkv__decode_gpu_shape {
                            block_size */
 } pkv__decode_gpu_shape;
 
-/* The shape for head_dim (a multiple of 4), group query heads per kv head
- * and block_size on a device with local_mem bytes of local memory and
- * work-groups of up to max_group items: about 64 lanes, 16 bytes of a row
- * per lane per load, partitions of up to 256 tokens (fewer where the
- * scores of `group` heads would not fit local memory). Returns 0, or -1
- * when even one block's scores do not fit. */
+/* The shape for head_dim (a multiple of 4), group query heads a
+ * work-group and block_size on a device with local_mem bytes of local
+ * memory and work-groups of up to max_group items (intel_gpu:
+ * pkv__ocl_intel_gpu): about 64 lanes, 16 bytes of a row per lane per
+ * load, with group * chunks float4 accumulators a lane up to 16 (8 on an
+ * Intel GPU), partitions of up to 256 tokens (fewer where the scores of
+ * `group` heads would not fit local memory). Returns 0, or -1 when even
+ * one block's scores do not fit. */
 int pkv__decode_gpu_shape_make(uint32_t head_dim, uint32_t group,
-                               uint32_t block_size, uint64_t local_mem,
-                               size_t max_group, pkv__decode_gpu_shape *out);
+                               uint32_t block_size, int intel_gpu,
+                               uint64_t local_mem, size_t max_group,
+                               pkv__decode_gpu_shape *out);
 
 /* The attention kernel of steps with more than one row per sequence:
  * ROWS (paged_attention.cl, a work-item per row and head), TILES
@@ -149,6 +157,18 @@ int pkv__prefill_tile_shape(uint32_t group, uint32_t head_dim,
 uint64_t pkv__decode_gpu_local_bytes(const pkv__decode_gpu_shape *shape,
                                      uint32_t group);
 
+/* The GPU and INTEL variants take at most this many query heads a
+ * work-group: a lane keeps some floats a head, and more heads spilled on
+ * Intel GPUs (GQA 12, 16 and 32 with the INTEL variant:
+ * docs/performance.md, "Intel GPU code"). */
+#define PKV__DECODE_MAX_HEADS 8u
+
+/* Work-groups that share the query heads of one kv head in the GPU and
+ * INTEL variants (kernels/decode_common.cl: PKV_GROUP_SPLIT): group / the
+ * largest divisor of group up to PKV__DECODE_MAX_HEADS (1 up to GQA 8;
+ * GQA 12: 2 of 6 heads, 16: 2 of 8, 32: 4 of 8). */
+uint32_t pkv__decode_split(uint32_t group);
+
 /* The INTEL variant's channel pairs per lane in its value pass
  * (kernels/decode_intel.cl: PKV_INTEL_PAIRS): 2 where head_dim is a
  * multiple of 64 and a lane's sums (and, with per-channel quantized
@@ -168,20 +188,25 @@ typedef struct pkv__decode_setup {
     uint32_t lanes;    /* work-group size along dimension 0; 1: the CPU
                           variant's (1, num_kv_heads, 1) */
     uint32_t partition; /* the longest partition, tokens; 0: any */
+    uint32_t split;     /* work-groups a kv head: pkv__decode_split for
+                           GPU and INTEL, 1 for CPU */
     char options[160];  /* -D options beyond the geometry */
 } pkv__decode_setup;
 
 /* The setup of `kind` on a device with this much local memory and this
- * largest work-group, for the geometry (q_channel_values: quantized
- * values, u8 or u4, with per-channel groups). INTEL: "-cl-std=CL2.0
+ * largest work-group, for the geometry (group: query heads per kv head;
+ * q_channel_values: quantized values, u8 or u4, with per-channel groups;
+ * intel_gpu: pkv__ocl_intel_gpu). INTEL: "-cl-std=CL2.0
  * -DPKV_INTEL_SUBGROUPS -DPKV_INTEL_PAIRS=p -DPKV_INTEL_PARTITION=256",
  * 16 head_dim / (32 p) lanes; GPU: the shape of
- * pkv__decode_gpu_shape_make. Returns 0, or -1 when the variant does not
- * fit the device. */
+ * pkv__decode_gpu_shape_make; both with group / split heads a work-group
+ * and " -DPKV_GROUP_SPLIT=split" when split > 1. Returns 0, or -1 when
+ * the variant does not fit the device. */
 int pkv__decode_setup_make(pkv__decode_kind kind, uint32_t head_dim,
                            uint32_t group, uint32_t block_size,
-                           int q_channel_values, uint64_t local_mem,
-                           size_t max_group, pkv__decode_setup *out);
+                           int q_channel_values, int intel_gpu,
+                           uint64_t local_mem, size_t max_group,
+                           pkv__decode_setup *out);
 
 /* A decode program's build options into out: the -D options that
  * specialise kernels/decode_common.cl to the geometry (key_quant and

@@ -114,6 +114,7 @@ struct pkv__backend {
     cl_program decode_program;
     uint32_t decode_lanes;     /* 1: CPU; 16: Intel; the GPU work-group */
     uint32_t decode_partition; /* the variant's longest partition; 0: any */
+    uint32_t decode_split;     /* work-groups a kv head (PKV_GROUP_SPLIT) */
     char decode_variant[PKV__ERROR_MAX]; /* what was chosen, and why */
     cl_kernel k_partial, k_reduce;
     cl_mem dec_lens, dec_stages; /* this decode step's arrays */
