@@ -13,8 +13,9 @@
  * of three sequences, then a mixed step with a decode row), the CPU
  * backend attends, the OpenCL backend, created with
  * PKV_OPENCL_PREFILL=dpas, runs the DPAS kernel over the same cache (its
- * attend with host tensors, or the kernel on f16 device tensors); block tables random and non-contiguous, the blocks wholly behind
- * a window's reach null (block 0), as a windowed group's are.
+ * attend with host tensors, or the kernel on f16 device tensors); block
+ * tables random and non-contiguous, the blocks wholly behind a window's
+ * reach null (block 0), as a windowed group's are.
  *
  * Tolerance, derived per case from its data (printed with what was seen).
  * With u = 2^-11 (f16 rounding) and u32 = 2^-24, and by Cauchy-Schwarz

@@ -34,8 +34,8 @@ int pkv__decode_parse(const char *value);
  * its extension string; the model's head_dim), with the reason written to
  * why. AUTO: CPU on a CPU device, else INTEL where the device has
  * cl_intel_subgroups, cl_intel_subgroups_short and cl_intel_subgroups_char
- * and head_dim is a multiple of 32 up to 512, else GPU. A forced INTEL the device cannot
- * run gives OFF. */
+ * and head_dim is a multiple of 32 up to 512, else GPU. A forced INTEL
+ * the device cannot run gives OFF. */
 pkv__decode_kind pkv__decode_choose(int request, int cpu_device,
                                     const char *extensions, uint32_t head_dim,
                                     char *why, size_t why_size);
