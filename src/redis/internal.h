@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The connector's state, shared by its three files: redis.c (the public
- * functions), ops.c (the engine-facing callbacks and the queues) and
- * worker.c (the thread that talks to the server).
+ * The connector's state, shared by its files, each calling only those
+ * below it: redis.c (the public functions) above ops.c (the engine-facing
+ * callbacks) and worker.c (the thread that talks to the server), these
+ * above connector.c (the object's memory) and queue.c (the queues), and
+ * worker.c above reply.c (replies read from the socket).
  *
  * One mutex guards the queues, the cancelled flags, the stats and the
  * published socket; the engine's callbacks only take it to queue, dequeue
@@ -61,7 +63,8 @@
 #define PKV__REDIS_STATS_MIN_SIZE PKV__END_OF(pkv_redis_stats, bytes_written)
 
 /* Zero n bytes at p in a way the compiler cannot drop as a dead store
- * (the password's copies: they must not linger in freed memory). */
+ * (the password's copies: they must not linger in freed memory).
+ * connector.c. */
 void pkv__redis_wipe(void *p, size_t n);
 
 enum pkv__redis_kind { PKV__REDIS_LOAD, PKV__REDIS_SAVE };
@@ -151,15 +154,25 @@ struct pkv_redis {
     uint32_t staged_capacity;
 };
 
-/* ops.c. A list's functions: the caller holds the lock, or owns the list
- * (destroy frees the queues after the worker ended). */
+/* queue.c. A list's functions: the caller holds the lock, or owns the
+ * list (a connector being freed). take moves every op of ticket from
+ * list to out; has says whether list holds one. */
+void pkv__redis_list_push(pkv__redis_list *list, pkv__redis_op *op);
 pkv__redis_op *pkv__redis_list_pop(pkv__redis_list *list);
 void pkv__redis_list_free(pkv__redis_list *list);
-/* The worker is done with op (it takes the lock): report it (done
- * queue), or free it when it was cancelled meanwhile. */
-void pkv__redis_finish(pkv_redis *redis, pkv__redis_op *op,
-                       pkv_status status);
-/* The four pkv_store callbacks (user is the pkv_redis). */
+void pkv__redis_list_take(pkv__redis_list *list, uint64_t ticket,
+                          pkv__redis_list *out);
+int pkv__redis_list_has(const pkv__redis_list *list, uint64_t ticket);
+
+/* connector.c. A connector with p's settings (already checked), its lock
+ * and queues ready, no thread: PKV_OK, or PKV_ERR_OUT_OF_MEMORY with *what
+ * saying what could not be made. free: everything of a connector whose
+ * worker has ended (or never started). */
+pkv_status pkv__redis_connector_new(const pkv_redis_params *p,
+                                    pkv_redis **out, const char **what);
+void pkv__redis_connector_free(pkv_redis *redis);
+
+/* ops.c: the four pkv_store callbacks (user is the pkv_redis). */
 pkv_status pkv__redis_load(void *user, uint64_t ticket,
                            const char *const *keys, uint32_t num_keys,
                            void *values, size_t value_size, uint64_t *sizes);
@@ -170,9 +183,6 @@ uint32_t pkv__redis_poll(void *user, pkv_store_done *done,
 void pkv__redis_cancel(void *user, uint64_t ticket);
 void pkv__redis_attach(void *user);
 void pkv__redis_detach(void *user);
-
-/* redis.c: free a connector whose worker has ended. */
-void pkv__redis_release(pkv_redis *redis);
 
 /* worker.c: start the thread (0, or an errno value); stop and join it. */
 int pkv__redis_worker_start(pkv_redis *redis);

@@ -425,7 +425,7 @@ static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
         return st;
     int sent = send_command(redis, op);
     if (sent == 0)
-        return PKV_OK; /* cancelled: pkv__redis_finish drops it */
+        return PKV_OK; /* cancelled: finish drops it */
     if (sent < 0) {
         disconnect(redis);
         return PKV_ERR_STORE;
@@ -437,6 +437,24 @@ static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
     st = take_values(redis, op);
     trim_staging(redis);
     return st;
+}
+
+/* The worker is done with op: report it (the done queue), or free it when
+ * it was cancelled meanwhile. */
+static void finish(pkv_redis *redis, pkv__redis_op *op, pkv_status status)
+{
+    pthread_mutex_lock(&redis->lock);
+    redis->running = NULL;
+    if (status != PKV_OK)
+        redis->stats.errors++;
+    int cancelled = op->cancelled;
+    if (!cancelled) {
+        op->status = status;
+        pkv__redis_list_push(&redis->done, op);
+    }
+    pthread_mutex_unlock(&redis->lock);
+    if (cancelled)
+        free(op);
 }
 
 static void *worker_main(void *arg)
@@ -455,7 +473,7 @@ static void *worker_main(void *arg)
                                 : pkv__redis_list_pop(&redis->saves);
         redis->running = op;
         pthread_mutex_unlock(&redis->lock);
-        pkv__redis_finish(redis, op, run(redis, op));
+        finish(redis, op, run(redis, op));
         pthread_mutex_lock(&redis->lock);
     }
     pthread_mutex_unlock(&redis->lock);
