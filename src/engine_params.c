@@ -7,7 +7,7 @@
 #include "groups.h"
 #include "kv_layout.h"
 #include "quant.h"
-#include "store/engine_store.h"
+#include "store/store_params.h"
 #include "struct_sizes.h"
 
 #include <string.h>
