@@ -3,7 +3,8 @@
 # src/redis built libpkv_redis): the connector alone against a private
 # redis-server the test starts on a free port (77: no redis-server, skipped),
 # and the library's exports.
-pkv_add_test(test_redis SOURCES test_redis.c redis_server.c LABELS redis)
+pkv_add_test(test_redis SOURCES test_redis.c redis_server.c tcp_proxy.c
+  LABELS redis)
 find_package(Threads REQUIRED)
 target_link_libraries(test_redis PRIVATE pkv_redis PkgConfig::HIREDIS
   Threads::Threads)

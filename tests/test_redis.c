@@ -14,6 +14,7 @@
 
 #include "pkv/pkv_redis.h"
 #include "redis_server.h"
+#include "tcp_proxy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -472,9 +473,10 @@ static void test_roundtrip(void **state)
     assert_memory_equal(r->str, in[1], SIZE);
     freeReplyObject(r);
 
+    /* Two connections: the loads' (made at create) and the saves'. */
     pkv_redis_stats s = get_stats(&c);
-    assert_int_equal(s.connected, 1);
-    assert_int_equal(s.connects, 1);
+    assert_int_equal(s.connected, 2);
+    assert_int_equal(s.connects, 2);
     assert_int_equal(s.connect_failures, 0);
     assert_int_equal(s.commands, N + 1);
     assert_int_equal(s.errors, 0);
@@ -725,7 +727,9 @@ static void test_poll_order(void **state)
     close_conn(&c);
 }
 
-/* A load queued behind saves goes first. */
+/* A load does not wait for the saves: with a save in flight to a frozen
+ * server and two more queued behind it, the load goes out at once on its
+ * own connection. Saves finish in the order they were started. */
 static void test_load_first(void **state)
 {
     rs_server *rs = *state;
@@ -743,15 +747,21 @@ static void test_load_first(void **state)
     assert_int_equal(c.store.load(c.store.user, 5, keys, 1, out, sizeof out,
                                   &size),
                      PKV_OK);
+    wait_commands(&c, 3); /* the load: sent while the save waits */
     rs_continue(rs);
     pkv_store_done d[4];
     assert_int_equal(poll_until(&c, d, 4, 3000), 4);
-    assert_int_equal(d[0].ticket, 2);
-    assert_int_equal(d[1].ticket, 5);
-    assert_int_equal(d[2].ticket, 3);
-    assert_int_equal(d[3].ticket, 4);
-    for (int i = 0; i < 4; i++)
+    uint64_t saves[3], n = 0;
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(d[i].status, PKV_OK);
+        if (d[i].ticket != 5)
+            saves[n++] = d[i].ticket;
+    }
+    assert_int_equal(n, 3);
+    assert_int_equal(saves[0], 2);
+    assert_int_equal(saves[1], 3);
+    assert_int_equal(saves[2], 4);
+    assert_int_equal(size, 1);
     close_conn(&c);
 }
 
@@ -812,18 +822,22 @@ static void test_idle_close(void **state)
     r = rs_command(&shared, "CONFIG SET timeout 0");
     assert_non_null(r);
     freeReplyObject(r);
+    /* Both connections were closed; the loads' was found and made
+     * again. */
     pkv_redis_stats s = get_stats(&c);
     assert_int_equal(s.idle_closes, 1);
     assert_int_equal(s.errors, 0);
-    assert_int_equal(s.connects, 2);
+    assert_int_equal(s.connects, 3);
     close_conn(&c);
 }
 
 /* --------------------------------------------------- a hostile server */
 
-/* A server on a loopback port that answers the first command of its one
+/* A server on a loopback port that answers the first command of each
  * connection with `head`, then either `body` over and over until the
- * connection is closed (flood) or one byte of body every drip_ms. */
+ * connection is closed (flood) or one byte of body every drip_ms. Each
+ * connection has a thread of its own (a connector makes two). */
+enum { HOSTILE_CONNECTIONS = 16 };
 typedef struct hostile {
     int listen_fd;
     int port;
@@ -831,14 +845,22 @@ typedef struct hostile {
     const char *body;
     long drip_ms;
     pthread_t thread;
+    pthread_t handlers[HOSTILE_CONNECTIONS];
+    int fds[HOSTILE_CONNECTIONS];
+    int connections;
 } hostile;
 
-static void *hostile_main(void *arg)
+typedef struct hostile_conn {
+    hostile *h;
+    int fd;
+} hostile_conn;
+
+static void *hostile_serve(void *arg)
 {
-    hostile *h = arg;
-    int fd = accept(h->listen_fd, NULL, NULL);
-    if (fd < 0)
-        return NULL;
+    hostile_conn *hc = arg;
+    const hostile *h = hc->h;
+    int fd = hc->fd;
+    free(hc);
     char command[4096];
     if (recv(fd, command, sizeof command, 0) > 0 &&
         send(fd, h->head, strlen(h->head), MSG_NOSIGNAL) > 0) {
@@ -853,13 +875,33 @@ static void *hostile_main(void *arg)
             }
         }
     }
-    close(fd);
+    return NULL;
+}
+
+static void *hostile_main(void *arg)
+{
+    hostile *h = arg;
+    while (h->connections < HOSTILE_CONNECTIONS) {
+        int fd = accept(h->listen_fd, NULL, NULL);
+        if (fd < 0)
+            break;
+        hostile_conn *hc = malloc(sizeof *hc);
+        assert_non_null(hc);
+        hc->h = h;
+        hc->fd = fd;
+        h->fds[h->connections] = fd;
+        assert_int_equal(pthread_create(&h->handlers[h->connections], NULL,
+                                        hostile_serve, hc),
+                         0);
+        h->connections++;
+    }
     return NULL;
 }
 
 static void hostile_start(hostile *h, const char *head, const char *body,
                           long drip_ms)
 {
+    memset(h, 0, sizeof *h);
     h->head = head;
     h->body = body;
     h->drip_ms = drip_ms;
@@ -871,19 +913,23 @@ static void hostile_start(hostile *h, const char *head, const char *body,
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof a;
     assert_int_equal(bind(h->listen_fd, (struct sockaddr *)&a, len), 0);
-    assert_int_equal(listen(h->listen_fd, 1), 0);
+    assert_int_equal(listen(h->listen_fd, 4), 0);
     assert_int_equal(getsockname(h->listen_fd, (struct sockaddr *)&a, &len),
                      0);
     h->port = ntohs(a.sin_port);
     assert_int_equal(pthread_create(&h->thread, NULL, hostile_main, h), 0);
 }
 
-/* After the connector that talked to it is destroyed (its connection
- * closed, so a flood's send fails). */
+/* After the connector that talked to it is destroyed (its connections
+ * closed, so a flood's send or a wait for a command ends). */
 static void hostile_stop(hostile *h)
 {
-    shutdown(h->listen_fd, SHUT_RDWR); /* ends an accept never reached */
+    shutdown(h->listen_fd, SHUT_RDWR); /* ends the accept */
     pthread_join(h->thread, NULL);
+    for (int i = 0; i < h->connections; i++) {
+        pthread_join(h->handlers[i], NULL);
+        close(h->fds[i]);
+    }
     close(h->listen_fd);
 }
 
@@ -945,6 +991,116 @@ static void test_hostile_drip(void **state)
     hostile_stop(&h);
 }
 
+/* ------------------------------------------------ slow and lost links */
+
+/* A connector to the shared server through a proxy (tcp_proxy.h). */
+static void open_via(conn *c, tp_proxy **proxy, uint32_t timeout_ms)
+{
+    assert_int_equal(tp_start(proxy, shared.port), 0);
+    rs_server via = {0};
+    via.port = tp_port(*proxy);
+    open_conn(c, &via, "via:", timeout_ms, 0);
+}
+
+/* The status of ticket, which must be reported within ms; the time it
+ * took from t0 in *took. */
+static int32_t wait_ticket(conn *c, uint64_t ticket, long ms, uint64_t t0,
+                           uint64_t *took)
+{
+    pkv_store_done d;
+    assert_int_equal(poll_until(c, &d, 1, ms), 1);
+    assert_int_equal(d.ticket, ticket);
+    *took = now_ms() - t0;
+    return d.status;
+}
+
+/* Load key as ticket, which must arrive within ms holding `expect`: the
+ * time it took, printed after `what`. */
+static uint64_t timed_load(conn *c, uint64_t ticket, const char *key,
+                           const char *expect, long ms, const char *what)
+{
+    const char *keys[1] = {key};
+    char out[16];
+    uint64_t size, took, t0 = now_ms();
+    assert_int_equal(c->store.load(c->store.user, ticket, keys, 1, out,
+                                   sizeof out, &size),
+                     PKV_OK);
+    assert_int_equal(wait_ticket(c, ticket, ms, t0, &took), PKV_OK);
+    print_message("%s: %llu ms\n", what, (unsigned long long)took);
+    assert_int_equal(size, strlen(expect));
+    assert_memory_equal(out, expect, strlen(expect));
+    return took;
+}
+
+/* A server that reads a few KiB every 250 ms while a 16 MiB SET goes
+ * out: the save fails by its deadline (4 x timeout_ms, the server having
+ * taken some of it in every wait), and a load started behind it goes out
+ * on its own connection and arrives at once. Socket timeouts per send
+ * held such a save for tens of seconds and every load behind it. */
+static void test_slow_reader(void **state)
+{
+    (void)state;
+    conn c;
+    tp_proxy *proxy;
+    open_via(&c, &proxy, 500);
+    assert_int_equal(save_sync(&c, 1, "small", "abcd", 4), PKV_OK);
+    tp_throttle(proxy, 4096, 250);
+    enum { BIG = 16 << 20 };
+    unsigned char *big = malloc(BIG);
+    assert_non_null(big);
+    fill(big, BIG, 3);
+    uint64_t t0 = now_ms();
+    assert_int_equal(c.store.save(c.store.user, 2, "big", big, BIG), PKV_OK);
+    sleep_ms(100);
+    timed_load(&c, 3, "small", "abcd", 1500, "a load behind a slow save");
+    uint64_t took;
+    assert_int_equal(wait_ticket(&c, 2, 4000, t0, &took), PKV_ERR_STORE);
+    print_message("the slow save failed after %llu ms\n",
+                  (unsigned long long)took);
+    assert_true(took >= 1900 && took < 3500);
+    const char *why = connection_error(&c);
+    print_message("why: %s\n", why);
+    assert_non_null(strstr(why, "SET: no answer in time"));
+    free(big);
+    /* At full speed again: the next save connects again and lands. */
+    tp_throttle(proxy, 0, 0);
+    assert_int_equal(save_sync(&c, 4, "after", "x", 1), PKV_OK);
+    assert_string_equal(connection_error(&c), "");
+    close_conn(&c);
+    tp_stop(proxy);
+}
+
+/* Connections forgotten by a NAT after a second's rest: the load that
+ * finds its connection dead gets no answer within timeout_ms and is sent
+ * again on a new connection, so it hits (retries); a save fails, and
+ * the next save connects again. */
+static void test_forgotten_connection(void **state)
+{
+    (void)state;
+    conn c;
+    tp_proxy *proxy;
+    open_via(&c, &proxy, 300);
+    assert_int_equal(save_sync(&c, 1, "k", "value", 5), PKV_OK);
+    timed_load(&c, 2, "k", "value", 1000, "a load");
+    sleep_ms(1100);
+    tp_forget(proxy);
+    uint64_t took = timed_load(&c, 3, "k", "value", 3000,
+                               "a load on a forgotten connection");
+    assert_true(took >= 250 && took < 1000);
+    pkv_redis_stats s = get_stats(&c);
+    assert_int_equal(s.retries, 1);
+    assert_int_equal(s.errors, 0);
+    assert_int_equal(s.connects, 3);
+    /* A save is not sent again. */
+    assert_int_equal(save_sync(&c, 4, "k", "other", 5), PKV_ERR_STORE);
+    assert_int_equal(save_sync(&c, 5, "k", "third", 5), PKV_OK);
+    s = get_stats(&c);
+    assert_int_equal(s.retries, 1);
+    assert_int_equal(s.connects, 4);
+    close_conn(&c);
+    tp_stop(proxy);
+}
+
 /* A finished op cancelled before it is polled is never reported. */
 static void test_cancel_done(void **state)
 {
@@ -971,11 +1127,12 @@ static void test_cancel_done(void **state)
     close_conn(&c);
 }
 
-/* A hung server (SIGSTOP) holds a save in flight: it and the ops queued
- * behind it are cancelled; when the server resumes, the save it had
- * received lands (its value was copied before cancel returned: the buffer
- * is freed at once), the queued ones were never sent, nothing is reported
- * and the load's buffers are as they were. */
+/* A hung server (SIGSTOP) holds a save and a load in flight (each on its
+ * connection) and a save queued behind the first: all are cancelled; when
+ * the server resumes, the save it had received lands (its value was
+ * copied before cancel returned: the buffer is freed at once), the queued
+ * one was never sent, nothing is reported and the load's buffers are as
+ * they were. */
 static void test_cancel_queued(void **state)
 {
     rs_server *rs = *state;
@@ -1002,6 +1159,7 @@ static void test_cancel_queued(void **state)
                      PKV_OK);
     assert_int_equal(c.store.save(c.store.user, 4, "never", late, 64),
                      PKV_OK);
+    wait_commands(&c, 3); /* the load, in flight too */
     c.store.cancel(c.store.user, 3);
     c.store.cancel(c.store.user, 4);
     c.store.cancel(c.store.user, 2);
@@ -1012,7 +1170,7 @@ static void test_cancel_queued(void **state)
     assert_int_equal(poll_until(&c, d, 1, 300), 0);
     assert_true(all_bytes(out, sizeof out, 0x5A));
     assert_int_equal(size, 12345);
-    assert_int_equal(get_stats(&c).commands, 2);
+    assert_int_equal(get_stats(&c).commands, 3);
 
     redisReply *r = rs_command(rs, "GET cq:sent");
     assert_non_null(r);
@@ -1024,11 +1182,13 @@ static void test_cancel_queued(void **state)
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
 
-    /* The connection is in step: the cancelled save's reply was read. */
+    /* The connections are in step: the cancelled ops' replies were
+     * read. */
     assert_int_equal(load_sync(&c, 5, keys, 1, out, 64, &size), PKV_OK);
     assert_int_equal(size, 64);
     assert_memory_equal(out, expect, 64);
-    assert_int_equal(get_stats(&c).connects, 1);
+    assert_int_equal(save_sync(&c, 6, "after", "y", 1), PKV_OK);
+    assert_int_equal(get_stats(&c).connects, 2);
     close_conn(&c);
 }
 
@@ -1108,8 +1268,8 @@ static void test_server_killed(void **state)
     open_conn(&c, rs, "kill:", 300, 0);
     assert_int_equal(save_sync(&c, 1, "a", "value", 5), PKV_OK);
     pkv_redis_stats s = get_stats(&c);
-    assert_int_equal(s.connected, 1);
-    assert_int_equal(s.connects, 1);
+    assert_int_equal(s.connected, 2);
+    assert_int_equal(s.connects, 2);
 
     rs_kill(rs);
     /* A big value to a closed connection: the writes after the first fail
@@ -1139,8 +1299,8 @@ static void test_server_killed(void **state)
     assert_int_equal(size, 5);
     assert_memory_equal(out, "again", 5);
     s = get_stats(&c);
-    assert_int_equal(s.connected, 1);
-    assert_int_equal(s.connects, 2);
+    assert_int_equal(s.connected, 2);
+    assert_int_equal(s.connects, 4);
     close_conn(&c);
 }
 
@@ -1175,7 +1335,7 @@ static void test_server_hung(void **state)
     assert_int_equal(d.status, PKV_ERR_STORE);
     assert_true(took >= 150 && took < 1500);
     assert_true(longest < 100);
-    assert_int_equal(get_stats(&c).connected, 0);
+    assert_int_equal(get_stats(&c).connected, 1); /* the saves' */
 
     sleep_ms(150); /* retry_ms: the next op connects (the kernel accepts) */
     assert_int_equal(c.store.load(c.store.user, 3, keys, 1, out, sizeof out,
@@ -1234,7 +1394,8 @@ static void test_server_down_at_create(void **state)
     assert_true(s.connect_failures - attempts >= 2 &&
                 s.connect_failures - attempts <= allowed + 1);
 
-    /* Back up: within the last wait (at most 5 s), saves go through. */
+    /* Back up: within the last wait (at most 5 s), saves go through, and
+     * the loads, whose connection was in its wait, connect at once. */
     assert_int_equal(rs_restart(rs), 0);
     uint64_t ticket = 200;
     while (save_sync(&c, ticket, "a", "up", 2) != PKV_OK) {
@@ -1245,8 +1406,8 @@ static void test_server_down_at_create(void **state)
                      PKV_OK);
     assert_int_equal(size, 2);
     s = get_stats(&c);
-    assert_int_equal(s.connected, 1);
-    assert_int_equal(s.connects, 1);
+    assert_int_equal(s.connected, 2);
+    assert_int_equal(s.connects, 2);
     close_conn(&c);
 }
 
@@ -1279,8 +1440,8 @@ static void test_error_reply(void **state)
     assert_int_equal(sizes[1], 0);
     assert_int_equal(save_sync(&c, 4, "b", "v", 1), PKV_OK);
     pkv_redis_stats s = get_stats(&c);
-    assert_int_equal(s.connects, 1);
-    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.connects, 2);
+    assert_int_equal(s.connected, 2);
     assert_int_equal(s.errors, 1);
     close_conn(&c);
 }
@@ -1375,9 +1536,53 @@ static void test_auth_password(void **state)
     assert_memory_equal(out, "value", 5);
     s = get_stats(&right);
     assert_int_equal(s.auth_failures, 0);
-    assert_int_equal(s.connects, 1);
+    assert_int_equal(s.connects, 2);
     assert_string_equal(connection_error(&right), "");
     close_conn(&right);
+}
+
+/* requirepass, and a connector given no password: Redis answers a small
+ * command NOAUTH and closes a connection that sends a large one
+ * unauthenticated. Every failure is counted as an authentication failure
+ * or a close under a command (never an idle close), and
+ * pkv_redis_connection_error names the missing password. */
+static void test_missing_password(void **state)
+{
+    rs_server *rs = *state;
+    assert_int_equal(rs_require_password(rs, "needed-pw"), 0);
+    conn c;
+    open_conn_auth(&c, rs, "np:", NULL, NULL, 0);
+    enum { SAVES = 32, BIG = 64 << 10 };
+    unsigned char *big = calloc(1, BIG);
+    assert_non_null(big);
+    for (uint64_t t = 1; t <= SAVES; t++)
+        assert_int_equal(save_sync(&c, t, "k", big, BIG), PKV_ERR_STORE);
+    free(big);
+    pkv_redis_stats s = get_stats(&c);
+    const char *why = connection_error(&c);
+    print_message("%d large SETs without the password: auth_failures %llu, "
+                  "command_closes %llu, idle_closes %llu, connects %llu; "
+                  "%s\n",
+                  SAVES, (unsigned long long)s.auth_failures,
+                  (unsigned long long)s.command_closes,
+                  (unsigned long long)s.idle_closes,
+                  (unsigned long long)s.connects, why);
+    assert_true(s.auth_failures + s.command_closes >= SAVES);
+    assert_int_equal(s.idle_closes, 0);
+    assert_int_equal(s.errors, SAVES);
+    assert_non_null(strstr(why, "pkv_redis_params.password"));
+    const char *keys[1] = {"k"};
+    char out[8];
+    uint64_t size;
+    uint64_t before = s.auth_failures;
+    assert_int_equal(load_sync(&c, 100, keys, 1, out, sizeof out, &size),
+                     PKV_ERR_STORE);
+    why = connection_error(&c);
+    print_message("a load without the password: %s\n", why);
+    assert_non_null(strstr(why, "MGET refused: NOAUTH"));
+    assert_non_null(strstr(why, "pkv_redis_params.password"));
+    assert_int_equal(get_stats(&c).auth_failures, before + 1);
+    close_conn(&c);
 }
 
 /* An ACL user with rights on lim:* keys, MGET and SET only: it works
@@ -1406,8 +1611,8 @@ static void test_auth_acl_user(void **state)
     open_conn_auth(&outside, rs, "other:", "pkvuser", "user-pw", 0);
     assert_int_equal(save_sync(&outside, 1, "k", "acl", 3), PKV_ERR_STORE);
     pkv_redis_stats s = get_stats(&outside);
-    assert_int_equal(s.connects, 1);
-    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.connects, 2);
+    assert_int_equal(s.connected, 2);
     assert_int_equal(s.auth_failures, 0);
     close_conn(&outside);
 
@@ -1479,8 +1684,10 @@ static void test_auth_reconnect(void **state)
                      PKV_OK);
     assert_int_equal(size, 5);
     assert_memory_equal(out, "again", 5);
+    /* Both connections were killed; the loads' was found and made
+     * again. */
     pkv_redis_stats s = get_stats(&c);
-    assert_int_equal(s.connects, 2);
+    assert_int_equal(s.connects, 3);
     assert_int_equal(s.idle_closes, 1);
     assert_int_equal(s.errors, 0);
     assert_int_equal(s.auth_failures, 0);
@@ -1610,7 +1817,7 @@ static void test_tls_stunnel(void **state)
                      PKV_OK);
     assert_int_equal(size, sizeof value);
     assert_memory_equal(out, value, sizeof value);
-    assert_int_equal(get_stats(&c).connects, 1);
+    assert_int_equal(get_stats(&c).connects, 2);
     close_conn(&c);
 
     /* Plain text to the TLS port: no connection stands. */
@@ -1756,6 +1963,8 @@ int main(void)
         cmocka_unit_test(test_idle_close),
         cmocka_unit_test(test_hostile_set_reply),
         cmocka_unit_test(test_hostile_drip),
+        cmocka_unit_test(test_slow_reader),
+        cmocka_unit_test(test_forgotten_connection),
         cmocka_unit_test(test_cancel_done),
         cmocka_unit_test(test_destroy_busy),
         cmocka_unit_test(test_destroy_before_engine),
@@ -1777,6 +1986,8 @@ int main(void)
                                         private_teardown),
         cmocka_unit_test_setup_teardown(test_auth_password, private_setup,
                                         private_teardown),
+        cmocka_unit_test_setup_teardown(test_missing_password,
+                                        private_setup, private_teardown),
         cmocka_unit_test_setup_teardown(test_auth_acl_user, private_setup,
                                         private_teardown),
         cmocka_unit_test(test_select_isolates),

@@ -30,9 +30,11 @@ static void free_memory(pkv_redis *redis)
     free(redis->username);
     free(redis->host);
     free(redis->unix_path);
-    free(redis->staging);
-    free(redis->read_buffer);
-    free(redis->staged_sizes);
+    for (int k = 0; k < 2; k++) {
+        free(redis->lanes[k].staging);
+        free(redis->lanes[k].read_buffer);
+        free(redis->lanes[k].staged_sizes);
+    }
     free(redis);
 }
 
@@ -60,10 +62,6 @@ pkv_status pkv__redis_connector_new(const pkv_redis_params *p,
     redis->port = p->port;
     redis->timeout_ms = p->timeout_ms;
     redis->retry_ms = p->retry_ms;
-    /* Differs between connectors (and processes): their retries spread. */
-    redis->jitter = ((uint64_t)(uintptr_t)redis ^ (uint64_t)time(NULL)) *
-                        0x9e3779b97f4a7c15ull |
-                    1u;
     if (p->key_prefix != NULL) {
         redis->prefix_len = strlen(p->key_prefix);
         memcpy(redis->prefix, p->key_prefix, redis->prefix_len);
@@ -74,18 +72,32 @@ pkv_status pkv__redis_connector_new(const pkv_redis_params *p,
     if (p->database > 0)
         snprintf(redis->database, sizeof redis->database, "%u",
                  (unsigned)p->database);
-    redis->fd = -1;
+    for (int k = 0; k < 2; k++) {
+        pkv__redis_lane *lane = &redis->lanes[k];
+        lane->redis = redis;
+        lane->kind = k;
+        lane->fd = -1;
+        /* Differs between lanes, connectors and processes: their retries
+         * spread. */
+        lane->jitter = ((uint64_t)(uintptr_t)lane ^ (uint64_t)time(NULL)) *
+                           0x9e3779b97f4a7c15ull |
+                       1u;
+    }
     redis->stats.struct_size = sizeof redis->stats;
     if (pthread_mutex_init(&redis->lock, NULL) != 0) {
         free_memory(redis);
         *what = "pthread_mutex_init failed";
         return PKV_ERR_OUT_OF_MEMORY;
     }
-    if (pthread_cond_init(&redis->wake, NULL) != 0) {
-        pthread_mutex_destroy(&redis->lock);
-        free_memory(redis);
-        *what = "pthread_cond_init failed";
-        return PKV_ERR_OUT_OF_MEMORY;
+    for (int k = 0; k < 2; k++) {
+        if (pthread_cond_init(&redis->lanes[k].wake, NULL) != 0) {
+            if (k > 0)
+                pthread_cond_destroy(&redis->lanes[0].wake);
+            pthread_mutex_destroy(&redis->lock);
+            free_memory(redis);
+            *what = "pthread_cond_init failed";
+            return PKV_ERR_OUT_OF_MEMORY;
+        }
     }
     *out = redis;
     return PKV_OK;
@@ -96,7 +108,8 @@ void pkv__redis_connector_free(pkv_redis *redis)
     pkv__redis_list_free(&redis->loads);
     pkv__redis_list_free(&redis->saves);
     pkv__redis_list_free(&redis->done);
-    pthread_cond_destroy(&redis->wake);
+    for (int k = 0; k < 2; k++)
+        pthread_cond_destroy(&redis->lanes[k].wake);
     pthread_mutex_destroy(&redis->lock);
     free_memory(redis);
 }

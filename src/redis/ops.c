@@ -80,10 +80,13 @@ static pkv_status enqueue(pkv_redis *redis, pkv__redis_op *op)
         return PKV_ERR_STORE;
     }
     uint64_t t = op->ticket;
+    const pkv__redis_op *load = redis->lanes[PKV__REDIS_LOAD].running;
+    const pkv__redis_op *save = redis->lanes[PKV__REDIS_SAVE].running;
     if (pkv__redis_list_has(&redis->loads, t) ||
         pkv__redis_list_has(&redis->saves, t) ||
         pkv__redis_list_has(&redis->done, t) ||
-        (redis->running != NULL && redis->running->ticket == t)) {
+        (load != NULL && load->ticket == t) ||
+        (save != NULL && save->ticket == t)) {
         redis->stats.errors++;
         pthread_mutex_unlock(&redis->lock);
         free(op);
@@ -92,7 +95,7 @@ static pkv_status enqueue(pkv_redis *redis, pkv__redis_op *op)
     pkv__redis_list_push(op->kind == PKV__REDIS_LOAD ? &redis->loads
                                                      : &redis->saves,
                          op);
-    pthread_cond_signal(&redis->wake);
+    pthread_cond_signal(&redis->lanes[op->kind].wake);
     pthread_mutex_unlock(&redis->lock);
     return PKV_OK;
 }
@@ -197,10 +200,13 @@ void pkv__redis_cancel(void *user, uint64_t ticket)
     pkv__redis_list_take(&redis->loads, ticket, &gone);
     pkv__redis_list_take(&redis->saves, ticket, &gone);
     pkv__redis_list_take(&redis->done, ticket, &gone);
-    /* The worker frees it when it is done with the connection; until then
+    /* Its lane frees it when it is done with the connection; until then
      * the flag keeps it off the engine's buffers and the done queue. */
-    if (redis->running != NULL && redis->running->ticket == ticket)
-        redis->running->cancelled = 1;
+    for (int k = 0; k < 2; k++) {
+        pkv__redis_op *running = redis->lanes[k].running;
+        if (running != NULL && running->ticket == ticket)
+            running->cancelled = 1;
+    }
     pthread_mutex_unlock(&redis->lock);
     pkv__redis_list_free(&gone);
 }
