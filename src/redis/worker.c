@@ -274,9 +274,9 @@ static enum outcome attempt(pkv__redis_lane *lane, pkv__redis_op *op)
         return CANCELLED;
     if (sent == PKV__IO_CLOSED) {
         /* A server that closes a connection under a command may have
-         * said why first. */
-        pkv__redis_deadline now = pkv__redis_deadline_in(0, 0);
-        if (pkv__redis_read_status(fd, &now, line, sizeof line) ==
+         * said why first: what it sent is there already. */
+        pkv__redis_deadline soon = pkv__redis_deadline_in(10, 10);
+        if (pkv__redis_read_status(fd, &soon, line, sizeof line) ==
             PKV__REPLY_ERROR)
             return refused(lane, op, line);
     }
@@ -326,11 +326,11 @@ static void finish(pkv__redis_lane *lane, pkv__redis_op *op,
     pkv_redis *redis = lane->redis;
     pthread_mutex_lock(&redis->lock);
     lane->running = NULL;
+    int cancelled = op->cancelled;
     if (status != PKV_OK)
         redis->stats.errors++;
-    else
+    else if (!cancelled)
         redis->connection_error[0] = '\0';
-    int cancelled = op->cancelled;
     if (!cancelled) {
         op->status = status;
         pkv__redis_list_push(&redis->done, op);
