@@ -16,8 +16,8 @@
  * is made at create, the saves' at the first save.
  *
  * Every command, sent and answered, has one deadline: 4 x timeout_ms in
- * all, and no wait for the server longer than timeout_ms, so a server
- * that takes a few KiB of a value now and then holds a worker 4 x
+ * all, and no wait for the reply's bytes longer than timeout_ms, so a
+ * server that takes a few KiB of a value now and then holds a worker 4 x
  * timeout_ms at most (a value sent at less than its size per 4 x
  * timeout_ms fails: raise timeout_ms for large values over slow links).
  * A connection error, a timeout or an error reply fails the operation
@@ -29,7 +29,10 @@
  * engine's key. Every connection, the first and each reconnect, sends
  * AUTH (a password, or an ACL user and its password) and SELECT when the
  * params ask, before any other command; a refusal fails that connection
- * like any other failure (pkv_redis_connection_error says why).
+ * like any other failure (pkv_redis_connection_error says why). A
+ * command the server refuses for want of AUTH (NOAUTH: it requires a
+ * password and none was given) is counted in auth_failures and named
+ * there too.
  *
  * What a blip costs. A connection the server closed while idle (its
  * `timeout`, CLIENT KILL, a restart, a proxy) is found before the next
@@ -75,10 +78,11 @@
  * one's own, spiped does the same with a shared key instead of
  * certificates. The listening port is reachable by every local user:
  * keep requirepass or an ACL user on the server. test_redis's
- * test_tls_stunnel runs this against a TLS-only redis-server.
- * hiredis 1.x has hiredis_ssl; using it would put TLS inside the
- * connector, but the worker's own socket reads and writes would have to
- * go through the TLS session (docs/design.md, "What hiredis 1.x would
+ * test_tls_stunnel runs this against a TLS-only redis-server, and
+ * test_store_redis's test_tls_engines has engines share sealed blocks
+ * through it. hiredis 1.x has hiredis_ssl; using it would put TLS inside
+ * the connector, but the workers' own socket reads and writes would have
+ * to go through the TLS session (docs/design.md, "What hiredis 1.x would
  * change").
  *
  * libpkv_redis needs only this header and pkv.h's types: it does not link
