@@ -53,8 +53,14 @@ enum outcome {
     CANCELLED, /* cancelled before it was sent: nothing sent */
     REFUSED,   /* an error reply, or no memory for the reply: the
                   connection is in step */
-    LOST       /* the connection failed and was dropped */
+    LOST,      /* the connection failed and was dropped */
+    SILENT     /* the same, by no answer in time or a close: what a
+                  connection a NAT forgot does */
 };
+
+/* How a command was lost when its send failed otherwise than by a close
+ * or a timeout (besides the reply results of reply.h). */
+enum { SEND_FAILED = -1 };
 
 /* The loads' buffers' bytes, into the stats. */
 static void count_buffers(pkv__redis_lane *lane)
@@ -220,14 +226,16 @@ static enum outcome refused(pkv__redis_lane *lane, const pkv__redis_op *op,
     return REFUSED;
 }
 
-/* The connection failed under op's command (a reply's result or a send's
- * io.h failure): named, counted, dropped. */
+/* The connection failed under op's command, as `how` says (a reply's
+ * CLOSED, TIMEOUT or BROKEN; SEND_FAILED): named, counted, dropped.
+ * SILENT for a close or no answer in time, what a connection a NAT
+ * forgot does; else LOST. */
 static enum outcome lost(pkv__redis_lane *lane, const pkv__redis_op *op,
-                         int closed, int timed_out)
+                         int how)
 {
     pkv_redis *redis = lane->redis;
     char why[PKV__REDIS_ERROR_MAX];
-    if (closed)
+    if (how == PKV__REPLY_CLOSED)
         snprintf(why, sizeof why,
                  "%s: the server closed the connection under the "
                  "command%s",
@@ -237,21 +245,25 @@ static enum outcome lost(pkv__redis_lane *lane, const pkv__redis_op *op,
                        "unauthenticated connection that sends a large "
                        "command: is pkv_redis_params.password needed?)"
                      : "");
-    else if (timed_out)
+    else if (how == PKV__REPLY_TIMEOUT)
         snprintf(why, sizeof why,
                  "%s: no answer in time (a wait for the reply over "
                  "timeout_ms, %u ms, or the whole command over %u ms)",
                  command_name(op), (unsigned)redis->timeout_ms,
                  (unsigned)(PKV__REDIS_COMMAND_TIMEOUTS * redis->timeout_ms));
-    else
+    else if (how == PKV__REPLY_BROKEN)
         snprintf(why, sizeof why, "%s: a reply of another shape",
                  command_name(op));
+    else
+        snprintf(why, sizeof why, "%s: the command could not be sent",
+                 command_name(op));
     pkv__redis_note(redis, why);
+    int closed = how == PKV__REPLY_CLOSED;
     pthread_mutex_lock(&redis->lock);
     redis->stats.command_closes += (uint64_t)closed;
     pthread_mutex_unlock(&redis->lock);
     pkv__redis_disconnect(lane);
-    return LOST;
+    return closed || how == PKV__REPLY_TIMEOUT ? SILENT : LOST;
 }
 
 /* One attempt of op's command on the lane's connection, sent and answered
@@ -281,8 +293,10 @@ static enum outcome attempt(pkv__redis_lane *lane, pkv__redis_op *op)
             return refused(lane, op, line);
     }
     if (sent < 0)
-        return lost(lane, op, sent == PKV__IO_CLOSED,
-                    sent == PKV__IO_TIMEOUT);
+        return lost(lane, op,
+                    sent == PKV__IO_CLOSED    ? PKV__REPLY_CLOSED
+                    : sent == PKV__IO_TIMEOUT ? PKV__REPLY_TIMEOUT
+                                              : SEND_FAILED);
     /* One command in flight at a time, each reply read to its end. */
     enum pkv__reply_result got =
         op->kind == PKV__REDIS_SAVE
@@ -294,8 +308,7 @@ static enum outcome attempt(pkv__redis_lane *lane, pkv__redis_op *op)
     }
     if (got == PKV__REPLY_ERROR)
         return refused(lane, op, line);
-    return lost(lane, op, got == PKV__REPLY_CLOSED,
-                got == PKV__REPLY_TIMEOUT);
+    return lost(lane, op, (int)got);
 }
 
 static pkv_status run(pkv__redis_lane *lane, pkv__redis_op *op)
@@ -304,7 +317,7 @@ static pkv_status run(pkv__redis_lane *lane, pkv__redis_op *op)
         return PKV_ERR_STORE;
     int idle = pkv__redis_now_ms() - lane->used_ms >= PKV__REDIS_IDLE_MS;
     enum outcome o = attempt(lane, op);
-    if (o == LOST && idle && op->kind == PKV__REDIS_LOAD &&
+    if (o == SILENT && idle && op->kind == PKV__REDIS_LOAD &&
         pkv__redis_connect(lane) == PKV_OK) {
         pthread_mutex_lock(&lane->redis->lock);
         lane->redis->stats.retries++;
