@@ -133,7 +133,7 @@ static int put_bulk(char *cmd, size_t cap, size_t *at, const char *s)
 }
 
 /* Send the argc strings of argv as one command on fd and read its status
- * reply, both by deadline d. The command is written by the worker itself,
+ * reply, both by deadline d. The command is written by the lane itself,
  * not through hiredis, whose output buffer would leave the password in
  * freed memory; the stack copy is wiped. 0 for +OK; 1 when the server
  * refused it (why[]: the command and its error line); -1 when the

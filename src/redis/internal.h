@@ -35,7 +35,7 @@
 
 /* The longest username and password, without their NUL: ACL names and
  * passwords are far shorter in practice, and the AUTH command is built
- * in a buffer of bounded size on the worker's stack. */
+ * in a buffer of bounded size on the lane's stack. */
 #define PKV__REDIS_USERNAME_MAX 128u
 #define PKV__REDIS_PASSWORD_MAX 512u
 
@@ -195,7 +195,7 @@ int pkv__redis_list_has(const pkv__redis_list *list, uint64_t ticket);
 /* connector.c. A connector with p's settings (already checked), its lock
  * and queues ready, no thread: PKV_OK, or PKV_ERR_OUT_OF_MEMORY with *what
  * saying what could not be made. free: everything of a connector whose
- * worker has ended (or never started). */
+ * lanes have ended (or never started). */
 pkv_status pkv__redis_connector_new(const pkv_redis_params *p,
                                     pkv_redis **out, const char **what);
 void pkv__redis_connector_free(pkv_redis *redis);

@@ -62,7 +62,7 @@ static char *put_key(const pkv_redis *redis, pkv__redis_op *op, int i,
     return chars + redis->prefix_len + len + 1;
 }
 
-/* Queue op for the worker; PKV_ERR_BAD_STATE (op freed) when its ticket
+/* Queue op for its lane; PKV_ERR_BAD_STATE (op freed) when its ticket
  * is already in the connector. One engine never reuses a ticket in
  * flight, so a duplicate means two engines share this connector (pkv.h
  * forbids it): cancel and poll match by ticket alone, and one engine's
@@ -73,7 +73,7 @@ static pkv_status enqueue(pkv_redis *redis, pkv__redis_op *op)
 {
     pthread_mutex_lock(&redis->lock);
     if (redis->stop) {
-        /* Destroyed while an engine still holds it: no worker runs. */
+        /* Destroyed while an engine still holds it: no lane runs. */
         redis->stats.errors++;
         pthread_mutex_unlock(&redis->lock);
         free(op);

@@ -142,7 +142,7 @@ pkv_status pkv_redis_create(const pkv_redis_params *params, pkv_redis **out)
     int rc = pkv__redis_worker_start(redis);
     if (rc != 0) {
         pkv__redis_connector_free(redis);
-        return fail(PKV_ERR_STORE, "cannot start the worker thread: %s",
+        return fail(PKV_ERR_STORE, "cannot start a worker thread: %s",
                     strerror(rc));
     }
     *out = redis;
@@ -153,7 +153,7 @@ void pkv_redis_destroy(pkv_redis *redis)
 {
     if (redis == NULL)
         return;
-    /* The worker finishes the op it runs (at once if it was sending or
+    /* Each lane finishes the op it runs (at once if it was sending or
      * receiving: the socket is shut down); queued ones are never sent. */
     pkv__redis_worker_stop(redis);
     pthread_mutex_lock(&redis->lock);
