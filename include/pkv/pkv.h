@@ -596,6 +596,15 @@ typedef struct pkv_engine_params {
      * docs/design.md, "Sealing with a deployment key" (OpenSSL's
      * libcrypto, which every build of pkv links). */
     const uint8_t *seal_key;
+
+    /* Since 0.2.0. The length of seal_key in bytes: 32, the one length
+     * taken; any other (a 16-byte AES-128 key) is refused with
+     * PKV_ERR_INVALID_ARGUMENT before a byte of the key is read. 0 (the
+     * default) means 32, the meaning seal_key had before this field: a
+     * host that sets seal_key alone must pass 32 bytes, and pkv reads 32.
+     * A size with seal_key NULL is refused, and so is an all-zero key (a
+     * key anyone can guess, as a buffer never filled is). */
+    uint32_t seal_key_size;
 } pkv_engine_params;
 
 /*
