@@ -63,21 +63,15 @@ static void row_params(const pkv__rows *r, uint32_t j, float *lo, float *sc)
     params(r->scale, j, 1, sc);
 }
 
-/* Row j of a part as f32 in buf, or in place: values (f32, f16), codes
- * (a folded U8/U4 format), or lo + code * scale (U4 groups narrower than
- * the row). */
-static const float *row_at(const pkv__rows_format *f, const pkv__rows *r,
-                           uint32_t j, uint32_t d, float *buf)
+/* Row j's values (f16) or codes (U8, U4) as f32 in buf. */
+static void convert_row(const pkv__rows_format *f, const pkv__rows *r,
+                        uint32_t j, uint32_t d, float *buf)
 {
-    if (f->dtype == PKV_KV_DTYPE_F32)
-        return (const float *)(const void *)r->data + (size_t)j * d;
     if (f->dtype == PKV_KV_DTYPE_F16) {
         uint16_t h[PKV_LAYOUT_MAX_HEAD_DIM];
         memcpy(h, r->data + 2 * (size_t)j * d, 2 * (size_t)d);
         pkv__f16_to_f32_n(h, buf, d);
-        return buf;
-    }
-    if (f->dtype == PKV_KV_DTYPE_U8) {
+    } else if (f->dtype == PKV_KV_DTYPE_U8) {
         const uint8_t *codes = r->data + (size_t)j * d;
         for (uint32_t c = 0; c < d; c++)
             buf[c] = (float)codes[c];
@@ -88,15 +82,37 @@ static const float *row_at(const pkv__rows_format *f, const pkv__rows *r,
             buf[c + 1] = (float)(codes[c / 2] >> 4);
         }
     }
-    if (fold_of(f, d) != DIRECT)
-        return buf;
+}
+
+/* Row j of a part as f32, in place or in buf: values (f32, f16), codes
+ * (a folded U8/U4 format), or lo + code * scale (U4 groups narrower than
+ * the row). */
+static const float *row_at(const pkv__rows_format *f, const pkv__rows *r,
+                           uint32_t j, uint32_t d, float *buf)
+{
+    if (f->dtype == PKV_KV_DTYPE_F32)
+        return (const float *)(const void *)r->data + (size_t)j * d;
+    const float *x = buf;
+    if (r->values != NULL)
+        x = r->values + (size_t)j * d;
+    else
+        convert_row(f, r, j, d, buf);
+    if (fold_of(f, d) != DIRECT || f->dtype == PKV_KV_DTYPE_F16)
+        return x;
     uint32_t groups = d / f->width;
     float lo[PKV_LAYOUT_MAX_HEAD_DIM], sc[PKV_LAYOUT_MAX_HEAD_DIM];
     params(r->lo, j * groups, groups, lo);
     params(r->scale, j * groups, groups, sc);
     for (uint32_t c = 0; c < d; c++)
-        buf[c] = lo[c / f->width] + buf[c] * sc[c / f->width];
+        buf[c] = lo[c / f->width] + x[c] * sc[c / f->width];
     return buf;
+}
+
+static void convert(const pkv__rows_format *f, const pkv__rows *r,
+                    uint32_t n, uint32_t d, float *dst)
+{
+    for (uint32_t j = 0; j < n; j++)
+        convert_row(f, r, j, d, dst + (size_t)j * d);
 }
 
 static void scores(const pkv__rows_format *f, const pkv__rows *k, uint32_t j0,
@@ -222,7 +238,7 @@ static int runs_anywhere(void)
 }
 
 const pkv__attend_math pkv__attend_math_portable = {
-    "portable", 4, runs_anywhere, scores, weigh, accumulate};
+    "portable", 4, runs_anywhere, scores, weigh, accumulate, convert};
 
 const pkv__attend_math *const pkv__attend_math_versions[] = {
 #ifdef PKV_HAVE_AVX2

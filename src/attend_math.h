@@ -49,11 +49,15 @@ typedef struct pkv__rows_format {
 /* One block part's rows: f32 or f16 rows [row][channel], or U8/U4 codes
  * [row][row bytes] with the part's f16 lo and scale arrays (kv_layout.h:
  * per-channel, head_dim of each; per-token, row j's groups from index
- * j * head_dim / width). Parameter arrays may be 2-byte aligned only. */
+ * j * head_dim / width). Parameter arrays may be 2-byte aligned only.
+ * values: NULL, or the rows' f16 values or codes as f32 ([row][channel],
+ * convert's), read instead of data: the same numbers, so the same
+ * results, without converting them again for every quad. */
 typedef struct pkv__rows {
     const uint8_t *data;
     const uint8_t *lo;
     const uint8_t *scale;
+    const float *values;
 } pkv__rows;
 
 /* The online softmax state of one (row, head) pair: the largest scaled
@@ -99,6 +103,10 @@ typedef struct pkv__attend_math {
                        uint32_t j0, uint32_t n, uint32_t d, const float *p,
                        uint32_t stride, uint32_t nq, const float *keep,
                        float *const *acc);
+    /* dst[j * d + c] = row j's value (f16) or code (U8, U4) at channel c,
+     * exactly, for j < n: what pkv__rows.values holds. */
+    void (*convert)(const pkv__rows_format *f, const pkv__rows *r,
+                    uint32_t n, uint32_t d, float *dst);
 } pkv__attend_math;
 
 /* Whether this processor runs version m for head_dim d with parts of

@@ -51,12 +51,19 @@ enum {
 /* Rows of a part whose per-token parameters a call converts at a time. */
 #define GROUP_ROWS 16u
 
-FORCE_INLINE int x_kind(const pkv__rows_format *f)
+/* How rows r of format f are read, and from where. */
+FORCE_INLINE int x_kind(const pkv__rows_format *f, const pkv__rows *r)
 {
-    return f->dtype == PKV_KV_DTYPE_F32   ? X_F32
+    return r->values != NULL || f->dtype == PKV_KV_DTYPE_F32 ? X_F32
            : f->dtype == PKV_KV_DTYPE_F16 ? X_F16
            : f->dtype == PKV_KV_DTYPE_U8  ? X_U8
                                           : X_U4;
+}
+
+FORCE_INLINE const uint8_t *rows_data(const pkv__rows *r)
+{
+    return r->values != NULL ? (const uint8_t *)(const void *)r->values
+                             : r->data;
 }
 
 /* Channels [c, c + LANES) of row j. */
@@ -172,10 +179,10 @@ FORCE_INLINE void dots(int kind, int mode, uint32_t NQ,
             group_params_load(k, groups, j0 + b, end - b, &gp);
         uint32_t t = b;
         for (; t + R <= end; t += R)
-            dot_rows(kind, mode, NQ, R, k->data, j0 + t, d, &gp, t - b,
+            dot_rows(kind, mode, NQ, R, rows_data(k), j0 + t, d, &gp, t - b,
                      f->width, q, s, stride);
         for (; t < end; t++)
-            dot_rows(kind, mode, NQ, 1, k->data, j0 + t, d, &gp, t - b,
+            dot_rows(kind, mode, NQ, 1, rows_data(k), j0 + t, d, &gp, t - b,
                      f->width, q, s, stride);
     }
 }
@@ -219,6 +226,9 @@ static void dots_any(int kind, int mode, const pkv__rows_format *f,
     case X_U4 * 2 + PLAIN:
         dots_nq(X_U4, PLAIN, f, k, j0, n, d, q, nq, s, stride);
         break;
+    case X_F32 * 2 + GROUPED:
+        dots_nq(X_F32, GROUPED, f, k, j0, n, d, q, nq, s, stride);
+        break;
     default:
         dots_nq(X_U4, GROUPED, f, k, j0, n, d, q, nq, s, stride);
         break;
@@ -247,8 +257,8 @@ static void scores(const pkv__rows_format *f, const pkv__rows *k, uint32_t j0,
                    uint32_t n, uint32_t d, const float *const *q, uint32_t nq,
                    float *s, uint32_t stride)
 {
-    int kind = x_kind(f);
-    if (kind == X_F32 || kind == X_F16) {
+    int kind = x_kind(f, k);
+    if (f->dtype == PKV_KV_DTYPE_F32 || f->dtype == PKV_KV_DTYPE_F16) {
         dots_any(kind, PLAIN, f, k, j0, n, d, q, nq, s, stride);
         return;
     }
@@ -455,6 +465,15 @@ static void acc_any(int kind, int vmode, uint32_t nq, const uint8_t *data,
     case X_U4 * 4 + V_CHANNEL:
         ACC_NQ(X_U4, V_CHANNEL);
         break;
+    case X_F32 * 4 + V_ROW:
+        ACC_NQ(X_F32, V_ROW);
+        break;
+    case X_F32 * 4 + V_CHANNEL:
+        ACC_NQ(X_F32, V_CHANNEL);
+        break;
+    case X_F32 * 4 + V_GROUPED:
+        ACC_NQ(X_F32, V_GROUPED);
+        break;
     default:
         ACC_NQ(X_U4, V_GROUPED);
         break;
@@ -466,8 +485,9 @@ static void accumulate(const pkv__rows_format *f, const pkv__rows *v,
                        uint32_t stride, uint32_t nq, const float *keep,
                        float *const *acc)
 {
-    int kind = x_kind(f);
-    int vmode = kind == X_F32 || kind == X_F16       ? V_PLAIN
+    int kind = x_kind(f, v);
+    int vmode = f->dtype == PKV_KV_DTYPE_F32 || f->dtype == PKV_KV_DTYPE_F16
+                    ? V_PLAIN
                 : f->group == PKV_QUANT_GROUP_PER_CHANNEL ? V_CHANNEL
                 : f->width == d                        ? V_ROW
                                                        : V_GROUPED;
@@ -508,10 +528,21 @@ static void accumulate(const pkv__rows_format *f, const pkv__rows *v,
         } else if (vmode == V_GROUPED) {
             group_params_load(v, d / f->width, lo_row, rows, &gp);
         }
-        acc_any(kind, vmode, nq, v->data, lo_row, rows, d, w, wstride,
+        acc_any(kind, vmode, nq, rows_data(v), lo_row, rows, d, w, wstride,
                 first_keep, add, lo, sc, &gp, f->width, acc);
         first_keep = NULL;
     }
+}
+
+/* ------------------------------------------------------------- convert */
+
+static void convert(const pkv__rows_format *f, const pkv__rows *r,
+                    uint32_t n, uint32_t d, float *dst)
+{
+    int kind = x_kind(f, r);
+    for (uint32_t j = 0; j < n; j++)
+        for (uint32_t c = 0; c < d; c += LANES)
+            v_store(dst + (size_t)j * d + c, load_x(kind, r->data, j, c, d));
 }
 
 static int runs(void)
@@ -520,5 +551,5 @@ static int runs(void)
 }
 
 const pkv__attend_math VERSION = {
-    VERSION_NAME, LANES, runs, scores, weigh, accumulate,
+    VERSION_NAME, LANES, runs, scores, weigh, accumulate, convert,
 };

@@ -16,6 +16,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A task's (row, head) pairs at most. */
@@ -37,7 +38,7 @@ static void cpu_destroy(pkv__backend *b)
     if (b->scratch != NULL)
         for (uint32_t w = 0; w < b->workers; w++)
             pkv__cpu_scratch_free(&a, &b->scratch[w], scratch_pairs(b),
-                                  b->cfg.head_dim);
+                                  &b->cfg);
     pkv__free(&a, b->scratch, b->workers, sizeof *b->scratch);
     pkv__free(&a, b->tasks, b->tasks_capacity, sizeof *b->tasks);
     pkv__free(&a, b->part_state, b->part_state_capacity,
@@ -63,6 +64,35 @@ static void part_format(pkv__backend *b, int kv)
         (uint32_t)f.dtype, f.group, f.u4_group, bs, d);
 }
 
+/* The attention arithmetic: the processor's fastest for the cache's
+ * formats, or the version PKV_CPU_ATTEND names (portable, avx2, avx512:
+ * for benchmarks and tests), refused where it cannot run. */
+static pkv_status choose_math(pkv__backend *b)
+{
+    uint32_t d = b->cfg.head_dim;
+    const char *name = getenv("PKV_CPU_ATTEND");
+    if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) {
+        b->math = pkv__attend_math_for(d, &b->formats[0], &b->formats[1]);
+        return PKV_OK;
+    }
+    for (size_t i = 0; pkv__attend_math_versions[i] != NULL; i++) {
+        const pkv__attend_math *m = pkv__attend_math_versions[i];
+        if (strcmp(name, m->name) != 0)
+            continue;
+        if (!pkv__attend_math_takes(m, d, &b->formats[0], &b->formats[1]))
+            return pkv__fail(PKV_ERR_UNSUPPORTED,
+                             "PKV_CPU_ATTEND=%s: this processor, head_dim %u "
+                             "or the cache's formats do not take it",
+                             name, (unsigned)d);
+        b->math = m;
+        return PKV_OK;
+    }
+    return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                     "PKV_CPU_ATTEND=%s: expected auto, avx512, avx2 or "
+                     "portable",
+                     name);
+}
+
 static pkv_status cpu_create(const pkv__backend_config *config,
                              const pkv__allocator *alloc, pkv__backend **out)
 {
@@ -82,6 +112,10 @@ static pkv_status cpu_create(const pkv__backend_config *config,
     b->stage_floats = pkv__backend_stage_bytes(c) / sizeof(float);
     part_format(b, 0);
     part_format(b, 1);
+    if ((st = choose_math(b)) != PKV_OK) {
+        pkv__free(alloc, b, 1, sizeof *b);
+        return st;
+    }
     b->tail_format = (pkv__rows_format){PKV_KV_DTYPE_F32, 0, c->head_dim};
     int overflow = b->layer_block_bytes > SIZE_MAX / c->num_blocks;
     b->arena_bytes = overflow ? 0 : b->layer_block_bytes * c->num_blocks;
@@ -101,8 +135,6 @@ static pkv_status cpu_create(const pkv__backend_config *config,
         ok = pkv__tables_seen_init(&b->checked, alloc,
                                    c->max_step_seqs *
                                        pkv__backend_num_groups(c)) == PKV_OK;
-    b->math = pkv__attend_math_for(c->head_dim, &b->formats[0],
-                                   &b->formats[1]);
     b->workers = c->workers > 0 ? c->workers : 1;
     b->tile_rows = pkv__cpu_tile_rows(c->num_q_heads / c->num_kv_heads);
     if (ok) {
@@ -111,7 +143,7 @@ static pkv_status cpu_create(const pkv__backend_config *config,
     }
     for (uint32_t w = 0; ok && w < b->workers; w++)
         ok = pkv__cpu_scratch_init(alloc, &b->scratch[w], scratch_pairs(b),
-                                   c->head_dim) == PKV_OK;
+                                   c) == PKV_OK;
     if (!ok) {
         pkv_status fail = pkv__fail(
             PKV_ERR_OUT_OF_MEMORY,

@@ -31,12 +31,14 @@ typedef struct pkv__cpu_merge {
 } pkv__cpu_merge;
 
 /* A worker's scratch: the softmax state of a task's (row, head) pairs
- * over the chunks folded so far and over the chunk under way, and the
- * chunk's accumulators. */
+ * over the chunks folded so far and over the chunk under way, the
+ * chunk's accumulators, and a block's K and V rows converted to f32 once
+ * for a task's many quads (pkv__rows.values). */
 typedef struct pkv__cpu_scratch {
     pkv__softmax *total; /* [pairs] */
     pkv__softmax *chunk; /* [pairs] */
     float *acc;          /* [pairs][head_dim] */
+    float *tile;         /* [K, V][block_size][head_dim] */
 } pkv__cpu_scratch;
 
 struct pkv__backend {
@@ -101,9 +103,9 @@ pkv_status pkv__cpu_attend(pkv__backend *b, uint32_t layer, const float *q,
  * scratch a worker needs for it (backend_cpu_attend.c). */
 uint32_t pkv__cpu_tile_rows(uint32_t group);
 void pkv__cpu_scratch_free(const pkv__allocator *a, pkv__cpu_scratch *s,
-                           size_t pairs, uint32_t head_dim);
+                           size_t pairs, const pkv__backend_config *c);
 pkv_status pkv__cpu_scratch_init(const pkv__allocator *a,
                                  pkv__cpu_scratch *s, size_t pairs,
-                                 uint32_t head_dim);
+                                 const pkv__backend_config *c);
 
 #endif

@@ -45,6 +45,9 @@
 #define SPLIT_TILES 4u
 /* Score rows of a quad: a block's rows at most. */
 #define STRIDE PKV_LAYOUT_MAX_BLOCK_SIZE
+/* A task with more quads than this converts each block's rows to f32
+ * once (pkv__rows.values) rather than in every quad. */
+#define CONVERT_QUADS 2u
 
 uint32_t pkv__cpu_tile_rows(uint32_t group)
 {
@@ -52,22 +55,30 @@ uint32_t pkv__cpu_tile_rows(uint32_t group)
     return rows < 1 ? 1 : rows > TILE_ROWS_MAX ? TILE_ROWS_MAX : rows;
 }
 
+static size_t tile_floats(const pkv__backend_config *c)
+{
+    return 2u * (size_t)c->block_size * c->head_dim;
+}
+
 void pkv__cpu_scratch_free(const pkv__allocator *a, pkv__cpu_scratch *s,
-                           size_t pairs, uint32_t head_dim)
+                           size_t pairs, const pkv__backend_config *c)
 {
     pkv__free(a, s->total, pairs, sizeof *s->total);
     pkv__free(a, s->chunk, pairs, sizeof *s->chunk);
-    pkv__free(a, s->acc, pairs, (size_t)head_dim * sizeof(float));
+    pkv__free(a, s->acc, pairs, (size_t)c->head_dim * sizeof(float));
+    pkv__free(a, s->tile, tile_floats(c), sizeof(float));
 }
 
 pkv_status pkv__cpu_scratch_init(const pkv__allocator *a,
                                  pkv__cpu_scratch *s, size_t pairs,
-                                 uint32_t head_dim)
+                                 const pkv__backend_config *c)
 {
     s->total = pkv__calloc(a, pairs, sizeof *s->total);
     s->chunk = pkv__calloc(a, pairs, sizeof *s->chunk);
-    s->acc = pkv__calloc(a, pairs, (size_t)head_dim * sizeof(float));
-    return s->total != NULL && s->chunk != NULL && s->acc != NULL
+    s->acc = pkv__calloc(a, pairs, (size_t)c->head_dim * sizeof(float));
+    s->tile = pkv__calloc(a, tile_floats(c), sizeof(float));
+    return s->total != NULL && s->chunk != NULL && s->acc != NULL &&
+                   s->tile != NULL
                ? PKV_OK
                : PKV_ERR_OUT_OF_MEMORY;
 }
@@ -140,18 +151,32 @@ static pkv__rows rows_of(const pkv__backend *b, uint32_t layer, uint32_t seq,
         *format = &b->tail_format;
         const float *rows =
             pkv__cpu_stage(b, b->step.stages[seq], layer, h, kv);
-        return (pkv__rows){(const uint8_t *)(const void *)rows, NULL, NULL};
+            return (pkv__rows){(const uint8_t *)(const void *)rows, NULL, NULL,
+                           NULL};
     }
     *format = &b->formats[kv];
     const uint8_t *part = pkv__cpu_part(b, layer, blk, h, kv);
-    return (pkv__rows){part, part + b->lo_at[kv], part + b->scale_at[kv]};
+    return (pkv__rows){part, part + b->lo_at[kv], part + b->scale_at[kv],
+                       NULL};
+}
+
+/* Rows r converted once into tile for a task's many quads (f32 rows are
+ * read in place). */
+static void convert_once(const pkv__backend *b, const pkv__rows_format *f,
+                         pkv__rows *r, uint32_t n, float *tile)
+{
+    if (f->dtype == PKV_KV_DTYPE_F32)
+        return;
+    b->math->convert(f, r, n, b->cfg.head_dim, tile);
+    r->values = tile;
 }
 
 /* Fold chunk k of task t's context into st and acc (per pair, each
- * started empty): block by block, the pairs four at a time. */
+ * started empty): block by block, the pairs four at a time; tile: the
+ * worker's scratch for converted rows. */
 static void fold_chunk(const attend_job *job, const pkv__cpu_task *t,
                        const tile_view *v, uint32_t k, pkv__softmax *st,
-                       float *acc)
+                       float *acc, float *tile)
 {
     const pkv__backend *b = job->b;
     const pkv__backend_config *c = &b->cfg;
@@ -180,6 +205,10 @@ static void fold_chunk(const attend_job *job, const pkv__cpu_task *t,
                                0, &kf);
         pkv__rows vr = rows_of(b, job->layer, t->seq, table[j], tail, t->h,
                                1, &vf);
+        if (v->pairs > CONVERT_QUADS * PKV__QUAD) {
+            convert_once(b, kf, &kr, n, tile);
+            convert_once(b, vf, &vr, n, tile + (size_t)bs * d);
+        }
         for (uint32_t x = 0; x < v->pairs; x += PKV__QUAD) {
             uint32_t m = v->pairs - x < PKV__QUAD ? v->pairs - x : PKV__QUAD;
             const float *qs[PKV__QUAD];
@@ -253,14 +282,14 @@ static void run_task(void *arg, uint32_t index, uint32_t worker)
         for (uint32_t k = t->c0; k < t->c1; k++) {
             size_t slot = t->part + (size_t)(k - t->c0) * v.pairs;
             fold_chunk(job, t, &v, k, b->part_state + slot,
-                       b->part_acc + slot * d);
+                       b->part_acc + slot * d, w->tile);
         }
         return;
     }
     for (uint32_t i = 0; i < v.pairs; i++)
         w->total[i] = (pkv__softmax){-INFINITY, 0.0f};
     for (uint32_t k = t->c0; k < t->c1; k++) {
-        fold_chunk(job, t, &v, k, w->chunk, w->acc);
+        fold_chunk(job, t, &v, k, w->chunk, w->acc, w->tile);
         for (uint32_t i = 0; i < v.pairs; i++)
             merge(&w->total[i], job->out + pair_row(b, t, &v, i),
                   &w->chunk[i], w->acc + (size_t)i * d, d);

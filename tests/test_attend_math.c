@@ -4,8 +4,8 @@
  * runs (attend_math.h), for every way a part stores its rows: scores,
  * softmax weights and accumulators against f64 sums over the stored
  * values, within a bound on f32 rounding; and a query's results the same
- * bits whatever queries share its call and whatever rows the call takes
- * beyond the query's own.
+ * bits whatever queries share its call, whatever rows the call takes
+ * beyond the query's own, and whether the rows were converted first.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -253,6 +253,41 @@ static void check_accumulate(const pkv__attend_math *m, const part *p,
     }
 }
 
+/* The rows converted to f32 once (pkv__rows.values): exact, and the
+ * same scores and accumulators, bit for bit, as from the stored rows. */
+static void check_converted(const pkv__attend_math *m, const part *p,
+                            uint32_t d, const float *const *q, const float *w)
+{
+    if (p->f.dtype == PKV_KV_DTYPE_F32)
+        return;
+    float *values = xcalloc((size_t)ROWS * d, sizeof(float));
+    m->convert(&p->f, &p->rows, ROWS, d, values);
+    pkv__rows conv = p->rows;
+    conv.values = values;
+    float a[PKV__QUAD * STRIDE], b[PKV__QUAD * STRIDE];
+    m->scores(&p->f, &p->rows, 2, ROWS - 2, d, q, PKV__QUAD, a, STRIDE);
+    m->scores(&p->f, &conv, 2, ROWS - 2, d, q, PKV__QUAD, b, STRIDE);
+    for (uint32_t i = 0; i < PKV__QUAD; i++)
+        assert_memory_equal(a + i * STRIDE + 2, b + i * STRIDE + 2,
+                            (ROWS - 2) * sizeof(float));
+    static const float keep[PKV__QUAD] = {1.0f, 0.5f, 0.0f, 0.75f};
+    float *x[PKV__QUAD], *y[PKV__QUAD];
+    for (uint32_t i = 0; i < PKV__QUAD; i++) {
+        x[i] = xcalloc(d, sizeof(float));
+        y[i] = xcalloc(d, sizeof(float));
+    }
+    m->accumulate(&p->f, &p->rows, 1, ROWS - 1, d, w, STRIDE, PKV__QUAD,
+                  keep, x);
+    m->accumulate(&p->f, &conv, 1, ROWS - 1, d, w, STRIDE, PKV__QUAD, keep,
+                  y);
+    for (uint32_t i = 0; i < PKV__QUAD; i++) {
+        assert_memory_equal(x[i], y[i], d * sizeof(float));
+        free(x[i]);
+        free(y[i]);
+    }
+    free(values);
+}
+
 /* Query i alone in its call, in another slot, beside other queries, and
  * over more rows than its own with those weighing 0: the same bits. */
 static void check_same_bits(const pkv__attend_math *m, const part *p,
@@ -332,6 +367,7 @@ static void versions_against_f64(void **state)
                 check_accumulate(vs[v], p, d, w, 0, ROWS, acc0);
                 check_accumulate(vs[v], p, d, w, 3, 30, acc0);
                 check_same_bits(vs[v], p, d, qs);
+                check_converted(vs[v], p, d, qs, w);
                 checked++;
             }
             part_free(p);
