@@ -6,6 +6,7 @@ one window, the two sides alternating, threads equal.
     python3 bench/peer.py [--runs N] [--threads N] [--only W[,W...]]
                           [--json FILE|-] [--pkv-gemma3 PATH]
                           [--pkv-bench PATH] [--llama-bin DIR] [--gguf PATH]
+                          [--depths D[,D...]] [--prompts N[,N...]]
 
 llama.cpp's tools (llama-bench, llama-server, and llama-perplexity for
 docs/fidelity.md) are built once from the
@@ -17,7 +18,8 @@ built by examples/gemma3/ggml.sh from the same package) llama.cpp links
 that very library, so both sides run the same matrix products; otherwise
 it builds the vendored ggml with the same options. The build is niced.
 
-Workloads (--only picks some; all by default), each run once a side per
+Workloads (--only picks some; by default decode, prefill, demo and
+trace), each run once a side per
 round, the sides alternating (llama.cpp first in even rounds):
   decode   batch-1 decode tokens/s: llama-bench -p 0 -n 64 (tg64) against
            pkv-gemma3 on one short prompt, 64 new tokens, KV f16, u8, u4.
