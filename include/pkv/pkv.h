@@ -195,7 +195,10 @@ typedef enum pkv_quant_group {
 /* Which attention backend an engine runs on. Stored in structs as int32_t. */
 typedef enum pkv_backend_kind {
     /* OpenCL when a device is found (and pkv was built with it), else the
-     * CPU reference backend. The log says which. */
+     * CPU reference backend. Also the CPU backend, since 0.2.0, where the
+     * device is the CPU itself (PoCL, Intel's CPU runtime) and the host
+     * lends at least 2 threads (parallel): it runs faster on them. The
+     * log says which. */
     PKV_BACKEND_KIND_AUTO = 0,
     PKV_BACKEND_KIND_CPU = 1,    /* plain C, the reference */
     PKV_BACKEND_KIND_OPENCL = 2, /* an OpenCL device; fails if none fits */
