@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "check_host_cmocka.h"
+#include "hash_model.h"
 #include "lent_pool.h"
 #include "rng.h"
 
@@ -235,12 +236,55 @@ static void test_threads_lent(void **state)
     run(PKV_PREEMPT_MODE_RECOMPUTE, 0, 1);
 }
 
+/* Decode of two long sequences on lent threads: few tiles, so the CPU
+ * backend splits each context into chunks that the threads fold, then
+ * merges them (backend_cpu_attend.c); every row against the dense
+ * reference, U8 and f32. */
+static void test_threads_split_decode(void **state)
+{
+    (void)state;
+    enum { PROMPT = 700, NEW = 5 };
+    static const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_U8};
+    for (size_t d = 0; d < 2; d++) {
+        pkv_engine_params p;
+        assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
+        p.num_layers = 2;
+        p.num_q_heads = 2;
+        p.num_kv_heads = 1;
+        p.head_dim = 16;
+        p.block_size = 16;
+        p.num_blocks = 2 * (PROMPT + NEW) / 16 + 8;
+        p.kv_dtype = dtypes[d];
+        p.vocab_size = VOCAB;
+        p.max_model_len = PROMPT + NEW;
+        p.backend = PKV_BACKEND_KIND_CPU;
+        assert_int_equal(lent_pool_start(&pool, POOL_THREADS), 0);
+        p.parallel = lent_pool_parallel;
+        p.parallel_user = &pool;
+        p.parallel_workers = POOL_THREADS + 1;
+        static ch_host host;
+        ch_cmocka_init(&host, &p, hm_tolerance(dtypes[d]));
+        int32_t prompt[PROMPT];
+        uint64_t rng = 5 + d;
+        for (uint32_t i = 0; i < 2; i++) {
+            for (uint32_t t = 0; t < PROMPT; t++)
+                prompt[t] = (int32_t)(test_rand(&rng) % VOCAB);
+            ch_add_prompt(&host, prompt, PROMPT - 100 * i, NEW, 0, 0);
+        }
+        ch_run(&host, 1000);
+        assert_true(host.rows_checked > 0);
+        ch_free(&host);
+        lent_pool_stop(&pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_recompute),
         cmocka_unit_test(test_threads_swap),
         cmocka_unit_test(test_threads_lent),
+        cmocka_unit_test(test_threads_split_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
