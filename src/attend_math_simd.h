@@ -128,7 +128,7 @@ FORCE_INLINE vf value_x(int kind, int mode, const uint8_t *data, uint32_t j,
 
 /* ---------------------------------------------------------------- scores */
 
-/* s[i * stride + t] = q[i] . row (j + t), t < R, for i < NQ. */
+/* s[i * stride + j + t] = q[i] . row (j + t), t < R, for i < NQ. */
 FORCE_INLINE void dot_rows(int kind, int mode, uint32_t NQ, uint32_t R,
                            const uint8_t *data, uint32_t j, uint32_t d,
                            const group_params *gp, uint32_t gt,
@@ -235,16 +235,48 @@ static void dots_any(int kind, int mode, const pkv__rows_format *f,
     }
 }
 
-/* The dot of a and b, and the sum of a, in vectors, summed as v_sum
- * sums. */
-static float vdot(const float *a, const float *b, uint32_t d)
+/* A per-channel part's parameters folded into NQ queries, in one pass
+ * over the channels: qs[i] = q[i] * scale, qlo[i] = q[i] . lo. */
+FORCE_INLINE void fold_nq(uint32_t NQ, const pkv__rows *k, uint32_t d,
+                          const float *const *q,
+                          float qs[][PKV_LAYOUT_MAX_HEAD_DIM], float *qlo)
 {
-    vf acc = v_zero();
-    for (uint32_t c = 0; c < d; c += LANES)
-        acc = v_fma(v_load(a + c), v_load(b + c), acc);
-    return v_sum(acc);
+    vf t[PKV__QUAD];
+    for (uint32_t i = 0; i < NQ; i++)
+        t[i] = v_zero();
+    for (uint32_t c = 0; c < d; c += LANES) {
+        vf lo = v_f16(k->lo + 2u * c), sc = v_f16(k->scale + 2u * c);
+        for (uint32_t i = 0; i < NQ; i++) {
+            vf y = v_load(q[i] + c);
+            v_store(qs[i] + c, v_mul(y, sc));
+            t[i] = v_fma(y, lo, t[i]);
+        }
+    }
+    for (uint32_t i = 0; i < NQ; i++)
+        qlo[i] = v_sum(t[i]);
 }
 
+static void fold_channels(const pkv__rows *k, uint32_t d,
+                          const float *const *q, uint32_t nq,
+                          float qs[][PKV_LAYOUT_MAX_HEAD_DIM], float *qlo)
+{
+    switch (nq) {
+    case 1:
+        fold_nq(1, k, d, q, qs, qlo);
+        break;
+    case 2:
+        fold_nq(2, k, d, q, qs, qlo);
+        break;
+    case 3:
+        fold_nq(3, k, d, q, qs, qlo);
+        break;
+    default:
+        fold_nq(4, k, d, q, qs, qlo);
+        break;
+    }
+}
+
+/* The sum of a in vectors, summed as v_sum sums. */
 static float vtotal(const float *a, uint32_t d)
 {
     vf acc = v_zero();
@@ -264,22 +296,14 @@ static void scores(const pkv__rows_format *f, const pkv__rows *k, uint32_t j0,
     }
     if (f->group == PKV_QUANT_GROUP_PER_CHANNEL) {
         /* s = q.lo + (q * scale).code */
-        float lo[PKV_LAYOUT_MAX_HEAD_DIM], sc[PKV_LAYOUT_MAX_HEAD_DIM];
-        float qs[PKV__QUAD][PKV_LAYOUT_MAX_HEAD_DIM];
-        const float *qp[PKV__QUAD] = {NULL, NULL, NULL, NULL};
-        params_f32(k->lo, 0, d, lo);
-        params_f32(k->scale, 0, d, sc);
-        for (uint32_t i = 0; i < nq; i++) {
-            for (uint32_t c = 0; c < d; c += LANES)
-                v_store(qs[i] + c, v_mul(v_load(q[i] + c), v_load(sc + c)));
-            qp[i] = qs[i];
-        }
+        float qs[PKV__QUAD][PKV_LAYOUT_MAX_HEAD_DIM], qlo[PKV__QUAD];
+        const float *qp[PKV__QUAD] = {qs[0], qs[1], qs[2], qs[3]};
+        fold_channels(k, d, q, nq, qs, qlo);
         dots_any(kind, PLAIN, f, k, j0, n, d, qp, nq, s, stride);
         for (uint32_t i = 0; i < nq; i++) {
-            float qlo = vdot(q[i], lo, d);
             float *row = s + i * stride;
             for (uint32_t j = j0; j < j0 + n; j++)
-                row[j] = qlo + row[j];
+                row[j] = qlo[i] + row[j];
         }
         return;
     }
