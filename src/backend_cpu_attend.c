@@ -127,7 +127,7 @@ static size_t pair_row(const pkv__backend *b, const pkv__cpu_task *t,
            b->cfg.head_dim;
 }
 
-/* The chunks task t's rows see: [*c0, *c1). */
+/* The chunks rows [r0, r1) of sequence seq see: [*c0, *c1). */
 static void chunks_seen(const pkv__backend *b, uint32_t seq, uint32_t r0,
                         uint32_t r1, uint32_t window, uint32_t *c0,
                         uint32_t *c1)
@@ -151,7 +151,7 @@ static pkv__rows rows_of(const pkv__backend *b, uint32_t layer, uint32_t seq,
         *format = &b->tail_format;
         const float *rows =
             pkv__cpu_stage(b, b->step.stages[seq], layer, h, kv);
-            return (pkv__rows){(const uint8_t *)(const void *)rows, NULL, NULL,
+        return (pkv__rows){(const uint8_t *)(const void *)rows, NULL, NULL,
                            NULL};
     }
     *format = &b->formats[kv];
