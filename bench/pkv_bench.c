@@ -88,6 +88,18 @@ static const subcommand SUBCOMMANDS[] = {
      "64 tokens, and the checksum of one unsealed value (XXH3). Medians\n"
      "of 9 rounds, about 3 s on a 2-core machine; --quick 3 rounds, under\n"
      "1 s."},
+    {"attend", bench_attend,
+     "CPU attention: decode at 2k-32k and a prompt, per KV format",
+     "The CPU backend's attention, per layer: decode (one row) at context\n"
+     "2k, 8k and 32k, and a 2,048-token prompt's rows in one step, for f16,\n"
+     "u8, u8 with per-token keys, u4 and u8k-u4v, each version of the\n"
+     "arithmetic this processor runs (portable, avx2, avx512:\n"
+     "PKV_CPU_ATTEND) on 1 and 2 threads; Gemma 3 270M's geometry and\n"
+     "SmolLM2-135M's, blocks of 16 in a random order. ms per attend\n"
+     "(median of 7, the formats taking turns), decode's KV GB/s against\n"
+     "the memory read bandwidth measured first, and time over f16's.\n"
+     "--quick: Gemma's geometry, decode at 8k and the prompt, the fastest\n"
+     "version on 2 threads, 3 runs."},
     {"kernels", bench_kernels,
      "OpenCL decode attention: KV GB/s vs memory bandwidth, paged vs "
      "contiguous",

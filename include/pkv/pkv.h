@@ -195,7 +195,10 @@ typedef enum pkv_quant_group {
 /* Which attention backend an engine runs on. Stored in structs as int32_t. */
 typedef enum pkv_backend_kind {
     /* OpenCL when a device is found (and pkv was built with it), else the
-     * CPU reference backend. The log says which. */
+     * CPU reference backend. Also the CPU backend, since 0.2.0, where the
+     * device is the CPU itself (PoCL, Intel's CPU runtime) and the host
+     * lends at least 2 threads (parallel): it runs faster on them. The
+     * log says which. */
     PKV_BACKEND_KIND_AUTO = 0,
     PKV_BACKEND_KIND_CPU = 1,    /* plain C, the reference */
     PKV_BACKEND_KIND_OPENCL = 2, /* an OpenCL device; fails if none fits */
@@ -529,13 +532,16 @@ typedef struct pkv_engine_params {
 
     /* Since 0.2.0. Threads for the CPU backend's attention (the
      * OpenCL backend ignores them): pkv_engine_attend cuts a layer into
-     * tasks of up to 16 query rows of one sequence and one kv head, and
-     * hands them to parallel(parallel_user, ...), from the stepping thread,
-     * within pkv_engine_attend only. A task reads the cache and q and
-     * writes its own rows of out; the results do not depend on the
-     * threads or their order. parallel_workers: 1 to 256 when parallel is
-     * set (pkv keeps a scratch tile per worker), else ignored. NULL (the
-     * default): the stepping thread runs them. */
+     * tasks (query rows of one sequence and one kv head; for decode of a
+     * few long sequences, a part of one sequence's context each, then a
+     * task per sequence and kv head merging the parts) and hands them to
+     * parallel(parallel_user, ...), at most twice a layer, from the
+     * stepping thread, within pkv_engine_attend only. A task reads the
+     * cache and q and writes its own rows of out or its own part; the
+     * results are the same bytes whatever the threads or their order.
+     * parallel_workers: 1 to 256 when parallel is set (pkv keeps a
+     * scratch per worker), else ignored. NULL (the default): the stepping
+     * thread runs them. */
     pkv_parallel_fn parallel;
     void *parallel_user;
     uint32_t parallel_workers;
