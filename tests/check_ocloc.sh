@@ -64,12 +64,18 @@ build_one() { # a builds line
     dev=${line%%|*} line=${line#*|}
     file=${line%%|*} line=${line#*|}
     name=${line%%|*} opts=${line#*|}
-    extra=""
-    case "$opts" in *"-I "*) extra=$includes_id ;; esac
-    # The options name this tree's directories: the key leaves them out,
-    # so another clone of the same sources reads the same entries.
-    key=$(ocloc_key "$(ocloc_hash "$file")" "$dev" \
-        "$(printf '%s' "$opts" | sed "s|$root|SRC|g")" "$extra")
+    # The include options name this tree's directories: the key has SRC in
+    # their place (matched as a string: a path is no pattern, and "."
+    # would be one that matches every character), so another clone of the
+    # same sources reads the same entries; what they may include keys it.
+    kopts=$opts extra=""
+    case "$opts" in
+    *"$inc"*)
+        kopts="${opts%%"$inc"*}-I SRC/src -I SRC/kernels${opts#*"$inc"}"
+        extra=$includes_id
+        ;;
+    esac
+    key=$(ocloc_key "$(ocloc_hash "$file")" "$dev" "$kopts" "$extra")
     t0=$(date +%s.%N)
     if ocloc_cache_get "$key" "$tmp/log.$id"; then
         echo read >"$tmp/how.$id"
