@@ -387,7 +387,7 @@ for src in generic.cl decode_intel.cl decode_gpu.cl prefill_intel.cl; do
     ocloc_hash "$tmp/$src" >"$tmp/$src.sha256"
 done
 summary_id=$(ocloc_hash "$root/tests/isa_summary.awk")
-ocloc_run_all "$tmp/builds" build
+ocloc_run_all "$tmp/builds" build check_isa
 
 fails=0
 for i in $(seq 1 "$n"); do

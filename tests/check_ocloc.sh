@@ -191,7 +191,7 @@ for f in "$root"/kernels/*.cl; do
 done
 
 # The builds were only listed: they run now, side by side.
-ocloc_run_all "$tmp/builds" build_one
+ocloc_run_all "$tmp/builds" build_one check_ocloc
 fails=0
 for i in $(seq 1 "$n"); do
     cat "$tmp/out.$i"
