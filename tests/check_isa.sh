@@ -365,6 +365,7 @@ build() { # a builds line: id device source group kbytes vbytes label options...
         sed 's/^/    /' "$dir/log" | head -20 >>"$tmp/out.$id"
         return
     fi
+    ocloc_note_built "$(cat "$tmp/$src.sha256")" "$dev" "$*" "$dir/log"
     : >"$tmp/out.$id"
     for asm in "$dir"/*.asm; do
         # A kernel IGC retried at another width ships its "_1_" dump.

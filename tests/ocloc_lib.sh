@@ -67,6 +67,19 @@ ocloc_cache_put() {
         mv -f "$ocloc_cache_dir/$1.$$" "$ocloc_cache_dir/$1"
 }
 
+# ocloc_note_built SOURCE_HASH DEVICE OPTIONS LOG: for another check
+# that compiled a program check_ocloc compiles too (check_isa, which
+# tests/run.sh runs first): its success remembered where and as
+# check_ocloc would remember it, so that check_ocloc reads it and the
+# program is compiled once. LOG is the compiler's output.
+ocloc_note_built() {
+    [ -n "$ocloc_cache_dir" ] || return 0
+    ocloc_check_dir=${ocloc_cache_dir%/*}/ocloc_check
+    mkdir -p "$ocloc_check_dir" || return 0
+    note=$ocloc_check_dir/$(ocloc_key "$1" "$2" "$3")
+    cp "$4" "$note.$$.tmp" 2>/dev/null && mv -f "$note.$$.tmp" "$note"
+}
+
 # ocloc_run_all LIST FUNCTION NAME: FUNCTION with each line of LIST as
 # its argument, nproc at a time, the next starting as soon as one ends
 # (builds take from a second to a minute: waiting for the slowest of each
