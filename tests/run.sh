@@ -73,13 +73,13 @@ skip() { # NAME WHY
 }
 
 # The model, the venv of its checks and ggml, which
-# examples/gemma3/setup.sh (run by tests/deps.sh) caches; the host is
+# examples/gguf/setup.sh (run by tests/deps.sh) caches; the host is
 # built only when CMake found ggml.
 model_cached() {
     [ -f "$MODEL/gemma-3-270m-q4_k_m.gguf" ] &&
         [ -x "$MODEL/venv/bin/python" ] &&
         [ -f "$PKV_CACHE/ggml/install/pkv-ggml.txt" ] &&
-        [ -x build/examples/pkv-gemma3 ]
+        [ -x build/examples/pkv-gguf ]
 }
 
 normal_build() {
@@ -101,10 +101,10 @@ intel_tests() {
 gemma3_tests() {
     gguf=$MODEL/gemma-3-270m-q4_k_m.gguf
     "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py "$gguf" \
-        build/examples/g3-tokenize
+        build/examples/gguf-tokenize
     OCL_ICD_VENDORS=$POCL_ICD "$MODEL/venv/bin/python" \
-        tests/gemma3/check_reference.py "$gguf" build/examples/pkv-gemma3 \
-        build/examples/g3-tokenize cpu opencl
+        tests/gemma3/check_reference.py "$gguf" build/examples/pkv-gguf \
+        build/examples/gguf-tokenize cpu opencl
 }
 
 # The small kernel tests under oclgrind, any report failing the pass.
@@ -206,7 +206,7 @@ asan_tests() {
         # invalid UTF-8 and seeded random bytes.
         gguf=$MODEL/gemma-3-270m-q4_k_m.gguf
         "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py "$gguf" \
-            build-asan/examples/g3-tokenize
+            build-asan/examples/gguf-tokenize
     fi
 }
 

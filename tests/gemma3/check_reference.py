@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""The Gemma 3 host (pkv-gemma3, f32 KV through pkv) against the
+"""The GGUF host on Gemma 3 (pkv-gguf, f32 KV through pkv) against the
 independent numpy forward pass of reference.py.
 
-Usage: check_reference.py GGUF PKV_GEMMA3 G3_TOKENIZE [BACKEND...]
+Usage: check_reference.py GGUF PKV_GGUF GGUF_TOKENIZE [BACKEND...]
 
 The prompt is BOS and the first tokens of /usr/share/common-licenses/GPL-3,
 PROMPT_LEN in all: past the 512-token window of the windowed layers, so

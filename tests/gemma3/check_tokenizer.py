@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """The Gemma 3 host's tokenizer against SentencePiece itself.
 
-Usage: check_tokenizer.py GGUF G3_TOKENIZE_BINARY
+Usage: check_tokenizer.py GGUF GGUF_TOKENIZE_BINARY
                           [--llama-tokenize LLAMA_TOKENIZE_BINARY]
 
 A SentencePiece model is rebuilt from the GGUF's vocabulary (the pieces,
@@ -10,12 +10,12 @@ scores and types llama.cpp's converter copied out of Gemma's
 tokenizer.model) and loaded with PyPI sentencepiece; its ids for the
 strings below, for invalid UTF-8, for a few hundred seeded random byte
 strings (valid and invalid UTF-8), and for
-/usr/share/common-licenses/GPL-3 when present, must equal g3-tokenize's
+/usr/share/common-licenses/GPL-3 when present, must equal gguf-tokenize's
 (built from tests/gemma3/tokenize.c, reading the vocabulary of the same
 GGUF through ggml's gguf reader; it also checks each count against
-g3_tokenize_bound). With --parse-special, the texts of control pieces
+gg_tokenize_bound). With --parse-special, the texts of control pieces
 must read as their ids and the text between them as SentencePiece reads
-it. g3-tokenize --decode then checks every valid string decodes back.
+it. gguf-tokenize --decode then checks every valid string decodes back.
 With --llama-tokenize, the valid strings are also given to llama.cpp's
 llama-tokenize, the tokenizer the host copies, including those
 SentencePiece is known to read otherwise.
@@ -101,7 +101,7 @@ STRINGS = [
 ]
 
 # Strings where SentencePiece itself and llama.cpp part ways, checked
-# against llama.cpp only (--llama-tokenize); g3-tokenize follows llama.cpp,
+# against llama.cpp only (--llama-tokenize); gguf-tokenize follows llama.cpp,
 # whose converter and runtime this model is used with.
 LLAMA_ONLY = [
     # "</s>" is user-defined in Gemma's vocabulary, so SentencePiece cuts it
@@ -191,7 +191,7 @@ def fail(msg):
 
 
 def escape(s):
-    """s (str or bytes) as one line of C escapes for g3-tokenize."""
+    """s (str or bytes) as one line of C escapes for gguf-tokenize."""
     out = []
     for b in s if isinstance(s, bytes) else s.encode("utf-8"):
         if b == 0x5C:
@@ -258,7 +258,7 @@ def sp_model(gguf_path):
     return sp, control
 
 
-def g3_lines(binary, gguf_path, strings, decode=False, flags=()):
+def gg_lines(binary, gguf_path, strings, decode=False, flags=()):
     args = [binary] + (["--decode"] if decode else []) + list(flags) + \
         [gguf_path]
     text = "".join(escape(s) + "\n" for s in strings)
@@ -280,7 +280,7 @@ def compare(what, s, want, got, ref="SentencePiece"):
              min(len(want), len(got)))
     fail(f"{what} {s[:200]!r}: first difference at token {i}\n"
          f"  {ref}: {want[max(0, i - 3):i + 8]} ({len(want)} tokens)\n"
-         f"  g3-tokenize: {got[max(0, i - 3):i + 8]} ({len(got)} tokens)")
+         f"  gguf-tokenize: {got[max(0, i - 3):i + 8]} ({len(got)} tokens)")
 
 
 def special_ids(sp, control, s):
@@ -344,7 +344,7 @@ def main(argv):
     gguf_path, binary = argv[1:]
     sp, control = sp_model(gguf_path)
 
-    lines = g3_lines(binary, gguf_path, STRINGS + LLAMA_ONLY)
+    lines = gg_lines(binary, gguf_path, STRINGS + LLAMA_ONLY)
     got = dict(zip(STRINGS + LLAMA_ONLY, map(ids_of, lines)))
     tokens = 0
     for s in STRINGS:
@@ -354,13 +354,13 @@ def main(argv):
 
     randoms = random_strings()
     invalid = INVALID + randoms
-    for s, line in zip(invalid, g3_lines(binary, gguf_path, invalid)):
+    for s, line in zip(invalid, gg_lines(binary, gguf_path, invalid)):
         compare("bytes", s, sp.encode(s), ids_of(line))
     bad = sum(not valid_utf8(s) for s in invalid)
     checked += f", {len(invalid)} byte strings ({bad} invalid UTF-8)"
 
     specials = special_strings(control)
-    lines = g3_lines(binary, gguf_path, specials, flags=["--parse-special"])
+    lines = gg_lines(binary, gguf_path, specials, flags=["--parse-special"])
     for s, line in zip(specials, lines):
         compare("--parse-special", s, special_ids(sp, control, s),
                 ids_of(line), "control ids + SentencePiece")
@@ -372,14 +372,14 @@ def main(argv):
         r = subprocess.run([binary, "--file", GPL3, gguf_path],
                            capture_output=True)
         if r.returncode != 0:
-            fail(f"g3-tokenize --file {GPL3}: "
+            fail(f"gguf-tokenize --file {GPL3}: "
                  f"{r.stderr.decode(errors='replace').strip()}")
         gpl = ids_of(r.stdout.decode())
         compare("file", GPL3, sp.encode(text), gpl)
         checked += f", GPL-3 ({len(gpl)} tokens; " \
                    f"{r.stderr.decode().strip().split(', ')[-1]})"
 
-    g3_lines(binary, gguf_path,
+    gg_lines(binary, gguf_path,
              [s for s in STRINGS + LLAMA_ONLY if s not in NO_ROUND_TRIP] +
              [s for s in randoms if valid_utf8(s)], decode=True)
     checked += ", all decode back"
