@@ -239,17 +239,25 @@ static void try_merge(work *w, int32_t left, int32_t right)
 }
 
 /* One piece of the pre-tokenizer, n > 0 bytes: its bytes' stand-ins
- * merged by rank. */
+ * merged by rank. A byte whose stand-in the vocabulary lacks (SmolLM2's
+ * has none for 21 bytes, 0x04 and 0xf5 among them) is left out, and its
+ * neighbours merge as if it had not been there, as Hugging Face's BPE
+ * does without an unknown token. */
 static int encode_piece(work *w, const char *s, size_t n, gg_sink *out)
 {
     symbol *sym = w->sym;
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = w->t->byte_token[(uint8_t)s[i]];
-        if (id < 0)
-            return -1;
-        sym[i] = (symbol){id, (int32_t)i - 1, (int32_t)i + 1};
+        if (id >= 0) {
+            sym[k] = (symbol){id, (int32_t)k - 1, (int32_t)k + 1};
+            k++;
+        }
     }
-    sym[n - 1].next = -1;
+    if (k == 0)
+        return 0;
+    sym[k - 1].next = -1;
+    n = k;
     w->heap.len = 0;
     for (size_t i = 1; i < n; i++)
         try_merge(w, (int32_t)i - 1, (int32_t)i);

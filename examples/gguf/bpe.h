@@ -9,7 +9,8 @@
  * classes: \p{L}, \p{N}, \s), each byte of a piece written as its
  * printable stand-in (bytes_to_unicode), and the pieces' bytes merged by
  * the rank of the file's merges, lowest first, leftmost first among
- * equals.
+ * equals. A byte whose stand-in is not in the vocabulary is left out, as
+ * tokenizers leaves it out.
  *
  * Pre-tokenizers: "gpt2" (and "default") GPT-2's expression; "smollm"
  * every digit apart first (\p{N}), then GPT-2's, as SmolLM2's
@@ -36,7 +37,7 @@ typedef struct gg_bpe {
     bpe_rank *ranks;
     uint32_t rank_mask;
     /* The piece of each byte's stand-in character, -1 if the vocabulary
-     * lacks it (an error only if a text needs it). */
+     * lacks it (such a byte is left out of the text). */
     int32_t byte_token[256];
     /* The byte of each stand-in character (code points 0..323), -1 for
      * the others. */
@@ -57,8 +58,8 @@ void gg_bpe_free(gg_bpe *t);
 
 /* As gg_spm_tokenize (spm.h): the ids of text[0, len) read as flags say;
  * at most max_out written, the count returned, -1 on error (len past
- * GG_MAX_TEXT, out of memory, a byte with no piece). Never more than
- * gg_bpe_bound. Thread-safe: the tokenizer is only read. */
+ * GG_MAX_TEXT, out of memory). Never more than gg_bpe_bound.
+ * Thread-safe: the tokenizer is only read. */
 int gg_bpe_tokenize(const gg_bpe *t, const char *text, size_t len,
                     unsigned flags, int32_t *out, uint32_t max_out);
 
