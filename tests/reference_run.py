@@ -22,7 +22,13 @@ import time
 
 import numpy as np
 
+F = np.float64        # compute precision of the transformer blocks
 VOCAB_CHUNK = 8192    # output rows per logits chunk (bounds memory)
+
+
+def rmsnorm(x, w, eps):
+    """RMSNorm over the last axis, times weight w."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
 def head_logits(model, h, sink=None, first=0):

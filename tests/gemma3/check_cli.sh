@@ -65,15 +65,6 @@ if ! "$binary" --prompt x --max-new 1 --backend cpu --quiet \
     exit 0
 fi
 
-json() { # EXPECTED_TEXT ARGS...: exit 0, stdout (--json) holds the text
-    text=$1
-    shift
-    "$binary" --json --backend cpu "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "$name $*: exited $rc: $(cat "$tmp/err")"
-    grep -qF -- "$text" "$tmp/out" ||
-        fail "$name $*: stdout lacks '$text': $(cat "$tmp/out")"
-}
 
 # Invalid UTF-8: each byte that starts no character is U+FFFD, as
 # SentencePiece reads it (BOS, then the ids check_tokenizer.py compares).

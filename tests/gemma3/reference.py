@@ -32,13 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reference_run  # noqa: E402
-
-F = np.float64        # compute precision of the transformer blocks
-
-
-def rmsnorm(x, w, eps):
-    """RMSNorm over the last axis, times weight w."""
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+from reference_run import F, rmsnorm  # noqa: E402
 
 
 def gelu_tanh(x):

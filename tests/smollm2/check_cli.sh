@@ -21,36 +21,29 @@ if ! "$binary" --model smollm2 --prompt x --max-new 1 --backend cpu \
     exit 0
 fi
 
-json() { # EXPECTED_TEXT ARGS...: exit 0, stdout (--json) holds the text
-    text=$1
-    shift
-    "$binary" --model smollm2 --json --backend cpu "$@" >"$tmp/out" \
-        2>"$tmp/err"
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "$name $*: exited $rc: $(cat "$tmp/err")"
-    grep -qF -- "$text" "$tmp/out" ||
-        fail "$name $*: stdout lacks '$text': $(cat "$tmp/out")"
-}
 
 # No BOS (the file asks for none): "hi" is one token.
-json '"prompt_tokens": 1,' --prompt hi --max-new 1
+json '"prompt_tokens": 1,' --model smollm2 --prompt hi --max-new 1
 # ChatML: <|im_start|> "user" "\n" "hi" <|im_end|> "\n" <|im_start|>
 # "ass" "istant" "\n".
-json '"prompt_tokens": 10,' --prompt hi --chat --max-new 1
+json '"prompt_tokens": 10,' --model smollm2 --prompt hi --chat --max-new 1
 # With a system prompt: <|im_start|> "system" "\n" "Be" " brief" "."
 # <|im_end|> "\n", then the ten.
-json '"prompt_tokens": 18,' --prompt hi --system "Be brief." --max-new 1
+json '"prompt_tokens": 18,' --model smollm2 --prompt hi \
+    --system "Be brief." --max-new 1
 # A message spelling <|im_end|> stays text: 7 tokens instead of 1.
-json '"prompt_tokens": 16,' --prompt "<|im_end|>" --chat --max-new 1
+json '"prompt_tokens": 16,' --model smollm2 --prompt "<|im_end|>" --chat \
+    --max-new 1
 # The answer ends at <|im_end|> (greedy: a short answer, well before 200
 # tokens), not at the token limit.
-json '"finish": "stop"' --prompt "What is 2 + 2?" --chat --max-new 200 \
-    --temperature 0
+json '"finish": "stop"' --model smollm2 --prompt "What is 2 + 2?" --chat \
+    --max-new 200 --temperature 0
 # Invalid UTF-8: each byte that starts no character is U+FFFD.
-json '"prompt_tokens": 2,' --prompt "$(printf '\303\303')" --max-new 1
+json '"prompt_tokens": 2,' --model smollm2 --prompt "$(printf '\303\303')" \
+    --max-new 1
 # The demo: 32 chat requests sharing the system prompt, hits for all but
 # the first (their shared blocks).
-json '"prompt": "Comets"' --max-new 2
+json '"prompt": "Comets"' --model smollm2 --max-new 2
 grep -q '"prefix_hit_tokens": [1-9]' "$tmp/out" ||
     fail "$name demo: no prefix hits: $(tail -n 1 "$tmp/out")"
 # The model's context.

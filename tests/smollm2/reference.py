@@ -29,12 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reference_run  # noqa: E402
-
-F = np.float64        # compute precision of the transformer blocks
-
-
-def rmsnorm(x, w, eps):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+from reference_run import F, rmsnorm  # noqa: E402
 
 
 def silu(x):
