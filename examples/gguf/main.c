@@ -779,8 +779,9 @@ int main(int argc, char **argv)
     o.tokenize_flags |= tok.add_bos;
     gg_chat chat = gg_chat_detect(&m.config, &tok);
     /* A chat model's demo is a chat; --chat and --system ask for one. */
-    int chatting = o.chat || o.system || (chat.kind != GG_CHAT_NONE && !o.prompt &&
-                              !o.input && !o.agreement);
+    int chatting = o.chat || o.system ||
+                   (chat.kind != GG_CHAT_NONE && !o.prompt && !o.input &&
+                    !o.agreement);
     gg_chat plain = {GG_CHAT_NONE, -1, "none"};
     gg_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend, o.hybrid};
     int rc;

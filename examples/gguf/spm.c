@@ -73,10 +73,10 @@ int gg_spm_init(gg_spm *t, const gg_piece *vocab, uint32_t n,
     t->end_marker = t->pieces.not_plain = gg_pieces_find(&t->pieces, "</s>",
                                                          4);
     find_byte_tokens(t);
-    t->ids_per_byte = gg_pieces_find(&t->pieces, SPACE_MARK, SPACE_MARK_LEN) >= 0 &&
-                              gg_pieces_find(&t->pieces, GG_REPLACEMENT, GG_REPLACEMENT_LEN) >= 0
-                          ? 1
-                          : 3;
+    int space = gg_pieces_find(&t->pieces, SPACE_MARK, SPACE_MARK_LEN) >= 0;
+    int replacement = gg_pieces_find(&t->pieces, GG_REPLACEMENT,
+                                     GG_REPLACEMENT_LEN) >= 0;
+    t->ids_per_byte = space && replacement ? 1 : 3;
     return 0;
 }
 

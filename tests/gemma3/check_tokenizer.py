@@ -30,7 +30,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0,
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tokenizer_cases import (GPL3, INVALID, STRINGS, compare, fail,  # noqa: E402
                              gg_lines, ids_of, random_strings, valid_utf8)
 

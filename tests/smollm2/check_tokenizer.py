@@ -29,7 +29,8 @@ import random
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0,
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tokenizer_cases import (GPL3, INVALID, STRINGS, as_host_reads,  # noqa: E402
                              compare, fail, gg_lines, ids_of, random_strings,
                              valid_utf8)

@@ -27,7 +27,8 @@ import sys
 import gguf
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0,
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reference_run  # noqa: E402
 from reference_run import F, rmsnorm  # noqa: E402
 
