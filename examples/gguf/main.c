@@ -479,12 +479,14 @@ static void print_json(const run *r, pkv_engine *e,
     }
     printf("],\n \"generated\": %llu, \"processed\": %llu, \"seconds\": %.3f, "
            "\"tokens_per_s\": %.2f, \"prefix_hit_tokens\": %llu, "
-           "\"prefix_query_tokens\": %llu, \"preemptions\": %llu}\n",
+           "\"prefix_query_tokens\": %llu, \"preemptions\": %llu, "
+           "\"block_bytes\": %llu, \"block_size\": %u}\n",
            (unsigned long long)s->generated, (unsigned long long)s->processed,
            s->elapsed, (double)s->generated / s->elapsed,
            (unsigned long long)st.prefix_hit_tokens,
            (unsigned long long)st.prefix_query_tokens,
-           (unsigned long long)st.preemptions);
+           (unsigned long long)st.preemptions,
+           (unsigned long long)st.block_bytes, GG_BLOCK_SIZE);
 }
 
 /* The tokens a sequence may hold, prompt and answer together: --ctx, or
