@@ -39,6 +39,8 @@ size_t fuzz_valid_char(const uint8_t *s, size_t n)
 
 void fuzz_put(fuzz_buf *b, const void *s, size_t n)
 {
+    if (n == 0) /* memcpy must not see the empty buffer's NULL */
+        return;
     if (b->len + n > b->cap) {
         size_t cap = 2 * b->cap + n + 64;
         char *grown = realloc(b->data, cap);
