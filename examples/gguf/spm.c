@@ -51,7 +51,7 @@ static void find_byte_tokens(gg_spm *t)
 }
 
 int gg_spm_init(gg_spm *t, const gg_piece *vocab, uint32_t n,
-                      const gg_file_config *c, char *err, size_t err_size)
+                const gg_file_config *c, char *err, size_t err_size)
 {
     memset(t, 0, sizeof *t);
     if (c->add_space_prefix)
@@ -233,8 +233,7 @@ static int run_text(void *user, const char *text, size_t n, gg_sink *s)
     return encode_text(a->t, a->w, text, n, s);
 }
 
-uint32_t gg_spm_bound(const gg_spm *t, size_t len,
-                           unsigned flags)
+uint32_t gg_spm_bound(const gg_spm *t, size_t len, unsigned flags)
 {
     if (len > GG_MAX_TEXT) /* gg_spm_tokenize refuses longer texts */
         len = GG_MAX_TEXT;
@@ -242,7 +241,7 @@ uint32_t gg_spm_bound(const gg_spm *t, size_t len,
 }
 
 int gg_spm_tokenize(const gg_spm *t, const char *text, size_t len,
-                unsigned flags, int32_t *out, uint32_t max_out)
+                    unsigned flags, int32_t *out, uint32_t max_out)
 {
     /* Escaped offsets are 32-bit, the count must fit the int result
      * (gg_spm_bound) and the scratch sizes size_t. */
@@ -291,7 +290,7 @@ static int hex_digit(char c)
  * are already spaces in the GGUF), byte tokens as their byte, control,
  * unknown and unused ones as nothing. */
 size_t gg_spm_detokenize(const gg_spm *t, int32_t id, char *buf,
-                     size_t size)
+                         size_t size)
 {
     if (id < 0 || (uint32_t)id >= t->pieces.n || id == t->end_marker)
         return 0;

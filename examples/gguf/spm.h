@@ -34,7 +34,7 @@ typedef struct gg_spm {
 /* Build the lookups over vocab (n pieces, kept borrowed: it must outlive
  * the tokenizer). 0, or -1 with a message in err. */
 int gg_spm_init(gg_spm *t, const gg_piece *vocab, uint32_t n,
-                      const gg_file_config *c, char *err, size_t err_size);
+                const gg_file_config *c, char *err, size_t err_size);
 
 void gg_spm_free(gg_spm *t);
 
@@ -45,7 +45,7 @@ void gg_spm_free(gg_spm *t);
  * gg_spm_bound(t, len, flags). Thread-safe: the tokenizer is only
  * read. */
 int gg_spm_tokenize(const gg_spm *t, const char *text, size_t len,
-                unsigned flags, int32_t *out, uint32_t max_out);
+                    unsigned flags, int32_t *out, uint32_t max_out);
 
 /* The most ids gg_spm_tokenize returns for any len bytes (len at most
  * GG_MAX_TEXT): ids_per_byte * len, plus one with GG_ADD_BOS. Every
@@ -53,8 +53,7 @@ int gg_spm_tokenize(const gg_spm *t, const char *text, size_t len,
  * the merges, a symbol is one piece or the byte tokens of its bytes, and
  * only a space (U+2581) and an invalid byte (U+FFFD) are longer as a
  * symbol than in the text. That is len + 1 for Gemma's vocabulary. */
-uint32_t gg_spm_bound(const gg_spm *t, size_t len,
-                           unsigned flags);
+uint32_t gg_spm_bound(const gg_spm *t, size_t len, unsigned flags);
 
 /* The bytes of token id (U+2581 as a space, a byte token as its byte,
  * control and unknown tokens as nothing), like llama.cpp's token_to_piece
@@ -63,6 +62,6 @@ uint32_t gg_spm_bound(const gg_spm *t, size_t len,
  * byte token may be one byte of a UTF-8 character, which the caller
  * joins with the next ones. */
 size_t gg_spm_detokenize(const gg_spm *t, int32_t id, char *buf,
-                     size_t size);
+                         size_t size);
 
 #endif
