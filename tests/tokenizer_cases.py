@@ -5,6 +5,7 @@ tests/smollm2/check_tokenizer.py: Hugging Face's tokenizers): texts of
 every kind, invalid UTF-8, seeded random byte strings, and the helpers
 that run gguf-tokenize on them."""
 import codecs
+import os
 import random
 import subprocess
 import sys
@@ -173,6 +174,25 @@ def compare(what, s, want, got, ref):
          f"  gguf-tokenize: {got[max(0, i - 3):i + 8]} ({len(got)} tokens)")
 
 
+
+
+def check_gpl3(binary, gguf_path, reference, ref):
+    """When /usr/share/common-licenses/GPL-3 is there: gguf-tokenize's ids
+    of the whole file (which it checks decode back) against reference(text);
+    what was checked, for the summary line, or "" without the file."""
+    if not os.path.exists(GPL3):
+        return ""
+    with open(GPL3, "rb") as f:
+        text = f.read().decode("utf-8")
+    r = subprocess.run([binary, "--file", GPL3, gguf_path],
+                       capture_output=True)
+    if r.returncode != 0:
+        fail(f"gguf-tokenize --file {GPL3}: "
+             f"{r.stderr.decode(errors='replace').strip()}")
+    gpl = ids_of(r.stdout.decode())
+    compare("file", GPL3, reference(text), gpl, ref)
+    return f", GPL-3 ({len(gpl)} tokens; " \
+           f"{r.stderr.decode().strip().split(', ')[-1]})"
 
 
 def per_byte_replacement(error):

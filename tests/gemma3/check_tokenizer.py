@@ -32,8 +32,9 @@ import tempfile
 
 sys.path.insert(0,
                 os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tokenizer_cases import (GPL3, INVALID, STRINGS, compare, fail,  # noqa: E402
-                             gg_lines, ids_of, random_strings, valid_utf8)
+from tokenizer_cases import (INVALID, STRINGS, check_gpl3,  # noqa: E402
+                             compare, fail, gg_lines, ids_of,
+                             random_strings, valid_utf8)
 
 try:
     import gguf
@@ -209,18 +210,7 @@ def main(argv):
                 ids_of(line), "control ids + SentencePiece")
     checked += f", {len(specials)} with control pieces"
 
-    if os.path.exists(GPL3):
-        with open(GPL3, "rb") as f:
-            text = f.read().decode("utf-8")
-        r = subprocess.run([binary, "--file", GPL3, gguf_path],
-                           capture_output=True)
-        if r.returncode != 0:
-            fail(f"gguf-tokenize --file {GPL3}: "
-                 f"{r.stderr.decode(errors='replace').strip()}")
-        gpl = ids_of(r.stdout.decode())
-        compare("file", GPL3, sp.encode(text), gpl, "SentencePiece")
-        checked += f", GPL-3 ({len(gpl)} tokens; " \
-                   f"{r.stderr.decode().strip().split(', ')[-1]})"
+    checked += check_gpl3(binary, gguf_path, sp.encode, "SentencePiece")
 
     gg_lines(binary, gguf_path,
              [s for s in STRINGS + LLAMA_ONLY if s not in NO_ROUND_TRIP] +

@@ -26,14 +26,13 @@ Exit 0 when all agree, 1 showing the first difference, 77 when tokenizers
 """
 import os
 import random
-import subprocess
 import sys
 
 sys.path.insert(0,
                 os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tokenizer_cases import (GPL3, INVALID, STRINGS, as_host_reads,  # noqa: E402
-                             compare, fail, gg_lines, ids_of, random_strings,
-                             valid_utf8)
+from tokenizer_cases import (INVALID, STRINGS, as_host_reads,  # noqa: E402
+                             check_gpl3, compare, fail, gg_lines, ids_of,
+                             random_strings, valid_utf8)
 
 try:
     import gguf
@@ -136,18 +135,7 @@ def main(argv):
                 "tokenizers with special tokens")
     checked += f", {len(specials)} with control pieces"
 
-    if os.path.exists(GPL3):
-        with open(GPL3, "rb") as f:
-            text = f.read().decode("utf-8")
-        r = subprocess.run([binary, "--file", GPL3, gguf_path],
-                           capture_output=True)
-        if r.returncode != 0:
-            fail(f"gguf-tokenize --file {GPL3}: "
-                 f"{r.stderr.decode(errors='replace').strip()}")
-        gpl = ids_of(r.stdout.decode())
-        compare("file", GPL3, hf_ids(plain, text), gpl, "tokenizers")
-        checked += f", GPL-3 ({len(gpl)} tokens; " \
-                   f"{r.stderr.decode().strip().split(', ')[-1]})"
+    checked += check_gpl3(binary, gguf_path, lambda text: hf_ids(plain, text), "tokenizers")
 
     gg_lines(binary, gguf_path,
              strings + [s for s in randoms if valid_utf8(s)], decode=True)
