@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pkv-bench attend: the CPU backend's attention (src/backend_cpu_attend.c),
- * what every step of `pkv-gemma3 --backend cpu` runs per layer: decode
+ * what every step of `pkv-gguf --backend cpu` runs per layer: decode
  * (one row) at depths 2k, 8k and 32k, and the attention of a 2,048-token
  * prompt (every row in one step), for each KV format, each version of the
  * arithmetic this processor runs (PKV_CPU_ATTEND), on 1 and 2 threads

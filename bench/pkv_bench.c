@@ -57,10 +57,11 @@ static const subcommand SUBCOMMANDS[] = {
      "inter-token latency CDF. Progress on stderr.\n"
      "80 requests; --quick 20, about 1.5 minutes on a 2-core machine (93 s\n"
      "measured), most of it the model's forward passes.\n"
-     "--model gemma3: the same on Gemma 3 270M (examples/gemma3, from\n"
-     "setup.sh's cache), random token ids as prompts; --quick about 4\n"
-     "minutes (247 s measured beside another busy process); --threads N:\n"
-     "ggml's threads (default: every core).\n"
+     "--model gemma3 or smollm2: the same on Gemma 3 270M or\n"
+     "SmolLM2-135M-Instruct (examples/gguf, from setup.sh's cache),\n"
+     "random token ids as prompts; gemma3 --quick about 4 minutes (247 s\n"
+     "measured beside another busy process); --threads N: ggml's threads\n"
+     "(default: every core).\n"
      "--speculative instead: decode tokens/s of one sequence (32-token\n"
      "prompt, 128 new tokens: the latency case drafts are for) with 4\n"
      "drafts per step (pkv_seq_propose) right with probability 0.5, 0.7\n"
@@ -245,9 +246,10 @@ int main(int argc, char **argv)
                    strcmp(argv[1], "serve") == 0) {
             opt.model = argv[++i];
             if (strcmp(opt.model, "llama") != 0 &&
-                strcmp(opt.model, "gemma3") != 0) {
-                fprintf(stderr, "pkv-bench: --model %s: expected llama or "
-                                "gemma3\n",
+                strcmp(opt.model, "gemma3") != 0 &&
+                strcmp(opt.model, "smollm2") != 0) {
+                fprintf(stderr, "pkv-bench: --model %s: expected llama, "
+                                "gemma3 or smollm2\n",
                         opt.model);
                 return 2;
             }

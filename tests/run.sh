@@ -48,6 +48,7 @@ PKV_CACHE=${PKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pkv}
 POCL_ICD=/etc/OpenCL/vendors/pocl.icd
 INTEL_ICD=$PKV_CACHE/intel-icd
 MODEL=$PKV_CACHE/gemma3
+SMOLLM2=$PKV_CACHE/smollm2
 LOGS=build/logs
 results=$(mktemp)
 trap 'rm -f "$results" "$results".*' EXIT
@@ -111,14 +112,21 @@ skip() { # NAME WHY
     printf '%s|skipped|-|-\n' "$1" >>"$results"
 }
 
-# The model, the venv of its checks and ggml, which
-# examples/gemma3/setup.sh (run by tests/deps.sh) caches; the host is
-# built only when CMake found ggml.
+# The models, the venvs of their checks and ggml, which
+# examples/gguf/setup.sh (run by tests/deps.sh) caches; the host is
+# built only when CMake found ggml (and PCRE2).
 model_cached() {
     [ -f "$MODEL/gemma-3-270m-q4_k_m.gguf" ] &&
         [ -x "$MODEL/venv/bin/python" ] &&
         [ -f "$PKV_CACHE/ggml/install/pkv-ggml.txt" ] &&
-        [ -x build/examples/pkv-gemma3 ]
+        [ -x build/examples/pkv-gguf ]
+}
+smollm2_cached() {
+    [ -f "$SMOLLM2/SmolLM2-135M-Instruct.Q4_1.gguf" ] &&
+        [ -f "$SMOLLM2/SmolLM2-135M-Instruct.f32.gguf" ] &&
+        [ -x "$SMOLLM2/venv/bin/python" ] &&
+        [ -f "$PKV_CACHE/ggml/install/pkv-ggml.txt" ] &&
+        [ -x build/examples/pkv-gguf ]
 }
 
 normal_build() {
@@ -167,10 +175,20 @@ intel_tests() {
 gemma3_tests() {
     gguf=$MODEL/gemma-3-270m-q4_k_m.gguf
     "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py "$gguf" \
-        build/examples/g3-tokenize
+        build/examples/gguf-tokenize
     OCL_ICD_VENDORS=$POCL_ICD "$MODEL/venv/bin/python" \
-        tests/gemma3/check_reference.py "$gguf" build/examples/pkv-gemma3 \
-        build/examples/g3-tokenize cpu opencl
+        tests/check_reference.py gemma3 "$gguf" build/examples/pkv-gguf \
+        build/examples/gguf-tokenize cpu opencl
+}
+
+smollm2_tests() {
+    gguf=$SMOLLM2/SmolLM2-135M-Instruct.Q4_1.gguf
+    "$SMOLLM2/venv/bin/python" tests/smollm2/check_tokenizer.py "$gguf" \
+        build/examples/gguf-tokenize
+    OCL_ICD_VENDORS=$POCL_ICD "$SMOLLM2/venv/bin/python" \
+        tests/check_reference.py smollm2 "$gguf" build/examples/pkv-gguf \
+        build/examples/gguf-tokenize \
+        --f32 "$SMOLLM2/SmolLM2-135M-Instruct.f32.gguf" cpu opencl
 }
 
 # The small kernel tests under oclgrind, any report failing the pass.
@@ -272,11 +290,16 @@ asan_tests() {
         ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE ocloc \
         --repeat until-pass:2
     if model_cached; then
-        # The tokenizer against SentencePiece again under the sanitizers:
-        # invalid UTF-8 and seeded random bytes.
+        # The tokenizers against their references again under the
+        # sanitizers: invalid UTF-8 and seeded random bytes.
         gguf=$MODEL/gemma-3-270m-q4_k_m.gguf
         "$MODEL/venv/bin/python" tests/gemma3/check_tokenizer.py "$gguf" \
-            build-asan/examples/g3-tokenize
+            build-asan/examples/gguf-tokenize
+    fi
+    if smollm2_cached; then
+        "$SMOLLM2/venv/bin/python" tests/smollm2/check_tokenizer.py \
+            "$SMOLLM2/SmolLM2-135M-Instruct.Q4_1.gguf" \
+            build-asan/examples/gguf-tokenize
     fi
 }
 
@@ -328,6 +351,13 @@ if [ "$built" -eq 0 ]; then
             gemma3_tests "about 1 min"
     else
         skip "Gemma 3 270M on ggml: tokenizer vs SentencePiece, host vs numpy" \
+            "the model or ggml is not cached (offline, or PKV_NO_MODEL=1)"
+    fi
+    if smollm2_cached; then
+        run_pass "SmolLM2-135M on ggml: tokenizer vs tokenizers, host vs numpy, CPU vs OpenCL" \
+            smollm2_tests
+    else
+        skip "SmolLM2-135M on ggml: tokenizer vs tokenizers, host vs numpy, CPU vs OpenCL" \
             "the model or ggml is not cached (offline, or PKV_NO_MODEL=1)"
     fi
     run_pass "install; examples/minimal.c via find_package and pkg-config" \
