@@ -8,9 +8,12 @@ one window, the two sides alternating, threads equal.
                           [--pkv-gguf PATH] [--pkv-bench PATH]
                           [--llama-bin DIR] [--gguf PATH]
                           [--depths D[,D...]] [--prompts N[,N...]]
+                          [--pkv-before PATH]
 
 --model: Gemma 3 270M (the default, a base model) or SmolLM2-135M-Instruct
-(a chat model), the GGUFs examples/gguf/setup.sh caches.
+(a chat model), the GGUFs examples/gguf/setup.sh caches. --pkv-before:
+an earlier build's pkv-gguf (or pkv-gemma3), measured as a third side in
+the decode, prefill, depth and prompt workloads, its ratio beside.
 
 llama.cpp's tools (llama-bench, llama-server, and llama-perplexity for
 docs/fidelity.md) are built once from the
@@ -587,20 +590,37 @@ def demo_texts(model):
 
 # ------------------------------------------------------------ the rounds
 
+def sides(opt, llama, pkv, llama_first):
+    """The sides of a round in the order they run: llama.cpp, pkv, and
+    with --pkv-before the earlier build ("pkv before", the same pkv
+    measurement run on that binary), reversed in odd rounds."""
+    order = [("llama.cpp", llama), ("pkv", pkv)]
+    if opt.pkv_before:
+        def before():
+            now = opt.pkv_gguf
+            opt.pkv_gguf = opt.pkv_before
+            try:
+                return pkv()
+            finally:
+                opt.pkv_gguf = now
+        order.append(("pkv before", before))
+    return order if llama_first else order[::-1]
+
+
 def decode_round(opt, fig, llama_first):
-    sides = [("llama.cpp", lambda: {"f16": llama_bench(opt, 0, DECODE_NEW)}),
-             ("pkv", lambda: {kv: pkv_decode(opt, kv)
-                              for kv in ("f16", "u8", "u4")})]
-    for side, measure in sides if llama_first else sides[::-1]:
+    for side, measure in sides(
+            opt, lambda: {"f16": llama_bench(opt, 0, DECODE_NEW)},
+            lambda: {kv: pkv_decode(opt, kv) for kv in ("f16", "u8", "u4")},
+            llama_first):
         la = load()
         for kv, v in measure().items():
             fig.add(("decode tokens/s", kv, side), v, la)
 
 
 def prefill_round(opt, fig, llama_first, ids_path):
-    sides = [("llama.cpp", lambda: llama_bench(opt, PREFILL_LEN, 0)),
-             ("pkv", lambda: pkv_prefill(opt, ids_path))]
-    for side, measure in sides if llama_first else sides[::-1]:
+    for side, measure in sides(opt, lambda: llama_bench(opt, PREFILL_LEN, 0),
+                               lambda: pkv_prefill(opt, ids_path),
+                               llama_first):
         la = load()
         fig.add((f"prefill {PREFILL_LEN} tokens/s", "f16", side), measure(),
                 la)
@@ -623,8 +643,7 @@ def depth_round(opt, fig, llama_first, ids):
             return {kv + mem: pkv_depth(opt, ids[depth], kv, flags)
                     for mem, flags in PKV_MEMORY.items() for kv in LLAMA_KV}
 
-        for side, measure in ([("llama.cpp", llama), ("pkv", pkv)]
-                              [:: 1 if llama_first else -1]):
+        for side, measure in sides(opt, llama, pkv, llama_first):
             la = load()
             for kv, v in measure().items():
                 fig.add((metric, kv, side), v, la)
@@ -641,8 +660,7 @@ def prompt_round(opt, fig, llama_first, ids):
             return {"f16" + mem: pkv_prefill(opt, ids[length], length, flags)
                     for mem, flags in PKV_MEMORY.items()}
 
-        for side, measure in ([("llama.cpp", llama), ("pkv", pkv)]
-                              [:: 1 if llama_first else -1]):
+        for side, measure in sides(opt, llama, pkv, llama_first):
             la = load()
             for kv, v in measure().items():
                 fig.add((metric, kv, side), v, la)
@@ -718,8 +736,15 @@ def report(opt, fig, kv_bytes):
           "median [min-max]; load: median 1-minute load average")
     print(f"pkv's build: {opt.build}")
     emit({"bench": "peer", "workload": "pkv build", "build": opt.build})
+    if opt.pkv_before:
+        before_build = pkv_build(opt.pkv_before)
+        print(f"pkv before: {opt.pkv_before}, {before_build}")
+        emit({"bench": "peer", "workload": "pkv before build",
+              "build": before_build})
     print(f"{'workload':<34} {'KV pkv / llama':<17} {'llama.cpp':>22} "
-          f"{'pkv':>22} {'pkv/llama':>9} {'load':>6}")
+          f"{'pkv':>22} {'pkv/llama':>9} {'load':>6}"
+          + (f" {'pkv before':>22} {'pkv/before':>10}"
+             if opt.pkv_before else ""))
     rows = []
     for metric, kv, _ in fig.order:
         if (metric, kv) not in rows:
@@ -735,9 +760,11 @@ def report(opt, fig, kv_bytes):
             lkv = "f16"
         llama = fig.values.get((metric, lkv, "llama.cpp"))
         pkv = fig.values.get((metric, kv, "pkv"))
+        before = fig.values.get((metric, kv, "pkv before"))
         cells, loads = [], []
         for key, vals in (((metric, lkv, "llama.cpp"), llama),
-                          ((metric, kv, "pkv"), pkv)):
+                          ((metric, kv, "pkv"), pkv),
+                          ((metric, kv, "pkv before"), before)):
             if not vals:
                 cells.append("-")
                 continue
@@ -755,12 +782,19 @@ def report(opt, fig, kv_bytes):
         ratio = (statistics.median(pkv) / statistics.median(llama)
                  if pkv and llama else None)
         pair = f"{kv} / {lkv}"
+        gain = (statistics.median(pkv) / statistics.median(before)
+                if pkv and before else None)
         print(f"{metric:<34} {pair:<17} {cells[0]:>22} {cells[1]:>22} "
               f"{(f'{ratio:.2f}x' if ratio else '-'):>9} "
-              f"{statistics.median(loads):>6.2f}")
+              f"{statistics.median(loads):>6.2f}"
+              + (f" {cells[2]:>22} {(f'{gain:.2f}x' if gain else '-'):>10}"
+                 if opt.pkv_before else ""))
         if ratio:
             emit({"bench": "peer", "workload": metric, "kv": kv,
                   "llama_kv": lkv, "pkv_over_llama": round(ratio, 4)})
+        if gain:
+            emit({"bench": "peer", "workload": metric, "kv": kv,
+                  "pkv_over_before": round(gain, 4)})
     if kv_bytes:
         base = kv_bytes.get("llama.cpp f16")
         print("\nKV bytes per token, every layer's K and V (pkv: block 16, "
@@ -813,6 +847,10 @@ def main():
                                          "pkv-gguf"))
     ap.add_argument("--pkv-bench",
                     default=os.path.join(ROOT, "build", "bench", "pkv-bench"))
+    ap.add_argument("--pkv-before",
+                    help="a pkv-gguf (or pkv-gemma3) of an earlier build: "
+                    "decode, prefill, depth and prompt measure it too, a "
+                    "third side alternating with the others")
     ap.add_argument("--llama-bin",
                     help="llama.cpp's tools already built there: no build")
     ap.add_argument("--gguf", help="the model's GGUF (default: the cached "
@@ -841,7 +879,8 @@ def main():
         if w not in ("decode", "prefill", "depth", "prompt", "demo", "trace",
                      "kvmem"):
             fail(f"--only: unknown workload {w}")
-    for path in (opt.gguf, opt.pkv_gguf, opt.pkv_bench):
+    for path in (opt.gguf, opt.pkv_gguf, opt.pkv_bench) + \
+            ((opt.pkv_before,) if opt.pkv_before else ()):
         if not os.path.exists(path):
             fail(f"{path} is missing (sh examples/gguf/setup.sh and a "
                  "build of pkv make it)")
