@@ -636,7 +636,8 @@ def depth_round(opt, fig, llama_first, ids):
         metric = f"decode tokens/s at depth {depth}"
 
         def llama():
-            return {kv: llama_bench(opt, 0, DECODE_NEW, depth, LLAMA_KV[kv])
+            return {LLAMA_KV[kv]: llama_bench(opt, 0, DECODE_NEW, depth,
+                                              LLAMA_KV[kv])
                     for kv in LLAMA_KV}
 
         def pkv():
