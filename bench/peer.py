@@ -8,7 +8,7 @@ one window, the two sides alternating, threads equal.
                           [--pkv-gguf PATH] [--pkv-bench PATH]
                           [--llama-bin DIR] [--gguf PATH]
                           [--depths D[,D...]] [--prompts N[,N...]]
-                          [--pkv-before PATH]
+                          [--memory both|default|hybrid] [--pkv-before PATH]
 
 --model: Gemma 3 270M (the default, a base model) or SmolLM2-135M-Instruct
 (a chat model), the GGUFs examples/gguf/setup.sh caches. --pkv-before:
@@ -642,7 +642,7 @@ def depth_round(opt, fig, llama_first, ids):
 
         def pkv():
             return {kv + mem: pkv_depth(opt, ids[depth], kv, flags)
-                    for mem, flags in PKV_MEMORY.items() for kv in LLAMA_KV}
+                    for mem, flags in opt.memory.items() for kv in LLAMA_KV}
 
         for side, measure in sides(opt, llama, pkv, llama_first):
             la = load()
@@ -659,7 +659,7 @@ def prompt_round(opt, fig, llama_first, ids):
 
         def pkv():
             return {"f16" + mem: pkv_prefill(opt, ids[length], length, flags)
-                    for mem, flags in PKV_MEMORY.items()}
+                    for mem, flags in opt.memory.items()}
 
         for side, measure in sides(opt, llama, pkv, llama_first):
             la = load()
@@ -848,6 +848,10 @@ def main():
                                          "pkv-gguf"))
     ap.add_argument("--pkv-bench",
                     default=os.path.join(ROOT, "build", "bench", "pkv-bench"))
+    ap.add_argument("--memory", default="both",
+                    choices=("both", "default", "hybrid"),
+                    help="depth and prompt: pkv's default memory, hybrid "
+                    "memory, or both (the default)")
     ap.add_argument("--pkv-before",
                     help="a pkv-gguf (or pkv-gemma3) of an earlier build: "
                     "decode, prefill, depth and prompt measure it too, a "
@@ -888,6 +892,9 @@ def main():
     opt.json = (sys.stdout if opt.json == "-" else
                 open(opt.json, "w") if opt.json else None)
     opt.bins = opt.llama_bin or build_llama(pkv_cache())
+    opt.memory = {k: v for k, v in PKV_MEMORY.items()
+                  if opt.memory == "both" or
+                  (k == " hybrid") == (opt.memory == "hybrid")}
     opt.build = pkv_build(opt.pkv_gguf)
     opt.vocab = model["vocab"]  # which the trace draws from
     opt.decode_prompt = ("Here is a long story about a lighthouse keeper "
