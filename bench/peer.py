@@ -39,14 +39,16 @@ round, the sides alternating (llama.cpp first in even rounds):
            (the D-token depth filled first, untimed) against pkv-gguf
            on a D-token --prompt-ids prompt, 64 new tokens, 1 / its mean
            time between tokens, at D = 2,048, 8,192 and 32,704 (Gemma 3
-           270M's 32,768 less the 64 new; SmolLM2's context is 8,192:
-           --depths); pkv's f16, u8 and u4 KV against llama.cpp's f16,
-           q8_0 and q4_0 (-fa 1 -ctk -ctv for the quantized ones, as
-           they need), and pkv also with --hybrid-memory.
+           270M's 32,768 less the 64 new) or with SmolLM2 2,048 and
+           8,128 (its 8,192 less the 64; --depths); pkv's f16, u8 and u4
+           KV against llama.cpp's f16, q8_0 and q4_0 (-fa 1 -ctk -ctv
+           for the quantized ones, as they need), and pkv also with
+           --hybrid-memory where the model has windowed layers (Gemma 3;
+           SmolLM2 has none).
   prompt   long prompts, tokens/s: llama-bench -p N -n 0 against
            pkv-gguf's first token of an N-token --prompt-ids prompt,
            N = 2,048 and 8,192 (--prompts), f16 KV, pkv also with
-           --hybrid-memory.
+           --hybrid-memory where the model has windowed layers.
   demo     pkv-gguf's demo (32 requests sharing a 31-token preamble, or
            with SmolLM2 a 69-token system prompt in its chat template, at
            most 48 new tokens, greedy) against llama-server -np 32 given
@@ -115,13 +117,17 @@ LLAMA_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
                  "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
                  "-DLLAMA_BUILD_APP=OFF"]
 # What differs between the models: the GGUF under $PKV_CACHE, the
-# vocabulary the trace and the 512-token prompt draw from, and BOS first
-# where the model's file asks for it.
+# vocabulary the trace and the 512-token prompt draw from, BOS first
+# where the model's file asks for it, its context, the default --depths
+# (the longest: the context less the 64 new tokens) and whether it has
+# windowed layers (where --hybrid-memory changes something).
 MODELS = {
     "gemma3": {"gguf": "gemma3/gemma-3-270m-q4_k_m.gguf", "vocab": 262144,
-               "bos": 2, "context": 32768},
+               "bos": 2, "context": 32768, "depths": "2048,8192,32704",
+               "windows": True},
     "smollm2": {"gguf": "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                "vocab": 49152, "bos": None, "context": 8192},
+                "vocab": 49152, "bos": None, "context": 8192,
+                "depths": "2048,8128", "windows": False},
 }
 DEMO_NEW = 48
 DECODE_NEW = 64
@@ -626,9 +632,15 @@ def prefill_round(opt, fig, llama_first, ids_path):
                 la)
 
 
-# pkv's memory modes: the default, and hybrid memory (the windowed
-# layers keep only their window's KV).
-PKV_MEMORY = {"": (), " hybrid": ("--hybrid-memory",)}
+def pkv_memory(opt):
+    """pkv's memory modes that --memory asks for: the default, and where
+    the model has windowed layers hybrid memory (they keep only their
+    window's KV)."""
+    modes = {"": (), " hybrid": ("--hybrid-memory",)}
+    if not MODELS[opt.model]["windows"]:
+        modes.pop(" hybrid")
+    return {k: v for k, v in modes.items() if opt.memory == "both" or
+            (k == " hybrid") == (opt.memory == "hybrid")}
 
 
 def depth_round(opt, fig, llama_first, ids):
@@ -636,13 +648,16 @@ def depth_round(opt, fig, llama_first, ids):
         metric = f"decode tokens/s at depth {depth}"
 
         def llama():
+            # Under llama.cpp's names (q8_0, q4_0): the report sets each of
+            # pkv's formats beside llama.cpp's of its width by them.
             return {LLAMA_KV[kv]: llama_bench(opt, 0, DECODE_NEW, depth,
                                               LLAMA_KV[kv])
                     for kv in LLAMA_KV}
 
         def pkv():
             return {kv + mem: pkv_depth(opt, ids[depth], kv, flags)
-                    for mem, flags in opt.memory.items() for kv in LLAMA_KV}
+                    for mem, flags in pkv_memory(opt).items()
+                    for kv in LLAMA_KV}
 
         for side, measure in sides(opt, llama, pkv, llama_first):
             la = load()
@@ -659,7 +674,7 @@ def prompt_round(opt, fig, llama_first, ids):
 
         def pkv():
             return {"f16" + mem: pkv_prefill(opt, ids[length], length, flags)
-                    for mem, flags in opt.memory.items()}
+                    for mem, flags in pkv_memory(opt).items()}
 
         for side, measure in sides(opt, llama, pkv, llama_first):
             la = load()
@@ -860,15 +875,17 @@ def main():
                     help="llama.cpp's tools already built there: no build")
     ap.add_argument("--gguf", help="the model's GGUF (default: the cached "
                     "one of --model)")
-    ap.add_argument("--depths", default="2048,8192,32704",
-                    help="depth: contexts to decode at, comma-separated")
+    ap.add_argument("--depths",
+                    help="depth: contexts to decode at, comma-separated "
+                    "(default 2048,8192,32704; SmolLM2: 2048,8128)")
     ap.add_argument("--prompts", default="2048,8192",
                     help="prompt: prompt lengths, comma-separated")
     opt = ap.parse_args()
     model = MODELS[opt.model]
     opt.gguf = opt.gguf or os.path.join(pkv_cache(), model["gguf"])
     try:
-        opt.depths = [int(x) for x in opt.depths.split(",")]
+        opt.depths = [int(x) for x in
+                      (opt.depths or model["depths"]).split(",")]
         opt.prompts = [int(x) for x in opt.prompts.split(",")]
     except ValueError:
         fail("--depths and --prompts take comma-separated token counts")
@@ -892,9 +909,6 @@ def main():
     opt.json = (sys.stdout if opt.json == "-" else
                 open(opt.json, "w") if opt.json else None)
     opt.bins = opt.llama_bin or build_llama(pkv_cache())
-    opt.memory = {k: v for k, v in PKV_MEMORY.items()
-                  if opt.memory == "both" or
-                  (k == " hybrid") == (opt.memory == "hybrid")}
     opt.build = pkv_build(opt.pkv_gguf)
     opt.vocab = model["vocab"]  # which the trace draws from
     opt.decode_prompt = ("Here is a long story about a lighthouse keeper "
