@@ -28,7 +28,7 @@ for model in smollm2 gemma3; do
     quick=""
     [ "$model" = gemma3 ] && quick=--quick
     # shellcheck disable=SC2086 # no word or one
-    "$python" "$(dirname "$0")/check_server.py" "$server" "$gguf" \
+    "$python" -u "$(dirname "$0")/check_server.py" "$server" "$gguf" \
         --model "$model" $quick || exit 1
     ran=1
 done
