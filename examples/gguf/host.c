@@ -5,6 +5,7 @@
 #include "attention.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 void gg_engine_params(pkv_engine_params *p, const gg_model *m,
                       uint32_t max_model_len)
@@ -111,4 +112,34 @@ int gg_host_init(gg_host *h, gg_model *m, uint32_t max_rows)
 void gg_host_free(gg_host *h)
 {
     gg_scratch_free(&h->scratch);
+}
+
+int gg_load(gg_loaded *l, const char *program, const char *name,
+            const char *weights, uint32_t threads)
+{
+    l->path = weights ? NULL : gg_default_weights_path(name ? name : "gemma3");
+    l->weights = weights ? weights : l->path;
+    char err[512];
+    if (l->weights == NULL ||
+        gg_model_load(&l->model, l->weights, threads, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n(sh examples/gguf/setup.sh downloads the "
+                        "models)\n",
+                program, l->weights ? err : "out of memory");
+        free(l->path);
+        return -1;
+    }
+    if (gg_tokenizer_init(&l->tok, &l->model.file, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: tokenizer: %s\n", program, err);
+        gg_model_free(&l->model);
+        free(l->path);
+        return -1;
+    }
+    return 0;
+}
+
+void gg_unload(gg_loaded *l)
+{
+    gg_tokenizer_free(&l->tok);
+    gg_model_free(&l->model);
+    free(l->path);
 }

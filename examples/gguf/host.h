@@ -10,8 +10,25 @@
 
 #include "model.h"
 #include "serve.h"
+#include "tokenizer.h"
 
 #include <pkv/pkv.h>
+
+/* A model file loaded with its tokenizer. */
+typedef struct gg_loaded {
+    gg_model model;
+    gg_tokenizer tok;
+    const char *weights; /* the file's path */
+    char *path;          /* the cached model's path, when named */
+} gg_loaded;
+
+/* Load weights (a GGUF's path), or else the model examples/gguf/setup.sh
+ * caches under name (NULL: gemma3), its matrix products on threads
+ * threads (0: every core), and its tokenizer. 0, or -1 after printing
+ * why on stderr, prefixed with program. */
+int gg_load(gg_loaded *l, const char *program, const char *name,
+            const char *weights, uint32_t threads);
+void gg_unload(gg_loaded *l);
 
 /* Tokens a block holds, in every engine the host makes. */
 #define GG_BLOCK_SIZE 16

@@ -302,15 +302,10 @@ static int parse_options(int argc, char **argv, options *o)
         }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
             return 1;
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-            known |= strcmp(a, with_value[k]) == 0;
-        if (!known) {
-            fprintf(stderr, "pkv-gguf: unknown option %s\n", a);
+        if (host_option_with_value(
+                "pkv-gguf", a, v, with_value,
+                sizeof with_value / sizeof *with_value) != 0)
             return -1;
-        }
-        if (v == NULL)
-            return bad_arg(a, NULL, "see --help");
         i++;
         if (parse_value(o, a, v) != 0)
             return -1;
@@ -754,38 +749,24 @@ int main(int argc, char **argv)
         return asked > 0 ? usage(stdout, 0) : usage(stderr, 2);
     if (read_input(&o) != 0)
         return 1;
-    char *path =
-        o.weights ? NULL : gg_default_weights_path(o.model ? o.model
-                                                           : "gemma3");
-    const char *weights = o.weights ? o.weights : path;
-    gg_model m;
-    gg_tokenizer tok;
-    char err[512];
-    if (weights == NULL ||
-        gg_model_load(&m, weights, o.threads, err, sizeof err) != 0) {
-        fprintf(stderr, "pkv-gguf: %s\n(sh examples/gguf/setup.sh "
-                        "downloads the models)\n",
-                weights ? err : "out of memory");
-        free(path);
+    gg_loaded loaded;
+    if (gg_load(&loaded, "pkv-gguf", o.model, o.weights, o.threads) != 0) {
         free(o.input_text);
         return 1;
     }
-    if (gg_tokenizer_init(&tok, &m.file, err, sizeof err) != 0) {
-        fprintf(stderr, "pkv-gguf: tokenizer: %s\n", err);
-        gg_model_free(&m);
-        free(path);
-        free(o.input_text);
-        return 1;
-    }
-    o.model_context = m.config.context_length;
-    o.tokenize_flags |= tok.add_bos;
-    gg_chat chat = gg_chat_detect(&m.config, &tok);
+    gg_model *m = &loaded.model;
+    gg_tokenizer *tok = &loaded.tok;
+    const char *weights = loaded.weights;
+    o.model_context = m->config.context_length;
+    o.tokenize_flags |= tok->add_bos;
+    gg_chat chat = gg_chat_detect(&m->config, tok);
     /* A chat model's demo is a chat; --chat and --system ask for one. */
     int chatting = o.chat || o.system ||
                    (chat.kind != GG_CHAT_NONE && !o.prompt && !o.input &&
                     !o.agreement);
     gg_chat plain = {GG_CHAT_NONE, -1, "none"};
     gg_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend, o.hybrid};
+    char name[64];
     int rc;
     if (chatting && chat.kind == GG_CHAT_NONE) {
         fprintf(stderr, "pkv-gguf: --chat: %s has no chat template this "
@@ -795,20 +776,18 @@ int main(int argc, char **argv)
     } else if (check_ctx(&o) != 0) {
         rc = 2;
     } else if (o.logits != NULL) {
-        rc = dump_logits(&o, &m, &tok, &kv);
+        rc = dump_logits(&o, m, tok, &kv);
     } else if (o.perplexity != NULL) {
-        rc = gg_score_perplexity(&m, &tok, o.perplexity, o.input_text,
+        rc = gg_score_perplexity(m, tok, o.perplexity, o.input_text,
                                  o.input_len, o.tokenize_flags, o.ctx,
                                  o.max_tokens, &kv);
     } else if (o.agreement) {
-        rc = gg_score_agreement(&m, &tok, o.max_new,
-                                seq_limit(&o, err, sizeof err), &kv);
+        rc = gg_score_agreement(m, tok, o.max_new,
+                                seq_limit(&o, name, sizeof name), &kv);
     } else {
-        rc = serve(&o, &m, weights, &tok, chatting ? &chat : &plain);
+        rc = serve(&o, m, weights, tok, chatting ? &chat : &plain);
     }
-    gg_tokenizer_free(&tok);
-    gg_model_free(&m);
-    free(path);
+    gg_unload(&loaded);
     free(o.input_text);
     return rc;
 }

@@ -97,3 +97,17 @@ char *host_read_file(const char *path, size_t *len)
         text[*len] = '\0';
     return text;
 }
+
+int host_option_with_value(const char *program, const char *a,
+                           const char *v, const char *const *options,
+                           size_t n)
+{
+    int known = 0;
+    for (size_t k = 0; k < n; k++)
+        known |= strcmp(a, options[k]) == 0;
+    if (!known) {
+        fprintf(stderr, "%s: unknown option %s\n", program, a);
+        return -1;
+    }
+    return v == NULL ? host_bad_arg(program, a, NULL, "see --help") : 0;
+}

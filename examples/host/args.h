@@ -15,6 +15,14 @@
 int host_bad_arg(const char *program, const char *arg, const char *value,
                  const char *takes);
 
+/* The command-line argument a, followed by v (NULL: none), as one of the
+ * n options that take a value: 0 when it is one and has its value, else
+ * -1 after printing "PROGRAM: unknown option A" or that it needs a
+ * value. */
+int host_option_with_value(const char *program, const char *a,
+                           const char *v, const char *const *options,
+                           size_t n);
+
 /* A decimal whole number that fits 32 bits. 0 or -1. */
 int host_parse_u32(const char *s, uint32_t *out);
 
