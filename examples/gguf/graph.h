@@ -20,6 +20,12 @@ typedef struct gg_loader {
     size_t err_size;
 } gg_loader;
 
+/* The tensor name: an f32 vector of n, or a matrix of in values a row
+ * and out rows in its stored type; NULL with a message (loader.c). */
+struct ggml_tensor *gg_load_vector(gg_loader *l, const char *name, int64_t n);
+struct ggml_tensor *gg_load_matrix(gg_loader *l, const char *name,
+                                   int64_t in, int64_t out);
+
 /* Layer i's tensor "blk.<i>.<name>.weight": an f32 vector of n, or a
  * matrix of n x out in its stored type when out is not 0; NULL with a
  * message. */
