@@ -355,7 +355,7 @@ if [ "$built" -eq 0 ]; then
     fi
     if smollm2_cached; then
         run_pass "SmolLM2-135M on ggml: tokenizer vs tokenizers, host vs numpy, CPU vs OpenCL" \
-            smollm2_tests
+            smollm2_tests "about 2 min"
     else
         skip "SmolLM2-135M on ggml: tokenizer vs tokenizers, host vs numpy, CPU vs OpenCL" \
             "the model or ggml is not cached (offline, or PKV_NO_MODEL=1)"
