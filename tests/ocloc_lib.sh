@@ -225,15 +225,23 @@ ocloc_gpu_shape() { # head_dim heads
     fi
 }
 
-# ocloc_generic_source ROOT OUT: the generic program as the backend builds
-# it (src/opencl/program.c): CMakeLists.txt's PKV_KERNEL_FILES in order,
-# but for the decode and intel prefill files, programs of their own built
-# with -D geometry.
-ocloc_generic_source() {
-    : >"$2"
+# ocloc_generic_files ROOT: the files of the generic program as the
+# backend builds it (src/opencl/program.c), relative to ROOT, in order:
+# CMakeLists.txt's PKV_KERNEL_FILES but for the decode and intel prefill
+# files, programs of their own built with -D geometry.
+ocloc_generic_files() {
     for f in $(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$1/CMakeLists.txt" |
         sed 's/set(PKV_KERNEL_FILES//; s/)//'); do
         case "$f" in *decode*.cl | *prefill_intel.cl) continue ;; esac
+        echo "$f"
+    done
+}
+
+# ocloc_generic_source ROOT OUT: the generic program's source, its files
+# concatenated as the backend does.
+ocloc_generic_source() {
+    : >"$2"
+    for f in $(ocloc_generic_files "$1"); do
         cat "$1/$f" >>"$2"
         echo >>"$2"
     done
