@@ -372,10 +372,10 @@ build() { # a builds line: id device source group kbytes vbytes label options...
     key=$(ocloc_key "$(cat "$tmp/$src.sha256")" "$dev" "$*" \
         "$summary_id $g $keb $veb $label")
     if ocloc_cache_get "$key" "$tmp/out.$id"; then
-        echo read >"$tmp/how.$id"
+        : >"$tmp/read.$id"
         return
     fi
-    echo built >"$tmp/how.$id"
+    : >"$tmp/built.$id"
     dir=$tmp/dump.$id
     mkdir -p "$dir"
     if ! IGC_ShaderDumpEnable=1 IGC_DumpLLVMIR=0 IGC_DumpToCustomDir=$dir \

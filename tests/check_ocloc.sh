@@ -83,11 +83,11 @@ build_one() { # a builds line
     key=$(ocloc_key "$(ocloc_hash "$file")" "$dev" "$kopts" "$extra")
     t0=$(date +%s.%N)
     if ocloc_cache_get "$key" "$tmp/log.$id"; then
-        echo read >"$tmp/how.$id"
+        : >"$tmp/read.$id"
         status=ok
         took=cached
     else
-        echo built >"$tmp/how.$id"
+        : >"$tmp/built.$id"
         if ocloc compile -q -file "$file" -device "$dev" -options "$opts" \
             -output_no_suffix -output "$tmp/bin.$id" >"$tmp/log.$id" 2>&1
         then
