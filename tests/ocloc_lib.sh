@@ -85,7 +85,7 @@ ocloc_note_built() {
 # (builds take from a second to a minute: waiting for the slowest of each
 # batch left a core idle). Each call creates $tmp/read.<first word> or
 # $tmp/built.<first word> (ocloc_counts counts them). While they run, a
-# line on stderr says how many are done, every 20 s, so that a long first
+# line on stderr says how many are done, every 15 s, so that a long first
 # run shows where it is.
 ocloc_run_all() {
     jobs=$(nproc)
@@ -121,13 +121,15 @@ ocloc_run_all() {
     ocloc_progress "$3" "$total" >&2
 }
 
-# ocloc_ticker NAME TOTAL: ocloc_progress every 20 s until killed (the
+# ocloc_ticker NAME TOTAL: ocloc_progress every 15 s until killed (the
 # sleep killed with it), or until the check itself is gone ($$ is its
-# process in a subshell too).
+# process in a subshell too). 15 s, so that a line comes within 30 s
+# also where the ticker waits for a core (with 20: 21-36 s between lines
+# at load 36, nice 19 beside real-time and nice -10 work).
 ocloc_ticker() {
     trap 'kill "$nap" 2>/dev/null; exit 0' TERM
     while kill -0 "$$" 2>/dev/null; do
-        sleep 20 &
+        sleep 15 &
         nap=$!
         wait "$nap"
         ocloc_progress "$1" "$2" >&2

@@ -28,7 +28,7 @@
 # PKV_TEST_TIMEOUT_SCALE (a whole number) multiplies them
 # (cmake/timeouts). The Intel GPU compiler checks remember their results
 # in ~/.cache/pkv/ocloc (tests/ocloc_lib.sh; PKV_ISA_REBUILD=1 builds them
-# anew) and say how many builds are done at least every 20 s.
+# anew) and say how many builds are done every 15 s.
 set -u
 cd "$(dirname "$0")/.."
 run_start=$(date +%s)
@@ -143,7 +143,7 @@ normal_tests() {
 
 # Intel's offline GPU compiler (the ctest tests of label ocloc, run here
 # rather than by ctest so that their progress shows: each says how many
-# builds are done at least every 20 s): what pkv picks on an Intel GPU
+# builds are done every 15 s): what pkv picks on an Intel GPU
 # free of spills and private memory (check_isa.sh), every kernel file
 # built (check_ocloc.sh), the DG2 matrix-engine prefill kernel
 # (check_dpas.sh). check_isa first: the builds check_ocloc shares with it
