@@ -10,8 +10,9 @@
 #
 # Two sets (README.md says what each runs and how long it takes):
 # - the default: the Intel GPU compiler checks with --quick (the kernels
-#   pkv picks on an Intel GPU at head_dim 128 and 256 and at each other
-#   code path's geometry, for tgllp and dg2-g10) and the kernel tests
+#   pkv picks on an Intel GPU at head_dim 128 and 256, at each other
+#   code path's geometry and at the served models', for tgllp and
+#   dg2-g10) and the kernel tests
 #   under oclgrind over their quick subsets (PKV_TEST_QUICK: every
 #   kernel variant and dtype, windows, partitions, each split group);
 # - PKV_TEST_FULL=1 (.ci/run sets it, so CI runs every check): the whole
