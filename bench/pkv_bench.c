@@ -127,9 +127,9 @@ static const subcommand SUBCOMMANDS[] = {
      "K and V byte, for the prefill kernels per product\n"
      "(docs/performance.md, \"Intel GPU code\"). Fails on a spill, or on\n"
      "private memory in a kernel pkv picks on an Intel GPU. Table on\n"
-     "stderr. Each build's lines are cached: every one of the 699 made\n"
+     "stderr. Each build's lines are cached: every one of the 715 made\n"
      "afresh, about 5.5 minutes on a 2-core machine; --quick (tgllp and\n"
-     "dg2-g10, head_dim 128 and 256, and a few geometries beyond: 206\n"
+     "dg2-g10, head_dim 128 and 256, and a few geometries beyond: 218\n"
      "builds) about 2 minutes; from the cache seconds. Skipped without\n"
      "ocloc (Debian package intel-opencl-icd)."},
 #ifdef PKV_BENCH_OPENCL

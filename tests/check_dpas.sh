@@ -108,10 +108,10 @@ build() { # a builds line: id source mode head_dim rows label options...
     key=$(ocloc_key "$(cat "$tmp/$src.sha256")" dg2-g10 "$*" \
         "$summary_id $mode $d $r $label $dims")
     if ocloc_cache_get "$key" "$tmp/out.$id"; then
-        echo read >"$tmp/how.$id"
+        : >"$tmp/read.$id"
         return
     fi
-    echo built >"$tmp/how.$id"
+    : >"$tmp/built.$id"
     dir=$tmp/dump.$id
     if ! ocloc_dump "$dir" "$tmp/$src" dg2-g10 "$*"; then
         echo "$label BUILD-FAILED" >"$tmp/out.$id"

@@ -53,7 +53,12 @@
 #   with u4 values), head_dim 20 at GQA 12 and 32 and 100 at GQA 12 (those
 #   four formats); and blocks of 1 and 4 tokens at GQA 16 with both (the
 #   default u8 and u4). tests/ocloc_lib.sh's ocloc_decode_split and
-#   ocloc_gpu_shape follow the host's rules.
+#   ocloc_gpu_shape follow the host's rules;
+# - with --quick too, the models the GGUF host (examples/gguf) serves,
+#   at blocks of 16 in f16 (its default) and the default u8: the intel
+#   prefill kernel at Gemma 3 270M's head_dim 256 and GQA 4 and
+#   SmolLM2-135M's head_dim 64 and GQA 3, the intel decode variant at
+#   SmolLM2's (on tgllp and dg2-g10; Gemma's is in the grid).
 #
 # A line: device, program, kernel, SIMD width (the dump that ships: IGC's
 # retry at another width, "_1_" in the file name, when there is one),
@@ -270,6 +275,13 @@ for dev in $mdevices; do
             decode_more "$dev" gpu 80 16 "$bs" $layout
         done
     done
+    # The models the GGUF host serves (examples/gguf: blocks of 16, f16 by
+    # default), f16 and the default u8: SmolLM2-135M's head_dim 64 at GQA
+    # 3 (Gemma 3 270M's, head_dim 256 at GQA 4, is in the grid above).
+    for layout in "1 1 1" "2 1 2"; do
+        # shellcheck disable=SC2086 # three words
+        decode_more "$dev" intel 64 3 16 $layout
+    done
 done
 
 # The intel prefill kernel's chunk on 64 KB of local memory, as
@@ -334,6 +346,14 @@ for dev in $devices; do
             prefill "$dev" $geometry $(echo "$layout" | tr , ' ')
         done
     done
+    # The models the GGUF host serves, f16 and the default u8: Gemma 3
+    # 270M (head_dim 256, GQA 4) and SmolLM2-135M (head_dim 64, GQA 3).
+    for layout in "1 1 1" "2 1 2"; do
+        # shellcheck disable=SC2086 # three words
+        prefill "$dev" 256 4 16 $layout
+        # shellcheck disable=SC2086 # three words
+        prefill "$dev" 64 3 16 $layout
+    done
     if [ "$quick" = 0 ]; then
         prefill "$dev" 128 16 16 2 1 2
         prefill "$dev" 512 1 16 4 1 2
@@ -352,10 +372,10 @@ build() { # a builds line: id device source group kbytes vbytes label options...
     key=$(ocloc_key "$(cat "$tmp/$src.sha256")" "$dev" "$*" \
         "$summary_id $g $keb $veb $label")
     if ocloc_cache_get "$key" "$tmp/out.$id"; then
-        echo read >"$tmp/how.$id"
+        : >"$tmp/read.$id"
         return
     fi
-    echo built >"$tmp/how.$id"
+    : >"$tmp/built.$id"
     dir=$tmp/dump.$id
     mkdir -p "$dir"
     if ! IGC_ShaderDumpEnable=1 IGC_DumpLLVMIR=0 IGC_DumpToCustomDir=$dir \

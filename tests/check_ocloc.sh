@@ -7,23 +7,22 @@
 # failing on any build error. (tests/check_isa.sh reads what the compiler
 # made of the kernels pkv picks on Intel GPUs.)
 #
-# Usage: sh tests/check_ocloc.sh SOURCE_DIR [--quick] [PROGRAM_FILE...]
+# Usage: sh tests/check_ocloc.sh SOURCE_DIR [--quick]
 #   --quick   tgllp and dg2-g10 only (adl-p is Xe-LP as tgllp is; the
 #             default of tests/run.sh, as check_isa.sh --quick)
-#   PROGRAM_FILEs (relative to SOURCE_DIR) are the files the backend
-#   embeds (CMake's PKV_KERNEL_FILES, read from SOURCE_DIR/CMakeLists.txt
-#   when none are given); all but the decode and intel prefill kernels
-#   are concatenated, in order, into the generic program, as the backend
-#   does. The intel prefill program is src/kv_layout.h, src/kv_step.h,
-#   tensor_io.cl and prefill_intel.cl, with its -D geometry. The decode
-#   programs are src/kv_layout.h, tensor_io.cl, decode_common.cl, then
-#   paged_decode.cl, decode_gpu.cl or decode_intel.cl, with their -D
-#   geometry (as the backend builds them), and paged_decode.cl and
-#   decode_intel.cl once more with -DPKV_DECODE_CONTIGUOUS (pkv-bench's
-#   baseline). The DPAS prefill program (src/opencl/program.c) with its
-#   emulated builtin. Any other
-#   kernels/*.cl is compiled alone after src/kv_layout.h. Exit 77 (ctest:
-#   skipped) when ocloc is not installed.
+# The programs, as the backend builds them: the generic one, the files
+# the backend embeds (CMakeLists.txt's PKV_KERNEL_FILES) but for the
+# decode and intel prefill kernels, concatenated in that order (as
+# check_isa.sh builds it: tests/ocloc_lib.sh's ocloc_generic_source);
+# the intel prefill program, src/kv_layout.h, src/kv_step.h, tensor_io.cl
+# and prefill_intel.cl, with its -D geometry; the decode programs,
+# src/kv_layout.h, tensor_io.cl, decode_common.cl, then paged_decode.cl,
+# decode_gpu.cl or decode_intel.cl, with their -D geometry, and
+# paged_decode.cl and decode_intel.cl once more with
+# -DPKV_DECODE_CONTIGUOUS (pkv-bench's baseline); the DPAS prefill
+# program (src/opencl/program.c) with its emulated builtin. Any other
+# kernels/*.cl is compiled alone after src/kv_layout.h. Exit 77 (ctest:
+# skipped) when ocloc is not installed.
 # Builds run side by side, and a build that succeeded is remembered
 # (tests/ocloc_lib.sh: keyed by the exact source, options, device and
 # compiler; PKV_ISA_REBUILD=1 builds every one), also one that
@@ -34,14 +33,11 @@ set -u
 root=$1
 shift
 devices="tgllp adl-p dg2-g10"
-if [ "${1:-}" = --quick ]; then
-    devices="tgllp dg2-g10"
-    shift
-fi
-if [ $# -eq 0 ]; then
-    set -- $(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$root/CMakeLists.txt" |
-        sed 's/set(PKV_KERNEL_FILES//; s/)//')
-fi
+case "${1:-}" in
+"") ;;
+--quick) devices="tgllp dg2-g10" ;;
+*) echo "check_ocloc: unknown option $1" >&2; exit 2 ;;
+esac
 if ! command -v ocloc >/dev/null 2>&1; then
     echo "check_ocloc: SKIPPED: Intel's offline compiler 'ocloc' is not" \
          "installed (Debian package intel-opencl-icd); the Intel kernel" \
@@ -87,11 +83,11 @@ build_one() { # a builds line
     key=$(ocloc_key "$(ocloc_hash "$file")" "$dev" "$kopts" "$extra")
     t0=$(date +%s.%N)
     if ocloc_cache_get "$key" "$tmp/log.$id"; then
-        echo read >"$tmp/how.$id"
+        : >"$tmp/read.$id"
         status=ok
         took=cached
     else
-        echo built >"$tmp/how.$id"
+        : >"$tmp/built.$id"
         if ocloc compile -q -file "$file" -device "$dev" -options "$opts" \
             -output_no_suffix -output "$tmp/bin.$id" >"$tmp/log.$id" 2>&1
         then
@@ -118,20 +114,16 @@ plain="-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
 intel="$plain -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS"
 inc="-I $root/src -I $root/kernels"
 
-# The backend's main program, concatenated as the backend does.
+# The backend's generic program, concatenated as the backend does.
 covered=" "
-if [ $# -gt 0 ]; then
-    : >"$tmp/program.cl"
-    for f in "$@"; do
-        case "$f" in *decode*.cl | *prefill_intel.cl) continue ;; esac
-        cat "$root/$f" >>"$tmp/program.cl"
-        echo >>"$tmp/program.cl"
-        names="${names:-}$f "
-        covered="$covered$(basename "$f") "
-    done
-    build "program: ${names:-}" "$tmp/program.cl" "$plain"
-    build "program: ${names:-}" "$tmp/program.cl" "$intel"
-fi
+names=""
+for f in $(ocloc_generic_files "$root"); do
+    names="$names$f "
+    covered="$covered$(basename "$f") "
+done
+ocloc_generic_source "$root" "$tmp/program.cl"
+build "program: $names" "$tmp/program.cl" "$plain"
+build "program: $names" "$tmp/program.cl" "$intel"
 
 # The decode kernels: every dtype; u8 and u4 with both quantization
 # groupings; u8 keys with u4 values.

@@ -83,10 +83,10 @@ ocloc_note_built() {
 # ocloc_run_all LIST FUNCTION NAME: FUNCTION with each line of LIST as
 # its argument, nproc at a time, the next starting as soon as one ends
 # (builds take from a second to a minute: waiting for the slowest of each
-# batch left a core idle). Each call records "read" or "built" in
-# $tmp/how.<first word> (ocloc_counts sums them). While they run, a line
-# on stderr says how many are done, at least every 20 s, so that a long
-# first run shows where it is.
+# batch left a core idle). Each call creates $tmp/read.<first word> or
+# $tmp/built.<first word> (ocloc_counts counts them). While they run, a
+# line on stderr says how many are done, every 15 s, so that a long first
+# run shows where it is.
 ocloc_run_all() {
     jobs=$(nproc)
     total=$(grep -c . "$1")
@@ -121,13 +121,15 @@ ocloc_run_all() {
     ocloc_progress "$3" "$total" >&2
 }
 
-# ocloc_ticker NAME TOTAL: ocloc_progress every 20 s until killed (the
+# ocloc_ticker NAME TOTAL: ocloc_progress every 15 s until killed (the
 # sleep killed with it), or until the check itself is gone ($$ is its
-# process in a subshell too).
+# process in a subshell too). 15 s, so that a line comes within 30 s
+# also where the ticker waits for a core (with 20: 21-36 s between lines
+# at load 36, nice 19 beside real-time and nice -10 work).
 ocloc_ticker() {
     trap 'kill "$nap" 2>/dev/null; exit 0' TERM
     while kill -0 "$$" 2>/dev/null; do
-        sleep 20 &
+        sleep 15 &
         nap=$!
         wait "$nap"
         ocloc_progress "$1" "$2" >&2
@@ -135,21 +137,33 @@ ocloc_ticker() {
 }
 
 # ocloc_progress NAME TOTAL: "NAME: D of TOTAL builds done (R read from
-# the cache, C compiled), S s".
+# the cache, C compiled), S s". Files counted by the shell's own globs:
+# the ticker starts no process but date, so that its line comes on time
+# where the machine is busy (find, cat and grep each waited for a core:
+# 20-70 s between lines at load 36, nice 19 beside nice -10 work).
 ocloc_progress() {
-    done_n=$(find "$tmp" -maxdepth 1 -name 'done.*' | wc -l)
+    done_n=0
+    for f in "$tmp"/done.*; do [ -e "$f" ] && done_n=$((done_n + 1)); done
     # A read takes milliseconds: counted done as soon as it is recorded.
-    read_n=$(cat "$tmp"/how.* 2>/dev/null | grep -c read)
+    ocloc_read_built
     built_n=$((done_n - read_n))
     [ "$built_n" -ge 0 ] || built_n=0
     echo "$1: $done_n of $2 builds done ($read_n read from the cache," \
          "$built_n compiled), $(($(date +%s) - start)) s"
 }
 
+# ocloc_read_built: read_n and built_n, the builds read from the cache
+# and those compiled so far.
+ocloc_read_built() {
+    read_n=0 built_n=0
+    for f in "$tmp"/read.*; do [ -e "$f" ] && read_n=$((read_n + 1)); done
+    for f in "$tmp"/built.*; do [ -e "$f" ] && built_n=$((built_n + 1)); done
+}
+
 # ocloc_counts: "N built, M read from the cache (DIR)".
 ocloc_counts() {
-    built=$(cat "$tmp"/how.* 2>/dev/null | grep -c built)
-    read_n=$(cat "$tmp"/how.* 2>/dev/null | grep -c read)
+    ocloc_read_built
+    built=$built_n
     if [ -n "$ocloc_cache_dir" ]; then
         echo "$built built, $read_n read from the cache ($ocloc_cache_dir)"
     else
@@ -225,15 +239,23 @@ ocloc_gpu_shape() { # head_dim heads
     fi
 }
 
-# ocloc_generic_source ROOT OUT: the generic program as the backend builds
-# it (src/opencl/program.c): CMakeLists.txt's PKV_KERNEL_FILES in order,
-# but for the decode and intel prefill files, programs of their own built
-# with -D geometry.
-ocloc_generic_source() {
-    : >"$2"
+# ocloc_generic_files ROOT: the files of the generic program as the
+# backend builds it (src/opencl/program.c), relative to ROOT, in order:
+# CMakeLists.txt's PKV_KERNEL_FILES but for the decode and intel prefill
+# files, programs of their own built with -D geometry.
+ocloc_generic_files() {
     for f in $(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$1/CMakeLists.txt" |
         sed 's/set(PKV_KERNEL_FILES//; s/)//'); do
         case "$f" in *decode*.cl | *prefill_intel.cl) continue ;; esac
+        echo "$f"
+    done
+}
+
+# ocloc_generic_source ROOT OUT: the generic program's source, its files
+# concatenated as the backend does.
+ocloc_generic_source() {
+    : >"$2"
+    for f in $(ocloc_generic_files "$1"); do
         cat "$1/$f" >>"$2"
         echo >>"$2"
     done

@@ -10,8 +10,9 @@
 #
 # Two sets (README.md says what each runs and how long it takes):
 # - the default: the Intel GPU compiler checks with --quick (the kernels
-#   pkv picks on an Intel GPU at head_dim 128 and 256 and at each other
-#   code path's geometry, for tgllp and dg2-g10) and the kernel tests
+#   pkv picks on an Intel GPU at head_dim 128 and 256, at each other
+#   code path's geometry and at the served models', for tgllp and
+#   dg2-g10) and the kernel tests
 #   under oclgrind over their quick subsets (PKV_TEST_QUICK: every
 #   kernel variant and dtype, windows, partitions, each split group);
 # - PKV_TEST_FULL=1 (.ci/run sets it, so CI runs every check): the whole
@@ -28,7 +29,7 @@
 # PKV_TEST_TIMEOUT_SCALE (a whole number) multiplies them
 # (cmake/timeouts). The Intel GPU compiler checks remember their results
 # in ~/.cache/pkv/ocloc (tests/ocloc_lib.sh; PKV_ISA_REBUILD=1 builds them
-# anew) and say how many builds are done at least every 20 s.
+# anew) and say how many builds are done every 15 s.
 set -u
 cd "$(dirname "$0")/.."
 run_start=$(date +%s)
@@ -143,7 +144,7 @@ normal_tests() {
 
 # Intel's offline GPU compiler (the ctest tests of label ocloc, run here
 # rather than by ctest so that their progress shows: each says how many
-# builds are done at least every 20 s): what pkv picks on an Intel GPU
+# builds are done every 15 s): what pkv picks on an Intel GPU
 # free of spills and private memory (check_isa.sh), every kernel file
 # built (check_ocloc.sh), the DG2 matrix-engine prefill kernel
 # (check_dpas.sh). check_isa first: the builds check_ocloc shares with it
@@ -355,7 +356,7 @@ if [ "$built" -eq 0 ]; then
     fi
     if smollm2_cached; then
         run_pass "SmolLM2-135M on ggml: tokenizer vs tokenizers, host vs numpy, CPU vs OpenCL" \
-            smollm2_tests "a few minutes (not yet timed on a quiet machine)"
+            smollm2_tests "about 3 min"
     else
         skip "SmolLM2-135M on ggml: tokenizer vs tokenizers, host vs numpy, CPU vs OpenCL" \
             "the model or ggml is not cached (offline, or PKV_NO_MODEL=1)"
