@@ -51,6 +51,22 @@ static void sleep_ms(long ms)
     }
 }
 
+static pkv_redis_stats get_stats(const conn *c);
+
+/* The loads' lane connects at create on a thread of its own: wait (at
+ * most 3 s) for its first attempt, so that the counts a test reads next
+ * do not depend on how soon that thread ran. */
+static void settle(const conn *c)
+{
+    uint64_t end = now_ms() + 3000;
+    for (;;) {
+        pkv_redis_stats s = get_stats(c);
+        if (s.connects + s.connect_failures >= 1 || now_ms() >= end)
+            return;
+        sleep_ms(1);
+    }
+}
+
 static void open_conn(conn *c, const rs_server *rs, const char *prefix,
                       uint32_t timeout_ms, uint32_t ttl)
 {
@@ -66,6 +82,7 @@ static void open_conn(conn *c, const rs_server *rs, const char *prefix,
     memset(&c->store, 0, sizeof c->store);
     c->store.struct_size = sizeof c->store;
     assert_int_equal(pkv_redis_store(c->redis, &c->store), PKV_OK);
+    settle(c);
 }
 
 /* As open_conn, with AUTH and SELECT: username, password (NULL: none)
@@ -86,6 +103,7 @@ static void open_conn_auth(conn *c, const rs_server *rs, const char *prefix,
     memset(&c->store, 0, sizeof c->store);
     c->store.struct_size = sizeof c->store;
     assert_int_equal(pkv_redis_store(c->redis, &c->store), PKV_OK);
+    settle(c);
 }
 
 /* pkv_redis_connection_error, into a static buffer. */
@@ -188,6 +206,16 @@ static void wait_commands(const conn *c, uint64_t n)
     while (get_stats(c).commands < n && now_ms() < end)
         sleep_ms(1);
     assert_int_equal(get_stats(c).commands, n);
+}
+
+/* Wait until n connections are up: each lane connects on its own thread,
+ * so the loads' may still be connecting when a save has come back. */
+static void wait_connected(const conn *c, uint32_t n)
+{
+    uint64_t end = now_ms() + 5000;
+    while (get_stats(c).connected < n && now_ms() < end)
+        sleep_ms(1);
+    assert_int_equal(get_stats(c).connected, n);
 }
 
 /* ------------------------------------------------------------ fixtures */
@@ -468,6 +496,7 @@ static void test_roundtrip(void **state)
     freeReplyObject(r);
 
     /* Two connections: the loads' (made at create) and the saves'. */
+    wait_connected(&c, 2);
     pkv_redis_stats s = get_stats(&c);
     assert_int_equal(s.connected, 2);
     assert_int_equal(s.connects, 2);
@@ -1261,6 +1290,7 @@ static void test_server_killed(void **state)
     conn c;
     open_conn(&c, rs, "kill:", 300, 0);
     assert_int_equal(save_sync(&c, 1, "a", "value", 5), PKV_OK);
+    wait_connected(&c, 2);
     pkv_redis_stats s = get_stats(&c);
     assert_int_equal(s.connected, 2);
     assert_int_equal(s.connects, 2);
