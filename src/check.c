@@ -65,6 +65,11 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
             return broken(buf, size, "block %u: %u references but not used",
                           (unsigned)b, (unsigned)k->ref_count);
         }
+        if (reserved && (k->cached || k->ref_count != 0 || k->fill != 0))
+            return broken(buf, size, "the null block: cached %u, %u "
+                          "references, fill %u: it holds nobody's KV",
+                          (unsigned)k->cached, (unsigned)k->ref_count,
+                          (unsigned)k->fill);
         if (k->state == PKV__BLOCK_FREE && k->cached)
             return broken(buf, size, "block %u: free but cached",
                           (unsigned)b);

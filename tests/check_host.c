@@ -870,6 +870,21 @@ void ch_check(ch_host *host)
                     st.num_waiting == e->seqs.waiting.count &&
                     st.num_swapped == e->seqs.swapped.count);
     CHECK(host, st.prefix_hit_tokens <= st.prefix_query_tokens);
+    /* Tokens are counted in the slots that hold them, group by group, and
+     * the groups' blocks and tokens add up to the pool's. */
+    CHECK(host, st.tokens_stored <= st.slots_allocated);
+    uint64_t group_blocks = 0, group_tokens = 0;
+    for (uint32_t g = 0; g < st.kv_groups; g++) {
+        uint32_t window;
+        uint64_t blocks, tokens;
+        CHECK(host, pkv_engine_get_group_stats(e, g, &window, &blocks,
+                                               &tokens) == PKV_OK);
+        CHECK(host, tokens <= blocks * st.block_size);
+        group_blocks += blocks;
+        group_tokens += tokens;
+    }
+    CHECK(host, group_blocks + 1 == st.blocks_used &&
+                    group_tokens == st.tokens_stored);
     /* Imported sequences come in as swap-ins without a swap-out. */
     CHECK(host, st.swap_ins <= st.swap_outs + host->imported);
     if (!host->learn) {

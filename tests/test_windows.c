@@ -406,6 +406,71 @@ static void test_hybrid_memory(void **state)
     }
 }
 
+/* A sequence swapped in (an import comes in as one) to an engine with no
+ * full layer starts with an empty prefix chain, and its windowed group 0
+ * holds only the blocks its row sees: the blocks it dropped are nobody's
+ * KV, and its chain, which has no block of its own for them, stops there.
+ * A prompt that shares its tokens then computes them. It never hits the
+ * null block as a cached block: with an 8-token window over its first
+ * block, a step refused with "block 0 is id 0" again and again; with a
+ * 1-token window, the null block given back to the pool as a cached
+ * block when the window moves on, then handed out, and tokens_stored
+ * above the slots that hold them. */
+static void swap_in_chain(uint32_t window)
+{
+    const uint32_t two_windows[2] = {window, 64};
+    pkv_engine_params p = hm_params(backend);
+    p.layer_windows = two_windows;
+    p.hybrid_memory = 1;
+    p.num_blocks = 64;
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(p.kv_dtype));
+    int32_t *prompt = hm_prompt(24, 41);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 24, 6, 0, 0);
+    for (int s = 0; s < 3; s++)
+        ch_step(&h, NULL);
+    /* Its copy, under another salt, so that no cached block of the
+     * original links its chain. */
+    size_t size = 0;
+    assert_int_equal(pkv_seq_export(h.engine, id, NULL, 0, &size), PKV_OK);
+    uint8_t *data = malloc(size);
+    assert_non_null(data);
+    assert_int_equal(pkv_seq_export(h.engine, id, data, size, &size), PKV_OK);
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.cache_salt = 1;
+    pkv_seq_id copy = 0;
+    assert_int_equal(pkv_seq_import(h.engine, &sp, data, size, &copy),
+                     PKV_OK);
+    ch_record_import(&h, copy, ch_find(&h, id));
+    free(data);
+    for (int s = 0; s < 3; s++)
+        ch_step(&h, NULL);
+    /* The prompt's first 8 tokens under the copy's salt: the chain
+     * stopped before its first block, so it hits nothing. */
+    ch_add_salted(&h, prompt, 8, 2, 1);
+    pkv_engine_stats st;
+    for (int s = 0; pkv_engine_has_work(h.engine); s++) {
+        assert_true(s < 100);
+        ch_step(&h, NULL);
+        pkv_engine_stats_init(&st);
+        assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
+        assert_true(st.tokens_stored <= st.slots_allocated);
+        ch_check(&h);
+    }
+    assert_int_equal(st.prefix_hit_tokens, 0);
+    ch_check_idle(&h);
+    ch_free(&h);
+    free(prompt);
+}
+
+static void test_swap_in_chain(void **state)
+{
+    (void)state;
+    swap_in_chain(8);
+    swap_in_chain(1);
+}
+
 /* U8 apart, so that the oclgrind pass in tests/run.sh can run it alone:
  * its staging tails and seals meet the windows there. */
 static void test_mixed_windows_u8(void **state)
@@ -500,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_mixed_windows_u8),
         cmocka_unit_test(test_decode_windows),
         cmocka_unit_test(test_hybrid_memory),
+        cmocka_unit_test(test_swap_in_chain),
     };
 #else
     const struct CMUnitTest tests[] = {
@@ -507,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_mixed_windows_u8),
         cmocka_unit_test(test_decode_windows),
         cmocka_unit_test(test_hybrid_memory),
+        cmocka_unit_test(test_swap_in_chain),
         cmocka_unit_test(test_errors),
     };
 #endif

@@ -903,11 +903,14 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
         /* A link may name the prefix cache's block of these tokens
          * rather than the sequence's own; registered steps ago, that one
          * may have been evicted and reused since (its generation moved
-         * on), while the sequence's own block still holds them. */
+         * on), while the sequence's own block still holds them, unless a
+         * windowed group 0 dropped it: then nobody does. */
         const pkv__chain_link *link = &seq->chain.links[j];
         uint32_t b = pool->blocks[link->block].generation == link->generation
                          ? link->block
                          : seq->table.blocks[j];
+        if (b == PKV__NULL_BLOCK)
+            continue;
         const uint8_t *d = digests(e, seq, j + 1);
         if (d != NULL)
             collect_block(e, seq, j, b, d + (size_t)j * PKV__DIGEST_BYTES);
