@@ -124,12 +124,16 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
         return broken(buf, size, "seq %llu: group %u dropped %u of %u "
                       "blocks", (unsigned long long)s->id, (unsigned)g,
                       (unsigned)t->first_held, (unsigned)t->num_blocks);
-    /* Nothing its next row (or this step's first) sees was dropped. */
-    if (pkv__seq_window_lost(s, &e->groups, bs, s->num_computed))
-        return broken(buf, size, "seq %llu: group %u dropped %u blocks; "
-                      "its row at %u sees one",
+    /* Its blocks are exactly those its next row (or this step's first)
+     * sees and the ones after: none it sees was dropped, none wholly
+     * behind its window is held (pkv.h's give-back promise). */
+    uint32_t seen = pkv__groups_first_seen(&e->groups, g, bs, s->num_computed);
+    if (t->first_held != seen)
+        return broken(buf, size, "seq %llu: group %u holds blocks from %u; "
+                      "its row at %u sees blocks from %u",
                       (unsigned long long)s->id, (unsigned)g,
-                      (unsigned)t->first_held, (unsigned)s->num_computed);
+                      (unsigned)t->first_held, (unsigned)s->num_computed,
+                      (unsigned)seen);
     if (t->num_blocks != (t->num_tokens + bs - 1) / bs)
         return broken(buf, size, "seq %llu: %u blocks for %u tokens",
                       (unsigned long long)s->id, (unsigned)t->num_blocks,

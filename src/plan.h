@@ -41,10 +41,12 @@ typedef struct pkv__plan_item {
     struct pkv__seq *seq;
     uint32_t rows;       /* RUN, SWAP_IN, ADMIT: rows this step */
     uint32_t drafts;     /* RUN: speculative drafts after its row */
-    uint32_t hits;       /* ADMIT: prefix blocks it adopts: group 0's
-                            links, then the other groups' blocks from
-                            the first their row at hits * block_size
-                            sees (prefix_groups.h) */
+    uint32_t hits;       /* ADMIT: its prefix hit, in blocks: group
+                            0's links (its chain), then the other
+                            groups' blocks from the first their row at
+                            hits * block_size sees (prefix_groups.h);
+                            each group holds its blocks from that first
+                            one, group 0 too */
     uint32_t first_link; /* ADMIT: they are links[first_link ..] */
     uint8_t swap;        /* PREEMPT: swap out; else recompute */
 } pkv__plan_item;

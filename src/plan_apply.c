@@ -173,18 +173,18 @@ static int swap_in_tables(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 static void adopt(pkv_engine *e, const pkv__plan_item *it)
 {
     const pkv__chain_link *links = e->step.plan.links + it->first_link;
-    for (uint32_t h = 0; h < it->hits; h++)
-        e->step.hit_blocks[h] = links[h].block;
     pkv__seq *seq = it->seq;
-    pkv_status st =
-        pkv__table_adopt(&seq->table, &e->pool, e->step.hit_blocks, it->hits);
-    /* The other groups' blocks follow group 0's links (plan.h). */
+    pkv_status st = PKV_OK;
+    /* Each group holds the blocks from the first its row at hits *
+     * block_size sees: group 0's are its links', the other groups' follow
+     * them (plan.h). */
     uint32_t at = it->hits, bs = e->pool.block_size;
-    for (uint32_t g = 1; st == PKV_OK && g < e->groups.num_groups; g++) {
+    for (uint32_t g = 0; st == PKV_OK && g < e->groups.num_groups; g++) {
         uint32_t first =
             pkv__groups_first_seen(&e->groups, g, bs, it->hits * bs);
         for (uint32_t h = first; h < it->hits; h++)
-            e->step.hit_blocks[h - first] = links[at++].block;
+            e->step.hit_blocks[h - first] =
+                links[g == 0 ? h : at++].block;
         st = pkv__table_adopt_from(pkv__seq_table(seq, g), &e->pool,
                                    e->step.hit_blocks, first, it->hits);
     }

@@ -411,10 +411,15 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     if (e->groups.num_groups > 1) /* the other groups' blocks follow */
         hits = pkv__prefix_group_hits(&e->prefix, &e->groups, hit, hits,
                                       seq->tokens, seq->salt, &group_hits);
-    uint32_t links = hits + group_hits;
+    /* The blocks it holds: every group's from the first its row at
+     * hits * block_size sees (group 0's links before them only carry the
+     * chain), contiguous in the plan's links. */
+    uint32_t first = pkv__groups_first_seen(&e->groups, 0, bs, hits * bs);
+    const pkv__chain_link *held = hit + first;
+    uint32_t links = hits - first + group_hits;
     uint32_t revived = 0;
     for (uint32_t h = 0; h < links; h++)
-        revived += view_ref(pl, hit[h].block) == 0;
+        revived += view_ref(pl, held[h].block) == 0;
     uint32_t computed = hits * bs;
     uint32_t rows = rows_wanted(e, seq, computed, pl->budget);
     /* Every group takes the blocks from the hits on; the hits are held
@@ -436,7 +441,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     if (*st != PKV_OK)
         return 1;
     for (uint32_t h = 0; h < links; h++)
-        view_set(pl, hit[h].block, view_ref(pl, hit[h].block) + 1);
+        view_set(pl, held[h].block, view_ref(pl, held[h].block) + 1);
     pl->available -= need;
     pl->budget -= rows;
     pl->running++;
@@ -444,7 +449,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     it->rows = rows;
     it->hits = hits;
     it->first_link = plan->num_links;
-    plan->num_links += links;
+    plan->num_links += hits + group_hits;
     return 1;
 }
 

@@ -406,6 +406,66 @@ static void test_hybrid_memory(void **state)
     }
 }
 
+/* Hybrid memory with no full layer (a window on every layer, the
+ * windows different: Mistral's sliding window on every layer, with
+ * another on half of them): group 0, whose blocks carry the prefix
+ * cache's chain, is windowed too. In the step that admits a sequence
+ * with a prefix hit, no windowed group holds a hit block wholly behind
+ * the window of the first row the step computes: pkv.h's give-back
+ * promise holds from the admission, not only from the step's end. */
+static void test_hit_behind_window(void **state)
+{
+    (void)state;
+    static const uint32_t two_windows[2] = {4, 8};
+    pkv_engine_params p = hm_params(backend);
+    p.layer_windows = two_windows;
+    p.hybrid_memory = 1;
+    p.num_blocks = 64;
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(p.kv_dtype));
+    int32_t *prompt = hm_prompt(20, 31);
+    ch_add_prompt(&h, prompt, 16, 1, 0, 0);
+    ch_run(&h, 100);
+    /* The same 16 tokens and 4 more: a hit of 4 blocks; the first row
+     * computed, token 16, sees tokens 13..16 in the 4-token window, so
+     * logical blocks 0..2 are wholly behind it, and 9..16 in the other,
+     * blocks 0..1. */
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 20, 2, 0, 0);
+    ch_begin(&h);
+    assert_int_equal(h.batch->num_seqs, 1);
+    assert_int_equal(h.batch->context_lens[0] -
+                         (h.batch->query_start[1] - h.batch->query_start[0]),
+                     16);
+    const uint32_t *blocks = NULL;
+    uint32_t nb = 0, nt = 0;
+    assert_int_equal(
+        pkv_engine_get_block_table(h.engine, id, &blocks, &nb, &nt), PKV_OK);
+    assert_int_equal(nb, 5);
+    for (uint32_t j = 0; j < 3; j++)
+        assert_int_equal(blocks[j], 0);
+    assert_int_not_equal(blocks[3], 0);
+    pkv_engine_stats st;
+    pkv_engine_stats_init(&st);
+    assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
+    /* Held now: blocks 3 and 4 of the 4-token window, 2..4 of the other;
+     * block 3's of both windows from the hit. */
+    uint64_t held = 0;
+    for (uint32_t g = 0; g < st.kv_groups; g++) {
+        uint32_t window;
+        uint64_t b, t;
+        assert_int_equal(
+            pkv_engine_get_group_stats(h.engine, g, &window, &b, &t), PKV_OK);
+        held += b;
+    }
+    assert_int_equal(held, 2 + 3);
+    ch_attend(&h, UINT32_MAX, 0);
+    ch_end(&h, NULL);
+    ch_run(&h, 100);
+    ch_check_idle(&h);
+    ch_free(&h);
+    free(prompt);
+}
+
 /* A sequence swapped in (an import comes in as one) to an engine with no
  * full layer starts with an empty prefix chain, and its windowed group 0
  * holds only the blocks its row sees: the blocks it dropped are nobody's
@@ -565,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_mixed_windows_u8),
         cmocka_unit_test(test_decode_windows),
         cmocka_unit_test(test_hybrid_memory),
+        cmocka_unit_test(test_hit_behind_window),
         cmocka_unit_test(test_swap_in_chain),
     };
 #else
@@ -573,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_mixed_windows_u8),
         cmocka_unit_test(test_decode_windows),
         cmocka_unit_test(test_hybrid_memory),
+        cmocka_unit_test(test_hit_behind_window),
         cmocka_unit_test(test_swap_in_chain),
         cmocka_unit_test(test_errors),
     };
