@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fuzz target for the public engine API on the CPU backend. The input picks
- * a small engine (geometry, KV dtype, block size, a pool of a few blocks so
- * that preemption happens, recompute or swap with a small host budget,
- * FCFS or priority, quotas, chunking knobs) and then a sequence of
+ * a small engine (geometry, KV dtype, block size, attention windows: none,
+ * one for every layer, a window and a full layer, or two windows and no
+ * full layer over 2 or 4 layers, with hybrid memory's groups or without,
+ * a pool of a few blocks so that preemption happens, recompute or swap
+ * with a host budget from under one block up, FCFS or priority, quotas,
+ * chunking knobs) and then a sequence of
  * operations: add (prompts over a tiny alphabet, often a prefix of an
  * earlier one, so that prefix hits happen), abort (live, ended and
  * never-issued ids), fork (at valid and invalid moments), truncate (to
@@ -66,8 +69,9 @@ typedef struct world {
     uint32_t ring_len[RING];
     uint32_t ring_n, ring_next;
     pkv__block *before; /* pool snapshot for "nothing changed" */
-    uint32_t layer_windows[2];
+    uint32_t layer_windows[4];
     int hybrid; /* hybrid memory asked for (groups: when windows differ) */
+    int windowed; /* hybrid memory with a window on every layer */
     /* The KV store of this input, when it has one. */
     int has_store;
     fs_data store_data;
@@ -85,7 +89,7 @@ static struct totals {
         forks, truncations, shared_cuts, moves, drafts, drafts_run,
         drafts_accepted, reloads, store_inputs, store_hit_blocks,
         store_saves, store_rejected, store_faults, hybrid_inputs,
-        sealed_inputs, tampered;
+        windowed_inputs, windowed_swaps, sealed_inputs, tampered;
     double max_error[5]; /* by pkv_kv_dtype */
 } TOT;
 
@@ -99,7 +103,8 @@ static void print_totals(void)
             "proposed, %llu run, %llu accepted, %llu prefix cache reloads; "
             "%llu inputs with a store: %llu blocks loaded, %llu saved, "
             "%llu rejected, %llu store faults; %llu inputs in hybrid "
-            "memory; %llu inputs sealed, %llu exports or prefix caches "
+            "memory, %llu of them with no full layer (%llu swap-outs); "
+            "%llu inputs sealed, %llu exports or prefix caches "
             "tampered with; max error f32 %.3g f16 "
             "%.3g u8 %.3g u4 %.3g u8k-u4v %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
@@ -119,6 +124,8 @@ static void print_totals(void)
             (unsigned long long)TOT.store_rejected,
             (unsigned long long)TOT.store_faults,
             (unsigned long long)TOT.hybrid_inputs,
+            (unsigned long long)TOT.windowed_inputs,
+            (unsigned long long)TOT.windowed_swaps,
             (unsigned long long)TOT.sealed_inputs,
             (unsigned long long)TOT.tampered, TOT.max_error[0],
             TOT.max_error[1], TOT.max_error[2], TOT.max_error[3],
@@ -149,6 +156,11 @@ static void dump(void)
             p->long_prefill_threshold, p->max_num_seqs, p->max_batch_tokens,
             (double)p->watermark, e->watermark_blocks, p->max_model_len,
             p->vocab_size);
+    fprintf(stderr, "  windows");
+    for (uint32_t l = 0; l < p->num_layers; l++)
+        fprintf(stderr, " %u", e->layer_windows[l]);
+    fprintf(stderr, "; %u groups of %u layers\n", e->groups.num_groups,
+            e->groups.slots);
     const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting, &e->seqs.swapped};
     const char *names[] = {"running", "waiting", "swapped"};
     for (int l = 0; l < 3; l++)
@@ -287,17 +299,26 @@ static int create(world *w)
     p.num_kv_heads = 1u + (g >> 1) % 2u;
     p.num_q_heads = p.num_kv_heads * (1u + (g >> 2) % 2u);
     p.head_dim = 4u << ((g >> 3) % 2u);
-    /* No window; one for every layer; or (two layers) a window on the
-     * first and full attention on the second, as a model that mixes
-     * them. */
+    uint8_t bs = next_byte(r);
+    p.block_size = 1u << (bs % 5u);
+    /* No window; one for every layer; (two layers) a window on the first
+     * and full attention on the second, as a model that mixes them; or
+     * two windows and no full layer, alternating over two or four
+     * layers (Mistral's sliding window on every layer, with windows that
+     * differ), down to a window of one token. */
     uint32_t window = 1u + (uint32_t)(g >> 6) * 3u;
+    uint32_t other = 1u + (uint32_t)(bs / 5u) % 24u;
     p.sliding_window = (g >> 4) % 4u == 3 ? window : 0;
     if ((g >> 4) % 4u == 2 && p.num_layers == 2) {
         w->layer_windows[0] = window;
         w->layer_windows[1] = 0;
         p.layer_windows = w->layer_windows;
+    } else if ((g >> 4) % 4u == 1) {
+        p.num_layers = 2u + 2u * (g % 2u == 0);
+        for (uint32_t l = 0; l < p.num_layers; l++)
+            w->layer_windows[l] = l % 2 ? other : window;
+        p.layer_windows = w->layer_windows;
     }
-    p.block_size = 1u << (next_byte(r) % 5u);
     uint8_t kv = next_byte(r);
     p.kv_dtype = kv % 5;
     p.key_quant = (kv >> 2) % 3;
@@ -307,6 +328,8 @@ static int create(world *w)
     p.num_blocks = 2u + next_byte(r) % 40u;
     uint8_t pre = next_byte(r);
     p.preempt_mode = pre % 2;
+    /* Swap on half the inputs, its host budget from none through less
+     * than one block (64 bytes) to some tens of them. */
     p.swap_bytes = (uint64_t)((pre >> 1) % 8u) << (6u + (pre >> 4) % 8u);
     p.policy = (pre >> 7) % 2;
     uint8_t quota = next_byte(r);
@@ -357,6 +380,8 @@ static int create(world *w)
                 (w->has_store ? (st >> 5) % 2 : (st >> 1) % 2);
     p.hybrid_memory = (uint32_t)w->hybrid;
     TOT.hybrid_inputs += (uint64_t)w->hybrid;
+    w->windowed = w->hybrid && (g >> 4) % 4u == 1;
+    TOT.windowed_inputs += (uint64_t)w->windowed;
 
     /* f32 KV: within 1e-4 of the dense reference; f16 rounds every element
      * (tensors may then be f16 too); u8 and u4 quantize each sealed block
@@ -940,6 +965,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     TOT.ended += w->host.ended;
     TOT.preemptions += st.preemptions;
     TOT.swap_outs += st.swap_outs;
+    TOT.windowed_swaps += w->windowed ? st.swap_outs : 0;
     TOT.hit_tokens += st.prefix_hit_tokens;
     TOT.drafts_run += st.draft_tokens;
     TOT.drafts_accepted += st.draft_tokens_accepted;
