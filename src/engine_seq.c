@@ -126,8 +126,10 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         pkv__engine_find_between_steps(e, parent_id, "fork", &parent);
     if (found != PKV_OK)
         return found;
-    if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0 ||
-        parent->num_computed + 1 != parent->num_tokens)
+    /* One that must compute some tokens again (a cut fell back to a
+     * sealed block's start) forks too: the child shares the KV it has
+     * and computes the same tokens again. */
+    if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0)
         return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
                                 "sequence %llu is not running with a sampled "
                                 "token",

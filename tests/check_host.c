@@ -230,6 +230,12 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
                (uint32_t)last_token >= host->params.vocab_size) {
         CHECK(host, st == PKV_ERR_INVALID_ARGUMENT ||
                         st == PKV_ERR_BAD_STATE);
+    } else if (!pkv__inbox_abort_pending(&e->inbox, parent) &&
+               e->seqs.running.count < host->params.max_num_seqs) {
+        /* pkv.h's only other refusals: none is BAD_STATE (a running
+         * sequence that must compute some of its tokens again, after a
+         * cut inside a sealed block, forks too). */
+        CHECK(host, st != PKV_ERR_BAD_STATE);
     }
     if (st != PKV_OK) {
         CHECK(host, *out_child == 0);

@@ -729,7 +729,10 @@ PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
  * (copy-on-write) and has the same tokens, except that its last, sampled
  * token, whose KV is not computed yet, is last_token (or the parent's when
  * last_token < 0). It inherits max_new_tokens, priority, tenant, salt and
- * user_data, and counts the parent's sampled tokens as its own.
+ * user_data, and counts the parent's sampled tokens as its own. A parent
+ * whose next step computes more than its last token (a U8 cut that fell
+ * back to a sealed block's start, pkv_seq_truncate) forks as well: the
+ * child computes the same tokens again.
  * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, or when the
  * parent has not sampled yet, has an abort pending (pkv_seq_abort) or
  * max_num_seqs sequences are running;
