@@ -54,7 +54,7 @@
 
 #include "alloc.h"
 #include "quant.h"
-#include "table.h"
+#include "kv/table.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "seq_tables.h"
+#include "kv/seq_tables.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
 #include "store/engine_store.h"
 #include "kv_layout.h"
 #include "seal.h"
-#include "seq_tables.h"
+#include "kv/seq_tables.h"
 #include "struct_sizes.h"
 
 #include <string.h>

@@ -11,11 +11,11 @@
 
 #include "backend.h"
 #include "engine_error.h"
-#include "groups.h"
+#include "kv/groups.h"
 #include "inbox.h"
 #include "lifecycle.h"
-#include "pool.h"
-#include "prefix.h"
+#include "kv/pool.h"
+#include "kv/prefix.h"
 #include "rollback.h"
 #include "step_state.h"
 

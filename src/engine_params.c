@@ -4,7 +4,7 @@
 #include "engine_params.h"
 
 #include "error.h"
-#include "groups.h"
+#include "kv/groups.h"
 #include "kv_layout.h"
 #include "quant.h"
 #include "store/engine_store.h"

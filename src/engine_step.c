@@ -8,8 +8,8 @@
 #include "lifecycle.h"
 #include "rollback.h"
 #include "sched_plan.h"
-#include "prefix_groups.h"
-#include "seq_tables.h"
+#include "kv/prefix_groups.h"
+#include "kv/seq_tables.h"
 #include "store/engine_store.h"
 
 #include <assert.h>

@@ -5,7 +5,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "rollback.h"
-#include "seq_tables.h"
+#include "kv/seq_tables.h"
 #include "store/engine_store.h"
 
 #include <string.h>

@@ -21,7 +21,7 @@
 #define PKV_PLAN_H
 
 #include "map.h"
-#include "prefix.h"
+#include "kv/prefix.h"
 
 struct pkv__seq;
 

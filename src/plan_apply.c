@@ -3,8 +3,8 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "prefix_groups.h"
-#include "seq_tables.h"
+#include "kv/prefix_groups.h"
+#include "kv/seq_tables.h"
 #include "store/engine_store.h"
 
 #include <assert.h>

@@ -17,7 +17,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "prefix_groups.h"
+#include "kv/prefix_groups.h"
 #include "seal.h"
 #include "wire.h"
 

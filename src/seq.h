@@ -5,7 +5,7 @@
 
 #include "backend.h"
 #include "prefetch.h"
-#include "prefix.h"
+#include "kv/prefix.h"
 
 enum pkv__seq_state {
     PKV__SEQ_QUEUED = 0, /* in the inbox, not yet seen by the scheduler */

@@ -18,7 +18,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "seq_tables.h"
+#include "kv/seq_tables.h"
 #include "seal.h"
 #include "struct_sizes.h"
 #include "wire.h"

@@ -2,7 +2,7 @@
 /* The current step's state (step_state.h). */
 #include "step_state.h"
 
-#include "groups.h"
+#include "kv/groups.h"
 
 #include <string.h>
 

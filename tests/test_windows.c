@@ -23,7 +23,7 @@
 #include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
-#include "seq_tables.h"
+#include "kv/seq_tables.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 

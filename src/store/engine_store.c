@@ -6,7 +6,7 @@
 
 #include "check.h"
 #include "engine.h"
-#include "prefix_groups.h"
+#include "kv/prefix_groups.h"
 #include "seal.h"
 #include "store/value.h"
 #include "struct_sizes.h"
