@@ -118,16 +118,16 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
                                size_t size)
 {
     const pkv__table *t = pkv__seq_table_c(s, g);
-    uint32_t bs = e->pool.block_size;
+    uint32_t bs = e->kv.pool.block_size;
     if (t->first_held > t->num_blocks ||
-        (t->first_held > 0 && pkv__groups_window(&e->groups, g) == 0))
+        (t->first_held > 0 && pkv__groups_window(&e->kv.groups, g) == 0))
         return broken(buf, size, "seq %llu: group %u dropped %u of %u "
                       "blocks", (unsigned long long)s->id, (unsigned)g,
                       (unsigned)t->first_held, (unsigned)t->num_blocks);
     /* Its blocks are exactly those its next row (or this step's first)
      * sees and the ones after: none it sees was dropped, none wholly
      * behind its window is held (pkv.h's give-back promise). */
-    uint32_t seen = pkv__groups_first_seen(&e->groups, g, bs, s->num_computed);
+    uint32_t seen = pkv__groups_first_seen(&e->kv.groups, g, bs, s->num_computed);
     if (t->first_held != seen)
         return broken(buf, size, "seq %llu: group %u holds blocks from %u; "
                       "its row at %u sees blocks from %u",
@@ -155,7 +155,7 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
                           (unsigned)t->blocks[i]);
     for (uint32_t i = t->first_held; i < t->num_blocks; i++) {
         uint32_t b = t->blocks[i];
-        if (b == PKV__NULL_BLOCK || b >= e->pool.num_blocks)
+        if (b == PKV__NULL_BLOCK || b >= e->kv.pool.num_blocks)
             return broken(buf, size, "seq %llu: block %u is %u",
                           (unsigned long long)s->id, (unsigned)i,
                           (unsigned)b);
@@ -163,7 +163,7 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
                                                     : bs;
         /* A truncate inside a block others hold (or the prefix cache)
          * leaves its fill: the next append copies or rewrites it. */
-        const pkv__block *k = &e->pool.blocks[b];
+        const pkv__block *k = &e->kv.pool.blocks[b];
         if (k->group != g)
             return broken(buf, size, "seq %llu: block %u (%u) of group %u "
                           "is counted in group %u",
@@ -174,7 +174,7 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
             return broken(buf, size, "seq %llu: block %u (%u) holds %u "
                           "tokens, the table says %u",
                           (unsigned long long)s->id, (unsigned)i,
-                          (unsigned)b, (unsigned)e->pool.blocks[b].fill,
+                          (unsigned)b, (unsigned)e->kv.pool.blocks[b].fill,
                           (unsigned)want);
         refs[b]++;
     }
@@ -351,21 +351,21 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
 
 const char *pkv__engine_check(const pkv_engine *e, char *buf, size_t size)
 {
-    const char *why = check_pool(&e->pool, buf, size);
+    const char *why = check_pool(&e->kv.pool, buf, size);
     if (why != NULL)
         return why;
     size_t seqs = (size_t)e->seqs.waiting.count + e->seqs.running.count +
                   e->seqs.swapped.count + e->seqs.ended.count;
-    uint32_t *refs = calloc(e->pool.num_blocks, sizeof *refs);
+    uint32_t *refs = calloc(e->kv.pool.num_blocks, sizeof *refs);
     const pkv__seq **all = calloc(seqs ? seqs : 1, sizeof *all);
     if (refs != NULL && all != NULL) { /* else: not checked */
         why = check_seqs(e, refs, all, buf, size);
-        for (uint32_t b = 1; why == NULL && b < e->pool.num_blocks; b++)
-            if (refs[b] != e->pool.blocks[b].ref_count)
+        for (uint32_t b = 1; why == NULL && b < e->kv.pool.num_blocks; b++)
+            if (refs[b] != e->kv.pool.blocks[b].ref_count)
                 why = broken(buf, size,
                              "block %u: ref_count %u, held by %u tables",
                              (unsigned)b,
-                             (unsigned)e->pool.blocks[b].ref_count,
+                             (unsigned)e->kv.pool.blocks[b].ref_count,
                              (unsigned)refs[b]);
     }
     free(refs);

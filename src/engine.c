@@ -52,7 +52,7 @@ static pkv_status create_backend(pkv_engine *e)
     c->parallel = p->parallel;
     c->parallel_user = p->parallel_user;
     c->workers = p->parallel_workers;
-    const pkv__groups *g = &e->groups;
+    const pkv__groups *g = &e->kv.groups;
     if (g->num_groups > 1) {
         c->num_groups = g->num_groups;
         c->num_arenas = g->slots;
@@ -71,9 +71,9 @@ static void engine_free(pkv_engine *e)
     for (size_t l = 0; l < 4; l++)
         for (uint32_t i = 0; i < lists[l]->count; i++) {
             pkv__seq *s = lists[l]->items[i];
-            if (e->pool.blocks != NULL)
-                pkv__seq_tables_release(s, &e->pool);
-            pkv__prefix_chain_release(&s->chain, &e->pool);
+            if (e->kv.pool.blocks != NULL)
+                pkv__seq_tables_release(s, &e->kv.pool);
+            pkv__prefix_chain_release(&s->chain, &e->kv.pool);
         }
     /* Before the backend and pool: the store's operations in flight are
      * cancelled, so the connector stops writing into their buffers. */
@@ -84,13 +84,9 @@ static void engine_free(pkv_engine *e)
     pkv__seqs_release(&e->seqs, &e->alloc);
     pkv__step_state_release(&e->step, &e->alloc);
     pkv__rollback_release(&e->rollback, &e->alloc);
-    pkv__groups_release(&e->groups, &e->alloc);
+    pkv__kv_release(&e->kv, &e->alloc);
     pkv__free(&e->alloc, e->layer_windows, e->params.num_layers,
               sizeof *e->layer_windows);
-    if (e->prefix.pool != NULL)
-        pkv__prefix_release(&e->prefix);
-    if (e->pool.blocks != NULL)
-        pkv__pool_release(&e->pool);
     pkv__allocator alloc = e->alloc;
     pkv__engine_message_destroy(e->message, &alloc);
     pkv__free(&alloc, e, 1, sizeof *e);
@@ -137,7 +133,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
     }
     if (copy_layer_windows(e) != PKV_OK ||
-        pkv__groups_init(&e->groups, &alloc, &e->params) != PKV_OK) {
+        pkv__kv_init(&e->kv, &alloc, &e->params) != PKV_OK) {
         pkv__inbox_release(&e->inbox, &alloc);
         engine_free(e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "layer windows");
@@ -151,11 +147,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (st == PKV_OK) {
         what = "block pool";
         pkv__set_error(""); /* the backend may have noted a fallback */
-        st = pkv__pool_init(&e->pool, &alloc, p.num_blocks, p.block_size);
-    }
-    if (st == PKV_OK) {
-        what = "prefix index";
-        st = pkv__prefix_init(&e->prefix, &e->pool);
+        st = pkv__kv_init_pool(&e->kv, &alloc, p.num_blocks, p.block_size);
     }
     /* The key itself is not kept: the seal holds what it derives. */
     e->params.seal_key = NULL;
@@ -235,13 +227,13 @@ pkv_status pkv_engine_get_group_stats(const pkv_engine *engine,
     if (window == NULL || blocks_used == NULL || tokens_stored == NULL)
         return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
                                 "every out-parameter must be set");
-    if (group >= engine->groups.num_groups)
+    if (group >= engine->kv.groups.num_groups)
         return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
                                 "group %u of %u", (unsigned)group,
-                                (unsigned)engine->groups.num_groups);
-    *window = pkv__groups_window(&engine->groups, group);
-    *blocks_used = engine->pool.group_used[group];
-    *tokens_stored = engine->pool.group_tokens[group];
+                                (unsigned)engine->kv.groups.num_groups);
+    *window = pkv__groups_window(&engine->kv.groups, group);
+    *blocks_used = engine->kv.pool.group_used[group];
+    *tokens_stored = engine->kv.pool.group_tokens[group];
     return PKV_OK;
 }
 
@@ -258,7 +250,7 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
                              sizeof *stats, "stats", "pkv_engine_stats_init",
                              why, sizeof why))
         return pkv__engine_fail(engine, PKV_ERR_STRUCT_SIZE, "%s", why);
-    const pkv__pool *pool = &engine->pool;
+    const pkv__pool *pool = &engine->kv.pool;
     pkv_engine_stats s;
     memset(&s, 0, sizeof s);
     s.struct_size = stats->struct_size;
@@ -299,8 +291,8 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.store_timeouts = t->store_timeouts;
     s.store_damaged = t->store_damaged;
     s.store_mismatched = t->store_mismatched;
-    s.kv_groups = engine->groups.num_groups;
-    s.group_layers = engine->groups.slots;
+    s.kv_groups = engine->kv.groups.num_groups;
+    s.group_layers = engine->kv.groups.slots;
     memcpy(stats, &s, stats->struct_size);
     return PKV_OK;
 }

@@ -11,11 +11,9 @@
 
 #include "backend.h"
 #include "engine_error.h"
-#include "kv/groups.h"
 #include "inbox.h"
 #include "lifecycle.h"
-#include "kv/pool.h"
-#include "kv/prefix.h"
+#include "kv/kv.h"
 #include "rollback.h"
 #include "step_state.h"
 
@@ -29,12 +27,10 @@ struct pkv_engine {
                                  all), params.layer_windows points here */
     uint64_t block_bytes;     /* one block over all layers (with hybrid
                                  memory, one group's layers) */
-    pkv__groups groups;       /* layers grouped by window (groups.h) */
     uint32_t watermark_blocks; /* blocks admission leaves free */
     uint64_t drafts_step; /* the step the latest pkv_seq_propose was for:
                              in the others, no sequence has drafts */
-    pkv__pool pool;
-    pkv__prefix prefix;
+    pkv__kv kv;                /* the KV-cache manager (kv/kv.h) */
     const pkv__backend_ops *ops;
     pkv__backend *backend;
     pkv__backend_config backend_config;

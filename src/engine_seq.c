@@ -67,7 +67,7 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
                 (unsigned)(e->params.vocab_size ? e->params.vocab_size - 1
                                                 : INT32_MAX));
     pkv__seq *seq = pkv__seq_new(&e->alloc, p.prompt, p.prompt_len,
-                                 e->groups.num_groups);
+                                 e->kv.groups.num_groups);
     if (seq == NULL)
         return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
                                            "sequence of %u tokens",
@@ -163,13 +163,13 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     pkv__seq *child = NULL;
     if (st == PKV_OK) {
         child = pkv__seq_new(&e->alloc, parent->tokens, parent->num_tokens,
-                             e->groups.num_groups);
+                             e->kv.groups.num_groups);
         st = child == NULL ? PKV_ERR_OUT_OF_MEMORY : PKV_OK;
     }
     if (st == PKV_OK)
-        st = pkv__seq_tables_fork(child, parent, &e->pool);
+        st = pkv__seq_tables_fork(child, parent, &e->kv.pool);
     if (st == PKV_OK)
-        st = pkv__prefix_chain_adopt(&child->chain, &e->pool,
+        st = pkv__prefix_chain_adopt(&child->chain, &e->kv.pool,
                                      parent->chain.links,
                                      parent->chain.num_links);
     if (st == PKV_OK && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype)) {
@@ -181,8 +181,8 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     }
     if (st != PKV_OK) {
         if (child != NULL) {
-            pkv__seq_tables_release(child, &e->pool);
-            pkv__prefix_chain_release(&child->chain, &e->pool);
+            pkv__seq_tables_release(child, &e->kv.pool);
+            pkv__prefix_chain_release(&child->chain, &e->kv.pool);
             pkv__seq_free(child, &e->alloc);
         }
         return pkv__engine_fail(e, st, "fork of sequence %llu",

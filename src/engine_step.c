@@ -59,7 +59,7 @@ static pkv_status reserve_step(pkv_engine *e)
     const pkv__seqs *q = &e->seqs;
     uint32_t live = q->running.count + q->waiting.count + q->swapped.count;
     return pkv__step_state_reserve(&e->step, &e->alloc, q->ended.count, live,
-                                   q->longest_tokens / e->pool.block_size);
+                                   q->longest_tokens / e->kv.pool.block_size);
 }
 
 /* Take seq out of the step's plan (step_seqs[0 .. *num_seqs)). */
@@ -121,14 +121,14 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
 static pkv_status swap_in_groups(pkv_engine *e, pkv__seq *s,
                                  const uint8_t *host)
 {
-    if (e->groups.num_groups == 1) /* as the swap-out counted them */
+    if (e->kv.groups.num_groups == 1) /* as the swap-out counted them */
         return e->ops->swap_in(e->backend, host, s->table.blocks,
                                s->swap_num_blocks);
     size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
     uint32_t done = 0;
     for (uint32_t g = 0; g < pkv__seq_groups(s); g++) {
         const pkv__table *t = pkv__seq_table(s, g);
-        uint32_t n = pkv__blocks_for(s->num_computed, e->pool.block_size) -
+        uint32_t n = pkv__blocks_for(s->num_computed, e->kv.pool.block_size) -
                      t->first_held;
         pkv_status st = e->ops->swap_in(e->backend, host + done * block_bytes,
                                         t->blocks + t->first_held, n);
@@ -202,7 +202,7 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = e->step.step_seqs[i];
         uint32_t before = pkv__seq_held(s);
-        pkv__seq_tables_truncate(s, &e->pool, s->num_computed);
+        pkv__seq_tables_truncate(s, &e->kv.pool, s->num_computed);
         pkv__seqs_count_blocks(&e->seqs, s, before);
         s->scheduled = 0;
         s->num_tokens -= s->step_drafts; /* a retry takes them again */
@@ -216,7 +216,7 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
 static void build_group_tables(pkv_engine *e, uint32_t num_seqs,
                                uint32_t rows)
 {
-    for (uint32_t g = 1; g < e->groups.num_groups; g++) {
+    for (uint32_t g = 1; g < e->kv.groups.num_groups; g++) {
         uint64_t *slots = e->step.slots + (size_t)g * rows;
         uint32_t row = 0;
         for (uint32_t i = 0; i < num_seqs; i++) {
@@ -224,7 +224,7 @@ static void build_group_tables(pkv_engine *e, uint32_t num_seqs,
             const pkv__table *t = pkv__seq_table(s, g);
             uint32_t end = s->num_computed + s->scheduled;
             for (uint32_t p = s->num_computed; p < end; p++)
-                slots[row++] = pkv__table_slot(t, &e->pool, p);
+                slots[row++] = pkv__table_slot(t, &e->kv.pool, p);
             e->step.step_tables[g * num_seqs + i] = t->blocks;
             e->step.table_versions[g * num_seqs + i] = t->version;
         }
@@ -236,7 +236,7 @@ static void build_group_tables(pkv_engine *e, uint32_t num_seqs,
 static void slide_windows(pkv_engine *e, pkv__seq *s)
 {
     uint32_t dropped =
-        pkv__seq_tables_slide(s, &e->pool, &e->groups, s->num_computed);
+        pkv__seq_tables_slide(s, &e->kv.pool, &e->kv.groups, s->num_computed);
     pkv__seqs_tenant_add(&e->seqs, s->tenant, -(int64_t)dropped);
 }
 
@@ -264,7 +264,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
         for (uint32_t p = s->num_computed; p < end; p++, rows++) {
             e->step.token_ids[rows] = s->tokens[p];
             e->step.positions[rows] = p;
-            e->step.slots[rows] = pkv__table_slot(&s->table, &e->pool, p);
+            e->step.slots[rows] = pkv__table_slot(&s->table, &e->kv.pool, p);
         }
         /* The last row samples; with drafts, every row from the last
          * accepted token on. */
@@ -471,22 +471,22 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
          * are read (seq.h), where num_computed equals table.num_tokens. */
         assert(s->num_computed == s->table.num_tokens);
         if (pkv__prefix_chain_behind(&s->chain, s->num_computed,
-                                     e->pool.block_size)) {
+                                     e->kv.pool.block_size)) {
             uint32_t registered = s->chain.num_links;
-            if (pkv__prefix_register(&e->prefix, &s->chain, &s->table,
+            if (pkv__prefix_register(&e->kv.prefix, &s->chain, &s->table,
                                      s->tokens, s->salt) != PKV_OK)
                 pkv__engine_log(e, PKV_LOG_LEVEL_DEBUG,
                                 "seq %llu: prefix registration skipped "
                                 "(memory)",
                                 (unsigned long long)s->id);
-            if (e->groups.num_groups > 1)
-                pkv__prefix_register_groups(&e->prefix, &e->groups, s,
+            if (e->kv.groups.num_groups > 1)
+                pkv__prefix_register_groups(&e->kv.prefix, &e->kv.groups, s,
                                             registered);
             if (pkv__store_enabled(e->store))
                 pkv__store_collect(e, s, registered);
         }
         /* Only once its blocks are cached: they may be hits. */
-        if (e->groups.num_groups > 1)
+        if (e->kv.groups.num_groups > 1)
             slide_windows(e, s);
         if (samples_here == 0)
             continue;

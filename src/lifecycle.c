@@ -62,8 +62,8 @@ void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
 {
     pkv__engine_release_stage(e, seq);
     pkv__seqs_tenant_add(&e->seqs, seq->tenant, -(int64_t)pkv__seq_held(seq));
-    pkv__seq_tables_release(seq, &e->pool);
-    pkv__prefix_chain_release(&seq->chain, &e->pool);
+    pkv__seq_tables_release(seq, &e->kv.pool);
+    pkv__prefix_chain_release(&seq->chain, &e->kv.pool);
 }
 
 void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
@@ -208,12 +208,12 @@ void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
     /* Hybrid memory: a row at `keep` would see blocks a windowed group
      * dropped; nothing short of the whole sequence can be computed again
      * (a step computes every layer), so it is, from the start. */
-    if (e->groups.num_groups > 1 &&
-        pkv__seq_window_lost(s, &e->groups, bs, keep))
+    if (e->kv.groups.num_groups > 1 &&
+        pkv__seq_window_lost(s, &e->kv.groups, bs, keep))
         keep = 0;
     pkv__rollback_forget_from(&e->rollback, s, keep / bs);
     uint32_t before = pkv__seq_held(s);
-    pkv__seq_tables_truncate(s, &e->pool, keep);
+    pkv__seq_tables_truncate(s, &e->kv.pool, keep);
     pkv__seqs_count_blocks(&e->seqs, s, before);
     pkv__prefix_chain_truncate(&s->chain, keep / bs);
     s->num_computed = keep;

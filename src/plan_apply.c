@@ -14,7 +14,7 @@
 static int alloc_swap(pkv_engine *e, pkv__seq *seq)
 {
     /* Every group's blocks from the first its next row sees. */
-    uint32_t n = pkv__groups_blocks_from(&e->groups, e->pool.block_size,
+    uint32_t n = pkv__groups_blocks_from(&e->kv.groups, e->kv.pool.block_size,
                                          seq->num_computed,
                                          seq->table.num_tokens);
     size_t size = pkv__backend_swap_bytes(&e->backend_config, n);
@@ -36,7 +36,7 @@ static int alloc_swap(pkv_engine *e, pkv__seq *seq)
 pkv_status pkv__plan_reserve(pkv_engine *e)
 {
     const pkv__plan *plan = &e->step.plan;
-    uint32_t bs = e->pool.block_size;
+    uint32_t bs = e->kv.pool.block_size;
     for (uint32_t i = 0; i < plan->num_items; i++) {
         const pkv__plan_item *it = &plan->items[i];
         pkv__seq *s = it->seq;
@@ -52,17 +52,17 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
             uint32_t n = pkv__blocks_for(
                 (uint64_t)s->table.num_tokens + it->rows + it->drafts, bs);
             /* Most steps add no block. */
-            st = pkv__seq_tables_reserve(s, &e->pool, n);
+            st = pkv__seq_tables_reserve(s, &e->kv.pool, n);
         } else if (it->kind == PKV__PLAN_SWAP_IN)
             st = pkv__seq_tables_reserve(
-                s, &e->pool,
+                s, &e->kv.pool,
                 pkv__blocks_for((uint64_t)s->num_computed + it->rows, bs));
         else if (it->kind == PKV__PLAN_ADMIT) {
             st = pkv__seq_tables_reserve(
-                s, &e->pool,
+                s, &e->kv.pool,
                 pkv__blocks_for((uint64_t)it->hits * bs + it->rows, bs));
             if (st == PKV_OK)
-                st = pkv__prefix_chain_reserve(&s->chain, &e->pool, it->hits);
+                st = pkv__prefix_chain_reserve(&s->chain, &e->kv.pool, it->hits);
         }
         if (st != PKV_OK)
             return st;
@@ -99,7 +99,7 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
          * so that each group's blocks out are the ones swap-in makes. */
         pkv__seqs_tenant_add(
             &e->seqs, seq->tenant,
-            -(int64_t)pkv__seq_tables_slide(seq, &e->pool, &e->groups,
+            -(int64_t)pkv__seq_tables_slide(seq, &e->kv.pool, &e->kv.groups,
                                             seq->num_computed));
         uint32_t n = 0;
         for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
@@ -136,7 +136,7 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 {
     pkv__block_copy copies[PKV__MAX_GROUPS];
     uint32_t before = pkv__seq_held(seq);
-    pkv_status st = pkv__seq_tables_append(seq, &e->pool, rows, copies);
+    pkv_status st = pkv__seq_tables_append(seq, &e->kv.pool, rows, copies);
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(&e->seqs, seq, before);
     if (st != PKV_OK) {
@@ -156,9 +156,9 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
  * first block its next row sees, as the swap-out left them. */
 static int swap_in_tables(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 {
-    if (e->groups.num_groups == 1)
+    if (e->kv.groups.num_groups == 1)
         return grow(e, seq, seq->num_computed + rows);
-    pkv_status st = pkv__seq_tables_swap_in(seq, &e->pool, &e->groups,
+    pkv_status st = pkv__seq_tables_swap_in(seq, &e->kv.pool, &e->kv.groups,
                                             seq->num_computed,
                                             seq->num_computed + rows);
     assert(st == PKV_OK);
@@ -178,19 +178,19 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
     /* Each group holds the blocks from the first its row at hits *
      * block_size sees: group 0's are its links', the other groups' follow
      * them (plan.h). */
-    uint32_t at = it->hits, bs = e->pool.block_size;
-    for (uint32_t g = 0; st == PKV_OK && g < e->groups.num_groups; g++) {
+    uint32_t at = it->hits, bs = e->kv.pool.block_size;
+    for (uint32_t g = 0; st == PKV_OK && g < e->kv.groups.num_groups; g++) {
         uint32_t first =
-            pkv__groups_first_seen(&e->groups, g, bs, it->hits * bs);
+            pkv__groups_first_seen(&e->kv.groups, g, bs, it->hits * bs);
         for (uint32_t h = first; h < it->hits; h++)
             e->step.hit_blocks[h - first] =
                 links[g == 0 ? h : at++].block;
-        st = pkv__table_adopt_from(pkv__seq_table(seq, g), &e->pool,
+        st = pkv__table_adopt_from(pkv__seq_table(seq, g), &e->kv.pool,
                                    e->step.hit_blocks, first, it->hits);
     }
     pkv__seqs_count_blocks(&e->seqs, seq, 0);
     if (st == PKV_OK)
-        st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, links, it->hits);
+        st = pkv__prefix_chain_adopt(&seq->chain, &e->kv.pool, links, it->hits);
     assert(st == PKV_OK);
     if (st != PKV_OK)
         pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
@@ -284,7 +284,7 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
             e->totals.prefix_query_tokens += s->num_tokens;
             if (!grow(e, s, it->rows))
                 continue;
-            s->num_computed = it->hits * e->pool.block_size;
+            s->num_computed = it->hits * e->kv.pool.block_size;
             e->totals.prefix_hit_tokens += s->num_computed;
             start_running(e, s);
         } else {
@@ -295,7 +295,7 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
     }
     /* The view was exact, unless a pkv bug failed a grow or an adopt. */
     assert(e->seqs.unswept != 0 ||
-           pkv__pool_available(&e->pool) == plan->available);
+           pkv__pool_available(&e->kv.pool) == plan->available);
     pkv__seqs_sweep_ended(&e->seqs); /* only after a pkv bug (grow, adopt) */
     *num_seqs_out = num_seqs;
 }

@@ -52,21 +52,21 @@ static size_t entry_bytes(uint32_t block_size)
 /* The engine's version and header bytes. */
 static uint32_t version_of(const pkv_engine *e)
 {
-    return e->groups.num_groups > 1 ? FORMAT_VERSION_GROUPS : FORMAT_VERSION;
+    return e->kv.groups.num_groups > 1 ? FORMAT_VERSION_GROUPS : FORMAT_VERSION;
 }
 
 static uint32_t header_bytes(const pkv_engine *e)
 {
-    return e->groups.num_groups > 1 ? HEADER_BYTES + 8 * e->groups.num_layers
+    return e->kv.groups.num_groups > 1 ? HEADER_BYTES + 8 * e->kv.groups.num_layers
                                     : HEADER_BYTES;
 }
 
 /* Version 4's layer table: each layer's group and arena. */
 static void put_layout(const pkv_engine *e, uint8_t *at)
 {
-    for (uint32_t l = 0; l < e->groups.num_layers; l++) {
-        pkv__put_u32(at + 8 * l, e->groups.layer_group[l]);
-        pkv__put_u32(at + 8 * l + 4, e->groups.layer_arena[l]);
+    for (uint32_t l = 0; l < e->kv.groups.num_layers; l++) {
+        pkv__put_u32(at + 8 * l, e->kv.groups.layer_group[l]);
+        pkv__put_u32(at + 8 * l + 4, e->kv.groups.layer_arena[l]);
     }
 }
 
@@ -88,8 +88,8 @@ static int by_depth(const void *a, const void *b)
 static void reachable(const pkv_engine *e, uint32_t *depth, uint32_t *path,
                       ranked *order, uint32_t *n)
 {
-    const pkv__pool *pool = &e->pool;
-    const pkv__prefix *prefix = &e->prefix;
+    const pkv__pool *pool = &e->kv.pool;
+    const pkv__prefix *prefix = &e->kv.prefix;
     uint32_t nb = pool->num_blocks;
     memset(depth, 0, nb * sizeof *depth);
     *n = 0;
@@ -140,7 +140,7 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
                                 "save the prefix cache during a step: call "
                                 "it after step_end");
     const pkv__backend_config *c = &e->backend_config;
-    uint32_t nb = e->pool.num_blocks, bs = c->block_size;
+    uint32_t nb = e->kv.pool.num_blocks, bs = c->block_size;
     uint32_t *depth = pkv__calloc(&e->alloc, nb, sizeof *depth);
     uint32_t *path = pkv__calloc(&e->alloc, nb, sizeof *path);
     ranked *order = pkv__calloc(&e->alloc, nb, sizeof *order);
@@ -186,19 +186,19 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     pkv__wire_put_header(out, head, MAGIC, version_of(e), c);
     pkv__put_u64(out + AT_BLOCK_BYTES, block_bytes);
     pkv__put_u32(out + AT_NUM_ENTRIES, n);
-    if (e->groups.num_groups > 1)
+    if (e->kv.groups.num_groups > 1)
         put_layout(e, out + HEADER_BYTES);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b = blocks[i];
-        const pkv__prefix_entry *en = &e->prefix.entries[b];
+        const pkv__prefix_entry *en = &e->kv.prefix.entries[b];
         uint8_t *p = out + head + i * entry_bytes(bs);
         pkv__put_u32(p, en->parent == PKV__NULL_BLOCK ? ROOT
                                                       : path[en->parent]);
-        pkv__put_u32(p + 4, e->pool.blocks[b].group);
+        pkv__put_u32(p + 4, e->kv.pool.blocks[b].group);
         pkv__put_u64(p + 8, en->salt);
         for (uint32_t t = 0; t < bs; t++)
             pkv__put_u32(p + 16 + 4 * t,
-                         (uint32_t)e->prefix.tokens[(size_t)b * bs + t]);
+                         (uint32_t)e->kv.prefix.tokens[(size_t)b * bs + t]);
     }
     pkv__put_u64(out + AT_CHECKSUM, pkv__checksum(out, content, AT_CHECKSUM));
     if (e->seal != NULL) {
@@ -227,14 +227,14 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
     uint32_t version = size >= HEADER_BYTES && memcmp(d, MAGIC, 8) == 0
                            ? pkv__get_u32(d + PKV__AT_VERSION)
                            : version_of(e);
-    if ((version == FORMAT_VERSION_GROUPS) != (e->groups.num_groups > 1) &&
+    if ((version == FORMAT_VERSION_GROUPS) != (e->kv.groups.num_groups > 1) &&
         (version == FORMAT_VERSION || version == FORMAT_VERSION_GROUPS))
         return pkv__engine_fail(
             e, PKV_ERR_UNSUPPORTED,
             "load: saved by an engine %s hybrid memory's groups of layers; "
             "this one has %s",
             version == FORMAT_VERSION ? "without" : "with",
-            e->groups.num_groups > 1 ? "them" : "none");
+            e->kv.groups.num_groups > 1 ? "them" : "none");
     uint32_t head = header_bytes(e);
     pkv_status st =
         pkv__wire_check_opening(d, size, MAGIC, version_of(e), head,
@@ -273,11 +273,11 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
             (unsigned)pkv__get_u32(d + PKV__AT_NUM_LAYERS),
             (unsigned)pkv__get_u32(d + PKV__AT_NUM_KV_HEADS),
             (unsigned)pkv__get_u32(d + PKV__AT_HEAD_DIM), (unsigned)bs);
-    if (e->groups.num_groups > 1) {
+    if (e->kv.groups.num_groups > 1) {
         uint8_t layout[8];
-        for (uint32_t l = 0; l < e->groups.num_layers; l++) {
-            pkv__put_u32(layout, e->groups.layer_group[l]);
-            pkv__put_u32(layout + 4, e->groups.layer_arena[l]);
+        for (uint32_t l = 0; l < e->kv.groups.num_layers; l++) {
+            pkv__put_u32(layout, e->kv.groups.layer_group[l]);
+            pkv__put_u32(layout + 4, e->kv.groups.layer_arena[l]);
             if (memcmp(d + HEADER_BYTES + 8 * l, layout, 8) != 0)
                 return pkv__engine_fail(
                     e, PKV_ERR_UNSUPPORTED,
@@ -286,8 +286,8 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
                     (unsigned)l,
                     (unsigned)pkv__get_u32(d + HEADER_BYTES + 8 * l),
                     (unsigned)pkv__get_u32(d + HEADER_BYTES + 8 * l + 4),
-                    (unsigned)e->groups.layer_group[l],
-                    (unsigned)e->groups.layer_arena[l]);
+                    (unsigned)e->kv.groups.layer_group[l],
+                    (unsigned)e->kv.groups.layer_arena[l]);
         }
     }
     uint32_t vocab = e->params.vocab_size;
@@ -301,7 +301,7 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
                 ? 0
                 : pkv__get_u32(d + head + parent * entry_bytes(bs) + 4);
         if ((parent != ROOT && parent >= i) ||
-            group >= e->groups.num_groups || parent_group != 0 ||
+            group >= e->kv.groups.num_groups || parent_group != 0 ||
             (group != 0 && parent == ROOT))
             return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
                                     "load: block %u of group %u has parent "
@@ -333,7 +333,7 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
     pkv_status st = check_file(e, d, size);
     if (st != PKV_OK)
         return st;
-    pkv__pool *pool = &e->pool;
+    pkv__pool *pool = &e->kv.pool;
     uint32_t n = pkv__get_u32(d + AT_NUM_ENTRIES);
     uint32_t bs = pool->block_size;
     size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
@@ -372,7 +372,7 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
             continue;
         if (above != NEW_BLOCK) {
             uint32_t b = pkv__prefix_find_group(
-                &e->prefix, group, hash[i], t, salt, above,
+                &e->kv.prefix, group, hash[i], t, salt, above,
                 pool->blocks[above].generation);
             if (b != PKV__NO_BLOCK) {
                 target[i] = b;
@@ -421,7 +421,7 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
         uint32_t parent = pkv__get_u32(p);
         uint32_t above = parent == ROOT ? PKV__NULL_BLOCK : target[parent];
         pkv__pool_set_fill(pool, b, bs);
-        pkv__prefix_insert(&e->prefix, b, hash[i], tokens + (size_t)i * bs,
+        pkv__prefix_insert(&e->kv.prefix, b, hash[i], tokens + (size_t)i * bs,
                            pkv__get_u64(p + 8), above,
                            pool->blocks[above].generation);
     }

@@ -52,7 +52,7 @@ static uint64_t view_ref(const planner *pl, uint32_t block)
 {
     const pkv__plan *plan = pl->plan;
     uint64_t v = plan->refs.count ? pkv__map_get(&plan->refs, block) : 0;
-    return v ? v - 1 : pl->e->pool.blocks[block].ref_count;
+    return v ? v - 1 : pl->e->kv.pool.blocks[block].ref_count;
 }
 
 /* Room in the view for n more touched blocks. */
@@ -119,13 +119,13 @@ static uint64_t view_ref_of(const void *pl, uint32_t block)
 static uint32_t blocks_needed(const planner *pl, const pkv__seq *seq,
                               uint32_t rows)
 {
-    return pkv__seq_tables_needed(seq, &pl->e->pool, rows, view_ref_of, pl);
+    return pkv__seq_tables_needed(seq, &pl->e->kv.pool, rows, view_ref_of, pl);
 }
 
 /* With hybrid memory, every group takes a block where one table would. */
 static uint32_t per_group(const pkv_engine *e, uint64_t blocks)
 {
-    return (uint32_t)(blocks * e->groups.num_groups);
+    return (uint32_t)(blocks * e->kv.groups.num_groups);
 }
 
 /* U8: rows from `computed` on that a step may run. When the last block
@@ -135,7 +135,7 @@ static uint32_t per_group(const pkv_engine *e, uint64_t blocks)
  * repeated) would seal garbage: such a step stops at the block's end. */
 static uint32_t u8_room(const pkv_engine *e, uint32_t computed)
 {
-    uint32_t bs = e->pool.block_size;
+    uint32_t bs = e->kv.pool.block_size;
     if (!PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) || computed % bs == 0)
         return UINT32_MAX;
     return bs - computed % bs;
@@ -207,7 +207,7 @@ static pkv_status preempt(planner *pl, pkv__seq *seq)
     if (e->params.preempt_mode == PKV_PREEMPT_MODE_SWAP) {
         size_t size = pkv__backend_swap_bytes(
             &e->backend_config,
-            pkv__groups_blocks_from(&e->groups, e->pool.block_size,
+            pkv__groups_blocks_from(&e->kv.groups, e->kv.pool.block_size,
                                     seq->num_computed,
                                     seq->table.num_tokens));
         if (pl->swap_used + size <= e->params.swap_bytes) {
@@ -248,7 +248,7 @@ static pkv_status plan_running(planner *pl, uint32_t i)
     if (left_running(pl, seq)) /* a victim of an older sequence */
         return PKV_OK;
     int oldest = pl->kept == 0;
-    uint32_t bs = e->pool.block_size;
+    uint32_t bs = e->kv.pool.block_size;
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
     uint32_t seq_quota = e->params.max_blocks_per_seq;
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
@@ -284,7 +284,7 @@ static pkv_status plan_running(planner *pl, uint32_t i)
             for (uint32_t g = 0; need > grow_by && g < pkv__seq_groups(seq);
                  g++) {
                 const pkv__table *t = pkv__seq_table_c(seq, g);
-                if (pkv__table_blocks_needed(t, &e->pool, rows, view_ref_of,
+                if (pkv__table_blocks_needed(t, &e->kv.pool, rows, view_ref_of,
                                              pl) == after - t->num_blocks)
                     continue;
                 uint32_t last = t->blocks[t->num_blocks - 1];
@@ -325,13 +325,13 @@ static pkv_status plan_running(planner *pl, uint32_t i)
  * back as it goes (seq_tables.h). */
 static uint32_t most_blocks(const pkv_engine *e, uint32_t tokens)
 {
-    uint32_t bs = e->pool.block_size;
-    if (e->groups.num_groups == 1)
+    uint32_t bs = e->kv.pool.block_size;
+    if (e->kv.groups.num_groups == 1)
         return pkv__blocks_for(tokens, bs);
     uint32_t chunk = e->params.long_prefill_threshold;
     if (chunk == 0 || chunk > e->params.max_batch_tokens)
         chunk = e->params.max_batch_tokens;
-    uint64_t n = pkv__groups_peak_blocks(&e->groups, bs, tokens, chunk);
+    uint64_t n = pkv__groups_peak_blocks(&e->kv.groups, bs, tokens, chunk);
     return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
@@ -341,7 +341,7 @@ static pkv_status never_fits(const pkv_engine *e, uint32_t blocks)
 {
     uint32_t seq_quota = e->params.max_blocks_per_seq;
     uint32_t tenant_quota = e->params.max_blocks_per_tenant;
-    if (blocks > e->pool.num_blocks - 1)
+    if (blocks > e->kv.pool.num_blocks - 1)
         return PKV_ERR_NO_BLOCKS;
     if ((seq_quota && blocks > seq_quota) ||
         (tenant_quota && blocks > tenant_quota))
@@ -359,7 +359,7 @@ static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
     pkv__seq *seq = e->seqs.swapped.items[index];
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
     uint32_t after =
-        pkv__groups_blocks_from(&e->groups, e->pool.block_size,
+        pkv__groups_blocks_from(&e->kv.groups, e->kv.pool.block_size,
                                 seq->num_computed, seq->num_computed + rows);
     pkv_status never = never_fits(e, after);
     if (never != PKV_OK) {
@@ -388,7 +388,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     pkv_engine *e = pl->e;
     pkv__plan *plan = pl->plan;
     pkv__seq *seq = e->seqs.waiting.items[index];
-    uint32_t bs = e->pool.block_size;
+    uint32_t bs = e->kv.pool.block_size;
     /* Not before the store answered (or time ran out): passed over, as
      * a tenant at its quota is. */
     if (pkv__store_enabled(e->store) &&
@@ -405,16 +405,16 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
         return 1;
     pkv__chain_link *hit = plan->links + plan->num_links;
     uint32_t hits = 0, group_hits = 0;
-    pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
+    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->salt,
                        seq->prompt_hashes, seq->num_prompt_hashes, hit,
                        &hits);
-    if (e->groups.num_groups > 1) /* the other groups' blocks follow */
-        hits = pkv__prefix_group_hits(&e->prefix, &e->groups, hit, hits,
+    if (e->kv.groups.num_groups > 1) /* the other groups' blocks follow */
+        hits = pkv__prefix_group_hits(&e->kv.prefix, &e->kv.groups, hit, hits,
                                       seq->tokens, seq->salt, &group_hits);
     /* The blocks it holds: every group's from the first its row at
      * hits * block_size sees (group 0's links before them only carry the
      * chain), contiguous in the plan's links. */
-    uint32_t first = pkv__groups_first_seen(&e->groups, 0, bs, hits * bs);
+    uint32_t first = pkv__groups_first_seen(&e->kv.groups, 0, bs, hits * bs);
     const pkv__chain_link *held = hit + first;
     uint32_t links = hits - first + group_hits;
     uint32_t revived = 0;
@@ -462,7 +462,7 @@ static pkv_status plan_drafts(planner *pl)
     pkv_engine *e = pl->e;
     uint32_t cap = e->params.long_prefill_threshold;
     uint32_t seq_quota = e->params.max_blocks_per_seq;
-    uint32_t bs = e->pool.block_size;
+    uint32_t bs = e->kv.pool.block_size;
     if (e->drafts_step != e->totals.steps) /* most steps: nobody proposed */
         return PKV_OK;
     for (uint32_t i = 0; i < pl->plan->num_items && pl->budget > 0; i++) {
@@ -529,14 +529,14 @@ static void prefetch_running(const pkv_engine *e, uint32_t i)
     if (i + ahead / 4 < running->count) {
         const pkv__table *t = &running->items[i + ahead / 4]->table;
         if (t->num_blocks > 0)
-            PKV__PREFETCH(&e->pool.blocks[t->blocks[t->num_blocks - 1]]);
+            PKV__PREFETCH(&e->kv.pool.blocks[t->blocks[t->num_blocks - 1]]);
     }
 }
 
 pkv_status pkv__sched_plan(pkv_engine *e)
 {
     pkv__plan *plan = &e->step.plan;
-    planner pl = {e, plan, pkv__pool_available(&e->pool), e->seqs.running.count,
+    planner pl = {e, plan, pkv__pool_available(&e->kv.pool), e->seqs.running.count,
                   e->params.max_batch_tokens, e->seqs.swap_used, 0};
     plan->number++;
     plan->num_items = 0;

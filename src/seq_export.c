@@ -51,19 +51,19 @@ enum {
 
 static int grouped(const pkv_engine *e)
 {
-    return e->groups.num_groups > 1;
+    return e->kv.groups.num_groups > 1;
 }
 
 static uint32_t header_bytes_of(const pkv_engine *e)
 {
-    return grouped(e) ? HEADER_BYTES + 12 * e->groups.num_layers
+    return grouped(e) ? HEADER_BYTES + 12 * e->kv.groups.num_layers
                       : HEADER_BYTES;
 }
 
 /* Version 4's layer table: each layer's group, arena and window. */
 static void put_layout(const pkv_engine *e, uint8_t *at)
 {
-    const pkv__groups *g = &e->groups;
+    const pkv__groups *g = &e->kv.groups;
     for (uint32_t l = 0; l < g->num_layers; l++) {
         pkv__put_u32(at + 12 * l, g->layer_group[l]);
         pkv__put_u32(at + 12 * l + 4, g->layer_arena[l]);
@@ -76,7 +76,7 @@ static void put_layout(const pkv_engine *e, uint8_t *at)
  * the first its next row sees. */
 static uint32_t grouped_blocks(const pkv_engine *e, uint32_t computed)
 {
-    return pkv__groups_blocks_from(&e->groups, e->pool.block_size, computed,
+    return pkv__groups_blocks_from(&e->kv.groups, e->kv.pool.block_size, computed,
                                    computed);
 }
 
@@ -189,8 +189,8 @@ static void grouped_canonical(const pkv_engine *e, uint32_t computed,
     size_t part = pkv__backend_part_bytes(c, 0);
     size_t row = (size_t)c->head_dim * elem_bytes(c);
     uint32_t last = 0, all = pkv__blocks_for(computed, bs);
-    for (uint32_t g = 0; g < e->groups.num_groups; g++) {
-        last += all - pkv__groups_first_seen(&e->groups, g, bs, computed);
+    for (uint32_t g = 0; g < e->kv.groups.num_groups; g++) {
+        last += all - pkv__groups_first_seen(&e->kv.groups, g, bs, computed);
         uint8_t *b = kv + (size_t)(last - 1) * block;
         if (pkv__backend_quantized(c)) {
             memset(b, 0, block);
@@ -217,7 +217,7 @@ static pkv_status grouped_kv_out(pkv_engine *e, const pkv__seq *s,
     for (uint32_t g = 0; g < pkv__seq_groups(s); g++) {
         const pkv__table *t = pkv__seq_table_c(s, g);
         uint32_t first =
-            pkv__groups_first_seen(&e->groups, g, bs, s->num_computed);
+            pkv__groups_first_seen(&e->kv.groups, g, bs, s->num_computed);
         pkv_status st = e->ops->swap_out(e->backend, t->blocks + first,
                                          all - first, host + done * block);
         if (st != PKV_OK)
@@ -423,7 +423,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     if (version == FORMAT_VERSION_GROUPS || grouped(e)) {
         int same = version == FORMAT_VERSION_GROUPS && grouped(e) &&
                    src.block_size == c->block_size;
-        const pkv__groups *g = &e->groups;
+        const pkv__groups *g = &e->kv.groups;
         for (uint32_t l = 0; same && l < c->num_layers; l++) {
             const uint8_t *at = d + HEADER_BYTES + 12 * (size_t)l;
             same = pkv__get_u32(at) == g->layer_group[l] &&
@@ -463,7 +463,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     /* Blocks to hold the KV and the next row: a sequence that can never
      * fit is refused now, not failed at its first step. */
     uint32_t kept = *keep_kv ? computed : 0;
-    uint32_t need = pkv__groups_blocks_from(&e->groups, c->block_size, kept,
+    uint32_t need = pkv__groups_blocks_from(&e->kv.groups, c->block_size, kept,
                                             kept + 1);
     if (need > c->num_blocks - 1)
         return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
@@ -502,7 +502,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
         for (uint32_t i = 0; i < tokens; i++)
             token_ids[i] = (int32_t)pkv__get_u32(d + head + (size_t)i * 4);
         seq = pkv__seq_new(&e->alloc, token_ids, tokens,
-                           e->groups.num_groups);
+                           e->kv.groups.num_groups);
     }
     pkv__free(&e->alloc, token_ids, tokens, sizeof *token_ids);
     if (seq != NULL && swap_size > 0) {

@@ -865,7 +865,7 @@ void ch_check(ch_host *host)
         for (uint32_t i = 0; i < lists[l]->count; i++)
             check_seq(host, lists[l]->items[i]);
 
-    uint32_t nb = e->pool.num_blocks;
+    uint32_t nb = e->kv.pool.num_blocks;
     pkv_engine_stats st;
     st.struct_size = sizeof st;
     CHECK(host, pkv_engine_get_stats(e, &st) == PKV_OK);
@@ -946,7 +946,7 @@ void ch_check_idle(ch_host *host)
     CHECK(host, st.num_running + st.num_waiting + st.num_swapped == 0);
     CHECK(host, st.blocks_free + st.blocks_cached_free == st.blocks_total - 1);
     CHECK(host, st.blocks_used == 1);
-    const pkv__pool *pool = &e->pool;
+    const pkv__pool *pool = &e->kv.pool;
     CHECK(host, e->seqs.running.count + e->seqs.waiting.count + e->seqs.swapped.count +
                     e->seqs.ended.count == 0);
     CHECK(host, pool->num_free + pool->num_cached_free == pool->num_blocks - 1);

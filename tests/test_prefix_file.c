@@ -259,7 +259,7 @@ static void test_sealed(void **state)
     ch_cmocka_init(&b, &p, hm_tolerance(p.kv_dtype));
     ch_cmocka_init(&c, &other, hm_tolerance(p.kv_dtype));
     ch_cmocka_init(&d, &plain, hm_tolerance(p.kv_dtype));
-    uint32_t free_before = b.engine->pool.num_free;
+    uint32_t free_before = b.engine->kv.pool.num_free;
     const size_t flips[] = {0, 8, 12, 16, 24, 36, 48, 63, 64, 64 + 44,
                             size / 2, size - 1};
     for (size_t f = 0; f < sizeof flips / sizeof flips[0]; f++) {
@@ -279,7 +279,7 @@ static void test_sealed(void **state)
     pkv__put_u64(unsealed + 56, pkv__checksum(unsealed, plain_size, 56));
     assert_int_equal(try_load(b.engine, unsealed, plain_size),
                      PKV_ERR_INVALID_ARGUMENT);
-    assert_int_equal(b.engine->pool.num_free, free_before);
+    assert_int_equal(b.engine->kv.pool.num_free, free_before);
     uint32_t loaded = 0;
     assert_int_equal(pkv_engine_load_prefix_cache(b.engine, data, size,
                                                   &loaded),

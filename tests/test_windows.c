@@ -86,7 +86,7 @@ static uint32_t most_windowed_blocks(const pkv_engine *e)
     for (uint32_t i = 0; i < e->seqs.running.count; i++) {
         const pkv__seq *s = e->seqs.running.items[i];
         for (uint32_t g = 0; g < pkv__seq_groups(s); g++)
-            if (pkv__groups_window(&e->groups, g) != 0 &&
+            if (pkv__groups_window(&e->kv.groups, g) != 0 &&
                 pkv__table_held(pkv__seq_table_c(s, g)) > most)
                 most = pkv__table_held(pkv__seq_table_c(s, g));
     }
@@ -113,7 +113,7 @@ static void workload(int32_t dtype, int32_t mode, int hybrid)
             ids[i] = ch_add_prompt(&h, prompts[i], PROMPT, NEW, 0, 0);
     }
     if (hybrid)
-        assert_int_equal(h.engine->groups.num_groups, 3);
+        assert_int_equal(h.engine->kv.groups.num_groups, 3);
     uint32_t most = 0;
     for (int s = 0; s < 6; s++) {
         ch_step(&h, NULL);
@@ -609,7 +609,7 @@ static void test_errors(void **state)
     static const uint32_t same[3] = {5, 5, 5};
     p.layer_windows = same;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
-    assert_int_equal(e->groups.num_groups, 1);
+    assert_int_equal(e->kv.groups.num_groups, 1);
     pkv_engine_destroy(e);
 }
 #endif

@@ -81,7 +81,7 @@ pkv_status pkv__store_init(pkv_engine *e, const pkv_store *store)
     e->store = s;
     if (store == NULL)
         return PKV_OK;
-    s->sent = pkv__calloc(&e->alloc, e->pool.num_blocks, sizeof *s->sent);
+    s->sent = pkv__calloc(&e->alloc, e->kv.pool.num_blocks, sizeof *s->sent);
     if (s->sent == NULL)
         return PKV_ERR_OUT_OF_MEMORY;
     s->seal = e->seal;
@@ -221,7 +221,7 @@ void pkv__store_release(pkv_engine *e)
     pkv__free(&e->alloc, s->spare, s->spare_bytes, 1);
     pkv__free(&e->alloc, s->links, s->links_capacity, sizeof *s->links);
     if (s->sent != NULL)
-        pkv__free(&e->alloc, s->sent, e->pool.num_blocks, sizeof *s->sent);
+        pkv__free(&e->alloc, s->sent, e->kv.pool.num_blocks, sizeof *s->sent);
     EVP_MD_free(s->sha256);
     pkv__free(&e->alloc, s, 1, sizeof *s);
     e->store = NULL;
@@ -271,7 +271,7 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
     seq->store_digests = grown;
     seq->store_digests_capacity = (uint32_t)capacity;
     uint8_t *d = seq->store_digests;
-    uint32_t bs = e->pool.block_size;
+    uint32_t bs = e->kv.pool.block_size;
     const EVP_MD *md = e->store->sha256;
     if (have == 0) {
         if (pkv__digest_root(md, e->store->model, &e->backend_config,
@@ -329,9 +329,9 @@ void pkv__store_forget(pkv_engine *e, pkv__seq *seq, uint32_t keep_blocks)
  * block_size sees in each windowed group (every block in a full one). */
 static uint32_t group_keys(const pkv_engine *e, uint32_t end)
 {
-    uint32_t n = 0, bs = e->pool.block_size;
-    for (uint32_t g = 1; g < e->groups.num_groups; g++)
-        n += end - pkv__groups_first_seen(&e->groups, g, bs, end * bs);
+    uint32_t n = 0, bs = e->kv.pool.block_size;
+    for (uint32_t g = 1; g < e->kv.groups.num_groups; g++)
+        n += end - pkv__groups_first_seen(&e->kv.groups, g, bs, end * bs);
     return n;
 }
 
@@ -341,7 +341,7 @@ static uint32_t group_keys(const pkv_engine *e, uint32_t end)
 static void key_place(const pkv_engine *e, const pkv__store_op *op,
                       uint32_t first, uint32_t i, uint32_t *j, uint32_t *g)
 {
-    uint32_t bs = e->pool.block_size, end = first + op->group0_keys;
+    uint32_t bs = e->kv.pool.block_size, end = first + op->group0_keys;
     if (i < op->group0_keys) {
         *j = first + i;
         *g = 0;
@@ -349,7 +349,7 @@ static void key_place(const pkv_engine *e, const pkv__store_op *op,
     }
     i -= op->group0_keys;
     for (uint32_t k = 1;; k++) {
-        uint32_t lo = pkv__groups_first_seen(&e->groups, k, bs, end * bs);
+        uint32_t lo = pkv__groups_first_seen(&e->kv.groups, k, bs, end * bs);
         if (i < end - lo) {
             *j = lo + i;
             *g = k;
@@ -400,10 +400,10 @@ static pkv_status name_keys(const pkv_engine *e, pkv__store_op *op,
 static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
 {
     pkv__engine_store *s = e->store;
-    uint32_t bs = e->pool.block_size;
+    uint32_t bs = e->kv.pool.block_size;
     uint32_t n_max = seq->num_tokens ? (seq->num_tokens - 1) / bs : 0;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
+    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->salt,
                        seq->prompt_hashes, seq->num_prompt_hashes, links,
                        &hits);
     seq->store_state = PKV__STORE_ASKED;
@@ -516,7 +516,7 @@ static enum pkv__value_verdict check_value(pkv_engine *e,
     return pkv__value_check(v + s->inner_at, size - s->inner_at,
                             &e->backend_config, j,
                             parent + PKV__DIGEST_BYTES, parent,
-                            seq->tokens + (size_t)j * e->pool.block_size,
+                            seq->tokens + (size_t)j * e->kv.pool.block_size,
                             s->seal != NULL);
 }
 
@@ -566,10 +566,10 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
                            pkv__chain_link *links)
 {
     pkv__seq *seq = op->seq;
-    pkv__pool *pool = &e->pool;
+    pkv__pool *pool = &e->kv.pool;
     uint32_t bs = pool->block_size, end = op->first + op->group0_keys;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
+    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->salt,
                        seq->prompt_hashes, seq->num_prompt_hashes, links,
                        &hits);
     if (hits < end || op->group0_keys == 0)
@@ -584,7 +584,7 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
         const int32_t *t = seq->tokens + (size_t)j * bs;
         uint64_t h = pkv__prefix_group_hash(links[j].hash, g);
         if (op->sizes[i] == 0 ||
-            pkv__prefix_find_group(&e->prefix, g, h, t, seq->salt,
+            pkv__prefix_find_group(&e->kv.prefix, g, h, t, seq->salt,
                                    links[j].block, links[j].generation) !=
                 PKV__NO_BLOCK)
             continue; /* a miss, or cached already */
@@ -610,7 +610,7 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
         if (kv != NULL) {
             pkv__pool_set_group(pool, b, g);
             pkv__pool_set_fill(pool, b, bs);
-            pkv__prefix_insert(&e->prefix, b, h, t, seq->salt,
+            pkv__prefix_insert(&e->kv.prefix, b, h, t, seq->salt,
                                links[j].block, links[j].generation);
             e->store->sent[b] = 1 + (uint64_t)pool->blocks[b].generation;
             e->totals.store_hit_blocks++;
@@ -630,10 +630,10 @@ static void install(pkv_engine *e, const pkv__store_op *op,
                     pkv__chain_link *links)
 {
     pkv__seq *seq = op->seq;
-    pkv__pool *pool = &e->pool;
+    pkv__pool *pool = &e->kv.pool;
     uint32_t bs = pool->block_size;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->prefix, seq->tokens, seq->num_tokens, seq->salt,
+    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->salt,
                        seq->prompt_hashes, seq->num_prompt_hashes, links,
                        &hits);
     /* The cache lost the block before the first loaded one: they cannot
@@ -685,7 +685,7 @@ static void install(pkv_engine *e, const pkv__store_op *op,
                          ? seq->prompt_hashes[j]
                          : pkv__prefix_hash(parent_hash, t, bs, seq->salt);
         pkv__pool_set_fill(pool, ids[i], bs);
-        pkv__prefix_insert(&e->prefix, ids[i], h, t, seq->salt, parent,
+        pkv__prefix_insert(&e->kv.prefix, ids[i], h, t, seq->salt, parent,
                            pool->blocks[parent].generation);
         e->store->sent[ids[i]] = 1 + (uint64_t)pool->blocks[ids[i]].generation;
         parent_hash = h;
@@ -699,7 +699,7 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     pkv__free(&e->alloc, ids, taken, sizeof *ids);
     e->totals.store_hit_blocks += n;
     e->totals.store_hit_tokens += (uint64_t)n * bs;
-    if (e->groups.num_groups > 1)
+    if (e->kv.groups.num_groups > 1)
         install_groups(e, op, links);
 }
 
@@ -709,7 +709,7 @@ static void install(pkv_engine *e, const pkv__store_op *op,
 static pkv__chain_link *lookup_links(pkv_engine *e)
 {
     pkv__engine_store *s = e->store;
-    size_t needed = (size_t)e->seqs.longest_tokens / e->pool.block_size + 1;
+    size_t needed = (size_t)e->seqs.longest_tokens / e->kv.pool.block_size + 1;
     void *links;
     if (pkv__grow(&e->alloc, s->links, &s->links_capacity, 0, needed,
                   sizeof *s->links, &links) != PKV_OK)
@@ -851,7 +851,7 @@ static void collect_block(pkv_engine *e, const pkv__seq *seq, uint32_t j,
                           const uint8_t pair[2 * PKV__DIGEST_BYTES])
 {
     pkv__engine_store *s = e->store;
-    uint64_t stamp = 1 + (uint64_t)e->pool.blocks[b].generation;
+    uint64_t stamp = 1 + (uint64_t)e->kv.pool.blocks[b].generation;
     if (s->sent[b] == stamp)
         return;
     pkv__store_op op;
@@ -872,7 +872,7 @@ static void collect_block(pkv_engine *e, const pkv__seq *seq, uint32_t j,
      * the KV and the checksum at the send. */
     pkv__value_begin(op.values + s->inner_at, &e->backend_config, j,
                      pair + PKV__DIGEST_BYTES, pair,
-                     seq->tokens + (size_t)j * e->pool.block_size);
+                     seq->tokens + (size_t)j * e->kv.pool.block_size);
     op.first = j;
     memcpy(op.digests, pair, sizeof op.digests);
     s->pending[s->num_pending] = op;
@@ -883,7 +883,7 @@ static void collect_block(pkv_engine *e, const pkv__seq *seq, uint32_t j,
 void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
 {
     pkv__engine_store *s = e->store;
-    const pkv__pool *pool = &e->pool;
+    const pkv__pool *pool = &e->kv.pool;
     uint32_t bs = pool->block_size;
     uint32_t end = seq->chain.num_links, prompt_blocks = seq->prompt_len / bs;
     /* A prompt's blocks wait until its last full block is computed, then
@@ -919,7 +919,7 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
     }
     /* Hybrid memory: the other groups' blocks the tables still hold, each
      * under its group's digest, after the group-0 block of its tokens. */
-    for (uint32_t g = 1; g < e->groups.num_groups; g++) {
+    for (uint32_t g = 1; g < e->kv.groups.num_groups; g++) {
         const pkv__table *t = pkv__seq_table_c(seq, g);
         for (uint32_t j = from > t->first_held ? from : t->first_held;
              j < end && j < seq->num_computed / bs; j++) {

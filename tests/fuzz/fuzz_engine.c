@@ -150,7 +150,7 @@ static void dump(void)
             p->sliding_window, e->layer_windows[0], p->block_size,
             (int)p->kv_dtype,
             p->u8_rollback_blocks, p->num_blocks,
-            e->pool.num_free, e->pool.num_cached_free, (int)p->preempt_mode,
+            e->kv.pool.num_free, e->kv.pool.num_cached_free, (int)p->preempt_mode,
             (unsigned long long)p->swap_bytes, (int)p->policy,
             p->max_blocks_per_seq, p->max_blocks_per_tenant,
             p->long_prefill_threshold, p->max_num_seqs, p->max_batch_tokens,
@@ -159,8 +159,8 @@ static void dump(void)
     fprintf(stderr, "  windows");
     for (uint32_t l = 0; l < p->num_layers; l++)
         fprintf(stderr, " %u", e->layer_windows[l]);
-    fprintf(stderr, "; %u groups of %u layers\n", e->groups.num_groups,
-            e->groups.slots);
+    fprintf(stderr, "; %u groups of %u layers\n", e->kv.groups.num_groups,
+            e->kv.groups.slots);
     const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting, &e->seqs.swapped};
     const char *names[] = {"running", "waiting", "swapped"};
     for (int l = 0; l < 3; l++)
@@ -217,7 +217,7 @@ static void take(world *w, snapshot *s)
     s->last_id = e->inbox.last_id;
     s->live = e->inbox.live;
     memcpy(s->layer_done, e->step.layer_done, e->params.num_layers);
-    memcpy(w->before, e->pool.blocks, e->pool.num_blocks * sizeof *w->before);
+    memcpy(w->before, e->kv.pool.blocks, e->kv.pool.num_blocks * sizeof *w->before);
 }
 
 /* A failed call changed nothing. */
@@ -235,7 +235,7 @@ static void unchanged(world *w, const snapshot *s, const char *call)
     now.live = e->inbox.live;
     memcpy(now.layer_done, e->step.layer_done, e->params.num_layers);
     if (memcmp(&now, s, sizeof now) != 0 ||
-        memcmp(saved, e->pool.blocks, e->pool.num_blocks * sizeof *saved) != 0)
+        memcmp(saved, e->kv.pool.blocks, e->kv.pool.num_blocks * sizeof *saved) != 0)
         ch_failf(&w->host, "a failed %s changed the engine", call);
 }
 
@@ -498,7 +498,7 @@ static int cuts_inside_shared(const pkv_engine *e, pkv_seq_id id, uint32_t n)
     uint32_t bs = e->params.block_size;
     if (keep % bs == 0 || keep / bs >= s->table.num_blocks)
         return 0;
-    const pkv__block *k = &e->pool.blocks[s->table.blocks[keep / bs]];
+    const pkv__block *k = &e->kv.pool.blocks[s->table.blocks[keep / bs]];
     return k->ref_count > 1 || k->cached;
 }
 
@@ -571,9 +571,9 @@ static void op_reload(world *w)
     size_t got = 0;
     CHECK(pkv_engine_save_prefix_cache(e, data, size, &got) == PKV_OK &&
           got == size);
-    uint32_t free_before = e->pool.num_free, loaded = 7;
+    uint32_t free_before = e->kv.pool.num_free, loaded = 7;
     CHECK(pkv_engine_load_prefix_cache(e, data, size, &loaded) == PKV_OK);
-    CHECK(loaded == 0 && e->pool.num_free == free_before);
+    CHECK(loaded == 0 && e->kv.pool.num_free == free_before);
     free(data);
     TOT.reloads++;
 }
