@@ -4,7 +4,6 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "kv/seq_tables.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -117,7 +116,7 @@ static const char *check_table(const pkv_engine *e, const pkv__seq *s,
                                uint32_t g, uint32_t *refs, char *buf,
                                size_t size)
 {
-    const pkv__table *t = pkv__seq_table_c(s, g);
+    const pkv__table *t = pkv__kv_table(&s->kv, g);
     uint32_t bs = e->kv.pool.block_size;
     if (t->first_held > t->num_blocks ||
         (t->first_held > 0 && pkv__groups_window(&e->kv.groups, g) == 0))
@@ -206,7 +205,7 @@ static const char *check_tenants(const pkv_engine *e, const pkv__seq **run,
         uint32_t t = run[i]->tenant;
         uint64_t sum = 0;
         for (; i < n && run[i]->tenant == t; i++)
-            sum += pkv__seq_held(run[i]);
+            sum += pkv__kv_held(&run[i]->kv);
         uint64_t counted = pkv__seqs_tenant_blocks(&e->seqs, t);
         if (counted != sum)
             return broken(buf, size, "tenant %u: counted %llu blocks, holds "
@@ -264,14 +263,14 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                               (unsigned)s->num_tokens,
                               (unsigned)e->seqs.longest_tokens);
             if (s->num_tokens > s->token_capacity)
-                return broken(buf, size, "seq %llu: %u tokens, room for %zu",
+                return broken(buf, size, "seq %llu: %u tokens, room for %u",
                               (unsigned long long)s->id,
                               (unsigned)s->num_tokens, s->token_capacity);
             /* step_end appends what it samples without allocating. */
             if (s->scheduled > 0 && s->num_tokens >= s->token_capacity)
                 return broken(buf, size,
                               "seq %llu: runs with no room for the token "
-                              "it samples (%u tokens, room for %zu)",
+                              "it samples (%u tokens, room for %u)",
                               (unsigned long long)s->id,
                               (unsigned)s->num_tokens, s->token_capacity);
             if (s->state != states[l])
@@ -280,7 +279,7 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                               (int)states[l]);
             if (states[l] == PKV__SEQ_RUNNING) {
                 const char *why = NULL;
-                for (uint32_t g = 0; why == NULL && g < pkv__seq_groups(s);
+                for (uint32_t g = 0; why == NULL && g < s->kv.groups;
                      g++)
                     why = check_table(e, s, g, refs, buf, size);
                 if (why != NULL)
@@ -295,11 +294,11 @@ static const char *check_seqs(const pkv_engine *e, uint32_t *refs,
                     return why;
                 continue;
             }
-            if (pkv__seq_held(s) != 0 || s->stage != PKV__NO_STAGE)
+            if (pkv__kv_held(&s->kv) != 0 || s->stage != PKV__NO_STAGE)
                 return broken(buf, size, "seq %llu (state %d) holds %u "
                               "blocks, stage %u",
                               (unsigned long long)s->id, (int)s->state,
-                              (unsigned)pkv__seq_held(s),
+                              (unsigned)pkv__kv_held(&s->kv),
                               (unsigned)s->stage);
             if ((states[l] == PKV__SEQ_SWAPPED) != (s->swap_data != NULL))
                 return broken(buf, size, "seq %llu (state %d): swap data %p",

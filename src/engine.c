@@ -6,7 +6,6 @@
 #include "store/engine_store.h"
 #include "kv_layout.h"
 #include "seal.h"
-#include "kv/seq_tables.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -69,12 +68,8 @@ static void engine_free(pkv_engine *e)
     pkv__seq_list *lists[] = {&e->seqs.waiting, &e->seqs.running,
                               &e->seqs.swapped, &e->seqs.ended};
     for (size_t l = 0; l < 4; l++)
-        for (uint32_t i = 0; i < lists[l]->count; i++) {
-            pkv__seq *s = lists[l]->items[i];
-            if (e->kv.pool.blocks != NULL)
-                pkv__seq_tables_release(s, &e->kv.pool);
-            pkv__prefix_chain_release(&s->chain, &e->kv.pool);
-        }
+        for (uint32_t i = 0; i < lists[l]->count; i++)
+            pkv__kv_drop(&e->kv, &lists[l]->items[i]->kv);
     /* Before the backend and pool: the store's operations in flight are
      * cancelled, so the connector stops writing into their buffers. */
     pkv__store_release(e);

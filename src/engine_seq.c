@@ -5,7 +5,6 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "kv/seq_tables.h"
 #include "store/engine_store.h"
 #include "struct_sizes.h"
 
@@ -66,8 +65,10 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
                 (int)p.prompt[i],
                 (unsigned)(e->params.vocab_size ? e->params.vocab_size - 1
                                                 : INT32_MAX));
-    pkv__seq *seq = pkv__seq_new(&e->alloc, p.prompt, p.prompt_len,
-                                 e->kv.groups.num_groups);
+    /* The prompt's chained hashes are computed here, on the host's
+     * thread, once (kv.h). */
+    pkv__seq *seq = pkv__seq_new(&e->alloc, &e->kv, p.prompt, p.prompt_len,
+                                 p.cache_salt, p.prompt_len);
     if (seq == NULL)
         return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
                                            "sequence of %u tokens",
@@ -75,24 +76,7 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
     seq->max_new_tokens = p.max_new_tokens;
     seq->priority = p.priority;
     seq->tenant = p.tenant;
-    seq->salt = p.cache_salt;
     seq->user_data = p.user_data;
-    uint32_t bs = e->params.block_size;
-    uint32_t n_hashes = (p.prompt_len - 1) / bs;
-    if (n_hashes > 0) {
-        seq->prompt_hashes = pkv__calloc(&e->alloc, n_hashes,
-                                         sizeof *seq->prompt_hashes);
-        if (seq->prompt_hashes == NULL) {
-            pkv__seq_free(seq, &e->alloc);
-            return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
-                                               "prompt hashes of %u blocks",
-                                               (unsigned)n_hashes);
-        }
-        seq->num_prompt_hashes = n_hashes;
-        seq->prompt_hashes_size = n_hashes;
-        pkv__prefix_hashes(p.prompt, n_hashes, bs, seq->salt,
-                           seq->prompt_hashes);
-    }
     /* The stepping thread may free seq as soon as it is queued. */
     *out_id = pkv__inbox_add(&e->inbox, seq);
     return PKV_OK;
@@ -149,7 +133,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     uint32_t quota = e->params.max_blocks_per_tenant;
     if (quota != 0) {
         uint64_t used = pkv__seqs_tenant_blocks(&e->seqs, parent->tenant);
-        if (used + pkv__seq_held(parent) > quota)
+        if (used + pkv__kv_held(&parent->kv) > quota)
             return pkv__engine_fail(e, PKV_ERR_QUOTA,
                                     "tenant %u holds %llu of %u blocks",
                                     (unsigned)parent->tenant,
@@ -162,16 +146,12 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
         &e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
     pkv__seq *child = NULL;
     if (st == PKV_OK) {
-        child = pkv__seq_new(&e->alloc, parent->tokens, parent->num_tokens,
-                             e->kv.groups.num_groups);
+        child = pkv__seq_new(&e->alloc, &e->kv, parent->tokens,
+                             parent->num_tokens, parent->kv.salt, 0);
         st = child == NULL ? PKV_ERR_OUT_OF_MEMORY : PKV_OK;
     }
     if (st == PKV_OK)
-        st = pkv__seq_tables_fork(child, parent, &e->kv.pool);
-    if (st == PKV_OK)
-        st = pkv__prefix_chain_adopt(&child->chain, &e->kv.pool,
-                                     parent->chain.links,
-                                     parent->chain.num_links);
+        st = pkv__kv_fork(&e->kv, &child->kv, &parent->kv);
     if (st == PKV_OK && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype)) {
         pkv__block_copy pair = {parent->stage,
                                 e->seqs.free_stages[e->seqs.num_free_stages - 1]};
@@ -181,8 +161,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     }
     if (st != PKV_OK) {
         if (child != NULL) {
-            pkv__seq_tables_release(child, &e->kv.pool);
-            pkv__prefix_chain_release(&child->chain, &e->kv.pool);
+            pkv__kv_drop(&e->kv, &child->kv);
             pkv__seq_free(child, &e->alloc);
         }
         return pkv__engine_fail(e, st, "fork of sequence %llu",
@@ -194,7 +173,6 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->num_computed = parent->num_computed;
     child->priority = parent->priority;
     child->tenant = parent->tenant;
-    child->salt = parent->salt;
     child->user_data = parent->user_data;
     pkv__seqs_count_blocks(&e->seqs, child, 0);
     if (last_token >= 0)
@@ -259,12 +237,9 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
                                 (unsigned)num_drafts);
     s->drafts = grown;
     s->drafts_size = (uint32_t)size;
-    if (pkv__grow(&e->alloc, s->tokens, &s->token_capacity, s->num_tokens,
-                  (size_t)s->num_tokens + num_drafts + 1, sizeof *s->tokens,
-                  &grown) != PKV_OK)
+    if (pkv__seq_reserve_tokens(s, &e->alloc, num_drafts + 1) != PKV_OK)
         return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
                                 (unsigned)num_drafts);
-    s->tokens = grown;
     if (num_drafts > 0)
         memcpy(s->drafts, drafts, num_drafts * sizeof *drafts);
     s->num_drafts = num_drafts;
@@ -312,8 +287,8 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
         s->prompt_len = num_tokens;
     s->num_tokens = num_tokens;
     /* Later tokens may differ from the prompt's: keep whole blocks only. */
-    if (s->num_prompt_hashes > num_tokens / bs)
-        s->num_prompt_hashes = num_tokens / bs;
+    if (s->kv.num_prompt_hashes > num_tokens / bs)
+        s->kv.num_prompt_hashes = num_tokens / bs;
     if (pkv__store_enabled(e->store))
         pkv__store_forget(e, s, num_tokens / bs);
     PKV__ENGINE_CHECK(e);
@@ -343,9 +318,9 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
         return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
                                 "sequence %llu is not live",
                                 (unsigned long long)id);
-    *blocks = seq->table.blocks;
-    *num_blocks = seq->table.num_blocks;
-    *num_tokens = seq->table.num_tokens;
+    *blocks = seq->kv.tables[0].blocks;
+    *num_blocks = pkv__kv_blocks(&seq->kv);
+    *num_tokens = pkv__kv_tokens(&seq->kv);
     return PKV_OK;
 }
 

@@ -9,7 +9,6 @@
 #include "rollback.h"
 #include "sched_plan.h"
 #include "kv/prefix_groups.h"
-#include "kv/seq_tables.h"
 #include "store/engine_store.h"
 
 #include <assert.h>
@@ -122,12 +121,12 @@ static pkv_status swap_in_groups(pkv_engine *e, pkv__seq *s,
                                  const uint8_t *host)
 {
     if (e->kv.groups.num_groups == 1) /* as the swap-out counted them */
-        return e->ops->swap_in(e->backend, host, s->table.blocks,
+        return e->ops->swap_in(e->backend, host, s->kv.tables[0].blocks,
                                s->swap_num_blocks);
     size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
     uint32_t done = 0;
-    for (uint32_t g = 0; g < pkv__seq_groups(s); g++) {
-        const pkv__table *t = pkv__seq_table(s, g);
+    for (uint32_t g = 0; g < s->kv.groups; g++) {
+        const pkv__table *t = &s->kv.tables[g];
         uint32_t n = pkv__blocks_for(s->num_computed, e->kv.pool.block_size) -
                      t->first_held;
         pkv_status st = e->ops->swap_in(e->backend, host + done * block_bytes,
@@ -201,8 +200,8 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
 {
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = e->step.step_seqs[i];
-        uint32_t before = pkv__seq_held(s);
-        pkv__seq_tables_truncate(s, &e->kv.pool, s->num_computed);
+        uint32_t before = pkv__kv_held(&s->kv);
+        pkv__kv_truncate(&e->kv, &s->kv, s->num_computed);
         pkv__seqs_count_blocks(&e->seqs, s, before);
         s->scheduled = 0;
         s->num_tokens -= s->step_drafts; /* a retry takes them again */
@@ -221,7 +220,7 @@ static void build_group_tables(pkv_engine *e, uint32_t num_seqs,
         uint32_t row = 0;
         for (uint32_t i = 0; i < num_seqs; i++) {
             pkv__seq *s = e->step.step_seqs[i];
-            const pkv__table *t = pkv__seq_table(s, g);
+            const pkv__table *t = &s->kv.tables[g];
             uint32_t end = s->num_computed + s->scheduled;
             for (uint32_t p = s->num_computed; p < end; p++)
                 slots[row++] = pkv__table_slot(t, &e->kv.pool, p);
@@ -236,7 +235,7 @@ static void build_group_tables(pkv_engine *e, uint32_t num_seqs,
 static void slide_windows(pkv_engine *e, pkv__seq *s)
 {
     uint32_t dropped =
-        pkv__seq_tables_slide(s, &e->kv.pool, &e->kv.groups, s->num_computed);
+        pkv__kv_slide(&e->kv, &s->kv, s->num_computed);
     pkv__seqs_tenant_add(&e->seqs, s->tenant, -(int64_t)dropped);
 }
 
@@ -252,8 +251,8 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
             const pkv__seq *ahead = e->step.step_seqs[i + PKV__PREFETCH_AHEAD / 2];
             PKV__PREFETCH(ahead->tokens + ahead->num_computed);
         }
-        if (s->table.num_blocks > max_blocks)
-            max_blocks = s->table.num_blocks;
+        if (pkv__kv_blocks(&s->kv) > max_blocks)
+            max_blocks = pkv__kv_blocks(&s->kv);
         e->step.seq_ids[i] = s->id;
         e->step.seq_user_data[i] = s->user_data;
         e->step.query_start[i] = rows;
@@ -264,7 +263,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
         for (uint32_t p = s->num_computed; p < end; p++, rows++) {
             e->step.token_ids[rows] = s->tokens[p];
             e->step.positions[rows] = p;
-            e->step.slots[rows] = pkv__table_slot(&s->table, &e->kv.pool, p);
+            e->step.slots[rows] = pkv__table_slot(&s->kv.tables[0], &e->kv.pool, p);
         }
         /* The last row samples; with drafts, every row from the last
          * accepted token on. */
@@ -273,8 +272,8 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
             e->step.sample_rows[samples] = r;
             e->step.sample_seq_ids[samples++] = s->id;
         }
-        e->step.step_tables[i] = s->table.blocks;
-        e->step.table_versions[i] = s->table.version;
+        e->step.step_tables[i] = s->kv.tables[0].blocks;
+        e->step.table_versions[i] = s->kv.tables[0].version;
     }
     e->step.query_start[num_seqs] = rows;
     build_group_tables(e, num_seqs, rows);
@@ -469,25 +468,20 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         /* A cache: when its chain cannot grow, later prompts miss. Most
          * steps fill no block: then only the sequence's first 64 bytes
          * are read (seq.h), where num_computed equals table.num_tokens. */
-        assert(s->num_computed == s->table.num_tokens);
-        if (pkv__prefix_chain_behind(&s->chain, s->num_computed,
-                                     e->kv.pool.block_size)) {
-            uint32_t registered = s->chain.num_links;
-            if (pkv__prefix_register(&e->kv.prefix, &s->chain, &s->table,
-                                     s->tokens, s->salt) != PKV_OK)
+        assert(s->num_computed == pkv__kv_tokens(&s->kv));
+        if (pkv__kv_behind(&e->kv, &s->kv, s->num_computed)) {
+            uint32_t registered;
+            if (pkv__kv_register(&e->kv, &s->kv, s->tokens, &registered) !=
+                PKV_OK)
                 pkv__engine_log(e, PKV_LOG_LEVEL_DEBUG,
                                 "seq %llu: prefix registration skipped "
                                 "(memory)",
                                 (unsigned long long)s->id);
-            if (e->kv.groups.num_groups > 1)
-                pkv__prefix_register_groups(&e->kv.prefix, &e->kv.groups, s,
-                                            registered);
             if (pkv__store_enabled(e->store))
                 pkv__store_collect(e, s, registered);
         }
         /* Only once its blocks are cached: they may be hits. */
-        if (e->kv.groups.num_groups > 1)
-            slide_windows(e, s);
+        slide_windows(e, s);
         if (samples_here == 0)
             continue;
         s->tokens[s->num_tokens++] = sampled[sample];

@@ -5,7 +5,6 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "rollback.h"
-#include "kv/seq_tables.h"
 #include "store/engine_store.h"
 
 #include <string.h>
@@ -61,9 +60,8 @@ void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
 void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
 {
     pkv__engine_release_stage(e, seq);
-    pkv__seqs_tenant_add(&e->seqs, seq->tenant, -(int64_t)pkv__seq_held(seq));
-    pkv__seq_tables_release(seq, &e->kv.pool);
-    pkv__prefix_chain_release(&seq->chain, &e->kv.pool);
+    pkv__seqs_tenant_add(&e->seqs, seq->tenant, -(int64_t)pkv__kv_held(&seq->kv));
+    pkv__kv_drop(&e->kv, &seq->kv);
 }
 
 void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
@@ -83,7 +81,7 @@ void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
                             uint32_t before)
 {
     pkv__seqs_tenant_add(seqs, seq->tenant,
-                         (int64_t)pkv__seq_held(seq) - (int64_t)before);
+                         (int64_t)pkv__kv_held(&seq->kv) - (int64_t)before);
 }
 
 /* Remove the ended sequences from a list, keeping the others' order. */
@@ -208,13 +206,12 @@ void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
     /* Hybrid memory: a row at `keep` would see blocks a windowed group
      * dropped; nothing short of the whole sequence can be computed again
      * (a step computes every layer), so it is, from the start. */
-    if (e->kv.groups.num_groups > 1 &&
-        pkv__seq_window_lost(s, &e->kv.groups, bs, keep))
+    if (pkv__kv_window_lost(&e->kv, &s->kv, keep))
         keep = 0;
     pkv__rollback_forget_from(&e->rollback, s, keep / bs);
-    uint32_t before = pkv__seq_held(s);
-    pkv__seq_tables_truncate(s, &e->kv.pool, keep);
+    uint32_t before = pkv__kv_held(&s->kv);
+    pkv__kv_truncate(&e->kv, &s->kv, keep);
     pkv__seqs_count_blocks(&e->seqs, s, before);
-    pkv__prefix_chain_truncate(&s->chain, keep / bs);
+    pkv__prefix_chain_truncate(&s->kv.chain, keep / bs);
     s->num_computed = keep;
 }

@@ -20,8 +20,8 @@
 #ifndef PKV_PLAN_H
 #define PKV_PLAN_H
 
-#include "map.h"
 #include "kv/prefix.h"
+#include "map.h"
 
 struct pkv__seq;
 
@@ -41,13 +41,12 @@ typedef struct pkv__plan_item {
     struct pkv__seq *seq;
     uint32_t rows;       /* RUN, SWAP_IN, ADMIT: rows this step */
     uint32_t drafts;     /* RUN: speculative drafts after its row */
-    uint32_t hits;       /* ADMIT: its prefix hit, in blocks: group
-                            0's links (its chain), then the other
-                            groups' blocks from the first their row at
-                            hits * block_size sees (prefix_groups.h);
-                            each group holds its blocks from that first
-                            one, group 0 too */
-    uint32_t first_link; /* ADMIT: they are links[first_link ..] */
+    uint32_t hits;       /* ADMIT: its prefix hit, in blocks (kv.h's
+                            pkv__kv_lookup): its chain is
+                            links[first_link ..], the blocks its tables
+                            take ids[first_id ..] */
+    uint32_t first_link;
+    uint32_t first_id;
     uint8_t swap;        /* PREEMPT: swap out; else recompute */
 } pkv__plan_item;
 
@@ -55,9 +54,14 @@ typedef struct pkv__plan {
     pkv__plan_item *items; /* in the order decided */
     size_t items_capacity;
     uint32_t num_items;
-    pkv__chain_link *links; /* the admissions' prefix hits */
+    /* The admissions' prefix hits: their chains' links, the block ids
+     * their tables take. */
+    pkv__chain_link *links;
     size_t links_capacity;
     uint32_t num_links;
+    uint32_t num_ids;
+    uint32_t *ids;
+    size_t ids_capacity;
     uint32_t num_of[PKV__PLAN_ADMIT + 1]; /* items of each kind */
     /* The scheduler looked at waiting[0 .. waiting_seen) and
      * swapped[0 .. swapped_seen): the sequences it admitted or ended are
@@ -77,8 +81,8 @@ typedef struct pkv__plan {
     pkv__map tenants;
 } pkv__plan;
 
-/* The plan's memory (plan.c): room for n items; for `more` links after
- * the num_links in use (PKV_ERR_OUT_OF_MEMORY changes nothing); release. */
+/* The plan's memory (plan.c): room for n items; for `more` links and ids
+ * after those in use (PKV_ERR_OUT_OF_MEMORY changes nothing); release. */
 pkv_status pkv__plan_reserve_items(pkv__plan *plan,
                                    const pkv__allocator *alloc, size_t n);
 pkv_status pkv__plan_reserve_links(pkv__plan *plan,

@@ -4,7 +4,6 @@
 #include "kv_layout.h"
 #include "lifecycle.h"
 #include "kv/prefix_groups.h"
-#include "kv/seq_tables.h"
 #include "store/engine_store.h"
 
 #include <assert.h>
@@ -14,9 +13,8 @@
 static int alloc_swap(pkv_engine *e, pkv__seq *seq)
 {
     /* Every group's blocks from the first its next row sees. */
-    uint32_t n = pkv__groups_blocks_from(&e->kv.groups, e->kv.pool.block_size,
-                                         seq->num_computed,
-                                         seq->table.num_tokens);
+    uint32_t n = pkv__kv_blocks_from(&e->kv, seq->num_computed,
+                                         pkv__kv_tokens(&seq->kv));
     size_t size = pkv__backend_swap_bytes(&e->backend_config, n);
     seq->swap_data = pkv__calloc(&e->alloc, size, 1);
     seq->swap_blocks =
@@ -50,20 +48,18 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
             return st;
         if (it->kind == PKV__PLAN_RUN) {
             uint32_t n = pkv__blocks_for(
-                (uint64_t)s->table.num_tokens + it->rows + it->drafts, bs);
+                (uint64_t)pkv__kv_tokens(&s->kv) + it->rows + it->drafts, bs);
             /* Most steps add no block. */
-            st = pkv__seq_tables_reserve(s, &e->kv.pool, n);
+            st = pkv__kv_reserve(&e->kv, &s->kv, n, 0);
         } else if (it->kind == PKV__PLAN_SWAP_IN)
-            st = pkv__seq_tables_reserve(
-                s, &e->kv.pool,
-                pkv__blocks_for((uint64_t)s->num_computed + it->rows, bs));
-        else if (it->kind == PKV__PLAN_ADMIT) {
-            st = pkv__seq_tables_reserve(
-                s, &e->kv.pool,
-                pkv__blocks_for((uint64_t)it->hits * bs + it->rows, bs));
-            if (st == PKV_OK)
-                st = pkv__prefix_chain_reserve(&s->chain, &e->kv.pool, it->hits);
-        }
+            st = pkv__kv_reserve(
+                &e->kv, &s->kv,
+                pkv__blocks_for((uint64_t)s->num_computed + it->rows, bs), 0);
+        else if (it->kind == PKV__PLAN_ADMIT)
+            st = pkv__kv_reserve(
+                &e->kv, &s->kv,
+                pkv__blocks_for((uint64_t)it->hits * bs + it->rows, bs),
+                it->hits);
         if (st != PKV_OK)
             return st;
     }
@@ -99,11 +95,10 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
          * so that each group's blocks out are the ones swap-in makes. */
         pkv__seqs_tenant_add(
             &e->seqs, seq->tenant,
-            -(int64_t)pkv__seq_tables_slide(seq, &e->kv.pool, &e->kv.groups,
-                                            seq->num_computed));
+            -(int64_t)pkv__kv_slide(&e->kv, &seq->kv,                                             seq->num_computed));
         uint32_t n = 0;
-        for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
-            const pkv__table *t = pkv__seq_table(seq, g);
+        for (uint32_t g = 0; g < seq->kv.groups; g++) {
+            const pkv__table *t = &seq->kv.tables[g];
             memcpy(seq->swap_blocks + n, t->blocks + t->first_held,
                    pkv__table_held(t) * sizeof *seq->swap_blocks);
             n += pkv__table_held(t);
@@ -135,8 +130,8 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
 static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 {
     pkv__block_copy copies[PKV__MAX_GROUPS];
-    uint32_t before = pkv__seq_held(seq);
-    pkv_status st = pkv__seq_tables_append(seq, &e->kv.pool, rows, copies);
+    uint32_t before = pkv__kv_held(&seq->kv);
+    pkv_status st = pkv__kv_append(&e->kv, &seq->kv, rows, copies);
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(&e->seqs, seq, before);
     if (st != PKV_OK) {
@@ -144,7 +139,7 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
                               PKV_ERR_INTERNAL);
         return 0;
     }
-    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
+    for (uint32_t g = 0; g < seq->kv.groups; g++)
         if (copies[g].dst != PKV__NULL_BLOCK &&
             !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
             push_action(e, PKV__ACTION_COPY_BLOCK, seq, copies[g]);
@@ -152,15 +147,12 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 }
 
 /* A swapped sequence's tables for its computed tokens and `rows` more
- * (reserved: see grow); with groups, each windowed group's from the
- * first block its next row sees, as the swap-out left them. */
+ * (reserved: see grow), each windowed group's from the first block its
+ * next row sees, as the swap-out left them. */
 static int swap_in_tables(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 {
-    if (e->kv.groups.num_groups == 1)
-        return grow(e, seq, seq->num_computed + rows);
-    pkv_status st = pkv__seq_tables_swap_in(seq, &e->kv.pool, &e->kv.groups,
-                                            seq->num_computed,
-                                            seq->num_computed + rows);
+    pkv_status st = pkv__kv_swap_in(&e->kv, &seq->kv, seq->num_computed,
+                                    seq->num_computed + rows);
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(&e->seqs, seq, 0);
     if (st != PKV_OK)
@@ -172,25 +164,12 @@ static int swap_in_tables(pkv_engine *e, pkv__seq *seq, uint32_t rows)
 /* Adopt an admission's prefix hits (reserved: see grow). */
 static void adopt(pkv_engine *e, const pkv__plan_item *it)
 {
-    const pkv__chain_link *links = e->step.plan.links + it->first_link;
+    const pkv__plan *plan = &e->step.plan;
     pkv__seq *seq = it->seq;
-    pkv_status st = PKV_OK;
-    /* Each group holds the blocks from the first its row at hits *
-     * block_size sees: group 0's are its links', the other groups' follow
-     * them (plan.h). */
-    uint32_t at = it->hits, bs = e->kv.pool.block_size;
-    for (uint32_t g = 0; st == PKV_OK && g < e->kv.groups.num_groups; g++) {
-        uint32_t first =
-            pkv__groups_first_seen(&e->kv.groups, g, bs, it->hits * bs);
-        for (uint32_t h = first; h < it->hits; h++)
-            e->step.hit_blocks[h - first] =
-                links[g == 0 ? h : at++].block;
-        st = pkv__table_adopt_from(pkv__seq_table(seq, g), &e->kv.pool,
-                                   e->step.hit_blocks, first, it->hits);
-    }
+    pkv_status st = pkv__kv_adopt(&e->kv, &seq->kv,
+                                  plan->links + it->first_link,
+                                  plan->ids + it->first_id, it->hits);
     pkv__seqs_count_blocks(&e->seqs, seq, 0);
-    if (st == PKV_OK)
-        st = pkv__prefix_chain_adopt(&seq->chain, &e->kv.pool, links, it->hits);
     assert(st == PKV_OK);
     if (st != PKV_OK)
         pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,

@@ -29,7 +29,6 @@
 #include "kv_layout.h"
 #include "lifecycle.h"
 #include "kv/prefix_groups.h"
-#include "kv/seq_tables.h"
 #include "store/engine_store.h"
 
 #include <string.h>
@@ -119,7 +118,7 @@ static uint64_t view_ref_of(const void *pl, uint32_t block)
 static uint32_t blocks_needed(const planner *pl, const pkv__seq *seq,
                               uint32_t rows)
 {
-    return pkv__seq_tables_needed(seq, &pl->e->kv.pool, rows, view_ref_of, pl);
+    return pkv__kv_needed(&pl->e->kv, &seq->kv, rows, view_ref_of, pl);
 }
 
 /* With hybrid memory, every group takes a block where one table would. */
@@ -159,14 +158,14 @@ static uint32_t rows_wanted(const pkv_engine *e, const pkv__seq *seq,
 /* A running sequence leaves running: its blocks go back in the view. */
 static pkv_status leave_running(planner *pl, pkv__seq *seq)
 {
-    uint32_t held = pkv__seq_held(seq);
+    uint32_t held = pkv__kv_held(&seq->kv);
     pkv_status st = view_room(pl, held);
     if (st == PKV_OK)
         st = view_tenant_add(pl, seq->tenant, -(int64_t)held);
     if (st != PKV_OK)
         return st;
-    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
-        const pkv__table *t = pkv__seq_table_c(seq, g);
+    for (uint32_t g = 0; g < seq->kv.groups; g++) {
+        const pkv__table *t = pkv__kv_table(&seq->kv, g);
         for (uint32_t i = t->first_held; i < t->num_blocks; i++) {
             uint64_t ref = view_ref(pl, t->blocks[i]) - 1;
             view_set(pl, t->blocks[i], ref);
@@ -207,9 +206,8 @@ static pkv_status preempt(planner *pl, pkv__seq *seq)
     if (e->params.preempt_mode == PKV_PREEMPT_MODE_SWAP) {
         size_t size = pkv__backend_swap_bytes(
             &e->backend_config,
-            pkv__groups_blocks_from(&e->kv.groups, e->kv.pool.block_size,
-                                    seq->num_computed,
-                                    seq->table.num_tokens));
+            pkv__kv_blocks_from(&e->kv, seq->num_computed,
+                                    pkv__kv_tokens(&seq->kv)));
         if (pl->swap_used + size <= e->params.swap_bytes) {
             pl->swap_used += size;
             it->swap = 1;
@@ -255,10 +253,10 @@ static pkv_status plan_running(planner *pl, uint32_t i)
     for (;;) {
         pkv_status st = PKV_OK;
         uint32_t after =
-            pkv__blocks_for(seq->table.num_tokens + (uint64_t)rows, bs);
-        uint32_t grow_by = per_group(e, after - seq->table.num_blocks);
+            pkv__blocks_for(pkv__kv_tokens(&seq->kv) + (uint64_t)rows, bs);
+        uint32_t grow_by = per_group(e, after - pkv__kv_blocks(&seq->kv));
         /* The blocks it holds once grown (after, with one group). */
-        uint32_t held_after = pkv__seq_held(seq) + grow_by;
+        uint32_t held_after = pkv__kv_held(&seq->kv) + grow_by;
         if (seq_quota != 0 && held_after > seq_quota)
             return plan_end(pl, seq, PKV_ERR_QUOTA);
         if (over_tenant_quota(pl, seq->tenant, grow_by)) {
@@ -281,9 +279,9 @@ static pkv_status plan_running(planner *pl, uint32_t i)
              * sequence's reference (pkv__table_append), which a later
              * sharer's blocks_needed must see (it may write in place);
              * one that only the prefix cache holds then is available. */
-            for (uint32_t g = 0; need > grow_by && g < pkv__seq_groups(seq);
+            for (uint32_t g = 0; need > grow_by && g < seq->kv.groups;
                  g++) {
-                const pkv__table *t = pkv__seq_table_c(seq, g);
+                const pkv__table *t = pkv__kv_table(&seq->kv, g);
                 if (pkv__table_blocks_needed(t, &e->kv.pool, rows, view_ref_of,
                                              pl) == after - t->num_blocks)
                     continue;
@@ -322,16 +320,13 @@ static pkv_status plan_running(planner *pl, uint32_t i)
 /* The most blocks a sequence of `tokens` tokens holds at once: with
  * hybrid memory, its windowed groups hold only their windows and a step's
  * rows, so one that fits by those is not refused for blocks they give
- * back as it goes (seq_tables.h). */
+ * back as it goes (kv.h). */
 static uint32_t most_blocks(const pkv_engine *e, uint32_t tokens)
 {
-    uint32_t bs = e->kv.pool.block_size;
-    if (e->kv.groups.num_groups == 1)
-        return pkv__blocks_for(tokens, bs);
     uint32_t chunk = e->params.long_prefill_threshold;
     if (chunk == 0 || chunk > e->params.max_batch_tokens)
         chunk = e->params.max_batch_tokens;
-    uint64_t n = pkv__groups_peak_blocks(&e->kv.groups, bs, tokens, chunk);
+    uint64_t n = pkv__kv_peak_blocks(&e->kv, tokens, chunk);
     return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
@@ -359,8 +354,7 @@ static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
     pkv__seq *seq = e->seqs.swapped.items[index];
     uint32_t rows = rows_wanted(e, seq, seq->num_computed, pl->budget);
     uint32_t after =
-        pkv__groups_blocks_from(&e->kv.groups, e->kv.pool.block_size,
-                                seq->num_computed, seq->num_computed + rows);
+        pkv__kv_blocks_from(&e->kv, seq->num_computed, seq->num_computed + rows);
     pkv_status never = never_fits(e, after);
     if (never != PKV_OK) {
         *st = plan_end(pl, seq, never);
@@ -400,26 +394,17 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
         return 1;
     }
     *st = pkv__plan_reserve_links(
-        plan, &e->alloc, per_group(e, (uint64_t)seq->num_tokens / bs + 1));
+        plan, &e->alloc, pkv__kv_lookup_room(&e->kv, seq->num_tokens));
     if (*st != PKV_OK)
         return 1;
-    pkv__chain_link *hit = plan->links + plan->num_links;
-    uint32_t hits = 0, group_hits = 0;
-    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->salt,
-                       seq->prompt_hashes, seq->num_prompt_hashes, hit,
-                       &hits);
-    if (e->kv.groups.num_groups > 1) /* the other groups' blocks follow */
-        hits = pkv__prefix_group_hits(&e->kv.prefix, &e->kv.groups, hit, hits,
-                                      seq->tokens, seq->salt, &group_hits);
-    /* The blocks it holds: every group's from the first its row at
-     * hits * block_size sees (group 0's links before them only carry the
-     * chain), contiguous in the plan's links. */
-    uint32_t first = pkv__groups_first_seen(&e->kv.groups, 0, bs, hits * bs);
-    const pkv__chain_link *held = hit + first;
-    uint32_t links = hits - first + group_hits;
+    uint32_t *held = plan->ids + plan->num_ids;
+    pkv__kv_hit hit = pkv__kv_lookup(&e->kv, &seq->kv, seq->tokens,
+                                     seq->num_tokens,
+                                     plan->links + plan->num_links, held);
+    uint32_t hits = hit.blocks, links = hit.held;
     uint32_t revived = 0;
     for (uint32_t h = 0; h < links; h++)
-        revived += view_ref(pl, held[h].block) == 0;
+        revived += view_ref(pl, held[h]) == 0;
     uint32_t computed = hits * bs;
     uint32_t rows = rows_wanted(e, seq, computed, pl->budget);
     /* Every group takes the blocks from the hits on; the hits are held
@@ -441,7 +426,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     if (*st != PKV_OK)
         return 1;
     for (uint32_t h = 0; h < links; h++)
-        view_set(pl, held[h].block, view_ref(pl, held[h].block) + 1);
+        view_set(pl, held[h], view_ref(pl, held[h]) + 1);
     pl->available -= need;
     pl->budget -= rows;
     pl->running++;
@@ -449,7 +434,9 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     it->rows = rows;
     it->hits = hits;
     it->first_link = plan->num_links;
-    plan->num_links += hits + group_hits;
+    it->first_id = plan->num_ids;
+    plan->num_links += hits;
+    plan->num_ids += links;
     return 1;
 }
 
@@ -485,10 +472,10 @@ static pkv_status plan_drafts(planner *pl)
         if (k + 1 > room)
             k = room - 1;
         /* After its row, its last block is its own: no copy. */
-        uint64_t tokens = (uint64_t)s->table.num_tokens + 1;
-        uint32_t held = pkv__seq_held(s) +
+        uint64_t tokens = (uint64_t)pkv__kv_tokens(&s->kv) + 1;
+        uint32_t held = pkv__kv_held(&s->kv) +
                         per_group(e, pkv__blocks_for(tokens, bs) -
-                                         s->table.num_blocks);
+                                         pkv__kv_blocks(&s->kv));
         uint32_t need = 0;
         for (; k > 0; k--) {
             need = per_group(e, pkv__blocks_for(tokens + k, bs) -
@@ -510,9 +497,9 @@ static pkv_status plan_drafts(planner *pl)
     return PKV_OK;
 }
 
-/* plan_running reads a chain per sequence: the sequence, its last block
- * id and its tenant's count, that block's pool entry; each link is
- * prefetched a few sequences ahead of the one being planned
+/* plan_running reads a chain per sequence: the sequence, its tables,
+ * its last block id and its tenant's count, that block's pool entry;
+ * each link is prefetched a few sequences ahead of the one being planned
  * (prefetch.h). */
 static void prefetch_running(const pkv_engine *e, uint32_t i)
 {
@@ -520,6 +507,8 @@ static void prefetch_running(const pkv_engine *e, uint32_t i)
     uint32_t ahead = PKV__PREFETCH_AHEAD;
     if (i + ahead < running->count)
         pkv__seq_prefetch(running->items[i + ahead]);
+    if (i + ahead * 3 / 4 < running->count)
+        pkv__seq_prefetch_tables(running->items[i + ahead * 3 / 4]);
     if (i + ahead / 2 < running->count) {
         const pkv__seq *seq = running->items[i + ahead / 2];
         pkv__seq_prefetch_tail(seq);
@@ -527,7 +516,7 @@ static void prefetch_running(const pkv_engine *e, uint32_t i)
             pkv__map_prefetch(&e->seqs.tenant_blocks, seq->tenant);
     }
     if (i + ahead / 4 < running->count) {
-        const pkv__table *t = &running->items[i + ahead / 4]->table;
+        const pkv__table *t = pkv__kv_table(&running->items[i + ahead / 4]->kv, 0);
         if (t->num_blocks > 0)
             PKV__PREFETCH(&e->kv.pool.blocks[t->blocks[t->num_blocks - 1]]);
     }
@@ -541,6 +530,7 @@ pkv_status pkv__sched_plan(pkv_engine *e)
     plan->number++;
     plan->num_items = 0;
     plan->num_links = 0;
+    plan->num_ids = 0;
     memset(plan->num_of, 0, sizeof plan->num_of);
     plan->waiting_seen = 0;
     plan->swapped_seen = 0;

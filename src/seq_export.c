@@ -18,7 +18,6 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "kv/seq_tables.h"
 #include "seal.h"
 #include "struct_sizes.h"
 #include "wire.h"
@@ -76,7 +75,7 @@ static void put_layout(const pkv_engine *e, uint8_t *at)
  * the first its next row sees. */
 static uint32_t grouped_blocks(const pkv_engine *e, uint32_t computed)
 {
-    return pkv__groups_blocks_from(&e->kv.groups, e->kv.pool.block_size, computed,
+    return pkv__kv_blocks_from(&e->kv, computed,
                                    computed);
 }
 
@@ -214,8 +213,8 @@ static pkv_status grouped_kv_out(pkv_engine *e, const pkv__seq *s,
     uint32_t bs = c->block_size, all = pkv__blocks_for(s->num_computed, bs);
     size_t block = pkv__backend_swap_block_bytes(c);
     uint32_t done = 0;
-    for (uint32_t g = 0; g < pkv__seq_groups(s); g++) {
-        const pkv__table *t = pkv__seq_table_c(s, g);
+    for (uint32_t g = 0; g < s->kv.groups; g++) {
+        const pkv__table *t = pkv__kv_table(&s->kv, g);
         uint32_t first =
             pkv__groups_first_seen(&e->kv.groups, g, bs, s->num_computed);
         pkv_status st = e->ops->swap_out(e->backend, t->blocks + first,
@@ -257,7 +256,7 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
     if (grouped(e)) {
         st = grouped_kv_out(e, s, host);
     } else {
-        st = e->ops->swap_out(e->backend, s->table.blocks, n, host);
+        st = e->ops->swap_out(e->backend, s->kv.tables[0].blocks, n, host);
         if (st == PKV_OK && pkv__backend_quantized(c))
             st = e->ops->stage_out(e->backend, s->stage, host + blocks);
     }
@@ -463,8 +462,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     /* Blocks to hold the KV and the next row: a sequence that can never
      * fit is refused now, not failed at its first step. */
     uint32_t kept = *keep_kv ? computed : 0;
-    uint32_t need = pkv__groups_blocks_from(&e->kv.groups, c->block_size, kept,
-                                            kept + 1);
+    uint32_t need = pkv__kv_blocks_from(&e->kv, kept, kept + 1);
     if (need > c->num_blocks - 1)
         return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
                                 "import: %u blocks needed; the pool has %u",
@@ -490,7 +488,6 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
     uint32_t computed = keep_kv ? pkv__get_u32(d + AT_NUM_COMPUTED) : 0;
     uint32_t prompt_len = pkv__get_u32(d + AT_PROMPT_LEN);
     uint32_t bs = c->block_size;
-    uint32_t n_hashes = computed == 0 ? (prompt_len - 1) / bs : 0;
     uint32_t swap_blocks = grouped(e) ? grouped_blocks(e, computed)
                                       : pkv__blocks_for(computed, bs);
     size_t swap_size =
@@ -501,22 +498,17 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
     if (st == PKV_OK && token_ids != NULL) {
         for (uint32_t i = 0; i < tokens; i++)
             token_ids[i] = (int32_t)pkv__get_u32(d + head + (size_t)i * 4);
-        seq = pkv__seq_new(&e->alloc, token_ids, tokens,
-                           e->kv.groups.num_groups);
+        /* Computed again, its prompt's blocks may hit: their hashes. */
+        seq = pkv__seq_new(&e->alloc, &e->kv, token_ids, tokens,
+                           p.cache_salt, computed == 0 ? prompt_len : 0);
     }
     pkv__free(&e->alloc, token_ids, tokens, sizeof *token_ids);
     if (seq != NULL && swap_size > 0) {
         seq->swap_data = pkv__calloc(&e->alloc, swap_size, 1);
         seq->swap_size = swap_size;
     }
-    if (seq != NULL && n_hashes > 0) {
-        seq->prompt_hashes = pkv__calloc(&e->alloc, n_hashes,
-                                         sizeof *seq->prompt_hashes);
-        seq->prompt_hashes_size = n_hashes;
-    }
     if (st != PKV_OK || seq == NULL ||
-        (swap_size > 0 && seq->swap_data == NULL) ||
-        (n_hashes > 0 && seq->prompt_hashes == NULL)) {
+        (swap_size > 0 && seq->swap_data == NULL)) {
         if (seq != NULL) {
             pkv__free(&e->alloc, seq->swap_data, swap_size, 1);
             seq->swap_data = NULL;
@@ -540,13 +532,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
     seq->num_computed = computed;
     seq->priority = p.priority;
     seq->tenant = p.tenant;
-    seq->salt = p.cache_salt;
     seq->user_data = p.user_data;
-    if (n_hashes > 0) {
-        seq->num_prompt_hashes = n_hashes;
-        pkv__prefix_hashes(seq->tokens, n_hashes, bs, seq->salt,
-                           seq->prompt_hashes);
-    }
     pkv__inbox_issue(&e->inbox, seq);
     pkv__map_put(&e->seqs.by_id, seq->id, (uint64_t)(uintptr_t)seq);
     if (tokens > e->seqs.longest_tokens) /* sizes the next step's arrays */

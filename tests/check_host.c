@@ -220,7 +220,7 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
 {
     pkv_engine *e = host->engine;
     const pkv__seq *p = e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, parent);
-    uint32_t parent_blocks = p ? p->table.num_blocks : 0;
+    uint32_t parent_blocks = p ? pkv__kv_blocks(&p->kv) : 0;
     pkv_status st = pkv_seq_fork(e, parent, last_token, out_child);
     if (checked_not_between_steps(host, parent, p, st)) {
         /* nothing more to check */
@@ -259,9 +259,9 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
     /* The child shares every block of its parent. */
     const pkv__seq *cs = pkv__seqs_find(&e->seqs, *out_child);
     CHECK(host, cs != NULL && cs->state == PKV__SEQ_RUNNING);
-    CHECK(host, cs->table.num_blocks == parent_blocks);
-    CHECK(host, memcmp(cs->table.blocks, p->table.blocks,
-                       parent_blocks * sizeof *p->table.blocks) == 0);
+    CHECK(host, pkv__kv_blocks(&cs->kv) == parent_blocks);
+    CHECK(host, memcmp(cs->kv.tables[0].blocks, p->kv.tables[0].blocks,
+                       parent_blocks * sizeof *p->kv.tables[0].blocks) == 0);
     return PKV_OK;
 }
 

@@ -361,7 +361,7 @@ static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
     float *stage = malloc(pkv__backend_stage_bytes(c));
     assert_non_null(kv);
     assert_non_null(stage);
-    assert_int_equal(e->ops->swap_out(e->backend, s->table.blocks, sealed, kv),
+    assert_int_equal(e->ops->swap_out(e->backend, s->kv.tables[0].blocks, sealed, kv),
                      PKV_OK);
     assert_int_equal(e->ops->stage_out(e->backend, s->stage, stage), PKV_OK);
     uint8_t *at = kv + blocks;

@@ -23,7 +23,6 @@
 #include "kv_layout.h"
 #include "engine.h"
 #include "lifecycle.h"
-#include "kv/seq_tables.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 
@@ -85,10 +84,10 @@ static uint32_t most_windowed_blocks(const pkv_engine *e)
     uint32_t most = 0;
     for (uint32_t i = 0; i < e->seqs.running.count; i++) {
         const pkv__seq *s = e->seqs.running.items[i];
-        for (uint32_t g = 0; g < pkv__seq_groups(s); g++)
+        for (uint32_t g = 0; g < s->kv.groups; g++)
             if (pkv__groups_window(&e->kv.groups, g) != 0 &&
-                pkv__table_held(pkv__seq_table_c(s, g)) > most)
-                most = pkv__table_held(pkv__seq_table_c(s, g));
+                pkv__table_held(pkv__kv_table(&s->kv, g)) > most)
+                most = pkv__table_held(pkv__kv_table(&s->kv, g));
     }
     return most;
 }

@@ -275,7 +275,7 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
     const EVP_MD *md = e->store->sha256;
     if (have == 0) {
         if (pkv__digest_root(md, e->store->model, &e->backend_config,
-                             seq->salt, d) != PKV_OK)
+                             seq->kv.salt, d) != PKV_OK)
             return NULL;
         seq->num_store_digests = have = 1;
     }
@@ -403,8 +403,8 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     uint32_t bs = e->kv.pool.block_size;
     uint32_t n_max = seq->num_tokens ? (seq->num_tokens - 1) / bs : 0;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->salt,
-                       seq->prompt_hashes, seq->num_prompt_hashes, links,
+    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->kv.salt,
+                       seq->kv.prompt_hashes, seq->kv.num_prompt_hashes, links,
                        &hits);
     seq->store_state = PKV__STORE_ASKED;
     if (hits >= n_max)
@@ -569,8 +569,8 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
     pkv__pool *pool = &e->kv.pool;
     uint32_t bs = pool->block_size, end = op->first + op->group0_keys;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->salt,
-                       seq->prompt_hashes, seq->num_prompt_hashes, links,
+    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->kv.salt,
+                       seq->kv.prompt_hashes, seq->kv.num_prompt_hashes, links,
                        &hits);
     if (hits < end || op->group0_keys == 0)
         return;
@@ -584,7 +584,7 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
         const int32_t *t = seq->tokens + (size_t)j * bs;
         uint64_t h = pkv__prefix_group_hash(links[j].hash, g);
         if (op->sizes[i] == 0 ||
-            pkv__prefix_find_group(&e->kv.prefix, g, h, t, seq->salt,
+            pkv__prefix_find_group(&e->kv.prefix, g, h, t, seq->kv.salt,
                                    links[j].block, links[j].generation) !=
                 PKV__NO_BLOCK)
             continue; /* a miss, or cached already */
@@ -610,7 +610,7 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
         if (kv != NULL) {
             pkv__pool_set_group(pool, b, g);
             pkv__pool_set_fill(pool, b, bs);
-            pkv__prefix_insert(&e->kv.prefix, b, h, t, seq->salt,
+            pkv__prefix_insert(&e->kv.prefix, b, h, t, seq->kv.salt,
                                links[j].block, links[j].generation);
             e->store->sent[b] = 1 + (uint64_t)pool->blocks[b].generation;
             e->totals.store_hit_blocks++;
@@ -633,8 +633,8 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     pkv__pool *pool = &e->kv.pool;
     uint32_t bs = pool->block_size;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->salt,
-                       seq->prompt_hashes, seq->num_prompt_hashes, links,
+    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->kv.salt,
+                       seq->kv.prompt_hashes, seq->kv.num_prompt_hashes, links,
                        &hits);
     /* The cache lost the block before the first loaded one: they cannot
      * join it (their parent is gone). Every value is still checked. */
@@ -681,11 +681,11 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     for (uint32_t i = 0; i < n; i++) {
         uint32_t j = from + i;
         const int32_t *t = seq->tokens + (size_t)j * bs;
-        uint64_t h = j < seq->num_prompt_hashes
-                         ? seq->prompt_hashes[j]
-                         : pkv__prefix_hash(parent_hash, t, bs, seq->salt);
+        uint64_t h = j < seq->kv.num_prompt_hashes
+                         ? seq->kv.prompt_hashes[j]
+                         : pkv__prefix_hash(parent_hash, t, bs, seq->kv.salt);
         pkv__pool_set_fill(pool, ids[i], bs);
-        pkv__prefix_insert(&e->kv.prefix, ids[i], h, t, seq->salt, parent,
+        pkv__prefix_insert(&e->kv.prefix, ids[i], h, t, seq->kv.salt, parent,
                            pool->blocks[parent].generation);
         e->store->sent[ids[i]] = 1 + (uint64_t)pool->blocks[ids[i]].generation;
         parent_hash = h;
@@ -885,7 +885,7 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
     pkv__engine_store *s = e->store;
     const pkv__pool *pool = &e->kv.pool;
     uint32_t bs = pool->block_size;
-    uint32_t end = seq->chain.num_links, prompt_blocks = seq->prompt_len / bs;
+    uint32_t end = seq->kv.chain.num_links, prompt_blocks = seq->prompt_len / bs;
     /* A prompt's blocks wait until its last full block is computed, then
      * go together (the send writes them tail first): a store that evicts
      * the least recently written (Redis with allkeys-lru) then evicts a
@@ -905,10 +905,10 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
          * may have been evicted and reused since (its generation moved
          * on), while the sequence's own block still holds them, unless a
          * windowed group 0 dropped it: then nobody does. */
-        const pkv__chain_link *link = &seq->chain.links[j];
+        const pkv__chain_link *link = &seq->kv.chain.links[j];
         uint32_t b = pool->blocks[link->block].generation == link->generation
                          ? link->block
-                         : seq->table.blocks[j];
+                         : seq->kv.tables[0].blocks[j];
         if (b == PKV__NULL_BLOCK)
             continue;
         const uint8_t *d = digests(e, seq, j + 1);
@@ -920,7 +920,7 @@ void pkv__store_collect(pkv_engine *e, pkv__seq *seq, uint32_t first_new)
     /* Hybrid memory: the other groups' blocks the tables still hold, each
      * under its group's digest, after the group-0 block of its tokens. */
     for (uint32_t g = 1; g < e->kv.groups.num_groups; g++) {
-        const pkv__table *t = pkv__seq_table_c(seq, g);
+        const pkv__table *t = pkv__kv_table(&seq->kv, g);
         for (uint32_t j = from > t->first_held ? from : t->first_held;
              j < end && j < seq->num_computed / bs; j++) {
             const uint8_t *d = digests(e, seq, j + 1);

@@ -171,7 +171,7 @@ static void dump(void)
                     "blocks %u tenant %u priority %d protect %u "
                     "preemptions %u\n",
                     names[l], (unsigned long long)s->id, s->num_tokens,
-                    s->prompt_len, s->num_computed, s->table.num_blocks,
+                    s->prompt_len, s->num_computed, pkv__kv_blocks(&s->kv),
                     s->tenant, (int)s->priority, s->protect,
                     s->num_preemptions);
         }
@@ -496,9 +496,9 @@ static int cuts_inside_shared(const pkv_engine *e, pkv_seq_id id, uint32_t n)
         return 0;
     uint32_t keep = n - 1 < s->num_computed ? n - 1 : s->num_computed;
     uint32_t bs = e->params.block_size;
-    if (keep % bs == 0 || keep / bs >= s->table.num_blocks)
+    if (keep % bs == 0 || keep / bs >= pkv__kv_blocks(&s->kv))
         return 0;
-    const pkv__block *k = &e->kv.pool.blocks[s->table.blocks[keep / bs]];
+    const pkv__block *k = &e->kv.pool.blocks[s->kv.tables[0].blocks[keep / bs]];
     return k->ref_count > 1 || k->cached;
 }
 
@@ -660,8 +660,8 @@ static void op_block_table(world *w)
         return;
     }
     CHECK(st == PKV_OK);
-    CHECK(nb == s->table.num_blocks && nt == s->table.num_tokens);
-    CHECK(nb == 0 || memcmp(blocks, s->table.blocks, nb * sizeof *blocks) == 0);
+    CHECK(nb == pkv__kv_blocks(&s->kv) && nt == pkv__kv_tokens(&s->kv));
+    CHECK(nb == 0 || memcmp(blocks, s->kv.tables[0].blocks, nb * sizeof *blocks) == 0);
 }
 
 /* A well-formed host tensor over the host's scratch. */
