@@ -78,7 +78,6 @@ static void engine_free(pkv_engine *e)
         e->ops->destroy(e->backend);
     pkv__seqs_release(&e->seqs, &e->alloc);
     pkv__step_state_release(&e->step, &e->alloc);
-    pkv__rollback_release(&e->rollback, &e->alloc);
     pkv__kv_release(&e->kv, &e->alloc);
     pkv__free(&e->alloc, e->layer_windows, e->params.num_layers,
               sizeof *e->layer_windows);
@@ -131,7 +130,8 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         pkv__kv_init(&e->kv, &alloc, &e->params) != PKV_OK) {
         pkv__inbox_release(&e->inbox, &alloc);
         engine_free(e);
-        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "layer windows");
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY,
+                         "layer windows, staging tails, rollback window");
     }
     /* The KV storage first: a cache too large for the machine fails before
      * the host metadata (proportional to the blocks) is built. */
@@ -142,7 +142,8 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (st == PKV_OK) {
         what = "block pool";
         pkv__set_error(""); /* the backend may have noted a fallback */
-        st = pkv__kv_init_pool(&e->kv, &alloc, p.num_blocks, p.block_size);
+        st = pkv__kv_init_pool(&e->kv, &alloc, e->ops, e->backend,
+                               &e->backend_config);
     }
     /* The key itself is not kept: the seal holds what it derives. */
     e->params.seal_key = NULL;
@@ -163,10 +164,6 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     if (st == PKV_OK) {
         what = "sequence lists";
         st = pkv__seqs_init(&e->seqs, &alloc, &p);
-    }
-    if (st == PKV_OK) {
-        what = "rollback window";
-        st = pkv__rollback_init(&e->rollback, &alloc, &p);
     }
     if (st != PKV_OK) {
         char why[PKV__ERROR_MAX];

@@ -14,7 +14,6 @@
 #include "inbox.h"
 #include "lifecycle.h"
 #include "kv/kv.h"
-#include "rollback.h"
 #include "step_state.h"
 
 struct pkv__engine_store;
@@ -36,7 +35,6 @@ struct pkv_engine {
     pkv__backend_config backend_config;
     pkv__inbox inbox;          /* sequences added from any thread */
     pkv__seqs seqs;            /* lifecycle.h */
-    pkv__rollback rollback;    /* rollback.h */
     pkv__step_state step;      /* step_state.h */
     struct pkv__engine_store *store; /* store/engine_store.h */
     struct pkv__seal *seal; /* seal.h; NULL: no seal_key */

@@ -147,18 +147,12 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     pkv__seq *child = NULL;
     if (st == PKV_OK) {
         child = pkv__seq_new(&e->alloc, &e->kv, parent->tokens,
-                             parent->num_tokens, parent->kv.salt, 0);
+                             parent->num_tokens, pkv__kv_salt(&parent->kv),
+                             0);
         st = child == NULL ? PKV_ERR_OUT_OF_MEMORY : PKV_OK;
     }
     if (st == PKV_OK)
         st = pkv__kv_fork(&e->kv, &child->kv, &parent->kv);
-    if (st == PKV_OK && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype)) {
-        pkv__block_copy pair = {parent->stage,
-                                e->seqs.free_stages[e->seqs.num_free_stages - 1]};
-        st = e->ops->copy_stages(e->backend, &pair, 1);
-        if (st == PKV_OK)
-            child->stage = e->seqs.free_stages[--e->seqs.num_free_stages];
-    }
     if (st != PKV_OK) {
         if (child != NULL) {
             pkv__kv_drop(&e->kv, &child->kv);
@@ -272,7 +266,7 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     if (s->state == PKV__SEQ_SWAPPED) {
         /* Its blocks are host bytes now: recompute it instead. */
         pkv__seq_list_remove(&e->seqs.swapped, s);
-        pkv__seqs_drop_swap(&e->seqs, &e->alloc, s);
+        pkv__kv_drop_swap(&e->kv, &s->kv, &e->alloc);
         s->num_computed = 0;
         s->state = PKV__SEQ_WAITING;
         pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
@@ -286,9 +280,8 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     if (s->prompt_len > num_tokens)
         s->prompt_len = num_tokens;
     s->num_tokens = num_tokens;
-    /* Later tokens may differ from the prompt's: keep whole blocks only. */
-    if (s->kv.num_prompt_hashes > num_tokens / bs)
-        s->kv.num_prompt_hashes = num_tokens / bs;
+    /* Later tokens may differ from the prompt's. */
+    pkv__kv_forget_tokens(&e->kv, &s->kv, num_tokens);
     if (pkv__store_enabled(e->store))
         pkv__store_forget(e, s, num_tokens / bs);
     PKV__ENGINE_CHECK(e);

@@ -6,7 +6,6 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "lifecycle.h"
-#include "rollback.h"
 #include "sched_plan.h"
 #include "kv/prefix_groups.h"
 #include "store/engine_store.h"
@@ -93,7 +92,7 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
                                                    : "it will be recomputed");
     if (a->kind == PKV__ACTION_SWAP_OUT) {
         pkv__seq_list_remove(&e->seqs.swapped, s);
-        pkv__seqs_drop_swap(&e->seqs, &e->alloc, s);
+        pkv__kv_drop_swap(&e->kv, &s->kv, &e->alloc);
         e->totals.swap_outs--;
     } else {
         unschedule(e, s, num_seqs);
@@ -115,36 +114,12 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
     pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
 }
 
-/* A swapped sequence's blocks back from its buffer: every group's held
- * blocks, group after group, as the swap-out wrote them. */
-static pkv_status swap_in_groups(pkv_engine *e, pkv__seq *s,
-                                 const uint8_t *host)
-{
-    if (e->kv.groups.num_groups == 1) /* as the swap-out counted them */
-        return e->ops->swap_in(e->backend, host, s->kv.tables[0].blocks,
-                               s->swap_num_blocks);
-    size_t block_bytes = pkv__backend_swap_block_bytes(&e->backend_config);
-    uint32_t done = 0;
-    for (uint32_t g = 0; g < s->kv.groups; g++) {
-        const pkv__table *t = &s->kv.tables[g];
-        uint32_t n = pkv__blocks_for(s->num_computed, e->kv.pool.block_size) -
-                     t->first_held;
-        pkv_status st = e->ops->swap_in(e->backend, host + done * block_bytes,
-                                        t->blocks + t->first_held, n);
-        if (st != PKV_OK)
-            return st;
-        done += n;
-    }
-    return PKV_OK;
-}
-
 /* Run the planner's device actions in order, each run of copy-on-write
  * copies as one backend call. One that fails costs its sequence (a failed
  * run: each of its sequences) this step, never the step or the sequence's
  * tokens. */
 static void run_actions(pkv_engine *e, uint32_t *num_seqs)
 {
-    const pkv__backend_ops *ops = e->ops;
     for (uint32_t i = 0; i < e->step.num_actions; i++) {
         pkv__action *a = &e->step.actions[i];
         if (a->kind == PKV__ACTION_COPY_BLOCK) {
@@ -154,40 +129,18 @@ static void run_actions(pkv_engine *e, uint32_t *num_seqs)
                 e->step.copy_pairs[n] = e->step.actions[i + n].copy;
                 n++;
             }
-            pkv_status st = ops->copy_blocks(e->backend, e->step.copy_pairs, n);
+            pkv_status st =
+                e->ops->copy_blocks(e->backend, e->step.copy_pairs, n);
             for (uint32_t k = 0; st != PKV_OK && k < n; k++)
                 action_failed(e, &e->step.actions[i + k], num_seqs, st);
             i += n - 1;
             continue;
         }
         pkv__seq *s = a->seq;
-        pkv_status st = PKV_OK;
-        uint8_t *host = s->swap_data;
-        size_t blocks_bytes = s->swap_num_blocks *
-                              pkv__backend_swap_block_bytes(&e->backend_config);
-        switch (a->kind) {
-        case PKV__ACTION_SWAP_OUT:
-            st = ops->swap_out(e->backend, s->swap_blocks, s->swap_num_blocks,
-                               host);
-            if (st == PKV_OK && a->copy.src != PKV__NO_STAGE)
-                st = ops->stage_out(e->backend, a->copy.src,
-                                    host + blocks_bytes);
-            pkv__free(&e->alloc, s->swap_blocks,
-                      s->swap_num_blocks ? s->swap_num_blocks : 1,
-                      sizeof *s->swap_blocks);
-            s->swap_blocks = NULL;
-            break;
-        case PKV__ACTION_SWAP_IN:
-            st = swap_in_groups(e, s, host);
-            if (st == PKV_OK && a->copy.dst != PKV__NO_STAGE)
-                st = ops->stage_in(e->backend, host + blocks_bytes,
-                                   a->copy.dst);
-            if (st == PKV_OK)
-                pkv__seqs_drop_swap(&e->seqs, &e->alloc, s);
-            break;
-        default:
-            st = PKV_ERR_INTERNAL;
-        }
+        pkv_status st = a->kind == PKV__ACTION_SWAP_OUT
+                            ? pkv__kv_swap_copy_out(&e->kv, &s->kv, &e->alloc)
+                            : pkv__kv_swap_copy_in(&e->kv, &s->kv, &e->alloc,
+                                                   s->num_computed);
         if (st != PKV_OK)
             action_failed(e, a, num_seqs, st);
     }
@@ -209,29 +162,8 @@ static void unplan_rows(pkv_engine *e, uint32_t num_seqs)
     }
 }
 
-/* Hybrid memory: the tables and slots of groups 1 .. groups - 1 (group
- * 0's are laid out with the batch), each group's after the one before
- * (backend.h). */
-static void build_group_tables(pkv_engine *e, uint32_t num_seqs,
-                               uint32_t rows)
-{
-    for (uint32_t g = 1; g < e->kv.groups.num_groups; g++) {
-        uint64_t *slots = e->step.slots + (size_t)g * rows;
-        uint32_t row = 0;
-        for (uint32_t i = 0; i < num_seqs; i++) {
-            pkv__seq *s = e->step.step_seqs[i];
-            const pkv__table *t = &s->kv.tables[g];
-            uint32_t end = s->num_computed + s->scheduled;
-            for (uint32_t p = s->num_computed; p < end; p++)
-                slots[row++] = pkv__table_slot(t, &e->kv.pool, p);
-            e->step.step_tables[g * num_seqs + i] = t->blocks;
-            e->step.table_versions[g * num_seqs + i] = t->version;
-        }
-    }
-}
-
-/* Hybrid memory, after a sequence's step: its windowed groups give back
- * the blocks its next row cannot see. */
+/* After a sequence's step: its windowed groups give back the blocks its
+ * next row cannot see. */
 static void slide_windows(pkv_engine *e, pkv__seq *s)
 {
     uint32_t dropped =
@@ -239,11 +171,16 @@ static void slide_windows(pkv_engine *e, pkv__seq *s)
     pkv__seqs_tenant_add(&e->seqs, s->tenant, -(int64_t)dropped);
 }
 
-/* Lay the planned step out as the batch and the backend's step. */
+/* Lay the planned step out as the batch and the backend's step: its
+ * sequences, rows and samples, and each group's tables and slots, group
+ * after group (backend.h). */
 static void build_batch(pkv_engine *e, uint32_t num_seqs)
 {
-    pkv_batch *b = &e->step.batch;
-    uint32_t rows = 0, samples = 0, max_blocks = 1;
+    const pkv__kv *kv = &e->kv;
+    uint32_t groups = kv->groups.num_groups;
+    uint32_t total = 0, rows = 0, samples = 0, max_blocks = 1;
+    for (uint32_t i = 0; i < num_seqs; i++)
+        total += e->step.step_seqs[i]->scheduled;
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = e->step.step_seqs[i];
         /* The first token it reads (prefetch.h). */
@@ -256,14 +193,22 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
         e->step.seq_ids[i] = s->id;
         e->step.seq_user_data[i] = s->user_data;
         e->step.query_start[i] = rows;
-        uint32_t end = s->num_computed + s->scheduled;
+        uint32_t first = rows, end = s->num_computed + s->scheduled;
         e->step.context_lens[i] = end;
-        e->step.stages[i] = s->stage;
-        pkv__rollback_plan(&e->rollback, s, rows, s->scheduled);
+        e->step.stages[i] = pkv__kv_stage(&s->kv);
+        pkv__kv_plan_windows(&e->kv, &s->kv, s->num_computed, rows,
+                             s->scheduled);
         for (uint32_t p = s->num_computed; p < end; p++, rows++) {
             e->step.token_ids[rows] = s->tokens[p];
             e->step.positions[rows] = p;
-            e->step.slots[rows] = pkv__table_slot(&s->kv.tables[0], &e->kv.pool, p);
+        }
+        for (uint32_t g = 0; g < groups; g++) {
+            const pkv__table *t = pkv__kv_table(&s->kv, g);
+            uint64_t *slots = e->step.slots + (size_t)g * total + first;
+            for (uint32_t p = s->num_computed; p < end; p++)
+                *slots++ = pkv__table_slot(t, &kv->pool, p);
+            e->step.step_tables[g * num_seqs + i] = t->blocks;
+            e->step.table_versions[g * num_seqs + i] = t->version;
         }
         /* The last row samples; with drafts, every row from the last
          * accepted token on. */
@@ -272,11 +217,9 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
             e->step.sample_rows[samples] = r;
             e->step.sample_seq_ids[samples++] = s->id;
         }
-        e->step.step_tables[i] = s->kv.tables[0].blocks;
-        e->step.table_versions[i] = s->kv.tables[0].version;
     }
     e->step.query_start[num_seqs] = rows;
-    build_group_tables(e, num_seqs, rows);
+    pkv_batch *b = &e->step.batch;
     b->num_seqs = num_seqs;
     b->num_tokens = rows;
     b->seq_ids = e->step.seq_ids;
@@ -300,7 +243,7 @@ static void build_batch(pkv_engine *e, uint32_t num_seqs)
     st->table_versions = e->step.table_versions;
     st->slots = e->step.slots;
     st->stages = PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) ? e->step.stages : NULL;
-    st->windows = e->rollback.window_blocks != NULL ? e->rollback.row_windows : NULL;
+    st->windows = pkv__kv_step_windows(kv);
 }
 
 /* Report ended sequences in the batch and free them. */
@@ -458,7 +401,8 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
                                   PKV_ERR_NON_FINITE);
             continue;
         }
-        pkv__rollback_commit(&e->rollback, s, b->query_start[i], s->scheduled);
+        pkv__kv_commit_windows(&e->kv, &s->kv, s->num_computed,
+                               b->query_start[i], s->scheduled);
         if (s->step_drafts > 0)
             sample += settle_drafts(e, s, sampled + sample,
                                     stop != NULL ? stop + sample : NULL);

@@ -3,8 +3,6 @@
 #include "lifecycle.h"
 
 #include "engine.h"
-#include "kv_layout.h"
-#include "rollback.h"
 #include "store/engine_store.h"
 
 #include <string.h>
@@ -14,16 +12,6 @@ pkv_status pkv__seqs_init(pkv__seqs *s, const pkv__allocator *a,
 {
     memset(s, 0, sizeof *s);
     s->policy = p->policy;
-    if (PKV_LAYOUT_QUANTIZED(p->kv_dtype)) {
-        s->free_stages =
-            pkv__calloc(a, p->max_num_seqs, sizeof *s->free_stages);
-        if (s->free_stages == NULL)
-            return PKV_ERR_OUT_OF_MEMORY;
-        s->max_stages = p->max_num_seqs;
-        for (uint32_t i = 0; i < s->max_stages; i++)
-            s->free_stages[i] = s->max_stages - 1 - i;
-        s->num_free_stages = s->max_stages;
-    }
     return pkv__map_reserve(&s->tenant_blocks, a, p->max_num_seqs);
 }
 
@@ -38,8 +26,6 @@ void pkv__seqs_release(pkv__seqs *s, const pkv__allocator *a)
     }
     pkv__map_release(&s->tenant_blocks, a);
     pkv__map_release(&s->by_id, a);
-    pkv__free(a, s->free_stages, s->max_stages, sizeof *s->free_stages);
-    s->free_stages = NULL;
 }
 
 pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id)
@@ -48,33 +34,10 @@ pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id)
     return s != NULL && s->state != PKV__SEQ_FINISHED ? s : NULL;
 }
 
-void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
-{
-    if (seq->stage == PKV__NO_STAGE)
-        return;
-    pkv__rollback_reset(&e->rollback, seq->stage);
-    e->seqs.free_stages[e->seqs.num_free_stages++] = seq->stage;
-    seq->stage = PKV__NO_STAGE;
-}
-
 void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
 {
-    pkv__engine_release_stage(e, seq);
     pkv__seqs_tenant_add(&e->seqs, seq->tenant, -(int64_t)pkv__kv_held(&seq->kv));
     pkv__kv_drop(&e->kv, &seq->kv);
-}
-
-void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
-                         pkv__seq *seq)
-{
-    if (seq->swap_data == NULL)
-        return;
-    if (!seq->swap_imported)
-        seqs->swap_used -= seq->swap_size;
-    seq->swap_imported = 0;
-    pkv__free(alloc, seq->swap_data, seq->swap_size, 1);
-    seq->swap_data = NULL;
-    seq->swap_size = 0;
 }
 
 void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
@@ -112,7 +75,7 @@ void pkv__engine_end_later(pkv_engine *e, pkv__seq *seq, int32_t reason,
     if (seq->store_state == PKV__STORE_LOADING)
         pkv__store_forget(e, seq, 0);
     pkv__engine_drop_blocks(e, seq);
-    pkv__seqs_drop_swap(&e->seqs, &e->alloc, seq);
+    pkv__kv_drop_swap(&e->kv, &seq->kv, &e->alloc);
     seq->state = PKV__SEQ_FINISHED;
     seq->finish.id = seq->id;
     seq->finish.reason = reason;
@@ -193,25 +156,7 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *e, pkv_seq_id id,
 
 void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
 {
-    uint32_t bs = e->params.block_size;
-    uint32_t start = keep / bs * bs; /* of the block the cut falls in */
-    /* U8: a sealed block's rows exist only quantised; without a window
-     * holding them the cut drops the block. A block others hold (a fork,
-     * the prefix cache) stays as it is: the next append copies it. */
-    if (keep > start && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) &&
-        start + bs <= s->num_computed &&
-        !pkv__rollback_restore(&e->rollback, e->ops, e->backend, s,
-                               start / bs))
-        keep = start;
-    /* Hybrid memory: a row at `keep` would see blocks a windowed group
-     * dropped; nothing short of the whole sequence can be computed again
-     * (a step computes every layer), so it is, from the start. */
-    if (pkv__kv_window_lost(&e->kv, &s->kv, keep))
-        keep = 0;
-    pkv__rollback_forget_from(&e->rollback, s, keep / bs);
     uint32_t before = pkv__kv_held(&s->kv);
-    pkv__kv_truncate(&e->kv, &s->kv, keep);
+    s->num_computed = pkv__kv_cut(&e->kv, &s->kv, s->num_computed, keep);
     pkv__seqs_count_blocks(&e->seqs, s, before);
-    pkv__prefix_chain_truncate(&s->kv.chain, keep / bs);
-    s->num_computed = keep;
 }

@@ -34,17 +34,11 @@ typedef struct pkv__seqs {
     uint32_t longest_tokens; /* most tokens any sequence ever held: sizes
                                 the step arrays without a scan */
     uint64_t admissions; /* sequences admitted so far */
-    uint64_t swap_used;  /* host bytes held by swapped sequences */
-    /* Quantized caches: the staging tails no running sequence holds
-     * (max_num_seqs of them; NULL otherwise). */
-    uint32_t *free_stages;
-    uint32_t num_free_stages;
-    uint32_t max_stages;
     int32_t policy; /* params.policy: the order of waiting and swapped */
 } pkv__seqs;
 
-/* Sequences for params (the tenant map and the staging tails); release
- * frees every sequence still held, without giving back its blocks. */
+/* Sequences for params (the tenant map); release frees every sequence
+ * still held, without giving back its blocks. */
 pkv_status pkv__seqs_init(pkv__seqs *seqs, const pkv__allocator *alloc,
                           const pkv_engine_params *params);
 void pkv__seqs_release(pkv__seqs *seqs, const pkv__allocator *alloc);
@@ -55,10 +49,6 @@ pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id);
 /* Take the ended sequences out of their lists (pkv__engine_end_later left
  * them there), one pass per list that holds any. */
 void pkv__seqs_sweep_ended(pkv__seqs *seqs);
-
-/* Free a swapped-out sequence's host copy (nothing if it has none). */
-void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
-                         pkv__seq *seq);
 
 /* Blocks the tenant's tables hold; change that count by delta (at every
  * change to a table). */
@@ -94,20 +84,13 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *engine, pkv_seq_id id,
 void pkv__engine_end_later(pkv_engine *engine, pkv__seq *seq, int32_t reason,
                            pkv_status status);
 
-/* Release a sequence's staging tail, blocks (counted off its tenant) and
- * prefix chain. */
+/* Release a sequence's KV (kv.h's pkv__kv_drop), its blocks counted off
+ * its tenant. */
 void pkv__engine_drop_blocks(pkv_engine *engine, pkv__seq *seq);
 
-/* Release a running sequence's staging tail (quantized caches), and its
- * rollback windows. */
-void pkv__engine_release_stage(pkv_engine *engine, pkv__seq *seq);
-
-/* Cut a running sequence's KV (num_computed tokens written) back to its
- * first `keep` tokens, as stored. A cut inside a sealed U8 block (its rows
- * exist only quantised) falls back to that block's start unless the
- * rollback window holds its rows (rollback.h); those tokens are computed
- * again. A block others hold stays as it is (the next append copies it).
- * Sets num_computed. */
+/* Cut a running sequence's KV back to its first `keep` tokens as stored
+ * (kv.h's pkv__kv_cut: what it keeps is computed again), its blocks
+ * counted against its tenant. Sets num_computed. */
 void pkv__engine_cut_kv(pkv_engine *engine, pkv__seq *seq, uint32_t keep);
 
 #endif

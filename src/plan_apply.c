@@ -9,28 +9,6 @@
 #include <assert.h>
 #include <string.h>
 
-/* Host memory for a swap-out: NULL buffers and 0 when there is none. */
-static int alloc_swap(pkv_engine *e, pkv__seq *seq)
-{
-    /* Every group's blocks from the first its next row sees. */
-    uint32_t n = pkv__kv_blocks_from(&e->kv, seq->num_computed,
-                                         pkv__kv_tokens(&seq->kv));
-    size_t size = pkv__backend_swap_bytes(&e->backend_config, n);
-    seq->swap_data = pkv__calloc(&e->alloc, size, 1);
-    seq->swap_blocks =
-        pkv__calloc(&e->alloc, n ? n : 1, sizeof *seq->swap_blocks);
-    if (seq->swap_data != NULL && seq->swap_blocks != NULL) {
-        seq->swap_size = size;
-        return 1;
-    }
-    pkv__free(&e->alloc, seq->swap_data, size, 1);
-    pkv__free(&e->alloc, seq->swap_blocks, n ? n : 1,
-              sizeof *seq->swap_blocks);
-    seq->swap_data = NULL;
-    seq->swap_blocks = NULL;
-    return 0;
-}
-
 pkv_status pkv__plan_reserve(pkv_engine *e)
 {
     const pkv__plan *plan = &e->step.plan;
@@ -69,7 +47,8 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
          i++) {
         pkv__plan_item *it = &e->step.plan.items[i];
         if (it->kind == PKV__PLAN_PREEMPT && it->swap)
-            it->swap = (uint8_t)alloc_swap(e, it->seq);
+            it->swap = (uint8_t)pkv__kv_swap_reserve(
+                &e->kv, &it->seq->kv, &e->alloc, it->seq->num_computed);
     }
     return PKV_OK;
 }
@@ -91,22 +70,11 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
     seq->protect = 1;
     e->totals.preemptions++;
     if (it->swap) {
-        /* Its windowed groups first drop what its next row cannot see,
-         * so that each group's blocks out are the ones swap-in makes. */
         pkv__seqs_tenant_add(
             &e->seqs, seq->tenant,
-            -(int64_t)pkv__kv_slide(&e->kv, &seq->kv,                                             seq->num_computed));
-        uint32_t n = 0;
-        for (uint32_t g = 0; g < seq->kv.groups; g++) {
-            const pkv__table *t = &seq->kv.tables[g];
-            memcpy(seq->swap_blocks + n, t->blocks + t->first_held,
-                   pkv__table_held(t) * sizeof *seq->swap_blocks);
-            n += pkv__table_held(t);
-        }
-        seq->swap_num_blocks = n;
-        e->seqs.swap_used += seq->swap_size;
-        pkv__block_copy stage = {seq->stage, PKV__NULL_BLOCK};
-        push_action(e, PKV__ACTION_SWAP_OUT, seq, stage);
+            -(int64_t)pkv__kv_swap_out(&e->kv, &seq->kv, seq->num_computed));
+        pkv__block_copy none = {PKV__NULL_BLOCK, PKV__NULL_BLOCK};
+        push_action(e, PKV__ACTION_SWAP_OUT, seq, none);
         e->totals.swap_outs++;
     }
     /* Its tail and blocks may go to others in this step: their new owners
@@ -139,7 +107,7 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
                               PKV_ERR_INTERNAL);
         return 0;
     }
-    for (uint32_t g = 0; g < seq->kv.groups; g++)
+    for (uint32_t g = 0; g < e->kv.groups.num_groups; g++)
         if (copies[g].dst != PKV__NULL_BLOCK &&
             !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
             push_action(e, PKV__ACTION_COPY_BLOCK, seq, copies[g]);
@@ -179,8 +147,7 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
 /* A swapped or waiting sequence joins running. */
 static void start_running(pkv_engine *e, pkv__seq *seq)
 {
-    if (PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
-        seq->stage = e->seqs.free_stages[--e->seqs.num_free_stages];
+    pkv__kv_take_stage(&e->kv, &seq->kv);
     seq->admitted = ++e->seqs.admissions;
     pkv__seq_list_insert(&e->seqs.running, e->seqs.running.count, seq);
 }
@@ -256,8 +223,8 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
             if (!swap_in_tables(e, s, it->rows))
                 continue;
             start_running(e, s);
-            pkv__block_copy stage = {PKV__NULL_BLOCK, s->stage};
-            push_action(e, PKV__ACTION_SWAP_IN, s, stage);
+            pkv__block_copy none = {PKV__NULL_BLOCK, PKV__NULL_BLOCK};
+            push_action(e, PKV__ACTION_SWAP_IN, s, none);
             e->totals.swap_ins++;
         } else if (it->kind == PKV__PLAN_ADMIT) {
             e->totals.prefix_query_tokens += s->num_tokens;

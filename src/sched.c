@@ -164,7 +164,7 @@ static pkv_status leave_running(planner *pl, pkv__seq *seq)
         st = view_tenant_add(pl, seq->tenant, -(int64_t)held);
     if (st != PKV_OK)
         return st;
-    for (uint32_t g = 0; g < seq->kv.groups; g++) {
+    for (uint32_t g = 0; g < pl->e->kv.groups.num_groups; g++) {
         const pkv__table *t = pkv__kv_table(&seq->kv, g);
         for (uint32_t i = t->first_held; i < t->num_blocks; i++) {
             uint64_t ref = view_ref(pl, t->blocks[i]) - 1;
@@ -204,10 +204,7 @@ static pkv_status preempt(planner *pl, pkv__seq *seq)
         return st;
     pkv__plan_item *it = add_item(pl, PKV__PLAN_PREEMPT, seq);
     if (e->params.preempt_mode == PKV_PREEMPT_MODE_SWAP) {
-        size_t size = pkv__backend_swap_bytes(
-            &e->backend_config,
-            pkv__kv_blocks_from(&e->kv, seq->num_computed,
-                                    pkv__kv_tokens(&seq->kv)));
+        size_t size = pkv__kv_swap_bytes(&e->kv, seq->num_computed);
         if (pl->swap_used + size <= e->params.swap_bytes) {
             pl->swap_used += size;
             it->swap = 1;
@@ -279,7 +276,7 @@ static pkv_status plan_running(planner *pl, uint32_t i)
              * sequence's reference (pkv__table_append), which a later
              * sharer's blocks_needed must see (it may write in place);
              * one that only the prefix cache holds then is available. */
-            for (uint32_t g = 0; need > grow_by && g < seq->kv.groups;
+            for (uint32_t g = 0; need > grow_by && g < e->kv.groups.num_groups;
                  g++) {
                 const pkv__table *t = pkv__kv_table(&seq->kv, g);
                 if (pkv__table_blocks_needed(t, &e->kv.pool, rows, view_ref_of,
@@ -526,7 +523,7 @@ pkv_status pkv__sched_plan(pkv_engine *e)
 {
     pkv__plan *plan = &e->step.plan;
     planner pl = {e, plan, pkv__pool_available(&e->kv.pool), e->seqs.running.count,
-                  e->params.max_batch_tokens, e->seqs.swap_used, 0};
+                  e->params.max_batch_tokens, e->kv.swap_used, 0};
     plan->number++;
     plan->num_items = 0;
     plan->num_links = 0;

@@ -109,7 +109,6 @@ pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const pkv__kv *kv,
     memcpy(seq->tokens, prompt, prompt_len * sizeof *prompt);
     seq->num_tokens = prompt_len;
     seq->prompt_len = prompt_len;
-    seq->stage = PKV__NO_STAGE;
     return seq;
 }
 
@@ -135,9 +134,6 @@ void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)
         return;
     pkv__free(alloc, seq->tokens, seq->token_capacity, sizeof *seq->tokens);
     pkv__kv_seq_free(&seq->kv, alloc);
-    pkv__free(alloc, seq->swap_data, seq->swap_size, 1);
-    pkv__free(alloc, seq->swap_blocks, seq->swap_num_blocks,
-              sizeof *seq->swap_blocks);
     pkv__free(alloc, seq->drafts, seq->drafts_size, sizeof *seq->drafts);
     pkv__free(alloc, seq->store_digests, seq->store_digests_capacity, 1);
     pkv__free(alloc, seq, 1, sizeof *seq);

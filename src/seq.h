@@ -46,12 +46,11 @@ typedef struct pkv__seq {
     uint8_t protect;
     uint32_t tenant;
     /* Its KV (the KV-cache manager's, kv/kv.h): the chain step_end reads
-     * comes first, in the first 64 bytes; the tables pointer the step
-     * reads after it. */
+     * in the first 64 bytes, the tables and the tail step_begin reads
+     * after it. */
     pkv__kv_seq kv;
 
     /* The rest of what step_begin reads: */
-    uint32_t stage; /* U8 staging tail while running, else PKV__NO_STAGE */
     uint32_t token_capacity;
     void *user_data; /* the host's, from pkv_seq_params; echoed in batches */
     /* The number of the plan in which it leaves running (plan.h): the
@@ -66,16 +65,6 @@ typedef struct pkv__seq {
     uint64_t arrival;  /* order of arrival (ties broken by id) */
     uint64_t admitted; /* order of the latest entry into running */
     uint32_t num_preemptions;
-
-    /* Swapped out: the blocks' contents (every layer) and the staging tail,
-     * in host memory. */
-    void *swap_data;
-    size_t swap_size;
-    uint32_t swap_num_blocks;
-    uint32_t *swap_blocks; /* the blocks to copy out, until the copy */
-    /* swap_data came from pkv_seq_import: not counted in swap_used, which
-     * bounds what preemption takes (swap_bytes). */
-    uint8_t swap_imported;
 
     pkv_finished finish;
     struct pkv__seq *inbox_next;

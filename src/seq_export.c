@@ -204,30 +204,6 @@ static void grouped_canonical(const pkv_engine *e, uint32_t computed,
     }
 }
 
-/* A running grouped sequence's KV in swap layout into host: each group's
- * blocks from the first its next row sees, then the tail. */
-static pkv_status grouped_kv_out(pkv_engine *e, const pkv__seq *s,
-                                 uint8_t *host)
-{
-    const pkv__backend_config *c = &e->backend_config;
-    uint32_t bs = c->block_size, all = pkv__blocks_for(s->num_computed, bs);
-    size_t block = pkv__backend_swap_block_bytes(c);
-    uint32_t done = 0;
-    for (uint32_t g = 0; g < s->kv.groups; g++) {
-        const pkv__table *t = pkv__kv_table(&s->kv, g);
-        uint32_t first =
-            pkv__groups_first_seen(&e->kv.groups, g, bs, s->num_computed);
-        pkv_status st = e->ops->swap_out(e->backend, t->blocks + first,
-                                         all - first, host + done * block);
-        if (st != PKV_OK)
-            return st;
-        done += all - first;
-    }
-    if (pkv__backend_quantized(c))
-        return e->ops->stage_out(e->backend, s->stage, host + done * block);
-    return PKV_OK;
-}
-
 /* The sequence's KV in swap layout: its swap copy, or read from the
  * device into *owned (freed by the caller, of *owned_size bytes). */
 static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
@@ -239,27 +215,15 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
     *owned_size = 0;
     if (s->num_computed == 0)
         return PKV_OK;
-    if (s->state == PKV__SEQ_SWAPPED) {
-        *kv = s->swap_data;
+    *kv = pkv__kv_swapped(&s->kv);
+    if (*kv != NULL)
         return PKV_OK;
-    }
-    const pkv__backend_config *c = &e->backend_config;
-    uint32_t n = grouped(e) ? grouped_blocks(e, s->num_computed)
-                            : pkv__blocks_for(s->num_computed, c->block_size);
-    size_t blocks = n * pkv__backend_swap_block_bytes(c);
-    size_t size = pkv__backend_swap_bytes(c, n);
+    size_t size = pkv__kv_swap_bytes(&e->kv, s->num_computed);
     uint8_t *host = pkv__calloc(&e->alloc, size, 1);
     if (host == NULL)
         return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
                                 "export: %zu bytes of KV", size);
-    pkv_status st;
-    if (grouped(e)) {
-        st = grouped_kv_out(e, s, host);
-    } else {
-        st = e->ops->swap_out(e->backend, s->kv.tables[0].blocks, n, host);
-        if (st == PKV_OK && pkv__backend_quantized(c))
-            st = e->ops->stage_out(e->backend, s->stage, host + blocks);
-    }
+    pkv_status st = pkv__kv_read(&e->kv, &s->kv, s->num_computed, host);
     if (st != PKV_OK) {
         pkv__free(&e->alloc, host, size, 1);
         return pkv__engine_fail(e, st, "export: reading the KV: %s",
@@ -503,27 +467,21 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
                            p.cache_salt, computed == 0 ? prompt_len : 0);
     }
     pkv__free(&e->alloc, token_ids, tokens, sizeof *token_ids);
-    if (seq != NULL && swap_size > 0) {
-        seq->swap_data = pkv__calloc(&e->alloc, swap_size, 1);
-        seq->swap_size = swap_size;
-    }
-    if (st != PKV_OK || seq == NULL ||
-        (swap_size > 0 && seq->swap_data == NULL)) {
-        if (seq != NULL) {
-            pkv__free(&e->alloc, seq->swap_data, swap_size, 1);
-            seq->swap_data = NULL;
-            seq->swap_size = 0;
-            pkv__seq_free(seq, &e->alloc);
-        }
+    uint8_t *swap =
+        seq != NULL && swap_size > 0 ? pkv__calloc(&e->alloc, swap_size, 1)
+                                     : NULL;
+    if (st != PKV_OK || seq == NULL || (swap_size > 0 && swap == NULL)) {
+        pkv__free(&e->alloc, swap, swap_size, 1);
+        pkv__seq_free(seq, &e->alloc);
         return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
                                 "import of %u tokens", (unsigned)tokens);
     }
 
     const uint8_t *kv = d + head + (size_t)tokens * 4;
     if (swap_size > 0 && (grouped(e) || pkv__backend_quantized(c)))
-        memcpy(seq->swap_data, kv, swap_size);
+        memcpy(swap, kv, swap_size);
     else if (swap_size > 0)
-        copy_rows(c, computed, seq->swap_data, kv, 1);
+        copy_rows(c, computed, swap, kv, 1);
     seq->prompt_len = prompt_len;
     seq->num_generated = pkv__get_u32(d + AT_NUM_GENERATED);
     seq->max_new_tokens = p.max_new_tokens != 0
@@ -538,8 +496,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
     if (tokens > e->seqs.longest_tokens) /* sizes the next step's arrays */
         e->seqs.longest_tokens = tokens;
     if (computed > 0) {
-        seq->swap_num_blocks = swap_blocks;
-        seq->swap_imported = 1;
+        pkv__kv_swap_import(&seq->kv, swap, swap_size);
         seq->state = PKV__SEQ_SWAPPED;
         pkv__seqs_enqueue(&e->seqs, &e->seqs.swapped, seq);
     } else {

@@ -952,7 +952,7 @@ void ch_check_idle(ch_host *host)
     CHECK(host, pool->num_free + pool->num_cached_free == pool->num_blocks - 1);
     for (uint32_t blk = 0; blk < pool->num_blocks; blk++)
         CHECK(host, pool->blocks[blk].ref_count == 0);
-    CHECK(host, e->seqs.swap_used == 0);
+    CHECK(host, e->kv.swap_used == 0);
 }
 
 void ch_drain(ch_host *host, uint64_t max_steps)

@@ -98,13 +98,13 @@ static void test_check_names_corruption(void **state)
     expect_broken(e, "state");
     s->state = PKV__SEQ_RUNNING;
 
-    e->seqs.num_free_stages--;
+    e->kv.num_free_stages--;
     expect_broken(e, "staging tails");
-    e->seqs.num_free_stages++;
+    e->kv.num_free_stages++;
 
-    e->seqs.swap_used = 1;
+    e->kv.swap_used = 1;
     expect_broken(e, "swap_used");
-    e->seqs.swap_used = 0;
+    e->kv.swap_used = 0;
 
     pkv__seqs_tenant_add(&e->seqs, s->tenant, 1);
     expect_broken(e, "counted 4 blocks, holds 3");

@@ -304,7 +304,7 @@ static void test_cut_swapped(void **state)
     pkv_seq_id id = swapped->id;
     cut(&h, id, PROMPT + 1);
     assert_int_equal(swapped->state, PKV__SEQ_WAITING);
-    assert_null(swapped->swap_data);
+    assert_null(pkv__kv_swapped(&swapped->kv));
     ch_run(&h, 200);
     for (uint32_t i = 0; i < 4; i++)
         assert_int_equal(ch_find(&h, ids[i])->reason, PKV_FINISH_REASON_LENGTH);

@@ -84,7 +84,7 @@ static uint32_t most_windowed_blocks(const pkv_engine *e)
     uint32_t most = 0;
     for (uint32_t i = 0; i < e->seqs.running.count; i++) {
         const pkv__seq *s = e->seqs.running.items[i];
-        for (uint32_t g = 0; g < s->kv.groups; g++)
+        for (uint32_t g = 0; g < e->kv.groups.num_groups; g++)
             if (pkv__groups_window(&e->kv.groups, g) != 0 &&
                 pkv__table_held(pkv__kv_table(&s->kv, g)) > most)
                 most = pkv__table_held(pkv__kv_table(&s->kv, g));

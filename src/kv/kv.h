@@ -2,43 +2,63 @@
 /*
  * The KV-cache manager: one object that owns the blocks. It holds the
  * block pool, the prefix cache and its chained hashes, the groups of
- * layers, and through each sequence's pkv__kv_seq that sequence's block
- * tables, one per group; the rest of the engine asks it to look up a
- * prompt's cached prefix, give a step's rows their slots, register and
- * slide, fork, cut, release and swap, and reads a sequence's tables per
- * group. One group of every layer is the case N = 1 of the same code.
+ * layers, the staging tails of quantized caches with their rollback
+ * window, and each sequence's KV: its block table in every group, its
+ * chain of registered blocks, its tail, and its KV as host bytes while it
+ * is swapped out. The rest of the engine asks it to look up a prompt's
+ * cached prefix, reserve and give a step's rows their slots, register
+ * the blocks a step filled and slide the windowed groups, fork, cut,
+ * release, swap out and in, and reads a sequence's tables group by group.
+ * One group of every layer is the case N = 1 of the same code
  * (docs/design.md, "The KV-cache manager"; vLLM's KVCacheManager and
  * KVCacheCoordinator, llama.cpp's llama_kv_cache_iswa play this part in
- * their engines.)
+ * their engines).
  *
  * Every group's table of a sequence holds the same tokens; a windowed
- * group holds only the blocks from the first one its next row (or the
- * current step's first row) sees, the others being the null block. A
- * change to a sequence's blocks counts against nobody: its caller counts
- * the blocks held (pkv__kv_held) against the sequence's tenant.
+ * group holds only the blocks from the first one its next row (during a
+ * step, the step's first row) sees, the others being the null block. The
+ * manager counts blocks per group, never per tenant: a caller that
+ * changes a sequence's blocks counts what it holds (pkv__kv_held) against
+ * the sequence's tenant.
+ *
+ * It moves KV bytes only through the backend's ops (device copies of
+ * tails, swap buffers), never attends: the step's attention is the
+ * engine's call on the backend.
  */
 #ifndef PKV_KV_KV_H
 #define PKV_KV_KV_H
 
+#include "backend.h"
 #include "kv/groups.h"
 #include "kv/pool.h"
 #include "kv/prefix.h"
+#include "kv/rollback.h"
 #include "kv/table.h"
 
 typedef struct pkv__kv {
     pkv__groups groups;
     pkv__pool pool;
     pkv__prefix prefix;
+    /* The backend whose arenas hold the blocks' KV. */
+    const pkv__backend_ops *ops;
+    pkv__backend *backend;
+    size_t swap_block_bytes; /* one block over every arena, as host bytes */
+    size_t stage_bytes;      /* one staging tail; 0: the cache has none */
+    /* Quantized caches: the staging tails no running sequence holds
+     * (max_stages of them, one per running sequence at most), and the
+     * rollback window over them. */
+    uint32_t *free_stages;
+    uint32_t num_free_stages;
+    uint32_t max_stages;
+    pkv__rollback rollback;
+    uint64_t swap_used; /* host bytes of swapped-out sequences' KV, those
+                           imported aside (pkv__kv_seq.swap_imported) */
 } pkv__kv;
 
-/* A sequence's KV state, which only the manager's functions change (it is
- * embedded in pkv__seq, seq.h, so that a step reads it with the
- * sequence). */
-typedef struct pkv__kv_seq {
-    /* Its registered full blocks, group 0's: the prefix cache's chain
-     * (first: step_end reads its length). */
-    pkv__prefix_chain chain;
-    pkv__table *tables; /* [groups]: group g's block table */
+/* What the manager keeps of a sequence that a step does not read: its
+ * prefix-cache salt and prompt hashes, its KV as host bytes while it is
+ * swapped out, and its tables, allocated with it. */
+typedef struct pkv__kv_record {
     uint64_t salt; /* the tenant's prefix-cache salt */
     /* The chained hashes of the prompt's full blocks that a prefix lookup
      * may use ((prompt_len - 1) / block_size), computed once when the
@@ -48,20 +68,49 @@ typedef struct pkv__kv_seq {
     uint64_t *prompt_hashes;
     uint32_t num_prompt_hashes;
     uint32_t prompt_hashes_size;
+    /* Swapped out: each group's blocks from the first its next row sees,
+     * group after group (pkv__kv_swap_bytes), then the staging tail of a
+     * quantized cache; swap_blocks are the blocks to copy out until the
+     * copy ran. swap_imported: made by pkv_seq_import, not counted in
+     * swap_used, which bounds what preemption takes. */
+    uint8_t *swap;
+    size_t swap_size;
+    uint32_t *swap_blocks;
+    uint32_t swap_num_blocks;
+    uint32_t swap_stage; /* the tail to copy out with them */
+    uint8_t swap_imported;
     uint32_t groups;
+    pkv__table tables[]; /* [groups] */
+} pkv__kv_record;
+
+/* A sequence's KV: embedded in pkv__seq (seq.h) so that a step reads what
+ * it needs with the sequence, the chain in step_end's first line, the
+ * tables and the tail in step_begin's; the rest is the manager's record.
+ * Only the manager's functions change it. */
+typedef struct pkv__kv_seq {
+    /* Its registered full blocks, group 0's: the prefix cache's chain. */
+    pkv__prefix_chain chain;
+    pkv__table *tables;      /* [groups]: group g's block table */
+    pkv__kv_record *record; /* holds the tables */
+    uint32_t stage;          /* its staging tail while it runs (quantized
+                                caches), else PKV__NO_STAGE */
 } pkv__kv_seq;
 
 /* The groups of validated params (their layer windows set): the layout,
  * which the backend's arenas follow, and nothing proportional to the
- * blocks yet. PKV_ERR_OUT_OF_MEMORY. */
+ * blocks yet; and the staging tails and rollback window of a quantized
+ * cache. PKV_ERR_OUT_OF_MEMORY. */
 pkv_status pkv__kv_init(pkv__kv *kv, const pkv__allocator *alloc,
                         const pkv_engine_params *params);
 
 /* The pool of num_blocks blocks of block_size tokens and its prefix
- * index: once the backend holds the arenas, so that a cache too large for
- * the machine fails before this host memory is spent. */
+ * index, over the backend that holds the arenas (made first, so that a
+ * cache too large for the machine fails before this host memory is
+ * spent) and whose config says the host copies' sizes. */
 pkv_status pkv__kv_init_pool(pkv__kv *kv, const pkv__allocator *alloc,
-                             uint32_t num_blocks, uint32_t block_size);
+                             const pkv__backend_ops *ops,
+                             pkv__backend *backend,
+                             const pkv__backend_config *config);
 
 /* Release what the inits made (any of it). */
 void pkv__kv_release(pkv__kv *kv, const pkv__allocator *alloc);
@@ -69,15 +118,16 @@ void pkv__kv_release(pkv__kv *kv, const pkv__allocator *alloc);
 /* ------------------------------------------------------ a sequence's KV */
 
 /* A new sequence's KV (on any thread: it reads only what create fixed):
- * an empty table per group, the salt, and the chained hashes of the full
- * blocks of its prompt's first `prompt_len` tokens (0: none) that a
- * lookup may use. PKV_ERR_OUT_OF_MEMORY leaves s empty. */
+ * an empty table per group, no tail, the salt, and the chained hashes of
+ * the full blocks of its prompt's first `prompt_len` tokens (0: none)
+ * that a lookup may use. PKV_ERR_OUT_OF_MEMORY leaves s empty. */
 pkv_status pkv__kv_seq_init(const pkv__kv *kv, pkv__kv_seq *s,
                             const pkv__allocator *alloc,
                             const int32_t *prompt, uint32_t prompt_len,
                             uint64_t salt);
 
-/* Free its memory; its blocks must be released (pkv__kv_drop). */
+/* Free its memory (NULL record: nothing). Its blocks, tail and swap
+ * bytes are released first (pkv__kv_drop, pkv__kv_drop_swap). */
 void pkv__kv_seq_free(pkv__kv_seq *s, const pkv__allocator *alloc);
 
 /* Group g's table (g < the groups). */
@@ -97,6 +147,25 @@ static inline uint32_t pkv__kv_tokens(const pkv__kv_seq *s)
 static inline uint32_t pkv__kv_blocks(const pkv__kv_seq *s)
 {
     return s->tables[0].num_blocks;
+}
+
+/* Its staging tail (PKV__NO_STAGE: none). */
+static inline uint32_t pkv__kv_stage(const pkv__kv_seq *s)
+{
+    return s->stage;
+}
+
+/* The step's window tails (pkv__step.windows), NULL without a window. */
+static inline const uint32_t *pkv__kv_step_windows(const pkv__kv *kv)
+{
+    return kv->rollback.window_blocks != NULL ? kv->rollback.row_windows
+                                              : NULL;
+}
+
+/* Its prefix-cache salt. */
+static inline uint64_t pkv__kv_salt(const pkv__kv_seq *s)
+{
+    return s->record->salt;
 }
 
 /* Blocks it holds references on, over every group. */
@@ -139,6 +208,20 @@ pkv__kv_hit pkv__kv_lookup(const pkv__kv *kv, const pkv__kv_seq *s,
                            const int32_t *tokens, uint32_t n,
                            pkv__chain_link *links, uint32_t *ids);
 
+/* Group 0's part of a lookup: the longest run of the prompt's first
+ * blocks the prefix cache holds there (its chain), into links (room for
+ * n / block_size), with s's salt and prompt hashes; returns its length.
+ * Pure. */
+uint32_t pkv__kv_chain_lookup(const pkv__kv *kv, const pkv__kv_seq *s,
+                              const int32_t *tokens, uint32_t n,
+                              pkv__chain_link *links);
+
+/* The chained hash of s's block j, tokens block_tokens, after the block
+ * whose hash is parent_hash: its prompt hash when it has one. */
+uint64_t pkv__kv_chain_hash(const pkv__kv *kv, const pkv__kv_seq *s,
+                            uint32_t j, uint64_t parent_hash,
+                            const int32_t *block_tokens);
+
 /* Admit the empty s with a lookup's hit of `blocks` blocks: its tables
  * take a reference on each of ids (as the lookup wrote them), its chain
  * the links. Reserved (pkv__kv_reserve), it fails only for a pkv bug. */
@@ -154,18 +237,34 @@ pkv_status pkv__kv_append(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_new,
 /* Keep the first n_tokens tokens' slots in every table. */
 void pkv__kv_truncate(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_tokens);
 
-/* Release every block and the chain (tail first); s stays usable. */
+/* Cut a running sequence's KV, `computed` tokens of it written, back to
+ * its first `keep` tokens as stored. A cut inside a sealed U8 block
+ * (its rows exist only quantised) falls back to that block's start
+ * unless the rollback window holds its rows, which come back to the
+ * tail; a cut behind a window a group slid past keeps nothing (a step
+ * computes every layer: nothing short of the whole sequence can be
+ * computed again). A block others hold stays as it is (the next append
+ * copies it). Returns the tokens kept. */
+uint32_t pkv__kv_cut(pkv__kv *kv, pkv__kv_seq *s, uint32_t computed,
+                     uint32_t keep);
+
+/* The sequence's tokens from n_tokens on changed (a truncation): forget
+ * the prompt hashes of blocks it did not keep whole. */
+void pkv__kv_forget_tokens(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_tokens);
+
+/* Release every block, the chain and the tail (tail first: the tail's
+ * windows, then the blocks tail first); s stays usable. */
 void pkv__kv_drop(pkv__kv *kv, pkv__kv_seq *s);
 
-/* Make the empty dst share every block of src, and its chain. All or
- * nothing. */
+/* Give a sequence that starts running a staging tail (quantized caches;
+ * there is one for every sequence that may run). */
+void pkv__kv_take_stage(pkv__kv *kv, pkv__kv_seq *s);
+
+/* Make the empty dst share every block of the running src and its chain,
+ * and give it a staging tail holding a copy of src's (a device copy).
+ * All or nothing: a failed copy leaves dst empty (its status). */
 pkv_status pkv__kv_fork(pkv__kv *kv, pkv__kv_seq *dst,
                         const pkv__kv_seq *src);
-
-/* In each windowed group, drop the blocks that lie wholly behind the
- * window of the row at token `next` (the sequence's next row): no later
- * row can see them. Returns the blocks dropped. */
-uint32_t pkv__kv_slide(pkv__kv *kv, pkv__kv_seq *s, uint32_t next);
 
 /* Whether its first `computed` tokens fill blocks past its chain: then
  * pkv__kv_register has blocks to register. */
@@ -184,10 +283,36 @@ static inline int pkv__kv_behind(const pkv__kv *kv, const pkv__kv_seq *s,
 pkv_status pkv__kv_register(pkv__kv *kv, pkv__kv_seq *s,
                             const int32_t *tokens, uint32_t *first_new);
 
+/* In each windowed group, drop the blocks that lie wholly behind the
+ * window of the row at token `next` (the sequence's next row): no later
+ * row can see them. Returns the blocks dropped. */
+uint32_t pkv__kv_slide(pkv__kv *kv, pkv__kv_seq *s, uint32_t next);
+
+/* The rollback window around a step (quantized caches with a window;
+ * nothing otherwise): rows [first_row, first_row + rows) of the step
+ * being built compute tokens from `computed` on, and a row that seals one
+ * of the last blocks the step seals gets a window tail (the step's
+ * windows, kv->rollback.row_windows); once the step ran, those windows
+ * hold their blocks. */
+void pkv__kv_plan_windows(pkv__kv *kv, const pkv__kv_seq *s,
+                          uint32_t computed, uint32_t first_row,
+                          uint32_t rows);
+void pkv__kv_commit_windows(pkv__kv *kv, const pkv__kv_seq *s,
+                            uint32_t computed, uint32_t first_row,
+                            uint32_t rows);
+
 /* Whether a row at token `next` would see a block a windowed group has
  * dropped (a cut back to `next` then needs the KV computed again). */
 int pkv__kv_window_lost(const pkv__kv *kv, const pkv__kv_seq *s,
                         uint32_t next);
+
+/* The most blocks a sequence of `tokens` tokens holds at once, over every
+ * group, when it computes at most `chunk` rows a step: every block in a
+ * group without a window, the window's and a chunk's in a windowed one. */
+uint64_t pkv__kv_peak_blocks(const pkv__kv *kv, uint64_t tokens,
+                             uint32_t chunk);
+
+/* -------------------------------------------------------------- swapping */
 
 /* Blocks a sequence whose next row is at token `next` holds in all its
  * groups once its tables reach `tokens` tokens, each windowed group from
@@ -195,16 +320,97 @@ int pkv__kv_window_lost(const pkv__kv *kv, const pkv__kv_seq *s,
 uint32_t pkv__kv_blocks_from(const pkv__kv *kv, uint32_t next,
                              uint32_t tokens);
 
+/* Host bytes of a sequence's KV swapped out (or exported) with its next
+ * row at `computed`: pkv__kv_blocks_from(computed, computed) blocks over
+ * every arena, then the staging tail of a quantized cache. */
+size_t pkv__kv_swap_bytes(const pkv__kv *kv, uint32_t computed);
+
+/* The host memory a swap-out of s (its next row at `computed`) needs:
+ * 1, or 0 when there is none (nothing changed). */
+int pkv__kv_swap_reserve(pkv__kv *kv, pkv__kv_seq *s,
+                         const pkv__allocator *alloc, uint32_t computed);
+
+/* Swap out the running s, whose swap is reserved: its windowed groups
+ * drop what its next row cannot see, then its held blocks are listed for
+ * the device copy (pkv__kv_swap_copy_out), counted in swap_used. Returns
+ * the blocks the slide dropped. Its blocks and tail are released after
+ * (pkv__kv_drop): their new owners write them only after the copy. */
+uint32_t pkv__kv_swap_out(pkv__kv *kv, pkv__kv_seq *s, uint32_t computed);
+
+/* The device copies of a swap-out (its blocks and the tail it had) and
+ * of a swap-in, whose tables pkv__kv_swap_in made; the swap-in's frees
+ * the host bytes. A failure changes no table: the swap-out's bytes are
+ * then garbage, the swap-in's still intact. */
+pkv_status pkv__kv_swap_copy_out(pkv__kv *kv, pkv__kv_seq *s,
+                                 const pkv__allocator *alloc);
+pkv_status pkv__kv_swap_copy_in(pkv__kv *kv, pkv__kv_seq *s,
+                                const pkv__allocator *alloc,
+                                uint32_t computed);
+
 /* Give the empty tables slots for `tokens` tokens, each windowed group's
  * from the first block the row at token `next` sees (the blocks before
- * are dropped): a swapped sequence coming back. All or nothing. */
+ * are dropped): a swapped sequence coming back (its tail:
+ * pkv__kv_take_stage). All or nothing. */
 pkv_status pkv__kv_swap_in(pkv__kv *kv, pkv__kv_seq *s, uint32_t next,
                            uint32_t tokens);
 
-/* The most blocks a sequence of `tokens` tokens holds at once, over every
- * group, when it computes at most `chunk` rows a step: every block in a
- * group without a window, the window's and a chunk's in a windowed one. */
-uint64_t pkv__kv_peak_blocks(const pkv__kv *kv, uint64_t tokens,
-                             uint32_t chunk);
+/* Read the running s's KV, `computed` tokens of it, into host as a
+ * swap-out would write it (pkv__kv_swap_bytes): each group's blocks from
+ * the first its next row sees, then the tail. Nothing changes. */
+pkv_status pkv__kv_read(const pkv__kv *kv, const pkv__kv_seq *s,
+                        uint32_t computed, uint8_t *host);
+
+/* The host bytes of a swapped or imported sequence, NULL otherwise. */
+static inline const uint8_t *pkv__kv_swapped(const pkv__kv_seq *s)
+{
+    return s->record->swap;
+}
+
+/* Take `size` host bytes (allocated by the engine's allocator, filled by
+ * the caller in the swap layout: pkv_seq_import's) as the swapped-out KV
+ * of the empty s, not counted in swap_used. */
+void pkv__kv_swap_import(pkv__kv_seq *s, uint8_t *bytes, size_t size);
+
+/* Free a swapped-out sequence's host bytes (nothing if it has none). */
+void pkv__kv_drop_swap(pkv__kv *kv, pkv__kv_seq *s,
+                       const pkv__allocator *alloc);
+
+/* ------------------------------------------------------------ invariants */
+
+/* What the engine knows of a sequence whose KV it checks. */
+typedef struct pkv__kv_seq_state {
+    pkv_seq_id id;     /* for the messages */
+    int running;       /* it holds blocks and a tail */
+    int swapped;       /* it holds swap bytes */
+    uint32_t computed; /* tokens whose KV is written */
+    uint32_t covered;  /* tokens with slots: computed, and during a step
+                          the step's rows */
+} pkv__kv_seq_state;
+
+/* What the sequences' checks count for pkv__kv_check. */
+typedef struct pkv__kv_tally {
+    uint32_t *refs;  /* [num_blocks]: references the tables hold; NULL:
+                        not counted (no memory for it) */
+    uint64_t swap;   /* swap bytes counted in swap_used */
+    uint32_t stages; /* staging tails running sequences hold */
+} pkv__kv_tally;
+
+/* NULL when the sequence's KV is as its state says: a running one's
+ * tables cover exactly its slots, hold exactly the blocks from the first
+ * each group's next row sees, count in the blocks' groups and fills, and
+ * it holds a tail with windows on blocks it sealed; any other holds no
+ * block nor tail, and swap bytes exactly when swapped out. Else what is
+ * broken, in buf. Counts into tally. */
+const char *pkv__kv_check_seq(const pkv__kv *kv, const pkv__kv_seq *s,
+                              const pkv__kv_seq_state *state,
+                              pkv__kv_tally *tally, char *buf, size_t size);
+
+/* NULL when the pool holds (every block in one state, queues and counts,
+ * fills and groups, the null block holding nobody's KV), the references
+ * the sequences counted are the blocks', swap_used is their swap bytes
+ * (within swap_bytes), the tails are held or free, and a free tail's
+ * windows are empty. Else what is broken, in buf. */
+const char *pkv__kv_check(const pkv__kv *kv, const pkv__kv_tally *tally,
+                          uint64_t swap_bytes, char *buf, size_t size);
 
 #endif

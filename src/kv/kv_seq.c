@@ -4,62 +4,71 @@
 #include "kv/kv.h"
 #include "kv/prefix_groups.h"
 
+#include <stddef.h>
 #include <string.h>
+
+/* Bytes of a record with `groups` tables. */
+static size_t record_bytes(uint32_t groups)
+{
+    return offsetof(pkv__kv_record, tables) + groups * sizeof(pkv__table);
+}
 
 pkv_status pkv__kv_seq_init(const pkv__kv *kv, pkv__kv_seq *s,
                             const pkv__allocator *alloc,
                             const int32_t *prompt, uint32_t prompt_len,
                             uint64_t salt)
 {
-    uint32_t bs = kv->pool.block_size;
+    uint32_t bs = kv->pool.block_size, groups = kv->groups.num_groups;
     uint32_t n = prompt_len > 0 ? (prompt_len - 1) / bs : 0;
     memset(s, 0, sizeof *s);
+    s->stage = PKV__NO_STAGE;
     /* calloc: every table empty, as pkv__table_init leaves it. */
-    s->tables = pkv__calloc(alloc, kv->groups.num_groups, sizeof *s->tables);
-    s->prompt_hashes =
-        n > 0 ? pkv__calloc(alloc, n, sizeof *s->prompt_hashes) : NULL;
-    if (s->tables == NULL || (n > 0 && s->prompt_hashes == NULL)) {
-        pkv__free(alloc, s->tables, kv->groups.num_groups, sizeof *s->tables);
-        pkv__free(alloc, s->prompt_hashes, n, sizeof *s->prompt_hashes);
-        memset(s, 0, sizeof *s);
+    pkv__kv_record *r = pkv__calloc(alloc, 1, record_bytes(groups));
+    uint64_t *hashes =
+        n > 0 ? pkv__calloc(alloc, n, sizeof *hashes) : NULL;
+    if (r == NULL || (n > 0 && hashes == NULL)) {
+        pkv__free(alloc, r, 1, record_bytes(groups));
+        pkv__free(alloc, hashes, n, sizeof *hashes);
         return PKV_ERR_OUT_OF_MEMORY;
     }
-    s->groups = kv->groups.num_groups;
-    s->salt = salt;
-    s->num_prompt_hashes = n;
-    s->prompt_hashes_size = n;
+    r->groups = groups;
+    r->salt = salt;
+    r->prompt_hashes = hashes;
+    r->num_prompt_hashes = n;
+    r->prompt_hashes_size = n;
     if (n > 0)
-        pkv__prefix_hashes(prompt, n, bs, salt, s->prompt_hashes);
+        pkv__prefix_hashes(prompt, n, bs, salt, hashes);
+    s->record = r;
+    s->tables = r->tables;
     return PKV_OK;
 }
 
 void pkv__kv_seq_free(pkv__kv_seq *s, const pkv__allocator *alloc)
 {
-    pkv__free(alloc, s->tables, s->groups, sizeof *s->tables);
-    pkv__free(alloc, s->prompt_hashes, s->prompt_hashes_size,
-              sizeof *s->prompt_hashes);
+    pkv__kv_record *r = s->record;
+    if (r == NULL)
+        return;
+    pkv__free(alloc, r->prompt_hashes, r->prompt_hashes_size,
+              sizeof *r->prompt_hashes);
+    pkv__free(alloc, r->swap, r->swap_size, 1);
+    pkv__free(alloc, r->swap_blocks, r->swap_num_blocks,
+              sizeof *r->swap_blocks);
+    pkv__free(alloc, r, 1, record_bytes(r->groups));
     memset(s, 0, sizeof *s);
 }
 
 uint32_t pkv__kv_held(const pkv__kv_seq *s)
 {
     uint32_t n = 0;
-    for (uint32_t g = 0; g < s->groups; g++)
+    for (uint32_t g = 0; g < s->record->groups; g++)
         n += pkv__table_held(&s->tables[g]);
     return n;
-}
-
-void pkv__kv_drop(pkv__kv *kv, pkv__kv_seq *s)
-{
-    for (uint32_t g = 0; g < s->groups; g++)
-        pkv__table_release(&s->tables[g], &kv->pool);
-    pkv__prefix_chain_release(&s->chain, &kv->pool);
 }
 
 pkv_status pkv__kv_reserve(const pkv__kv *kv, pkv__kv_seq *s, uint32_t n,
                            uint32_t links)
 {
-    for (uint32_t g = 0; g < s->groups; g++) {
+    for (uint32_t g = 0; g < s->record->groups; g++) {
         pkv__table *t = &s->tables[g];
         if (n > t->capacity) {
             pkv_status st = pkv__table_reserve(t, &kv->pool, n);
@@ -72,18 +81,39 @@ pkv_status pkv__kv_reserve(const pkv__kv *kv, pkv__kv_seq *s, uint32_t n,
                : PKV_OK;
 }
 
+uint32_t pkv__kv_chain_lookup(const pkv__kv *kv, const pkv__kv_seq *s,
+                              const int32_t *tokens, uint32_t n,
+                              pkv__chain_link *links)
+{
+    const pkv__kv_record *r = s->record;
+    uint32_t h = 0;
+    pkv__prefix_lookup(&kv->prefix, tokens, n, r->salt, r->prompt_hashes,
+                       r->num_prompt_hashes, links, &h);
+    return h;
+}
+
+uint64_t pkv__kv_chain_hash(const pkv__kv *kv, const pkv__kv_seq *s,
+                            uint32_t j, uint64_t parent_hash,
+                            const int32_t *block_tokens)
+{
+    const pkv__kv_record *r = s->record;
+    return j < r->num_prompt_hashes
+               ? r->prompt_hashes[j]
+               : pkv__prefix_hash(parent_hash, block_tokens,
+                                  kv->pool.block_size, r->salt);
+}
+
 pkv__kv_hit pkv__kv_lookup(const pkv__kv *kv, const pkv__kv_seq *s,
                            const int32_t *tokens, uint32_t n,
                            pkv__chain_link *links, uint32_t *ids)
 {
-    uint32_t bs = kv->pool.block_size, h = 0, group_ids = 0;
-    pkv__prefix_lookup(&kv->prefix, tokens, n, s->salt, s->prompt_hashes,
-                       s->num_prompt_hashes, links, &h);
+    uint32_t bs = kv->pool.block_size, group_ids = 0;
+    uint32_t h = pkv__kv_chain_lookup(kv, s, tokens, n, links);
     /* The other groups' blocks after group 0's: written past where group
      * 0's land once h is known. */
     uint32_t room = n / bs + 1;
     h = pkv__prefix_group_hits(&kv->prefix, &kv->groups, links, h, tokens,
-                               s->salt, ids + room, &group_ids);
+                               s->record->salt, ids + room, &group_ids);
     uint32_t first = pkv__groups_first_seen(&kv->groups, 0, bs, h * bs);
     for (uint32_t j = first; j < h; j++)
         ids[j - first] = links[j].block;
@@ -98,7 +128,7 @@ pkv_status pkv__kv_adopt(pkv__kv *kv, pkv__kv_seq *s,
 {
     uint32_t bs = kv->pool.block_size;
     pkv_status st = PKV_OK;
-    for (uint32_t g = 0; st == PKV_OK && g < s->groups; g++) {
+    for (uint32_t g = 0; st == PKV_OK && g < s->record->groups; g++) {
         uint32_t first = pkv__groups_first_seen(&kv->groups, g, bs,
                                                 blocks * bs);
         st = pkv__table_adopt_from(&s->tables[g], &kv->pool, ids, first,
@@ -112,22 +142,8 @@ pkv_status pkv__kv_adopt(pkv__kv *kv, pkv__kv_seq *s,
 
 void pkv__kv_truncate(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_tokens)
 {
-    for (uint32_t g = 0; g < s->groups; g++)
+    for (uint32_t g = 0; g < s->record->groups; g++)
         pkv__table_truncate(&s->tables[g], &kv->pool, n_tokens);
-}
-
-pkv_status pkv__kv_fork(pkv__kv *kv, pkv__kv_seq *dst,
-                        const pkv__kv_seq *src)
-{
-    pkv_status st = PKV_OK;
-    for (uint32_t g = 0; st == PKV_OK && g < src->groups; g++)
-        st = pkv__table_fork(&dst->tables[g], &src->tables[g], &kv->pool);
-    if (st == PKV_OK)
-        st = pkv__prefix_chain_adopt(&dst->chain, &kv->pool,
-                                     src->chain.links, src->chain.num_links);
-    if (st != PKV_OK)
-        pkv__kv_drop(kv, dst);
-    return st;
 }
 
 uint32_t pkv__kv_needed(const pkv__kv *kv, const pkv__kv_seq *s,
@@ -135,7 +151,7 @@ uint32_t pkv__kv_needed(const pkv__kv *kv, const pkv__kv_seq *s,
                         const void *context)
 {
     uint32_t n = 0;
-    for (uint32_t g = 0; g < s->groups; g++)
+    for (uint32_t g = 0; g < s->record->groups; g++)
         n += pkv__table_blocks_needed(&s->tables[g], &kv->pool, n_new, refs,
                                       context);
     return n;
@@ -149,7 +165,7 @@ pkv_status pkv__kv_append(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_new,
      * own need. */
     if (pkv__kv_needed(kv, s, n_new, NULL, NULL) > pkv__pool_available(pool))
         return PKV_ERR_NO_BLOCKS;
-    for (uint32_t g = 0; g < s->groups; g++) {
+    for (uint32_t g = 0; g < s->record->groups; g++) {
         pkv__table *t = &s->tables[g];
         uint32_t before = t->num_blocks;
         pkv_status st = pkv__table_append(t, pool, n_new, &copies[g]);
@@ -171,7 +187,8 @@ pkv_status pkv__kv_register(pkv__kv *kv, pkv__kv_seq *s,
 {
     *first_new = s->chain.num_links;
     pkv_status st = pkv__prefix_register(&kv->prefix, &s->chain,
-                                         &s->tables[0], tokens, s->salt);
+                                         &s->tables[0], tokens,
+                                         s->record->salt);
     pkv__prefix_register_groups(&kv->prefix, &kv->groups, s, tokens,
                                 *first_new);
     return st;
@@ -180,7 +197,7 @@ pkv_status pkv__kv_register(pkv__kv *kv, pkv__kv_seq *s,
 uint32_t pkv__kv_slide(pkv__kv *kv, pkv__kv_seq *s, uint32_t next)
 {
     uint32_t dropped = 0, bs = kv->pool.block_size;
-    for (uint32_t g = 0; g < s->groups; g++) {
+    for (uint32_t g = 0; g < s->record->groups; g++) {
         /* A group without a window sees every block: its table is not
          * read. */
         uint32_t first = pkv__groups_first_seen(&kv->groups, g, bs, next);
@@ -194,45 +211,11 @@ int pkv__kv_window_lost(const pkv__kv *kv, const pkv__kv_seq *s,
                         uint32_t next)
 {
     uint32_t bs = kv->pool.block_size;
-    for (uint32_t g = 0; g < s->groups; g++)
+    for (uint32_t g = 0; g < s->record->groups; g++)
         if (s->tables[g].first_held >
             pkv__groups_first_seen(&kv->groups, g, bs, next))
             return 1;
     return 0;
-}
-
-uint32_t pkv__kv_blocks_from(const pkv__kv *kv, uint32_t next,
-                             uint32_t tokens)
-{
-    uint32_t bs = kv->pool.block_size;
-    uint32_t n = 0, all = pkv__blocks_for(tokens, bs);
-    for (uint32_t g = 0; g < kv->groups.num_groups; g++)
-        n += all - pkv__groups_first_seen(&kv->groups, g, bs, next);
-    return n;
-}
-
-pkv_status pkv__kv_swap_in(pkv__kv *kv, pkv__kv_seq *s, uint32_t next,
-                           uint32_t tokens)
-{
-    pkv__pool *pool = &kv->pool;
-    uint32_t bs = pool->block_size;
-    if (pkv__kv_blocks_from(kv, next, tokens) > pkv__pool_available(pool))
-        return PKV_ERR_NO_BLOCKS;
-    for (uint32_t g = 0; g < s->groups; g++) {
-        pkv__table *t = &s->tables[g];
-        uint32_t first = pkv__groups_first_seen(&kv->groups, g, bs, next);
-        pkv__block_copy none;
-        pkv_status st = pkv__table_adopt_from(t, pool, NULL, first, first);
-        if (st == PKV_OK)
-            st = pkv__table_append(t, pool, tokens - first * bs, &none);
-        if (st != PKV_OK) {
-            pkv__kv_truncate(kv, s, 0);
-            return st;
-        }
-        for (uint32_t i = first; g > 0 && i < t->num_blocks; i++)
-            pkv__pool_set_group(pool, t->blocks[i], g);
-    }
-    return PKV_OK;
 }
 
 uint64_t pkv__kv_peak_blocks(const pkv__kv *kv, uint64_t tokens,
@@ -249,4 +232,47 @@ uint64_t pkv__kv_peak_blocks(const pkv__kv *kv, uint64_t tokens,
         n += w == 0 || windowed > all ? all : windowed;
     }
     return n;
+}
+
+uint32_t pkv__kv_cut(pkv__kv *kv, pkv__kv_seq *s, uint32_t computed,
+                     uint32_t keep)
+{
+    uint32_t bs = kv->pool.block_size;
+    uint32_t start = keep / bs * bs; /* of the block the cut falls in */
+    /* A quantized block's rows exist only quantised once it is sealed;
+     * without a window holding them the cut drops the block. A block
+     * others hold (a fork, the prefix cache) stays as it is: the next
+     * append copies it. */
+    if (keep > start && kv->max_stages > 0 && start + bs <= computed &&
+        !pkv__rollback_restore(&kv->rollback, kv->ops, kv->backend, s->stage,
+                               start / bs))
+        keep = start;
+    /* A row at `keep` would see blocks a windowed group dropped. */
+    if (pkv__kv_window_lost(kv, s, keep))
+        keep = 0;
+    pkv__rollback_forget_from(&kv->rollback, s->stage, keep / bs);
+    pkv__kv_truncate(kv, s, keep);
+    pkv__prefix_chain_truncate(&s->chain, keep / bs);
+    return keep;
+}
+
+void pkv__kv_forget_tokens(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_tokens)
+{
+    uint32_t whole = n_tokens / kv->pool.block_size;
+    if (s->record->num_prompt_hashes > whole)
+        s->record->num_prompt_hashes = whole;
+}
+
+void pkv__kv_plan_windows(pkv__kv *kv, const pkv__kv_seq *s,
+                          uint32_t computed, uint32_t first_row,
+                          uint32_t rows)
+{
+    pkv__rollback_plan(&kv->rollback, s->stage, computed, first_row, rows);
+}
+
+void pkv__kv_commit_windows(pkv__kv *kv, const pkv__kv_seq *s,
+                            uint32_t computed, uint32_t first_row,
+                            uint32_t rows)
+{
+    pkv__rollback_commit(&kv->rollback, s->stage, computed, first_row, rows);
 }

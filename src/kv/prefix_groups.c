@@ -68,12 +68,12 @@ void pkv__prefix_register_groups(pkv__prefix *prefix,
             const int32_t *block_tokens = tokens + (size_t)j * bs;
             uint32_t b = t->blocks[j];
             if (pool->blocks[b].cached ||
-                find(prefix, g, &chain->links[j], block_tokens, s->salt) !=
+                find(prefix, g, &chain->links[j], block_tokens, s->record->salt) !=
                     PKV__NO_BLOCK)
                 continue;
             pkv__prefix_insert(
                 prefix, b, pkv__prefix_group_hash(chain->links[j].hash, g),
-                block_tokens, s->salt, chain->links[j].block,
+                block_tokens, s->record->salt, chain->links[j].block,
                 chain->links[j].generation);
         }
     }

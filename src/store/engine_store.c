@@ -275,7 +275,7 @@ static const uint8_t *digests(pkv_engine *e, pkv__seq *seq, uint32_t n)
     const EVP_MD *md = e->store->sha256;
     if (have == 0) {
         if (pkv__digest_root(md, e->store->model, &e->backend_config,
-                             seq->kv.salt, d) != PKV_OK)
+                             pkv__kv_salt(&seq->kv), d) != PKV_OK)
             return NULL;
         seq->num_store_digests = have = 1;
     }
@@ -403,9 +403,8 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     uint32_t bs = e->kv.pool.block_size;
     uint32_t n_max = seq->num_tokens ? (seq->num_tokens - 1) / bs : 0;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->kv.salt,
-                       seq->kv.prompt_hashes, seq->kv.num_prompt_hashes, links,
-                       &hits);
+    hits = pkv__kv_chain_lookup(&e->kv, &seq->kv, seq->tokens,
+                                 seq->num_tokens, links);
     seq->store_state = PKV__STORE_ASKED;
     if (hits >= n_max)
         return 1;
@@ -569,9 +568,8 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
     pkv__pool *pool = &e->kv.pool;
     uint32_t bs = pool->block_size, end = op->first + op->group0_keys;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->kv.salt,
-                       seq->kv.prompt_hashes, seq->kv.num_prompt_hashes, links,
-                       &hits);
+    hits = pkv__kv_chain_lookup(&e->kv, &seq->kv, seq->tokens,
+                                 seq->num_tokens, links);
     if (hits < end || op->group0_keys == 0)
         return;
     size_t vb = e->store->value_bytes;
@@ -584,7 +582,7 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
         const int32_t *t = seq->tokens + (size_t)j * bs;
         uint64_t h = pkv__prefix_group_hash(links[j].hash, g);
         if (op->sizes[i] == 0 ||
-            pkv__prefix_find_group(&e->kv.prefix, g, h, t, seq->kv.salt,
+            pkv__prefix_find_group(&e->kv.prefix, g, h, t, pkv__kv_salt(&seq->kv),
                                    links[j].block, links[j].generation) !=
                 PKV__NO_BLOCK)
             continue; /* a miss, or cached already */
@@ -610,7 +608,7 @@ static void install_groups(pkv_engine *e, const pkv__store_op *op,
         if (kv != NULL) {
             pkv__pool_set_group(pool, b, g);
             pkv__pool_set_fill(pool, b, bs);
-            pkv__prefix_insert(&e->kv.prefix, b, h, t, seq->kv.salt,
+            pkv__prefix_insert(&e->kv.prefix, b, h, t, pkv__kv_salt(&seq->kv),
                                links[j].block, links[j].generation);
             e->store->sent[b] = 1 + (uint64_t)pool->blocks[b].generation;
             e->totals.store_hit_blocks++;
@@ -633,9 +631,8 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     pkv__pool *pool = &e->kv.pool;
     uint32_t bs = pool->block_size;
     uint32_t hits = 0;
-    pkv__prefix_lookup(&e->kv.prefix, seq->tokens, seq->num_tokens, seq->kv.salt,
-                       seq->kv.prompt_hashes, seq->kv.num_prompt_hashes, links,
-                       &hits);
+    hits = pkv__kv_chain_lookup(&e->kv, &seq->kv, seq->tokens,
+                                 seq->num_tokens, links);
     /* The cache lost the block before the first loaded one: they cannot
      * join it (their parent is gone). Every value is still checked. */
     uint32_t from = hits > op->first ? hits : op->first;
@@ -681,11 +678,9 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     for (uint32_t i = 0; i < n; i++) {
         uint32_t j = from + i;
         const int32_t *t = seq->tokens + (size_t)j * bs;
-        uint64_t h = j < seq->kv.num_prompt_hashes
-                         ? seq->kv.prompt_hashes[j]
-                         : pkv__prefix_hash(parent_hash, t, bs, seq->kv.salt);
+        uint64_t h = pkv__kv_chain_hash(&e->kv, &seq->kv, j, parent_hash, t);
         pkv__pool_set_fill(pool, ids[i], bs);
-        pkv__prefix_insert(&e->kv.prefix, ids[i], h, t, seq->kv.salt, parent,
+        pkv__prefix_insert(&e->kv.prefix, ids[i], h, t, pkv__kv_salt(&seq->kv), parent,
                            pool->blocks[parent].generation);
         e->store->sent[ids[i]] = 1 + (uint64_t)pool->blocks[ids[i]].generation;
         parent_hash = h;
