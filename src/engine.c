@@ -112,7 +112,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
                          "or both be NULL");
 
     pkv_engine *e = pkv__calloc(&alloc, 1, sizeof *e);
-    if (e == NULL || pkv__engine_message_create(&alloc, &e->message) !=
+    if (e == NULL || pkv__engine_message_create(&alloc, &p, &e->message) !=
                          PKV_OK) {
         pkv__free(&alloc, e, 1, sizeof *e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "engine object");
@@ -178,7 +178,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         return pkv__fail(st, "%s of %u blocks: %s", what,
                          (unsigned)p.num_blocks, why);
     }
-    pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
+    pkv__engine_log(e->message, PKV_LOG_LEVEL_INFO,
                     "pkv %s: %s backend, %u blocks of %u tokens, %llu bytes "
                     "per block",
                     PKV_VERSION_STRING, e->ops->name, (unsigned)p.num_blocks,
@@ -217,10 +217,10 @@ pkv_status pkv_engine_get_group_stats(const pkv_engine *engine,
     if (engine == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (window == NULL || blocks_used == NULL || tokens_stored == NULL)
-        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(engine->message, PKV_ERR_INVALID_ARGUMENT,
                                 "every out-parameter must be set");
     if (group >= engine->kv.groups.num_groups)
-        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(engine->message, PKV_ERR_INVALID_ARGUMENT,
                                 "group %u of %u", (unsigned)group,
                                 (unsigned)engine->kv.groups.num_groups);
     *window = pkv__groups_window(&engine->kv.groups, group);
@@ -235,13 +235,13 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     if (engine == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (stats == NULL)
-        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(engine->message, PKV_ERR_INVALID_ARGUMENT,
                                 "stats is NULL");
     char why[128];
     if (pkv__struct_size_bad(stats->struct_size, PKV__ENGINE_STATS_MIN_SIZE,
                              sizeof *stats, "stats", "pkv_engine_stats_init",
                              why, sizeof why))
-        return pkv__engine_fail(engine, PKV_ERR_STRUCT_SIZE, "%s", why);
+        return pkv__engine_fail(engine->message, PKV_ERR_STRUCT_SIZE, "%s", why);
     const pkv__pool *pool = &engine->kv.pool;
     pkv_engine_stats s;
     memset(&s, 0, sizeof s);

@@ -36,31 +36,31 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (params == NULL || out_id == NULL)
         return pkv__engine_fail_any_thread(
-            e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+            e->message, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
             params == NULL ? "params" : "out_id");
     char why[128];
     if (pkv__struct_size_bad(params->struct_size, PKV__SEQ_PARAMS_MIN_SIZE,
                              sizeof *params, "params", "pkv_seq_params_init",
                              why, sizeof why))
-        return pkv__engine_fail_any_thread(e, PKV_ERR_STRUCT_SIZE, "%s", why);
+        return pkv__engine_fail_any_thread(e->message, PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_seq_params p;
     pkv_seq_params_init(&p);
     memcpy(&p, params, params->struct_size);
     if (p.flags != 0)
         return pkv__engine_fail_any_thread(
-            e, PKV_ERR_INVALID_ARGUMENT,
+            e->message, PKV_ERR_INVALID_ARGUMENT,
             "params->flags is %#x; no flags are defined", (unsigned)p.flags);
     if (p.prompt == NULL || p.prompt_len == 0 ||
         p.prompt_len >= e->params.max_model_len)
         return pkv__engine_fail_any_thread(
-            e, PKV_ERR_INVALID_ARGUMENT,
+            e->message, PKV_ERR_INVALID_ARGUMENT,
             "prompt of %u tokens%s; must be 1..%u (max_model_len - 1)",
             (unsigned)p.prompt_len, p.prompt == NULL ? " (prompt is NULL)" : "",
             (unsigned)(e->params.max_model_len - 1));
     for (uint32_t i = 0; i < p.prompt_len; i++)
         if (!token_ok(e, p.prompt[i]))
             return pkv__engine_fail_any_thread(
-                e, PKV_ERR_INVALID_ARGUMENT,
+                e->message, PKV_ERR_INVALID_ARGUMENT,
                 "prompt[%u] is %d; token ids are 0..%u", (unsigned)i,
                 (int)p.prompt[i],
                 (unsigned)(e->params.vocab_size ? e->params.vocab_size - 1
@@ -70,7 +70,7 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
     pkv__seq *seq = pkv__seq_new(&e->alloc, &e->kv, p.prompt, p.prompt_len,
                                  p.cache_salt, p.prompt_len);
     if (seq == NULL)
-        return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
+        return pkv__engine_fail_any_thread(e->message, PKV_ERR_OUT_OF_MEMORY,
                                            "sequence of %u tokens",
                                            (unsigned)p.prompt_len);
     seq->max_new_tokens = p.max_new_tokens;
@@ -89,9 +89,9 @@ pkv_status pkv_seq_abort(pkv_engine *e, pkv_seq_id id)
     pkv_status st = pkv__inbox_abort(&e->inbox, &e->alloc, id);
     if (st == PKV_ERR_NOT_FOUND)
         return pkv__engine_fail_any_thread(
-            e, st, "sequence %llu was never added", (unsigned long long)id);
+            e->message, st, "sequence %llu was never added", (unsigned long long)id);
     if (st != PKV_OK)
-        return pkv__engine_fail_any_thread(e, st, "abort queue");
+        return pkv__engine_fail_any_thread(e->message, st, "abort queue");
     return PKV_OK;
 }
 
@@ -103,7 +103,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (out_child == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "out_child is NULL");
     pkv__seq *parent;
     pkv_status found =
@@ -114,27 +114,27 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
      * sealed block's start) forks too: the child shares the KV it has
      * and computes the same tokens again. */
     if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "sequence %llu is not running with a sampled "
                                 "token",
                                 (unsigned long long)parent_id);
     if (pkv__inbox_abort_pending(&e->inbox, parent_id))
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "sequence %llu has an abort pending",
                                 (unsigned long long)parent_id);
     if (e->seqs.running.count >= e->params.max_num_seqs)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "%u sequences already run (max_num_seqs)",
                                 (unsigned)e->seqs.running.count);
     if (last_token >= 0 && !token_ok(e, last_token))
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "last_token %d is out of range",
                                 (int)last_token);
     uint32_t quota = e->params.max_blocks_per_tenant;
     if (quota != 0) {
         uint64_t used = pkv__seqs_tenant_blocks(&e->seqs, parent->tenant);
         if (used + pkv__kv_held(&parent->kv) > quota)
-            return pkv__engine_fail(e, PKV_ERR_QUOTA,
+            return pkv__engine_fail(e->message, PKV_ERR_QUOTA,
                                     "tenant %u holds %llu of %u blocks",
                                     (unsigned)parent->tenant,
                                     (unsigned long long)used,
@@ -158,7 +158,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
             pkv__kv_drop(&e->kv, &child->kv);
             pkv__seq_free(child, &e->alloc);
         }
-        return pkv__engine_fail(e, st, "fork of sequence %llu",
+        return pkv__engine_fail(e->message, st, "fork of sequence %llu",
                                 (unsigned long long)parent_id);
     }
     child->prompt_len = parent->prompt_len;
@@ -191,17 +191,17 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
     if (found != PKV_OK)
         return found;
     if (num_drafts > 0 && drafts == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "drafts is NULL");
     if (s->state != PKV__SEQ_RUNNING)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "sequence %llu is not running: drafts "
                                 "follow the last token of a decoding "
                                 "sequence",
                                 (unsigned long long)id);
     if (s->num_computed + 1 != s->num_tokens)
         return pkv__engine_fail(
-            e, PKV_ERR_BAD_STATE,
+            e->message, PKV_ERR_BAD_STATE,
             "sequence %llu must recompute the KV of tokens %u..%u first "
             "(a rollback or a truncate dropped a U8 block, or its prompt "
             "is not done): drafts follow once only its last token is left",
@@ -210,7 +210,7 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
 
     if (num_drafts > PKV_MAX_DRAFTS ||
         (uint64_t)s->num_tokens + num_drafts >= e->params.max_model_len)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "%u drafts after %u tokens; at most %u, "
                                 "and fewer than max_model_len %u in all",
                                 (unsigned)num_drafts, (unsigned)s->num_tokens,
@@ -218,7 +218,7 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
                                 (unsigned)e->params.max_model_len);
     for (uint32_t i = 0; i < num_drafts; i++)
         if (!token_ok(e, drafts[i]))
-            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+            return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                     "drafts[%u] is %d; out of range",
                                     (unsigned)i, (int)drafts[i]);
     /* Room now, so that the step never allocates for them: the drafts,
@@ -227,12 +227,12 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
     size_t size = s->drafts_size;
     if (pkv__grow(&e->alloc, s->drafts, &size, 0, num_drafts,
                   sizeof *s->drafts, &grown) != PKV_OK)
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
+        return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
                                 (unsigned)num_drafts);
     s->drafts = grown;
     s->drafts_size = (uint32_t)size;
     if (pkv__seq_reserve_tokens(s, &e->alloc, num_drafts + 1) != PKV_OK)
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
+        return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
                                 (unsigned)num_drafts);
     if (num_drafts > 0)
         memcpy(s->drafts, drafts, num_drafts * sizeof *drafts);
@@ -254,7 +254,7 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     if (found != PKV_OK)
         return found;
     if (num_tokens == 0 || num_tokens > s->num_tokens)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "keep %u tokens of sequence %llu; it has "
                                 "1..%u",
                                 (unsigned)num_tokens, (unsigned long long)id,
@@ -302,13 +302,13 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (blocks == NULL || num_blocks == NULL || num_tokens == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "every out-parameter must be set");
     const pkv__seq *seq = pkv__seqs_find(&e->seqs, id);
     if (seq == NULL && pkv__inbox_queued(&e->inbox, id))
         return PKV_OK; /* added, not yet seen by a step: no blocks */
     if (seq == NULL)
-        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
+        return pkv__engine_fail(e->message, PKV_ERR_NOT_FOUND,
                                 "sequence %llu is not live",
                                 (unsigned long long)id);
     *blocks = seq->kv.tables[0].blocks;

@@ -84,7 +84,7 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
                           uint32_t *num_seqs, pkv_status st)
 {
     pkv__seq *s = a->seq;
-    pkv__engine_log(e, PKV_LOG_LEVEL_WARN,
+    pkv__engine_log(e->message, PKV_LOG_LEVEL_WARN,
                     "seq %llu: device action %d failed (%s: %s); %s",
                     (unsigned long long)s->id, (int)a->kind,
                     pkv_status_name(st), pkv_last_error(),
@@ -272,16 +272,16 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (out == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "out is NULL");
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT, "out is NULL");
     if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "step_begin called twice: call step_end "
                                 "first");
     pkv_status st = drain_inbox(e);
     if (st == PKV_OK)
         st = reserve_step(e);
     if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "step arrays");
+        return pkv__engine_fail(e->message, st, "step arrays");
     /* The store's landed blocks join the prefix cache before the plan
      * looks there; waiting prompts are asked for theirs. */
     pkv__store_step_begin(e);
@@ -291,7 +291,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
     if (st == PKV_OK)
         st = pkv__plan_reserve(e);
     if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "step plan");
+        return pkv__engine_fail(e->message, st, "step plan");
     uint32_t num_seqs = 0;
     pkv__plan_apply(e, &num_seqs);
     run_actions(e, &num_seqs);
@@ -301,7 +301,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
         if (st != PKV_OK) {
             unplan_rows(e, num_seqs);
             PKV__ENGINE_CHECK(e);
-            return pkv__engine_fail(e, st, "backend step: %s",
+            return pkv__engine_fail(e->message, st, "backend step: %s",
                                     pkv_last_error());
         }
     }
@@ -355,16 +355,16 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (!e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "step_end outside a step: call step_begin");
     /* A batch with no rows has nothing to attend: its layers are free. */
     if (e->step.layers_left != 0 && e->step.batch.num_tokens != 0)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "step_end with %u layers not attended",
                                 (unsigned)e->step.layers_left);
     const pkv_batch *b = &e->step.batch;
     if (num_samples != b->num_samples || (num_samples > 0 && sampled == NULL))
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "%u sampled tokens for %u sample rows%s",
                                 (unsigned)num_samples,
                                 (unsigned)b->num_samples,
@@ -372,7 +372,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
     uint32_t vocab = e->params.vocab_size;
     for (uint32_t j = 0; j < num_samples; j++)
         if (sampled[j] < 0 || (vocab != 0 && (uint32_t)sampled[j] >= vocab))
-            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+            return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                     "sampled[%u] is %d; token ids are "
                                     "0..%u",
                                     (unsigned)j, (int)sampled[j],
@@ -417,7 +417,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
             uint32_t registered;
             if (pkv__kv_register(&e->kv, &s->kv, s->tokens, &registered) !=
                 PKV_OK)
-                pkv__engine_log(e, PKV_LOG_LEVEL_DEBUG,
+                pkv__engine_log(e->message, PKV_LOG_LEVEL_DEBUG,
                                 "seq %llu: prefix registration skipped "
                                 "(memory)",
                                 (unsigned long long)s->id);

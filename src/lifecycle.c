@@ -139,16 +139,16 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *e, pkv_seq_id id,
 {
     *out = NULL;
     if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "%s during a step: call it after step_end",
                                 what);
     *out = pkv__seqs_find(&e->seqs, id);
     if (*out == NULL && pkv__inbox_queued(&e->inbox, id))
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "sequence %llu has not run yet",
                                 (unsigned long long)id);
     if (*out == NULL)
-        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
+        return pkv__engine_fail(e->message, PKV_ERR_NOT_FOUND,
                                 "sequence %llu is not live",
                                 (unsigned long long)id);
     return PKV_OK;

@@ -132,11 +132,11 @@ static void reachable(const pkv_engine *e, uint32_t *depth, uint32_t *path,
 pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
                                         size_t capacity, size_t *size)
 {
-    pkv_status checked = pkv__engine_check_size_out(e, size);
+    pkv_status checked = pkv__engine_check_size_out(e != NULL ? e->message : NULL, size);
     if (checked != PKV_OK)
         return checked;
     if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "save the prefix cache during a step: call "
                                 "it after step_end");
     const pkv__backend_config *c = &e->backend_config;
@@ -147,7 +147,7 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     uint32_t *blocks = pkv__calloc(&e->alloc, nb, sizeof *blocks);
     pkv_status st = PKV_OK;
     if (!depth || !path || !order || !blocks) {
-        st = pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+        st = pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY,
                               "save the prefix cache: index of %u blocks",
                               (unsigned)nb);
         goto done;
@@ -164,7 +164,7 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     if (buffer == NULL && capacity == 0)
         goto done;
     if (buffer == NULL || capacity < *size) {
-        st = pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        st = pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                               "the prefix cache takes %zu bytes; the buffer "
                               "has %zu",
                               *size, buffer == NULL ? (size_t)0 : capacity);
@@ -175,7 +175,7 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
         blocks[i] = order[i].block;
     st = e->ops->swap_out(e->backend, blocks, n, out + kv_at);
     if (st != PKV_OK) {
-        st = pkv__engine_fail(e, st, "save the prefix cache: reading the "
+        st = pkv__engine_fail(e->message, st, "save the prefix cache: reading the "
                                      "KV: %s",
                               pkv_last_error());
         goto done;
@@ -204,7 +204,7 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     if (e->seal != NULL) {
         st = pkv__seal_close(e->seal, buffer, content, NULL, 0);
         if (st != PKV_OK)
-            st = pkv__engine_fail(e, st, "save the prefix cache: sealing "
+            st = pkv__engine_fail(e->message, st, "save the prefix cache: sealing "
                                          "%zu bytes failed",
                                   content);
     }
@@ -230,7 +230,7 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
     if ((version == FORMAT_VERSION_GROUPS) != (e->kv.groups.num_groups > 1) &&
         (version == FORMAT_VERSION || version == FORMAT_VERSION_GROUPS))
         return pkv__engine_fail(
-            e, PKV_ERR_UNSUPPORTED,
+            e->message, PKV_ERR_UNSUPPORTED,
             "load: saved by an engine %s hybrid memory's groups of layers; "
             "this one has %s",
             version == FORMAT_VERSION ? "without" : "with",
@@ -240,7 +240,7 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
         pkv__wire_check_opening(d, size, MAGIC, version_of(e), head,
                                 "a saved pkv prefix cache", why, sizeof why);
     if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "load: %s", why);
+        return pkv__engine_fail(e->message, st, "load: %s", why);
     uint32_t n = pkv__get_u32(d + AT_NUM_ENTRIES);
     uint32_t bs = pkv__get_u32(d + PKV__AT_BLOCK_SIZE);
     uint64_t block_bytes = pkv__get_u64(d + AT_BLOCK_BYTES);
@@ -249,12 +249,12 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
                          : head + (uint64_t)n * (16 + 4 * bs) +
                                (uint64_t)n * block_bytes;
     if (total != size)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "load: the header says %u blocks, not %zu "
                                 "bytes (truncated?)",
                                 (unsigned)n, size);
     if (pkv__checksum(d, size, AT_CHECKSUM) != pkv__get_u64(d + AT_CHECKSUM))
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "load: checksum mismatch: the bytes were "
                                 "changed or damaged");
     uint8_t mine[HEADER_BYTES];
@@ -264,7 +264,7 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
                PKV__AT_FORMAT_FIELDS - PKV__AT_KV_DTYPE) != 0 ||
         block_bytes != pkv__backend_swap_block_bytes(&e->backend_config))
         return pkv__engine_fail(
-            e, PKV_ERR_UNSUPPORTED,
+            e->message, PKV_ERR_UNSUPPORTED,
             "load: saved with kv_dtype %u, quant %u/%u, %u layers, %u kv "
             "heads, head_dim %u, block_size %u; this engine differs",
             (unsigned)pkv__get_u32(d + PKV__AT_KV_DTYPE),
@@ -280,7 +280,7 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
             pkv__put_u32(layout + 4, e->kv.groups.layer_arena[l]);
             if (memcmp(d + HEADER_BYTES + 8 * l, layout, 8) != 0)
                 return pkv__engine_fail(
-                    e, PKV_ERR_UNSUPPORTED,
+                    e->message, PKV_ERR_UNSUPPORTED,
                     "load: saved with layer %u in group %u, arena %u; this "
                     "engine has it in group %u, arena %u",
                     (unsigned)l,
@@ -303,7 +303,7 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
         if ((parent != ROOT && parent >= i) ||
             group >= e->kv.groups.num_groups || parent_group != 0 ||
             (group != 0 && parent == ROOT))
-            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+            return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                     "load: block %u of group %u has parent "
                                     "%u; parents come first, in group 0",
                                     (unsigned)i, (unsigned)group,
@@ -311,7 +311,7 @@ static pkv_status check_file(pkv_engine *e, const uint8_t *d, size_t size)
         for (uint32_t t = 0; t < bs; t++) {
             uint32_t tok = pkv__get_u32(p + 16 + 4 * t);
             if (tok > INT32_MAX || (vocab != 0 && tok >= vocab))
-                return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+                return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                         "load: block %u holds token %u; "
                                         "this engine's ids are 0..%u",
                                         (unsigned)i, (unsigned)tok,
@@ -349,7 +349,7 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
     size_t bytes_size = 0;
     uint32_t k = 0;
     if (!target || !hash || !tokens || !fresh) {
-        st = pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+        st = pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY,
                               "load: index of %u blocks", (unsigned)n);
         goto done;
     }
@@ -388,7 +388,7 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
     bytes_size = k * block_bytes;
     bytes = pkv__calloc(&e->alloc, bytes_size ? bytes_size : 1, 1);
     if (bytes == NULL) {
-        st = pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+        st = pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY,
                               "load: %zu bytes of KV", bytes_size);
         goto done;
     }
@@ -408,7 +408,7 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
     if (st != PKV_OK) {
         for (uint32_t j = 0; j < k; j++)
             pkv__pool_decref(pool, ids[j]);
-        st = pkv__engine_fail(e, st, "load: writing the KV: %s",
+        st = pkv__engine_fail(e->message, st, "load: writing the KV: %s",
                               pkv_last_error());
         goto done;
     }
@@ -449,9 +449,9 @@ pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (data == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "data is NULL");
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT, "data is NULL");
     if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "load the prefix cache during a step: call "
                                 "it after step_end");
     const uint8_t *d;
@@ -461,7 +461,7 @@ pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
     pkv_status st = pkv__seal_unwrap(e->seal, &e->alloc, data, size, MAGIC,
                                      &d, &n, &owned, why, sizeof why);
     if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "load: %s", why);
+        return pkv__engine_fail(e->message, st, "load: %s", why);
     st = load_file(e, d, n, num_loaded);
     pkv__free(&e->alloc, owned, n, 1);
     return st;

@@ -221,12 +221,12 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
     size_t size = pkv__kv_swap_bytes(&e->kv, s->num_computed);
     uint8_t *host = pkv__calloc(&e->alloc, size, 1);
     if (host == NULL)
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+        return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY,
                                 "export: %zu bytes of KV", size);
     pkv_status st = pkv__kv_read(&e->kv, &s->kv, s->num_computed, host);
     if (st != PKV_OK) {
         pkv__free(&e->alloc, host, size, 1);
-        return pkv__engine_fail(e, st, "export: reading the KV: %s",
+        return pkv__engine_fail(e->message, st, "export: reading the KV: %s",
                                 pkv_last_error());
     }
     *kv = host;
@@ -238,7 +238,7 @@ static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
 pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
                           size_t capacity, size_t *size)
 {
-    pkv_status checked = pkv__engine_check_size_out(e, size);
+    pkv_status checked = pkv__engine_check_size_out(e != NULL ? e->message : NULL, size);
     if (checked != PKV_OK)
         return checked;
     pkv__seq *s;
@@ -253,14 +253,14 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     uint64_t content = head + (uint64_t)s->num_tokens * 4 + kv;
     uint64_t total = seal_at + content;
     if (total > SIZE_MAX)
-        return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
+        return pkv__engine_fail(e->message, PKV_ERR_UNSUPPORTED,
                                 "export of %llu bytes",
                                 (unsigned long long)total);
     *size = (size_t)total;
     if (buffer == NULL && capacity == 0)
         return PKV_OK;
     if (buffer == NULL || capacity < total)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "export of sequence %llu takes %llu bytes; "
                                 "the buffer has %zu",
                                 (unsigned long long)id,
@@ -303,7 +303,7 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     if (e->seal != NULL) {
         st = pkv__seal_close(e->seal, buffer, (size_t)content, NULL, 0);
         if (st != PKV_OK)
-            return pkv__engine_fail(e, st, "export: sealing %llu bytes "
+            return pkv__engine_fail(e->message, st, "export: sealing %llu bytes "
                                            "failed",
                                     (unsigned long long)content);
     }
@@ -331,17 +331,17 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
         pkv__wire_check_opening(d, size, MAGIC, version, *head,
                                 "a pkv sequence export", why, sizeof why);
     if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "import: %s", why);
+        return pkv__engine_fail(e->message, st, "import: %s", why);
     uint32_t tokens = pkv__get_u32(d + AT_NUM_TOKENS);
     uint64_t kv = pkv__get_u64(d + AT_KV_BYTES);
     uint64_t total = *head + (uint64_t)tokens * 4 + kv;
     if (kv > UINT64_MAX / 2 || total != size)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "import: the export says %llu bytes; %zu "
                                 "given (truncated?)",
                                 (unsigned long long)total, size);
     if (pkv__checksum(d, size, AT_CHECKSUM) != pkv__get_u64(d + AT_CHECKSUM))
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "import: checksum mismatch: the export was "
                                 "changed or damaged");
     const pkv__backend_config *c = &e->backend_config;
@@ -355,7 +355,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
         memcmp(d + PKV__AT_NUM_LAYERS, mine + PKV__AT_NUM_LAYERS,
                PKV__AT_BLOCK_SIZE - PKV__AT_NUM_LAYERS) != 0)
         return pkv__engine_fail(
-            e, PKV_ERR_UNSUPPORTED,
+            e->message, PKV_ERR_UNSUPPORTED,
             "import: exported with kv_dtype %u, %u layers, %u kv heads, "
             "head_dim %u; this engine has %d, %u, %u, %u",
             (unsigned)dtype, (unsigned)pkv__get_u32(d + PKV__AT_NUM_LAYERS),
@@ -372,7 +372,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
                        : kq == 0 && vq == 0;
     if (src.block_size == 0 || src.block_size > PKV_LAYOUT_MAX_BLOCK_SIZE ||
         (src.block_size & (src.block_size - 1)) != 0 || !groups_ok)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "import: block_size %u, quant %#x/%#x are "
                                 "not a pkv layout",
                                 (unsigned)src.block_size, (unsigned)kq,
@@ -407,7 +407,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
         prompt > tokens || computed >= tokens || generated > tokens ||
         kv != kv_want)
         return pkv__engine_fail(
-            e, PKV_ERR_INVALID_ARGUMENT,
+            e->message, PKV_ERR_INVALID_ARGUMENT,
             "import: %u tokens (prompt %u, %u sampled, %u with KV, %llu "
             "bytes of it); max_model_len is %u",
             (unsigned)tokens, (unsigned)prompt, (unsigned)generated,
@@ -417,7 +417,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     for (uint32_t i = 0; i < tokens; i++) {
         uint32_t t = pkv__get_u32(d + *head + (size_t)i * 4);
         if (t > INT32_MAX || (vocab != 0 && t >= vocab))
-            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+            return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                     "import: token %u is %u; this engine's "
                                     "ids are 0..%u",
                                     (unsigned)i, (unsigned)t,
@@ -428,7 +428,7 @@ static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
     uint32_t kept = *keep_kv ? computed : 0;
     uint32_t need = pkv__kv_blocks_from(&e->kv, kept, kept + 1);
     if (need > c->num_blocks - 1)
-        return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
+        return pkv__engine_fail(e->message, PKV_ERR_NO_BLOCKS,
                                 "import: %u blocks needed; the pool has %u",
                                 (unsigned)need, (unsigned)(c->num_blocks - 1));
     return PKV_OK;
@@ -473,7 +473,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
     if (st != PKV_OK || seq == NULL || (swap_size > 0 && swap == NULL)) {
         pkv__free(&e->alloc, swap, swap_size, 1);
         pkv__seq_free(seq, &e->alloc);
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+        return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY,
                                 "import of %u tokens", (unsigned)tokens);
     }
 
@@ -505,7 +505,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
     }
     int groups_differ = grouped(e) || head != HEADER_BYTES;
     if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0 && groups_differ)
-        pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
+        pkv__engine_log(e->message, PKV_LOG_LEVEL_INFO,
                         "import: exported %s hybrid memory's groups of "
                         "layers (or with other groups, windows or block "
                         "size); sequence %llu computes its %u tokens of KV "
@@ -514,7 +514,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
                         (unsigned long long)seq->id,
                         (unsigned)pkv__get_u32(d + AT_NUM_COMPUTED));
     else if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0)
-        pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
+        pkv__engine_log(e->message, PKV_LOG_LEVEL_INFO,
                         "import: quantized blocks of %u tokens (groups "
                         "%#x/%#x) cannot move into blocks of %u (groups "
                         "%#x/%#x) "
@@ -540,7 +540,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (data == NULL || out_id == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
                                 data == NULL ? "data" : "out_id");
     pkv_seq_params p;
     pkv_seq_params_init(&p);
@@ -550,16 +550,16 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
                                  PKV__SEQ_PARAMS_MIN_SIZE, sizeof *params,
                                  "params", "pkv_seq_params_init", why,
                                  sizeof why))
-            return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
+            return pkv__engine_fail(e->message, PKV_ERR_STRUCT_SIZE, "%s", why);
         memcpy(&p, params, params->struct_size);
     }
     if (p.prompt != NULL || p.prompt_len != 0 || p.flags != 0)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "import: params->prompt, prompt_len and "
                                 "flags must be NULL and 0 (the tokens come "
                                 "from the export)");
     if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "import during a step: call it after "
                                 "step_end");
     const uint8_t *d;
@@ -569,7 +569,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     pkv_status st = pkv__seal_unwrap(e->seal, &e->alloc, data, size, MAGIC,
                                      &d, &n, &owned, why, sizeof why);
     if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "import: %s", why);
+        return pkv__engine_fail(e->message, st, "import: %s", why);
     st = import_export(e, &p, d, n, out_id);
     pkv__free(&e->alloc, owned, n, 1);
     return st;

@@ -455,7 +455,7 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
         name_keys(e, &op, hits, d, keys) != PKV_OK) {
         pkv__free(&e->alloc, keys, n, sizeof *keys);
         free_op(e, &op);
-        pkv__engine_log(e, PKV_LOG_LEVEL_DEBUG,
+        pkv__engine_log(e->message, PKV_LOG_LEVEL_DEBUG,
                         "seq %llu: not asked of the store (memory)",
                         (unsigned long long)seq->id);
         return 1;
@@ -473,7 +473,7 @@ static int ask(pkv_engine *e, pkv__seq *seq, pkv__chain_link *links)
     if (st != PKV_OK) {
         e->totals.store_load_failures++;
         free_op(e, &op);
-        pkv__engine_log(e, PKV_LOG_LEVEL_DEBUG,
+        pkv__engine_log(e->message, PKV_LOG_LEVEL_DEBUG,
                         "seq %llu: the store refused a load: %s",
                         (unsigned long long)seq->id, pkv_status_name(st));
         return 1;
@@ -544,7 +544,7 @@ static uint32_t verified_run(pkv_engine *e, const pkv__store_op *op,
             e->totals.store_damaged++;
         else
             e->totals.store_mismatched++;
-        pkv__engine_log(e, PKV_LOG_LEVEL_WARN,
+        pkv__engine_log(e->message, PKV_LOG_LEVEL_WARN,
                         "seq %llu: the store's block %u is %s: computed "
                         "instead",
                         (unsigned long long)seq->id, (unsigned)j,
@@ -668,7 +668,7 @@ static void install(pkv_engine *e, const pkv__store_op *op,
     }
     if (st != PKV_OK) {
         e->totals.store_load_failures++;
-        pkv__engine_log(e, PKV_LOG_LEVEL_WARN,
+        pkv__engine_log(e->message, PKV_LOG_LEVEL_WARN,
                         "seq %llu: store blocks not installed: %s",
                         (unsigned long long)seq->id, pkv_status_name(st));
         n = 0;
