@@ -240,6 +240,14 @@ typedef struct pkv__backend_ops {
 
 extern const pkv__backend_ops pkv__backend_cpu;
 
+/* A backend made for an engine, its ops and its state: what the engine's
+ * step calls (attention) and what the KV-cache manager moves KV with, one
+ * object for both. */
+typedef struct pkv__device {
+    const pkv__backend_ops *ops;
+    pkv__backend *backend;
+} pkv__device;
+
 /* Choosing the backend (backend.c). */
 
 /* Create the backend params ask for (PKV_BACKEND_KIND_AUTO: OpenCL when a

@@ -59,7 +59,7 @@ static pkv_status create_backend(pkv_engine *e)
         c->layer_group = g->layer_group;
         c->group_windows = g->group_windows;
     }
-    return pkv__backend_create_for(p, c, &e->alloc, &e->ops, &e->backend);
+    return pkv__backend_create_for(p, c, &e->alloc, &e->device.ops, &e->device.backend);
 }
 
 /* Release everything create may have made; fields not made are NULL. */
@@ -72,10 +72,10 @@ static void engine_free(pkv_engine *e)
             pkv__kv_drop(&e->kv, &lists[l]->items[i]->kv);
     /* Before the backend and pool: the store's operations in flight are
      * cancelled, so the connector stops writing into their buffers. */
-    pkv__store_release(e);
+    pkv__store_release(e->store);
     pkv__seal_destroy(e->seal, &e->alloc);
-    if (e->ops != NULL)
-        e->ops->destroy(e->backend);
+    if (e->device.ops != NULL)
+        e->device.ops->destroy(e->device.backend);
     pkv__seqs_release(&e->seqs, &e->alloc);
     pkv__step_state_release(&e->step, &e->alloc);
     pkv__kv_release(&e->kv, &e->alloc);
@@ -138,11 +138,11 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     const char *what = "backend";
     st = create_backend(e);
     if (st != PKV_OK)
-        e->ops = NULL;
+        e->device.ops = NULL;
     if (st == PKV_OK) {
         what = "block pool";
         pkv__set_error(""); /* the backend may have noted a fallback */
-        st = pkv__kv_init_pool(&e->kv, &alloc, e->ops, e->backend,
+        st = pkv__kv_init_pool(&e->kv, &alloc, &e->device,
                                &e->backend_config);
     }
     /* The key itself is not kept: the seal holds what it derives. */
@@ -153,7 +153,10 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     }
     if (st == PKV_OK) {
         what = "store state";
-        st = pkv__store_init(e, p.store);
+        pkv__store_env env = {&e->kv,         &e->backend_config, e->seal,
+                              &e->totals,     e->message,         &e->inbox,
+                              alloc};
+        st = pkv__store_init(&e->store, &env, p.store);
         if (st == PKV_OK && p.store != NULL)
             e->params.store = &e->store->cb;
     }
@@ -181,7 +184,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     pkv__engine_log(e->message, PKV_LOG_LEVEL_INFO,
                     "pkv %s: %s backend, %u blocks of %u tokens, %llu bytes "
                     "per block",
-                    PKV_VERSION_STRING, e->ops->name, (unsigned)p.num_blocks,
+                    PKV_VERSION_STRING, e->device.ops->name, (unsigned)p.num_blocks,
                     (unsigned)p.block_size, (unsigned long long)e->block_bytes);
     *out = e;
     return PKV_OK;
@@ -197,7 +200,7 @@ void pkv_engine_destroy(pkv_engine *engine)
 
 const char *pkv_engine_backend_name(const pkv_engine *engine)
 {
-    return engine == NULL ? "" : engine->ops->name;
+    return engine == NULL ? "" : engine->device.ops->name;
 }
 
 pkv_status pkv_engine_stats_init(pkv_engine_stats *stats)

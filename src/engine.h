@@ -30,8 +30,7 @@ struct pkv_engine {
     uint64_t drafts_step; /* the step the latest pkv_seq_propose was for:
                              in the others, no sequence has drafts */
     pkv__kv kv;                /* the KV-cache manager (kv/kv.h) */
-    const pkv__backend_ops *ops;
-    pkv__backend *backend;
+    pkv__device device;        /* backend.h */
     pkv__backend_config backend_config;
     pkv__inbox inbox;          /* sequences added from any thread */
     pkv__seqs seqs;            /* lifecycle.h */

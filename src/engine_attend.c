@@ -27,7 +27,7 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
         return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->dtype is %d; not a pkv_tensor_dtype",
                                 name, (int)t->dtype);
-    int device_ok = e->ops->attend_device != NULL;
+    int device_ok = e->device.ops->attend_device != NULL;
     if (t->memory != PKV_TENSOR_MEMORY_HOST &&
         !(t->memory == PKV_TENSOR_MEMORY_OPENCL && device_ok))
         return pkv__engine_fail(
@@ -35,7 +35,7 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
             t->memory == PKV_TENSOR_MEMORY_OPENCL ? PKV_ERR_UNSUPPORTED
                                                   : PKV_ERR_INVALID_ARGUMENT,
             "%s->memory is %d; the %s backend takes %s", name, (int)t->memory,
-            e->ops->name,
+            e->device.ops->name,
             device_ok ? "PKV_TENSOR_MEMORY_HOST or PKV_TENSOR_MEMORY_OPENCL"
                       : "host memory only");
     if (t->rows != rows || t->heads != heads ||
@@ -134,7 +134,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     /* cl_mem tensors: enqueued on the engine's queue, not waited for, and
      * not scanned for non-finite values (pkv_opencl.h). */
     if (device) {
-        st = e->ops->attend_device(e->backend, layer, q, k, v, out,
+        st = e->device.ops->attend_device(e->device.backend, layer, q, k, v, out,
                                    e->params.scale, e->layer_windows[layer]);
         if (st != PKV_OK)
             return pkv__engine_fail(e->message, st, "layer %u: %s", (unsigned)layer,
@@ -200,13 +200,13 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         out->dtype == PKV_TENSOR_DTYPE_F32 && o0 < q0 + span && q0 < o0 + span;
     float *of =
         out->dtype == PKV_TENSOR_DTYPE_F32 && !alias ? out_f32 : out_buf;
-    if (e->ops->append_attend != NULL) {
-        st = e->ops->append_attend(e->backend, layer, kf, vf, qf, of,
+    if (e->device.ops->append_attend != NULL) {
+        st = e->device.ops->append_attend(e->device.backend, layer, kf, vf, qf, of,
                                    e->params.scale, e->layer_windows[layer]);
     } else {
-        st = e->ops->append(e->backend, layer, kf, vf);
+        st = e->device.ops->append(e->device.backend, layer, kf, vf);
         if (st == PKV_OK)
-            st = e->ops->attend(e->backend, layer, qf, of, e->params.scale,
+            st = e->device.ops->attend(e->device.backend, layer, qf, of, e->params.scale,
                                 e->layer_windows[layer]);
     }
     if (st != PKV_OK)

@@ -283,7 +283,7 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     /* Later tokens may differ from the prompt's. */
     pkv__kv_forget_tokens(&e->kv, &s->kv, num_tokens);
     if (pkv__store_enabled(e->store))
-        pkv__store_forget(e, s, num_tokens / bs);
+        pkv__store_forget(e->store, s, num_tokens / bs);
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }

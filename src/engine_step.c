@@ -130,7 +130,7 @@ static void run_actions(pkv_engine *e, uint32_t *num_seqs)
                 n++;
             }
             pkv_status st =
-                e->ops->copy_blocks(e->backend, e->step.copy_pairs, n);
+                e->device.ops->copy_blocks(e->device.backend, e->step.copy_pairs, n);
             for (uint32_t k = 0; st != PKV_OK && k < n; k++)
                 action_failed(e, &e->step.actions[i + k], num_seqs, st);
             i += n - 1;
@@ -284,7 +284,8 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
         return pkv__engine_fail(e->message, st, "step arrays");
     /* The store's landed blocks join the prefix cache before the plan
      * looks there; waiting prompts are asked for theirs. */
-    pkv__store_step_begin(e);
+    pkv__store_step_begin(e->store, &e->seqs.waiting,
+                          e->seqs.longest_tokens);
     /* The plan, and every allocation applying it needs: until both
      * succeeded nothing changed. */
     st = pkv__sched_plan(e);
@@ -297,7 +298,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
     run_actions(e, &num_seqs);
     build_batch(e, num_seqs);
     if (num_seqs > 0) {
-        st = e->ops->begin_step(e->backend, &e->step.backend_step);
+        st = e->device.ops->begin_step(e->device.backend, &e->step.backend_step);
         if (st != PKV_OK) {
             unplan_rows(e, num_seqs);
             PKV__ENGINE_CHECK(e);
@@ -422,7 +423,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
                                 "(memory)",
                                 (unsigned long long)s->id);
             if (pkv__store_enabled(e->store))
-                pkv__store_collect(e, s, registered);
+                pkv__store_collect(e->store, s, registered);
         }
         /* Only once its blocks are cached: they may be hits. */
         slide_windows(e, s);
@@ -446,7 +447,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
     pkv__seqs_sweep_ended(&e->seqs);
     /* No block changed since the collect: ended sequences' blocks stay
      * cached until an allocation takes them. */
-    pkv__store_send(e);
+    pkv__store_send(e->store);
     e->step.in_step = 0;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;

@@ -73,7 +73,7 @@ void pkv__engine_end_later(pkv_engine *e, pkv__seq *seq, int32_t reason,
 {
     e->seqs.unswept |= 1u << seq->state;
     if (seq->store_state == PKV__STORE_LOADING)
-        pkv__store_forget(e, seq, 0);
+        pkv__store_forget(e->store, seq, 0);
     pkv__engine_drop_blocks(e, seq);
     pkv__kv_drop_swap(&e->kv, &seq->kv, &e->alloc);
     seq->state = PKV__SEQ_FINISHED;

@@ -173,7 +173,7 @@ pkv_status pkv_engine_save_prefix_cache(pkv_engine *e, void *buffer,
     uint8_t *out = (uint8_t *)buffer + seal_at;
     for (uint32_t i = 0; i < n; i++)
         blocks[i] = order[i].block;
-    st = e->ops->swap_out(e->backend, blocks, n, out + kv_at);
+    st = e->device.ops->swap_out(e->device.backend, blocks, n, out + kv_at);
     if (st != PKV_OK) {
         st = pkv__engine_fail(e->message, st, "save the prefix cache: reading the "
                                      "KV: %s",
@@ -404,7 +404,7 @@ static pkv_status load_file(pkv_engine *e, const uint8_t *d, size_t size,
             pkv__get_u32(d + head + i * entry_bytes(bs) + 4));
         target[i] = ids[j];
     }
-    st = e->ops->swap_in(e->backend, bytes, ids, k);
+    st = e->device.ops->swap_in(e->device.backend, bytes, ids, k);
     if (st != PKV_OK) {
         for (uint32_t j = 0; j < k; j++)
             pkv__pool_decref(pool, ids[j]);

@@ -675,10 +675,10 @@ static void test_store_faults(void **state)
         store_host b;
         sh_start_sized(&b, p, &data, &a);
         pkv_engine *e = b.host.engine;
-        real_ops = e->ops;
+        real_ops = e->device.ops;
         failing_ops = *real_ops;
         failing_ops.swap_in = failing_swap_in;
-        e->ops = &failing_ops;
+        e->device.ops = &failing_ops;
         swap_in_failures = 1;
         pkv_seq_id id = add(&b, prompt, 0);
         assert_int_equal(first_rows(&b, id), PROMPT);
@@ -686,7 +686,7 @@ static void test_store_faults(void **state)
         pkv_engine_stats s = stats_of(&b);
         assert_int_equal(s.store_hit_blocks, 0);
         assert_int_equal(s.store_load_failures, 1);
-        e->ops = real_ops;
+        e->device.ops = real_ops;
         sh_free(&b);
         assert_int_equal(a.bad_frees, 0);
     }

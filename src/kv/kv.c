@@ -28,12 +28,10 @@ pkv_status pkv__kv_init(pkv__kv *kv, const pkv__allocator *alloc,
 }
 
 pkv_status pkv__kv_init_pool(pkv__kv *kv, const pkv__allocator *alloc,
-                             const pkv__backend_ops *ops,
-                             pkv__backend *backend,
+                             const pkv__device *device,
                              const pkv__backend_config *config)
 {
-    kv->ops = ops;
-    kv->backend = backend;
+    kv->device = device;
     kv->swap_block_bytes = pkv__backend_swap_block_bytes(config);
     kv->stage_bytes =
         pkv__backend_quantized(config) ? pkv__backend_stage_bytes(config) : 0;
@@ -84,6 +82,7 @@ void pkv__kv_drop(pkv__kv *kv, pkv__kv_seq *s)
 pkv_status pkv__kv_fork(pkv__kv *kv, pkv__kv_seq *dst,
                         const pkv__kv_seq *src)
 {
+    const pkv__device *dev = kv->device;
     pkv_status st = PKV_OK;
     for (uint32_t g = 0; st == PKV_OK && g < src->record->groups; g++)
         st = pkv__table_fork(&dst->tables[g], &src->tables[g], &kv->pool);
@@ -95,7 +94,7 @@ pkv_status pkv__kv_fork(pkv__kv *kv, pkv__kv_seq *dst,
     if (st == PKV_OK && kv->max_stages > 0) {
         pkv__block_copy pair = {src->stage,
                                 kv->free_stages[kv->num_free_stages - 1]};
-        st = kv->ops->copy_stages(kv->backend, &pair, 1);
+        st = dev->ops->copy_stages(dev->backend, &pair, 1);
         if (st == PKV_OK)
             pkv__kv_take_stage(kv, dst);
     }

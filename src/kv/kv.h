@@ -39,9 +39,8 @@ typedef struct pkv__kv {
     pkv__groups groups;
     pkv__pool pool;
     pkv__prefix prefix;
-    /* The backend whose arenas hold the blocks' KV. */
-    const pkv__backend_ops *ops;
-    pkv__backend *backend;
+    /* The backend whose arenas hold the blocks' KV (the engine's). */
+    const pkv__device *device;
     size_t swap_block_bytes; /* one block over every arena, as host bytes */
     size_t stage_bytes;      /* one staging tail; 0: the cache has none */
     /* Quantized caches: the staging tails no running sequence holds
@@ -108,8 +107,7 @@ pkv_status pkv__kv_init(pkv__kv *kv, const pkv__allocator *alloc,
  * cache too large for the machine fails before this host memory is
  * spent) and whose config says the host copies' sizes. */
 pkv_status pkv__kv_init_pool(pkv__kv *kv, const pkv__allocator *alloc,
-                             const pkv__backend_ops *ops,
-                             pkv__backend *backend,
+                             const pkv__device *device,
                              const pkv__backend_config *config);
 
 /* Release what the inits made (any of it). */
@@ -160,6 +158,13 @@ static inline const uint32_t *pkv__kv_step_windows(const pkv__kv *kv)
 {
     return kv->rollback.window_blocks != NULL ? kv->rollback.row_windows
                                               : NULL;
+}
+
+/* Its chain's length: its first blocks registered in the prefix cache
+ * (group 0's). */
+static inline uint32_t pkv__kv_registered(const pkv__kv_seq *s)
+{
+    return s->chain.num_links;
 }
 
 /* Its prefix-cache salt. */
@@ -374,6 +379,82 @@ void pkv__kv_swap_import(pkv__kv_seq *s, uint8_t *bytes, size_t size);
 /* Free a swapped-out sequence's host bytes (nothing if it has none). */
 void pkv__kv_drop_swap(pkv__kv *kv, pkv__kv_seq *s,
                        const pkv__allocator *alloc);
+
+/* ------------------------------------------ the prefix cache's blocks */
+
+/* Accessors of the manager's fixed layout. */
+static inline uint32_t pkv__kv_block_size(const pkv__kv *kv)
+{
+    return kv->pool.block_size;
+}
+
+static inline uint32_t pkv__kv_num_groups(const pkv__kv *kv)
+{
+    return kv->groups.num_groups;
+}
+
+static inline uint32_t pkv__kv_num_blocks(const pkv__kv *kv)
+{
+    return kv->pool.num_blocks;
+}
+
+/* The first block group g's row at token `next` sees (0 without a
+ * window). */
+static inline uint32_t pkv__kv_first_seen(const pkv__kv *kv, uint32_t g,
+                                          uint32_t next)
+{
+    return pkv__groups_first_seen(&kv->groups, g, kv->pool.block_size, next);
+}
+
+/* A block's generation (pool.h): it changes whenever the block's contents
+ * may change or it leaves the prefix cache. */
+static inline uint32_t pkv__kv_generation(const pkv__kv *kv, uint32_t block)
+{
+    return kv->pool.blocks[block].generation;
+}
+
+/* The block that holds s's chain link j's KV now: the link's, unless it
+ * was evicted since (its generation moved on), then s's own group-0
+ * block of those tokens, or PKV__NULL_BLOCK where a windowed group 0
+ * dropped that. */
+uint32_t pkv__kv_chain_block(const pkv__kv *kv, const pkv__kv_seq *s,
+                             uint32_t j);
+
+/* Read n blocks' KV into host, each block's swap bytes after the one
+ * before. */
+pkv_status pkv__kv_read_blocks(const pkv__kv *kv, const uint32_t *blocks,
+                               uint32_t n, uint8_t *host);
+
+/* Blocks from outside the engine (a KV store's values): the KV of s's
+ * prompt blocks [from, from + n), each block's swap bytes after the one
+ * before at bytes, joins the prefix cache after links[0 .. from) (a
+ * chain lookup's, all of them cached) as registrations of those tokens
+ * would have put them: unreferenced, children first into the LRU queue,
+ * never evicting the chain they follow; fewer when the pool has fewer
+ * blocks to give. Returns how many joined, their ids in ids (room for
+ * n); 0 with *status set when the device copy failed (nothing changed
+ * then). */
+uint32_t pkv__kv_install(pkv__kv *kv, const pkv__kv_seq *s,
+                         const int32_t *tokens, const pkv__chain_link *links,
+                         uint32_t from, uint32_t n, const uint8_t *bytes,
+                         uint32_t *ids, pkv_status *status);
+
+/* Whether the prefix cache holds group g's block of s's prompt block j
+ * (tokens: the prompt's), after `link`, the cached group-0 block of
+ * those tokens. */
+int pkv__kv_group_cached(const pkv__kv *kv, const pkv__kv_seq *s,
+                         const int32_t *tokens, const pkv__chain_link *link,
+                         uint32_t j, uint32_t g);
+
+/* The same as pkv__kv_install for one block of group g > 0, whose KV is
+ * at bytes, after `link` (prefix_groups.h): *id its block.
+ * PKV_ERR_NO_BLOCKS, or the device copy's status, with nothing
+ * changed. */
+pkv_status pkv__kv_install_group(pkv__kv *kv, const pkv__kv_seq *s,
+                                 const int32_t *tokens,
+                                 const pkv__chain_link *link, uint32_t j,
+                                 uint32_t g, const uint8_t *bytes,
+                                 uint32_t *id);
 
 /* ------------------------------------------------------------ invariants */
 

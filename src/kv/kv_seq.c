@@ -244,7 +244,7 @@ uint32_t pkv__kv_cut(pkv__kv *kv, pkv__kv_seq *s, uint32_t computed,
      * others hold (a fork, the prefix cache) stays as it is: the next
      * append copies it. */
     if (keep > start && kv->max_stages > 0 && start + bs <= computed &&
-        !pkv__rollback_restore(&kv->rollback, kv->ops, kv->backend, s->stage,
+        !pkv__rollback_restore(&kv->rollback, kv->device, s->stage,
                                start / bs))
         keep = start;
     /* A row at `keep` would see blocks a windowed group dropped. */

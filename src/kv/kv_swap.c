@@ -62,11 +62,12 @@ uint32_t pkv__kv_swap_out(pkv__kv *kv, pkv__kv_seq *s, uint32_t computed)
 pkv_status pkv__kv_swap_copy_out(pkv__kv *kv, pkv__kv_seq *s,
                                  const pkv__allocator *alloc)
 {
+    const pkv__device *dev = kv->device;
     pkv__kv_record *r = s->record;
     uint32_t n = r->swap_num_blocks;
-    pkv_status st = kv->ops->swap_out(kv->backend, r->swap_blocks, n, r->swap);
+    pkv_status st = dev->ops->swap_out(dev->backend, r->swap_blocks, n, r->swap);
     if (st == PKV_OK && r->swap_stage != PKV__NO_STAGE)
-        st = kv->ops->stage_out(kv->backend, r->swap_stage,
+        st = dev->ops->stage_out(dev->backend, r->swap_stage,
                                 r->swap + n * kv->swap_block_bytes);
     pkv__free(alloc, r->swap_blocks, n, sizeof *r->swap_blocks);
     r->swap_blocks = NULL;
@@ -102,6 +103,7 @@ pkv_status pkv__kv_swap_copy_in(pkv__kv *kv, pkv__kv_seq *s,
                                 const pkv__allocator *alloc,
                                 uint32_t computed)
 {
+    const pkv__device *dev = kv->device;
     pkv__kv_record *r = s->record;
     uint32_t all = pkv__blocks_for(computed, kv->pool.block_size), done = 0;
     /* Every group's held blocks, group after group, as the swap-out
@@ -109,16 +111,16 @@ pkv_status pkv__kv_swap_copy_in(pkv__kv *kv, pkv__kv_seq *s,
     for (uint32_t g = 0; g < r->groups; g++) {
         const pkv__table *t = &s->tables[g];
         uint32_t n = all - t->first_held;
-        pkv_status st = kv->ops->swap_in(
-            kv->backend, r->swap + (size_t)done * kv->swap_block_bytes,
+        pkv_status st = dev->ops->swap_in(
+            kv->device->backend, r->swap + (size_t)done * kv->swap_block_bytes,
             t->blocks + t->first_held, n);
         if (st != PKV_OK)
             return st;
         done += n;
     }
     if (s->stage != PKV__NO_STAGE) {
-        pkv_status st = kv->ops->stage_in(
-            kv->backend, r->swap + (size_t)done * kv->swap_block_bytes,
+        pkv_status st = dev->ops->stage_in(
+            kv->device->backend, r->swap + (size_t)done * kv->swap_block_bytes,
             s->stage);
         if (st != PKV_OK)
             return st;
@@ -130,13 +132,14 @@ pkv_status pkv__kv_swap_copy_in(pkv__kv *kv, pkv__kv_seq *s,
 pkv_status pkv__kv_read(const pkv__kv *kv, const pkv__kv_seq *s,
                         uint32_t computed, uint8_t *host)
 {
+    const pkv__device *dev = kv->device;
     uint32_t bs = kv->pool.block_size, all = pkv__blocks_for(computed, bs);
     uint32_t done = 0;
     for (uint32_t g = 0; g < s->record->groups; g++) {
         const pkv__table *t = &s->tables[g];
         uint32_t first = pkv__groups_first_seen(&kv->groups, g, bs, computed);
-        pkv_status st = kv->ops->swap_out(
-            kv->backend, t->blocks + first, all - first,
+        pkv_status st = dev->ops->swap_out(
+            kv->device->backend, t->blocks + first, all - first,
             host + (size_t)done * kv->swap_block_bytes);
         if (st != PKV_OK)
             return st;
@@ -144,7 +147,7 @@ pkv_status pkv__kv_read(const pkv__kv *kv, const pkv__kv_seq *s,
     }
     if (s->stage == PKV__NO_STAGE)
         return PKV_OK;
-    return kv->ops->stage_out(kv->backend, s->stage,
+    return dev->ops->stage_out(dev->backend, s->stage,
                               host + (size_t)done * kv->swap_block_bytes);
 }
 

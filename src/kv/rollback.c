@@ -85,15 +85,14 @@ void pkv__rollback_commit(pkv__rollback *r, uint32_t stage,
         }
 }
 
-int pkv__rollback_restore(const pkv__rollback *r,
-                          const pkv__backend_ops *ops, pkv__backend *backend,
+int pkv__rollback_restore(const pkv__rollback *r, const pkv__device *device,
                           uint32_t stage, uint32_t j)
 {
     if (r->window == 0 || stage == PKV__NO_STAGE ||
         *window_entry(r, stage, j) != j)
         return 0;
     pkv__block_copy pair = {window_stage(r, stage, j), stage};
-    return ops->copy_stages(backend, &pair, 1) == PKV_OK;
+    return device->ops->copy_stages(device->backend, &pair, 1) == PKV_OK;
 }
 
 void pkv__rollback_forget_from(pkv__rollback *r, uint32_t stage, uint32_t j)

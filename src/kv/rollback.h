@@ -65,8 +65,8 @@ void pkv__rollback_commit(pkv__rollback *rollback, uint32_t stage,
  * backend when a window holds them. 1 on success; 0 when no window holds
  * j or the copy failed (the caller then drops the block). */
 int pkv__rollback_restore(const pkv__rollback *rollback,
-                          const pkv__backend_ops *ops, pkv__backend *backend,
-                          uint32_t stage, uint32_t j);
+                          const pkv__device *device, uint32_t stage,
+                          uint32_t j);
 
 /* Forget the windows of working tail `stage`'s blocks from j on (a cut
  * removed them). */
