@@ -2,7 +2,7 @@
 /* Debug-build invariant check of the engine (check.h). */
 #include "check.h"
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -76,7 +76,7 @@ static void engine_free(pkv_engine *e)
     pkv__seal_destroy(e->seal, &e->alloc);
     if (e->device.ops != NULL)
         e->device.ops->destroy(e->device.backend);
-    pkv__seqs_release(&e->seqs, &e->alloc);
+    pkv__seqs_release(&e->seqs);
     pkv__step_state_release(&e->step, &e->alloc);
     pkv__kv_release(&e->kv, &e->alloc);
     pkv__free(&e->alloc, e->layer_windows, e->params.num_layers,
@@ -166,7 +166,8 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     }
     if (st == PKV_OK) {
         what = "sequence lists";
-        st = pkv__seqs_init(&e->seqs, &alloc, &p);
+        st = pkv__seqs_init(&e->seqs, &alloc, &p, &e->kv, e->store,
+                            &e->totals);
     }
     if (st != PKV_OK) {
         char why[PKV__ERROR_MAX];

@@ -12,7 +12,7 @@
 #include "backend.h"
 #include "engine_error.h"
 #include "inbox.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "kv/kv.h"
 #include "step_state.h"
 

@@ -4,7 +4,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "store/engine_store.h"
 #include "struct_sizes.h"
 
@@ -142,8 +142,8 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     }
 
     /* Everything that can fail comes first. */
-    pkv_status st = pkv__seqs_reserve(
-        &e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
+    pkv_status st =
+        pkv__seqs_reserve(&e->seqs, pkv__inbox_live_count(&e->inbox) + 17);
     pkv__seq *child = NULL;
     if (st == PKV_OK) {
         child = pkv__seq_new(&e->alloc, &e->kv, parent->tokens,
@@ -174,7 +174,6 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     pkv__inbox_issue(&e->inbox, child);
     pkv__map_put(&e->seqs.by_id, child->id, (uint64_t)(uintptr_t)child);
     child->state = PKV__SEQ_RUNNING;
-    child->admitted = ++e->seqs.admissions;
     pkv__seq_list_insert(&e->seqs.running, e->seqs.running.count, child);
     *out_child = child->id;
     PKV__ENGINE_CHECK(e);
@@ -267,13 +266,11 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
         /* Its blocks are host bytes now: recompute it instead. */
         pkv__seq_list_remove(&e->seqs.swapped, s);
         pkv__kv_drop_swap(&e->kv, &s->kv, &e->alloc);
-        s->num_computed = 0;
-        s->state = PKV__SEQ_WAITING;
-        pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
+        pkv__seqs_recompute(&e->seqs, s);
     } else if (s->state == PKV__SEQ_RUNNING) {
         /* The KV of every kept token but the last (the next input row). */
         uint32_t c = s->num_computed;
-        pkv__engine_cut_kv(e, s, num_tokens - 1 < c ? num_tokens - 1 : c);
+        pkv__seqs_cut_kv(&e->seqs, s, num_tokens - 1 < c ? num_tokens - 1 : c);
     }
     uint32_t cut = s->num_tokens - num_tokens;
     s->num_generated -= cut < s->num_generated ? cut : s->num_generated;

@@ -5,7 +5,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "sched_plan.h"
 #include "kv/prefix_groups.h"
 #include "store/engine_store.h"
@@ -24,7 +24,7 @@ static pkv_status drain_inbox(pkv_engine *e)
     for (;;) {
         /* More may arrive between the count and the take: then again. */
         uint64_t live = pkv__inbox_live_count(&e->inbox) + 16;
-        pkv_status st = pkv__seqs_reserve(&e->seqs, &e->alloc, live);
+        pkv_status st = pkv__seqs_reserve(&e->seqs, live);
         if (st != PKV_OK)
             return st;
         if (pkv__inbox_take(&e->inbox, live, &adds, &aborts, &num_aborts,
@@ -44,7 +44,7 @@ static pkv_status drain_inbox(pkv_engine *e)
     for (uint32_t i = 0; i < num_aborts; i++) {
         pkv__seq *s = pkv__seqs_find(&e->seqs, aborts[i]);
         if (s != NULL)
-            pkv__engine_end_later(e, s, PKV_FINISH_REASON_ABORTED, PKV_OK);
+            pkv__seqs_end(&e->seqs, s, PKV_FINISH_REASON_ABORTED, PKV_OK);
     }
     pkv__seqs_sweep_ended(&e->seqs);
     pkv__free(&e->alloc, aborts, abort_capacity, sizeof *aborts);
@@ -97,7 +97,7 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
     } else {
         unschedule(e, s, num_seqs);
         pkv__seq_list_remove(&e->seqs.running, s);
-        pkv__engine_drop_blocks(e, s);
+        pkv__seqs_drop_kv(&e->seqs, s);
         if (a->kind == PKV__ACTION_SWAP_IN) {
             e->totals.swap_ins--;
             s->state = PKV__SEQ_SWAPPED;
@@ -106,12 +106,8 @@ static void action_failed(pkv_engine *e, const pkv__action *a,
         }
         e->step.preempted[e->step.batch.num_preempted++] = s->id;
         e->totals.preemptions++;
-        s->num_preemptions++;
     }
-    s->num_computed = 0;
-    s->state = PKV__SEQ_WAITING;
-    s->store_state = PKV__STORE_NOT_ASKED; /* as a preempted one */
-    pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
+    pkv__seqs_recompute(&e->seqs, s);
 }
 
 /* Run the planner's device actions in order, each run of copy-on-write
@@ -343,7 +339,7 @@ static uint32_t settle_drafts(pkv_engine *e, pkv__seq *s,
     /* Keep the KV of the last token and the accepted drafts. */
     uint32_t keep = s->num_computed + 1 + a;
     s->num_computed += s->scheduled;
-    pkv__engine_cut_kv(e, s, keep);
+    pkv__seqs_cut_kv(&e->seqs, s, keep);
     s->num_tokens = first + a;
     s->num_generated += a;
     s->step_drafts = 0;
@@ -398,7 +394,7 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         uint32_t sample = j;
         j += samples_here;
         if (e->step.seq_bad[i]) {
-            pkv__engine_end_later(e, s, PKV_FINISH_REASON_FAILED,
+            pkv__seqs_end(&e->seqs, s, PKV_FINISH_REASON_FAILED,
                                   PKV_ERR_NON_FINITE);
             continue;
         }
@@ -435,12 +431,12 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
         s->num_generated++;
         s->protect = 0;
         if (stop != NULL && stop[sample])
-            pkv__engine_end_later(e, s, PKV_FINISH_REASON_STOP, PKV_OK);
+            pkv__seqs_end(&e->seqs, s, PKV_FINISH_REASON_STOP, PKV_OK);
         else if (s->max_new_tokens != 0 &&
                  s->num_generated >= s->max_new_tokens)
-            pkv__engine_end_later(e, s, PKV_FINISH_REASON_LENGTH, PKV_OK);
+            pkv__seqs_end(&e->seqs, s, PKV_FINISH_REASON_LENGTH, PKV_OK);
         else if (s->num_tokens >= e->params.max_model_len)
-            pkv__engine_end_later(e, s, PKV_FINISH_REASON_MAX_MODEL_LEN,
+            pkv__seqs_end(&e->seqs, s, PKV_FINISH_REASON_MAX_MODEL_LEN,
                                   PKV_OK);
     }
     /* One pass over running for every sequence that ended here. */

@@ -2,7 +2,7 @@
 /* Reserving for a step's plan and applying it (plan.h). */
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "kv/prefix_groups.h"
 #include "store/engine_store.h"
 
@@ -66,7 +66,6 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
 {
     pkv__seq *seq = it->seq;
     e->step.preempted[e->step.batch.num_preempted++] = seq->id;
-    seq->num_preemptions++;
     seq->protect = 1;
     e->totals.preemptions++;
     if (it->swap) {
@@ -79,7 +78,7 @@ static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
     }
     /* Its tail and blocks may go to others in this step: their new owners
      * write them only after the actions, swap-outs first, ran. */
-    pkv__engine_drop_blocks(e, seq);
+    pkv__seqs_drop_kv(&e->seqs, seq);
     if (it->swap) {
         seq->state = PKV__SEQ_SWAPPED;
     } else {
@@ -103,7 +102,7 @@ static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(&e->seqs, seq, before);
     if (st != PKV_OK) {
-        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
+        pkv__seqs_end(&e->seqs, seq, PKV_FINISH_REASON_FAILED,
                               PKV_ERR_INTERNAL);
         return 0;
     }
@@ -124,7 +123,7 @@ static int swap_in_tables(pkv_engine *e, pkv__seq *seq, uint32_t rows)
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(&e->seqs, seq, 0);
     if (st != PKV_OK)
-        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
+        pkv__seqs_end(&e->seqs, seq, PKV_FINISH_REASON_FAILED,
                               PKV_ERR_INTERNAL);
     return st == PKV_OK;
 }
@@ -140,7 +139,7 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
     pkv__seqs_count_blocks(&e->seqs, seq, 0);
     assert(st == PKV_OK);
     if (st != PKV_OK)
-        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
+        pkv__seqs_end(&e->seqs, seq, PKV_FINISH_REASON_FAILED,
                               PKV_ERR_INTERNAL);
 }
 
@@ -148,7 +147,6 @@ static void adopt(pkv_engine *e, const pkv__plan_item *it)
 static void start_running(pkv_engine *e, pkv__seq *seq)
 {
     pkv__kv_take_stage(&e->kv, &seq->kv);
-    seq->admitted = ++e->seqs.admissions;
     pkv__seq_list_insert(&e->seqs.running, e->seqs.running.count, seq);
 }
 
@@ -169,7 +167,7 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
         if (it->kind == PKV__PLAN_PREEMPT)
             apply_preempt(e, it);
         else if (it->kind == PKV__PLAN_END)
-            pkv__engine_end_later(e, it->seq, PKV_FINISH_REASON_FAILED,
+            pkv__seqs_end(&e->seqs, it->seq, PKV_FINISH_REASON_FAILED,
                                   it->status);
         else if (it->kind != PKV__PLAN_RUN)
             it->seq->state = PKV__SEQ_RUNNING;

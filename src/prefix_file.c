@@ -16,7 +16,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "kv/prefix_groups.h"
 #include "seal.h"
 #include "wire.h"

@@ -27,7 +27,7 @@
 
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "kv/prefix_groups.h"
 #include "store/engine_store.h"
 

@@ -62,9 +62,7 @@ typedef struct pkv__seq {
     uint32_t num_drafts;
     int32_t priority;
     uint32_t prompt_len;
-    uint64_t arrival;  /* order of arrival (ties broken by id) */
-    uint64_t admitted; /* order of the latest entry into running */
-    uint32_t num_preemptions;
+    uint64_t arrival; /* order of arrival (ties broken by id) */
 
     pkv_finished finish;
     struct pkv__seq *inbox_next;

@@ -17,7 +17,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "seal.h"
 #include "struct_sizes.h"
 #include "wire.h"
@@ -456,7 +456,7 @@ static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
                                       : pkv__blocks_for(computed, bs);
     size_t swap_size =
         computed > 0 ? pkv__backend_swap_bytes(c, swap_blocks) : 0;
-    st = pkv__seqs_reserve(&e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
+    st = pkv__seqs_reserve(&e->seqs, pkv__inbox_live_count(&e->inbox) + 17);
     int32_t *token_ids = pkv__calloc(&e->alloc, tokens, sizeof *token_ids);
     pkv__seq *seq = NULL;
     if (st == PKV_OK && token_ids != NULL) {

@@ -9,7 +9,7 @@
 #include "check.h"
 #include "engine.h"
 #include "store/engine_store.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "half.h"
 
 #include <math.h>

@@ -25,7 +25,7 @@ failures = []
 # invariants, state transfer and the store's engine side.
 ENGINE_LAYER = {
     'check.c', 'engine.c', 'engine_attend.c', 'engine_error.c',
-    'engine_opencl.c', 'engine_seq.c', 'engine_step.c', 'lifecycle.c',
+    'engine_opencl.c', 'engine_seq.c', 'engine_step.c', 'seqs.c',
     'plan_apply.c', 'prefix_file.c', 'sched.c', 'seq_export.c',
     'store/engine_store.c',
 }

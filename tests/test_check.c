@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 
 #include <string.h>
 

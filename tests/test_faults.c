@@ -24,7 +24,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 

@@ -32,7 +32,7 @@
 #include "opencl/opencl.h"
 #include "opencl/program.h"
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "half.h"
 
 #include <dirent.h>

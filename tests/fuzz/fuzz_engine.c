@@ -41,7 +41,7 @@
 #include "../hash_model.h"
 
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,12 +168,10 @@ static void dump(void)
             const pkv__seq *s = lists[l]->items[i];
             fprintf(stderr,
                     "  %s seq %llu: tokens %u (prompt %u) computed %u "
-                    "blocks %u tenant %u priority %d protect %u "
-                    "preemptions %u\n",
+                    "blocks %u tenant %u priority %d protect %u\n",
                     names[l], (unsigned long long)s->id, s->num_tokens,
                     s->prompt_len, s->num_computed, pkv__kv_blocks(&s->kv),
-                    s->tenant, (int)s->priority, s->protect,
-                    s->num_preemptions);
+                    s->tenant, (int)s->priority, s->protect);
         }
 }
 

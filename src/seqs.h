@@ -1,22 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The sequence lifecycle: the engine's sequences (by state, by id), their
- * moves between the waiting, running, swapped and ended lists, giving back
- * what a sequence holds, the staging tails running sequences hold, and the
- * per-tenant block counts that follow their tables. The scheduler
- * (sched.c) and the step calls (engine_step.c, engine_seq.c) both change
- * sequences only through these, so neither calls into the other.
- *
- * Functions named pkv__seqs_* touch only the sequences' own state;
- * pkv__engine_* ones also give blocks back to the pool, tails to the
- * backend's rollback window or loads to the store.
+ * The engine's sequences: by state (the waiting, running, swapped and
+ * ended lists) and by id, their moves between the lists, their end,
+ * giving back what a sequence holds (its KV to the KV-cache manager, a
+ * load in flight to the KV store), and the per-tenant block counts that
+ * follow their tables. The planner (planner.c) reads them; the plan's
+ * apply and the step calls (engine_step.c, engine_seq.c) change them
+ * only through these, so that neither calls into the other.
  */
-#ifndef PKV_LIFECYCLE_H
-#define PKV_LIFECYCLE_H
+#ifndef PKV_SEQS_H
+#define PKV_SEQS_H
 
 #include "alloc.h"
+#include "kv/kv.h"
 #include "map.h"
 #include "seq.h"
+
+struct pkv__engine_store;
 
 typedef struct pkv__seqs {
     /* By state. waiting and swapped are kept in policy order; running in
@@ -30,24 +30,33 @@ typedef struct pkv__seqs {
     pkv__map tenant_blocks; /* tenant -> blocks its tables hold, tenants
                                with blocks only (at most max_num_seqs) */
     uint32_t unswept; /* 1 << state of each list that holds sequences
-                         ended by pkv__engine_end_later */
+                         ended by pkv__seqs_end */
     uint32_t longest_tokens; /* most tokens any sequence ever held: sizes
                                 the step arrays without a scan */
-    uint64_t admissions; /* sequences admitted so far */
     int32_t policy; /* params.policy: the order of waiting and swapped */
+    /* What an end or a cut gives back to, the engine's: the KV-cache
+     * manager, the KV store (a load in flight), the counters
+     * (seqs_finished), the allocator. */
+    pkv__kv *kv;
+    struct pkv__engine_store *store;
+    pkv_engine_stats *totals;
+    pkv__allocator alloc;
 } pkv__seqs;
 
-/* Sequences for params (the tenant map); release frees every sequence
- * still held, without giving back its blocks. */
+/* Sequences for params (the tenant map), giving back to kv and store,
+ * counting in totals; release frees every sequence still held, without
+ * giving back its blocks. */
 pkv_status pkv__seqs_init(pkv__seqs *seqs, const pkv__allocator *alloc,
-                          const pkv_engine_params *params);
-void pkv__seqs_release(pkv__seqs *seqs, const pkv__allocator *alloc);
+                          const pkv_engine_params *params, pkv__kv *kv,
+                          struct pkv__engine_store *store,
+                          pkv_engine_stats *totals);
+void pkv__seqs_release(pkv__seqs *seqs);
 
 /* The live sequence with this id (ended ones excluded), or NULL. O(1). */
 pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id);
 
-/* Take the ended sequences out of their lists (pkv__engine_end_later left
- * them there), one pass per list that holds any. */
+/* Take the ended sequences out of their lists (pkv__seqs_end left them
+ * there), one pass per list that holds any. */
 void pkv__seqs_sweep_ended(pkv__seqs *seqs);
 
 /* Blocks the tenant's tables hold; change that count by delta (at every
@@ -56,13 +65,12 @@ uint64_t pkv__seqs_tenant_blocks(const pkv__seqs *seqs, uint32_t tenant);
 void pkv__seqs_tenant_add(pkv__seqs *seqs, uint32_t tenant, int64_t delta);
 
 /* Count the blocks seq's tables gained (or lost) since they held `before`
- * (pkv__seq_held) against its tenant. */
+ * (pkv__kv_held) against its tenant. */
 void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
                             uint32_t before);
 
 /* Give every list, and the id map, room for `live` sequences. */
-pkv_status pkv__seqs_reserve(pkv__seqs *seqs, const pkv__allocator *alloc,
-                             uint64_t live);
+pkv_status pkv__seqs_reserve(pkv__seqs *seqs, uint64_t live);
 
 /* Insert into a waiting or swapped list in policy order. The list has
  * room: every list is reserved for every live sequence. */
@@ -76,21 +84,25 @@ void pkv__seqs_enqueue(const pkv__seqs *seqs, pkv__seq_list *list,
 pkv_status pkv__engine_find_between_steps(pkv_engine *engine, pkv_seq_id id,
                                           const char *what, pkv__seq **out);
 
-/* End a sequence (any state but queued): release its blocks, tail and
- * swap memory, and queue its report, leaving it in its list. A call that
- * may end many sequences (step_end, a batch of aborts) then takes them all
+/* End a sequence (any state but queued): release its KV and a load in
+ * flight, and queue its report, leaving it in its list. A call that may
+ * end many sequences (step_end, a batch of aborts) then takes them all
  * out with one pass, pkv__seqs_sweep_ended, instead of searching a list
  * once per end. Until the sweep the list holds ended sequences. */
-void pkv__engine_end_later(pkv_engine *engine, pkv__seq *seq, int32_t reason,
-                           pkv_status status);
+void pkv__seqs_end(pkv__seqs *seqs, pkv__seq *seq, int32_t reason,
+                   pkv_status status);
 
 /* Release a sequence's KV (kv.h's pkv__kv_drop), its blocks counted off
  * its tenant. */
-void pkv__engine_drop_blocks(pkv_engine *engine, pkv__seq *seq);
+void pkv__seqs_drop_kv(pkv__seqs *seqs, pkv__seq *seq);
 
 /* Cut a running sequence's KV back to its first `keep` tokens as stored
  * (kv.h's pkv__kv_cut: what it keeps is computed again), its blocks
  * counted against its tenant. Sets num_computed. */
-void pkv__engine_cut_kv(pkv_engine *engine, pkv__seq *seq, uint32_t keep);
+void pkv__seqs_cut_kv(pkv__seqs *seqs, pkv__seq *seq, uint32_t keep);
+
+/* A recomputed sequence (preempted, or its KV lost) waits to compute
+ * every token again: it joins waiting, and may ask the store again. */
+void pkv__seqs_recompute(pkv__seqs *seqs, pkv__seq *seq);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The sequence lifecycle (lifecycle.h). */
-#include "lifecycle.h"
+/* The engine's sequences (seqs.h). */
+#include "seqs.h"
 
 #include "engine.h"
 #include "store/engine_store.h"
@@ -8,15 +8,22 @@
 #include <string.h>
 
 pkv_status pkv__seqs_init(pkv__seqs *s, const pkv__allocator *a,
-                          const pkv_engine_params *p)
+                          const pkv_engine_params *p, pkv__kv *kv,
+                          struct pkv__engine_store *store,
+                          pkv_engine_stats *totals)
 {
     memset(s, 0, sizeof *s);
     s->policy = p->policy;
+    s->kv = kv;
+    s->store = store;
+    s->totals = totals;
+    s->alloc = *a;
     return pkv__map_reserve(&s->tenant_blocks, a, p->max_num_seqs);
 }
 
-void pkv__seqs_release(pkv__seqs *s, const pkv__allocator *a)
+void pkv__seqs_release(pkv__seqs *s)
 {
+    const pkv__allocator *a = &s->alloc;
     pkv__seq_list *lists[] = {&s->waiting, &s->running, &s->swapped,
                               &s->ended};
     for (size_t l = 0; l < 4; l++) {
@@ -34,10 +41,10 @@ pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id)
     return s != NULL && s->state != PKV__SEQ_FINISHED ? s : NULL;
 }
 
-void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
+void pkv__seqs_drop_kv(pkv__seqs *s, pkv__seq *seq)
 {
-    pkv__seqs_tenant_add(&e->seqs, seq->tenant, -(int64_t)pkv__kv_held(&seq->kv));
-    pkv__kv_drop(&e->kv, &seq->kv);
+    pkv__seqs_tenant_add(s, seq->tenant, -(int64_t)pkv__kv_held(&seq->kv));
+    pkv__kv_drop(s->kv, &seq->kv);
 }
 
 void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
@@ -68,28 +75,36 @@ void pkv__seqs_sweep_ended(pkv__seqs *s)
     s->unswept = 0;
 }
 
-void pkv__engine_end_later(pkv_engine *e, pkv__seq *seq, int32_t reason,
-                           pkv_status status)
+void pkv__seqs_end(pkv__seqs *s, pkv__seq *seq, int32_t reason,
+                   pkv_status status)
 {
-    e->seqs.unswept |= 1u << seq->state;
+    s->unswept |= 1u << seq->state;
     if (seq->store_state == PKV__STORE_LOADING)
-        pkv__store_forget(e->store, seq, 0);
-    pkv__engine_drop_blocks(e, seq);
-    pkv__kv_drop_swap(&e->kv, &seq->kv, &e->alloc);
+        pkv__store_forget(s->store, seq, 0);
+    pkv__seqs_drop_kv(s, seq);
+    pkv__kv_drop_swap(s->kv, &seq->kv, &s->alloc);
     seq->state = PKV__SEQ_FINISHED;
     seq->finish.id = seq->id;
     seq->finish.reason = reason;
     seq->finish.status = status;
     seq->finish.num_generated = seq->num_generated;
-    pkv__seq_list_insert(&e->seqs.ended, e->seqs.ended.count, seq);
-    e->totals.seqs_finished++;
+    pkv__seq_list_insert(&s->ended, s->ended.count, seq);
+    s->totals->seqs_finished++;
+}
+
+void pkv__seqs_recompute(pkv__seqs *s, pkv__seq *seq)
+{
+    seq->num_computed = 0;
+    seq->state = PKV__SEQ_WAITING;
+    seq->store_state = PKV__STORE_NOT_ASKED; /* it may hold them now */
+    pkv__seqs_enqueue(s, &s->waiting, seq);
 }
 
 /* Every sequence list gets room for every live sequence, so that moving
  * sequences between lists never allocates. */
-pkv_status pkv__seqs_reserve(pkv__seqs *s, const pkv__allocator *a,
-                             uint64_t live)
+pkv_status pkv__seqs_reserve(pkv__seqs *s, uint64_t live)
 {
+    const pkv__allocator *a = &s->alloc;
     if (live > UINT32_MAX)
         return PKV_ERR_OUT_OF_MEMORY;
     pkv__seq_list *lists[] = {&s->waiting, &s->running, &s->swapped,
@@ -154,9 +169,9 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *e, pkv_seq_id id,
     return PKV_OK;
 }
 
-void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
+void pkv__seqs_cut_kv(pkv__seqs *s, pkv__seq *seq, uint32_t keep)
 {
-    uint32_t before = pkv__kv_held(&s->kv);
-    s->num_computed = pkv__kv_cut(&e->kv, &s->kv, s->num_computed, keep);
-    pkv__seqs_count_blocks(&e->seqs, s, before);
+    uint32_t before = pkv__kv_held(&seq->kv);
+    seq->num_computed = pkv__kv_cut(s->kv, &seq->kv, seq->num_computed, keep);
+    pkv__seqs_count_blocks(s, seq, before);
 }
