@@ -6,7 +6,7 @@
 #include "engine.h"
 #include "kv_layout.h"
 #include "seqs.h"
-#include "sched_plan.h"
+#include "planner.h"
 #include "kv/prefix_groups.h"
 #include "store/engine_store.h"
 
@@ -284,7 +284,15 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
                           e->seqs.longest_tokens);
     /* The plan, and every allocation applying it needs: until both
      * succeeded nothing changed. */
-    st = pkv__sched_plan(e);
+    pkv__plan_input in = {&e->kv,
+                          &e->seqs,
+                          &e->params,
+                          e->watermark_blocks,
+                          e->totals.steps,
+                          e->drafts_step,
+                          pkv__store_enabled(e->store),
+                          &e->alloc};
+    st = pkv__planner_run(&e->step.plan, &in);
     if (st == PKV_OK)
         st = pkv__plan_reserve(e);
     if (st != PKV_OK)

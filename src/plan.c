@@ -40,5 +40,6 @@ void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc)
     pkv__free(alloc, plan->ids, plan->ids_capacity, sizeof *plan->ids);
     pkv__map_release(&plan->refs, alloc);
     pkv__map_release(&plan->tenants, alloc);
+    pkv__map_release(&plan->left, alloc);
     memset(plan, 0, sizeof *plan);
 }

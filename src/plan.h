@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A step's plan: what the scheduler decided (sched.c), as data, and the
- * engine's side of it (plan_apply.c). The scheduler reads the engine and
- * writes only the plan (and on each sequence it takes out of running, the
- * plan's number: pkv__seq.plan_out); the engine first reserves every
+ * A step's plan: what the planner decided (planner.c), as data, and the
+ * engine's side of it (plan_apply.c). The planner reads const views of
+ * the KV-cache manager and the sequences and writes only the plan; the
+ * engine first reserves every
  * allocation the plan needs, and only when all of them succeeded applies
  * it, with no step that can fail. So step_begin either applies a whole
  * plan or changes nothing.
@@ -71,14 +71,14 @@ typedef struct pkv__plan {
     /* Blocks available once the plan is applied, as the view counted
      * them: a debug build checks the pool against it after the apply. */
     uint32_t available;
-    /* Plans made so far: a sequence leaving running in this plan carries
-     * this number (pkv__seq.plan_out). */
-    uint64_t number;
+    uint64_t number; /* plans made so far */
     /* The view. refs: block -> its reference count + 1 once applied, for
      * the blocks the plan touches. tenants: tenant -> its blocks + 1 once
-     * applied, for the tenants the plan touches (with quotas only). */
+     * applied, for the tenants the plan touches (with quotas only). left:
+     * id -> 1 for each sequence the plan takes out of running. */
     pkv__map refs;
     pkv__map tenants;
+    pkv__map left;
 } pkv__plan;
 
 /* The plan's memory (plan.c): room for n items; for `more` links and ids

@@ -89,7 +89,7 @@ void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state)
 #define END_OF(field)                                                     \
     (offsetof(pkv__seq, field) + sizeof(((pkv__seq *)0)->field))
 _Static_assert(END_OF(kv.chain) <= 64, "step_end's fields in 64 bytes");
-_Static_assert(END_OF(plan_out) <= 128, "a step's fields in 128 bytes");
+_Static_assert(END_OF(user_data) <= 128, "a step's fields in 128 bytes");
 
 pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const pkv__kv *kv,
                        const int32_t *prompt, uint32_t prompt_len,

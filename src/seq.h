@@ -53,9 +53,6 @@ typedef struct pkv__seq {
     /* The rest of what step_begin reads: */
     uint32_t token_capacity;
     void *user_data; /* the host's, from pkv_seq_params; echoed in batches */
-    /* The number of the plan in which it leaves running (plan.h): the
-     * planner reads it for every running sequence. */
-    uint64_t plan_out;
 
     /* The rest changes at admission, preemption, a new full block or the
      * end. */

@@ -34,6 +34,7 @@
 #include "kv/prefix.h"
 #include "kv/rollback.h"
 #include "kv/table.h"
+#include "prefetch.h"
 
 typedef struct pkv__kv {
     pkv__groups groups;
@@ -173,6 +174,34 @@ static inline uint64_t pkv__kv_salt(const pkv__kv_seq *s)
     return s->record->salt;
 }
 
+/* A block's references (pool.h). */
+static inline uint32_t pkv__kv_refs(const pkv__kv *kv, uint32_t block)
+{
+    return kv->pool.blocks[block].ref_count;
+}
+
+/* Host bytes swapped-out sequences hold (those imported aside). */
+static inline uint64_t pkv__kv_swap_used(const pkv__kv *kv)
+{
+    return kv->swap_used;
+}
+
+/* Prefetch the pool entry of s's first table's last block (prefetch.h):
+ * the last link of the planner's chain per sequence. */
+static inline void pkv__kv_prefetch_tail(const pkv__kv *kv,
+                                         const pkv__kv_seq *s)
+{
+    const pkv__table *t = &s->tables[0];
+    if (t->num_blocks > 0)
+        PKV__PREFETCH(&kv->pool.blocks[t->blocks[t->num_blocks - 1]]);
+}
+
+/* Blocks an allocation can take now: free, and cached and unreferenced. */
+static inline uint32_t pkv__kv_available(const pkv__kv *kv)
+{
+    return pkv__pool_available(&kv->pool);
+}
+
 /* Blocks it holds references on, over every group. */
 uint32_t pkv__kv_held(const pkv__kv_seq *s);
 
@@ -182,6 +211,14 @@ uint32_t pkv__kv_held(const pkv__kv_seq *s);
 uint32_t pkv__kv_needed(const pkv__kv *kv, const pkv__kv_seq *s,
                         uint32_t n_new, pkv__ref_reader refs,
                         const void *context);
+
+/* The blocks giving n_new more tokens slots copies (copy-on-write: a
+ * shared or cached, partly filled last block), references read as
+ * pkv__kv_needed reads them, into blocks (room for a block per group);
+ * returns how many. Pure. */
+uint32_t pkv__kv_copied(const pkv__kv *kv, const pkv__kv_seq *s,
+                        uint32_t n_new, pkv__ref_reader refs,
+                        const void *context, uint32_t *blocks);
 
 /* Room for n blocks in every table and `links` links in the chain, so
  * that what follows cannot fail for memory. */

@@ -157,6 +157,23 @@ uint32_t pkv__kv_needed(const pkv__kv *kv, const pkv__kv_seq *s,
     return n;
 }
 
+uint32_t pkv__kv_copied(const pkv__kv *kv, const pkv__kv_seq *s,
+                        uint32_t n_new, pkv__ref_reader refs,
+                        const void *context, uint32_t *blocks)
+{
+    uint32_t n = 0, bs = kv->pool.block_size;
+    for (uint32_t g = 0; g < s->record->groups; g++) {
+        const pkv__table *t = &s->tables[g];
+        uint32_t grow =
+            pkv__blocks_for((uint64_t)t->num_tokens + n_new, bs) -
+            t->num_blocks;
+        if (n_new > 0 && pkv__table_blocks_needed(t, &kv->pool, n_new, refs,
+                                                  context) > grow)
+            blocks[n++] = t->blocks[t->num_blocks - 1];
+    }
+    return n;
+}
+
 pkv_status pkv__kv_append(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_new,
                           pkv__block_copy *copies)
 {
