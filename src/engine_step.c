@@ -294,11 +294,11 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
                           &e->alloc};
     st = pkv__planner_run(&e->step.plan, &in);
     if (st == PKV_OK)
-        st = pkv__plan_reserve(e);
+        st = pkv__plan_reserve(&e->step.plan, &e->seqs);
     if (st != PKV_OK)
         return pkv__engine_fail(e->message, st, "step plan");
     uint32_t num_seqs = 0;
-    pkv__plan_apply(e, &num_seqs);
+    pkv__plan_apply(&e->step.plan, &e->seqs, &e->step, &num_seqs);
     run_actions(e, &num_seqs);
     build_batch(e, num_seqs);
     if (num_seqs > 0) {

@@ -24,6 +24,8 @@
 #include "map.h"
 
 struct pkv__seq;
+struct pkv__seqs;
+struct pkv__step_state;
 
 enum pkv__plan_kind {
     PKV__PLAN_RUN = 1,     /* a running sequence computes `rows` more */
@@ -89,16 +91,17 @@ pkv_status pkv__plan_reserve_links(pkv__plan *plan,
                                    const pkv__allocator *alloc, size_t more);
 void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
 
-/* Make every allocation applying the plan needs (plan_apply.c): table and
- * chain room, room in tokens for what each sequence that runs may sample
- * at step_end; swap buffers, and a preemption whose buffer cannot be had
- * becomes a recompute. PKV_ERR_OUT_OF_MEMORY leaves nothing changed but
- * capacity. */
-pkv_status pkv__plan_reserve(pkv_engine *engine);
+/* Make every allocation applying the plan to seqs needs (plan_apply.c):
+ * table and chain room, room in tokens for what each sequence that runs
+ * may sample at step_end; swap buffers, and a preemption whose buffer
+ * cannot be had becomes a recompute. PKV_ERR_OUT_OF_MEMORY leaves nothing
+ * changed but capacity. */
+pkv_status pkv__plan_reserve(pkv__plan *plan, struct pkv__seqs *seqs);
 
-/* Apply the reserved plan: every change it decided, the device actions
- * (engine->step.actions) recorded in order and the step's sequences in
- * engine->step.step_seqs[0 .. *num_seqs). Cannot fail. */
-void pkv__plan_apply(pkv_engine *engine, uint32_t *num_seqs);
+/* Apply the reserved plan to the sequences and their KV: every change it
+ * decided, the device actions (step->actions) recorded in order and the
+ * step's sequences in step->step_seqs[0 .. *num_seqs). Cannot fail. */
+void pkv__plan_apply(const pkv__plan *plan, struct pkv__seqs *seqs,
+                     struct pkv__step_state *step, uint32_t *num_seqs);
 
 #endif

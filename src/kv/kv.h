@@ -272,7 +272,9 @@ pkv_status pkv__kv_adopt(pkv__kv *kv, pkv__kv_seq *s,
                          uint32_t blocks);
 
 /* Give n_new more tokens slots in every table; copies[g] is group g's
- * copy-on-write (table.h). All or nothing for the pool. */
+ * copy-on-write (table.h) for the backend to make, none with a quantized
+ * cache (a partly filled block's rows are in the tail). All or nothing
+ * for the pool. */
 pkv_status pkv__kv_append(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_new,
                           pkv__block_copy *copies);
 

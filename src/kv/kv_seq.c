@@ -195,6 +195,10 @@ pkv_status pkv__kv_append(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_new,
             pkv__pool_set_group(pool, t->blocks[i], g);
         if (g > 0 && copies[g].dst != PKV__NULL_BLOCK)
             pkv__pool_set_group(pool, copies[g].dst, g);
+        /* A quantized cache's partly filled block is in the sequence's
+         * tail, not in the arena: a copy-on-write has nothing to copy. */
+        if (kv->stage_bytes != 0)
+            copies[g].src = copies[g].dst = PKV__NULL_BLOCK;
     }
     return PKV_OK;
 }
