@@ -3,6 +3,7 @@
 #include "seqs.h"
 
 #include "engine.h"
+#include "inbox.h"
 #include "store/engine_store.h"
 
 #include <string.h>
@@ -174,4 +175,46 @@ void pkv__seqs_cut_kv(pkv__seqs *s, pkv__seq *seq, uint32_t keep)
     uint32_t before = pkv__kv_held(&seq->kv);
     seq->num_computed = pkv__kv_cut(s->kv, &seq->kv, seq->num_computed, keep);
     pkv__seqs_count_blocks(s, seq, before);
+}
+
+pkv_status pkv__seqs_take_inbox(pkv__seqs *s, pkv__inbox *inbox)
+{
+    pkv__seq *adds;
+    pkv_seq_id *aborts;
+    uint32_t num_aborts;
+    size_t abort_capacity;
+    for (;;) {
+        /* More may arrive between the count and the take: then again. */
+        uint64_t live = pkv__inbox_live_count(inbox) + 16;
+        pkv_status st = pkv__seqs_reserve(s, live);
+        if (st != PKV_OK)
+            return st;
+        if (pkv__inbox_take(inbox, live, &adds, &aborts, &num_aborts,
+                            &abort_capacity))
+            break;
+    }
+    while (adds != NULL) {
+        pkv__seq *seq = adds;
+        adds = seq->inbox_next;
+        seq->inbox_next = NULL;
+        seq->state = PKV__SEQ_WAITING;
+        pkv__map_put(&s->by_id, seq->id, (uint64_t)(uintptr_t)seq);
+        if (seq->num_tokens > s->longest_tokens)
+            s->longest_tokens = seq->num_tokens;
+        pkv__seqs_enqueue(s, &s->waiting, seq);
+    }
+    for (uint32_t i = 0; i < num_aborts; i++) {
+        pkv__seq *seq = pkv__seqs_find(s, aborts[i]);
+        if (seq != NULL)
+            pkv__seqs_end(s, seq, PKV_FINISH_REASON_ABORTED, PKV_OK);
+    }
+    pkv__seqs_sweep_ended(s);
+    pkv__free(&s->alloc, aborts, abort_capacity, sizeof *aborts);
+    return PKV_OK;
+}
+
+void pkv__seqs_slide(pkv__seqs *s, pkv__seq *seq)
+{
+    uint32_t dropped = pkv__kv_slide(s->kv, &seq->kv, seq->num_computed);
+    pkv__seqs_tenant_add(s, seq->tenant, -(int64_t)dropped);
 }

@@ -12,6 +12,7 @@
 #define PKV_SEQS_H
 
 #include "alloc.h"
+#include "inbox.h"
 #include "kv/kv.h"
 #include "map.h"
 #include "seq.h"
@@ -100,6 +101,15 @@ void pkv__seqs_drop_kv(pkv__seqs *seqs, pkv__seq *seq);
  * (kv.h's pkv__kv_cut: what it keeps is computed again), its blocks
  * counted against its tenant. Sets num_computed. */
 void pkv__seqs_cut_kv(pkv__seqs *seqs, pkv__seq *seq, uint32_t keep);
+
+/* Move the sequences queued in the inbox into waiting, and end those
+ * whose abort is queued. On failure (PKV_ERR_OUT_OF_MEMORY) nothing was
+ * taken from the inbox. */
+pkv_status pkv__seqs_take_inbox(pkv__seqs *seqs, pkv__inbox *inbox);
+
+/* After a running sequence's step: its windowed groups give back the
+ * blocks its next row cannot see, counted off its tenant. */
+void pkv__seqs_slide(pkv__seqs *seqs, pkv__seq *seq);
 
 /* A recomputed sequence (preempted, or its KV lost) waits to compute
  * every token again: it joins waiting, and may ask the store again. */

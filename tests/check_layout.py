@@ -26,6 +26,7 @@ failures = []
 ENGINE_LAYER = {
     'check.c', 'engine.c', 'engine_attend.c', 'engine_error.c',
     'engine_opencl.c', 'engine_seq.c', 'engine_step.c', 'seqs.c',
+    'step_actions.c',
     'plan_apply.c', 'prefix_file.c', 'planner.c', 'seq_export.c',
     'store/engine_store.c',
 }

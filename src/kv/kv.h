@@ -180,6 +180,21 @@ static inline uint32_t pkv__kv_refs(const pkv__kv *kv, uint32_t block)
     return kv->pool.blocks[block].ref_count;
 }
 
+/* Whether the cache is quantized: its sequences' partly filled blocks
+ * are in staging tails. */
+static inline int pkv__kv_quantized(const pkv__kv *kv)
+{
+    return kv->max_stages > 0;
+}
+
+/* The cache slot of the token at `position` in table t (one of a
+ * sequence's, pkv__kv_table). */
+static inline uint64_t pkv__kv_slot(const pkv__kv *kv, const pkv__table *t,
+                                    uint32_t position)
+{
+    return pkv__table_slot(t, &kv->pool, position);
+}
+
 /* Host bytes swapped-out sequences hold (those imported aside). */
 static inline uint64_t pkv__kv_swap_used(const pkv__kv *kv)
 {
@@ -458,6 +473,11 @@ static inline uint32_t pkv__kv_generation(const pkv__kv *kv, uint32_t block)
  * dropped that. */
 uint32_t pkv__kv_chain_block(const pkv__kv *kv, const pkv__kv_seq *s,
                              uint32_t j);
+
+/* The copies of copy-on-write (pkv__kv_append's), on the backend, in
+ * order. */
+pkv_status pkv__kv_copy_blocks(const pkv__kv *kv, const pkv__block_copy *pairs,
+                               uint32_t n);
 
 /* Read n blocks' KV into host, each block's swap bytes after the one
  * before. */

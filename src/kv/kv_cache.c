@@ -15,6 +15,13 @@ uint32_t pkv__kv_chain_block(const pkv__kv *kv, const pkv__kv_seq *s,
                : s->tables[0].blocks[j];
 }
 
+pkv_status pkv__kv_copy_blocks(const pkv__kv *kv, const pkv__block_copy *pairs,
+                               uint32_t n)
+{
+    const pkv__device *dev = kv->device;
+    return dev->ops->copy_blocks(dev->backend, pairs, n);
+}
+
 pkv_status pkv__kv_read_blocks(const pkv__kv *kv, const uint32_t *blocks,
                                uint32_t n, uint8_t *host)
 {
