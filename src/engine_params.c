@@ -63,12 +63,11 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                                pkv_engine_params *p)
 {
     char why[128];
-    if (pkv__struct_size_bad(in->struct_size, PKV__ENGINE_PARAMS_MIN_SIZE,
-                             sizeof *p, "params", "pkv_engine_params_init",
-                             why, sizeof why))
-        return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_engine_params_init(p);
-    memcpy(p, in, in->struct_size);
+    if (pkv__struct_read(p, in, in->struct_size, PKV__ENGINE_PARAMS_MIN_SIZE,
+                         sizeof *p, "params", "pkv_engine_params_init", why,
+                         sizeof why))
+        return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     if (p->flags != 0)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->flags is %#x; no flags are defined",

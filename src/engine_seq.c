@@ -39,13 +39,13 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
             e->message, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
             params == NULL ? "params" : "out_id");
     char why[128];
-    if (pkv__struct_size_bad(params->struct_size, PKV__SEQ_PARAMS_MIN_SIZE,
-                             sizeof *params, "params", "pkv_seq_params_init",
-                             why, sizeof why))
-        return pkv__engine_fail_any_thread(e->message, PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_seq_params p;
     pkv_seq_params_init(&p);
-    memcpy(&p, params, params->struct_size);
+    if (pkv__struct_read(&p, params, params->struct_size,
+                         PKV__SEQ_PARAMS_MIN_SIZE, sizeof p, "params",
+                         "pkv_seq_params_init", why, sizeof why))
+        return pkv__engine_fail_any_thread(e->message, PKV_ERR_STRUCT_SIZE,
+                                           "%s", why);
     if (p.flags != 0)
         return pkv__engine_fail_any_thread(
             e->message, PKV_ERR_INVALID_ARGUMENT,
@@ -172,9 +172,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     if (last_token >= 0)
         child->tokens[child->num_tokens - 1] = last_token;
     pkv__inbox_issue(&e->inbox, child);
-    pkv__map_put(&e->seqs.by_id, child->id, (uint64_t)(uintptr_t)child);
-    child->state = PKV__SEQ_RUNNING;
-    pkv__seq_list_insert(&e->seqs.running, e->seqs.running.count, child);
+    pkv__seqs_join(&e->seqs, child, PKV__SEQ_RUNNING);
     *out_child = child->id;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;

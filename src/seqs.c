@@ -177,6 +177,20 @@ void pkv__seqs_cut_kv(pkv__seqs *s, pkv__seq *seq, uint32_t keep)
     pkv__seqs_count_blocks(s, seq, before);
 }
 
+void pkv__seqs_join(pkv__seqs *s, pkv__seq *seq, uint8_t state)
+{
+    seq->state = state;
+    pkv__map_put(&s->by_id, seq->id, (uint64_t)(uintptr_t)seq);
+    if (seq->num_tokens > s->longest_tokens)
+        s->longest_tokens = seq->num_tokens;
+    if (state == PKV__SEQ_RUNNING)
+        pkv__seq_list_insert(&s->running, s->running.count, seq);
+    else
+        pkv__seqs_enqueue(s, state == PKV__SEQ_SWAPPED ? &s->swapped
+                                                       : &s->waiting,
+                          seq);
+}
+
 pkv_status pkv__seqs_take_inbox(pkv__seqs *s, pkv__inbox *inbox)
 {
     pkv__seq *adds;
@@ -197,11 +211,7 @@ pkv_status pkv__seqs_take_inbox(pkv__seqs *s, pkv__inbox *inbox)
         pkv__seq *seq = adds;
         adds = seq->inbox_next;
         seq->inbox_next = NULL;
-        seq->state = PKV__SEQ_WAITING;
-        pkv__map_put(&s->by_id, seq->id, (uint64_t)(uintptr_t)seq);
-        if (seq->num_tokens > s->longest_tokens)
-            s->longest_tokens = seq->num_tokens;
-        pkv__seqs_enqueue(s, &s->waiting, seq);
+        pkv__seqs_join(s, seq, PKV__SEQ_WAITING);
     }
     for (uint32_t i = 0; i < num_aborts; i++) {
         pkv__seq *seq = pkv__seqs_find(s, aborts[i]);

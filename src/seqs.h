@@ -102,6 +102,12 @@ void pkv__seqs_drop_kv(pkv__seqs *seqs, pkv__seq *seq);
  * counted against its tenant. Sets num_computed. */
 void pkv__seqs_cut_kv(pkv__seqs *seqs, pkv__seq *seq, uint32_t keep);
 
+/* A sequence joins the lists (its id issued by the inbox): found by id,
+ * counted in longest_tokens, in the list of `state` (running: last;
+ * waiting or swapped: in policy order). The lists have room
+ * (pkv__seqs_reserve). */
+void pkv__seqs_join(pkv__seqs *seqs, pkv__seq *seq, uint8_t state);
+
 /* Move the sequences queued in the inbox into waiting, and end those
  * whose abort is queued. On failure (PKV_ERR_OUT_OF_MEMORY) nothing was
  * taken from the inbox. */

@@ -39,6 +39,14 @@ pkv_status pkv__groups_init(pkv__groups *groups, const pkv__allocator *alloc,
                             const pkv_engine_params *params);
 void pkv__groups_release(pkv__groups *groups, const pkv__allocator *alloc);
 
+/* Whether the layers are in the plain layout: one group of every
+ * layer, each layer its own arena, as before groups existed (the layout
+ * pkv's file formats write without a layer table). */
+static inline int pkv__groups_plain(const pkv__groups *groups)
+{
+    return groups->num_groups == 1;
+}
+
 /* Group g's window (0: the layers see every token). */
 static inline uint32_t pkv__groups_window(const pkv__groups *groups,
                                           uint32_t g)

@@ -515,6 +515,40 @@ pkv_status pkv__kv_install_group(pkv__kv *kv, const pkv__kv_seq *s,
                                  uint32_t g, const uint8_t *bytes,
                                  uint32_t *id);
 
+/* A cached block as a saved prefix cache holds it (kv_saved.c): the index
+ * of its parent among the blocks listed before it (PKV__KV_ROOT: it is a
+ * prompt's first block; a block of group g > 0 has the group-0 block of
+ * its tokens as its parent, prefix_groups.h), its group, its salt and
+ * its block_size tokens. */
+#define PKV__KV_ROOT UINT32_MAX
+typedef struct pkv__kv_saved {
+    uint32_t parent;
+    uint32_t group;
+    uint64_t salt;
+    const int32_t *tokens;
+} pkv__kv_saved;
+
+/* The cached blocks a lookup can still reach (each with its parents
+ * cached up to a prompt's first block), parents first: their ids into
+ * blocks, what a saved cache keeps of each into saved (both with room for
+ * pkv__kv_num_blocks), *n of them. PKV_ERR_OUT_OF_MEMORY (for scratch):
+ * none. */
+pkv_status pkv__kv_reachable(const pkv__kv *kv, const pkv__allocator *alloc,
+                             uint32_t *blocks, pkv__kv_saved *saved,
+                             uint32_t *n);
+
+/* Saved blocks join the prefix cache: saved[0 .. n), parents first (each
+ * parent in group 0, each group one of the manager's), their KV at bytes,
+ * one block's swap bytes after another. Only free blocks take them, so
+ * nothing cached is evicted; a block the cache holds already, or whose
+ * parent did not join, is skipped. Each block that joins is cached and
+ * unreferenced, children first into the LRU queue (evicted before their
+ * parents); *loaded says how many. PKV_ERR_OUT_OF_MEMORY or the device
+ * copy's failure change nothing. */
+pkv_status pkv__kv_load_saved(pkv__kv *kv, const pkv__allocator *alloc,
+                              const pkv__kv_saved *saved, uint32_t n,
+                              const uint8_t *bytes, uint32_t *loaded);
+
 /* ------------------------------------------------------------ invariants */
 
 /* What the engine knows of a sequence whose KV it checks. */

@@ -33,13 +33,24 @@ pkv_status pkv_store_init(pkv_store *store)
     return PKV_OK;
 }
 
-pkv_status pkv__store_check(const pkv_store *s)
+/* The host's connector over the defaults (struct_sizes.h): 0, or 1 with
+ * why[] set. */
+static int read_store(pkv_store *out, const pkv_store *in, char *why,
+                      size_t why_size)
+{
+    pkv_store_init(out);
+    return pkv__struct_read(out, in, in->struct_size, PKV__STORE_MIN_SIZE,
+                            sizeof *out, "params->store", "pkv_store_init",
+                            why, why_size);
+}
+
+pkv_status pkv__store_check(const pkv_store *store)
 {
     char why[128];
-    if (pkv__struct_size_bad(s->struct_size, PKV__STORE_MIN_SIZE, sizeof *s,
-                             "params->store", "pkv_store_init", why,
-                             sizeof why))
+    pkv_store copy;
+    if (read_store(&copy, store, why, sizeof why))
         return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
+    const pkv_store *s = &copy;
     if (s->load == NULL || s->save == NULL || s->poll == NULL ||
         s->cancel == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
@@ -102,10 +113,8 @@ pkv_status pkv__store_init(pkv__engine_store **out,
     if (st != PKV_OK)
         return st;
     pkv__digest_hex(root, 8, s->fingerprint);
-    /* Over the defaults: fields appended after the caller's header keep
-     * theirs. */
-    pkv_store_init(&s->cb);
-    memcpy(&s->cb, store, store->struct_size);
+    char why[128];
+    read_store(&s->cb, store, why, sizeof why); /* checked: cannot fail */
     s->cb.model = NULL;
     s->inner_at = env->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
     s->value_bytes = s->inner_at + pkv__value_bytes(env->config);
