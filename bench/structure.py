@@ -11,7 +11,10 @@
   counting as one;
 - group branches: the places outside src/kv/ that compare a count of
   hybrid memory's groups of layers with one (num_groups == 1, != 1, > 1,
-  <= 1), i.e. code that treats one group apart.
+  <= 1), i.e. code that treats one group apart; and beside them the
+  places outside src/kv/ that ask whether the layers are in the plain
+  layout (pkv__groups_plain: one group of every layer), which the file
+  formats and the store's names keep for what they persist.
 """
 import argparse
 import collections
@@ -93,9 +96,12 @@ def seq_fields(src):
     return n
 
 
-def group_branches(src):
-    pat = re.compile(r'\b(?:num_groups|\w*groups\w*\s*\([^()]*\))\s*'
-                     r'(?:==|!=|>|<=)\s*1\b|\bgroups\s*(?:==|!=|>|<=)\s*1\b')
+GROUP_BRANCH = (r'\b(?:num_groups|\w*groups\w*\s*\([^()]*\))\s*'
+                r'(?:==|!=|>|<=)\s*1\b|\bgroups\s*(?:==|!=|>|<=)\s*1\b')
+
+
+def group_branches(src, pattern=GROUP_BRANCH):
+    pat = re.compile(pattern)
     hits = []
     for rel, path in sources(src):
         if rel.startswith(os.path.join("src", "kv") + os.sep):
@@ -116,6 +122,7 @@ def main():
     total, public, by_file = engine_functions(a.src)
     fields = seq_fields(a.src)
     branches = group_branches(a.src)
+    plain = group_branches(a.src, r'\bpkv__groups_plain\s*\(')
     print("functions taking pkv_engine *: %d (%d of them pkv_* entry "
           "points) in %d files" % (total, public, len(by_file)))
     print("  " + ", ".join("%s %d" % kv for kv in by_file.items()))
@@ -124,11 +131,16 @@ def main():
           (len(branches), len({b.split(":")[0] for b in branches})))
     for b in branches:
         print("  " + b)
+    print("plain-layout questions outside src/kv/ (persisted formats): %d "
+          "in %d files" % (len(plain), len({b.split(":")[0] for b in plain})))
+    for b in plain:
+        print("  " + b)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"engine_functions": total, "public": public,
                        "by_file": by_file, "seq_fields": fields,
-                       "group_branches": branches}, fh, indent=1)
+                       "group_branches": branches,
+                       "plain_layout": plain}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -51,14 +51,13 @@ static pkv_status create_backend(pkv_engine *e)
     c->parallel = p->parallel;
     c->parallel_user = p->parallel_user;
     c->workers = p->parallel_workers;
+    /* The layers' places in the groups and arenas (kv/groups.h). */
     const pkv__groups *g = &e->kv.groups;
-    if (g->num_groups > 1) {
-        c->num_groups = g->num_groups;
-        c->num_arenas = g->slots;
-        c->layer_arena = g->layer_arena;
-        c->layer_group = g->layer_group;
-        c->group_windows = g->group_windows;
-    }
+    c->num_groups = g->num_groups;
+    c->num_arenas = g->slots;
+    c->layer_arena = g->layer_arena;
+    c->layer_group = g->layer_group;
+    c->group_windows = g->group_windows;
     return pkv__backend_create_for(p, c, &e->alloc, &e->device.ops, &e->device.backend);
 }
 

@@ -958,7 +958,8 @@ static void key_of(pkv_engine_params p, fs_data *data, const int32_t *prompt,
     const EVP_MD *md = e->store->sha256;
     uint8_t d[PKV__DIGEST_BYTES];
     assert_int_equal(pkv__digest_root(md, e->store->model,
-                                      &e->backend_config, salt, d),
+                                      &e->backend_config, &e->kv.groups,
+                                      salt, d),
                      PKV_OK);
     for (uint32_t b = 0; b <= j; b++)
         assert_int_equal(

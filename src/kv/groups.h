@@ -20,9 +20,9 @@
 typedef struct pkv__groups {
     uint32_t num_groups;
     uint32_t slots;          /* layers (arenas) per group */
-    uint32_t *layer_arena;   /* [num_layers]; NULL with one group */
-    uint32_t *layer_group;   /* [num_layers]; NULL with one group */
-    uint32_t *group_windows; /* [num_groups]; NULL with one group */
+    uint32_t *layer_arena;   /* [num_layers] */
+    uint32_t *layer_group;   /* [num_layers] */
+    uint32_t *group_windows; /* [num_groups] */
     uint32_t num_layers;
 } pkv__groups;
 
@@ -51,7 +51,7 @@ static inline int pkv__groups_plain(const pkv__groups *groups)
 static inline uint32_t pkv__groups_window(const pkv__groups *groups,
                                           uint32_t g)
 {
-    return groups->group_windows != NULL ? groups->group_windows[g] : 0;
+    return groups->group_windows[g];
 }
 
 /* The first block that group g's row at token `next` sees (0 without a

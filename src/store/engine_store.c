@@ -107,7 +107,8 @@ pkv_status pkv__store_init(pkv__engine_store **out,
     if (st == PKV_OK)
         st = pkv__digest_model(s->sha256, store->model, s->model);
     if (st == PKV_OK)
-        st = pkv__digest_root(s->sha256, s->model, env->config, 0, root);
+        st = pkv__digest_root(s->sha256, s->model, env->config,
+                               &env->kv->groups, 0, root);
     if (st == PKV_OK && env->seal != NULL)
         st = pkv__seal_name(env->seal, root, sizeof root, root);
     if (st != PKV_OK)
@@ -282,7 +283,8 @@ static const uint8_t *digests(pkv__engine_store *s, pkv__seq *seq,
     uint32_t bs = pkv__kv_block_size(s->env.kv);
     if (have == 0) {
         if (pkv__digest_root(s->sha256, s->model, s->env.config,
-                             pkv__kv_salt(&seq->kv), d) != PKV_OK)
+                             &s->env.kv->groups, pkv__kv_salt(&seq->kv),
+                             d) != PKV_OK)
             return NULL;
         seq->num_store_digests = have = 1;
     }
