@@ -73,7 +73,7 @@ static const char *check_seqs(const pkv_engine *e, pkv__kv_tally *tally,
                               (unsigned long long)s->id,
                               (unsigned)s->num_tokens, s->token_capacity);
             /* step_end appends what it samples without allocating. */
-            if (s->scheduled > 0 && s->num_tokens >= s->token_capacity)
+            if (s->step.rows > 0 && s->num_tokens >= s->token_capacity)
                 return pkv__describe(buf, size,
                               "seq %llu: runs with no room for the token "
                               "it samples (%u tokens, room for %u)",
@@ -88,7 +88,7 @@ static const char *check_seqs(const pkv_engine *e, pkv__kv_tally *tally,
             pkv__kv_seq_state at = {
                 s->id, states[l] == PKV__SEQ_RUNNING,
                 states[l] == PKV__SEQ_SWAPPED, s->num_computed,
-                s->num_computed + (e->step.in_step ? s->scheduled : 0)};
+                s->num_computed + (e->step.in_step ? s->step.rows : 0)};
             if (at.covered > s->num_tokens)
                 return pkv__describe(buf, size, "seq %llu: slots for %u "
                                      "tokens of %u",

@@ -74,7 +74,7 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
                                            "sequence of %u tokens",
                                            (unsigned)p.prompt_len);
     seq->max_new_tokens = p.max_new_tokens;
-    seq->priority = p.priority;
+    seq->order.priority = p.priority;
     seq->tenant = p.tenant;
     seq->user_data = p.user_data;
     /* The stepping thread may free seq as soon as it is queued. */
@@ -165,7 +165,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     child->max_new_tokens = parent->max_new_tokens;
     child->num_generated = parent->num_generated;
     child->num_computed = parent->num_computed;
-    child->priority = parent->priority;
+    child->order.priority = parent->order.priority;
     child->tenant = parent->tenant;
     child->user_data = parent->user_data;
     pkv__seqs_count_blocks(&e->seqs, child, 0);
@@ -221,20 +221,20 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
     /* Room now, so that the step never allocates for them: the drafts,
      * and in tokens the drafts and the token sampled after them. */
     void *grown;
-    size_t size = s->drafts_size;
-    if (pkv__grow(&e->alloc, s->drafts, &size, 0, num_drafts,
-                  sizeof *s->drafts, &grown) != PKV_OK)
+    size_t size = s->drafts.size;
+    if (pkv__grow(&e->alloc, s->drafts.ids, &size, 0, num_drafts,
+                  sizeof *s->drafts.ids, &grown) != PKV_OK)
         return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
                                 (unsigned)num_drafts);
-    s->drafts = grown;
-    s->drafts_size = (uint32_t)size;
+    s->drafts.ids = grown;
+    s->drafts.size = (uint32_t)size;
     if (pkv__seq_reserve_tokens(s, &e->alloc, num_drafts + 1) != PKV_OK)
         return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
                                 (unsigned)num_drafts);
     if (num_drafts > 0)
-        memcpy(s->drafts, drafts, num_drafts * sizeof *drafts);
-    s->num_drafts = num_drafts;
-    s->drafts_step = e->totals.steps;
+        memcpy(s->drafts.ids, drafts, num_drafts * sizeof *drafts);
+    s->drafts.count = num_drafts;
+    s->drafts.step = e->totals.steps;
     e->drafts_step = e->totals.steps;
     /* The step's block tables are sized by the longest sequence. */
     if (s->num_tokens + num_drafts > e->seqs.longest_tokens)
@@ -258,7 +258,7 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
                                 (unsigned)s->num_tokens);
     if (num_tokens == s->num_tokens)
         return PKV_OK;
-    s->num_drafts = 0; /* they followed the tokens cut */
+    s->drafts.count = 0; /* they followed the tokens cut */
     uint32_t bs = e->params.block_size;
     if (s->state == PKV__SEQ_SWAPPED) {
         /* Its blocks are host bytes now: recompute it instead. */

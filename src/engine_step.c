@@ -79,7 +79,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
 
 
 /* Speculative decoding at step_end: s ran its last token and
- * step_drafts drafts, each row sampled (sampled[0..step_drafts]). Keep the
+ * step.drafts drafts, each row sampled (sampled[0..step.drafts]). Keep the
  * drafts the samples confirm (sampled[r] is draft r + 1), up to a stop
  * flag or max_new_tokens, and their KV; drop the rest of the rows, as a
  * truncation would (a U8 block sealed in this step is kept whole or
@@ -88,7 +88,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
 static uint32_t settle_drafts(pkv__seqs *seqs, pkv__seq *s,
                               const int32_t *sampled, const uint8_t *stop)
 {
-    uint32_t k = s->step_drafts;
+    uint32_t k = s->step.drafts;
     uint32_t first = s->num_tokens - k; /* the first draft's index */
     uint32_t a = 0;
     while (a < k && sampled[a] == s->tokens[first + a] &&
@@ -102,11 +102,11 @@ static uint32_t settle_drafts(pkv__seqs *seqs, pkv__seq *s,
     seqs->totals->draft_tokens_accepted += a;
     /* Keep the KV of the last token and the accepted drafts. */
     uint32_t keep = s->num_computed + 1 + a;
-    s->num_computed += s->scheduled;
+    s->num_computed += s->step.rows;
     pkv__seqs_cut_kv(seqs, s, keep);
     s->num_tokens = first + a;
     s->num_generated += a;
-    s->step_drafts = 0;
+    s->step.drafts = 0;
     return a;
 }
 
@@ -163,13 +163,13 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
             continue;
         }
         pkv__kv_commit_windows(&e->kv, &s->kv, s->num_computed,
-                               b->query_start[i], s->scheduled);
-        if (s->step_drafts > 0)
+                               b->query_start[i], s->step.rows);
+        if (s->step.drafts > 0)
             sample += settle_drafts(&e->seqs, s, sampled + sample,
                                     stop != NULL ? stop + sample : NULL);
         else
-            s->num_computed += s->scheduled;
-        s->scheduled = 0;
+            s->num_computed += s->step.rows;
+        s->step.rows = 0;
         /* A cache: when its chain cannot grow, later prompts miss. Most
          * steps fill no block: then only the sequence's first 64 bytes
          * are read (seq.h), where num_computed equals table.num_tokens. */

@@ -87,7 +87,7 @@ static void apply_preempt(pkv__seqs *seqs, pkv__step_state *step,
         seq->num_computed = 0;
         seq->state = PKV__SEQ_WAITING;
         /* Recomputed: the store may hold what its prefix cache lost. */
-        seq->store_state = PKV__STORE_NOT_ASKED;
+        seq->store.state = PKV__STORE_NOT_ASKED;
     }
 }
 
@@ -214,10 +214,10 @@ void pkv__plan_apply(const pkv__plan *plan, pkv__seqs *seqs,
             if (it->drafts > 0) { /* they join its tokens for the step */
                 if (!grow(seqs, step, s, it->drafts))
                     continue;
-                memcpy(s->tokens + s->num_tokens, s->drafts,
+                memcpy(s->tokens + s->num_tokens, s->drafts.ids,
                        it->drafts * sizeof *s->tokens);
                 s->num_tokens += it->drafts;
-                s->step_drafts = it->drafts;
+                s->step.drafts = it->drafts;
                 totals->draft_tokens += it->drafts;
             }
         } else if (it->kind == PKV__PLAN_SWAP_IN) {
@@ -236,7 +236,7 @@ void pkv__plan_apply(const pkv__plan *plan, pkv__seqs *seqs,
         } else {
             continue;
         }
-        s->scheduled = it->rows + it->drafts;
+        s->step.rows = it->rows + it->drafts;
         step->step_seqs[num_seqs++] = s;
     }
     /* The view was exact, unless a pkv bug failed a grow or an adopt. */

@@ -233,7 +233,8 @@ static uint32_t pick_victim(const planner *pl, uint32_t after,
             continue;
         if (pl->p->policy != PKV_SCHED_POLICY_PRIORITY)
             return j;
-        if (best == NONE || v->priority > running->items[best]->priority)
+        if (best == NONE ||
+            v->order.priority > running->items[best]->order.priority)
             best = j;
     }
     return best;
@@ -384,7 +385,7 @@ static int plan_admit(planner *pl, uint32_t index, pkv_status *st)
     /* Not before the store answered (or time ran out): passed over, as
      * a tenant at its quota is. */
     if (pl->in->store &&
-        seq->store_state != PKV__STORE_ASKED)
+        seq->store.state != PKV__STORE_ASKED)
         return 0;
     pkv_status never = never_fits(pl, most_blocks(pl, seq->num_tokens));
     if (never != PKV_OK) {
@@ -452,11 +453,11 @@ static pkv_status plan_drafts(planner *pl)
     for (uint32_t i = 0; i < pl->plan->num_items && pl->budget > 0; i++) {
         pkv__plan_item *it = &pl->plan->items[i];
         pkv__seq *s = it->seq;
-        if (it->kind != PKV__PLAN_RUN || s->num_drafts == 0 ||
-            s->drafts_step != pl->in->step || it->rows != 1 ||
+        if (it->kind != PKV__PLAN_RUN || s->drafts.count == 0 ||
+            s->drafts.step != pl->in->step || it->rows != 1 ||
             s->num_computed + 1 != s->num_tokens)
             continue;
-        uint32_t k = s->num_drafts < pl->budget ? s->num_drafts : pl->budget;
+        uint32_t k = s->drafts.count < pl->budget ? s->drafts.count : pl->budget;
         if (cap != 0 && k + 1 > cap)
             k = cap - 1;
         /* U8: the row and its drafts stay inside the row's block. The

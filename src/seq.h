@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "kv/kv.h"
 #include "prefetch.h"
+#include "store/store_seq.h"
 
 enum pkv__seq_state {
     PKV__SEQ_QUEUED = 0, /* in the inbox, not yet seen by the scheduler */
@@ -35,8 +36,10 @@ typedef struct pkv__seq {
     int32_t *tokens;
     uint32_t num_tokens;
     uint32_t num_computed; /* tokens whose KV is in the cache */
-    uint32_t scheduled;    /* rows in the current step */
-    uint32_t step_drafts;  /* see the drafts below */
+    struct {
+        uint32_t rows;   /* its rows in the current step */
+        uint32_t drafts; /* the last of them: drafts (see below) */
+    } step;
     uint32_t num_generated;
     uint32_t max_new_tokens;
     uint8_t state; /* enum pkv__seq_state */
@@ -54,32 +57,32 @@ typedef struct pkv__seq {
     uint32_t token_capacity;
     void *user_data; /* the host's, from pkv_seq_params; echoed in batches */
 
+    /* Speculative decoding: the drafts pkv_seq_propose gave for the step
+     * numbered drafts.step (stale after it), drafts.count of drafts.size
+     * allocated; step.drafts of them are appended to tokens during the
+     * step that runs them. */
+    struct {
+        int32_t *ids;
+        uint32_t count;
+        uint32_t size;
+        uint64_t step;
+    } drafts;
+
     /* The rest changes at admission, preemption, a new full block or the
      * end. */
-    uint32_t num_drafts;
-    int32_t priority;
     uint32_t prompt_len;
-    uint64_t arrival; /* order of arrival (ties broken by id) */
+    /* Its place in waiting and swapped: by priority under the priority
+     * policy, then by arrival (ties broken by id). */
+    struct {
+        int32_t priority;
+        uint64_t arrival;
+    } order;
 
     pkv_finished finish;
     struct pkv__seq *inbox_next;
 
-    /* Speculative decoding: the drafts pkv_seq_propose gave for the step
-     * numbered drafts_step (stale after it), num_drafts of drafts_size
-     * allocated; step_drafts of them are appended to tokens during the
-     * step that runs them. */
-    int32_t *drafts;
-    uint32_t drafts_size;
-    uint64_t drafts_step;
-
-    /* KV store (store/engine_store.h): whether its blocks were asked of
-     * the store (enum pkv__store_seq_state), and the SHA-256 chain of its
-     * tokens as far as it was needed: the root, then one digest per full
-     * block, num_store_digests of store_digests_capacity bytes / 32. */
-    uint8_t store_state;
-    uint8_t *store_digests;
-    uint32_t num_store_digests;
-    uint32_t store_digests_capacity; /* in bytes */
+    /* Its KV store state (store/engine_store.h). */
+    pkv__store_seq store;
 } pkv__seq;
 
 /* Prefetch what a step reads of the sequence (prefetch.h): its first

@@ -478,7 +478,7 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     seq->num_generated = x.generated;
     seq->max_new_tokens =
         p.max_new_tokens != 0 ? p.max_new_tokens : x.max_new_tokens;
-    seq->priority = p.priority;
+    seq->order.priority = p.priority;
     seq->tenant = p.tenant;
     seq->user_data = p.user_data;
     pkv__inbox_issue(&e->inbox, seq);

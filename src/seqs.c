@@ -80,7 +80,7 @@ void pkv__seqs_end(pkv__seqs *s, pkv__seq *seq, int32_t reason,
                    pkv_status status)
 {
     s->unswept |= 1u << seq->state;
-    if (seq->store_state == PKV__STORE_LOADING)
+    if (seq->store.state == PKV__STORE_LOADING)
         pkv__store_forget(s->store, seq, 0);
     pkv__seqs_drop_kv(s, seq);
     pkv__kv_drop_swap(s->kv, &seq->kv, &s->alloc);
@@ -97,7 +97,7 @@ void pkv__seqs_recompute(pkv__seqs *s, pkv__seq *seq)
 {
     seq->num_computed = 0;
     seq->state = PKV__SEQ_WAITING;
-    seq->store_state = PKV__STORE_NOT_ASKED; /* it may hold them now */
+    seq->store.state = PKV__STORE_NOT_ASKED; /* it may hold them now */
     pkv__seqs_enqueue(s, &s->waiting, seq);
 }
 
@@ -136,9 +136,9 @@ void pkv__seqs_tenant_add(pkv__seqs *s, uint32_t tenant, int64_t delta)
 static int comes_before(const pkv__seqs *s, const pkv__seq *a,
                         const pkv__seq *b)
 {
-    if (s->policy == PKV_SCHED_POLICY_PRIORITY && a->priority != b->priority)
-        return a->priority < b->priority;
-    return a->arrival < b->arrival;
+    if (s->policy == PKV_SCHED_POLICY_PRIORITY && a->order.priority != b->order.priority)
+        return a->order.priority < b->order.priority;
+    return a->order.arrival < b->order.arrival;
 }
 
 void pkv__seqs_enqueue(const pkv__seqs *s, pkv__seq_list *list,

@@ -19,9 +19,9 @@ static void unschedule(pkv__step_state *step, pkv__seq *seq,
             (*num_seqs)--;
             break;
         }
-    seq->scheduled = 0;
-    seq->num_tokens -= seq->step_drafts; /* drafts were for this step */
-    seq->step_drafts = 0;
+    seq->step.rows = 0;
+    seq->num_tokens -= seq->step.drafts; /* drafts were for this step */
+    seq->step.drafts = 0;
 }
 
 /* A device action failed: undo what the plan did for its sequence, so
@@ -100,9 +100,9 @@ void pkv__step_unplan_rows(const pkv__step_state *step, pkv__seqs *seqs,
         uint32_t before = pkv__kv_held(&s->kv);
         pkv__kv_truncate(seqs->kv, &s->kv, s->num_computed);
         pkv__seqs_count_blocks(seqs, s, before);
-        s->scheduled = 0;
-        s->num_tokens -= s->step_drafts; /* a retry takes them again */
-        s->step_drafts = 0;
+        s->step.rows = 0;
+        s->num_tokens -= s->step.drafts; /* a retry takes them again */
+        s->step.drafts = 0;
     }
 }
 

@@ -121,7 +121,7 @@ void pkv__step_state_lay_out(pkv__step_state *step, pkv__kv *kv,
     uint32_t groups = pkv__kv_num_groups(kv);
     uint32_t total = 0, rows = 0, samples = 0, max_blocks = 1;
     for (uint32_t i = 0; i < num_seqs; i++)
-        total += step->step_seqs[i]->scheduled;
+        total += step->step_seqs[i]->step.rows;
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = step->step_seqs[i];
         /* The first token it reads (prefetch.h). */
@@ -134,11 +134,11 @@ void pkv__step_state_lay_out(pkv__step_state *step, pkv__kv *kv,
         step->seq_ids[i] = s->id;
         step->seq_user_data[i] = s->user_data;
         step->query_start[i] = rows;
-        uint32_t first = rows, end = s->num_computed + s->scheduled;
+        uint32_t first = rows, end = s->num_computed + s->step.rows;
         step->context_lens[i] = end;
         step->stages[i] = pkv__kv_stage(&s->kv);
         pkv__kv_plan_windows(kv, &s->kv, s->num_computed, rows,
-                             s->scheduled);
+                             s->step.rows);
         for (uint32_t p = s->num_computed; p < end; p++, rows++) {
             step->token_ids[rows] = s->tokens[p];
             step->positions[rows] = p;
@@ -153,7 +153,7 @@ void pkv__step_state_lay_out(pkv__step_state *step, pkv__kv *kv,
         }
         /* The last row samples; with drafts, every row from the last
          * accepted token on. */
-        for (uint32_t r = rows - 1 - s->step_drafts;
+        for (uint32_t r = rows - 1 - s->step.drafts;
              end == s->num_tokens && r < rows; r++) {
             step->sample_rows[samples] = r;
             step->sample_seq_ids[samples++] = s->id;

@@ -272,7 +272,7 @@ pkv_status ch_truncate(ch_host *host, pkv_seq_id id, uint32_t num_tokens)
     pkv_status st = pkv_seq_truncate(e, id, num_tokens);
     /* A cut drops the drafts (a call that cuts nothing keeps them). */
     ch_seq *d = ch_find(host, id);
-    if (st == PKV_OK && s->num_drafts == 0 && d->drafts > 0) {
+    if (st == PKV_OK && s->drafts.count == 0 && d->drafts > 0) {
         d->num_tokens -= d->drafts;
         d->drafts = 0;
     }
@@ -909,10 +909,10 @@ void ch_check(ch_host *host)
             loads += s != NULL;
             saves += s == NULL;
             CHECK(host, s == NULL || (s->state == PKV__SEQ_WAITING &&
-                                      s->store_state == PKV__STORE_LOADING));
+                                      s->store.state == PKV__STORE_LOADING));
         }
         for (uint32_t i = 0; i < e->seqs.waiting.count; i++)
-            loading += e->seqs.waiting.items[i]->store_state == PKV__STORE_LOADING;
+            loading += e->seqs.waiting.items[i]->store.state == PKV__STORE_LOADING;
         CHECK(host, loads == loading && loads == e->store->num_loading);
         CHECK(host, (pkv_engine_has_work(e) != 0) == (live != 0 || saves != 0));
     }

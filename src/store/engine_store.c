@@ -203,7 +203,7 @@ static void remove_op(pkv__engine_store *s, uint32_t i)
 /* A sequence's load ends (landed, failed, timed out or cancelled). */
 static void end_wait(pkv__engine_store *s, pkv__seq *seq, uint64_t started)
 {
-    seq->store_state = PKV__STORE_ASKED;
+    seq->store.state = PKV__STORE_ASKED;
     s->num_loading--;
     s->env.totals->store_wait_us += now_us() - started;
 }
@@ -268,25 +268,25 @@ static uint8_t *scratch(pkv__engine_store *s, size_t n)
 static const uint8_t *digests(pkv__engine_store *s, pkv__seq *seq,
                               uint32_t n)
 {
-    uint32_t have = seq->num_store_digests;
+    uint32_t have = seq->store.num_digests;
     if (n + 1 <= have)
-        return seq->store_digests;
-    size_t capacity = seq->store_digests_capacity;
+        return seq->store.digests;
+    size_t capacity = seq->store.digests_capacity;
     void *grown;
-    if (pkv__grow(&s->env.alloc, seq->store_digests, &capacity,
+    if (pkv__grow(&s->env.alloc, seq->store.digests, &capacity,
                   (size_t)have * PKV__DIGEST_BYTES,
                   ((size_t)n + 1) * PKV__DIGEST_BYTES, 1, &grown) != PKV_OK)
         return NULL;
-    seq->store_digests = grown;
-    seq->store_digests_capacity = (uint32_t)capacity;
-    uint8_t *d = seq->store_digests;
+    seq->store.digests = grown;
+    seq->store.digests_capacity = (uint32_t)capacity;
+    uint8_t *d = seq->store.digests;
     uint32_t bs = pkv__kv_block_size(s->env.kv);
     if (have == 0) {
         if (pkv__digest_root(s->sha256, s->model, s->env.config,
                              &s->env.kv->groups, pkv__kv_salt(&seq->kv),
                              d) != PKV_OK)
             return NULL;
-        seq->num_store_digests = have = 1;
+        seq->store.num_digests = have = 1;
     }
     for (uint32_t j = have - 1; j < n; j++) {
         if (pkv__digest_block(s->sha256, d + (size_t)j * PKV__DIGEST_BYTES,
@@ -294,7 +294,7 @@ static const uint8_t *digests(pkv__engine_store *s, pkv__seq *seq,
                               d + ((size_t)j + 1) * PKV__DIGEST_BYTES) !=
             PKV_OK)
             return NULL;
-        seq->num_store_digests = j + 2;
+        seq->store.num_digests = j + 2;
     }
     return d;
 }
@@ -314,9 +314,9 @@ static pkv_status group_digest(const pkv__engine_store *s,
 void pkv__store_forget(pkv__engine_store *s, pkv__seq *seq,
                        uint32_t keep_blocks)
 {
-    if (seq->num_store_digests > keep_blocks + 1)
-        seq->num_store_digests = keep_blocks + 1;
-    if (seq->store_state == PKV__STORE_LOADING)
+    if (seq->store.num_digests > keep_blocks + 1)
+        seq->store.num_digests = keep_blocks + 1;
+    if (seq->store.state == PKV__STORE_LOADING)
         for (uint32_t i = 0; i < s->num_ops; i++)
             if (s->ops[i].seq == seq) {
                 s->cb.cancel(s->cb.user, s->ops[i].ticket);
@@ -325,7 +325,7 @@ void pkv__store_forget(pkv__engine_store *s, pkv__seq *seq,
                 remove_op(s, i);
                 break;
             }
-    seq->store_state = PKV__STORE_NOT_ASKED;
+    seq->store.state = PKV__STORE_NOT_ASKED;
 }
 
 /* ----------------------------------------------------------------- loads */
@@ -416,7 +416,7 @@ static int ask(pkv__engine_store *s, pkv__seq *seq, pkv__chain_link *links)
     uint32_t hits = 0;
     hits = pkv__kv_chain_lookup(s->env.kv, &seq->kv, seq->tokens,
                                  seq->num_tokens, links);
-    seq->store_state = PKV__STORE_ASKED;
+    seq->store.state = PKV__STORE_ASKED;
     if (hits >= n_max)
         return 1;
     size_t vb = s->value_bytes;
@@ -436,7 +436,7 @@ static int ask(pkv__engine_store *s, pkv__seq *seq, pkv__chain_link *links)
     if (n == 0) {
         if (s->load_bytes == 0)
             return 1; /* one block is over the budget: never asks */
-        seq->store_state = PKV__STORE_NOT_ASKED;
+        seq->store.state = PKV__STORE_NOT_ASKED;
         return 0;
     }
     const uint8_t *d = digests(s, seq, hits + n);
@@ -489,7 +489,7 @@ static int ask(pkv__engine_store *s, pkv__seq *seq, pkv__chain_link *links)
                         (unsigned long long)seq->id, pkv_status_name(st));
         return 1;
     }
-    seq->store_state = PKV__STORE_LOADING;
+    seq->store.state = PKV__STORE_LOADING;
     s->num_loading++;
     s->ops[s->num_ops++] = op;
     return 1;
@@ -508,7 +508,7 @@ static enum pkv__value_verdict check_value(pkv__engine_store *s,
     uint32_t j, g;
     key_place(s, op, op->first, i, &j, &g);
     uint8_t parent[2 * PKV__DIGEST_BYTES];
-    if (key_digests(s, op, op->first, seq->store_digests, i, parent) !=
+    if (key_digests(s, op, op->first, seq->store.digests, i, parent) !=
         PKV_OK)
         return PKV__VALUE_UNCHECKED;
     if (s->env.seal != NULL) {
@@ -763,13 +763,13 @@ void pkv__store_step_begin(pkv__engine_store *s,
     /* Waiting prompts not asked yet, in order, while the budget lasts. */
     for (uint32_t i = 0; links != NULL && i < waiting->count; i++) {
         pkv__seq *seq = waiting->items[i];
-        if (seq->store_state == PKV__STORE_NOT_ASKED && !ask(s, seq, links))
+        if (seq->store.state == PKV__STORE_NOT_ASKED && !ask(s, seq, links))
             break;
     }
     if (links == NULL) /* asked later; those waiting are admitted now */
         for (uint32_t i = 0; i < waiting->count; i++)
-            if (waiting->items[i]->store_state == PKV__STORE_NOT_ASKED)
-                waiting->items[i]->store_state = PKV__STORE_ASKED;
+            if (waiting->items[i]->store.state == PKV__STORE_NOT_ASKED)
+                waiting->items[i]->store.state = PKV__STORE_ASKED;
     count_saves(s);
 }
 

@@ -22,12 +22,6 @@
 #include "seq.h"
 #include "store/digest.h"
 
-enum pkv__store_seq_state {
-    PKV__STORE_NOT_ASKED = 0,
-    PKV__STORE_LOADING = 1,
-    PKV__STORE_ASKED = 2
-};
-
 /* An operation in flight. */
 typedef struct pkv__store_op {
     uint64_t ticket;

@@ -171,7 +171,7 @@ static void dump(void)
                     "blocks %u tenant %u priority %d protect %u\n",
                     names[l], (unsigned long long)s->id, s->num_tokens,
                     s->prompt_len, s->num_computed, pkv__kv_blocks(&s->kv),
-                    s->tenant, (int)s->priority, s->protect);
+                    s->tenant, (int)s->order.priority, s->protect);
         }
 }
 
