@@ -288,6 +288,16 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
                                       uint32_t *num_blocks,
                                       uint32_t *num_tokens)
 {
+    return pkv_engine_get_group_block_table(e, id, 0, blocks, num_blocks,
+                                            num_tokens);
+}
+
+pkv_status pkv_engine_get_group_block_table(const pkv_engine *e,
+                                            pkv_seq_id id, uint32_t group,
+                                            const uint32_t **blocks,
+                                            uint32_t *num_blocks,
+                                            uint32_t *num_tokens)
+{
     if (blocks != NULL)
         *blocks = NULL;
     if (num_blocks != NULL)
@@ -299,6 +309,10 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
     if (blocks == NULL || num_blocks == NULL || num_tokens == NULL)
         return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "every out-parameter must be set");
+    if (group >= pkv__kv_num_groups(&e->kv))
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
+                                "group %u of %u", (unsigned)group,
+                                (unsigned)pkv__kv_num_groups(&e->kv));
     const pkv__seq *seq = pkv__seqs_find(&e->seqs, id);
     if (seq == NULL && pkv__inbox_queued(&e->inbox, id))
         return PKV_OK; /* added, not yet seen by a step: no blocks */
@@ -306,7 +320,7 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
         return pkv__engine_fail(e->message, PKV_ERR_NOT_FOUND,
                                 "sequence %llu is not live",
                                 (unsigned long long)id);
-    *blocks = seq->kv.tables[0].blocks;
+    *blocks = pkv__kv_table(&seq->kv, group)->blocks;
     *num_blocks = pkv__kv_blocks(&seq->kv);
     *num_tokens = pkv__kv_tokens(&seq->kv);
     return PKV_OK;

@@ -202,10 +202,10 @@ static pkv_engine_stats serve(fs_data *data, pkv_engine_params p,
     return s;
 }
 
-/* Hybrid memory (a window of 6 tokens on one layer of two): the full
- * group's blocks and the windowed group's last ones go to the store, each
- * group's under its own names; a second engine loads them all and
- * computes one row, every row checked against dense attention. */
+/* Hybrid memory (a window of 6 tokens on one layer of two, the default):
+ * the full group's blocks and the windowed group's last ones go to the
+ * store, each group's under its own names; a second engine loads them all
+ * and computes one row, every row checked against dense attention. */
 static void test_hybrid_memory(void **state)
 {
     (void)state;
@@ -215,7 +215,6 @@ static void test_hybrid_memory(void **state)
     for (size_t d = 0; d < 2; d++) {
         pkv_engine_params p = params_of(dtypes[d]);
         p.layer_windows = windows;
-        p.hybrid_memory = 1;
         fs_data data = {0};
         store_host a;
         sh_init(&a, p, &data);
@@ -240,7 +239,7 @@ static void test_hybrid_memory(void **state)
         sh_free(&b);
         /* An engine without groups names other values: it misses them. */
         pkv_engine_params q = p;
-        q.hybrid_memory = 0;
+        q.kv_memory = PKV_KV_MEMORY_EVERY_TOKEN;
         uint32_t rows;
         s = serve(&data, q, prompt, 0, &rows);
         assert_int_equal(rows, PROMPT);

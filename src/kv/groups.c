@@ -13,13 +13,14 @@ static uint32_t window_seen(const pkv_engine_params *p, uint32_t layer)
     return w >= p->max_model_len ? 0 : w;
 }
 
-/* Whether the layers are grouped by window: hybrid memory asked for and
- * the windows differ. Otherwise every layer is placed as a full one, in
- * one group that keeps every token (a window then masks attention only),
- * each layer its own arena. */
+/* Whether the layers are grouped by window: hybrid memory (kv_memory)
+ * and windows that differ. Otherwise every layer is placed as a full one,
+ * in one group that keeps every token (a window then masks attention
+ * only), each layer its own arena. */
 static int by_window(const pkv_engine_params *p)
 {
-    for (uint32_t l = 1; p->hybrid_memory && l < p->num_layers; l++)
+    int hybrid = p->kv_memory == PKV_KV_MEMORY_HYBRID;
+    for (uint32_t l = 1; hybrid && l < p->num_layers; l++)
         if (window_seen(p, l) != window_seen(p, 0))
             return 1;
     return 0;

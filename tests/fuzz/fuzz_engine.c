@@ -41,6 +41,7 @@
 #include "../hash_model.h"
 
 #include "engine.h"
+#include "kv/groups.h"
 #include "seqs.h"
 
 #include <stdio.h>
@@ -89,7 +90,8 @@ static struct totals {
         forks, truncations, shared_cuts, moves, drafts, drafts_run,
         drafts_accepted, reloads, store_inputs, store_hit_blocks,
         store_saves, store_rejected, store_faults, hybrid_inputs,
-        windowed_inputs, windowed_swaps, sealed_inputs, tampered;
+        windowed_inputs, windowed_swaps, layer_sized, sealed_inputs,
+        tampered;
     double max_error[5]; /* by pkv_kv_dtype */
 } TOT;
 
@@ -103,7 +105,8 @@ static void print_totals(void)
             "proposed, %llu run, %llu accepted, %llu prefix cache reloads; "
             "%llu inputs with a store: %llu blocks loaded, %llu saved, "
             "%llu rejected, %llu store faults; %llu inputs in hybrid "
-            "memory, %llu of them with no full layer (%llu swap-outs); "
+            "memory, %llu of them with no full layer (%llu swap-outs), "
+            "%llu with num_blocks over every layer; "
             "%llu inputs sealed, %llu exports or prefix caches "
             "tampered with; max error f32 %.3g f16 "
             "%.3g u8 %.3g u4 %.3g u8k-u4v %.3g\n",
@@ -126,6 +129,7 @@ static void print_totals(void)
             (unsigned long long)TOT.hybrid_inputs,
             (unsigned long long)TOT.windowed_inputs,
             (unsigned long long)TOT.windowed_swaps,
+            (unsigned long long)TOT.layer_sized,
             (unsigned long long)TOT.sealed_inputs,
             (unsigned long long)TOT.tampered, TOT.max_error[0],
             TOT.max_error[1], TOT.max_error[2], TOT.max_error[3],
@@ -323,7 +327,8 @@ static int create(world *w)
     p.value_quant = (kv >> 4) % 3;
     p.u8_rollback_blocks = (uint32_t)(kv >> 7) * (1u + (uint32_t)(g >> 7));
     w->host.f16_tensors = 0;
-    p.num_blocks = 2u + next_byte(r) % 40u;
+    uint8_t pool = next_byte(r);
+    p.num_blocks = 2u + pool % 40u; /* blocks of the pool */
     uint8_t pre = next_byte(r);
     p.preempt_mode = pre % 2;
     /* Swap on half the inputs, its host budget from none through less
@@ -373,10 +378,23 @@ static int create(world *w)
         TOT.store_inputs++;
     }
     /* Mixed windows in hybrid memory on odd bits: a table per window,
-     * the windowed one dropping blocks. */
+     * the windowed one dropping blocks; every token kept otherwise. The
+     * pool drawn above counts blocks of the pool: kv_memory's num_blocks
+     * counts blocks over every layer, as many of the pool's as there are
+     * groups, so on odd pool bytes whose pool they divide it says so;
+     * otherwise 0.2.0's hybrid_memory counts the pool's blocks. */
     w->hybrid = p.layer_windows != NULL &&
                 (w->has_store ? (st >> 5) % 2 : (st >> 1) % 2);
-    p.hybrid_memory = (uint32_t)w->hybrid;
+    p.kv_memory =
+        w->hybrid ? PKV_KV_MEMORY_HYBRID : PKV_KV_MEMORY_EVERY_TOKEN;
+    uint32_t groups = p.num_layers / pkv__groups_slots(&p);
+    if (w->hybrid && (pool / 40u) % 2u == 1 && p.num_blocks % groups == 0 &&
+        p.num_blocks / groups >= 2) {
+        p.num_blocks /= groups;
+        TOT.layer_sized++;
+    } else {
+        p.hybrid_memory = (uint32_t)w->hybrid;
+    }
     TOT.hybrid_inputs += (uint64_t)w->hybrid;
     w->windowed = w->hybrid && (g >> 4) % 4u == 1;
     TOT.windowed_inputs += (uint64_t)w->windowed;
@@ -394,7 +412,7 @@ static int create(world *w)
         w->host.idle = idle;
 #endif
     w->host.f16_tensors = p.kv_dtype != PKV_KV_DTYPE_F32 && (kv >> 6) % 2 == 1;
-    w->before = malloc(p.num_blocks * sizeof *w->before);
+    w->before = malloc(w->host.engine->kv.pool.num_blocks * sizeof *w->before);
     CHECK(w->before != NULL);
     w->ring_n = 0;
     w->ring_next = 0;
