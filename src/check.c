@@ -33,7 +33,7 @@ static const char *check_tenants(const pkv_engine *e, const pkv__seq **run,
         uint32_t t = run[i]->tenant;
         uint64_t sum = 0;
         for (; i < n && run[i]->tenant == t; i++)
-            sum += pkv__kv_held(&run[i]->kv);
+            sum += pkv__kv_held(&e->kv, &run[i]->kv);
         uint64_t counted = pkv__seqs_tenant_blocks(&e->seqs, t);
         if (counted != sum)
             return pkv__describe(buf, size, "tenant %u: counted %llu blocks, holds "

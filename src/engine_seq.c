@@ -133,7 +133,7 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     uint32_t quota = e->params.max_blocks_per_tenant;
     if (quota != 0) {
         uint64_t used = pkv__seqs_tenant_blocks(&e->seqs, parent->tenant);
-        if (used + pkv__kv_held(&parent->kv) > quota)
+        if (used + pkv__kv_held(&e->kv, &parent->kv) > quota)
             return pkv__engine_fail(e->message, PKV_ERR_QUOTA,
                                     "tenant %u holds %llu of %u blocks",
                                     (unsigned)parent->tenant,

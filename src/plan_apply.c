@@ -99,7 +99,7 @@ static int grow(pkv__seqs *seqs, pkv__step_state *step, pkv__seq *seq,
                 uint32_t rows)
 {
     pkv__block_copy copies[PKV__MAX_GROUPS];
-    uint32_t before = pkv__kv_held(&seq->kv);
+    uint32_t before = pkv__kv_held(seqs->kv, &seq->kv);
     pkv_status st = pkv__kv_append(seqs->kv, &seq->kv, rows, copies);
     assert(st == PKV_OK);
     pkv__seqs_count_blocks(seqs, seq, before);

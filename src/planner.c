@@ -159,7 +159,7 @@ static uint32_t rows_wanted(const planner *pl, const pkv__seq *seq,
 /* A running sequence leaves running: its blocks go back in the view. */
 static pkv_status leave_running(planner *pl, pkv__seq *seq)
 {
-    uint32_t held = pkv__kv_held(&seq->kv);
+    uint32_t held = pkv__kv_held(pl->kv, &seq->kv);
     pkv__map *left = &pl->plan->left;
     pkv_status st = view_room(pl, held);
     if (st == PKV_OK)
@@ -258,7 +258,7 @@ static pkv_status plan_running(planner *pl, uint32_t i)
             pkv__blocks_for(pkv__kv_tokens(&seq->kv) + (uint64_t)rows, bs);
         uint32_t grow_by = per_group(pl, after - pkv__kv_blocks(&seq->kv));
         /* The blocks it holds once grown (after, with one group). */
-        uint32_t held_after = pkv__kv_held(&seq->kv) + grow_by;
+        uint32_t held_after = pkv__kv_held(pl->kv, &seq->kv) + grow_by;
         if (seq_quota != 0 && held_after > seq_quota)
             return plan_end(pl, seq, PKV_ERR_QUOTA);
         if (over_tenant_quota(pl, seq->tenant, grow_by)) {
@@ -471,7 +471,7 @@ static pkv_status plan_drafts(planner *pl)
             k = room - 1;
         /* After its row, its last block is its own: no copy. */
         uint64_t tokens = (uint64_t)pkv__kv_tokens(&s->kv) + 1;
-        uint32_t held = pkv__kv_held(&s->kv) +
+        uint32_t held = pkv__kv_held(pl->kv, &s->kv) +
                         per_group(pl, pkv__blocks_for(tokens, bs) -
                                          pkv__kv_blocks(&s->kv));
         uint32_t need = 0;

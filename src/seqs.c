@@ -44,7 +44,8 @@ pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id)
 
 void pkv__seqs_drop_kv(pkv__seqs *s, pkv__seq *seq)
 {
-    pkv__seqs_tenant_add(s, seq->tenant, -(int64_t)pkv__kv_held(&seq->kv));
+    pkv__seqs_tenant_add(s, seq->tenant,
+                         -(int64_t)pkv__kv_held(s->kv, &seq->kv));
     pkv__kv_drop(s->kv, &seq->kv);
 }
 
@@ -52,7 +53,8 @@ void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
                             uint32_t before)
 {
     pkv__seqs_tenant_add(seqs, seq->tenant,
-                         (int64_t)pkv__kv_held(&seq->kv) - (int64_t)before);
+                         (int64_t)pkv__kv_held(seqs->kv, &seq->kv) -
+                             (int64_t)before);
 }
 
 /* Remove the ended sequences from a list, keeping the others' order. */
@@ -172,7 +174,7 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *e, pkv_seq_id id,
 
 void pkv__seqs_cut_kv(pkv__seqs *s, pkv__seq *seq, uint32_t keep)
 {
-    uint32_t before = pkv__kv_held(&seq->kv);
+    uint32_t before = pkv__kv_held(s->kv, &seq->kv);
     seq->num_computed = pkv__kv_cut(s->kv, &seq->kv, seq->num_computed, keep);
     pkv__seqs_count_blocks(s, seq, before);
 }

@@ -97,7 +97,7 @@ void pkv__step_unplan_rows(const pkv__step_state *step, pkv__seqs *seqs,
 {
     for (uint32_t i = 0; i < num_seqs; i++) {
         pkv__seq *s = step->step_seqs[i];
-        uint32_t before = pkv__kv_held(&s->kv);
+        uint32_t before = pkv__kv_held(seqs->kv, &s->kv);
         pkv__kv_truncate(seqs->kv, &s->kv, s->num_computed);
         pkv__seqs_count_blocks(seqs, s, before);
         s->step.rows = 0;

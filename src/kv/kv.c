@@ -74,7 +74,7 @@ static void release_stage(pkv__kv *kv, pkv__kv_seq *s)
 void pkv__kv_drop(pkv__kv *kv, pkv__kv_seq *s)
 {
     release_stage(kv, s);
-    for (uint32_t g = 0; s->record != NULL && g < s->record->groups; g++)
+    for (uint32_t g = 0; s->record != NULL && g < kv->groups.num_groups; g++)
         pkv__table_release(&s->tables[g], &kv->pool);
     pkv__prefix_chain_release(&s->chain, &kv->pool);
 }
@@ -84,7 +84,7 @@ pkv_status pkv__kv_fork(pkv__kv *kv, pkv__kv_seq *dst,
 {
     const pkv__device *dev = kv->device;
     pkv_status st = PKV_OK;
-    for (uint32_t g = 0; st == PKV_OK && g < src->record->groups; g++)
+    for (uint32_t g = 0; st == PKV_OK && g < kv->groups.num_groups; g++)
         st = pkv__table_fork(&dst->tables[g], &src->tables[g], &kv->pool);
     if (st == PKV_OK)
         st = pkv__prefix_chain_adopt(&dst->chain, &kv->pool,

@@ -218,7 +218,13 @@ static inline uint32_t pkv__kv_available(const pkv__kv *kv)
 }
 
 /* Blocks it holds references on, over every group. */
-uint32_t pkv__kv_held(const pkv__kv_seq *s);
+static inline uint32_t pkv__kv_held(const pkv__kv *kv, const pkv__kv_seq *s)
+{
+    uint32_t n = 0;
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++)
+        n += pkv__table_held(&s->tables[g]);
+    return n;
+}
 
 /* Blocks giving n_new more tokens slots takes, over every group, the
  * copies of shared or cached last blocks included, with references read

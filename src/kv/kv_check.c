@@ -207,11 +207,11 @@ const char *pkv__kv_check_seq(const pkv__kv *kv, const pkv__kv_seq *s,
         tally->stages += s->stage != PKV__NO_STAGE;
         return check_windows(kv, s, at->id, at->computed, buf, size);
     }
-    if (pkv__kv_held(s) != 0 || s->stage != PKV__NO_STAGE)
+    if (pkv__kv_held(kv, s) != 0 || s->stage != PKV__NO_STAGE)
         return pkv__describe(buf, size, "seq %llu (not running) holds %u "
                              "blocks, stage %u",
                              (unsigned long long)at->id,
-                             (unsigned)pkv__kv_held(s), (unsigned)s->stage);
+                             (unsigned)pkv__kv_held(kv, s), (unsigned)s->stage);
     if (at->swapped != (r->swap != NULL))
         return pkv__describe(buf, size, "seq %llu (%s swapped out): swap "
                              "data %p", (unsigned long long)at->id,

@@ -57,18 +57,10 @@ void pkv__kv_seq_free(pkv__kv_seq *s, const pkv__allocator *alloc)
     memset(s, 0, sizeof *s);
 }
 
-uint32_t pkv__kv_held(const pkv__kv_seq *s)
-{
-    uint32_t n = 0;
-    for (uint32_t g = 0; g < s->record->groups; g++)
-        n += pkv__table_held(&s->tables[g]);
-    return n;
-}
-
 pkv_status pkv__kv_reserve(const pkv__kv *kv, pkv__kv_seq *s, uint32_t n,
                            uint32_t links)
 {
-    for (uint32_t g = 0; g < s->record->groups; g++) {
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++) {
         pkv__table *t = &s->tables[g];
         if (n > t->capacity) {
             pkv_status st = pkv__table_reserve(t, &kv->pool, n);
@@ -128,7 +120,7 @@ pkv_status pkv__kv_adopt(pkv__kv *kv, pkv__kv_seq *s,
 {
     uint32_t bs = kv->pool.block_size;
     pkv_status st = PKV_OK;
-    for (uint32_t g = 0; st == PKV_OK && g < s->record->groups; g++) {
+    for (uint32_t g = 0; st == PKV_OK && g < kv->groups.num_groups; g++) {
         uint32_t first = pkv__groups_first_seen(&kv->groups, g, bs,
                                                 blocks * bs);
         st = pkv__table_adopt_from(&s->tables[g], &kv->pool, ids, first,
@@ -142,7 +134,7 @@ pkv_status pkv__kv_adopt(pkv__kv *kv, pkv__kv_seq *s,
 
 void pkv__kv_truncate(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_tokens)
 {
-    for (uint32_t g = 0; g < s->record->groups; g++)
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++)
         pkv__table_truncate(&s->tables[g], &kv->pool, n_tokens);
 }
 
@@ -151,7 +143,7 @@ uint32_t pkv__kv_needed(const pkv__kv *kv, const pkv__kv_seq *s,
                         const void *context)
 {
     uint32_t n = 0;
-    for (uint32_t g = 0; g < s->record->groups; g++)
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++)
         n += pkv__table_blocks_needed(&s->tables[g], &kv->pool, n_new, refs,
                                       context);
     return n;
@@ -162,7 +154,7 @@ uint32_t pkv__kv_copied(const pkv__kv *kv, const pkv__kv_seq *s,
                         const void *context, uint32_t *blocks)
 {
     uint32_t n = 0, bs = kv->pool.block_size;
-    for (uint32_t g = 0; g < s->record->groups; g++) {
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++) {
         const pkv__table *t = &s->tables[g];
         uint32_t grow =
             pkv__blocks_for((uint64_t)t->num_tokens + n_new, bs) -
@@ -232,7 +224,7 @@ int pkv__kv_window_lost(const pkv__kv *kv, const pkv__kv_seq *s,
                         uint32_t next)
 {
     uint32_t bs = kv->pool.block_size;
-    for (uint32_t g = 0; g < s->record->groups; g++)
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++)
         if (s->tables[g].first_held >
             pkv__groups_first_seen(&kv->groups, g, bs, next))
             return 1;

@@ -48,7 +48,7 @@ uint32_t pkv__kv_swap_out(pkv__kv *kv, pkv__kv_seq *s, uint32_t computed)
      * that each group's blocks out are the ones a swap-in makes. */
     uint32_t dropped = pkv__kv_slide(kv, s, computed);
     uint32_t n = 0;
-    for (uint32_t g = 0; g < r->groups; g++) {
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++) {
         const pkv__table *t = &s->tables[g];
         memcpy(r->swap_blocks + n, t->blocks + t->first_held,
                pkv__table_held(t) * sizeof *r->swap_blocks);
@@ -82,7 +82,7 @@ pkv_status pkv__kv_swap_in(pkv__kv *kv, pkv__kv_seq *s, uint32_t next,
     uint32_t bs = pool->block_size;
     if (pkv__kv_blocks_from(kv, next, tokens) > pkv__pool_available(pool))
         return PKV_ERR_NO_BLOCKS;
-    for (uint32_t g = 0; g < s->record->groups; g++) {
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++) {
         pkv__table *t = &s->tables[g];
         uint32_t first = pkv__groups_first_seen(&kv->groups, g, bs, next);
         pkv__block_copy none;
@@ -108,7 +108,7 @@ pkv_status pkv__kv_swap_copy_in(pkv__kv *kv, pkv__kv_seq *s,
     uint32_t all = pkv__blocks_for(computed, kv->pool.block_size), done = 0;
     /* Every group's held blocks, group after group, as the swap-out
      * wrote them. */
-    for (uint32_t g = 0; g < r->groups; g++) {
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++) {
         const pkv__table *t = &s->tables[g];
         uint32_t n = all - t->first_held;
         pkv_status st = dev->ops->swap_in(
@@ -135,7 +135,7 @@ pkv_status pkv__kv_read(const pkv__kv *kv, const pkv__kv_seq *s,
     const pkv__device *dev = kv->device;
     uint32_t bs = kv->pool.block_size, all = pkv__blocks_for(computed, bs);
     uint32_t done = 0;
-    for (uint32_t g = 0; g < s->record->groups; g++) {
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++) {
         const pkv__table *t = &s->tables[g];
         uint32_t first = pkv__groups_first_seen(&kv->groups, g, bs, computed);
         pkv_status st = dev->ops->swap_out(
