@@ -225,8 +225,3 @@ pkv_status pkv__seqs_take_inbox(pkv__seqs *s, pkv__inbox *inbox)
     return PKV_OK;
 }
 
-void pkv__seqs_slide(pkv__seqs *s, pkv__seq *seq)
-{
-    uint32_t dropped = pkv__kv_slide(s->kv, &seq->kv, seq->num_computed);
-    pkv__seqs_tenant_add(s, seq->tenant, -(int64_t)dropped);
-}

@@ -115,7 +115,12 @@ pkv_status pkv__seqs_take_inbox(pkv__seqs *seqs, pkv__inbox *inbox);
 
 /* After a running sequence's step: its windowed groups give back the
  * blocks its next row cannot see, counted off its tenant. */
-void pkv__seqs_slide(pkv__seqs *seqs, pkv__seq *seq);
+static inline void pkv__seqs_slide(pkv__seqs *seqs, pkv__seq *seq)
+{
+    uint32_t dropped = pkv__kv_slide(seqs->kv, &seq->kv, seq->num_computed);
+    if (dropped > 0)
+        pkv__seqs_tenant_add(seqs, seq->tenant, -(int64_t)dropped);
+}
 
 /* A recomputed sequence (preempted, or its KV lost) waits to compute
  * every token again: it joins waiting, and may ask the store again. */

@@ -119,6 +119,9 @@ pkv_status pkv__groups_init(pkv__groups *g, const pkv__allocator *a,
             g->group_windows[group] = (uint32_t)w;
             placed++;
         }
+    g->first_windowed = g->num_groups;
+    while (g->first_windowed > 0 && g->group_windows[g->first_windowed - 1])
+        g->first_windowed--;
     return PKV_OK;
 }
 

@@ -24,6 +24,9 @@ typedef struct pkv__groups {
     uint32_t *layer_group;   /* [num_layers] */
     uint32_t *group_windows; /* [num_groups] */
     uint32_t num_layers;
+    /* The groups with a window follow the others: the first of them
+     * (num_groups when none has one). */
+    uint32_t first_windowed;
 } pkv__groups;
 
 /* Layers per group for params whose geometry and windows are checked:

@@ -350,8 +350,16 @@ pkv_status pkv__kv_register(pkv__kv *kv, pkv__kv_seq *s,
 
 /* In each windowed group, drop the blocks that lie wholly behind the
  * window of the row at token `next` (the sequence's next row): no later
- * row can see them. Returns the blocks dropped. */
-uint32_t pkv__kv_slide(pkv__kv *kv, pkv__kv_seq *s, uint32_t next);
+ * row can see them. Returns the blocks dropped. After every sequence's
+ * step: without a windowed group, no call. */
+uint32_t pkv__kv_slide_windows(pkv__kv *kv, pkv__kv_seq *s, uint32_t next);
+static inline uint32_t pkv__kv_slide(pkv__kv *kv, pkv__kv_seq *s,
+                                     uint32_t next)
+{
+    return kv->groups.first_windowed < kv->groups.num_groups
+               ? pkv__kv_slide_windows(kv, s, next)
+               : 0;
+}
 
 /* The rollback window around a step (quantized caches with a window;
  * nothing otherwise): rows [first_row, first_row + rows) of the step
@@ -359,12 +367,23 @@ uint32_t pkv__kv_slide(pkv__kv *kv, pkv__kv_seq *s, uint32_t next);
  * of the last blocks the step seals gets a window tail (the step's
  * windows, kv->rollback.row_windows); once the step ran, those windows
  * hold their blocks. */
-void pkv__kv_plan_windows(pkv__kv *kv, const pkv__kv_seq *s,
-                          uint32_t computed, uint32_t first_row,
-                          uint32_t rows);
-void pkv__kv_commit_windows(pkv__kv *kv, const pkv__kv_seq *s,
-                            uint32_t computed, uint32_t first_row,
-                            uint32_t rows);
+static inline void pkv__kv_plan_windows(pkv__kv *kv, const pkv__kv_seq *s,
+                                        uint32_t computed, uint32_t first_row,
+                                        uint32_t rows)
+{
+    if (kv->rollback.window != 0)
+        pkv__rollback_plan(&kv->rollback, s->stage, computed, first_row,
+                           rows);
+}
+
+static inline void pkv__kv_commit_windows(pkv__kv *kv, const pkv__kv_seq *s,
+                                          uint32_t computed,
+                                          uint32_t first_row, uint32_t rows)
+{
+    if (kv->rollback.window != 0)
+        pkv__rollback_commit(&kv->rollback, s->stage, computed, first_row,
+                             rows);
+}
 
 /* Whether a row at token `next` would see a block a windowed group has
  * dropped (a cut back to `next` then needs the KV computed again). */

@@ -207,12 +207,13 @@ pkv_status pkv__kv_register(pkv__kv *kv, pkv__kv_seq *s,
     return st;
 }
 
-uint32_t pkv__kv_slide(pkv__kv *kv, pkv__kv_seq *s, uint32_t next)
+uint32_t pkv__kv_slide_windows(pkv__kv *kv, pkv__kv_seq *s, uint32_t next)
 {
     uint32_t dropped = 0, bs = kv->pool.block_size;
-    for (uint32_t g = 0; g < s->record->groups; g++) {
-        /* A group without a window sees every block: its table is not
-         * read. */
+    /* A group without a window sees every block: only the windowed ones
+     * slide. */
+    for (uint32_t g = kv->groups.first_windowed; g < kv->groups.num_groups;
+         g++) {
         uint32_t first = pkv__groups_first_seen(&kv->groups, g, bs, next);
         if (first > 0)
             dropped += pkv__table_drop_front(&s->tables[g], &kv->pool, first);
@@ -276,16 +277,3 @@ void pkv__kv_forget_tokens(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_tokens)
         s->record->num_prompt_hashes = whole;
 }
 
-void pkv__kv_plan_windows(pkv__kv *kv, const pkv__kv_seq *s,
-                          uint32_t computed, uint32_t first_row,
-                          uint32_t rows)
-{
-    pkv__rollback_plan(&kv->rollback, s->stage, computed, first_row, rows);
-}
-
-void pkv__kv_commit_windows(pkv__kv *kv, const pkv__kv_seq *s,
-                            uint32_t computed, uint32_t first_row,
-                            uint32_t rows)
-{
-    pkv__rollback_commit(&kv->rollback, s->stage, computed, first_row, rows);
-}
