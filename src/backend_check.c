@@ -197,7 +197,8 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                          "is NULL");
     if (s->num_tokens > 0 && s->slots == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "step: slots is NULL");
-    if (pkv__backend_quantized(c) && s->num_seqs > 0 && s->stages == NULL)
+    int quantized = pkv__backend_quantized(c);
+    if (quantized && s->num_seqs > 0 && s->stages == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "step: stages is NULL with a u8 cache");
     if (s->num_seqs > 0 && (s->query_start[0] != 0 ||
@@ -228,14 +229,13 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
             if (st != PKV_OK)
                 return st;
         }
-        if (pkv__backend_quantized(c) && s->stages[i] >= c->num_stages)
+        if (quantized && s->stages[i] >= c->num_stages)
             return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                              "step: sequence %u has staging tail %u of %u",
                              (unsigned)i, (unsigned)s->stages[i],
                              (unsigned)c->num_stages);
         /* A window must not be the tail the block seals from. */
-        for (uint32_t t = q0; pkv__backend_quantized(c) &&
-                              s->windows != NULL && t < q1;
+        for (uint32_t t = q0; quantized && s->windows != NULL && t < q1;
              t++) {
             uint32_t w = s->windows[t];
             uint64_t tok = ctx - (q1 - q0) + (t - q0);

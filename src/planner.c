@@ -286,7 +286,7 @@ static pkv_status plan_running(planner *pl, uint32_t i)
                              ? pkv__kv_copied(pl->kv, &seq->kv, rows,
                                               view_ref_of, pl, copied)
                              : 0;
-            st = view_room(pl, n);
+            st = n > 0 ? view_room(pl, n) : PKV_OK;
             if (st != PKV_OK)
                 return st;
             for (uint32_t k = 0; k < n; k++) {

@@ -171,10 +171,17 @@ pkv_status pkv__kv_append(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_new,
 {
     pkv__pool *pool = &kv->pool;
     /* All or nothing over the groups: one table's append checks only its
-     * own need. */
-    if (pkv__kv_needed(kv, s, n_new, NULL, NULL) > pkv__pool_available(pool))
+     * own need. The exact need is counted only when the pool holds
+     * fewer blocks than the most it can be: every table growing as far
+     * and copying its last block. */
+    uint32_t groups = kv->groups.num_groups;
+    uint64_t grow = pkv__blocks_for((uint64_t)pkv__kv_tokens(s) + n_new,
+                                    pool->block_size) -
+                    pkv__kv_blocks(s);
+    if ((grow + 1) * groups > pkv__pool_available(pool) &&
+        pkv__kv_needed(kv, s, n_new, NULL, NULL) > pkv__pool_available(pool))
         return PKV_ERR_NO_BLOCKS;
-    for (uint32_t g = 0; g < s->record->groups; g++) {
+    for (uint32_t g = 0; g < kv->groups.num_groups; g++) {
         pkv__table *t = &s->tables[g];
         uint32_t before = t->num_blocks;
         pkv_status st = pkv__table_append(t, pool, n_new, &copies[g]);
