@@ -15,6 +15,7 @@ int bench_serve(const bench_options *opt);
 int bench_restart(const bench_options *opt);
 /* serve --speculative (bench_speculative.c). */
 int bench_speculative(const bench_options *opt);
+int bench_attend(const bench_options *opt); /* bench_attend.c */
 int bench_kernels(const bench_options *opt);
 int bench_isa(const bench_options *opt); /* bench_isa.c */
 int bench_seal(const bench_options *opt); /* bench_seal.c */

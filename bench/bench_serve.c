@@ -39,8 +39,8 @@
 #include "model.h"
 #include "sample.h"
 #include "serve.h"
-#ifdef PKV_BENCH_GEMMA3
-#include "host.h" /* examples/gemma3 */
+#ifdef PKV_BENCH_GGUF
+#include "host.h" /* examples/gguf */
 #endif
 
 #include "pkv/pkv.h"
@@ -381,78 +381,87 @@ static void llama_close(llama_served *l)
     llama_model_free(&l->weights);
 }
 
-#ifdef PKV_BENCH_GEMMA3
-typedef struct gemma3_served {
-    g3_model weights;
-    g3_host host;
+#ifdef PKV_BENCH_GGUF
+typedef struct gguf_served {
+    gg_model weights;
+    gg_host host;
     uint32_t q_width;
-} gemma3_served;
+} gguf_served;
 
-static int gemma3_no_attention(void *self, uint32_t rows,
-                               const int32_t *tokens,
-                               const uint32_t *positions,
-                               const uint32_t *logit_rows, float *logits)
+static int gguf_no_attention(void *self, uint32_t rows, const int32_t *tokens,
+                             const uint32_t *positions,
+                             const uint32_t *logit_rows, float *logits)
 {
-    gemma3_served *g = self;
-    return g3_forward(&g->weights, &g->host.scratch, rows, tokens, positions,
+    gguf_served *g = self;
+    return gg_forward(&g->weights, &g->host.scratch, rows, tokens, positions,
                       copy_attend, &g->q_width, logit_rows, rows, logits);
 }
 
-/* Gemma 3 270M from examples/gemma3/setup.sh's cache. */
-static int gemma3_open(served_model *m, gemma3_served *g, uint32_t threads)
+/* The model examples/gguf/setup.sh caches as name (gemma3, smollm2). */
+static int gguf_open(served_model *m, gguf_served *g, const char *name,
+                     uint32_t threads)
 {
-    char *path = g3_default_weights_path(), err[512];
+    char *path = gg_default_weights_path(name), err[512];
     if (path == NULL ||
-        g3_model_load(&g->weights, path, threads, err, sizeof err) != 0) {
-        fprintf(stderr, "serve: %s (sh examples/gemma3/setup.sh gets it)\n",
+        gg_model_load(&g->weights, path, threads, err, sizeof err) != 0) {
+        fprintf(stderr, "serve: %s (sh examples/gguf/setup.sh gets it)\n",
                 path ? err : "out of memory");
         free(path);
         return -1;
     }
     free(path);
-    if (g3_host_init(&g->host, &g->weights, MAX_BATCH_TOKENS) != 0) {
-        g3_model_free(&g->weights);
+    if (gg_host_init(&g->host, &g->weights, MAX_BATCH_TOKENS) != 0) {
+        gg_model_free(&g->weights);
         return -1;
     }
-    const g3_file_config *c = &g->weights.config;
+    const gg_file_config *c = &g->weights.config;
     g->q_width = c->num_heads * c->key_len;
     m->host = &g->host.model;
-    g3_engine_params(&m->geometry, &g->weights, 1024);
-    m->geometry.block_size = 16;
+    gg_engine_params(&m->geometry, &g->weights, 1024);
+    m->geometry.block_size = GG_BLOCK_SIZE;
     m->weight_bytes = (double)g->weights.file.tensor_bytes;
-    m->forward_no_attention = gemma3_no_attention;
+    m->forward_no_attention = gguf_no_attention;
     m->self = g;
+    uint32_t windowed = 0;
+    for (uint32_t l = 0; l < c->num_layers; l++)
+        windowed += g->weights.layer_windows[l] != 0;
+    char windows[64] = "no windows";
+    if (windowed != 0)
+        snprintf(windows, sizeof windows, "windows of %u on %u layers",
+                 c->sliding_window, windowed);
     snprintf(m->description, sizeof m->description,
-             "Gemma 3 270M (dim %u, ffn %u, %u layers, %u heads (%u kv) of "
-             "%u, vocab %u, windows of %u on 15 layers), the GGUF's Q4_K_M "
-             "weights on ggml",
-             c->dim, c->ffn_dim, c->num_layers, c->num_heads,
-             c->num_kv_heads, c->key_len, c->vocab_size, c->sliding_window);
+             "%s (%s: dim %u, ffn %u, %u layers, %u heads (%u kv) of %u, "
+             "vocab %u, %s), the GGUF's weights on ggml",
+             name, c->arch == GG_ARCH_GEMMA3 ? "gemma3" : "llama", c->dim,
+             c->ffn_dim, c->num_layers, c->num_heads, c->num_kv_heads,
+             c->key_len, c->vocab_size, windows);
     return 0;
 }
 
-static void gemma3_close(gemma3_served *g)
+static void gguf_close(gguf_served *g)
 {
-    g3_host_free(&g->host);
-    g3_model_free(&g->weights);
+    gg_host_free(&g->host);
+    gg_model_free(&g->weights);
 }
 #else
-typedef struct gemma3_served {
+typedef struct gguf_served {
     int none;
-} gemma3_served;
+} gguf_served;
 
-static int gemma3_open(served_model *m, gemma3_served *g, uint32_t threads)
+static int gguf_open(served_model *m, gguf_served *g, const char *name,
+                     uint32_t threads)
 {
     (void)m;
     (void)g;
     (void)threads;
-    fprintf(stderr, "serve: --model gemma3 runs on ggml, which this "
-                    "pkv-bench was built without (sh examples/gemma3/"
-                    "setup.sh builds it; then configure again)\n");
+    fprintf(stderr, "serve: --model %s runs on ggml, which this pkv-bench "
+                    "was built without (sh examples/gguf/setup.sh builds "
+                    "it; then configure again)\n",
+            name);
     return -1;
 }
 
-static void gemma3_close(gemma3_served *g)
+static void gguf_close(gguf_served *g)
 {
     (void)g;
 }
@@ -502,13 +511,13 @@ static void plot(const bench_options *opt, const serve_result *res)
 int bench_serve(const bench_options *opt)
 {
     uint32_t n = opt->quick ? 20 : 80, calib_n = opt->quick ? 6 : 12;
-    int gemma3 = opt->model != NULL && strcmp(opt->model, "gemma3") == 0;
+    int gguf = opt->model != NULL && strcmp(opt->model, "llama") != 0;
     served_model m;
     llama_served llama;
-    gemma3_served g3;
+    gguf_served gg;
     memset(&m, 0, sizeof m);
-    if (gemma3 ? gemma3_open(&m, &g3, opt->threads) != 0
-               : llama_open(&m, &llama) != 0)
+    if (gguf ? gguf_open(&m, &gg, opt->model, opt->threads) != 0
+             : llama_open(&m, &llama) != 0)
         return 1;
     /* calib, then the two modes' */
     serve_result res[3];
@@ -572,7 +581,7 @@ int bench_serve(const bench_options *opt)
                     "\"itl_p99_ms\":%.3f,\"preemptions\":%llu,"
                     "\"kv_utilization_mean\":%.4f,\"steps\":%llu,"
                     "\"seqs_per_step\":%.2f}\n",
-                    gemma3 ? "gemma3" : "llama", modes[k], n,
+                    gguf ? opt->model : "llama", modes[k], n,
                     r->tokens_per_s, r->ttft_p50, r->ttft_p99,
                     r->itl_p50, r->itl_p99,
                     (unsigned long long)r->preemptions, r->kv_util_mean,
@@ -591,8 +600,8 @@ done:
     for (int k = 0; k < 3; k++)
         free_result(&res[k]);
     free_trace(t, n);
-    if (gemma3)
-        gemma3_close(&g3);
+    if (gguf)
+        gguf_close(&gg);
     else
         llama_close(&llama);
     return rc;

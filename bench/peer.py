@@ -1,33 +1,55 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""pkv-gemma3 head to head with llama.cpp: the same GGUF, the same machine,
+"""pkv-gguf head to head with llama.cpp: the same GGUF, the same machine,
 one window, the two sides alternating, threads equal.
 
-    python3 bench/peer.py [--runs N] [--threads N] [--only W[,W...]]
-                          [--json FILE|-] [--pkv-gemma3 PATH]
-                          [--pkv-bench PATH] [--llama-bin DIR] [--gguf PATH]
+    python3 bench/peer.py [--model gemma3|smollm2] [--runs N] [--threads N]
+                          [--only W[,W...]] [--json FILE|-]
+                          [--pkv-gguf PATH] [--pkv-bench PATH]
+                          [--llama-bin DIR] [--gguf PATH]
+                          [--depths D[,D...]] [--prompts N[,N...]]
 
-llama.cpp's tools (llama-bench, llama-server) are built once from the
+--model: Gemma 3 270M (the default, a base model) or SmolLM2-135M-Instruct
+(a chat model), the GGUFs examples/gguf/setup.sh caches.
+
+llama.cpp's tools (llama-bench, llama-server, and llama-perplexity for
+docs/fidelity.md) are built once from the
 pinned PyPI source package that the Gemma 3 host's ggml comes from
 (llama-cpp-python 0.3.36, sha256 checked) into $PKV_CACHE/llama.cpp
 (PKV_CACHE defaulting to ~/.cache/pkv): CPU only, static, no OpenSSL, no
 web UI. When the host's ggml build is cached ($PKV_CACHE/ggml/install,
-built by examples/gemma3/ggml.sh from the same package) llama.cpp links
+built by examples/gguf/ggml.sh from the same package) llama.cpp links
 that very library, so both sides run the same matrix products; otherwise
 it builds the vendored ggml with the same options. The build is niced.
 
-Workloads (--only picks some; all by default), each run once a side per
+Workloads (--only picks some; by default decode, prefill, demo and
+trace), each run once a side per
 round, the sides alternating (llama.cpp first in even rounds):
   decode   batch-1 decode tokens/s: llama-bench -p 0 -n 64 (tg64) against
-           pkv-gemma3 on one short prompt, 64 new tokens, KV f16, u8, u4.
+           pkv-gguf on one short prompt, 64 new tokens, KV f16, u8, u4.
            pkv's figure is 1 / the mean time between its tokens (its
            --json itl_s): the 63 steps after the prompt's, as tg64 has no
            prompt.
   prefill  prompt tokens/s at 512 tokens: llama-bench -p 512 -n 0 against
-           pkv-gemma3's first token of a 512-token prompt (--prompt-ids).
-  demo     pkv-gemma3's demo (32 requests sharing a 31-token preamble, 48
-           new tokens, greedy) against llama-server -np 32 given the same
-           32 texts at once by 32 clients (streamed, greedy, 48 tokens).
+           pkv-gguf's first token of a 512-token prompt (--prompt-ids).
+  depth    long-context decode tokens/s: llama-bench -p 0 -n 64 -d D
+           (the D-token depth filled first, untimed) against pkv-gguf
+           on a D-token --prompt-ids prompt, 64 new tokens, 1 / its mean
+           time between tokens, at D = 2,048, 8,192 and 32,704 (Gemma 3
+           270M's 32,768 less the 64 new; SmolLM2's context is 8,192:
+           --depths); pkv's f16, u8 and u4 KV against llama.cpp's f16,
+           q8_0 and q4_0 (-fa 1 -ctk -ctv for the quantized ones, as
+           they need), and pkv also with --hybrid-memory.
+  prompt   long prompts, tokens/s: llama-bench -p N -n 0 against
+           pkv-gguf's first token of an N-token --prompt-ids prompt,
+           N = 2,048 and 8,192 (--prompts), f16 KV, pkv also with
+           --hybrid-memory.
+  demo     pkv-gguf's demo (32 requests sharing a 31-token preamble, or
+           with SmolLM2 a 69-token system prompt in its chat template, at
+           most 48 new tokens, greedy) against llama-server -np 32 given
+           the same 32 texts at once by 32 clients (streamed, greedy, at
+           most 48 tokens; SmolLM2's answers end at its end of turn on
+           either side).
            llama-server rather than llama-parallel: it takes the demo's own
            texts and reports each request's first token, where
            llama-parallel draws its own prompts and prints totals only.
@@ -35,21 +57,29 @@ round, the sides alternating (llama.cpp first in even rounds):
            allocates for one sequence of 2k, 8k and 32k tokens, f16 and
            q8_0 K and V (flash attention, as quantized V needs), beside
            pkv-bench memory's hybrid-memory table.
-  trace    pkv-bench serve --model gemma3 --quick (20 requests, Poisson
+  trace    pkv-bench serve --model MODEL --quick (20 requests, Poisson
            arrivals at 2x what the engine sustains, random-token prompts)
            against llama-server -np 16 given the same prompts, output
            lengths and arrival times by a load generator on loopback.
 KV bytes per token: llama.cpp's from the KV buffers llama-server prints at
-load (every layer's K and V for one token), pkv's from pkv-bench memory's
-formats table (Gemma 3's head_dim 256, block 16: pkv-gemma3's) times its
-18 layers, U8 both with per-channel keys (the default) and per-token keys
-(`--keys token`), whose parameters cost 4 bytes a token rather than 4 per
-channel a block.
+load (every layer's K and V for one token), pkv's from the engine of
+pkv-gguf itself (its --json block_bytes over block_size: every layer's K
+and V, parameters included, block 16), U8 both with per-channel keys (the
+default) and per-token keys (`--keys token`), whose parameters cost 4
+bytes a token rather than 4 per channel a block.
 
-Time: sized for about 10-15 minutes on a quiet 2-core machine at --runs 3
-(the trace most of it; an estimate from single runs); a loaded machine
-takes several times that. The load average (1 minute) is sampled beside
-every measurement: the machine may be shared, so read medians and ratios.
+Time: the default workloads about 10-15 minutes on a quiet 2-core
+machine at --runs 3 (the trace most of it; an estimate from single runs);
+depth and prompt are not in the default list (--only): each round fills
+2k, 8k and 32k contexts on both sides several times over, about 25
+minutes a round at --depths 2048,8192 and --prompts 2048,8192, several
+times that with 32,704. A loaded machine takes several times that. The
+load average (1 minute) is sampled beside every measurement: the machine
+may be shared, so read medians and ratios.
+
+The build measured: pkv's from --pkv-gguf (default build/, the
+README's: RelWithDebInfo, which pkv's CMakeLists.txt builds at -O3); the
+report names its build type and C flags from that build's CMakeCache.txt.
 """
 import argparse
 import hashlib
@@ -70,8 +100,8 @@ import time
 VERSION = "0.3.36"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
-TOOLS = ["llama-bench", "llama-server"]
-# The options of examples/gemma3/ggml.sh, so that a vendored ggml build is
+TOOLS = ["llama-bench", "llama-server", "llama-perplexity"]
+# The options of examples/gguf/ggml.sh, so that a vendored ggml build is
 # the host's; llama.cpp's own are the defaults but for what needs network
 # (OpenSSL, the web UI's prebuilt assets) and what is not measured.
 GGML_OPTIONS = ["-DGGML_NATIVE=ON", "-DGGML_OPENMP=OFF", "-DGGML_BLAS=OFF",
@@ -81,8 +111,15 @@ LLAMA_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
                  "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF",
                  "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
                  "-DLLAMA_BUILD_APP=OFF"]
-GEMMA3_LAYERS = 18
-PKV_GEMMA3_BLOCK = 16  # examples/gemma3/main.c's BLOCK_SIZE
+# What differs between the models: the GGUF under $PKV_CACHE, the
+# vocabulary the trace and the 512-token prompt draw from, and BOS first
+# where the model's file asks for it.
+MODELS = {
+    "gemma3": {"gguf": "gemma3/gemma-3-270m-q4_k_m.gguf", "vocab": 262144,
+               "bos": 2, "context": 32768},
+    "smollm2": {"gguf": "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                "vocab": 49152, "bos": None, "context": 8192},
+}
 DEMO_NEW = 48
 DECODE_NEW = 64
 PREFILL_LEN = 512
@@ -226,11 +263,32 @@ class Figures:
 
 # ------------------------------------------------------------ pkv's side
 
-def run_pkv_gemma3(binary, args):
-    out = subprocess.run([binary] + args + ["--json"], capture_output=True,
-                         text=True)
+def pkv_build(binary):
+    """pkv's build type and C flags, from the CMakeCache.txt of the build
+    tree the binary is in."""
+    top = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
+    cache = {}
+    try:
+        with open(os.path.join(top, "CMakeCache.txt")) as f:
+            for line in f:
+                m = re.match(r"(CMAKE_BUILD_TYPE|CMAKE_C_FLAGS\w*):\w+=(.*)",
+                             line.strip())
+                if m:
+                    cache[m.group(1)] = m.group(2)
+    except OSError:
+        return "unknown (no CMakeCache.txt beside the binary)"
+    kind = cache.get("CMAKE_BUILD_TYPE", "")
+    flags = " ".join(x for x in (cache.get("CMAKE_C_FLAGS", ""),
+                                 cache.get("CMAKE_C_FLAGS_" + kind.upper(),
+                                           "")) if x)
+    return f"{kind or 'no build type'} ({flags})"
+
+
+def run_pkv_gguf(opt, args):
+    out = subprocess.run([opt.pkv_gguf, "--weights", opt.gguf] + args +
+                         ["--json"], capture_output=True, text=True)
     if out.returncode:
-        fail(f"{binary} {' '.join(args)}: {out.stderr.strip()}")
+        fail(f"{opt.pkv_gguf} {' '.join(args)}: {out.stderr.strip()}")
     return json.loads(out.stdout)
 
 
@@ -238,8 +296,8 @@ def pkv_decode(opt, kv):
     """Decode tokens/s: one request's 63 steps after its first token (the
     prompt's step taken out, as tg64 has no prompt), from the mean time
     between its tokens."""
-    r = run_pkv_gemma3(opt.pkv_gemma3,
-                       ["--prompt", opt.decode_prompt, "--kv", kv,
+    r = run_pkv_gguf(opt,
+                     ["--prompt", opt.decode_prompt, "--kv", kv,
                         "--backend", "cpu", "--threads", str(opt.threads),
                         "--temperature", "0", "--max-new", str(DECODE_NEW)])
     if r["generated"] < DECODE_NEW:
@@ -248,19 +306,32 @@ def pkv_decode(opt, kv):
     return 1.0 / r["requests"][0]["itl_s"]
 
 
-def pkv_prefill(opt, ids_path):
-    r = run_pkv_gemma3(opt.pkv_gemma3,
-                       ["--prompt-ids", ids_path, "--max-new", "1",
+def pkv_prefill(opt, ids_path, length=PREFILL_LEN, memory=()):
+    r = run_pkv_gguf(opt,
+                     ["--prompt-ids", ids_path, "--max-new", "1",
                         "--kv", "f16", "--backend", "cpu",
-                        "--threads", str(opt.threads)])
-    return PREFILL_LEN / r["seconds"]
+                        "--threads", str(opt.threads)] + list(memory))
+    return length / r["seconds"]
+
+
+def pkv_depth(opt, ids_path, kv, memory=()):
+    """Decode tokens/s after a prompt of the depth's tokens: 1 / the mean
+    time between its 64 new tokens (the prompt's step not in it)."""
+    r = run_pkv_gguf(opt,
+                     ["--prompt-ids", ids_path, "--kv", kv,
+                        "--backend", "cpu", "--threads", str(opt.threads),
+                        "--temperature", "0", "--max-new", str(DECODE_NEW)]
+                       + list(memory))
+    if r["generated"] < DECODE_NEW:
+        progress(f"pkv depth decode: stopped at {r['generated']} tokens")
+    return 1.0 / r["requests"][0]["itl_s"]
 
 
 def pkv_demo(opt):
     """Tokens/s, tokens, and each request's time to its first token (ms,
     from the loop's start, where all 32 are added at once)."""
-    r = run_pkv_gemma3(opt.pkv_gemma3,
-                       ["--max-new", str(DEMO_NEW), "--kv", "f16",
+    r = run_pkv_gguf(opt,
+                     ["--max-new", str(DEMO_NEW), "--kv", "f16",
                         "--backend", "cpu", "--threads", str(opt.threads)])
     ttft = [1e3 * q["ttft_s"] for q in r["requests"]]
     return r["generated"] / r["seconds"], r["generated"], ttft
@@ -269,7 +340,7 @@ def pkv_demo(opt):
 def pkv_trace(opt):
     """pkv-bench serve's continuous run, and the rate it chose."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as js:
-        out = subprocess.run([opt.pkv_bench, "serve", "--model", "gemma3",
+        out = subprocess.run([opt.pkv_bench, "serve", "--model", opt.model,
                               "--threads", str(opt.threads), "--quick",
                               "--json", js.name],
                              capture_output=True, text=True)
@@ -285,23 +356,17 @@ def pkv_trace(opt):
 
 
 def pkv_kv_bytes(opt):
-    """Bytes per token over Gemma 3's layers, from pkv-bench memory."""
-    out = subprocess.run([opt.pkv_bench, "memory", "--quick", "--json", "-"],
-                         capture_output=True, text=True)
-    if out.returncode:
-        fail("pkv-bench memory: " + out.stderr.strip()[-2000:])
-    per_head = {}
-    for line in out.stdout.splitlines():
-        if not line.startswith("{"):
-            continue
-        r = json.loads(line)
-        if (r.get("workload") == "formats" and r["head_dim"] == 256 and
-                r["block_size"] == PKV_GEMMA3_BLOCK and
-                r["format"] in ("f16", "u8", "u8 token keys", "u4",
-                                "u8k-u4v")):
-            per_head[r["format"]] = r["bytes_per_token"]
-    # Gemma 3 270M: one kv head in each of its layers.
-    return {k: GEMMA3_LAYERS * v for k, v in per_head.items()}
+    """Bytes per token over every layer, parameters included, from the
+    engine pkv-gguf makes for each KV format."""
+    out = {}
+    for name, args in (("f16", ["--kv", "f16"]), ("u8", ["--kv", "u8"]),
+                       ("u8 token keys", ["--kv", "u8", "--keys", "token"]),
+                       ("u4", ["--kv", "u4"]),
+                       ("u8k-u4v", ["--kv", "u8k-u4v"])):
+        r = run_pkv_gguf(opt, ["--prompt", "x", "--max-new", "1",
+                               "--backend", "cpu"] + args)
+        out[name] = r["block_bytes"] / r["block_size"]
+    return out
 
 
 # ------------------------------------------------------------ the trace
@@ -350,10 +415,19 @@ def serve_trace(n, vocab, rate):
 
 # ------------------------------------------------------------ llama.cpp's side
 
-def llama_bench(opt, p, n):
+# pkv's KV types and llama.cpp's of the same width, side by side.
+LLAMA_KV = {"f16": "f16", "u8": "q8_0", "u4": "q4_0"}
+
+
+def llama_bench(opt, p, n, depth=0, kv="f16"):
+    """llama-bench's tokens/s; quantized KV with flash attention, which
+    llama.cpp needs for a quantized V cache."""
+    extra = ["-d", str(depth)] if depth else []
+    if kv != "f16":
+        extra += ["-fa", "1", "-ctk", kv, "-ctv", kv]
     out = subprocess.run([os.path.join(opt.bins, "llama-bench"), "-m",
                           opt.gguf, "-t", str(opt.threads), "-p", str(p),
-                          "-n", str(n), "-r", "1", "-o", "jsonl"],
+                          "-n", str(n), "-r", "1", "-o", "jsonl"] + extra,
                          capture_output=True, text=True)
     if out.returncode:
         fail("llama-bench: " + out.stderr.strip()[-2000:])
@@ -484,20 +558,31 @@ def drive(port, reqs, budget):
             "itl_p99_ms": percentile(gaps, 0.99)}
 
 
-def demo_texts():
-    """The demo's 32 prompts, read from examples/gemma3/prompts.c so that
-    there is one copy of them."""
-    with open(os.path.join(ROOT, "examples", "gemma3", "prompts.c")) as f:
+def demo_texts(model):
+    """The demo's 32 prompts, read from examples/gguf/prompts.c so that
+    there is one copy of them: Gemma 3's preamble and topic, or SmolLM2's
+    system prompt and question in its chat template (ChatML, as
+    examples/gguf/chat.c writes it; llama-server reads the markers of a
+    /completion prompt as their tokens)."""
+    with open(os.path.join(ROOT, "examples", "gguf", "prompts.c")) as f:
         c = f.read()
 
     def literals(s):
         return [bytes(x, "ascii").decode("unicode_escape")
                 for x in re.findall(r'"((?:[^"\\]|\\.)*)"', s)]
-    preamble = "".join(literals(
-        re.search(r"g3_demo_preamble\[\] =(.*?);", c, re.S).group(1)))
-    topics = literals(re.search(r"g3_demo_topics\[\] = \{(.*?)\};", c,
+    topics = literals(re.search(r"gg_demo_topics\[\] = \{(.*?)\};", c,
                                 re.S).group(1))
-    return [f"{preamble}Topic: {t}\nEntry:" for t in topics]
+    if model == "gemma3":
+        preamble = "".join(literals(
+            re.search(r"gg_demo_preamble\[\] =(.*?);", c, re.S).group(1)))
+        return [f"{preamble}Topic: {t}\nEntry:" for t in topics]
+    system = "".join(literals(
+        re.search(r"gg_demo_system\[\] =(.*?);", c, re.S).group(1)))
+    question = re.search(r'chat \? snprintf\(buf, size, "([^"]*)"',
+                         c).group(1)
+    return [f"<|im_start|>system\n{system}<|im_end|>\n"
+            f"<|im_start|>user\n{question % t}<|im_end|>\n"
+            f"<|im_start|>assistant\n" for t in topics]
 
 
 # ------------------------------------------------------------ the rounds
@@ -521,12 +606,54 @@ def prefill_round(opt, fig, llama_first, ids_path):
                 la)
 
 
+# pkv's memory modes: the default, and hybrid memory (the windowed
+# layers keep only their window's KV).
+PKV_MEMORY = {"": (), " hybrid": ("--hybrid-memory",)}
+
+
+def depth_round(opt, fig, llama_first, ids):
+    for depth in opt.depths:
+        metric = f"decode tokens/s at depth {depth}"
+
+        def llama():
+            return {kv: llama_bench(opt, 0, DECODE_NEW, depth, LLAMA_KV[kv])
+                    for kv in LLAMA_KV}
+
+        def pkv():
+            return {kv + mem: pkv_depth(opt, ids[depth], kv, flags)
+                    for mem, flags in PKV_MEMORY.items() for kv in LLAMA_KV}
+
+        for side, measure in ([("llama.cpp", llama), ("pkv", pkv)]
+                              [:: 1 if llama_first else -1]):
+            la = load()
+            for kv, v in measure().items():
+                fig.add((metric, kv, side), v, la)
+
+
+def prompt_round(opt, fig, llama_first, ids):
+    for length in opt.prompts:
+        metric = f"prompt {length} tokens/s"
+
+        def llama():
+            return {"f16": llama_bench(opt, length, 0)}
+
+        def pkv():
+            return {"f16" + mem: pkv_prefill(opt, ids[length], length, flags)
+                    for mem, flags in PKV_MEMORY.items()}
+
+        for side, measure in ([("llama.cpp", llama), ("pkv", pkv)]
+                              [:: 1 if llama_first else -1]):
+            la = load()
+            for kv, v in measure().items():
+                fig.add((metric, kv, side), v, la)
+
+
 def demo_round(opt, fig, llama_first):
     def llama():
         server = Server(opt, 32, 32 * 128)
         try:
             reqs = [{"prompt": t, "n_predict": DEMO_NEW}
-                    for t in demo_texts()]
+                    for t in demo_texts(opt.model)]
             r = drive(server.port, reqs, 600)
         finally:
             server.stop()
@@ -589,45 +716,55 @@ def report(opt, fig, kv_bytes):
     print(f"\npkv beside llama.cpp (llama-cpp-python {VERSION}'s tree), "
           f"{opt.threads} threads each, {opt.runs} rounds alternating; "
           "median [min-max]; load: median 1-minute load average")
-    print(f"{'workload':<24} {'KV':<4} {'llama.cpp':>22} {'pkv':>22} "
-          f"{'pkv/llama':>9} {'load':>6}")
+    print(f"pkv's build: {opt.build}")
+    emit({"bench": "peer", "workload": "pkv build", "build": opt.build})
+    print(f"{'workload':<34} {'KV pkv / llama':<17} {'llama.cpp':>22} "
+          f"{'pkv':>22} {'pkv/llama':>9} {'load':>6}")
     rows = []
     for metric, kv, _ in fig.order:
         if (metric, kv) not in rows:
             rows.append((metric, kv))
+    emitted = set()
     for metric, kv in rows:
-        # llama.cpp runs f16 KV only: pkv's u8/u4 rows are set beside it.
-        llama = fig.values.get((metric, "f16", "llama.cpp"))
+        if (metric, kv, "pkv") not in fig.values:
+            continue
+        # Beside pkv's KV, llama.cpp's of the same width where it ran
+        # (depth: q8_0 for u8, q4_0 for u4), else its f16.
+        lkv = LLAMA_KV.get(kv.split(" ")[0], "f16")
+        if (metric, lkv, "llama.cpp") not in fig.values:
+            lkv = "f16"
+        llama = fig.values.get((metric, lkv, "llama.cpp"))
         pkv = fig.values.get((metric, kv, "pkv"))
         cells, loads = [], []
-        for side, vals in (("llama.cpp", llama), ("pkv", pkv)):
+        for key, vals in (((metric, lkv, "llama.cpp"), llama),
+                          ((metric, kv, "pkv"), pkv)):
             if not vals:
                 cells.append("-")
                 continue
-            key = (metric, kv if side == "pkv" else "f16", side)
-            if side == "pkv" or kv == "f16":
-                loads += fig.loads[key]
+            loads += fig.loads[key]
             cells.append(f"{statistics.median(vals):.1f} "
                          f"[{min(vals):.1f}-{max(vals):.1f}]")
-            if side == "pkv" or kv == "f16":
+            if key not in emitted:
+                emitted.add(key)
                 emit({"bench": "peer", "workload": metric, "kv": key[1],
-                      "side": side,
+                      "side": key[2],
                       "median": round(statistics.median(vals), 3),
                       "min": round(min(vals), 3), "max": round(max(vals), 3),
                       "runs": len(vals),
                       "load": round(statistics.median(fig.loads[key]), 2)})
         ratio = (statistics.median(pkv) / statistics.median(llama)
                  if pkv and llama else None)
-        print(f"{metric:<24} {kv:<4} {cells[0]:>22} {cells[1]:>22} "
+        pair = f"{kv} / {lkv}"
+        print(f"{metric:<34} {pair:<17} {cells[0]:>22} {cells[1]:>22} "
               f"{(f'{ratio:.2f}x' if ratio else '-'):>9} "
               f"{statistics.median(loads):>6.2f}")
         if ratio:
             emit({"bench": "peer", "workload": metric, "kv": kv,
-                  "pkv_over_llama": round(ratio, 4)})
+                  "llama_kv": lkv, "pkv_over_llama": round(ratio, 4)})
     if kv_bytes:
         base = kv_bytes.get("llama.cpp f16")
-        print("\nKV bytes per token, every layer's K and V (pkv: block "
-              f"{PKV_GEMMA3_BLOCK}, parameters included)")
+        print("\nKV bytes per token, every layer's K and V (pkv: block 16, "
+              "parameters included)")
         for name, b in kv_bytes.items():
             ratio = b / base if base else None
             print(f"{name:<16} {b:>10.1f} "
@@ -669,42 +806,67 @@ def main():
     ap.add_argument("--only", default="decode,prefill,demo,trace",
                     help="workloads, comma-separated")
     ap.add_argument("--json", help="JSON lines to FILE ('-': stdout)")
-    ap.add_argument("--pkv-gemma3",
+    ap.add_argument("--model", default="gemma3", choices=sorted(MODELS),
+                    help="the model (default gemma3)")
+    ap.add_argument("--pkv-gguf",
                     default=os.path.join(ROOT, "build", "examples",
-                                         "pkv-gemma3"))
+                                         "pkv-gguf"))
     ap.add_argument("--pkv-bench",
                     default=os.path.join(ROOT, "build", "bench", "pkv-bench"))
     ap.add_argument("--llama-bin",
                     help="llama.cpp's tools already built there: no build")
-    ap.add_argument("--gguf", default=os.path.join(
-        pkv_cache(), "gemma3", "gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--gguf", help="the model's GGUF (default: the cached "
+                    "one of --model)")
+    ap.add_argument("--depths", default="2048,8192,32704",
+                    help="depth: contexts to decode at, comma-separated")
+    ap.add_argument("--prompts", default="2048,8192",
+                    help="prompt: prompt lengths, comma-separated")
     opt = ap.parse_args()
+    model = MODELS[opt.model]
+    opt.gguf = opt.gguf or os.path.join(pkv_cache(), model["gguf"])
+    try:
+        opt.depths = [int(x) for x in opt.depths.split(",")]
+        opt.prompts = [int(x) for x in opt.prompts.split(",")]
+    except ValueError:
+        fail("--depths and --prompts take comma-separated token counts")
+    if min(opt.depths + opt.prompts) < 2 or max(opt.depths) > \
+            model["context"] - DECODE_NEW or \
+            max(opt.prompts) > model["context"]:
+        fail(f"--depths and --prompts: 2 to {model['context'] - DECODE_NEW} "
+             f"and {model['context']} tokens (the model's context)")
     if opt.runs < 1 or opt.threads < 1:
         fail("--runs and --threads take a number >= 1")
     work = opt.only.split(",")
     for w in work:
-        if w not in ("decode", "prefill", "demo", "trace", "kvmem"):
+        if w not in ("decode", "prefill", "depth", "prompt", "demo", "trace",
+                     "kvmem"):
             fail(f"--only: unknown workload {w}")
-    for path in (opt.gguf, opt.pkv_gemma3, opt.pkv_bench):
+    for path in (opt.gguf, opt.pkv_gguf, opt.pkv_bench):
         if not os.path.exists(path):
-            fail(f"{path} is missing (sh examples/gemma3/setup.sh and a "
+            fail(f"{path} is missing (sh examples/gguf/setup.sh and a "
                  "build of pkv make it)")
     opt.json = (sys.stdout if opt.json == "-" else
                 open(opt.json, "w") if opt.json else None)
     opt.bins = opt.llama_bin or build_llama(pkv_cache())
-    opt.vocab = 262144  # Gemma 3's vocabulary, which the trace draws from
+    opt.build = pkv_build(opt.pkv_gguf)
+    opt.vocab = model["vocab"]  # which the trace draws from
     opt.decode_prompt = ("Here is a long story about a lighthouse keeper "
                          "and the ships she saved:")
     opt.trace_rate = None
     fig = Figures()
     kv_bytes = {}
-    with tempfile.NamedTemporaryFile("w", suffix=".ids") as ids:
-        # BOS, then 511 ids spread over the vocabulary: a prompt of
-        # exactly 512 tokens, as llama-bench's pp512 is (its tokens are
-        # random too).
-        ids.write(" ".join(str(2 if i == 0 else 1000 + i * 7919 % 250000)
-                           for i in range(PREFILL_LEN)) + "\n")
-        ids.flush()
+    with tempfile.TemporaryDirectory() as tmp:
+        # BOS where the model takes one, then ids spread over the
+        # vocabulary: prompts of exactly the lengths asked, as
+        # llama-bench's are (its tokens are random too).
+        spread = opt.vocab - 2000
+        paths = {}
+        for n in set([PREFILL_LEN] + opt.depths + opt.prompts):
+            paths[n] = os.path.join(tmp, f"{n}.ids")
+            with open(paths[n], "w") as f:
+                f.write(" ".join(str(model["bos"] if i == 0 and model["bos"]
+                                     else 1000 + i * 7919 % spread)
+                                 for i in range(n)) + "\n")
         for r in range(opt.runs):
             llama_first = r % 2 == 0
             for w in (w for w in work if w != "kvmem"):
@@ -713,7 +875,11 @@ def main():
                 if w == "decode":
                     decode_round(opt, fig, llama_first)
                 elif w == "prefill":
-                    prefill_round(opt, fig, llama_first, ids.name)
+                    prefill_round(opt, fig, llama_first, paths[PREFILL_LEN])
+                elif w == "depth":
+                    depth_round(opt, fig, llama_first, paths)
+                elif w == "prompt":
+                    prompt_round(opt, fig, llama_first, paths)
                 elif w == "demo":
                     demo_round(opt, fig, llama_first)
                 else:

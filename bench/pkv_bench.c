@@ -57,10 +57,11 @@ static const subcommand SUBCOMMANDS[] = {
      "inter-token latency CDF. Progress on stderr.\n"
      "80 requests; --quick 20, about 1.5 minutes on a 2-core machine (93 s\n"
      "measured), most of it the model's forward passes.\n"
-     "--model gemma3: the same on Gemma 3 270M (examples/gemma3, from\n"
-     "setup.sh's cache), random token ids as prompts; --quick about 4\n"
-     "minutes (247 s measured beside another busy process); --threads N:\n"
-     "ggml's threads (default: every core).\n"
+     "--model gemma3 or smollm2: the same on Gemma 3 270M or\n"
+     "SmolLM2-135M-Instruct (examples/gguf, from setup.sh's cache),\n"
+     "random token ids as prompts; gemma3 --quick about 4 minutes (247 s\n"
+     "measured beside another busy process); --threads N: ggml's threads\n"
+     "(default: every core).\n"
      "--speculative instead: decode tokens/s of one sequence (32-token\n"
      "prompt, 128 new tokens: the latency case drafts are for) with 4\n"
      "drafts per step (pkv_seq_propose) right with probability 0.5, 0.7\n"
@@ -88,6 +89,18 @@ static const subcommand SUBCOMMANDS[] = {
      "64 tokens, and the checksum of one unsealed value (XXH3). Medians\n"
      "of 9 rounds, about 3 s on a 2-core machine; --quick 3 rounds, under\n"
      "1 s."},
+    {"attend", bench_attend,
+     "CPU attention: decode at 2k-32k and a prompt, per KV format",
+     "The CPU backend's attention, per layer: decode (one row) at context\n"
+     "2k, 8k and 32k, and a 2,048-token prompt's rows in one step, for f16,\n"
+     "u8, u8 with per-token keys, u4 and u8k-u4v, each version of the\n"
+     "arithmetic this processor runs (portable, avx2, avx512:\n"
+     "PKV_CPU_ATTEND) on 1 and 2 threads; Gemma 3 270M's geometry and\n"
+     "SmolLM2-135M's, blocks of 16 in a random order. ms per attend\n"
+     "(median of 7, the formats taking turns), decode's KV GB/s against\n"
+     "the memory read bandwidth measured first, and time over f16's.\n"
+     "--quick: Gemma's geometry, decode at 8k and the prompt, the fastest\n"
+     "version on 2 threads, 3 runs."},
     {"kernels", bench_kernels,
      "OpenCL decode attention: KV GB/s vs memory bandwidth, paged vs "
      "contiguous",
@@ -233,9 +246,10 @@ int main(int argc, char **argv)
                    strcmp(argv[1], "serve") == 0) {
             opt.model = argv[++i];
             if (strcmp(opt.model, "llama") != 0 &&
-                strcmp(opt.model, "gemma3") != 0) {
-                fprintf(stderr, "pkv-bench: --model %s: expected llama or "
-                                "gemma3\n",
+                strcmp(opt.model, "gemma3") != 0 &&
+                strcmp(opt.model, "smollm2") != 0) {
+                fprintf(stderr, "pkv-bench: --model %s: expected llama, "
+                                "gemma3 or smollm2\n",
                         opt.model);
                 return 2;
             }

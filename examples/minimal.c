@@ -2,7 +2,7 @@
 /*
  * The smallest complete pkv host: a toy "model" whose Q/K/V rows come from
  * the token id and position, served through the engine loop that a real
- * host runs. Copy this first; examples/llama/ shows a real architecture.
+ * host runs. Copy this first; examples/gguf/ runs real models.
  *
  *   cc minimal.c $(pkg-config --cflags --libs pkv) -lm -o minimal && ./minimal
  */

@@ -1,154 +1,120 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CPU backend's attention arithmetic with AVX2, FMA and F16C
- * (attend_math.h), compiled with -mavx2 -mfma -mf16c and called only where
- * the processor has all three.
- * Scores: 4 queries against 2 rows at a time, 8 channels a step, so that
- * each load feeds more than one multiply-add (fewer queries: one at a
- * time, the same sums). Accumulation: 16 channels of
- * 4 accumulators held in registers over every row.
+ * The CPU backend's attention arithmetic with AVX2, FMA and F16C: 8 floats
+ * a vector (attend_math_simd.h holds the body). Compiled with -mavx2
+ * -mfma -mf16c and called only where the processor has all three.
  */
 #include "attend_math.h"
 
-#include <stddef.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include <immintrin.h>
 
-static float hsum(__m256 v)
+#define LANES 8u
+/* Score steps: 4 queries over 2 rows (8 accumulators, 2 rows and a
+ * query in 16 registers), fewer queries over 4 rows. */
+#define ROWS(nq) ((nq) > 2 ? 2u : 4u)
+#define VERSION pkv__attend_math_avx2
+#define VERSION_NAME "avx2"
+#define RUNS                                                            \
+    (__builtin_cpu_init(), __builtin_cpu_supports("avx2") &&            \
+                               __builtin_cpu_supports("fma") &&         \
+                               __builtin_cpu_supports("f16c"))
+
+typedef __m256 vf;
+
+static inline vf v_zero(void) { return _mm256_setzero_ps(); }
+static inline vf v_set1(float x) { return _mm256_set1_ps(x); }
+static inline vf v_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void v_store(float *p, vf x) { _mm256_storeu_ps(p, x); }
+static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf v_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+static inline vf v_max(vf a, vf b) { return _mm256_max_ps(a, b); }
+
+static inline vf v_f16(const uint8_t *p)
 {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v),
-                          _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
-/* One query's scores, 2 rows at a time: the same sums, in the same order,
- * as the 4-query kernel's. */
-static void one_query(const float *q0, const float *k, uint32_t n,
-                      uint32_t d, float *s)
+static inline vf v_u8(const uint8_t *p)
 {
-    uint32_t j = 0;
-    for (; j + 2 <= n; j += 2) {
-        const float *k0 = k + (size_t)j * d, *k1 = k0 + d;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-        for (uint32_t c = 0; c < d; c += 8) {
-            __m256 y = _mm256_loadu_ps(q0 + c);
-            a0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(k0 + c), a0);
-            a1 = _mm256_fmadd_ps(y, _mm256_loadu_ps(k1 + c), a1);
-        }
-        s[j] = hsum(a0);
-        s[j + 1] = hsum(a1);
-    }
-    if (j < n) {
-        const float *k0 = k + (size_t)j * d;
-        __m256 a0 = _mm256_setzero_ps();
-        for (uint32_t c = 0; c < d; c += 8)
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + c),
-                                 _mm256_loadu_ps(k0 + c), a0);
-        s[j] = hsum(a0);
-    }
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+        _mm_loadl_epi64((const __m128i *)(const void *)p)));
 }
 
-static void scores(const float *const *q, uint32_t nq, const float *k,
-                   uint32_t n, uint32_t d, float *s, uint32_t stride)
+static inline vf v_u4(const uint8_t *p)
 {
-    if (nq < PKV__QUAD) { /* a quad's last slots unused: no work for them */
-        for (uint32_t i = 0; i < nq; i++)
-            one_query(q[i], k, n, d, s + i * stride);
-        return;
-    }
-    const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
-    uint32_t j = 0;
-    for (; j + 2 <= n; j += 2) {
-        const float *k0 = k + (size_t)j * d, *k1 = k0 + d;
-        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
-        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-        for (uint32_t c = 0; c < d; c += 8) {
-            __m256 x0 = _mm256_loadu_ps(k0 + c), x1 = _mm256_loadu_ps(k1 + c);
-            __m256 y = _mm256_loadu_ps(q0 + c);
-            a00 = _mm256_fmadd_ps(y, x0, a00);
-            a01 = _mm256_fmadd_ps(y, x1, a01);
-            y = _mm256_loadu_ps(q1 + c);
-            a10 = _mm256_fmadd_ps(y, x0, a10);
-            a11 = _mm256_fmadd_ps(y, x1, a11);
-            y = _mm256_loadu_ps(q2 + c);
-            a20 = _mm256_fmadd_ps(y, x0, a20);
-            a21 = _mm256_fmadd_ps(y, x1, a21);
-            y = _mm256_loadu_ps(q3 + c);
-            a30 = _mm256_fmadd_ps(y, x0, a30);
-            a31 = _mm256_fmadd_ps(y, x1, a31);
-        }
-        s[j] = hsum(a00);
-        s[j + 1] = hsum(a01);
-        s[stride + j] = hsum(a10);
-        s[stride + j + 1] = hsum(a11);
-        s[2 * stride + j] = hsum(a20);
-        s[2 * stride + j + 1] = hsum(a21);
-        s[3 * stride + j] = hsum(a30);
-        s[3 * stride + j + 1] = hsum(a31);
-    }
-    if (j < n) { /* the same sums as a pair's, for the last row alone */
-        const float *k0 = k + (size_t)j * d;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (uint32_t c = 0; c < d; c += 8) {
-            __m256 x0 = _mm256_loadu_ps(k0 + c);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + c), x0, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + c), x0, a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + c), x0, a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + c), x0, a3);
-        }
-        s[j] = hsum(a0);
-        s[stride + j] = hsum(a1);
-        s[2 * stride + j] = hsum(a2);
-        s[3 * stride + j] = hsum(a3);
-    }
+    int32_t bytes;
+    memcpy(&bytes, p, 4);
+    __m128i x = _mm_cvtsi32_si128(bytes), nibble = _mm_set1_epi8(15);
+    __m128i even = _mm_and_si128(x, nibble);
+    __m128i odd = _mm_and_si128(_mm_srli_epi16(x, 4), nibble);
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(even, odd)));
 }
 
-/* Channels [c, c + 8 * W) of every accumulator, W = 1 or 2. */
-#define ACCUMULATE(W)                                                       \
-    do {                                                                    \
-        __m256 o[PKV__QUAD][W];                                             \
-        for (uint32_t i = 0; i < PKV__QUAD; i++)                            \
-            for (uint32_t w = 0; w < (W); w++)                              \
-                o[i][w] = i < nq ? _mm256_loadu_ps(acc[i] + c + 8 * w)      \
-                                 : _mm256_setzero_ps();                     \
-        for (uint32_t j = 0; j < n; j++) {                                  \
-            const float *x = v + (size_t)j * d + c;                         \
-            for (uint32_t w = 0; w < (W); w++) {                            \
-                __m256 y = _mm256_loadu_ps(x + 8 * w);                      \
-                for (uint32_t i = 0; i < PKV__QUAD; i++)                    \
-                    o[i][w] = _mm256_fmadd_ps(                              \
-                        _mm256_broadcast_ss(&p[i * stride + j]), y,         \
-                        o[i][w]);                                           \
-            }                                                               \
-        }                                                                   \
-        for (uint32_t i = 0; i < nq; i++)                                   \
-            for (uint32_t w = 0; w < (W); w++)                              \
-                _mm256_storeu_ps(acc[i] + c + 8 * w, o[i][w]);              \
-    } while (0)
-
-static void accumulate(const float *p, uint32_t stride, uint32_t nq,
-                       const float *v, uint32_t n, uint32_t d,
-                       float *const *acc)
+/* e^x = 2^n * e^r, n = round(x / ln 2), |r| <= ln 2 / 2, e^r by Cephes'
+ * expf polynomial (about 1 ulp); below -87 (where e^x < 2^-125) 0. */
+static inline vf v_exp(vf x)
 {
-    uint32_t c = 0;
-    for (; c + 16 <= d; c += 16)
-        ACCUMULATE(2);
-    for (; c < d; c += 8)
-        ACCUMULATE(1);
+    vf dead = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    /* max(-87, x) keeps a NaN x (the second operand wins) */
+    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);
+    vf n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    vf y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r),
+                        _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(dead, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-static void widen(const uint8_t *src, float *dst, uint32_t n)
+static inline vf v_range(vf x, uint32_t j, uint32_t a, uint32_t z)
 {
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                      (const __m128i *)(src + 2 * i))));
-    if (i < n) /* 4 left: n is a multiple of 4 */
-        _mm_storeu_ps(dst + i, _mm_cvtph_ps(_mm_loadl_epi64(
-                                   (const __m128i *)(src + 2 * i))));
+    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)j),
+                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i in = _mm256_and_si256(
+        _mm256_cmpgt_epi32(idx, _mm256_set1_epi32((int)a - 1)),
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((int)z), idx));
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x,
+                            _mm256_castsi256_ps(in));
 }
 
-const pkv__attend_math pkv__attend_math_avx2 = {"avx2", scores, accumulate,
-                                                widen};
+/* ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)) */
+static inline float v_sum(vf x)
+{
+    vf h = _mm256_hadd_ps(x, x);
+    h = _mm256_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h),
+                                    _mm256_extractf128_ps(h, 1)));
+}
+
+static inline void v_sum4(vf a, vf b, vf c, vf d, float *out)
+{
+    vf h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h),
+                                  _mm256_extractf128_ps(h, 1)));
+}
+
+static inline float v_top(vf x)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x),
+                          _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+#include "attend_math_simd.h"

@@ -33,6 +33,22 @@ static int no_device_for_auto(const pkv_engine_params *p)
     return p->backend == PKV_BACKEND_KIND_AUTO && p->opencl_context == NULL &&
            p->opencl_queue == NULL && !pkv__ocl_available();
 }
+
+/* AUTO takes the CPU backend also where the OpenCL device is the CPU
+ * itself (PoCL, Intel's CPU runtime) and the host lends its threads: the
+ * CPU backend then runs on those threads, and is faster there
+ * (docs/performance.md, "The default backend on a CPU"). A host that
+ * lends none keeps the OpenCL runtime's own threads. */
+static int cpu_device_with_threads(const pkv_engine_params *p)
+{
+    if (p->backend != PKV_BACKEND_KIND_AUTO || p->opencl_context != NULL ||
+        p->opencl_queue != NULL || p->parallel == NULL ||
+        p->parallel_workers < 2)
+        return 0;
+    pkv__ocl_options o = opencl_options(p);
+    int gpu = 1;
+    return pkv__ocl_device_is_gpu(&o, &gpu) == PKV_OK && !gpu;
+}
 #endif
 
 void pkv__backend_log_loader(const pkv_engine_params *p)
@@ -84,6 +100,11 @@ pkv_status pkv__backend_create_for(const pkv_engine_params *p,
     if (no_device_for_auto(p)) {
         pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_LEVEL_DEBUG,
                  "no OpenCL device; CPU backend");
+    } else if (cpu_device_with_threads(p)) {
+        pkv__log(p->log, p->log_user, p->log_level, PKV_LOG_LEVEL_INFO,
+                 "the OpenCL device is a CPU and the host lends %u threads: "
+                 "CPU backend (PKV_BACKEND_KIND_OPENCL runs the device)",
+                 (unsigned)p->parallel_workers);
     } else if (p->backend != PKV_BACKEND_KIND_CPU) {
         pkv__ocl_options o = opencl_options(p);
         pkv_status st = pkv__ocl_create(config, alloc, &o, backend);

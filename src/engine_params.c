@@ -7,7 +7,8 @@
 #include "kv/groups.h"
 #include "kv_layout.h"
 #include "quant.h"
-#include "store/engine_store.h"
+#include "seal.h"
+#include "store/store_params.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -204,6 +205,9 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
         if (st != PKV_OK)
             return st;
     }
+    pkv_status key_st = pkv__seal_check_key(p->seal_key, &p->seal_key_size);
+    if (key_st != PKV_OK)
+        return key_st;
     if (p->parallel != NULL &&
         (p->parallel_workers == 0 || p->parallel_workers > MAX_WORKERS))
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,

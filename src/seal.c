@@ -3,6 +3,7 @@
  * AES-256-GCM envelope (seal.h), all from libcrypto. */
 #include "seal.h"
 
+#include "error.h"
 #include "wire.h"
 
 #include <stdio.h>
@@ -13,6 +14,32 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
+
+pkv_status pkv__seal_check_key(const uint8_t *key, uint32_t *size)
+{
+    if (key == NULL && *size == 0)
+        return PKV_OK;
+    if (key == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->seal_key_size is %u but seal_key is NULL",
+                         (unsigned)*size);
+    if (*size == 0)
+        *size = PKV__SEAL_KEY_BYTES; /* a host that sets seal_key alone */
+    if (*size != PKV__SEAL_KEY_BYTES)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->seal_key_size is %u; the deployment key "
+                         "is %u random bytes (AES-256 and HMAC-SHA-256 keys)",
+                         (unsigned)*size, PKV__SEAL_KEY_BYTES);
+    uint8_t any = 0;
+    for (uint32_t i = 0; i < PKV__SEAL_KEY_BYTES; i++)
+        any |= key[i];
+    if (any == 0)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->seal_key is all zeros: a key anyone can "
+                         "guess (fill it with %u random bytes)",
+                         PKV__SEAL_KEY_BYTES);
+    return PKV_OK;
+}
 
 pkv_status pkv__hmac_key(const uint8_t *key, size_t key_n,
                          EVP_MAC_CTX **out)

@@ -40,6 +40,13 @@ pkv_status pkv__hmac_key(const uint8_t *key, size_t key_n,
 pkv_status pkv__hmac_sha256(EVP_MAC_CTX *mac, const uint8_t *data, size_t n,
                             uint8_t out[32]);
 
+/* Check the deployment key of an engine's params (pkv.h, seal_key and
+ * seal_key_size): NULL with size 0 is no key; a key of size 0 is one of
+ * PKV__SEAL_KEY_BYTES (*size set so); any other size, a size without a
+ * key and an all-zero key are refused with PKV_ERR_INVALID_ARGUMENT and
+ * this thread's message, the key read only once its size is known. */
+pkv_status pkv__seal_check_key(const uint8_t *key, uint32_t *size);
+
 /* The seal of a deployment key: its two derived keys (encryption,
  * naming) and a cipher context. PKV_ERR_OUT_OF_MEMORY (ours or
  * libcrypto's). */

@@ -146,7 +146,7 @@ for src in generic.cl dpas.cl; do
     ocloc_hash "$tmp/$src" >"$tmp/$src.sha256"
 done
 summary_id=$(ocloc_hash "$root/tests/dpas_summary.awk")
-ocloc_run_all "$tmp/builds" build
+ocloc_run_all "$tmp/builds" build check_dpas
 
 # A dpas build fails without its kernel's line, or with a build error, a
 # spill, private memory or no dpas; the generic build only on an error.

@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: MIT */
-/* The checking host's failures as cmocka's, and the OpenCL tests' start. */
+/* The checking host's failures as cmocka's, the OpenCL tests' start and
+ * the quick subsets' switch. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "check_host_cmocka.h"
 
 #ifdef PKV_HAVE_OPENCL
 #include "opencl/opencl.h"
-
-#include <stdlib.h>
 #endif
 
 static void fail_test(const char *message)
@@ -38,3 +40,9 @@ int ch_opencl_start(void)
     return 0;
 }
 #endif
+
+int ch_test_quick(void)
+{
+    const char *quick = getenv("PKV_TEST_QUICK");
+    return quick != NULL && strcmp(quick, "1") == 0;
+}

@@ -17,4 +17,9 @@ void ch_cmocka_init(ch_host *host, const pkv_engine_params *params,
 int ch_opencl_start(void);
 #endif
 
+/* 1 when PKV_TEST_QUICK=1: a test that has a quick subset of its cases
+ * runs that only (tests/run.sh's default oclgrind runs; PKV_TEST_FULL=1
+ * there runs every case). */
+int ch_test_quick(void);
+
 #endif

@@ -365,6 +365,7 @@ build() { # a builds line: id device source group kbytes vbytes label options...
         sed 's/^/    /' "$dir/log" | head -20 >>"$tmp/out.$id"
         return
     fi
+    ocloc_note_built "$(cat "$tmp/$src.sha256")" "$dev" "$*" "$dir/log"
     : >"$tmp/out.$id"
     for asm in "$dir"/*.asm; do
         # A kernel IGC retried at another width ships its "_1_" dump.
@@ -387,7 +388,7 @@ for src in generic.cl decode_intel.cl decode_gpu.cl prefill_intel.cl; do
     ocloc_hash "$tmp/$src" >"$tmp/$src.sha256"
 done
 summary_id=$(ocloc_hash "$root/tests/isa_summary.awk")
-ocloc_run_all "$tmp/builds" build
+ocloc_run_all "$tmp/builds" build check_isa
 
 fails=0
 for i in $(seq 1 "$n"); do

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """The source layout's rules (docs/design.md, "Source tree"):
-- no call circle among the library's files: from the object files' defined
-  and undefined symbols (nm), a file-level graph with no cycle;
+- no call circle among the files of any library the project builds (libpkv's
+  objects, libpkv_redis, the example and bench libraries): from each
+  library's object files' defined and undefined symbols (nm), a file-level
+  graph with no cycle;
 - no include circle among src/ files;
 - only src/opencl/ includes an OpenCL header;
 - every src/ file opens with its licence line, then a comment on its job;
@@ -10,14 +12,17 @@
   engine.h, no header does (a module takes the part of the engine it works
   on), and no other file calls a function they define (no arrow climbs
   back up to the engine).
-Usage: check_layout.py SRC_DIR OBJECT_DIR"""
+Usage: check_layout.py PROJECT_DIR LIBRARIES_FILE
+LIBRARIES_FILE (cmake/layout.cmake writes it) has a line per library:
+"name|source directory|object;object;..."."""
 import collections
 import os
 import re
 import subprocess
 import sys
 
-src, objdir = sys.argv[1], sys.argv[2]
+root, libraries_file = sys.argv[1], sys.argv[2]
+src = os.path.join(root, 'src')
 failures = []
 
 # The files that hold the engine's insides: pkv_engine_* / pkv_seq_*
@@ -64,31 +69,58 @@ def cycles(graph):
     return out
 
 
-objects = [os.path.join(d, f) for d, _, fs in os.walk(objdir) for f in fs
-           if f.endswith('.c.o')]
-if not objects:
-    sys.exit('check_layout: no object files under ' + objdir)
-defined, used = {}, collections.defaultdict(set)
-for o in objects:
-    name = os.path.relpath(o, objdir)[:-len('.c.o')]
-    for line in subprocess.run(['nm', o], capture_output=True, text=True,
-                               check=True).stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1] in 'TDBRC':
-            defined[parts[2]] = name
-        elif len(parts) == 2 and parts[0] == 'U':
-            used[name].add(parts[1])
+def source_of(obj, source_dir):
+    """The source file an object was compiled from, relative to the project
+    (CMake writes <source>.o under <target>.dir/, "../" spelt "__/")."""
+    rel = re.sub(r'^.*/CMakeFiles/[^/]+\.dir/', '', obj)
+    rel = re.sub(r'\.o(bj)?$', '', rel).replace('__/', '../')
+    path = os.path.normpath(os.path.join(source_dir, rel))
+    return os.path.relpath(path, root)
+
+
+def call_graph(objects, source_dir):
+    """File -> the files of the same library whose functions or data it
+    uses."""
+    defined, used = {}, collections.defaultdict(set)
+    for o in objects:
+        name = source_of(o, source_dir)
+        for line in subprocess.run(['nm', o], capture_output=True,
+                                   text=True, check=True).stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in 'TDBRC':
+                defined[parts[2]] = name
+            elif len(parts) == 2 and parts[0] == 'U':
+                used[name].add(parts[1])
+    graph = collections.defaultdict(set)
+    for o in objects:
+        f = source_of(o, source_dir)
+        graph[f] |= {defined[s] for s in used[f] if defined.get(s, f) != f}
+    return graph
+
+
 calls = collections.defaultdict(set)
-for f in {os.path.relpath(o, objdir)[:-len('.c.o')] for o in objects}:
-    calls[f] |= {defined[s] for s in used[f] if defined.get(s, f) != f}
-for c in cycles(calls):
-    failures.append('call circle: ' + ' '.join(c))
+libraries = []
+for line in open(libraries_file).read().splitlines():
+    name, source_dir, objs = line.split('|', 2)
+    objects = [o for o in objs.split(';') if o]
+    if not objects:
+        continue  # built from another library's objects
+    missing = [o for o in objects if not os.path.exists(o)]
+    if missing:
+        sys.exit('check_layout: %s: %s not built' % (name, missing[0]))
+    graph = call_graph(objects, source_dir)
+    for c in cycles(graph):
+        failures.append('%s: call circle: %s' % (name, ' '.join(c)))
+    for f, g in graph.items():
+        calls[f] |= g
+    libraries.append('%s (%d files)' % (name, len(objects)))
+if not any(lib.startswith('pkv_objects ') for lib in libraries):
+    sys.exit('check_layout: no pkv_objects in ' + libraries_file)
 
 
-def in_src(obj):
-    """An object's source file relative to src/ (objects sit under
-    OBJECT_DIR/src/...)."""
-    return obj[len('src/'):] if obj.startswith('src/') else obj
+def in_src(f):
+    """A source file relative to src/, or None outside src/."""
+    return f[len('src/'):] if f.startswith('src/') else None
 
 
 for f in sorted(calls):
@@ -97,7 +129,7 @@ for f in sorted(calls):
     for g in sorted(calls[f]):
         if in_src(g) in ENGINE_LAYER:
             failures.append('%s calls up into the engine layer (%s)' %
-                            (in_src(f), in_src(g)))
+                            (f, g))
 
 includes = collections.defaultdict(set)
 files = [os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs
@@ -129,6 +161,6 @@ for f in sorted(includes):
 
 for f in failures:
     print('FAIL:', f)
-print('layout: %d object files, %d source files, %d failures' %
-      (len(objects), len(files), len(failures)))
+print('layout: call graphs of %s; %d source files under src/; %d failures'
+      % (', '.join(libraries), len(files), len(failures)))
 sys.exit(1 if failures else 0)

@@ -2,11 +2,14 @@
 # SPDX-License-Identifier: MIT
 # Compile every OpenCL kernel file with Intel's offline compiler for real
 # Intel GPUs (tgllp, adl-p, dg2-g10), with the Intel fast paths enabled
-# (-cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS) and without them
-# (-cl-std=CL1.2), failing on any build error. (tests/check_isa.sh reads
-# what the compiler made of the kernels pkv picks on Intel GPUs.)
+# (-cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS) and without them (-cl-std=CL1.2),
+# after the options the backend gives every program on these GPUs,
+# failing on any build error. (tests/check_isa.sh reads what the compiler
+# made of the kernels pkv picks on Intel GPUs.)
 #
-# Usage: sh tests/check_ocloc.sh SOURCE_DIR [PROGRAM_FILE...]
+# Usage: sh tests/check_ocloc.sh SOURCE_DIR [--quick] [PROGRAM_FILE...]
+#   --quick   tgllp and dg2-g10 only (adl-p is Xe-LP as tgllp is; the
+#             default of tests/run.sh, as check_isa.sh --quick)
 #   PROGRAM_FILEs (relative to SOURCE_DIR) are the files the backend
 #   embeds (CMake's PKV_KERNEL_FILES, read from SOURCE_DIR/CMakeLists.txt
 #   when none are given); all but the decode and intel prefill kernels
@@ -23,11 +26,18 @@
 #   skipped) when ocloc is not installed.
 # Builds run side by side, and a build that succeeded is remembered
 # (tests/ocloc_lib.sh: keyed by the exact source, options, device and
-# compiler; PKV_ISA_REBUILD=1 builds every one); the last line says how
-# many were built and how many read.
+# compiler; PKV_ISA_REBUILD=1 builds every one), also one that
+# tests/check_isa.sh made (the same program, device and options: read
+# here, not compiled again); the last line says how many were built and
+# how many read.
 set -u
 root=$1
 shift
+devices="tgllp adl-p dg2-g10"
+if [ "${1:-}" = --quick ]; then
+    devices="tgllp dg2-g10"
+    shift
+fi
 if [ $# -eq 0 ]; then
     set -- $(sed -n '/^set(PKV_KERNEL_FILES/,/)/p' "$root/CMakeLists.txt" |
         sed 's/set(PKV_KERNEL_FILES//; s/)//')
@@ -41,7 +51,6 @@ fi
 . "$root/tests/ocloc_lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-devices="tgllp adl-p dg2-g10"
 start=$(date +%s)
 ocloc_cache_init ocloc_check
 # What a build with "-I" may include: all of it keys such builds.
@@ -64,12 +73,18 @@ build_one() { # a builds line
     dev=${line%%|*} line=${line#*|}
     file=${line%%|*} line=${line#*|}
     name=${line%%|*} opts=${line#*|}
-    extra=""
-    case "$opts" in *"-I "*) extra=$includes_id ;; esac
-    # The options name this tree's directories: the key leaves them out,
-    # so another clone of the same sources reads the same entries.
-    key=$(ocloc_key "$(ocloc_hash "$file")" "$dev" \
-        "$(printf '%s' "$opts" | sed "s|$root|SRC|g")" "$extra")
+    # The include options name this tree's directories: the key has SRC in
+    # their place (matched as a string: a path is no pattern, and "."
+    # would be one that matches every character), so another clone of the
+    # same sources reads the same entries; what they may include keys it.
+    kopts=$opts extra=""
+    case "$opts" in
+    *"$inc"*)
+        kopts="${opts%%"$inc"*}-I SRC/src -I SRC/kernels${opts#*"$inc"}"
+        extra=$includes_id
+        ;;
+    esac
+    key=$(ocloc_key "$(ocloc_hash "$file")" "$dev" "$kopts" "$extra")
     t0=$(date +%s.%N)
     if ocloc_cache_get "$key" "$tmp/log.$id"; then
         echo read >"$tmp/how.$id"
@@ -95,8 +110,12 @@ build_one() { # a builds line
     } >"$tmp/out.$id"
 }
 
-plain="-cl-std=CL1.2"
-intel="-cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS"
+# The options the backend builds with on these GPUs (src/opencl/program.c:
+# f32 division and square roots correctly rounded), then the program's
+# own, in the order tests/check_isa.sh gives them: a build that both
+# checks make is one build, compiled once (ocloc_note_built).
+plain="-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
+intel="$plain -cl-std=CL2.0 -DPKV_INTEL_SUBGROUPS"
 inc="-I $root/src -I $root/kernels"
 
 # The backend's main program, concatenated as the backend does.
@@ -129,7 +148,9 @@ cat "$root/src/kv_layout.h" "$root/src/kv_step.h" \
 geom="-DPKV_HEAD_DIM=128 -DPKV_BLOCK_SIZE=16 -DPKV_GROUP=4"
 ishape="-DPKV_INTEL_PARTITION=256 -DPKV_INTEL_PAIRS"
 gpu="-DPKV_GPU_CHUNKS=4 -DPKV_GPU_TOKENS=8 -DPKV_GPU_PARTITION=256"
-for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1" "3 1 2" "3 2 1" "4 1 2"; do
+# f32 and f16 ignore the quantization options (decode_common.cl): they
+# get check_isa's.
+for variant in "0 1 1" "1 1 1" "2 1 2" "2 2 1" "3 1 2" "3 2 1" "4 1 2"; do
     set -- $variant
     d="$geom -DPKV_KV_DTYPE=$1 -DPKV_KEY_QUANT=$2 -DPKV_VALUE_QUANT=$3 -DPKV_U4_GROUP=32"
     build paged_decode.cl "$tmp/decode.cl" "$plain $d"
@@ -137,10 +158,11 @@ for variant in "0 1 2" "1 1 2" "2 1 2" "2 2 1" "3 1 2" "3 2 1" "4 1 2"; do
     qch=0
     [ "$1" -ge 2 ] && [ "$3" = 1 ] && qch=1
     np=$(ocloc_intel_pairs 128 4 "$qch")
-    build decode_intel.cl "$tmp/decode_intel.cl" "$intel $ishape=$np $d"
+    build decode_intel.cl "$tmp/decode_intel.cl" \
+        "$intel -DPKV_INTEL_PAIRS=$np -DPKV_INTEL_PARTITION=256 $d"
     build decode_gpu.cl "$tmp/decode_gpu.cl" "$plain $d $gpu"
     build prefill_intel.cl "$tmp/prefill_intel.cl" \
-        "-cl-std=CL2.0 -DPKV_PREFILL_ROWS=2 -DPKV_PREFILL_CHUNK=16 $d"
+        "$plain -cl-std=CL2.0 -DPKV_PREFILL_ROWS=2 -DPKV_PREFILL_CHUNK=16 $d"
 done
 # Another geometry.
 build decode_intel.cl "$tmp/decode_intel.cl" \
@@ -170,7 +192,7 @@ cat "$root/src/kv_layout.h" "$root/src/kv_step.h" \
     "$root/kernels/pkv_common.cl" "$root/kernels/tensor_io.cl" \
     "$root/kernels/paged_attention.cl" "$root/kernels/dpas_emulation.cl" \
     "$root/kernels/prefill_dpas.cl" >"$tmp/prefill_dpas.cl"
-dpas_opts="-cl-std=CL2.0 $geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1"
+dpas_opts="$plain -cl-std=CL2.0 $geom -DPKV_KV_DTYPE=2 -DPKV_KEY_QUANT=1"
 build "prefill_dpas.cl (emulated)" "$tmp/prefill_dpas.cl" \
     "$dpas_opts -DPKV_VALUE_QUANT=2 -DPKV_U4_GROUP=32"
 covered="$covered dpas_emulation.cl prefill_dpas.cl "
@@ -185,7 +207,7 @@ for f in "$root"/kernels/*.cl; do
 done
 
 # The builds were only listed: they run now, side by side.
-ocloc_run_all "$tmp/builds" build_one
+ocloc_run_all "$tmp/builds" build_one check_ocloc
 fails=0
 for i in $(seq 1 "$n"); do
     cat "$tmp/out.$i"

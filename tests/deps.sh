@@ -5,24 +5,28 @@
 #   GPU compiler ocloc, cmocka, the oclgrind simulator, gnuplot for
 #   pkv-bench --plot, redis-server and hiredis for the KV store, stunnel4
 #   for the connector's TLS through a tunnel, libssl-dev and
-#   libxxhash-dev, which the library needs, ...);
+#   libxxhash-dev, which the library needs, libpcre2-dev for the GGUF
+#   host's byte-level BPE pre-tokenizer, ...);
 # - Intel's OpenCL runtime for CPUs, from PyPI into a virtual environment
 #   under $PKV_CACHE (default ~/.cache/pkv), with an ICD file of our own in
 #   $PKV_CACHE/intel-icd (the wheel's names a path that does not exist).
 #   Downloaded once (about 700 MB), then reused. PKV_NO_INTEL_RUNTIME=1
 #   skips it;
-# - Gemma 3 270M for examples/gemma3 and its tests (about 240 MB, Gemma
-#   terms of use) into $PKV_CACHE/gemma3, and ggml, the tensor library the
+# - the GGUF host's two models and their tests' tools, by
+#   examples/gguf/setup.sh: Gemma 3 270M (about 240 MB, Gemma terms of
+#   use) into $PKV_CACHE/gemma3 and SmolLM2-135M-Instruct (about 93 MB,
+#   Apache-2.0) into $PKV_CACHE/smollm2, and ggml, the tensor library the
 #   host's matrix products run on (MIT; built once from a pinned
 #   llama-cpp-python source package, a 77 MB download and about 100
-#   CPU-seconds, into $PKV_CACHE/ggml), by examples/gemma3/setup.sh.
+#   CPU-seconds, into $PKV_CACHE/ggml).
 #   Offline without a cached copy, the model's tests and demo are skipped,
 #   saying so. PKV_NO_MODEL=1 skips both.
 set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
 opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang
 abigail-tools oclgrind python3 python3-venv gnuplot-nox redis-server
-redis-tools libhiredis-dev stunnel4 openssl libssl-dev libxxhash-dev"
+redis-tools libhiredis-dev stunnel4 openssl libssl-dev libxxhash-dev
+libpcre2-dev"
 missing=""
 for p in $PKV_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
@@ -54,6 +58,6 @@ if [ "${PKV_NO_INTEL_RUNTIME:-0}" != 1 ]; then
 fi
 
 if [ "${PKV_NO_MODEL:-0}" != 1 ]; then
-    PKV_CACHE=$cache sh "$(dirname "$0")/../examples/gemma3/setup.sh" ||
+    PKV_CACHE=$cache sh "$(dirname "$0")/../examples/gguf/setup.sh" ||
         [ $? -eq 77 ]
 fi

@@ -67,21 +67,83 @@ ocloc_cache_put() {
         mv -f "$ocloc_cache_dir/$1.$$" "$ocloc_cache_dir/$1"
 }
 
-# ocloc_run_all LIST FUNCTION: FUNCTION with each line of LIST as its
-# argument, nproc at a time. Each call records "read" or "built" in
-# $tmp/how.<first word> (ocloc_counts sums them).
+# ocloc_note_built SOURCE_HASH DEVICE OPTIONS LOG: for another check
+# that compiled a program check_ocloc compiles too (check_isa, which
+# tests/run.sh runs first): its success remembered where and as
+# check_ocloc would remember it, so that check_ocloc reads it and the
+# program is compiled once. LOG is the compiler's output.
+ocloc_note_built() {
+    [ -n "$ocloc_cache_dir" ] || return 0
+    ocloc_check_dir=${ocloc_cache_dir%/*}/ocloc_check
+    mkdir -p "$ocloc_check_dir" || return 0
+    note=$ocloc_check_dir/$(ocloc_key "$1" "$2" "$3")
+    cp "$4" "$note.$$.tmp" 2>/dev/null && mv -f "$note.$$.tmp" "$note"
+}
+
+# ocloc_run_all LIST FUNCTION NAME: FUNCTION with each line of LIST as
+# its argument, nproc at a time, the next starting as soon as one ends
+# (builds take from a second to a minute: waiting for the slowest of each
+# batch left a core idle). Each call records "read" or "built" in
+# $tmp/how.<first word> (ocloc_counts sums them). While they run, a line
+# on stderr says how many are done, at least every 20 s, so that a long
+# first run shows where it is.
 ocloc_run_all() {
     jobs=$(nproc)
-    running=0
+    total=$(grep -c . "$1")
+    echo "$3: $total builds, $jobs at a time" >&2
+    # A job takes a slot from the fifo before it starts and gives it back
+    # when it ends. A subshell around FUNCTION, so that whatever ends it
+    # still gives the slot back.
+    mkfifo "$tmp/slots"
+    exec 3<>"$tmp/slots"
+    i=0
+    while [ "$i" -lt "$jobs" ]; do
+        echo >&3
+        i=$((i + 1))
+    done
+    ocloc_ticker "$3" "$total" &
+    ticker=$!
+    i=0
     while read -r line; do
-        "$2" "$line" &
-        running=$((running + 1))
-        if [ "$running" -ge "$jobs" ]; then
-            wait
-            running=0
-        fi
+        read -r _ <&3
+        i=$((i + 1))
+        { ("$2" "$line"); : >"$tmp/done.$i"; echo >&3; } &
     done <"$1"
+    # Every slot back: every job has ended.
+    i=0
+    while [ "$i" -lt "$jobs" ]; do
+        read -r _ <&3
+        i=$((i + 1))
+    done
+    exec 3<&-
+    kill "$ticker"
     wait
+    ocloc_progress "$3" "$total" >&2
+}
+
+# ocloc_ticker NAME TOTAL: ocloc_progress every 20 s until killed (the
+# sleep killed with it), or until the check itself is gone ($$ is its
+# process in a subshell too).
+ocloc_ticker() {
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    while kill -0 "$$" 2>/dev/null; do
+        sleep 20 &
+        nap=$!
+        wait "$nap"
+        ocloc_progress "$1" "$2" >&2
+    done
+}
+
+# ocloc_progress NAME TOTAL: "NAME: D of TOTAL builds done (R read from
+# the cache, C compiled), S s".
+ocloc_progress() {
+    done_n=$(find "$tmp" -maxdepth 1 -name 'done.*' | wc -l)
+    # A read takes milliseconds: counted done as soon as it is recorded.
+    read_n=$(cat "$tmp"/how.* 2>/dev/null | grep -c read)
+    built_n=$((done_n - read_n))
+    [ "$built_n" -ge 0 ] || built_n=0
+    echo "$1: $done_n of $2 builds done ($read_n read from the cache," \
+         "$built_n compiled), $(($(date +%s) - start)) s"
 }
 
 # ocloc_counts: "N built, M read from the cache (DIR)".

@@ -3,7 +3,8 @@
 # src/redis built libpkv_redis): the connector alone against a private
 # redis-server the test starts on a free port (77: no redis-server, skipped),
 # and the library's exports.
-pkv_add_test(test_redis SOURCES test_redis.c redis_server.c LABELS redis)
+pkv_add_test(test_redis SOURCES test_redis.c redis_server.c tcp_proxy.c
+  LABELS redis)
 find_package(Threads REQUIRED)
 target_link_libraries(test_redis PRIVATE pkv_redis PkgConfig::HIREDIS
   Threads::Threads)
@@ -39,3 +40,30 @@ target_compile_definitions(fuzz_engine_redis PRIVATE PKV_FUZZ_REDIS)
 add_dependencies(test_store_redis fuzz_engine_redis)
 target_compile_definitions(test_store_redis PRIVATE
   PKV_FUZZ_REDIS_BINARY="$<TARGET_FILE:fuzz_engine_redis>")
+
+# The reply reader's fuzz target (src/redis/reply.c: what a server sends,
+# hostile or not): the replay driver over its corpus, then seeded random
+# inputs up to 50,000 (8 s in a release build); with clang a libFuzzer
+# binary, built but not run by ctest.
+set(PKV_FUZZ_REPLY_SOURCES fuzz/fuzz_reply.c
+  ${PROJECT_SOURCE_DIR}/src/redis/reply.c ${PROJECT_SOURCE_DIR}/src/redis/io.c)
+add_executable(fuzz_reply_replay fuzz/replay.c ${PKV_FUZZ_REPLY_SOURCES})
+target_include_directories(fuzz_reply_replay PRIVATE
+  ${PROJECT_SOURCE_DIR}/src/redis)
+target_link_libraries(fuzz_reply_replay PRIVATE Threads::Threads)
+target_compile_options(fuzz_reply_replay PRIVATE ${PKV_WARNINGS})
+add_test(NAME fuzz_reply_replay
+  COMMAND fuzz_reply_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/reply
+          --ops 50000)
+set_tests_properties(fuzz_reply_replay PROPERTIES LABELS redis)
+pkv_test_timeout(fuzz_reply_replay 1200)
+if(CMAKE_C_COMPILER_ID MATCHES "Clang" AND
+   NOT PKV_SANITIZE MATCHES "thread|memory")
+  add_executable(fuzz_reply ${PKV_FUZZ_REPLY_SOURCES})
+  target_include_directories(fuzz_reply PRIVATE
+    ${PROJECT_SOURCE_DIR}/src/redis)
+  target_link_libraries(fuzz_reply PRIVATE Threads::Threads)
+  target_compile_options(fuzz_reply PRIVATE ${PKV_WARNINGS}
+    -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_reply PRIVATE -fsanitize=fuzzer,address,undefined)
+endif()

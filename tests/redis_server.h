@@ -3,7 +3,8 @@
  * A private redis-server for tests: started on 127.0.0.1 on a free port
  * (never 6379), with no persistence, in a temporary directory, and killed
  * with the test process if that dies first (Linux). Helpers stop, kill,
- * restart, freeze (SIGSTOP) and thaw it, and send it commands.
+ * restart, freeze (SIGSTOP) and thaw it, and send it commands; another
+ * puts it behind TLS with a stunnel tunnel in front.
  */
 #ifndef PKV_TESTS_REDIS_SERVER_H
 #define PKV_TESTS_REDIS_SERVER_H
@@ -59,6 +60,28 @@ void rs_continue(rs_server *rs);
 /* CONFIG SET requirepass password: from now on the default user needs
  * it, and the helpers send it. 0, or -1. */
 int rs_require_password(rs_server *rs, const char *password);
+
+/* A redis-server that speaks TLS only on its TLS port, with a
+ * self-signed certificate made for it (openssl req), and stunnel in client
+ * mode on loopback verifying that certificate: a client speaks plain text
+ * to tunnel_port, as pkv_redis.h's "TLS" says. The server's plain port
+ * stays open for the helpers above (server). */
+typedef struct rs_tls {
+    rs_server server;
+    int tls_port;
+    int tunnel_port;
+    pid_t tunnel; /* stunnel4, 0: not running */
+    char dir[64]; /* the certificate, key, configuration and log */
+} rs_tls;
+
+/* Start both: 0 once the tunnel answers PING (within about 5 s); -1 on
+ * failure, or when /usr/bin/stunnel4 or /usr/bin/openssl is missing (a
+ * message on stderr: tests/deps.sh installs both, and a TLS test that
+ * skipped would hide that CI never ran it). */
+int rs_tls_start(rs_tls *t);
+
+/* Stop the tunnel and the server; remove their files. */
+void rs_tls_stop(rs_tls *t);
 
 /* One command on a connection of its own (1 s timeout), as redisCommand:
  * the reply (free it with freeReplyObject), or NULL when the server did

@@ -10,7 +10,6 @@
 
 #include <cmocka.h>
 
-#include "attend_math.h"
 #include "backend.h"
 #include "dense_ref.h"
 #include "half.h"
@@ -522,100 +521,6 @@ static void sliding_window(void **state)
         }
 }
 
-/* Each version of the attention arithmetic this build has, against the
- * f64 sums: scores and weighted rows within f32 rounding, a query's scores
- * the same bits whatever queries share its quad, f16 widening exact; the
- * version the processor gets is one of them. */
-static void attend_math_versions(void **state)
-{
-    (void)state;
-    const pkv__attend_math *versions[] = {
-        &pkv__attend_math_portable,
-#ifdef PKV_HAVE_AVX2
-        &pkv__attend_math_avx2,
-#endif
-    };
-    enum { N = 37, STRIDE = 40 };
-    static const uint32_t dims[] = {8, 24, 64, 256};
-    uint64_t rng = 77;
-    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
-        uint32_t d = dims[di];
-        float *q = xcalloc(PKV__QUAD * (size_t)d, sizeof *q);
-        float *kv = xcalloc((size_t)N * d, sizeof *kv);
-        float *p = xcalloc(PKV__QUAD * STRIDE, sizeof *p);
-        test_normal_fill(&rng, q, PKV__QUAD * (size_t)d);
-        test_normal_fill(&rng, kv, (size_t)N * d);
-        test_normal_fill(&rng, p, PKV__QUAD * STRIDE);
-        uint8_t *h = xcalloc((size_t)N * d, 2);
-        for (size_t i = 0; i < (size_t)N * d; i++) {
-            uint16_t x = pkv__f32_to_f16(kv[i]);
-            h[2 * i] = (uint8_t)x;
-            h[2 * i + 1] = (uint8_t)(x >> 8);
-        }
-        const pkv__attend_math *mine = pkv__attend_math_for(d);
-        int found = 0;
-        for (size_t v = 0; v < sizeof versions / sizeof versions[0]; v++) {
-            const pkv__attend_math *m = versions[v];
-            found |= m == mine;
-            if (m != &pkv__attend_math_portable && d % 8 != 0)
-                continue; /* AVX2 takes d % 8 == 0 only */
-            const float *qs[PKV__QUAD] = {q, q + d, q + 2 * d, q + 3 * d};
-            float s[PKV__QUAD * STRIDE];
-            m->scores(qs, PKV__QUAD, kv, N, d, s, STRIDE);
-            /* Fewer queries: the same bits for each (the scores of the
-             * last ones, each query alone in its slot 0). */
-            for (uint32_t nq = 1; nq < PKV__QUAD; nq++) {
-                float part[PKV__QUAD * STRIDE];
-                m->scores(qs + PKV__QUAD - nq, nq, kv, N, d, part, STRIDE);
-                for (uint32_t i = 0; i < nq; i++)
-                    assert_memory_equal(part + i * STRIDE,
-                                        s + (PKV__QUAD - nq + i) * STRIDE,
-                                        N * sizeof *s);
-            }
-            float *acc[PKV__QUAD];
-            for (uint32_t nq = 1; nq <= PKV__QUAD; nq++) {
-                for (uint32_t i = 0; i < nq; i++)
-                    acc[i] = xcalloc(d, sizeof(float));
-                m->accumulate(p, STRIDE, nq, kv, N, d, acc);
-                for (uint32_t i = 0; i < nq; i++) {
-                    for (uint32_t c = 0; c < d; c++) {
-                        double want = 0.0, size = 0.0;
-                        for (uint32_t j = 0; j < N; j++) {
-                            double t = (double)p[i * STRIDE + j] *
-                                       kv[(size_t)j * d + c];
-                            want += t;
-                            size += fabs(t);
-                        }
-                        assert_true(fabs(acc[i][c] - want) <= 1e-6 * size);
-                    }
-                    free(acc[i]);
-                }
-            }
-            for (uint32_t i = 0; i < PKV__QUAD; i++)
-                for (uint32_t j = 0; j < N; j++) {
-                    double want = 0.0, size = 0.0;
-                    for (uint32_t c = 0; c < d; c++) {
-                        double t = (double)qs[i][c] * kv[(size_t)j * d + c];
-                        want += t;
-                        size += fabs(t);
-                    }
-                    assert_true(fabs(s[i * STRIDE + j] - want) <=
-                                1e-6 * size);
-                }
-            float *w = xcalloc((size_t)N * d, sizeof *w);
-            m->widen(h, w, N * d);
-            for (size_t i = 0; i < (size_t)N * d; i++)
-                assert_true(w[i] == pkv__f16_to_f32(pkv__f32_to_f16(kv[i])));
-            free(w);
-        }
-        assert_true(found);
-        free(q);
-        free(kv);
-        free(p);
-        free(h);
-    }
-}
-
 /* pkv_parallel_fn for the tests: the tasks in reverse order, on the
  * workers in turn, counted. */
 typedef struct fake_pool {
@@ -632,45 +537,78 @@ static void fake_parallel(void *user, pkv_task_fn task, void *arg,
         task(arg, i - 1, (count - i) % p->workers);
 }
 
-/* Attention cut into tasks run in another order on other workers gives
- * the same bytes as the caller running them in order. */
+/* A scenario's backend made again with the host's threads lent:
+ * fake_parallel on `workers` workers. */
+static void lend_workers(scenario *s, fake_pool *pool)
+{
+    pkv__backend_cpu.destroy(s->be);
+    s->cfg.parallel = fake_parallel;
+    s->cfg.parallel_user = pool;
+    s->cfg.workers = pool->workers;
+    assert_int_equal(pkv__backend_cpu.create(&s->cfg, &s->alloc, &s->be),
+                     PKV_OK);
+    poison(s);
+}
+
+/* Attention cut into tasks run in another order on 2 or 3 workers gives
+ * the same bytes as the caller running them in order, for every format,
+ * GQA 1 to 8, head_dims 64 to 256 and windows; and where few tiles hold
+ * long contexts (decode), the cut splits them by context chunk, and a
+ * second round merges the chunks: the same bytes again, and right
+ * against the reference. */
+static const seq_spec LONG_BATCH[] = {{1, 1000}, {3, 600}};
+
 static void parallel_same_result(void **state)
 {
     (void)state;
-    static const uint32_t windows[] = {0, 7};
-    for (int32_t dtype = 0; dtype < 3; dtype++)
-        for (size_t w = 0; w < 2; w++) {
-            scenario s, t;
-            step_arrays a, b;
-            scenario_init(&s, 64, 8, 2, 16, dtype, PKV_QUANT_GROUP_PER_CHANNEL,
-                          PKV_QUANT_GROUP_PER_TOKEN, SMALL_BATCH, 4, 200 + w,
-                          1);
-            scenario_init(&t, 64, 8, 2, 16, dtype, PKV_QUANT_GROUP_PER_CHANNEL,
-                          PKV_QUANT_GROUP_PER_TOKEN, SMALL_BATCH, 4, 200 + w,
-                          1);
-            fake_pool pool = {3, 0, 0};
-            pkv__backend_cpu.destroy(t.be);
-            t.cfg.parallel = fake_parallel;
-            t.cfg.parallel_user = &pool;
-            t.cfg.workers = pool.workers;
-            assert_int_equal(pkv__backend_cpu.create(&t.cfg, &t.alloc, &t.be),
-                             PKV_OK);
-            poison(&t);
-            scenario_run(&s, &a, windows[w]);
-            scenario_run(&t, &b, windows[w]);
+    static const uint32_t windows[] = {0, 7, 300};
+    static const uint32_t shapes[][3] = {
+        {64, 8, 8}, {128, 8, 2}, {256, 4, 1}, {64, 16, 2}, {80, 9, 3}};
+    for (size_t x = 0; x < 5 * 3 * 2; x++) {
+        const uint32_t *g = shapes[(x + x / 5) % 5];
+        int32_t dtype = (int32_t)(x % 5);
+        uint32_t window = windows[x / 5 % 3];
+        int long_batch = (int)(x / 15);
+        int32_t kq = x % 2 ? PKV_QUANT_GROUP_PER_TOKEN
+                           : PKV_QUANT_GROUP_PER_CHANNEL;
+        int32_t vq = x % 2 ? PKV_QUANT_GROUP_PER_CHANNEL
+                           : PKV_QUANT_GROUP_PER_TOKEN;
+        const seq_spec *batch = long_batch ? LONG_BATCH : SMALL_BATCH;
+        uint32_t nseq = long_batch ? 2 : 4;
+        scenario s;
+        step_arrays a;
+        scenario_init(&s, g[0], g[1], g[2], 16, dtype, kq, vq, batch, nseq,
+                      200 + x, 1);
+        scenario_run(&s, &a, window);
+        verify(&s, &a, window);
+        for (uint32_t workers = 2; workers <= 3; workers++) {
+            scenario t;
+            step_arrays b;
+            fake_pool pool = {workers, 0, 0};
+            scenario_init(&t, g[0], g[1], g[2], 16, dtype, kq, vq, batch,
+                          nseq, 200 + x, 1);
+            lend_workers(&t, &pool);
+            scenario_run(&t, &b, window);
             assert_int_equal(a.step.num_tokens, b.step.num_tokens);
             assert_memory_equal(a.out, b.out,
-                                (size_t)a.step.num_tokens * 8 * 64 *
+                                (size_t)a.step.num_tokens * g[1] * g[0] *
                                     sizeof(float));
-            /* Rows 3, 1, 5 and 40: 1 + 1 + 1 + 3 tasks of up to 16 rows
-             * per kv head, in one call. */
-            assert_int_equal(pool.calls, 1);
-            assert_int_equal(pool.tasks, 12);
-            step_free(&a);
+            /* Long contexts over fewer than 4 tiles a worker: the tasks,
+             * then the merges (a window of 7 keeps each row in one chunk:
+             * nothing to split). */
+            uint32_t tiles = nseq * g[2];
+            if (long_batch && window != 7 && tiles < 4 * workers) {
+                assert_int_equal(pool.calls, 2);
+                assert_true(pool.tasks > 2 * tiles);
+            } else {
+                assert_int_equal(pool.calls, 1);
+            }
             step_free(&b);
-            scenario_free(&s);
             scenario_free(&t);
         }
+        step_free(&a);
+        scenario_free(&s);
+    }
 }
 
 /* Layer l > 0 holds K and V swapped: attention there equals the reference
@@ -998,7 +936,6 @@ int main(void)
         cmocka_unit_test(checks_each_table_version_once),
         cmocka_unit_test(sliding_window),
         cmocka_unit_test(parallel_same_result),
-        cmocka_unit_test(attend_math_versions),
         cmocka_unit_test(layers_are_separate),
         cmocka_unit_test(copy_fork_and_swap),
         cmocka_unit_test(grid_first_half),

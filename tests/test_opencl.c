@@ -480,54 +480,61 @@ static void test_large_grid(void **state)
                   max_seen);
 }
 
-/* test_small_variants' geometries. */
+/* test_small_variants' geometries. quick 1: run by PKV_TEST_QUICK=1 too
+ * (tests/run.sh's default oclgrind runs), a subset that holds every KV
+ * dtype, per-token and per-channel keys, windows, several partitions,
+ * head_dims 8 to 512 and off 32, U4 groups other than the default,
+ * blocks of 1 to 32 and each split (GQA 12, 16, 32), at a third of the
+ * whole's time under oclgrind; blocks of 64 and the rest run in the
+ * whole (PKV_TEST_FULL=1 there). */
 static const struct {
     uint32_t d, hq, hkv, bs;
     int32_t dtype;
     int flip;
     uint32_t window, prior; /* prior 0: 2 * bs + 5 */
     uint32_t u4g;           /* 0: geo's default */
+    int quick;
 } small_cases[] = {
-    {64, 4, 4, 8, PKV_KV_DTYPE_F32, 0, 0, 0, 0},
-    {96, 8, 2, 16, PKV_KV_DTYPE_F16, 0, 0, 0, 0},
-    {128, 8, 1, 32, PKV_KV_DTYPE_U8, 0, 0, 0, 0},
-    {64, 8, 2, 64, PKV_KV_DTYPE_U8, 1, 0, 0, 0},
-    {128, 4, 1, 16, PKV_KV_DTYPE_U8, 0, 21, 0, 0},
-    {96, 8, 1, 8, PKV_KV_DTYPE_U8, 1, 0, 0, 0},
-    {128, 4, 4, 64, PKV_KV_DTYPE_F16, 0, 9, 0, 0},
-    {64, 16, 2, 32, PKV_KV_DTYPE_F32, 0, 0, 0, 0},
+    {64, 4, 4, 8, PKV_KV_DTYPE_F32, 0, 0, 0, 0, 1},
+    {96, 8, 2, 16, PKV_KV_DTYPE_F16, 0, 0, 0, 0, 1},
+    {128, 8, 1, 32, PKV_KV_DTYPE_U8, 0, 0, 0, 0, 0},
+    {64, 8, 2, 64, PKV_KV_DTYPE_U8, 1, 0, 0, 0, 0},
+    {128, 4, 1, 16, PKV_KV_DTYPE_U8, 0, 21, 0, 0, 1},
+    {96, 8, 1, 8, PKV_KV_DTYPE_U8, 1, 0, 0, 0, 1},
+    {128, 4, 4, 64, PKV_KV_DTYPE_F16, 0, 9, 0, 0, 0},
+    {64, 16, 2, 32, PKV_KV_DTYPE_F32, 0, 0, 0, 0, 0},
     /* The smallest and the largest head_dim the header allows. */
-    {8, 4, 2, 16, PKV_KV_DTYPE_U8, 0, 0, 0, 0},
-    {512, 2, 1, 8, PKV_KV_DTYPE_F16, 0, 0, 0, 0},
+    {8, 4, 2, 16, PKV_KV_DTYPE_U8, 0, 0, 0, 0, 1},
+    {512, 2, 1, 8, PKV_KV_DTYPE_F16, 0, 0, 0, 0, 1},
     /* Up to three partitions of 256 tokens, and the reduce kernel. */
-    {64, 2, 1, 8, PKV_KV_DTYPE_U8, 0, 0, 600, 0},
+    {64, 2, 1, 8, PKV_KV_DTYPE_U8, 0, 0, 600, 0, 1},
     /* U4: per-channel keys and per-token value groups, the reverse, and
      * U8 keys with U4 values; groups of 32 channels (8 at head_dim 8). */
-    {128, 8, 2, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
-    {256, 4, 1, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
-    {96, 8, 1, 32, PKV_KV_DTYPE_U4, 1, 17, 0, 0},
-    {64, 8, 8, 8, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 0},
-    {256, 8, 1, 64, PKV_KV_DTYPE_U8K_U4V, 1, 0, 0, 0},
-    {8, 4, 2, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
-    {64, 2, 1, 8, PKV_KV_DTYPE_U4, 0, 0, 600, 0},
+    {128, 8, 2, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0, 0},
+    {256, 4, 1, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0, 1},
+    {96, 8, 1, 32, PKV_KV_DTYPE_U4, 1, 17, 0, 0, 1},
+    {64, 8, 8, 8, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 0, 1},
+    {256, 8, 1, 64, PKV_KV_DTYPE_U8K_U4V, 1, 0, 0, 0, 0},
+    {8, 4, 2, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0, 0},
+    {64, 2, 1, 8, PKV_KV_DTYPE_U4, 0, 0, 600, 0, 0},
     /* U4 groups other than the default: 8 at head_dim 128 with per-token
      * keys (every key group folded on its own), 24 at 96 (not a multiple
      * of 16: the CPU-shaped variant's narrower vectors), and a whole row;
      * block 8 with GQA 4. */
-    {128, 8, 2, 16, PKV_KV_DTYPE_U4, 1, 0, 0, 8},
-    {96, 8, 2, 16, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 24},
-    {64, 8, 2, 8, PKV_KV_DTYPE_U4, 0, 0, 0, 64},
+    {128, 8, 2, 16, PKV_KV_DTYPE_U4, 1, 0, 0, 8, 1},
+    {96, 8, 2, 16, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 24, 0},
+    {64, 8, 2, 8, PKV_KV_DTYPE_U4, 0, 0, 0, 64, 1},
     /* GQA 8 with per-token u4 values: the Intel variant's lanes own one
      * pair each and a run keeps its parameters as floats. */
-    {128, 8, 1, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
+    {128, 8, 1, 16, PKV_KV_DTYPE_U4, 0, 0, 0, 0, 0},
     /* More than 8 query heads a kv head: the GPU and Intel variants split
      * them among work-groups (GQA 12: 2 of 6 heads, 16: 2 of 8, 32: 4 of
      * 8), here with head_dims that are not multiples of 32 (the GPU
      * variant's on Intel GPUs) and blocks of 1 and 4 tokens. */
-    {80, 12, 1, 4, PKV_KV_DTYPE_U4, 0, 0, 0, 0},
-    {128, 16, 1, 1, PKV_KV_DTYPE_U8, 1, 0, 0, 0},
-    {20, 32, 1, 16, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 20},
-    {64, 32, 2, 8, PKV_KV_DTYPE_U4, 1, 0, 0, 0},
+    {80, 12, 1, 4, PKV_KV_DTYPE_U4, 0, 0, 0, 0, 1},
+    {128, 16, 1, 1, PKV_KV_DTYPE_U8, 1, 0, 0, 0, 1},
+    {20, 32, 1, 16, PKV_KV_DTYPE_U8K_U4V, 0, 0, 0, 20, 1},
+    {64, 32, 2, 8, PKV_KV_DTYPE_U4, 1, 0, 0, 0, 0},
 };
 
 #define NUM_SMALL (sizeof small_cases / sizeof small_cases[0])
@@ -545,7 +552,8 @@ static geo small_geo(unsigned i)
  * size 8/16/32/64, GQA group 1/4/8, every dtype and u8 grouping, sliding
  * window; each geometry a decode-only step on every decode variant and a
  * mixed prefill + decode step on both prefill kernels. Small enough for
- * oclgrind (tests/run.sh). */
+ * oclgrind (tests/run.sh); PKV_TEST_QUICK=1 runs the cases marked quick
+ * only. */
 static void test_small_variants(void **state)
 {
     (void)state;
@@ -554,6 +562,7 @@ static void test_small_variants(void **state)
      * are (forced through PKV_OPENCL_DECODE). PKV_TEST_DECODE, a list such
      * as "gpu" or "cpu,intel", runs fewer (tests/run.sh under oclgrind). */
     static const char *const variants[] = {"cpu", "gpu", "intel"};
+    int quick = ch_test_quick();
     const char *only = getenv("PKV_TEST_DECODE");
     const char *only_prefill = getenv("PKV_TEST_PREFILL");
     /* Either list alone runs its kernels only. */
@@ -566,6 +575,8 @@ static void test_small_variants(void **state)
             continue;
         setenv("PKV_OPENCL_DECODE", variants[v], 1);
         for (unsigned i = 0; i < NUM_SMALL; i++) {
+            if (quick && !small_cases[i].quick)
+                continue;
             geo g = small_geo(i);
             uint32_t prior = small_cases[i].prior > 0
                                  ? small_cases[i].prior
@@ -599,6 +610,8 @@ static void test_small_variants(void **state)
             continue;
         setenv("PKV_OPENCL_PREFILL", prefills[v], 1);
         for (unsigned i = 0; i < NUM_SMALL; i++) {
+            if (quick && !small_cases[i].quick)
+                continue;
             geo g = small_geo(i);
             run_case(&g, 3, 16, 2 * small_cases[i].bs + 5,
                      small_cases[i].window, 400 + i);

@@ -727,6 +727,47 @@ static void test_program_fails_to_build(void **state)
     pkv__ocl_kernel_dir = saved;
 }
 
+/* pkv_parallel_fn that runs every task on the caller, as worker 0. */
+static void serial_parallel(void *user, pkv_task_fn task, void *arg,
+                            uint32_t count)
+{
+    (void)user;
+    for (uint32_t i = 0; i < count; i++)
+        task(arg, i, 0);
+}
+
+/* AUTO runs the OpenCL device, but where that device is the CPU itself
+ * and the host lends 2 threads or more, the CPU backend (pkv.h). */
+static void test_auto_on_a_cpu_device(void **state)
+{
+    (void)state;
+    pkv_engine_params p = hm_params(PKV_BACKEND_KIND_AUTO);
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+    cl_context c;
+    cl_command_queue q;
+    assert_int_equal(pkv_engine_get_opencl(e, &c, &q), PKV_OK);
+    cl_device_id dev;
+    cl_device_type type;
+    assert_int_equal(clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev,
+                                           &dev, NULL),
+                     CL_SUCCESS);
+    assert_int_equal(clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type,
+                                     &type, NULL),
+                     CL_SUCCESS);
+    pkv_engine_destroy(e);
+    int cpu_device = (type & CL_DEVICE_TYPE_CPU) != 0;
+    p.parallel = serial_parallel;
+    for (uint32_t workers = 1; workers <= 2; workers++) {
+        p.parallel_workers = workers;
+        assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
+        int cpu_backend =
+            strcmp(pkv_engine_backend_name(e), "cpu") == 0;
+        assert_int_equal(cpu_backend, cpu_device && workers == 2);
+        pkv_engine_destroy(e);
+    }
+}
+
 static void test_cache_too_large(void **state)
 {
     (void)state;
@@ -1042,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_interop),
         cmocka_unit_test(test_invalid_cl_mem),
         cmocka_unit_test(test_program_fails_to_build),
+        cmocka_unit_test(test_auto_on_a_cpu_device),
         cmocka_unit_test(test_cache_too_large),
         cmocka_unit_test(test_program_cache),
         cmocka_unit_test(test_program_cache_trust),

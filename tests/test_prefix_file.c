@@ -17,6 +17,7 @@
 #include "kv_layout.h"
 #include "engine.h"
 #include "check_host_cmocka.h"
+#include "forge.h"
 #include "hash_model.h"
 #include "seal.h"
 #include "wire.h"
@@ -33,26 +34,45 @@ static pkv_seq_id add_salted(ch_host *h, const int32_t *prompt, uint64_t salt)
 
 /* The saved prefix cache of a host whose prompts (salts 0 and 1) ran to
  * their end (malloc'd). */
-static uint8_t *saved_cache(const pkv_engine_params *p, const int32_t *prompt,
-                            size_t *size)
+/* The engine's prefix cache, saved (malloc'd, *size bytes). */
+static uint8_t *save(pkv_engine *e, size_t *size)
+{
+    size_t need = 0, got = 0;
+    assert_int_equal(pkv_engine_save_prefix_cache(e, NULL, 0, &need), PKV_OK);
+    uint8_t *data = malloc(need);
+    assert_non_null(data);
+    assert_int_equal(pkv_engine_save_prefix_cache(e, data, need, &got),
+                     PKV_OK);
+    assert_int_equal(got, need);
+    *size = need;
+    return data;
+}
+
+/* The saved prefix cache of a host whose prompts (salts 0 and 1) ran to
+ * their end (malloc'd); with `again`, saved a second time there. */
+static uint8_t *saved_twice(const pkv_engine_params *p, const int32_t *prompt,
+                            size_t *size, uint8_t **again)
 {
     ch_host a;
     ch_cmocka_init(&a, p, hm_tolerance(p->kv_dtype));
     add_salted(&a, prompt, 0);
     add_salted(&a, prompt, 1);
     ch_run(&a, 100);
-    size_t need = 0, got = 0;
-    assert_int_equal(pkv_engine_save_prefix_cache(a.engine, NULL, 0, &need),
-                     PKV_OK);
-    uint8_t *data = malloc(need);
-    assert_non_null(data);
-    assert_int_equal(pkv_engine_save_prefix_cache(a.engine, data, need, &got),
-                     PKV_OK);
-    assert_int_equal(got, need);
+    uint8_t *data = save(a.engine, size);
+    if (again != NULL) {
+        size_t again_size;
+        *again = save(a.engine, &again_size);
+        assert_int_equal(again_size, *size);
+    }
     ch_check_idle(&a);
     ch_free(&a);
-    *size = need;
     return data;
+}
+
+static uint8_t *saved_cache(const pkv_engine_params *p, const int32_t *prompt,
+                            size_t *size)
+{
+    return saved_twice(p, prompt, size, NULL);
 }
 
 /* Saved from pa, loaded into a new engine pb: the same prompt hits with
@@ -230,13 +250,20 @@ static void test_bad_input(void **state)
     free(prompt);
 }
 
+/* forge.h's load: a prefix cache's. */
+static pkv_status forge_load(pkv_engine *e, const uint8_t *data, size_t n)
+{
+    return try_load(e, data, n);
+}
+
 /* With a seal key: saved sealed (no token in the clear) and loaded into
  * a new engine with the key, whose prompt then hits. Refused with
- * PKV_ERR_INVALID_ARGUMENT, nothing loaded: a byte flipped (a sample of
- * places: the seal's header and tag, the content), the file truncated,
- * the file under another key, an unsealed file (even one forged with
- * its checksum recomputed); refused with PKV_ERR_UNSUPPORTED by an
- * engine without a key. */
+ * PKV_ERR_INVALID_ARGUMENT, nothing loaded (forge.h): every byte flipped,
+ * every cut, extensions, another seal's salt, nonce, tag, header or
+ * content, the file twice, the file under another key, a sealed export
+ * given as a prefix cache, an unsealed file (and one forged with its
+ * checksum recomputed); refused with PKV_ERR_UNSUPPORTED by an engine
+ * without a key. */
 static void test_sealed(void **state)
 {
     (void)state;
@@ -245,9 +272,12 @@ static void test_sealed(void **state)
     p.seal_key = ch_seal_key;
     other.seal_key = ch_other_seal_key;
     int32_t *prompt = hm_prompt(PROMPT, 15);
-    size_t size, plain_size;
-    uint8_t *data = saved_cache(&p, prompt, &size);
+    size_t size, plain_size, other_size, export_size;
+    uint8_t *again;
+    uint8_t *data = saved_twice(&p, prompt, &size, &again);
     uint8_t *unsealed = saved_cache(&plain, prompt, &plain_size);
+    uint8_t *other_data = saved_cache(&other, prompt, &other_size);
+    uint8_t *exported = forge_export_of(&p, prompt, PROMPT, &export_size);
     assert_int_equal(size, plain_size + PKV__SEAL_HEADER_BYTES);
     assert_memory_equal(data, "PKVSEAL\n", 8);
     uint8_t tokens[16];
@@ -255,31 +285,18 @@ static void test_sealed(void **state)
         pkv__put_u32(tokens + 4 * i, (uint32_t)prompt[i]);
     for (size_t at = 0; at + sizeof tokens <= size; at++)
         assert_memory_not_equal(data + at, tokens, sizeof tokens);
-    ch_host b, c, d;
+    ch_host b, d;
     ch_cmocka_init(&b, &p, hm_tolerance(p.kv_dtype));
-    ch_cmocka_init(&c, &other, hm_tolerance(p.kv_dtype));
     ch_cmocka_init(&d, &plain, hm_tolerance(p.kv_dtype));
-    uint32_t free_before = b.engine->kv.pool.num_free;
-    const size_t flips[] = {0, 8, 12, 16, 24, 36, 48, 63, 64, 64 + 44,
-                            size / 2, size - 1};
-    for (size_t f = 0; f < sizeof flips / sizeof flips[0]; f++) {
-        data[flips[f]] ^= 0x02;
-        assert_int_equal(try_load(b.engine, data, size),
-                         PKV_ERR_INVALID_ARGUMENT);
-        data[flips[f]] ^= 0x02;
-    }
-    assert_int_equal(try_load(b.engine, data, size - 1),
-                     PKV_ERR_INVALID_ARGUMENT);
-    assert_int_equal(try_load(c.engine, data, size),
-                     PKV_ERR_INVALID_ARGUMENT);
-    assert_int_equal(try_load(d.engine, data, size), PKV_ERR_UNSUPPORTED);
-    assert_int_equal(try_load(b.engine, unsealed, plain_size),
-                     PKV_ERR_INVALID_ARGUMENT);
+const forge_set f = {data, size, again, other_data, other_size,
+                         exported, export_size, unsealed, plain_size};
+    forge_refused(&f, forge_load, b.engine, "prefix cache");
     unsealed[plain_size - 1] ^= 0x40; /* forged KV, checksum recomputed */
     pkv__put_u64(unsealed + 56, pkv__checksum(unsealed, plain_size, 56));
     assert_int_equal(try_load(b.engine, unsealed, plain_size),
                      PKV_ERR_INVALID_ARGUMENT);
-    assert_int_equal(b.engine->kv.pool.num_free, free_before);
+    assert_int_equal(try_load(d.engine, data, size), PKV_ERR_UNSUPPORTED);
+    /* The file itself loads, and the prompt hits. */
     uint32_t loaded = 0;
     assert_int_equal(pkv_engine_load_prefix_cache(b.engine, data, size,
                                                   &loaded),
@@ -292,10 +309,12 @@ static void test_sealed(void **state)
     ch_run(&b, 100);
     ch_check_idle(&b);
     ch_free(&b);
-    ch_free(&c);
     ch_free(&d);
     free(data);
+    free(again);
     free(unsealed);
+    free(other_data);
+    free(exported);
     free(prompt);
 }
 

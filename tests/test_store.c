@@ -22,6 +22,7 @@
 #include "seal.h"
 #include "store/digest.h"
 #include "store/engine_store.h"
+#include "struct_sizes.h"
 #include "wire.h"
 #include "store_fake.h"
 #include "check_host_cmocka.h"
@@ -1028,6 +1029,67 @@ static void test_sealed_share(void **state)
     free(prompt);
 }
 
+/* pkv_engine_create with p; its status, the engine destroyed. */
+static pkv_status try_create(const pkv_engine_params *p)
+{
+    pkv_engine *e = NULL;
+    pkv_status st = pkv_engine_create(p, &e);
+    pkv_engine_destroy(e);
+    return st;
+}
+
+/* The key's length (seal_key_size): a 16-byte key (an AES-128 habit) in
+ * a buffer of its own size is refused without a byte of it read (the
+ * sanitizer build would see a read past it), as are other sizes, a size
+ * without a key and an all-zero key. 32, or 0 from a host that sets the
+ * key alone (or was built before the field), seal alike: an engine with
+ * one hits what an engine with the other saved. */
+static void test_seal_key_size(void **state)
+{
+    (void)state;
+    pkv_engine_params p = sealed_params(NULL);
+    uint8_t *short_key = malloc(16);
+    assert_non_null(short_key);
+    memcpy(short_key, ch_seal_key, 16);
+    p.seal_key = short_key;
+    p.seal_key_size = 16;
+    assert_int_equal(try_create(&p), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_last_error(), "seal_key_size is 16"));
+    free(short_key);
+    const uint32_t sizes[] = {1, 31, 33, 64};
+    p.seal_key = ch_seal_key;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        p.seal_key_size = sizes[i];
+        assert_int_equal(try_create(&p), PKV_ERR_INVALID_ARGUMENT);
+    }
+    p.seal_key = NULL;
+    p.seal_key_size = 32;
+    assert_int_equal(try_create(&p), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_last_error(), "seal_key is NULL"));
+    static const uint8_t zeros[32];
+    p.seal_key = zeros;
+    for (uint32_t size = 0; size <= 32; size += 32) {
+        p.seal_key_size = size;
+        assert_int_equal(try_create(&p), PKV_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(pkv_last_error(), "all zeros"));
+    }
+    /* A host built before the field: its params end at seal_key. */
+    p = sealed_params(ch_seal_key);
+    p.struct_size = (uint32_t)PKV__END_OF(pkv_engine_params, seal_key);
+    assert_int_equal(try_create(&p), PKV_OK);
+    int32_t *prompt = hm_prompt(PROMPT, 7);
+    fs_data data = {0};
+    fill(&data, sealed_params(ch_seal_key), prompt, 0); /* size 0 */
+    p = sealed_params(ch_seal_key);
+    p.seal_key_size = 32;
+    uint32_t rows;
+    pkv_engine_stats s = serve(&data, p, prompt, 0, &rows);
+    assert_int_equal(rows, 1);
+    assert_int_equal(s.store_hit_blocks, PROMPT / 4);
+    fs_data_free(&data);
+    free(prompt);
+}
+
 /* With a seal key, block 2's value replaced by: itself with a byte
  * flipped (a sample of places: the seal's header and tag, the content,
  * the last byte), truncated, another block's value of the same prompt
@@ -1338,6 +1400,7 @@ int main(void)
         cmocka_unit_test(test_older_values),
         cmocka_unit_test(test_hmac),
         cmocka_unit_test(test_sealed_share),
+        cmocka_unit_test(test_seal_key_size),
         cmocka_unit_test(test_sealed_refusals),
         cmocka_unit_test(test_crypto_failures),
         cmocka_unit_test(test_save_order),

@@ -19,6 +19,8 @@
 #include <cmocka.h>
 
 #include "check_host_cmocka.h"
+#include "hash_model.h"
+#include "lent_pool.h"
 #include "rng.h"
 
 #include <pthread.h>
@@ -115,92 +117,9 @@ static int was_aborted(const worker *workers, pkv_seq_id id)
     return 0;
 }
 
-/* The host's threads lent to pkv: POOL_THREADS threads and the caller
- * take the tasks of a posted batch in turn (workers 1.. and 0). */
+/* The host's threads lent to pkv: POOL_THREADS threads and the caller. */
 enum { POOL_THREADS = 3 };
-
-typedef struct lent_pool {
-    pthread_mutex_t lock;
-    pthread_cond_t wake, idle;
-    pkv_task_fn task; /* NULL between batches */
-    void *arg;
-    uint32_t count, next, running;
-    int stop;
-    pthread_t threads[POOL_THREADS];
-} lent_pool;
-
 static lent_pool pool;
-
-/* Under the lock: run tasks of the batch until none is left to take. */
-static void run_tasks(lent_pool *p, uint32_t who)
-{
-    while (p->task != NULL && p->next < p->count) {
-        uint32_t i = p->next++;
-        pkv_task_fn task = p->task;
-        void *arg = p->arg;
-        p->running++;
-        pthread_mutex_unlock(&p->lock);
-        task(arg, i, who);
-        pthread_mutex_lock(&p->lock);
-        if (--p->running == 0 && p->next == p->count)
-            pthread_cond_broadcast(&p->idle);
-    }
-}
-
-static void *pool_thread(void *arg)
-{
-    uint32_t who = (uint32_t)(uintptr_t)arg;
-    pthread_mutex_lock(&pool.lock);
-    while (!pool.stop) {
-        run_tasks(&pool, who);
-        if (!pool.stop)
-            pthread_cond_wait(&pool.wake, &pool.lock);
-    }
-    pthread_mutex_unlock(&pool.lock);
-    return NULL;
-}
-
-static void pool_parallel(void *user, pkv_task_fn task, void *arg,
-                          uint32_t count)
-{
-    lent_pool *p = user;
-    pthread_mutex_lock(&p->lock);
-    p->task = task;
-    p->arg = arg;
-    p->count = count;
-    p->next = 0;
-    pthread_cond_broadcast(&p->wake);
-    run_tasks(p, 0);
-    while (p->running > 0 || p->next < p->count)
-        pthread_cond_wait(&p->idle, &p->lock);
-    p->task = NULL;
-    pthread_mutex_unlock(&p->lock);
-}
-
-static void pool_start(void)
-{
-    memset(&pool, 0, sizeof pool);
-    assert_int_equal(pthread_mutex_init(&pool.lock, NULL), 0);
-    assert_int_equal(pthread_cond_init(&pool.wake, NULL), 0);
-    assert_int_equal(pthread_cond_init(&pool.idle, NULL), 0);
-    for (uintptr_t t = 0; t < POOL_THREADS; t++)
-        assert_int_equal(pthread_create(&pool.threads[t], NULL, pool_thread,
-                                        (void *)(t + 1)),
-                         0);
-}
-
-static void pool_stop(void)
-{
-    pthread_mutex_lock(&pool.lock);
-    pool.stop = 1;
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
-    for (uint32_t t = 0; t < POOL_THREADS; t++)
-        assert_int_equal(pthread_join(pool.threads[t], NULL), 0);
-    pthread_cond_destroy(&pool.idle);
-    pthread_cond_destroy(&pool.wake);
-    pthread_mutex_destroy(&pool.lock);
-}
 
 static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
 {
@@ -222,8 +141,8 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
     p.swap_bytes = swap_bytes;
     p.backend = PKV_BACKEND_KIND_CPU;
     if (lend) {
-        pool_start();
-        p.parallel = pool_parallel;
+        assert_int_equal(lent_pool_start(&pool, POOL_THREADS), 0);
+        p.parallel = lent_pool_parallel;
         p.parallel_user = &pool;
         p.parallel_workers = POOL_THREADS + 1;
     }
@@ -296,7 +215,7 @@ static void run(int32_t preempt_mode, uint64_t swap_bytes, int lend)
     assert_true(host.rows_checked > 0);
     ch_free(&host);
     if (lend)
-        pool_stop();
+        lent_pool_stop(&pool);
 }
 
 static void test_threads_recompute(void **state)
@@ -317,12 +236,55 @@ static void test_threads_lent(void **state)
     run(PKV_PREEMPT_MODE_RECOMPUTE, 0, 1);
 }
 
+/* Decode of two long sequences on lent threads: few tiles, so the CPU
+ * backend splits each context into chunks that the threads fold, then
+ * merges them (backend_cpu_attend.c); every row against the dense
+ * reference, U8 and f32. */
+static void test_threads_split_decode(void **state)
+{
+    (void)state;
+    enum { PROMPT = 700, NEW = 5 };
+    static const int32_t dtypes[] = {PKV_KV_DTYPE_F32, PKV_KV_DTYPE_U8};
+    for (size_t d = 0; d < 2; d++) {
+        pkv_engine_params p;
+        assert_int_equal(pkv_engine_params_init(&p), PKV_OK);
+        p.num_layers = 2;
+        p.num_q_heads = 2;
+        p.num_kv_heads = 1;
+        p.head_dim = 16;
+        p.block_size = 16;
+        p.num_blocks = 2 * (PROMPT + NEW) / 16 + 8;
+        p.kv_dtype = dtypes[d];
+        p.vocab_size = VOCAB;
+        p.max_model_len = PROMPT + NEW;
+        p.backend = PKV_BACKEND_KIND_CPU;
+        assert_int_equal(lent_pool_start(&pool, POOL_THREADS), 0);
+        p.parallel = lent_pool_parallel;
+        p.parallel_user = &pool;
+        p.parallel_workers = POOL_THREADS + 1;
+        static ch_host host;
+        ch_cmocka_init(&host, &p, hm_tolerance(dtypes[d]));
+        int32_t prompt[PROMPT];
+        uint64_t rng = 5 + d;
+        for (uint32_t i = 0; i < 2; i++) {
+            for (uint32_t t = 0; t < PROMPT; t++)
+                prompt[t] = (int32_t)(test_rand(&rng) % VOCAB);
+            ch_add_prompt(&host, prompt, PROMPT - 100 * i, NEW, 0, 0);
+        }
+        ch_run(&host, 1000);
+        assert_true(host.rows_checked > 0);
+        ch_free(&host);
+        lent_pool_stop(&pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_recompute),
         cmocka_unit_test(test_threads_swap),
         cmocka_unit_test(test_threads_lent),
+        cmocka_unit_test(test_threads_split_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,8 +3,8 @@
  * The serving loop of pkv's example hosts: requests arrive while the
  * engine runs, each step's batch goes through the host's model, the
  * sampled tokens go back to pkv, and a status line reports the engine.
- * The model is a callback, so every host (pkv-llama, pkv-gemma3) and
- * pkv-bench serve share this loop.
+ * The model is a callback, so pkv-gguf and pkv-bench serve (its GGUF
+ * models and the small llama fixture) share this loop.
  */
 #ifndef PKV_EXAMPLE_HOST_SERVE_H
 #define PKV_EXAMPLE_HOST_SERVE_H

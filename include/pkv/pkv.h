@@ -195,7 +195,10 @@ typedef enum pkv_quant_group {
 /* Which attention backend an engine runs on. Stored in structs as int32_t. */
 typedef enum pkv_backend_kind {
     /* OpenCL when a device is found (and pkv was built with it), else the
-     * CPU reference backend. The log says which. */
+     * CPU reference backend. Also the CPU backend, since 0.2.0, where the
+     * device is the CPU itself (PoCL, Intel's CPU runtime) and the host
+     * lends at least 2 threads (parallel): it runs faster on them. The
+     * log says which. */
     PKV_BACKEND_KIND_AUTO = 0,
     PKV_BACKEND_KIND_CPU = 1,    /* plain C, the reference */
     PKV_BACKEND_KIND_OPENCL = 2, /* an OpenCL device; fails if none fits */
@@ -553,13 +556,16 @@ typedef struct pkv_engine_params {
 
     /* Since 0.2.0. Threads for the CPU backend's attention (the
      * OpenCL backend ignores them): pkv_engine_attend cuts a layer into
-     * tasks of up to 16 query rows of one sequence and one kv head, and
-     * hands them to parallel(parallel_user, ...), from the stepping thread,
-     * within pkv_engine_attend only. A task reads the cache and q and
-     * writes its own rows of out; the results do not depend on the
-     * threads or their order. parallel_workers: 1 to 256 when parallel is
-     * set (pkv keeps a scratch tile per worker), else ignored. NULL (the
-     * default): the stepping thread runs them. */
+     * tasks (query rows of one sequence and one kv head; for decode of a
+     * few long sequences, a part of one sequence's context each, then a
+     * task per sequence and kv head merging the parts) and hands them to
+     * parallel(parallel_user, ...), at most twice a layer, from the
+     * stepping thread, within pkv_engine_attend only. A task reads the
+     * cache and q and writes its own rows of out or its own part; the
+     * results are the same bytes whatever the threads or their order.
+     * parallel_workers: 1 to 256 when parallel is set (pkv keeps a
+     * scratch per worker), else ignored. NULL (the default): the stepping
+     * thread runs them. */
     pkv_parallel_fn parallel;
     void *parallel_user;
     uint32_t parallel_workers;
@@ -609,6 +615,15 @@ typedef struct pkv_engine_params {
      * libcrypto, which every build of pkv links). */
     const uint8_t *seal_key;
 
+    /* Since 0.2.0. The length of seal_key in bytes: 32, the one length
+     * taken; any other (a 16-byte AES-128 key) is refused with
+     * PKV_ERR_INVALID_ARGUMENT before a byte of the key is read. 0 (the
+     * default) means 32, the meaning seal_key had before this field: a
+     * host that sets seal_key alone must pass 32 bytes, and pkv reads 32.
+     * A size with seal_key NULL is refused, and so is an all-zero key (a
+     * key anyone can guess, as a buffer never filled is). */
+    uint32_t seal_key_size;
+
     /* Since 0.3.0. What the cache keeps (pkv_kv_memory), by default
      * PKV_KV_MEMORY_HYBRID: when the layers' windows differ (layer_windows;
      * a window at or past max_model_len counts as none), hybrid memory
@@ -620,8 +635,9 @@ typedef struct pkv_engine_params {
      * are the same as with every token kept, bit for bit. Groups have
      * equal numbers of layers (the greatest common divisor of each
      * window's layer count; windows that would need more than 64 groups
-     * keep every token, as PKV_KV_MEMORY_EVERY_TOKEN does) and a block of the pool holds one group's layers: Gemma 3's 3 full
-     * and 15 windowed layers make 6 groups of 3 layers, num_blocks blocks
+     * keep every token, as PKV_KV_MEMORY_EVERY_TOKEN does) and a block
+     * of the pool holds one group's layers: Gemma 3's 3 full and 15
+     * windowed layers make 6 groups of 3 layers, num_blocks blocks
      * over every layer are 6 * num_blocks blocks of the pool, and
      * pkv_engine_stats counts those (kv_groups, group_layers,
      * block_bytes). A prefix hit needs, in a windowed group, only the
@@ -633,9 +649,9 @@ typedef struct pkv_engine_params {
      * names: engines grouped otherwise miss each other's.
      * pkv_engine_get_block_table gives the first group's table (the full
      * layers', if any), pkv_engine_get_group_block_table each group's.
-     * PKV_KV_MEMORY_EVERY_TOKEN: every layer keeps every token, one group
-     * (for a host that reads every layer's KV of a block itself). Mechanism:
-     * docs/design.md, "Hybrid memory". */
+     * PKV_KV_MEMORY_EVERY_TOKEN: every layer keeps every token, one
+     * group (for a host that reads every layer's KV of a block itself).
+     * Mechanism: docs/design.md, "Hybrid memory". */
     int32_t kv_memory;
 } pkv_engine_params;
 

@@ -5,23 +5,47 @@
  * separate small library, libpkv_redis, built when hiredis is found
  * (CMake says whether it was).
  *
- * One connection and one worker thread per pkv_redis: the engine's
- * callbacks queue operations and return; the worker sends them one at a
- * time, a prompt's load as one MGET (one round trip), a save as one SET,
- * and queues each result for the engine's poll, in the order they
- * finished. Queued loads go before queued saves (a sequence waits for a
- * load, nobody for a save); loads finish in the order they were started,
- * and so do saves. A connection error, a timeout or an error reply fails
- * the operation (PKV_ERR_STORE, never a value); after a connection error
- * or a timeout the connection is closed and the worker connects again for
- * the next operation; while attempts fail, each waits longer (retry_ms,
- * doubled per failed attempt up to 5 s or retry_ms, 75-125% of that):
- * operations that come sooner fail at once. Keys are key_prefix followed
- * by the engine's key. Every connection, the first and each reconnect,
- * sends AUTH (a password, or an ACL user and its password) and SELECT
- * when the params ask, before any other command; a refusal fails that
- * connection like any other failure (pkv_redis_connection_error says
- * why).
+ * Two connections and two worker threads per pkv_redis, one pair for
+ * loads and one for saves: the engine's callbacks queue operations and
+ * return; each worker sends its queue's operations one at a time, a
+ * prompt's load as one MGET (one round trip), a save as one SET, and
+ * queues each result for the engine's poll, in the order they finished.
+ * A sequence waits for a load and nobody for a save, so a save (a large
+ * value to a server that reads slowly) never delays a load; loads finish
+ * in the order they were started, and so do saves. The loads' connection
+ * is made at create, the saves' at the first save.
+ *
+ * Every command, sent and answered, has one deadline: 4 x timeout_ms in
+ * all, and no wait for the reply's bytes longer than timeout_ms, so a
+ * server that takes a few KiB of a value now and then holds a worker 4 x
+ * timeout_ms at most (a value sent at less than its size per 4 x
+ * timeout_ms fails: raise timeout_ms for large values over slow links).
+ * A connection error, a timeout or an error reply fails the operation
+ * (PKV_ERR_STORE, never a value); after a connection error or a timeout
+ * the connection is closed and the worker connects again for the next
+ * operation; while attempts fail, each waits longer (retry_ms, doubled
+ * per failed attempt up to 5 s or retry_ms, 75-125% of that): operations
+ * that come sooner fail at once. Keys are key_prefix followed by the
+ * engine's key. Every connection, the first and each reconnect, sends
+ * AUTH (a password, or an ACL user and its password) and SELECT when the
+ * params ask, before any other command; a refusal fails that connection
+ * like any other failure (pkv_redis_connection_error says why). A
+ * command the server refuses for want of AUTH (NOAUTH: it requires a
+ * password and none was given) is counted in auth_failures and named
+ * there too.
+ *
+ * What a blip costs. A connection the server closed while idle (its
+ * `timeout`, CLIENT KILL, a restart, a proxy) is found before the next
+ * command, which goes out on a new connection: nothing fails. A
+ * connection dropped without a word (a NAT or firewall that forgot it)
+ * is found by the first command on it: a load that went out on a
+ * connection idle for a second or more and gets no answer within
+ * timeout_ms (or a reset) is sent again at once on a new connection, so
+ * it costs that load about timeout_ms, not a miss (stats.retries); a
+ * save fails, and the next one connects again. With the engine's
+ * pkv_store.timeout_ms at its default (1,000 ms), keep timeout_ms well
+ * under it (the default 500 ms) for the retried load to arrive in time.
+ * A server down for longer costs the operations during its backoff.
  *
  * poll and cancel take the connector's lock, so they may wait for a copy
  * in progress (a load's values into the engine's buffers: about 0.1 ms a
@@ -29,10 +53,10 @@
  *
  * A cancelled operation's buffers are never touched once cancel returns,
  * and cancel never waits for the network: a save's value is read when
- * its command is formatted (hiredis sends a copy), a load's values are
+ * its command is formatted (a copy is sent), a load's values are
  * written when the whole reply has arrived, both under the connector's
- * lock. The worker blocks every signal (a write to a closed connection
- * raises SIGPIPE, which then cannot end the process).
+ * lock. The workers block every signal, and a write to a closed
+ * connection raises no SIGPIPE (MSG_NOSIGNAL).
  *
  * TLS: hiredis 0.14 (Debian 12's) has none, so the connector speaks plain
  * TCP; for a server that takes TLS only (a managed Redis, or
@@ -54,10 +78,11 @@
  * one's own, spiped does the same with a shared key instead of
  * certificates. The listening port is reachable by every local user:
  * keep requirepass or an ACL user on the server. test_redis's
- * test_tls_stunnel runs this against a TLS-only redis-server.
- * hiredis 1.x has hiredis_ssl; using it would put TLS inside the
- * connector, but the worker's own socket reads and writes would have to
- * go through the TLS session (docs/design.md, "What hiredis 1.x would
+ * test_tls_stunnel runs this against a TLS-only redis-server, and
+ * test_store_redis's test_tls_engines has engines share sealed blocks
+ * through it. hiredis 1.x has hiredis_ssl; using it would put TLS inside
+ * the connector, but the workers' own socket reads and writes would have
+ * to go through the TLS session (docs/design.md, "What hiredis 1.x would
  * change").
  *
  * libpkv_redis needs only this header and pkv.h's types: it does not link
@@ -103,9 +128,9 @@ typedef struct pkv_redis_params {
                               port are then ignored); NULL: TCP */
     const char *key_prefix; /* prepended to every key (a namespace);
                                NULL: none. At most 64 bytes */
-    uint32_t timeout_ms; /* connect, and every send and receive; a whole
-                            reply within 4 x timeout_ms; 1 to 60,000;
-                            default 500 */
+    uint32_t timeout_ms; /* connect, and every wait for the server; a
+                            whole command, sent and answered, within 4 x
+                            timeout_ms; 1 to 60,000; default 500 */
     uint32_t retry_ms;   /* the first wait after a failed connection
                             attempt (then doubled per failure, jittered);
                             at most 60,000; default 100 */
@@ -131,9 +156,9 @@ typedef struct pkv_redis_params {
 /* Counters of one connector. Fields are append-only. Since 0.2.0. */
 typedef struct pkv_redis_stats {
     uint32_t struct_size; /* sizeof(pkv_redis_stats), set by _init */
-    uint32_t connected;   /* 1 while the worker holds a connection (a
-                             server that went away is noticed by the
-                             next operation) */
+    uint32_t connected;   /* connections held now: 0 to 2, one for
+                             loads and one for saves (a server that went
+                             away is noticed by the next operation) */
     uint64_t connects;    /* connections made, the first included */
     uint64_t connect_failures;
     uint64_t commands;    /* MGETs and SETs sent */
@@ -146,11 +171,25 @@ typedef struct pkv_redis_stats {
                              found before a command and replaced at once
                              (not counted in errors) */
     uint64_t auth_failures; /* connections whose AUTH or SELECT the server
-                               refused (counted in connect_failures too) */
+                               refused (counted in connect_failures too),
+                               and commands it refused for want of AUTH
+                               (NOAUTH: the server requires a password
+                               and the connector has none) */
     uint64_t buffer_bytes; /* held for replies now: a 1 MiB read buffer
                               and a load's staging, kept between loads up
                               to 8 MiB (a larger one is freed after the
                               load that needed it) */
+    /* Since 0.2.0, appended after the fields above. */
+    uint64_t command_closes; /* connections the server closed or reset
+                                under a command, before its reply's end
+                                (a server killed, or one that requires a
+                                password closing a connection that sent
+                                a large command unauthenticated;
+                                pkv_redis_connection_error says which) */
+    uint64_t retries;      /* loads sent again on a new connection after
+                              the idle connection they went out on failed
+                              (no answer within timeout_ms, a reset): a
+                              NAT or firewall had forgotten it */
 } pkv_redis_stats;
 
 /*
@@ -164,7 +203,7 @@ typedef struct pkv_redis_stats {
 PKV_REDIS_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
 
 /*
- * Create a connector and start its worker. It connects in the
+ * Create a connector and start its workers. It connects in the
  * background: a server that is down is not an error here (operations
  * fail until it is up). Errors: PKV_ERR_INVALID_ARGUMENT (NULL, a
  * key_prefix too long, no host and no unix_path, a unix_path too long
@@ -173,7 +212,7 @@ PKV_REDIS_API pkv_status pkv_redis_params_init(pkv_redis_params *params);
  * username or password too long, a username without a password),
  * PKV_ERR_STRUCT_SIZE,
  * PKV_ERR_OUT_OF_MEMORY, PKV_ERR_STORE when
- * the thread cannot start; pkv_redis_last_error() says why.
+ * a thread cannot start; pkv_redis_last_error() says why.
  * Since 0.2.0.
  * Thread-safety: safe from any thread.
  * Ownership: params' strings are copied; the caller destroys the
@@ -183,7 +222,7 @@ PKV_REDIS_API pkv_status pkv_redis_create(const pkv_redis_params *params,
                                           pkv_redis **out);
 
 /*
- * Stop the worker, close the connection, free everything; queued
+ * Stop the workers, close the connections, free everything; queued
  * operations are dropped unreported. An operation sending or waiting for
  * its reply ends at once (the socket is shut down); a connection attempt
  * in progress ends within timeout_ms (a host name's lookup is not
@@ -191,7 +230,7 @@ PKV_REDIS_API pkv_status pkv_redis_create(const pkv_redis_params *params,
  * Destroy engines before their connector. A connector destroyed while an
  * engine still holds its store (attached by pkv_engine_create, through
  * pkv_store.attach, and not yet detached by pkv_engine_destroy) is not
- * freed under it: it is closed (the worker stops, loads and saves fail
+ * freed under it: it is closed (the workers stop, loads and saves fail
  * with PKV_ERR_STORE, so the engine computes what it would have loaded)
  * and freed by the last such engine's pkv_engine_destroy, and
  * pkv_redis_last_error says so (PKV_ERR_BAD_STATE). An engine of a
@@ -242,12 +281,15 @@ PKV_REDIS_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
                                              pkv_redis_stats *stats);
 
 /*
- * Why the connector's last connection attempt failed, into buffer (size
- * bytes, truncated, NUL-terminated): "" when it succeeded or none was
- * made yet. A refused AUTH or SELECT names the command and quotes the
- * server's error line (WRONGPASS, NOPERM, ...); the password is never in
- * it (a reply that contains it is not quoted). Connections are made by
- * the worker, so their failures are not pkv_redis_last_error's.
+ * Why the connector's connection last failed, into buffer (size bytes,
+ * truncated, NUL-terminated): "" when it never did, or when an operation
+ * succeeded since. A failed connection attempt; a refused AUTH or SELECT
+ * (the command and the server's error line: WRONGPASS, NOPERM, ...); a
+ * command refused for want of AUTH (NOAUTH: a server with requirepass,
+ * and no password given); a connection the server closed under a command
+ * (with no password given, the likely reason is named); no answer in
+ * time. A line that holds the password is never quoted. Connections are
+ * made by the workers, so their failures are not pkv_redis_last_error's.
  * Errors (pkv_redis_last_error): PKV_ERR_INVALID_ARGUMENT for a NULL redis
  * or buffer, or a size of 0.
  * Since 0.2.0.

@@ -41,46 +41,6 @@ static pkv__redis_op *op_new(int argc, size_t chars, char **chars_out)
     return op;
 }
 
-static void list_push(pkv__redis_list *list, pkv__redis_op *op)
-{
-    op->next = NULL;
-    if (list->tail != NULL)
-        list->tail->next = op;
-    else
-        list->head = op;
-    list->tail = op;
-}
-
-pkv__redis_op *pkv__redis_list_pop(pkv__redis_list *list)
-{
-    pkv__redis_op *op = list->head;
-    if (op != NULL) {
-        list->head = op->next;
-        if (list->head == NULL)
-            list->tail = NULL;
-        op->next = NULL;
-    }
-    return op;
-}
-
-void pkv__redis_list_free(pkv__redis_list *list)
-{
-    pkv__redis_op *op;
-    while ((op = pkv__redis_list_pop(list)) != NULL)
-        free(op);
-}
-
-/* Move every op of ticket from list to out. */
-static void list_take_ticket(pkv__redis_list *list, uint64_t ticket,
-                             pkv__redis_list *out)
-{
-    pkv__redis_list keep = {NULL, NULL};
-    pkv__redis_op *op;
-    while ((op = pkv__redis_list_pop(list)) != NULL)
-        list_push(op->ticket == ticket ? out : &keep, op);
-    *list = keep;
-}
-
 /* The length of key, or PKV_STORE_KEY_MAX when it is NULL or too long. */
 static size_t key_length(const char *key)
 {
@@ -102,15 +62,7 @@ static char *put_key(const pkv_redis *redis, pkv__redis_op *op, int i,
     return chars + redis->prefix_len + len + 1;
 }
 
-static int list_has_ticket(const pkv__redis_list *list, uint64_t ticket)
-{
-    for (const pkv__redis_op *op = list->head; op != NULL; op = op->next)
-        if (op->ticket == ticket)
-            return 1;
-    return 0;
-}
-
-/* Queue op for the worker; PKV_ERR_BAD_STATE (op freed) when its ticket
+/* Queue op for its lane; PKV_ERR_BAD_STATE (op freed) when its ticket
  * is already in the connector. One engine never reuses a ticket in
  * flight, so a duplicate means two engines share this connector (pkv.h
  * forbids it): cancel and poll match by ticket alone, and one engine's
@@ -121,25 +73,29 @@ static pkv_status enqueue(pkv_redis *redis, pkv__redis_op *op)
 {
     pthread_mutex_lock(&redis->lock);
     if (redis->stop) {
-        /* Destroyed while an engine still holds it: no worker runs. */
+        /* Destroyed while an engine still holds it: no lane runs. */
         redis->stats.errors++;
         pthread_mutex_unlock(&redis->lock);
         free(op);
         return PKV_ERR_STORE;
     }
     uint64_t t = op->ticket;
-    if (list_has_ticket(&redis->loads, t) ||
-        list_has_ticket(&redis->saves, t) ||
-        list_has_ticket(&redis->done, t) ||
-        (redis->running != NULL && redis->running->ticket == t)) {
+    const pkv__redis_op *load = redis->lanes[PKV__REDIS_LOAD].running;
+    const pkv__redis_op *save = redis->lanes[PKV__REDIS_SAVE].running;
+    if (pkv__redis_list_has(&redis->loads, t) ||
+        pkv__redis_list_has(&redis->saves, t) ||
+        pkv__redis_list_has(&redis->done, t) ||
+        (load != NULL && load->ticket == t) ||
+        (save != NULL && save->ticket == t)) {
         redis->stats.errors++;
         pthread_mutex_unlock(&redis->lock);
         free(op);
         return PKV_ERR_BAD_STATE;
     }
-    list_push(op->kind == PKV__REDIS_LOAD ? &redis->loads : &redis->saves,
-              op);
-    pthread_cond_signal(&redis->wake);
+    pkv__redis_list_push(op->kind == PKV__REDIS_LOAD ? &redis->loads
+                                                     : &redis->saves,
+                         op);
+    pthread_cond_signal(&redis->lanes[op->kind].wake);
     pthread_mutex_unlock(&redis->lock);
     return PKV_OK;
 }
@@ -227,7 +183,7 @@ uint32_t pkv__redis_poll(void *user, pkv_store_done *done, uint32_t capacity)
         done[n].ticket = op->ticket;
         done[n].status = op->status;
         done[n].reserved0 = 0;
-        list_push(&taken, op);
+        pkv__redis_list_push(&taken, op);
     }
     pthread_mutex_unlock(&redis->lock);
     pkv__redis_list_free(&taken);
@@ -241,13 +197,16 @@ void pkv__redis_cancel(void *user, uint64_t ticket)
         return;
     pkv__redis_list gone = {NULL, NULL};
     pthread_mutex_lock(&redis->lock);
-    list_take_ticket(&redis->loads, ticket, &gone);
-    list_take_ticket(&redis->saves, ticket, &gone);
-    list_take_ticket(&redis->done, ticket, &gone);
-    /* The worker frees it when it is done with the connection; until then
+    pkv__redis_list_take(&redis->loads, ticket, &gone);
+    pkv__redis_list_take(&redis->saves, ticket, &gone);
+    pkv__redis_list_take(&redis->done, ticket, &gone);
+    /* Its lane frees it when it is done with the connection; until then
      * the flag keeps it off the engine's buffers and the done queue. */
-    if (redis->running != NULL && redis->running->ticket == ticket)
-        redis->running->cancelled = 1;
+    for (int k = 0; k < 2; k++) {
+        pkv__redis_op *running = redis->lanes[k].running;
+        if (running != NULL && running->ticket == ticket)
+            running->cancelled = 1;
+    }
     pthread_mutex_unlock(&redis->lock);
     pkv__redis_list_free(&gone);
 }
@@ -274,22 +233,5 @@ void pkv__redis_detach(void *user)
     pthread_mutex_unlock(&redis->lock);
     /* pkv_redis_destroy came first and left the freeing to this call. */
     if (last)
-        pkv__redis_release(redis);
-}
-
-void pkv__redis_finish(pkv_redis *redis, pkv__redis_op *op,
-                       pkv_status status)
-{
-    pthread_mutex_lock(&redis->lock);
-    redis->running = NULL;
-    if (status != PKV_OK)
-        redis->stats.errors++;
-    int cancelled = op->cancelled;
-    if (!cancelled) {
-        op->status = status;
-        list_push(&redis->done, op);
-    }
-    pthread_mutex_unlock(&redis->lock);
-    if (cancelled)
-        free(op);
+        pkv__redis_connector_free(redis);
 }

@@ -5,7 +5,7 @@
  * message. It does not link libpkv, so it keeps its own message and
  * status names.
  */
-#define _POSIX_C_SOURCE 200809L /* strdup, strnlen */
+#define _POSIX_C_SOURCE 200809L /* strnlen */
 #include "internal.h"
 
 #include <stdarg.h>
@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
-#include <time.h>
 
 #if defined(__GNUC__)
 #define PKV__REDIS_PRINTF(fmt_index, first_arg) \
@@ -125,89 +124,6 @@ static pkv_status read_params(const pkv_redis_params *in,
     return PKV_OK;
 }
 
-void pkv__redis_wipe(void *p, size_t n)
-{
-    volatile unsigned char *v = p;
-    for (size_t i = 0; i < n; i++)
-        v[i] = 0;
-}
-
-static void free_connector(pkv_redis *redis)
-{
-    if (redis->password != NULL)
-        pkv__redis_wipe(redis->password, strlen(redis->password));
-    free(redis->password);
-    free(redis->username);
-    free(redis->host);
-    free(redis->unix_path);
-    free(redis->staging);
-    free(redis->read_buffer);
-    free(redis->staged_sizes);
-    free(redis);
-}
-
-/* A connector with p's settings, its lock and queues ready, no thread. */
-static pkv_status new_connector(const pkv_redis_params *p, pkv_redis **out)
-{
-    pkv_redis *redis = calloc(1, sizeof *redis);
-    if (redis == NULL)
-        return fail(PKV_ERR_OUT_OF_MEMORY, "no memory for the connector");
-    if (p->unix_path != NULL)
-        redis->unix_path = strdup(p->unix_path);
-    else
-        redis->host = strdup(p->host);
-    if (p->username != NULL)
-        redis->username = strdup(p->username);
-    if (p->password != NULL)
-        redis->password = strdup(p->password);
-    if ((redis->unix_path == NULL && redis->host == NULL) ||
-        (p->username != NULL && redis->username == NULL) ||
-        (p->password != NULL && redis->password == NULL)) {
-        free_connector(redis);
-        return fail(PKV_ERR_OUT_OF_MEMORY, "no memory for the connector");
-    }
-    redis->port = p->port;
-    redis->timeout_ms = p->timeout_ms;
-    redis->retry_ms = p->retry_ms;
-    /* Differs between connectors (and processes): their retries spread. */
-    redis->jitter = ((uint64_t)(uintptr_t)redis ^ (uint64_t)time(NULL)) *
-                        0x9e3779b97f4a7c15ull |
-                    1u;
-    if (p->key_prefix != NULL) {
-        redis->prefix_len = strlen(p->key_prefix);
-        memcpy(redis->prefix, p->key_prefix, redis->prefix_len);
-    }
-    if (p->ttl_seconds > 0)
-        snprintf(redis->ttl, sizeof redis->ttl, "%u",
-                 (unsigned)p->ttl_seconds);
-    if (p->database > 0)
-        snprintf(redis->database, sizeof redis->database, "%u",
-                 (unsigned)p->database);
-    redis->fd = -1;
-    redis->stats.struct_size = sizeof redis->stats;
-    if (pthread_mutex_init(&redis->lock, NULL) != 0) {
-        free_connector(redis);
-        return fail(PKV_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
-    }
-    if (pthread_cond_init(&redis->wake, NULL) != 0) {
-        pthread_mutex_destroy(&redis->lock);
-        free_connector(redis);
-        return fail(PKV_ERR_OUT_OF_MEMORY, "pthread_cond_init failed");
-    }
-    *out = redis;
-    return PKV_OK;
-}
-
-void pkv__redis_release(pkv_redis *redis)
-{
-    pkv__redis_list_free(&redis->loads);
-    pkv__redis_list_free(&redis->saves);
-    pkv__redis_list_free(&redis->done);
-    pthread_cond_destroy(&redis->wake);
-    pthread_mutex_destroy(&redis->lock);
-    free_connector(redis);
-}
-
 pkv_status pkv_redis_create(const pkv_redis_params *params, pkv_redis **out)
 {
     if (out != NULL)
@@ -216,15 +132,17 @@ pkv_status pkv_redis_create(const pkv_redis_params *params, pkv_redis **out)
         return fail(PKV_ERR_INVALID_ARGUMENT, "params or out is NULL");
     pkv_redis_params p;
     pkv_status st = read_params(params, &p);
-    pkv_redis *redis = NULL;
-    if (st == PKV_OK)
-        st = new_connector(&p, &redis);
     if (st != PKV_OK)
         return st;
+    pkv_redis *redis = NULL;
+    const char *what;
+    st = pkv__redis_connector_new(&p, &redis, &what);
+    if (st != PKV_OK)
+        return fail(st, "%s", what);
     int rc = pkv__redis_worker_start(redis);
     if (rc != 0) {
-        pkv__redis_release(redis);
-        return fail(PKV_ERR_STORE, "cannot start the worker thread: %s",
+        pkv__redis_connector_free(redis);
+        return fail(PKV_ERR_STORE, "cannot start a worker thread: %s",
                     strerror(rc));
     }
     *out = redis;
@@ -235,7 +153,7 @@ void pkv_redis_destroy(pkv_redis *redis)
 {
     if (redis == NULL)
         return;
-    /* The worker finishes the op it runs (at once if it was sending or
+    /* Each lane finishes the op it runs (at once if it was sending or
      * receiving: the socket is shut down); queued ones are never sent. */
     pkv__redis_worker_stop(redis);
     pthread_mutex_lock(&redis->lock);
@@ -243,7 +161,7 @@ void pkv_redis_destroy(pkv_redis *redis)
     redis->closed = engines > 0;
     pthread_mutex_unlock(&redis->lock);
     if (engines == 0) {
-        pkv__redis_release(redis);
+        pkv__redis_connector_free(redis);
         return;
     }
     /* An engine still holds the store: freeing now would leave it calling

@@ -1,61 +1,39 @@
 /* SPDX-License-Identifier: MIT */
 /* Replies to MGET and SET, read straight from the socket (reply.h). */
-#define _POSIX_C_SOURCE 200809L
 #include "reply.h"
 
-#include <errno.h>
-#include <poll.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 
 enum { LINE_MAX = 512 };
 
-/* The reply is read through the caller's buffer (PKV__REPLY_BUFFER bytes):
- * one recv takes whatever the socket holds, many values' worth, where
- * hiredis takes 16 KiB; a payload larger than the buffer goes straight to
- * its slot. */
+/* The reply is read through a buffer (for an MGET the caller's,
+ * PKV__REPLY_BUFFER bytes): one receive takes whatever the socket holds,
+ * many values' worth, where hiredis takes 16 KiB; a payload larger than
+ * the buffer goes straight to its slot. */
 typedef struct reader {
     int fd;
-    size_t pos, len;
+    size_t pos, len, cap;
     uint8_t *buf;
-    uint64_t deadline_ms; /* CLOCK_MONOTONIC: the whole reply by then */
+    const pkv__redis_deadline *deadline;
+    enum pkv__reply_result failed; /* why the last read failed */
 } reader;
 
-static uint64_t now_ms(void)
+/* Receive into `to`; on failure set r->failed and return -1. */
+static ssize_t receive(reader *r, void *to, size_t n)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* recv once bytes arrive before the reply's deadline, retrying on EINTR;
- * 0 on EOF, -1 on error or past the deadline. The socket's own timeout
- * bounds one recv; the deadline bounds them all, so a server that sends
- * a byte now and then cannot hold the connector. */
-static ssize_t receive(const reader *r, void *to, size_t n)
-{
-    for (;;) {
-        uint64_t now = now_ms();
-        if (now >= r->deadline_ms)
-            return -1;
-        struct pollfd p = {r->fd, POLLIN, 0};
-        int ready = poll(&p, 1, (int)(r->deadline_ms - now));
-        if (ready < 0 && errno == EINTR)
-            continue;
-        if (ready <= 0)
-            return -1;
-        ssize_t got = recv(r->fd, to, n, 0);
-        if (got >= 0 || errno != EINTR)
-            return got;
-    }
+    ssize_t got = pkv__redis_receive(r->fd, to, n, r->deadline);
+    if (got > 0)
+        return got;
+    r->failed = got == PKV__IO_TIMEOUT ? PKV__REPLY_TIMEOUT
+                                       : PKV__REPLY_CLOSED;
+    return -1;
 }
 
 /* More bytes into the buffer (it is empty). 0, or -1. */
 static int fill(reader *r)
 {
-    ssize_t got = receive(r, r->buf, PKV__REPLY_BUFFER);
-    if (got <= 0)
+    ssize_t got = receive(r, r->buf, r->cap);
+    if (got < 0)
         return -1;
     r->pos = 0;
     r->len = (size_t)got;
@@ -75,8 +53,10 @@ static int read_line(reader *r, char *line)
             line[n - 1] = '\0';
             return 0;
         }
-        if (n + 1 >= LINE_MAX)
+        if (n + 1 >= LINE_MAX) {
+            r->failed = PKV__REPLY_BROKEN;
             return -1;
+        }
         line[n++] = c;
     }
 }
@@ -93,10 +73,10 @@ static int read_bytes(reader *r, uint8_t *to, size_t n)
             }
             r->pos += take;
             n -= take;
-        } else if (to != NULL && n >= PKV__REPLY_BUFFER) {
+        } else if (to != NULL && n >= r->cap) {
             /* A large payload: straight into its slot. */
             ssize_t got = receive(r, to, n);
-            if (got <= 0)
+            if (got < 0)
                 return -1;
             to += got;
             n -= (size_t)got;
@@ -125,25 +105,35 @@ static long long number(const char *line)
     return *p != '\0' ? -2 : negative ? -v : v;
 }
 
-enum pkv__reply_result pkv__redis_read_status(int fd, uint8_t *buffer,
-                                              uint32_t timeout_ms,
+/* line, an error reply without its '-', into error (error_size bytes,
+ * truncated), when error is not NULL. */
+static void copy_error(const char *line, char *error, size_t error_size)
+{
+    if (error == NULL || error_size == 0)
+        return;
+    size_t n = strlen(line + 1);
+    n = n < error_size - 1 ? n : error_size - 1;
+    memcpy(error, line + 1, n);
+    error[n] = '\0';
+}
+
+enum pkv__reply_result pkv__redis_read_status(int fd,
+                                              const pkv__redis_deadline *d,
                                               char *error,
                                               size_t error_size)
 {
-    reader r = {fd, 0, 0, buffer, now_ms() + timeout_ms};
+    /* A status line fits; more than one line's worth is a broken reply
+     * (one command in flight: nothing may follow its reply). */
+    uint8_t buffer[2 * LINE_MAX];
+    reader r = {fd, 0, 0, sizeof buffer, buffer, d, PKV__REPLY_BROKEN};
     char line[LINE_MAX];
     if (read_line(&r, line) != 0)
-        return PKV__REPLY_BROKEN;
+        return r.failed;
     enum pkv__reply_result got = strcmp(line, "+OK") == 0 ? PKV__REPLY_VALUES
                                  : line[0] == '-'        ? PKV__REPLY_ERROR
                                                          : PKV__REPLY_BROKEN;
-    if (got == PKV__REPLY_ERROR && error != NULL && error_size > 0) {
-        size_t n = strlen(line + 1);
-        n = n < error_size - 1 ? n : error_size - 1;
-        memcpy(error, line + 1, n);
-        error[n] = '\0';
-    }
-    /* One command in flight: nothing may follow its reply. */
+    if (got == PKV__REPLY_ERROR)
+        copy_error(line, error, error_size);
     return r.pos == r.len ? got : PKV__REPLY_BROKEN;
 }
 
@@ -151,18 +141,23 @@ enum pkv__reply_result pkv__redis_read_mget(int fd, uint8_t *buffer,
                                             uint32_t n, uint8_t *staging,
                                             size_t value_size,
                                             uint64_t *sizes,
-                                            uint32_t timeout_ms)
+                                            const pkv__redis_deadline *d,
+                                            char *error, size_t error_size)
 {
-    reader r = {fd, 0, 0, buffer, now_ms() + timeout_ms};
+    reader r = {fd, 0, 0, PKV__REPLY_BUFFER, buffer, d, PKV__REPLY_BROKEN};
     char line[LINE_MAX];
     if (read_line(&r, line) != 0)
-        return PKV__REPLY_BROKEN;
-    if (line[0] == '-')
-        return PKV__REPLY_ERROR;
+        return r.failed;
+    if (line[0] == '-') {
+        copy_error(line, error, error_size);
+        return r.pos == r.len ? PKV__REPLY_ERROR : PKV__REPLY_BROKEN;
+    }
     if (line[0] != '*' || number(line) != (long long)n)
         return PKV__REPLY_BROKEN;
     for (uint32_t i = 0; i < n; i++) {
-        if (read_line(&r, line) != 0 || line[0] != '$')
+        if (read_line(&r, line) != 0)
+            return r.failed;
+        if (line[0] != '$')
             return PKV__REPLY_BROKEN;
         long long len = number(line);
         sizes[i] = 0;
@@ -174,8 +169,9 @@ enum pkv__reply_result pkv__redis_read_mget(int fd, uint8_t *buffer,
         uint8_t crlf[2];
         if (read_bytes(&r, staging + (size_t)i * value_size, keep) != 0 ||
             read_bytes(&r, NULL, (size_t)len - keep) != 0 ||
-            read_bytes(&r, crlf, 2) != 0 || crlf[0] != '\r' ||
-            crlf[1] != '\n')
+            read_bytes(&r, crlf, 2) != 0)
+            return r.failed;
+        if (crlf[0] != '\r' || crlf[1] != '\n')
             return PKV__REPLY_BROKEN;
         sizes[i] = (uint64_t)len;
     }

@@ -1,300 +1,131 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The connector's worker thread and its one blocking hiredis connection.
- * It runs the queued operations one at a time: loads first, in the order
- * they were started, then saves, in theirs (a sequence waits for a load;
- * nobody waits for a save, so a burst of saves must not delay a load). A
- * load is one MGET, a save one SET.
+ * The connector's two lanes (internal.h): a thread and a connection for
+ * loads, another for saves, each running its queue's operations one at a
+ * time in the order they were started. A load is one MGET, a save one
+ * SET. A sequence waits for a load and nobody for a save, so a save, be
+ * it a large value to a server that reads slowly, never delays a load.
  *
- * Cancel never waits for it: the worker reads a save's value while it
- * formats the command under the lock (hiredis sends its own copy), and
- * writes a load's values under the lock after the whole reply arrived,
- * both only if the op was not cancelled.
+ * Every command, sent and answered, has one deadline: PKV__REDIS_COMMAND_
+ * TIMEOUTS x timeout_ms in all, and no wait for the socket longer than
+ * timeout_ms (io.h). A server that takes a few KiB of a SET now and then
+ * is cut off by the first, a server that stopped by the second.
+ *
+ * Cancel never waits for a lane: it reads a save's value while it formats
+ * the command under the lock (a copy is sent), and writes a load's values
+ * under the lock after the whole reply arrived, both only if the op was
+ * not cancelled.
  *
  * A load's reply is read by reply.c, not hiredis: straight from the
- * socket into the connector's staging buffer, then copied once.
+ * socket into the lane's staging buffer, then copied once.
  *
- * A failed connection (error, timeout, EOF) is freed at once, since a late
- * reply would be taken for the next command's; the next operation
- * connects again at once (a blip costs one operation), and while
- * attempts keep failing, each waits longer: retry_ms, doubled per failed
- * attempt up to PKV__REDIS_BACKOFF_MAX_MS, each wait drawn from 75-125% of
- * that (connectors restarted together do not retry in step). An
- * operation that comes during a wait fails at once instead of waiting.
- * A connection the server closed while it was idle (Redis's `timeout`, a
- * proxy or NAT dropping idle connections) is not a failure: before each
- * command a peek at the socket finds the close, and the command goes out
- * on a new connection at once. TCP keepalive lets the kernel find a peer
- * that vanished without a close.
+ * A failed connection (no reply in time, a close, a reply of another
+ * shape) is dropped at once, since a late reply would be taken for the
+ * next command's, and the next operation connects again at once
+ * (connection.c). A load that fails so on a connection that had been
+ * idle for PKV__REDIS_IDLE_MS or more is sent again, once, on a new
+ * connection: a NAT or firewall that forgot an idle connection without a
+ * word costs that load timeout_ms, not a miss. A save is not sent again
+ * (nobody waits for it).
  *
- * Every new connection is handshaken before its first command: AUTH and
- * SELECT as the params ask, so a reconnect is as authenticated as the
- * first connection; a refusal fails the attempt like a server that is
- * down (backoff), and its reason is kept for pkv_redis_connection_error.
+ * A command the server refuses for want of AUTH (NOAUTH, or the protocol
+ * error Redis sends before it closes an unauthenticated connection that
+ * sent a large command) and a connection the server closes under a
+ * command are named in pkv_redis_connection_error and counted
+ * (auth_failures, command_closes): a connector without the password a
+ * server needs says so instead of failing quietly.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_sigmask */
+#define _POSIX_C_SOURCE 200809L /* pthread_sigmask */
 #include "internal.h"
+#include "io.h"
 #include "reply.h"
 
-#include <errno.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
-static uint64_t now_ms(void)
+/* What became of one attempt of an op's command. */
+enum outcome {
+    DONE,      /* answered as expected */
+    CANCELLED, /* cancelled before it was sent: nothing sent */
+    REFUSED,   /* an error reply, or no memory for the reply: the
+                  connection is in step */
+    LOST,      /* the connection failed and was dropped */
+    SILENT     /* the same, by no answer in time or a close: what a
+                  connection a NAT forgot does */
+};
+
+/* How a command was lost when its send failed otherwise than by a close
+ * or a timeout (besides the reply results of reply.h). */
+enum { SEND_FAILED = -1 };
+
+/* The loads' buffers' bytes, into the stats. */
+static void count_buffers(pkv__redis_lane *lane)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    uint64_t bytes = lane->staging_size +
+                     (uint64_t)lane->staged_capacity *
+                         sizeof *lane->staged_sizes +
+                     (lane->read_buffer != NULL ? PKV__REPLY_BUFFER : 0);
+    pthread_mutex_lock(&lane->redis->lock);
+    lane->redis->stats.buffer_bytes = bytes;
+    pthread_mutex_unlock(&lane->redis->lock);
 }
 
-/* The wait after a failed attempt. */
-static uint64_t backoff_ms(pkv_redis *redis)
+/* After a load: staging buffers that grew past PKV__REDIS_STAGING_KEEP
+ * for it are freed, the next load allocates what it needs. */
+static void trim_staging(pkv__redis_lane *lane)
 {
-    uint64_t cap = redis->retry_ms > PKV__REDIS_BACKOFF_MAX_MS
-                       ? redis->retry_ms
-                       : PKV__REDIS_BACKOFF_MAX_MS;
-    uint64_t wait = redis->retry_ms;
-    for (uint32_t i = 1; i < redis->failed_attempts && wait < cap; i++)
-        wait *= 2;
-    if (wait > cap)
-        wait = cap;
-    uint64_t x = redis->jitter; /* xorshift64 */
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    redis->jitter = x;
-    return wait * (75 + x % 51) / 100;
-}
-
-static void disconnect(pkv_redis *redis)
-{
-    pthread_mutex_lock(&redis->lock);
-    redis->fd = -1;
-    redis->stats.connected = 0;
-    pthread_mutex_unlock(&redis->lock);
-    redisFree(redis->ctx);
-    redis->ctx = NULL;
-    redis->last_attempt_ms = now_ms();
-    redis->wait_ms = 0; /* the next operation reconnects at once */
-}
-
-/* A connection with timeout_ms on connect, and on every send and receive
- * (socket timeouts: hiredis then fails the call), or NULL with why[]
- * saying why. */
-static redisContext *open_context(const pkv_redis *redis, char *why,
-                                  size_t why_size)
-{
-    struct timeval tv;
-    tv.tv_sec = (time_t)(redis->timeout_ms / 1000u);
-    tv.tv_usec = (suseconds_t)(redis->timeout_ms % 1000u * 1000u);
-    redisContext *c = redis->unix_path != NULL
-                          ? redisConnectUnixWithTimeout(redis->unix_path, tv)
-                          : redisConnectWithTimeout(redis->host,
-                                                    (int)redis->port, tv);
-    if (c != NULL && (c->err != 0 || redisSetTimeout(c, tv) != REDIS_OK)) {
-        if (redis->unix_path != NULL)
-            snprintf(why, why_size, "cannot connect to %s: %s",
-                     redis->unix_path, c->errstr);
-        else
-            snprintf(why, why_size, "cannot connect to %s:%u: %s",
-                     redis->host, (unsigned)redis->port, c->errstr);
-        redisFree(c);
-        return NULL;
+    if (lane->staging_size > PKV__REDIS_STAGING_KEEP) {
+        free(lane->staging);
+        lane->staging = NULL;
+        lane->staging_size = 0;
     }
-    if (c == NULL)
-        snprintf(why, why_size, "no memory for a connection");
-    /* A unix socket has no keepalive and needs none. */
-    if (c != NULL && redis->unix_path == NULL)
-        redisEnableKeepAlive(c);
-    return c;
+    if ((size_t)lane->staged_capacity * sizeof *lane->staged_sizes >
+        PKV__REDIS_STAGING_KEEP) {
+        free(lane->staged_sizes);
+        lane->staged_sizes = NULL;
+        lane->staged_capacity = 0;
+    }
+    count_buffers(lane);
 }
 
-/* Whether the idle connection is still in step: no byte and no EOF
- * waiting (a reply can only come after a command). */
-static int idle_connection_ok(const redisContext *c)
+/* Room for op's reply: the read buffer (allocated on first use and
+ * kept) and the staging buffers. 0, or -1. */
+static int reserve_staging(pkv__redis_lane *lane, const pkv__redis_op *op)
 {
-    char byte;
-    ssize_t got = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
-                       errno == EINTR);
-}
-
-/* The buffers' bytes, into the stats. */
-static void count_buffers(pkv_redis *redis)
-{
-    uint64_t bytes = redis->staging_size +
-                     (uint64_t)redis->staged_capacity *
-                         sizeof *redis->staged_sizes +
-                     (redis->read_buffer != NULL ? PKV__REPLY_BUFFER : 0);
-    pthread_mutex_lock(&redis->lock);
-    redis->stats.buffer_bytes = bytes;
-    pthread_mutex_unlock(&redis->lock);
-}
-
-/* The read buffer every reply goes through, allocated on first use and
- * kept. 0, or -1 without memory. */
-static int have_read_buffer(pkv_redis *redis)
-{
-    if (redis->read_buffer != NULL)
-        return 0;
-    redis->read_buffer = malloc(PKV__REPLY_BUFFER);
-    count_buffers(redis);
-    return redis->read_buffer != NULL ? 0 : -1;
-}
-
-/* Append to cmd (at *at, cap bytes) one bulk string of a command in the
- * protocol's own form: "$<n>\r\n<bytes>\r\n". 0, or -1 if it does not
- * fit. */
-static int put_bulk(char *cmd, size_t cap, size_t *at, const char *s)
-{
-    size_t n = strlen(s);
-    int head = snprintf(cmd + *at, cap - *at, "$%zu\r\n", n);
-    if (head < 0 || (size_t)head + n + 2 >= cap - *at)
-        return -1;
-    *at += (size_t)head;
-    memcpy(cmd + *at, s, n);
-    memcpy(cmd + *at + n, "\r\n", 2);
-    *at += n + 2;
+    if (lane->read_buffer == NULL) {
+        lane->read_buffer = malloc(PKV__REPLY_BUFFER);
+        if (lane->read_buffer == NULL)
+            return -1;
+    }
+    size_t bytes = (size_t)op->num_keys * op->value_size;
+    if (bytes > lane->staging_size) {
+        uint8_t *p = realloc(lane->staging, bytes);
+        if (p == NULL)
+            return -1;
+        lane->staging = p;
+        lane->staging_size = bytes;
+    }
+    if (op->num_keys > lane->staged_capacity) {
+        uint64_t *s = realloc(lane->staged_sizes, op->num_keys * sizeof *s);
+        if (s == NULL)
+            return -1;
+        lane->staged_sizes = s;
+        lane->staged_capacity = op->num_keys;
+    }
     return 0;
 }
 
-/* Send the argc strings of argv as one command on fd and read its
- * status reply. The command is written by the worker itself, not through
- * hiredis, whose output buffer would leave the password in freed memory;
- * the stack copy is wiped. 0 for +OK; 1 when the server refused it
- * (why[]: the command and its error line, never the password); -1 when
- * the connection failed. */
-static int handshake_command(pkv_redis *redis, int fd, const char *const *argv,
-                             int argc, char *why, size_t why_size)
-{
-    /* AUTH, the longest: its name, a username and a password, and their
-     * lengths' lines. */
-    char cmd[PKV__REDIS_USERNAME_MAX + PKV__REDIS_PASSWORD_MAX + 128];
-    size_t at = (size_t)snprintf(cmd, sizeof cmd, "*%d\r\n", argc);
-    int ok = 1;
-    for (int i = 0; i < argc && ok; i++)
-        ok = put_bulk(cmd, sizeof cmd, &at, argv[i]) == 0;
-    for (size_t sent = 0; ok && sent < at;) {
-        ssize_t n = send(fd, cmd + sent, at - sent, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        ok = n > 0;
-        sent += ok ? (size_t)n : 0;
-    }
-    pkv__redis_wipe(cmd, sizeof cmd);
-    if (!ok) {
-        snprintf(why, why_size, "%s: the connection failed", argv[0]);
-        return -1;
-    }
-    if (have_read_buffer(redis) != 0) {
-        snprintf(why, why_size, "%s: no memory for its reply", argv[0]);
-        return -1;
-    }
-    char line[PKV__REDIS_ERROR_MAX / 2];
-    enum pkv__reply_result got = pkv__redis_read_status(
-        fd, redis->read_buffer, redis->timeout_ms, line, sizeof line);
-    if (got == PKV__REPLY_VALUES)
-        return 0;
-    if (got == PKV__REPLY_BROKEN) {
-        snprintf(why, why_size,
-                 "%s: no reply of the expected shape within timeout_ms",
-                 argv[0]);
-        return -1;
-    }
-    /* A server that echoes what it was sent is not quoted. */
-    if (redis->password != NULL && redis->password[0] != '\0' &&
-        strstr(line, redis->password) != NULL)
-        snprintf(line, sizeof line, "(reply not quoted: it holds the "
-                                    "password)");
-    snprintf(why, why_size, "%s refused: %s", argv[0], line);
-    pkv__redis_wipe(line, sizeof line);
-    return 1;
-}
-
-/* AUTH and SELECT on a new connection, as the params ask, before any
- * other command. 0, 1 (refused) or -1 (connection failed), as
- * handshake_command. */
-static int handshake(pkv_redis *redis, int fd, char *why, size_t why_size)
-{
-    int rc = 0;
-    if (redis->password != NULL) {
-        const char *argv[3] = {"AUTH", redis->username, redis->password};
-        if (redis->username == NULL)
-            argv[1] = redis->password;
-        rc = handshake_command(redis, fd, argv,
-                               redis->username != NULL ? 3 : 2,
-                               why, why_size);
-    }
-    if (rc == 0 && redis->database[0] != '\0') {
-        const char *argv[2] = {"SELECT", redis->database};
-        rc = handshake_command(redis, fd, argv, 2, why, why_size);
-    }
-    return rc;
-}
-
-static pkv_status ensure_connected(pkv_redis *redis)
-{
-    if (redis->ctx != NULL && idle_connection_ok(redis->ctx))
-        return PKV_OK;
-    if (redis->ctx != NULL) {
-        /* Closed by the server while idle: reconnect now. */
-        disconnect(redis);
-        pthread_mutex_lock(&redis->lock);
-        redis->stats.idle_closes++;
-        pthread_mutex_unlock(&redis->lock);
-    }
-    if (now_ms() - redis->last_attempt_ms < redis->wait_ms)
-        return PKV_ERR_STORE;
-    char why[PKV__REDIS_ERROR_MAX] = "";
-    redisContext *c = open_context(redis, why, sizeof why);
-    int refused = 0;
-    if (c != NULL) {
-        /* Published for destroy, which shuts it down to end a wait (the
-         * handshake's included). */
-        pthread_mutex_lock(&redis->lock);
-        redis->fd = c->fd;
-        int stopping = redis->stop;
-        pthread_mutex_unlock(&redis->lock);
-        int rc = stopping ? 0 : handshake(redis, c->fd, why, sizeof why);
-        if (rc != 0) {
-            refused = rc > 0;
-            pthread_mutex_lock(&redis->lock);
-            redis->fd = -1;
-            pthread_mutex_unlock(&redis->lock);
-            redisFree(c);
-            c = NULL;
-        }
-    }
-    redis->last_attempt_ms = now_ms();
-    redis->failed_attempts = c != NULL ? 0 : redis->failed_attempts + 1;
-    redis->wait_ms = c != NULL ? 0 : backoff_ms(redis);
-    redis->ctx = c;
-    pthread_mutex_lock(&redis->lock);
-    memcpy(redis->connection_error, why, sizeof why);
-    if (c != NULL) {
-        redis->stats.connected = 1;
-        redis->stats.connects++;
-    } else {
-        redis->stats.connect_failures++;
-        redis->stats.auth_failures += (uint64_t)refused;
-    }
-    /* destroy came while connecting, too early to shut the socket down:
-     * send nothing that could wait. */
-    int stop = redis->stop;
-    pthread_mutex_unlock(&redis->lock);
-    return c != NULL && !stop ? PKV_OK : PKV_ERR_STORE;
-}
-
 /* Format op's command under the lock unless op was cancelled, then send
- * it. Returns 1 once sent, 0 when cancelled, -1 when the connection (or
- * memory) failed. */
-static int send_command(pkv_redis *redis, pkv__redis_op *op)
+ * it by d. 1 once sent, 0 when cancelled, else an io.h failure
+ * (PKV__IO_FAILED for no memory). */
+static int send_command(pkv__redis_lane *lane, pkv__redis_op *op,
+                        const pkv__redis_deadline *d)
 {
+    pkv_redis *redis = lane->redis;
     sds cmd = NULL;
     pthread_mutex_lock(&redis->lock);
     int cancelled = op->cancelled;
@@ -305,15 +136,12 @@ static int send_command(pkv_redis *redis, pkv__redis_op *op)
     if (cancelled)
         return 0;
     if (len < 0)
-        return -1;
-    redisContext *c = redis->ctx;
-    int rc = redisAppendFormattedCommand(c, cmd, (size_t)len);
+        return PKV__IO_FAILED;
+    int rc = pkv__redis_send(((redisContext *)lane->ctx)->fd, cmd,
+                             (size_t)len, d);
     redisFreeSdsCommand(cmd);
-    int written = 0;
-    while (rc == REDIS_OK && !written)
-        rc = redisBufferWrite(c, &written);
-    if (rc != REDIS_OK)
-        return -1;
+    if (rc != 0)
+        return rc;
     pthread_mutex_lock(&redis->lock);
     redis->stats.commands++;
     if (op->kind == PKV__REDIS_SAVE)
@@ -322,172 +150,276 @@ static int send_command(pkv_redis *redis, pkv__redis_op *op)
     return 1;
 }
 
-/* After a load: staging buffers that grew past PKV__REDIS_STAGING_KEEP
- * for it are freed, the next load allocates what it needs. */
-static void trim_staging(pkv_redis *redis)
+/* An MGET's reply, read into the staging buffers (reserved for it), then
+ * copied into the engine's under the lock unless op was cancelled
+ * meanwhile. */
+static enum pkv__reply_result take_values(pkv__redis_lane *lane,
+                                          pkv__redis_op *op,
+                                          const pkv__redis_deadline *d,
+                                          char *line, size_t line_size)
 {
-    if (redis->staging_size > PKV__REDIS_STAGING_KEEP) {
-        free(redis->staging);
-        redis->staging = NULL;
-        redis->staging_size = 0;
-    }
-    if ((size_t)redis->staged_capacity * sizeof *redis->staged_sizes >
-        PKV__REDIS_STAGING_KEEP) {
-        free(redis->staged_sizes);
-        redis->staged_sizes = NULL;
-        redis->staged_capacity = 0;
-    }
-    count_buffers(redis);
-}
-
-/* Room in the staging buffers for op's reply. 0, or -1. */
-static int reserve_staging(pkv_redis *redis, const pkv__redis_op *op)
-{
-    if (have_read_buffer(redis) != 0)
-        return -1;
-    size_t bytes = (size_t)op->num_keys * op->value_size;
-    if (bytes > redis->staging_size) {
-        uint8_t *p = realloc(redis->staging, bytes);
-        if (p == NULL)
-            return -1;
-        redis->staging = p;
-        redis->staging_size = bytes;
-    }
-    if (op->num_keys > redis->staged_capacity) {
-        uint64_t *s = realloc(redis->staged_sizes,
-                              op->num_keys * sizeof *s);
-        if (s == NULL)
-            return -1;
-        redis->staged_sizes = s;
-        redis->staged_capacity = op->num_keys;
-    }
-    return 0;
-}
-
-/* An MGET's reply, read into the staging buffers, then copied into the
- * engine's under the lock unless op was cancelled meanwhile. */
-static pkv_status take_values(pkv_redis *redis, pkv__redis_op *op)
-{
-    redisContext *c = redis->ctx;
-    if (reserve_staging(redis, op) != 0) {
-        disconnect(redis); /* the reply is left unread */
-        return PKV_ERR_STORE;
-    }
     enum pkv__reply_result got = pkv__redis_read_mget(
-        c->fd, redis->read_buffer, op->num_keys, redis->staging,
-        op->value_size, redis->staged_sizes,
-        PKV__REDIS_REPLY_TIMEOUTS * redis->timeout_ms);
-    if (got == PKV__REPLY_BROKEN)
-        disconnect(redis);
+        ((redisContext *)lane->ctx)->fd, lane->read_buffer, op->num_keys,
+        lane->staging, op->value_size, lane->staged_sizes, d, line,
+        line_size);
     if (got != PKV__REPLY_VALUES)
-        return PKV_ERR_STORE;
+        return got;
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < op->num_keys; i++)
-        bytes += redis->staged_sizes[i];
+        bytes += lane->staged_sizes[i];
+    pkv_redis *redis = lane->redis;
     pthread_mutex_lock(&redis->lock);
     redis->stats.bytes_read += bytes;
     if (!op->cancelled) {
         uint8_t *values = op->values;
         for (uint32_t i = 0; i < op->num_keys; i++) {
-            uint64_t len = redis->staged_sizes[i];
+            uint64_t len = lane->staged_sizes[i];
             size_t keep = len < op->value_size ? (size_t)len : op->value_size;
             size_t at = (size_t)i * op->value_size;
-            memcpy(values + at, redis->staging + at, keep);
+            memcpy(values + at, lane->staging + at, keep);
             op->sizes[i] = len;
         }
     }
     pthread_mutex_unlock(&redis->lock);
-    return PKV_OK;
+    return PKV__REPLY_VALUES;
 }
 
-/* A SET's reply, read by reply.c: hiredis's reader would take whatever a
- * hostile server announces (an array of 10^8 elements) into memory. */
-static pkv_status take_status(pkv_redis *redis)
+/* Whether an error line is a refusal for want of AUTH: NOAUTH, or the
+ * protocol error Redis sends an unauthenticated connection that sent a
+ * large command before it closes it. */
+static int wants_auth(const char *line)
 {
-    if (have_read_buffer(redis) != 0) {
-        disconnect(redis); /* the reply is left unread */
-        return PKV_ERR_STORE;
+    return strncmp(line, "NOAUTH", 6) == 0 ||
+           strstr(line, "unauthenticated") != NULL;
+}
+
+/* The command's name, for messages. */
+static const char *command_name(const pkv__redis_op *op)
+{
+    return op->kind == PKV__REDIS_LOAD ? "MGET" : "SET";
+}
+
+/* An error reply to op's command (line): a refusal for want of AUTH is
+ * named and counted; a protocol error means the server closes the
+ * connection. */
+static enum outcome refused(pkv__redis_lane *lane, const pkv__redis_op *op,
+                            const char *line)
+{
+    pkv_redis *redis = lane->redis;
+    if (wants_auth(line)) {
+        char why[PKV__REDIS_ERROR_MAX];
+        snprintf(why, sizeof why, "%s refused: %s (%s)", command_name(op),
+                 line,
+                 redis->password == NULL
+                     ? "the server requires AUTH: set "
+                       "pkv_redis_params.password"
+                     : "the server requires AUTH");
+        pkv__redis_note(redis, why);
+        pthread_mutex_lock(&redis->lock);
+        redis->stats.auth_failures++;
+        pthread_mutex_unlock(&redis->lock);
     }
-    enum pkv__reply_result got = pkv__redis_read_status(
-        ((redisContext *)redis->ctx)->fd, redis->read_buffer,
-        PKV__REDIS_REPLY_TIMEOUTS * redis->timeout_ms, NULL, 0);
-    if (got == PKV__REPLY_BROKEN)
-        disconnect(redis);
-    /* An error reply (full memory) fails the op only: the connection is
-     * in step. */
-    return got == PKV__REPLY_VALUES ? PKV_OK : PKV_ERR_STORE;
+    if (strncmp(line, "ERR Protocol error", 18) == 0) {
+        pkv__redis_disconnect(lane);
+        return LOST;
+    }
+    return REFUSED;
 }
 
-static pkv_status run(pkv_redis *redis, pkv__redis_op *op)
+/* The connection failed under op's command, as `how` says (a reply's
+ * CLOSED, TIMEOUT or BROKEN; SEND_FAILED): named, counted, dropped.
+ * SILENT for a close or no answer in time, what a connection a NAT
+ * forgot does; else LOST. */
+static enum outcome lost(pkv__redis_lane *lane, const pkv__redis_op *op,
+                         int how)
 {
-    pkv_status st = ensure_connected(redis);
-    if (st != PKV_OK)
-        return st;
-    int sent = send_command(redis, op);
+    pkv_redis *redis = lane->redis;
+    char why[PKV__REDIS_ERROR_MAX];
+    if (how == PKV__REPLY_CLOSED)
+        snprintf(why, sizeof why,
+                 "%s: the server closed the connection under the "
+                 "command%s",
+                 command_name(op),
+                 redis->password == NULL
+                     ? " (a server that requires a password closes an "
+                       "unauthenticated connection that sends a large "
+                       "command: is pkv_redis_params.password needed?)"
+                     : "");
+    else if (how == PKV__REPLY_TIMEOUT)
+        snprintf(why, sizeof why,
+                 "%s: no answer in time (a wait for the reply over "
+                 "timeout_ms, %u ms, or the whole command over %u ms)",
+                 command_name(op), (unsigned)redis->timeout_ms,
+                 (unsigned)(PKV__REDIS_COMMAND_TIMEOUTS * redis->timeout_ms));
+    else if (how == PKV__REPLY_BROKEN)
+        snprintf(why, sizeof why, "%s: a reply of another shape",
+                 command_name(op));
+    else
+        snprintf(why, sizeof why, "%s: the command could not be sent",
+                 command_name(op));
+    pkv__redis_note(redis, why);
+    int closed = how == PKV__REPLY_CLOSED;
+    pthread_mutex_lock(&redis->lock);
+    redis->stats.command_closes += (uint64_t)closed;
+    pthread_mutex_unlock(&redis->lock);
+    pkv__redis_disconnect(lane);
+    return closed || how == PKV__REPLY_TIMEOUT ? SILENT : LOST;
+}
+
+/* One attempt of op's command on the lane's connection, sent and answered
+ * by one deadline. */
+static enum outcome attempt(pkv__redis_lane *lane, pkv__redis_op *op)
+{
+    pkv_redis *redis = lane->redis;
+    pkv__redis_deadline d = pkv__redis_deadline_in(
+        PKV__REDIS_COMMAND_TIMEOUTS * redis->timeout_ms, redis->timeout_ms);
+    int fd = ((redisContext *)lane->ctx)->fd;
+    char line[PKV__REDIS_ERROR_MAX / 2];
+    /* Before the command goes: without memory for its reply, the op fails
+     * and the connection stays in step. */
+    if (op->kind == PKV__REDIS_LOAD && reserve_staging(lane, op) != 0) {
+        count_buffers(lane);
+        return REFUSED;
+    }
+    int sent = send_command(lane, op, &d);
     if (sent == 0)
-        return PKV_OK; /* cancelled: pkv__redis_finish drops it */
-    if (sent < 0) {
-        disconnect(redis);
-        return PKV_ERR_STORE;
+        return CANCELLED;
+    if (sent == PKV__IO_CLOSED) {
+        /* A server that closes a connection under a command may have
+         * said why first: what it sent is there already. */
+        pkv__redis_deadline soon = pkv__redis_deadline_in(10, 10);
+        if (pkv__redis_read_status(fd, &soon, line, sizeof line) ==
+            PKV__REPLY_ERROR)
+            return refused(lane, op, line);
     }
-    /* hiredis has read nothing ahead: one command is in flight at a time,
-     * and each reply is read to its end. */
-    if (op->kind == PKV__REDIS_SAVE)
-        return take_status(redis);
-    st = take_values(redis, op);
-    trim_staging(redis);
-    return st;
+    if (sent < 0)
+        return lost(lane, op,
+                    sent == PKV__IO_CLOSED    ? PKV__REPLY_CLOSED
+                    : sent == PKV__IO_TIMEOUT ? PKV__REPLY_TIMEOUT
+                                              : SEND_FAILED);
+    /* One command in flight at a time, each reply read to its end. */
+    enum pkv__reply_result got =
+        op->kind == PKV__REDIS_SAVE
+            ? pkv__redis_read_status(fd, &d, line, sizeof line)
+            : take_values(lane, op, &d, line, sizeof line);
+    if (got == PKV__REPLY_VALUES) {
+        lane->used_ms = pkv__redis_now_ms();
+        return DONE;
+    }
+    if (got == PKV__REPLY_ERROR)
+        return refused(lane, op, line);
+    return lost(lane, op, (int)got);
 }
 
-static void *worker_main(void *arg)
+static pkv_status run(pkv__redis_lane *lane, pkv__redis_op *op)
 {
-    pkv_redis *redis = arg;
-    ensure_connected(redis); /* early, so the first op finds it up */
+    if (pkv__redis_connect(lane) != PKV_OK)
+        return PKV_ERR_STORE;
+    int idle = pkv__redis_now_ms() - lane->used_ms >= PKV__REDIS_IDLE_MS;
+    enum outcome o = attempt(lane, op);
+    if (o == SILENT && idle && op->kind == PKV__REDIS_LOAD &&
+        pkv__redis_connect(lane) == PKV_OK) {
+        pthread_mutex_lock(&lane->redis->lock);
+        lane->redis->stats.retries++;
+        pthread_mutex_unlock(&lane->redis->lock);
+        o = attempt(lane, op);
+    }
+    if (op->kind == PKV__REDIS_LOAD)
+        trim_staging(lane);
+    /* cancelled: finish drops it. */
+    return o == DONE || o == CANCELLED ? PKV_OK : PKV_ERR_STORE;
+}
+
+/* The lane is done with op: report it (the done queue), or free it when
+ * it was cancelled meanwhile. A success clears the connection's last
+ * failure (pkv_redis_connection_error). */
+static void finish(pkv__redis_lane *lane, pkv__redis_op *op,
+                   pkv_status status)
+{
+    pkv_redis *redis = lane->redis;
+    pthread_mutex_lock(&redis->lock);
+    lane->running = NULL;
+    int cancelled = op->cancelled;
+    if (status != PKV_OK)
+        redis->stats.errors++;
+    else if (!cancelled)
+        redis->connection_error[0] = '\0';
+    if (!cancelled) {
+        op->status = status;
+        pkv__redis_list_push(&redis->done, op);
+    }
+    pthread_mutex_unlock(&redis->lock);
+    if (cancelled)
+        free(op);
+}
+
+static void *lane_main(void *arg)
+{
+    pkv__redis_lane *lane = arg;
+    pkv_redis *redis = lane->redis;
+    pkv__redis_list *queue =
+        lane->kind == PKV__REDIS_LOAD ? &redis->loads : &redis->saves;
+    /* Loads connect early, so that the first finds the connection up;
+     * saves at their first (nobody waits for them). */
+    if (lane->kind == PKV__REDIS_LOAD)
+        pkv__redis_connect(lane);
     pthread_mutex_lock(&redis->lock);
     for (;;) {
-        while (!redis->stop && redis->loads.head == NULL &&
-               redis->saves.head == NULL)
-            pthread_cond_wait(&redis->wake, &redis->lock);
+        while (!redis->stop && queue->head == NULL)
+            pthread_cond_wait(&lane->wake, &redis->lock);
         if (redis->stop)
             break;
-        pkv__redis_op *op = redis->loads.head != NULL
-                                ? pkv__redis_list_pop(&redis->loads)
-                                : pkv__redis_list_pop(&redis->saves);
-        redis->running = op;
+        pkv__redis_op *op = pkv__redis_list_pop(queue);
+        lane->running = op;
         pthread_mutex_unlock(&redis->lock);
-        pkv__redis_finish(redis, op, run(redis, op));
+        finish(lane, op, run(lane, op));
         pthread_mutex_lock(&redis->lock);
     }
     pthread_mutex_unlock(&redis->lock);
-    if (redis->ctx != NULL)
-        disconnect(redis);
+    pkv__redis_disconnect(lane);
     return NULL;
+}
+
+/* Ask the lanes to end, ending a send or receive in flight at once, and
+ * join those that started. */
+static void stop_lanes(pkv_redis *redis)
+{
+    pthread_mutex_lock(&redis->lock);
+    redis->stop = 1;
+    for (int k = 0; k < 2; k++) {
+        /* A lane clears fd under the lock before it closes the socket,
+         * so fd is still this connection's. */
+        if (redis->lanes[k].fd >= 0)
+            shutdown(redis->lanes[k].fd, SHUT_RDWR);
+        pthread_cond_signal(&redis->lanes[k].wake);
+    }
+    pthread_mutex_unlock(&redis->lock);
+    for (int k = 0; k < 2; k++)
+        if (redis->lanes[k].started)
+            pthread_join(redis->lanes[k].thread, NULL);
 }
 
 int pkv__redis_worker_start(pkv_redis *redis)
 {
-    /* The worker blocks every signal: the host's go to its own threads,
-     * and the SIGPIPE of a write to a connection the server closed
-     * (hiredis 0.14 writes without MSG_NOSIGNAL) stays pending on the
-     * worker instead of ending the process; the write fails with EPIPE. */
+    /* The lanes block every signal: the host's go to its own threads.
+     * (Every send passes MSG_NOSIGNAL, so a write to a connection the
+     * server closed fails with EPIPE and raises no SIGPIPE.) */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&redis->thread, NULL, worker_main, redis);
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        pkv__redis_lane *lane = &redis->lanes[k];
+        rc = pthread_create(&lane->thread, NULL, lane_main, lane);
+        lane->started = rc == 0;
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        stop_lanes(redis);
     return rc;
 }
 
 void pkv__redis_worker_stop(pkv_redis *redis)
 {
-    pthread_mutex_lock(&redis->lock);
-    redis->stop = 1;
-    /* Ends a send or receive in flight at once. The worker clears fd under
-     * the lock before it closes the socket, so fd is still this
-     * connection's. */
-    if (redis->fd >= 0)
-        shutdown(redis->fd, SHUT_RDWR);
-    pthread_cond_signal(&redis->wake);
-    pthread_mutex_unlock(&redis->lock);
-    pthread_join(redis->thread, NULL);
+    stop_lanes(redis);
 }

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
 #include "store/engine_store.h"
+#include "store/store_params.h"
 
 #include "check.h"
 #include "engine.h"
@@ -16,66 +17,8 @@
 #include <string.h>
 #include <time.h>
 
-#define DEFAULT_TIMEOUT_MS 1000u
-#define DEFAULT_BUDGET (64ull << 20)
 #define SAVE_TIMEOUT_FACTOR 10u
 #define POLL_BATCH 32u
-
-pkv_status pkv_store_init(pkv_store *store)
-{
-    if (store == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "store is NULL");
-    memset(store, 0, sizeof *store);
-    store->struct_size = sizeof *store;
-    store->timeout_ms = DEFAULT_TIMEOUT_MS;
-    store->max_load_bytes = DEFAULT_BUDGET;
-    store->max_save_bytes = DEFAULT_BUDGET;
-    return PKV_OK;
-}
-
-/* The host's connector over the defaults (struct_sizes.h): 0, or 1 with
- * why[] set. */
-static int read_store(pkv_store *out, const pkv_store *in, char *why,
-                      size_t why_size)
-{
-    pkv_store_init(out);
-    return pkv__struct_read(out, in, in->struct_size, PKV__STORE_MIN_SIZE,
-                            sizeof *out, "params->store", "pkv_store_init",
-                            why, why_size);
-}
-
-pkv_status pkv__store_check(const pkv_store *store)
-{
-    char why[128];
-    pkv_store copy;
-    if (read_store(&copy, store, why, sizeof why))
-        return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
-    const pkv_store *s = &copy;
-    if (s->load == NULL || s->save == NULL || s->poll == NULL ||
-        s->cancel == NULL)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->store: load, save, poll and cancel must "
-                         "all be set");
-    if ((s->flags & ~PKV_STORE_SAVE_GENERATED) != 0)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->store->flags is %#x; only "
-                         "PKV_STORE_SAVE_GENERATED is defined",
-                         (unsigned)s->flags);
-    if (s->reserved0 != 0)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->store->reserved0 is %u; it must be 0",
-                         (unsigned)s->reserved0);
-    if (s->timeout_ms == 0)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->store->timeout_ms is 0");
-    /* Buffers of a budget's size must be addressable (32-bit hosts). */
-    if ((uint64_t)(size_t)s->max_load_bytes != s->max_load_bytes ||
-        (uint64_t)(size_t)s->max_save_bytes != s->max_save_bytes)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->store: max_load_bytes and max_save_bytes "
-                         "must fit in size_t");
-    return PKV_OK;
-}
 
 static uint64_t now_us(void)
 {
@@ -114,8 +57,7 @@ pkv_status pkv__store_init(pkv__engine_store **out,
     if (st != PKV_OK)
         return st;
     pkv__digest_hex(root, 8, s->fingerprint);
-    char why[128];
-    read_store(&s->cb, store, why, sizeof why); /* checked: cannot fail */
+    pkv__store_read(&s->cb, store); /* checked at create: cannot fail */
     s->cb.model = NULL;
     s->inner_at = env->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
     s->value_bytes = s->inner_at + pkv__value_bytes(env->config);

@@ -105,10 +105,6 @@ pkv_status pkv__store_key(const pkv__engine_store *s,
                           const uint8_t digest[PKV__DIGEST_BYTES],
                           char *out);
 
-/* Check a host's pkv_store (create): PKV_OK, or the status with this
- * thread's message set. */
-pkv_status pkv__store_check(const pkv_store *store);
-
 /* Make the engine's store state (*out), over env, for the host's
  * connector (store NULL: a state that says there is no store). On
  * failure *out holds what was made, for pkv__store_release. */

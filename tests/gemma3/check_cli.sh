@@ -1,18 +1,18 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# pkv-gemma3's command line. Without the model: --help on stdout (exit 0),
+# pkv-gguf's command line, and with Gemma 3 270M. Without a model: --help on stdout (exit 0),
 # a bad argument named (exit 2), an unreadable file named with the
 # system's reason before the model is loaded (exit 1), a missing model
-# file that says how to get one and a bad one why (exit 1). With the model
-# (its default path, when setup.sh has cached it): invalid UTF-8 in a
+# file that says how to get one and a bad one why (exit 1). With Gemma 3
+# (its default path, when examples/gguf/setup.sh has cached it): invalid UTF-8 in a
 # prompt and in a perplexity text read as U+FFFD (never more ids than
 # bytes + BOS), a prompt past the model's context or --ctx refused before
 # any work, --max-new 2^32 - 1 cut at the context, control-piece texts
 # read as their ids with --parse-special only.
-# Usage: check_cli.sh path/to/pkv-gemma3
+# Usage: check_cli.sh path/to/pkv-gguf
 set -u
 
-name=pkv-gemma3
+name=pkv-gguf
 binary=$1
 . "$(dirname "$0")/../cli_lib.sh"
 expect 2 "--kv u9: expected f32, f16, u8, u4 or u8k-u4v" --kv u9
@@ -22,8 +22,14 @@ expect 2 "unknown option --frobnicate" --frobnicate
 expect 2 "exclude each other" --prompt a --file b
 expect 2 "exclude each other" --perplexity a --agreement
 expect 2 "--logits needs --prompt-ids" --logits x
-expect 2 "--ctx 40000: expected a whole number from 4 to 32768" --ctx 40000
-expect 1 "sh examples/gemma3/setup.sh" --weights "$tmp/none.gguf"
+expect 2 "--ctx 3: expected a whole number from 4 to the model's context" \
+    --ctx 3
+expect 2 "--model llama: expected gemma3 or smollm2" --model llama
+expect 2 "--model and --weights exclude each other" --model gemma3 \
+    --weights x
+expect 2 "--chat and --system are for --prompt, --file and the demo" \
+    --chat --perplexity x
+expect 1 "sh examples/gguf/setup.sh" --weights "$tmp/none.gguf"
 printf 'not a model file' >"$tmp/bad.gguf"
 expect 1 "not a readable GGUF file: not one, truncated or damaged" \
     --weights "$tmp/bad.gguf"
@@ -37,7 +43,8 @@ expect 1 "no key general.architecture in the file" --weights "$tmp/empty.gguf"
 rc=$?
 [ "$rc" -eq 0 ] || fail "$name --help exited $rc, not 0"
 [ ! -s "$tmp/err" ] || fail "$name --help wrote to stderr: $(cat "$tmp/err")"
-for text in "usage: pkv-gemma3" "--parse-special" "--ctx N"; do
+for text in "usage: pkv-gguf" "--parse-special" "--ctx N" "--chat" \
+    "--model gemma3|smollm2"; do
     grep -qF -- "$text" "$tmp/out" || fail "$name --help lacks '$text'"
 done
 
@@ -54,19 +61,10 @@ if ! "$binary" --prompt x --max-new 1 --backend cpu --quiet \
     >"$tmp/out" 2>"$tmp/err"; then
     grep -qF "setup.sh" "$tmp/err" ||
         fail "$name --prompt x: $(cat "$tmp/err")"
-    echo "pkv-gemma3 cli ok (the model is not cached: its checks skipped)"
+    echo "pkv-gguf cli ok (Gemma 3 is not cached: its checks skipped)"
     exit 0
 fi
 
-json() { # EXPECTED_TEXT ARGS...: exit 0, stdout (--json) holds the text
-    text=$1
-    shift
-    "$binary" --json --backend cpu "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "$name $*: exited $rc: $(cat "$tmp/err")"
-    grep -qF -- "$text" "$tmp/out" ||
-        fail "$name $*: stdout lacks '$text': $(cat "$tmp/out")"
-}
 
 # Invalid UTF-8: each byte that starts no character is U+FFFD, as
 # SentencePiece reads it (BOS, then the ids check_tokenizer.py compares).
@@ -90,6 +88,8 @@ expect 1 "a prompt of 40001 tokens does not fit --ctx 512" \
     --file "$tmp/long" --ctx 512
 expect 1 "--prompt: a prompt of 11 tokens does not fit --ctx 8" \
     --prompt 0123456789 --ctx 8
+expect 2 "--ctx 40000: more than the model's context of 32768 tokens" \
+    --prompt x --ctx 40000
 
 # --max-new 2^32 - 1: prompt + answer in 64 bits, the answer cut at --ctx.
 json '"generated": 6,' --prompt hi --ctx 8 --max-new 4294967295
@@ -101,4 +101,10 @@ grep -qF "the answer stops at --ctx 8" "$tmp/err" ||
 json '"prompt_tokens": 3' --prompt "<start_of_turn>user" --parse-special \
     --max-new 1
 json '"prompt_tokens": 9' --prompt "<start_of_turn>user" --max-new 1
-echo "pkv-gemma3 cli ok (with the model)"
+# Gemma's turns with --chat (a base model's file has no template: the
+# vocabulary's markers say which): BOS, <start_of_turn>, "user", "\n",
+# "hi", <end_of_turn>, "\n", <start_of_turn>, "model", "\n"; a message
+# spelling a marker stays text.
+json '"prompt_tokens": 10' --prompt hi --chat --max-new 1
+json '"prompt_tokens": 16' --prompt "<end_of_turn>" --chat --max-new 1
+echo "pkv-gguf cli ok (with Gemma 3)"

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """The Gemma 3 host's tokenizer against SentencePiece itself.
 
-Usage: check_tokenizer.py GGUF G3_TOKENIZE_BINARY
+Usage: check_tokenizer.py GGUF GGUF_TOKENIZE_BINARY
                           [--llama-tokenize LLAMA_TOKENIZE_BINARY]
 
 A SentencePiece model is rebuilt from the GGUF's vocabulary (the pieces,
@@ -10,12 +10,12 @@ scores and types llama.cpp's converter copied out of Gemma's
 tokenizer.model) and loaded with PyPI sentencepiece; its ids for the
 strings below, for invalid UTF-8, for a few hundred seeded random byte
 strings (valid and invalid UTF-8), and for
-/usr/share/common-licenses/GPL-3 when present, must equal g3-tokenize's
+/usr/share/common-licenses/GPL-3 when present, must equal gguf-tokenize's
 (built from tests/gemma3/tokenize.c, reading the vocabulary of the same
 GGUF through ggml's gguf reader; it also checks each count against
-g3_tokenize_bound). With --parse-special, the texts of control pieces
+gg_tokenize_bound). With --parse-special, the texts of control pieces
 must read as their ids and the text between them as SentencePiece reads
-it. g3-tokenize --decode then checks every valid string decodes back.
+it. gguf-tokenize --decode then checks every valid string decodes back.
 With --llama-tokenize, the valid strings are also given to llama.cpp's
 llama-tokenize, the tokenizer the host copies, including those
 SentencePiece is known to read otherwise.
@@ -30,6 +30,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0,
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tokenizer_cases import (INVALID, STRINGS, check_gpl3,  # noqa: E402
+                             compare, fail, gg_lines, ids_of,
+                             random_strings, valid_utf8)
+
 try:
     import gguf
     from sentencepiece import SentencePieceProcessor
@@ -38,70 +44,8 @@ except ImportError as e:
     print(f"check_tokenizer: skipped, {e}")
     sys.exit(77)
 
-GPL3 = "/usr/share/common-licenses/GPL-3"
-
-# Strings both tokenizers must read alike.
-STRINGS = [
-    "",
-    "Hello world",
-    "hello",
-    " leading space",
-    "trailing space ",
-    "  two leading spaces",
-    "runs  of   spaces    and     more      here",
-    " " * 40,
-    "a" + " " * 33 + "b",
-    " ",
-    "line one\nline two\n",
-    "\n",
-    "\n\n\n",
-    "para one\n\n\npara two\n" + "\n" * 35 + "end",
-    "\ttab\tseparated\t\tcolumns",
-    "\t" * 40 + "x",
-    " \n \t \r\n mixed",
-    "0 7 42 123 4567 3.14159 -2.5e10 1,000,000 2024-01-31",
-    "3.14159 + 2718 = 1234567890",
-    "Punctuation: !?.,;:'\"()[]{}<>@#$%^&*-_=+/\\|`~",
-    "...---...  !!! ???",
-    'def f(x):\n    return {"a": [1, 2, 3]}  # comment\n',
-    "int main(void) {\n\tprintf(\"%d\\n\", 42);\n\treturn 0;\n}\n",
-    "<html><body><b>bold</b> <i>it</i></body></html>",
-    "<table><tr><td>1</td></tr></table>",
-    "x<b>y",
-    "<start_of_image>picture<end_of_image>",
-    "[multimodal] data",
-    "Ünïcödé café naïve résumé façade Ångström",
-    "Größe straße ÆØÅ æøå Ça ça",
-    "日本語のテキスト",
-    "中文文本，标点。",
-    "한국어 텍스트",
-    "😀🚀👍🏽 emoji 🇫🇷",
-    "👨‍👩‍👧‍👦",
-    "مرحبا بالعالم",
-    "नमस्ते दुनिया",
-    "Ελληνικά και русский текст",
-    # Byte fallback: characters with no piece of their own.
-    "\U00030000\U0002a6d6 \U0001fbf9",
-    "\U000e0041\U000e0042 tag characters",
-    "\x01\x02\x7f control bytes \x1b[0m",
-    "\u200b\u200d\ufeff zero width",
-    "\ufffd replacement",
-    "The GNU General Public License is a free, copyleft license for "
-    "software",
-    "  two  spaces\nand\ttabs\n\n",
-    "Ünïcödé café naïve 日本語のテキスト 😀🚀",
-    # Texts of control and byte pieces are not cut out of plain text, and
-    # no merge reaches them: none of them is two pieces put together in
-    # this vocabulary (llama.cpp would merge into any piece, SentencePiece
-    # only into normal and user-defined ones).
-    "<bos> <mask> <0x41> <unused5> <start_of_image><b>x</b>\x01",
-    "<eos><pad><start_of_turn>user\n<end_of_turn>",
-    "ab" * 500,
-    "The quick brown fox jumps over the lazy dog. " * 20,
-]
-
 # Strings where SentencePiece itself and llama.cpp part ways, checked
-# against llama.cpp only (--llama-tokenize); g3-tokenize follows llama.cpp,
+# against llama.cpp only (--llama-tokenize); gguf-tokenize follows llama.cpp,
 # whose converter and runtime this model is used with.
 LLAMA_ONLY = [
     # "</s>" is user-defined in Gemma's vocabulary, so SentencePiece cuts it
@@ -122,85 +66,10 @@ LLAMA_ONLY = [
 # space.
 NO_ROUND_TRIP = {s for s in STRINGS + LLAMA_ONLY if "\u2581" in s}
 
-# Invalid UTF-8, read as SentencePiece reads it: each byte that starts no
-# valid character is U+FFFD. (llama.cpp cuts characters by their first
-# byte alone: "\xc3 " is its four byte tokens of "\xc3\xe2\x96\x81".)
-INVALID = [
-    b"\xc3 ",
-    b"\xe9 ",
-    b"\xdf \xdf \xdf ",
-    b"\xe9 " * 1000,
-    b"\xff",
-    b"\x80\xbf",
-    b"\xc0\x80 overlong NUL, \xe0\x80\xaf overlong slash",
-    b"\xed\xa0\x80 a surrogate, \xf4\x90\x80\x80 past U+10FFFF, \xf5\xf8",
-    b"truncated \xe2\x96 space mark, \xf0\x9f\x98 emoji, \xe6\x97",
-    b"\xe2\x96\xe2\x96\x81\xe2",
-]
-
-# What the random strings are made of: text, spaces and their runs, valid
-# characters of 2-4 bytes, user-defined pieces, control-piece texts (plain
-# text here), and invalid UTF-8 of every kind.
-PARTS = [
-    b"a", b"b", b"the", b"Hello", b"0", b"42", b".", b",", b"<", b">", b"/",
-    b" ", b"  ", b"   ", b"\n", b"\n\n", b"\t", b"\r\n", b"\x00", b"\x01",
-    "é".encode(), "ß".encode(), "日本".encode(), "😀".encode(),
-    "\u200d".encode(), "\ufffd".encode(), "Ω".encode(), "\u2580".encode(),
-    b"<b>", b"</td>", b"[multimodal]", b"<bos>", b"<start_of_turn>",
-    b"\x80", b"\xbf", b"\xc3", b"\xdf", b"\xe9", b"\xe2\x96", b"\xc0\x80",
-    b"\xc1\xbf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf5", b"\xfe",
-    b"\xff", b"\xf0\x9f\x98",
-]
-
-
-def valid_utf8(b):
-    try:
-        b.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
-
-
 def known_apart(b):
     """Texts where SentencePiece and llama.cpp are known to part ways
     (LLAMA_ONLY): the host follows llama.cpp there."""
     return b"</s>" in b or "\u2581".encode() in b
-
-
-def random_strings(seed=20260214, count=400):
-    """count byte strings from a fixed seed: a quarter made of the valid
-    PARTS, half of any PARTS, a quarter uniformly random bytes."""
-    rng = random.Random(seed)
-    valid = [p for p in PARTS if valid_utf8(p)]
-    out = []
-    while len(out) < count:
-        kind = len(out) % 4
-        if kind == 3:
-            b = bytes(rng.randrange(256) for _ in range(rng.randint(1, 40)))
-        else:
-            b = b"".join(rng.choice(valid if kind == 0 else PARTS)
-                         for _ in range(rng.randint(1, 30)))
-        if not known_apart(b):
-            out.append(b)
-    return out
-
-
-def fail(msg):
-    print(f"check_tokenizer: FAIL: {msg}")
-    sys.exit(1)
-
-
-def escape(s):
-    """s (str or bytes) as one line of C escapes for g3-tokenize."""
-    out = []
-    for b in s if isinstance(s, bytes) else s.encode("utf-8"):
-        if b == 0x5C:
-            out.append("\\\\")
-        elif 0x20 <= b < 0x7F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\x{b:02x}")
-    return "".join(out)
 
 
 def sp_model(gguf_path):
@@ -256,31 +125,6 @@ def sp_model(gguf_path):
                if k in (pb.ModelProto.SentencePiece.CONTROL,
                         pb.ModelProto.SentencePiece.UNKNOWN) or t == "</s>"}
     return sp, control
-
-
-def g3_lines(binary, gguf_path, strings, decode=False, flags=()):
-    args = [binary] + (["--decode"] if decode else []) + list(flags) + \
-        [gguf_path]
-    text = "".join(escape(s) + "\n" for s in strings)
-    r = subprocess.run(args, input=text.encode(), capture_output=True)
-    if r.returncode != 0:
-        fail(f"{' '.join(args)}: exit {r.returncode}: "
-             f"{r.stderr.decode(errors='replace').strip()}")
-    return r.stdout.decode().split("\n")[:len(strings)]
-
-
-def ids_of(line):
-    return [int(x) for x in line.split()]
-
-
-def compare(what, s, want, got, ref="SentencePiece"):
-    if want == got:
-        return
-    i = next((k for k, (a, b) in enumerate(zip(want, got)) if a != b),
-             min(len(want), len(got)))
-    fail(f"{what} {s[:200]!r}: first difference at token {i}\n"
-         f"  {ref}: {want[max(0, i - 3):i + 8]} ({len(want)} tokens)\n"
-         f"  g3-tokenize: {got[max(0, i - 3):i + 8]} ({len(got)} tokens)")
 
 
 def special_ids(sp, control, s):
@@ -344,42 +188,31 @@ def main(argv):
     gguf_path, binary = argv[1:]
     sp, control = sp_model(gguf_path)
 
-    lines = g3_lines(binary, gguf_path, STRINGS + LLAMA_ONLY)
+    lines = gg_lines(binary, gguf_path, STRINGS + LLAMA_ONLY)
     got = dict(zip(STRINGS + LLAMA_ONLY, map(ids_of, lines)))
     tokens = 0
     for s in STRINGS:
-        compare("string", s, sp.encode(s), got[s])
+        compare("string", s, sp.encode(s), got[s], "SentencePiece")
         tokens += len(got[s])
     checked = f"{len(STRINGS)} strings ({tokens} tokens)"
 
-    randoms = random_strings()
+    randoms = random_strings(lambda b: not known_apart(b))
     invalid = INVALID + randoms
-    for s, line in zip(invalid, g3_lines(binary, gguf_path, invalid)):
-        compare("bytes", s, sp.encode(s), ids_of(line))
+    for s, line in zip(invalid, gg_lines(binary, gguf_path, invalid)):
+        compare("bytes", s, sp.encode(s), ids_of(line), "SentencePiece")
     bad = sum(not valid_utf8(s) for s in invalid)
     checked += f", {len(invalid)} byte strings ({bad} invalid UTF-8)"
 
     specials = special_strings(control)
-    lines = g3_lines(binary, gguf_path, specials, flags=["--parse-special"])
+    lines = gg_lines(binary, gguf_path, specials, flags=["--parse-special"])
     for s, line in zip(specials, lines):
         compare("--parse-special", s, special_ids(sp, control, s),
                 ids_of(line), "control ids + SentencePiece")
     checked += f", {len(specials)} with control pieces"
 
-    if os.path.exists(GPL3):
-        with open(GPL3, "rb") as f:
-            text = f.read().decode("utf-8")
-        r = subprocess.run([binary, "--file", GPL3, gguf_path],
-                           capture_output=True)
-        if r.returncode != 0:
-            fail(f"g3-tokenize --file {GPL3}: "
-                 f"{r.stderr.decode(errors='replace').strip()}")
-        gpl = ids_of(r.stdout.decode())
-        compare("file", GPL3, sp.encode(text), gpl)
-        checked += f", GPL-3 ({len(gpl)} tokens; " \
-                   f"{r.stderr.decode().strip().split(', ')[-1]})"
+    checked += check_gpl3(binary, gguf_path, sp.encode, "SentencePiece")
 
-    g3_lines(binary, gguf_path,
+    gg_lines(binary, gguf_path,
              [s for s in STRINGS + LLAMA_ONLY if s not in NO_ROUND_TRIP] +
              [s for s in randoms if valid_utf8(s)], decode=True)
     checked += ", all decode back"

@@ -6,8 +6,7 @@ Reads a GGUF file with ggml's own `gguf` package, dequantizes every tensor to
 float32 with `gguf.quants.dequantize` (no f16 rounding). The transformer
 blocks run in float64 (weights are the exact dequantized float32 values,
 widened); only the tied output head (262144 x 640) runs as a float32 matmul
-on the float64 hidden state rounded to float32, which keeps the vocab-sized
-matmul fast (measured logit error <= ~3e-5 absolute on logits up to ~36).
+on the float64 hidden state rounded to float32 (tests/reference_run.py).
 
 The architecture follows llama.cpp's gemma3 implementation (llm_build_gemma3
 and its gemma3 hyperparameter loading):
@@ -23,29 +22,18 @@ and its gemma3 hyperparameter loading):
   - FFN: down(gelu_tanh(gate h) * up h);
   - final logit softcapping only if the file has gemma3.final_logit_softcapping.
 
-Usage: reference.py GGUF IDS_FILE OUT_PREFIX [--logits-from K] [--greedy N]
-  IDS_FILE   whitespace-separated token ids (used as is; no BOS is added)
-  OUT.logits float32 little-endian logits of prompt rows K..n-1, vocab each
-             (default K = max(0, n - 64))
-  OUT.json   {"n", "logits_from", "argmax" and "margin" (top-1 minus
-              top-2 logit) per prompt row, "greedy": N tokens of greedy
-              continuation, "greedy_margin": the margin of each}
+Usage: as tests/reference_run.py says.
 """
-import argparse
-import json
+import os
 import sys
-import time
 
 import gguf
 import numpy as np
 
-F = np.float64        # compute precision of the transformer blocks
-VOCAB_CHUNK = 8192    # token_embd rows per logits chunk (bounds memory)
-
-
-def rmsnorm(x, w, eps):
-    """RMSNorm over the last axis, times weight w."""
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+sys.path.insert(0,
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import reference_run  # noqa: E402
+from reference_run import F, rmsnorm  # noqa: E402
 
 
 def gelu_tanh(x):
@@ -88,6 +76,7 @@ class Gemma3:
         # GGUF ne = [in, out]; the reader gives row-major [out][in], i.e. y = W @ x.
         w = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in r.tensors}
         self.embd = w.pop("token_embd.weight")    # [vocab][n_embd], kept float32
+        self.out = self.embd
         self.n_vocab = self.embd.shape[0]
         assert self.embd.shape == (self.n_vocab, self.n_embd)
         self.output_norm = w.pop("output_norm.weight").astype(F)
@@ -148,92 +137,6 @@ class Gemma3:
         cache["n"] += m
         return rmsnorm(x, self.output_norm, self.eps)
 
-    def logits(self, h, sink=None, first=0):
-        """Tied-head logits of hidden rows h [n][n_embd], chunked over the vocab.
-
-        Returns the argmax of every row (first maximum on ties) and its
-        margin over the second largest logit. If `sink` ([n - first][vocab])
-        is given, rows first..n-1 are stored there."""
-        n = h.shape[0]
-        h32 = h.astype(np.float32)
-        best = np.full(n, -np.inf)
-        second = np.full(n, -np.inf)
-        arg = np.zeros(n, dtype=np.int64)
-        rows = np.arange(n)
-        for c in range(0, self.n_vocab, VOCAB_CHUNK):
-            lg = h32 @ self.embd[c:c + VOCAB_CHUNK].T   # [n, chunk], float32
-            if self.softcap:
-                lg = np.tanh(lg / self.softcap) * self.softcap
-            j = lg.argmax(axis=1)
-            val = lg[rows, j].astype(np.float64)
-            top2 = np.partition(lg, -2, axis=1)[:, -2].astype(np.float64)
-            upd = val > best
-            second = np.where(upd, np.maximum(best, top2),
-                              np.maximum(second, val))
-            best[upd], arg[upd] = val[upd], j[upd] + c
-            if sink is not None:
-                sink[:, c:c + lg.shape[1]] = lg[first:]
-        return arg, best - second
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("gguf")
-    ap.add_argument("ids_file")
-    ap.add_argument("out_prefix")
-    ap.add_argument("--logits-from", type=int, default=None, metavar="K")
-    ap.add_argument("--greedy", type=int, default=0, metavar="N")
-    a = ap.parse_args()
-
-    with open(a.ids_file) as f:
-        ids = [int(t) for t in f.read().split()]
-    n = len(ids)
-    if n == 0:
-        sys.exit("empty prompt")
-    first = max(0, n - 64) if a.logits_from is None else a.logits_from
-    if not 0 <= first <= n:
-        sys.exit(f"--logits-from {first} outside 0..{n}")
-
-    t0 = time.time()
-    model = Gemma3(a.gguf)
-    if max(ids) >= model.n_vocab or min(ids) < 0:
-        sys.exit("token id out of range")
-    t1 = time.time()
-
-    cache = model.new_cache()
-    h = model.forward(np.array(ids), cache)
-    rows = n - first
-    if rows:   # memmap: logits are written chunk by chunk, never all in memory
-        sink = np.memmap(a.out_prefix + ".logits", dtype="<f4", mode="w+",
-                         shape=(rows, model.n_vocab))
-    else:
-        open(a.out_prefix + ".logits", "wb").close()
-        sink = None
-    argmax, margin = model.logits(h, sink, first)
-    if sink is not None:
-        sink.flush()
-        del sink
-    t2 = time.time()
-
-    greedy, greedy_margin = [], []
-    nxt, gap = int(argmax[-1]), float(margin[-1])
-    for i in range(a.greedy):
-        greedy.append(nxt)
-        greedy_margin.append(gap)
-        if i + 1 < a.greedy:
-            arg, mar = model.logits(model.forward(np.array([nxt]), cache))
-            nxt, gap = int(arg[0]), float(mar[0])
-    t3 = time.time()
-
-    with open(a.out_prefix + ".json", "w") as f:
-        json.dump({"n": n, "logits_from": first,
-                   "argmax": [int(t) for t in argmax],
-                   "margin": [float(g) for g in margin],
-                   "greedy": greedy, "greedy_margin": greedy_margin}, f)
-        f.write("\n")
-    print(f"reference: load {t1 - t0:.1f}s, prompt {n} tokens {t2 - t1:.1f}s, "
-          f"greedy {a.greedy} tokens {t3 - t2:.1f}s", file=sys.stderr)
-
 
 if __name__ == "__main__":
-    main()
+    reference_run.main(Gemma3, __doc__.split("\n")[0])

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/* The GGUF host's model on pkv (host.h). */
+#include "host.h"
+
+#include "attention.h"
+
+#include <stdio.h>
+
+void gg_engine_params(pkv_engine_params *p, const gg_model *m,
+                      uint32_t max_model_len)
+{
+    const gg_file_config *c = &m->config;
+    pkv_engine_params_init(p);
+    p->num_layers = c->num_layers;
+    p->num_q_heads = c->num_heads;
+    p->num_kv_heads = c->num_kv_heads;
+    p->head_dim = c->key_len;
+    p->layer_windows = m->layer_windows;
+    p->vocab_size = c->vocab_size;
+    p->max_model_len = max_model_len;
+    /* The default scale, 1 / sqrt(head_dim), is Gemma 3's and llama's
+     * (gemma3.c, llama.c). */
+    /* The CPU backend's attention on ggml's threads (lend.h). */
+    p->parallel = gg_lend_parallel;
+    p->parallel_user = m->lend;
+    p->parallel_workers = m->num_threads;
+}
+
+/* Sets p->hybrid_memory (pkv.h) to `hybrid` and gives p->num_blocks, a
+ * count of blocks over every layer, as many blocks of one group of
+ * layers as hold the same tokens: with hybrid memory a block holds one
+ * group's layers (Gemma 3: 6 groups of 3). */
+static void engine_hybrid(pkv_engine_params *p, const gg_model *m,
+                          int hybrid)
+{
+    p->hybrid_memory = (uint32_t)hybrid;
+    if (!hybrid)
+        return;
+    /* The engine's groups (pkv.h): the greatest common divisor of the
+     * windowed and the full layers' counts, layers per group. */
+    uint32_t layers = m->config.num_layers, windowed = 0;
+    for (uint32_t l = 0; l < layers; l++)
+        windowed += m->layer_windows[l] != 0;
+    uint32_t a = windowed, b = layers - windowed;
+    while (b != 0) {
+        uint32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    p->num_blocks = (p->num_blocks - 1) * (layers / a) + 1;
+}
+
+pkv_engine *gg_engine_create(pkv_engine_params *p, const gg_model *m,
+                             const gg_kv_choice *kv, uint32_t max_model_len,
+                             uint32_t blocks, uint32_t max_rows,
+                             const pkv_store *store)
+{
+    gg_engine_params(p, m, max_model_len);
+    p->kv_dtype = kv->dtype;
+    p->key_quant = kv->key_quant;
+    p->backend = kv->backend;
+    p->block_size = GG_BLOCK_SIZE;
+    p->num_blocks = blocks;
+    engine_hybrid(p, m, kv->hybrid);
+    p->max_batch_tokens = max_rows;
+    p->log = host_log_stderr;
+    p->log_level = PKV_LOG_LEVEL_WARN;
+    p->store = store;
+    pkv_engine *e = NULL;
+    if (pkv_engine_create(p, &e) != PKV_OK) {
+        fprintf(stderr, "pkv-gguf: engine: %s\n", pkv_last_error());
+        return NULL;
+    }
+    return e;
+}
+
+int gg_attend_pkv(void *user, uint32_t layer, uint32_t rows, const float *q,
+                  const float *k, const float *v, float *out)
+{
+    gg_pkv_attend *a = user;
+    const gg_file_config *c = a->config;
+    /* key_len == value_len (model.c checks). */
+    return host_attend_pkv(a->engine, layer, rows, q, k, v, out,
+                           c->num_heads, c->num_kv_heads, c->key_len);
+}
+
+static int host_forward(void *self, pkv_engine *e, const pkv_batch *b,
+                        float *logits)
+{
+    gg_host *h = self;
+    gg_pkv_attend a = {e, &h->weights->config};
+    if (gg_forward(h->weights, &h->scratch, b->num_tokens, b->token_ids,
+                   b->positions, gg_attend_pkv, &a, b->sample_rows,
+                   b->num_samples, logits) != 0) {
+        fprintf(stderr, "pkv-gguf: forward pass failed\n");
+        return -1;
+    }
+    return 0;
+}
+
+int gg_host_init(gg_host *h, gg_model *m, uint32_t max_rows)
+{
+    h->weights = m;
+    h->model.vocab_size = m->config.vocab_size;
+    h->model.max_rows = max_rows;
+    h->model.forward = host_forward;
+    h->model.self = h;
+    return gg_scratch_init(&h->scratch, m, max_rows);
+}
+
+void gg_host_free(gg_host *h)
+{
+    gg_scratch_free(&h->scratch);
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The GGUF host's model on pkv: the engine for the model (its geometry,
+ * its attention window per layer, the cache asked for), and the model as
+ * the serving loop's host_model, with attention through
+ * pkv_engine_attend.
+ */
+#ifndef PKV_EXAMPLE_GGUF_HOST_H
+#define PKV_EXAMPLE_GGUF_HOST_H
+
+#include "model.h"
+#include "serve.h"
+
+#include <pkv/pkv.h>
+
+/* Tokens a block holds, in every engine the host makes. */
+#define GG_BLOCK_SIZE 16
+
+/* pkv_engine_params_init, then the model's geometry, layer_windows
+ * (pointing into m), vocab_size and max_model_len. */
+void gg_engine_params(pkv_engine_params *p, const gg_model *m,
+                      uint32_t max_model_len);
+
+/* The cache a run asks for. */
+typedef struct gg_kv_choice {
+    int32_t dtype;     /* pkv_kv_dtype */
+    int32_t key_quant; /* pkv_quant_group of U8/U4 keys */
+    int32_t backend;   /* pkv_backend_kind */
+    int hybrid;        /* pkv_engine_params.hybrid_memory */
+} gg_kv_choice;
+
+/* The engine of every run of the host (serving, scoring): the model's
+ * geometry (gg_engine_params), the cache kv asks for, blocks blocks of
+ * GG_BLOCK_SIZE tokens over every layer (as many of a group's layers with
+ * hybrid memory), max_rows rows a step, warnings on stderr, and store
+ * when not NULL. Its parameters in *p. NULL after printing why. */
+pkv_engine *gg_engine_create(pkv_engine_params *p, const gg_model *m,
+                             const gg_kv_choice *kv, uint32_t max_model_len,
+                             uint32_t blocks, uint32_t max_rows,
+                             const pkv_store *store);
+
+/* gg_attend_fn over pkv: user is a gg_pkv_attend. Prints the engine's
+ * message to stderr on failure. */
+typedef struct gg_pkv_attend {
+    pkv_engine *engine;
+    const gg_file_config *config;
+} gg_pkv_attend;
+
+int gg_attend_pkv(void *user, uint32_t layer, uint32_t rows, const float *q,
+                  const float *k, const float *v, float *out);
+
+/* The model as the serving loop's host_model (serve.h): the logits of a
+ * step's sample rows, on its own scratch of max_rows rows. */
+typedef struct gg_host {
+    host_model model; /* self points to this struct */
+    gg_model *weights;
+    gg_scratch scratch;
+} gg_host;
+
+/* 0, or -1 out of memory. */
+int gg_host_init(gg_host *h, gg_model *m, uint32_t max_rows);
+void gg_host_free(gg_host *h);
+
+#endif

@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: MIT */
+/* The Gemma 3 tokenizer fuzz target, shared by libFuzzer and the replay
+ * driver (replay.c, which declares the same two symbols in fuzz_blocks.h). */
+#ifndef PKV_FUZZ_SPM_H
+#define PKV_FUZZ_SPM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Tokenize the text data[0..size) encodes. Aborts on a broken check;
+ * returns 0 otherwise. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Inputs run by LLVMFuzzerTestOneInput since the program started. */
+extern uint64_t pkv_fuzz_ops;
+
+#endif
