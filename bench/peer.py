@@ -39,11 +39,13 @@ round, the sides alternating (llama.cpp first in even rounds):
            270M's 32,768 less the 64 new; SmolLM2's context is 8,192:
            --depths); pkv's f16, u8 and u4 KV against llama.cpp's f16,
            q8_0 and q4_0 (-fa 1 -ctk -ctv for the quantized ones, as
-           they need), and pkv also with --hybrid-memory.
+           they need), and pkv also with hybrid memory (its default;
+           the plain figure is --every-token's).
   prompt   long prompts, tokens/s: llama-bench -p N -n 0 against
            pkv-gguf's first token of an N-token --prompt-ids prompt,
            N = 2,048 and 8,192 (--prompts), f16 KV, pkv also with
-           --hybrid-memory.
+           hybrid memory (its default; the plain figure is
+           --every-token's).
   demo     pkv-gguf's demo (32 requests sharing a 31-token preamble, or
            with SmolLM2 a 69-token system prompt in its chat template, at
            most 48 new tokens, greedy) against llama-server -np 32 given
@@ -606,9 +608,11 @@ def prefill_round(opt, fig, llama_first, ids_path):
                 la)
 
 
-# pkv's memory modes: the default, and hybrid memory (the windowed
-# layers keep only their window's KV).
-PKV_MEMORY = {"": (), " hybrid": ("--hybrid-memory",)}
+# pkv's memory modes: every token in every layer (--every-token), and
+# hybrid memory (pkv-gguf's default: the windowed layers keep only their
+# window's KV). The labels are those of the figures before hybrid memory
+# became the default.
+PKV_MEMORY = {"": ("--every-token",), " hybrid": ()}
 
 
 def depth_round(opt, fig, llama_first, ids):
