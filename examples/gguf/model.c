@@ -21,30 +21,6 @@
 
 /* ---------------------------------------------------------------- loading */
 
-static struct ggml_tensor *load_vector(gg_loader *l, const char *name,
-                                      int64_t n)
-{
-    return gg_file_tensor(&l->m->file, name, 1, &n, 1, l->err, l->err_size);
-}
-
-/* A matrix with a row of in values per output, in its stored type. */
-static struct ggml_tensor *load_matrix(gg_loader *l, const char *name,
-                                       int64_t in, int64_t out)
-{
-    int64_t ne[2] = {in, out};
-    return gg_file_tensor(&l->m->file, name, 2, ne, 0, l->err, l->err_size);
-}
-
-struct ggml_tensor *gg_load_layer_tensor(gg_loader *l, uint32_t i,
-                                         const char *name, int64_t n,
-                                         int64_t out)
-{
-    char full[64];
-    snprintf(full, sizeof full, "blk.%u.%s.weight", i, name);
-    return out ? load_matrix(l, full, n, out)
-               : load_vector(l, full, n);
-}
-
 /* Layer i's tensors that every architecture has. */
 static int load_layer(gg_loader *l, uint32_t i)
 {
@@ -110,14 +86,14 @@ int gg_model_load(gg_model *m, const char *path, uint32_t threads, char *err,
         gg_fail(err, err_size, "out of memory");
         goto fail;
     }
-    if (!(m->output_norm = load_vector(&l, "output_norm.weight",
-                                          c->dim)) ||
-        !(m->embedding = load_matrix(&l, "token_embd.weight", c->dim,
+    if (!(m->output_norm = gg_load_tensor(&l, "output_norm.weight", c->dim,
+                                          0)) ||
+        !(m->embedding = gg_load_tensor(&l, "token_embd.weight", c->dim,
                                         c->vocab_size)))
         goto fail;
     m->output = m->embedding;
     if (ggml_get_tensor(m->file.tensors, "output.weight") != NULL &&
-        !(m->output = load_matrix(&l, "output.weight", c->dim,
+        !(m->output = gg_load_tensor(&l, "output.weight", c->dim,
                                      c->vocab_size)))
         goto fail;
     for (uint32_t i = 0; i < c->num_layers; i++)
