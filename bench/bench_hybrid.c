@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-bench memory, hybrid memory's part: how many sequences of 2k, 8k and
  * 32k tokens fit in 1 GiB of KV with and without hybrid memory
- * (pkv_engine_params.hybrid_memory), for Gemma 3 270M's geometry (18
+ * (pkv_engine_params.kv_memory), for Gemma 3 270M's geometry (18
  * layers, 1 kv head of 256 dims, 15 of them windowed at 512 tokens) and a
  * Llama-like geometry without windows, f16 and U8.
  *
@@ -52,8 +52,8 @@ static int count_blocks(const model_shape *m, uint32_t ctx, int hybrid,
     p.block_size = BLOCK_SIZE;
     p.max_model_len = ctx + 16;
     p.layer_windows = m->pattern;
-    p.hybrid_memory = (uint32_t)hybrid;
-    p.num_blocks = 6 * (ctx / BLOCK_SIZE + 4) + 1;
+    p.kv_memory = hybrid ? PKV_KV_MEMORY_HYBRID : PKV_KV_MEMORY_EVERY_TOKEN;
+    p.num_blocks = ctx / BLOCK_SIZE + 5; /* over every layer: room */
     p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e;
     if (pkv_engine_create(&p, &e) != PKV_OK) {
@@ -121,7 +121,7 @@ static int budget_blocks(const model_shape *m, int32_t dtype, int hybrid,
     p.cache_bytes = BUDGET;
     p.max_num_seqs = 16; /* U8 staging tails: few */
     p.layer_windows = m->windows;
-    p.hybrid_memory = (uint32_t)hybrid;
+    p.kv_memory = hybrid ? PKV_KV_MEMORY_HYBRID : PKV_KV_MEMORY_EVERY_TOKEN;
     p.backend = PKV_BACKEND_KIND_CPU;
     pkv_engine *e;
     if (pkv_engine_create(&p, &e) != PKV_OK) {

@@ -8,7 +8,7 @@
 #include "sample.h"
 
 #include "kv_layout.h"
-#include "table.h"
+#include "kv/table.h"
 
 #include <math.h>
 #include <stdlib.h>

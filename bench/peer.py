@@ -43,12 +43,13 @@ round, the sides alternating (llama.cpp first in even rounds):
            8,128 (its 8,192 less the 64; --depths); pkv's f16, u8 and u4
            KV against llama.cpp's f16, q8_0 and q4_0 (-fa 1 -ctk -ctv
            for the quantized ones, as they need), and pkv also with
-           --hybrid-memory where the model has windowed layers (Gemma 3;
-           SmolLM2 has none).
+           hybrid memory where the model has windowed layers (Gemma 3;
+           SmolLM2 has none): pkv-gguf's default, the plain figure is
+           --every-token's (--memory picks).
   prompt   long prompts, tokens/s: llama-bench -p N -n 0 against
            pkv-gguf's first token of an N-token --prompt-ids prompt,
            N = 2,048 and 8,192 (--prompts), f16 KV, pkv also with
-           --hybrid-memory where the model has windowed layers.
+           hybrid memory where the model has windowed layers.
   demo     pkv-gguf's demo (32 requests sharing a 31-token preamble, or
            with SmolLM2 a 69-token system prompt in its chat template, at
            most 48 new tokens, greedy) against llama-server -np 32 given
@@ -120,7 +121,7 @@ LLAMA_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
 # vocabulary the trace and the 512-token prompt draw from, BOS first
 # where the model's file asks for it, its context, the default --depths
 # (the longest: the context less the 64 new tokens) and whether it has
-# windowed layers (where --hybrid-memory changes something).
+# windowed layers (where hybrid memory changes something).
 MODELS = {
     "gemma3": {"gguf": "gemma3/gemma-3-270m-q4_k_m.gguf", "vocab": 262144,
                "bos": 2, "context": 32768, "depths": "2048,8192,32704",
@@ -633,10 +634,12 @@ def prefill_round(opt, fig, llama_first, ids_path):
 
 
 def pkv_memory(opt):
-    """pkv's memory modes that --memory asks for: the default, and where
-    the model has windowed layers hybrid memory (they keep only their
-    window's KV)."""
-    modes = {"": (), " hybrid": ("--hybrid-memory",)}
+    """pkv's memory modes that --memory asks for: every token in every
+    layer (--every-token, the plain figures), and where the model has
+    windowed layers hybrid memory (pkv-gguf's default: they keep only
+    their window's KV). The labels are those of the figures before hybrid
+    memory became the default."""
+    modes = {"": ("--every-token",), " hybrid": ()}
     if not MODELS[opt.model]["windows"]:
         modes.pop(" hybrid")
     return {k: v for k, v in modes.items() if opt.memory == "both" or

@@ -54,7 +54,7 @@
 
 #include "alloc.h"
 #include "quant.h"
-#include "table.h"
+#include "kv/table.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -240,6 +240,14 @@ typedef struct pkv__backend_ops {
 
 extern const pkv__backend_ops pkv__backend_cpu;
 
+/* A backend made for an engine, its ops and its state: what the engine's
+ * step calls (attention) and what the KV-cache manager moves KV with, one
+ * object for both. */
+typedef struct pkv__device {
+    const pkv__backend_ops *ops;
+    pkv__backend *backend;
+} pkv__device;
+
 /* Choosing the backend (backend.c). */
 
 /* Create the backend params ask for (PKV_BACKEND_KIND_AUTO: OpenCL when a
@@ -263,11 +271,8 @@ uint32_t pkv__backend_default_block_size(const pkv_engine_params *params);
  * in the host's log. */
 void pkv__backend_log_loader(const pkv_engine_params *params);
 
-/* Shared by the backends (backend_check.c). */
-
-/* PKV_OK or the status create must return for this config, with the
- * thread's message set. */
-pkv_status pkv__backend_config_check(const pkv__backend_config *config);
+/* A config's layout, which the backends and the KV-cache manager share
+ * (backend_layout.c). */
 
 /* Bytes of one block in one layer's arena. */
 size_t pkv__backend_layer_block_bytes(const pkv__backend_config *config);
@@ -304,6 +309,12 @@ size_t pkv__backend_stage_bytes(const pkv__backend_config *config);
  * the staging tail with a U8 cache. */
 size_t pkv__backend_swap_bytes(const pkv__backend_config *config,
                                uint32_t num_blocks);
+
+/* The checks every backend makes (backend_check.c). */
+
+/* PKV_OK or the status create must return for this config, with the
+ * thread's message set. */
+pkv_status pkv__backend_config_check(const pkv__backend_config *config);
 
 /* What a backend has already read of step rows' block tables, row by
  * row (pkv__step.table_versions): the table of version `version` had its

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Checks and sizes shared by every backend (backend.h), so that all of
- * them refuse the same inputs with the same status and message. */
+/* The checks every backend makes of its config and of each step's, a
+ * layer's and a copy's arguments (backend.h), so that all of them refuse
+ * the same inputs with the same status and message; and what a backend
+ * remembers of the block tables it checked. The sizes and lookups of the
+ * hot path are backend_layout.c's. */
 #include "backend.h"
 
 #include "error.h"
@@ -81,80 +84,6 @@ pkv_status pkv__backend_config_check(const pkv__backend_config *c)
                              (unsigned)l, (unsigned)c->layer_arena[l],
                              (unsigned)c->layer_group[l]);
     return PKV_OK;
-}
-
-size_t pkv__backend_layer_block_bytes(const pkv__backend_config *c)
-{
-    return PKV_LAYOUT_LAYER_BLOCK_BYTES(
-        (size_t)c->kv_dtype, (size_t)c->key_quant, (size_t)c->value_quant,
-        (size_t)c->u4_group, (size_t)c->block_size, (size_t)c->head_dim,
-        (size_t)c->num_kv_heads);
-}
-
-int pkv__backend_quantized(const pkv__backend_config *c)
-{
-    return PKV_LAYOUT_QUANTIZED(c->kv_dtype);
-}
-
-int32_t pkv__backend_part_dtype(const pkv__backend_config *c, int kv)
-{
-    return kv ? PKV_LAYOUT_VALUE_DTYPE(c->kv_dtype)
-              : PKV_LAYOUT_KEY_DTYPE(c->kv_dtype);
-}
-
-pkv__qformat pkv__backend_qformat(const pkv__backend_config *c, int kv)
-{
-    pkv__qformat f = {pkv__backend_part_dtype(c, kv),
-                      kv ? c->value_quant : c->key_quant, c->u4_group};
-    return f;
-}
-
-size_t pkv__backend_part_bytes(const pkv__backend_config *c, int kv)
-{
-    pkv__qformat f = pkv__backend_qformat(c, kv);
-    return PKV_LAYOUT_PART_BYTES((size_t)f.dtype, (size_t)f.group,
-                                 (size_t)f.u4_group, (size_t)c->block_size,
-                                 (size_t)c->head_dim);
-}
-
-uint32_t pkv__backend_num_arenas(const pkv__backend_config *c)
-{
-    return c->layer_arena != NULL ? c->num_arenas : c->num_layers;
-}
-
-uint32_t pkv__backend_num_groups(const pkv__backend_config *c)
-{
-    return c->layer_group != NULL ? c->num_groups : 1;
-}
-
-uint32_t pkv__backend_arena(const pkv__backend_config *c, uint32_t layer)
-{
-    return c->layer_arena != NULL ? c->layer_arena[layer] : layer;
-}
-
-uint32_t pkv__backend_group(const pkv__backend_config *c, uint32_t layer)
-{
-    return c->layer_group != NULL ? c->layer_group[layer] : 0;
-}
-
-size_t pkv__backend_swap_block_bytes(const pkv__backend_config *c)
-{
-    return pkv__backend_layer_block_bytes(c) * pkv__backend_num_arenas(c);
-}
-
-size_t pkv__backend_stage_bytes(const pkv__backend_config *c)
-{
-    return (size_t)c->num_layers * c->num_kv_heads * 2u * c->block_size *
-           c->head_dim * sizeof(float);
-}
-
-size_t pkv__backend_swap_bytes(const pkv__backend_config *c,
-                               uint32_t num_blocks)
-{
-    size_t size = num_blocks * pkv__backend_swap_block_bytes(c);
-    if (pkv__backend_quantized(c))
-        size += pkv__backend_stage_bytes(c);
-    return size;
 }
 
 pkv_status pkv__tables_seen_init(pkv__tables_seen *seen,
@@ -268,7 +197,8 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                          "is NULL");
     if (s->num_tokens > 0 && s->slots == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "step: slots is NULL");
-    if (pkv__backend_quantized(c) && s->num_seqs > 0 && s->stages == NULL)
+    int quantized = pkv__backend_quantized(c);
+    if (quantized && s->num_seqs > 0 && s->stages == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "step: stages is NULL with a u8 cache");
     if (s->num_seqs > 0 && (s->query_start[0] != 0 ||
@@ -299,14 +229,13 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
             if (st != PKV_OK)
                 return st;
         }
-        if (pkv__backend_quantized(c) && s->stages[i] >= c->num_stages)
+        if (quantized && s->stages[i] >= c->num_stages)
             return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                              "step: sequence %u has staging tail %u of %u",
                              (unsigned)i, (unsigned)s->stages[i],
                              (unsigned)c->num_stages);
         /* A window must not be the tail the block seals from. */
-        for (uint32_t t = q0; pkv__backend_quantized(c) &&
-                              s->windows != NULL && t < q1;
+        for (uint32_t t = q0; quantized && s->windows != NULL && t < q1;
              t++) {
             uint32_t w = s->windows[t];
             uint64_t tok = ctx - (q1 - q0) + (t - q0);

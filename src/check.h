@@ -8,6 +8,7 @@
  * Checked between calls (not inside a step_begin):
  *   - pool: every block in exactly one state; free and cached-free queues
  *     as long as their counts; used count; tokens_stored = sum of fills;
+ *     the null block never cached, referenced or filled;
  *   - each block's ref_count equals the number of tables that hold it;
  *   - each tenant's block count equals a recount over its sequences;
  *   - tables: blocks_for(num_tokens) blocks, every full block filled,

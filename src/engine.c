@@ -6,7 +6,6 @@
 #include "store/engine_store.h"
 #include "kv_layout.h"
 #include "seal.h"
-#include "seq_tables.h"
 #include "struct_sizes.h"
 
 #include <string.h>
@@ -52,15 +51,14 @@ static pkv_status create_backend(pkv_engine *e)
     c->parallel = p->parallel;
     c->parallel_user = p->parallel_user;
     c->workers = p->parallel_workers;
-    const pkv__groups *g = &e->groups;
-    if (g->num_groups > 1) {
-        c->num_groups = g->num_groups;
-        c->num_arenas = g->slots;
-        c->layer_arena = g->layer_arena;
-        c->layer_group = g->layer_group;
-        c->group_windows = g->group_windows;
-    }
-    return pkv__backend_create_for(p, c, &e->alloc, &e->ops, &e->backend);
+    /* The layers' places in the groups and arenas (kv/groups.h). */
+    const pkv__groups *g = &e->kv.groups;
+    c->num_groups = g->num_groups;
+    c->num_arenas = g->slots;
+    c->layer_arena = g->layer_arena;
+    c->layer_group = g->layer_group;
+    c->group_windows = g->group_windows;
+    return pkv__backend_create_for(p, c, &e->alloc, &e->device.ops, &e->device.backend);
 }
 
 /* Release everything create may have made; fields not made are NULL. */
@@ -69,28 +67,19 @@ static void engine_free(pkv_engine *e)
     pkv__seq_list *lists[] = {&e->seqs.waiting, &e->seqs.running,
                               &e->seqs.swapped, &e->seqs.ended};
     for (size_t l = 0; l < 4; l++)
-        for (uint32_t i = 0; i < lists[l]->count; i++) {
-            pkv__seq *s = lists[l]->items[i];
-            if (e->pool.blocks != NULL)
-                pkv__seq_tables_release(s, &e->pool);
-            pkv__prefix_chain_release(&s->chain, &e->pool);
-        }
+        for (uint32_t i = 0; i < lists[l]->count; i++)
+            pkv__kv_drop(&e->kv, &lists[l]->items[i]->kv);
     /* Before the backend and pool: the store's operations in flight are
      * cancelled, so the connector stops writing into their buffers. */
-    pkv__store_release(e);
+    pkv__store_release(e->store);
     pkv__seal_destroy(e->seal, &e->alloc);
-    if (e->ops != NULL)
-        e->ops->destroy(e->backend);
-    pkv__seqs_release(&e->seqs, &e->alloc);
+    if (e->device.ops != NULL)
+        e->device.ops->destroy(e->device.backend);
+    pkv__seqs_release(&e->seqs);
     pkv__step_state_release(&e->step, &e->alloc);
-    pkv__rollback_release(&e->rollback, &e->alloc);
-    pkv__groups_release(&e->groups, &e->alloc);
+    pkv__kv_release(&e->kv, &e->alloc);
     pkv__free(&e->alloc, e->layer_windows, e->params.num_layers,
               sizeof *e->layer_windows);
-    if (e->prefix.pool != NULL)
-        pkv__prefix_release(&e->prefix);
-    if (e->pool.blocks != NULL)
-        pkv__pool_release(&e->pool);
     pkv__allocator alloc = e->alloc;
     pkv__engine_message_destroy(e->message, &alloc);
     pkv__free(&alloc, e, 1, sizeof *e);
@@ -122,7 +111,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
                          "or both be NULL");
 
     pkv_engine *e = pkv__calloc(&alloc, 1, sizeof *e);
-    if (e == NULL || pkv__engine_message_create(&alloc, &e->message) !=
+    if (e == NULL || pkv__engine_message_create(&alloc, &p, &e->message) !=
                          PKV_OK) {
         pkv__free(&alloc, e, 1, sizeof *e);
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "engine object");
@@ -137,25 +126,23 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "inbox mutex");
     }
     if (copy_layer_windows(e) != PKV_OK ||
-        pkv__groups_init(&e->groups, &alloc, &e->params) != PKV_OK) {
+        pkv__kv_init(&e->kv, &alloc, &e->params) != PKV_OK) {
         pkv__inbox_release(&e->inbox, &alloc);
         engine_free(e);
-        return pkv__fail(PKV_ERR_OUT_OF_MEMORY, "layer windows");
+        return pkv__fail(PKV_ERR_OUT_OF_MEMORY,
+                         "layer windows, staging tails, rollback window");
     }
     /* The KV storage first: a cache too large for the machine fails before
      * the host metadata (proportional to the blocks) is built. */
     const char *what = "backend";
     st = create_backend(e);
     if (st != PKV_OK)
-        e->ops = NULL;
+        e->device.ops = NULL;
     if (st == PKV_OK) {
         what = "block pool";
         pkv__set_error(""); /* the backend may have noted a fallback */
-        st = pkv__pool_init(&e->pool, &alloc, p.num_blocks, p.block_size);
-    }
-    if (st == PKV_OK) {
-        what = "prefix index";
-        st = pkv__prefix_init(&e->prefix, &e->pool);
+        st = pkv__kv_init_pool(&e->kv, &alloc, &e->device,
+                               &e->backend_config);
     }
     /* The key itself is not kept: the seal holds what it derives. */
     e->params.seal_key = NULL;
@@ -165,7 +152,10 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     }
     if (st == PKV_OK) {
         what = "store state";
-        st = pkv__store_init(e, p.store);
+        pkv__store_env env = {&e->kv,         &e->backend_config, e->seal,
+                              &e->totals,     e->message,         &e->inbox,
+                              alloc};
+        st = pkv__store_init(&e->store, &env, p.store);
         if (st == PKV_OK && p.store != NULL)
             e->params.store = &e->store->cb;
     }
@@ -175,11 +165,8 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     }
     if (st == PKV_OK) {
         what = "sequence lists";
-        st = pkv__seqs_init(&e->seqs, &alloc, &p);
-    }
-    if (st == PKV_OK) {
-        what = "rollback window";
-        st = pkv__rollback_init(&e->rollback, &alloc, &p);
+        st = pkv__seqs_init(&e->seqs, &alloc, &p, &e->kv, e->store,
+                            &e->totals);
     }
     if (st != PKV_OK) {
         char why[PKV__ERROR_MAX];
@@ -194,10 +181,10 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         return pkv__fail(st, "%s of %u blocks: %s", what,
                          (unsigned)p.num_blocks, why);
     }
-    pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
+    pkv__engine_log(e->message, PKV_LOG_LEVEL_INFO,
                     "pkv %s: %s backend, %u blocks of %u tokens, %llu bytes "
                     "per block",
-                    PKV_VERSION_STRING, e->ops->name, (unsigned)p.num_blocks,
+                    PKV_VERSION_STRING, e->device.ops->name, (unsigned)p.num_blocks,
                     (unsigned)p.block_size, (unsigned long long)e->block_bytes);
     *out = e;
     return PKV_OK;
@@ -213,7 +200,7 @@ void pkv_engine_destroy(pkv_engine *engine)
 
 const char *pkv_engine_backend_name(const pkv_engine *engine)
 {
-    return engine == NULL ? "" : engine->ops->name;
+    return engine == NULL ? "" : engine->device.ops->name;
 }
 
 pkv_status pkv_engine_stats_init(pkv_engine_stats *stats)
@@ -233,15 +220,15 @@ pkv_status pkv_engine_get_group_stats(const pkv_engine *engine,
     if (engine == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (window == NULL || blocks_used == NULL || tokens_stored == NULL)
-        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(engine->message, PKV_ERR_INVALID_ARGUMENT,
                                 "every out-parameter must be set");
-    if (group >= engine->groups.num_groups)
-        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+    if (group >= engine->kv.groups.num_groups)
+        return pkv__engine_fail(engine->message, PKV_ERR_INVALID_ARGUMENT,
                                 "group %u of %u", (unsigned)group,
-                                (unsigned)engine->groups.num_groups);
-    *window = pkv__groups_window(&engine->groups, group);
-    *blocks_used = engine->pool.group_used[group];
-    *tokens_stored = engine->pool.group_tokens[group];
+                                (unsigned)engine->kv.groups.num_groups);
+    *window = pkv__groups_window(&engine->kv.groups, group);
+    *blocks_used = engine->kv.pool.group_used[group];
+    *tokens_stored = engine->kv.pool.group_tokens[group];
     return PKV_OK;
 }
 
@@ -251,14 +238,14 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     if (engine == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (stats == NULL)
-        return pkv__engine_fail(engine, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(engine->message, PKV_ERR_INVALID_ARGUMENT,
                                 "stats is NULL");
     char why[128];
     if (pkv__struct_size_bad(stats->struct_size, PKV__ENGINE_STATS_MIN_SIZE,
                              sizeof *stats, "stats", "pkv_engine_stats_init",
                              why, sizeof why))
-        return pkv__engine_fail(engine, PKV_ERR_STRUCT_SIZE, "%s", why);
-    const pkv__pool *pool = &engine->pool;
+        return pkv__engine_fail(engine->message, PKV_ERR_STRUCT_SIZE, "%s", why);
+    const pkv__pool *pool = &engine->kv.pool;
     pkv_engine_stats s;
     memset(&s, 0, sizeof s);
     s.struct_size = stats->struct_size;
@@ -299,8 +286,8 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     s.store_timeouts = t->store_timeouts;
     s.store_damaged = t->store_damaged;
     s.store_mismatched = t->store_mismatched;
-    s.kv_groups = engine->groups.num_groups;
-    s.group_layers = engine->groups.slots;
+    s.kv_groups = engine->kv.groups.num_groups;
+    s.group_layers = engine->kv.groups.slots;
     memcpy(stats, &s, stats->struct_size);
     return PKV_OK;
 }

@@ -11,12 +11,9 @@
 
 #include "backend.h"
 #include "engine_error.h"
-#include "groups.h"
 #include "inbox.h"
-#include "lifecycle.h"
-#include "pool.h"
-#include "prefix.h"
-#include "rollback.h"
+#include "seqs.h"
+#include "kv/kv.h"
 #include "step_state.h"
 
 struct pkv__engine_store;
@@ -29,18 +26,14 @@ struct pkv_engine {
                                  all), params.layer_windows points here */
     uint64_t block_bytes;     /* one block over all layers (with hybrid
                                  memory, one group's layers) */
-    pkv__groups groups;       /* layers grouped by window (groups.h) */
     uint32_t watermark_blocks; /* blocks admission leaves free */
     uint64_t drafts_step; /* the step the latest pkv_seq_propose was for:
                              in the others, no sequence has drafts */
-    pkv__pool pool;
-    pkv__prefix prefix;
-    const pkv__backend_ops *ops;
-    pkv__backend *backend;
+    pkv__kv kv;                /* the KV-cache manager (kv/kv.h) */
+    pkv__device device;        /* backend.h */
     pkv__backend_config backend_config;
     pkv__inbox inbox;          /* sequences added from any thread */
     pkv__seqs seqs;            /* lifecycle.h */
-    pkv__rollback rollback;    /* rollback.h */
     pkv__step_state step;      /* step_state.h */
     struct pkv__engine_store *store; /* store/engine_store.h */
     struct pkv__seal *seal; /* seal.h; NULL: no seal_key */

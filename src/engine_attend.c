@@ -17,43 +17,43 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
                                uint32_t heads)
 {
     if (t == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
                                 name);
     char why[128];
     if (pkv__struct_size_bad(t->struct_size, PKV__TENSOR_MIN_SIZE, sizeof *t,
                              name, "pkv_tensor_host", why, sizeof why))
-        return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
+        return pkv__engine_fail(e->message, PKV_ERR_STRUCT_SIZE, "%s", why);
     if (t->dtype != PKV_TENSOR_DTYPE_F32 && t->dtype != PKV_TENSOR_DTYPE_F16)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->dtype is %d; not a pkv_tensor_dtype",
                                 name, (int)t->dtype);
-    int device_ok = e->ops->attend_device != NULL;
+    int device_ok = e->device.ops->attend_device != NULL;
     if (t->memory != PKV_TENSOR_MEMORY_HOST &&
         !(t->memory == PKV_TENSOR_MEMORY_OPENCL && device_ok))
         return pkv__engine_fail(
-            e,
+            e->message,
             t->memory == PKV_TENSOR_MEMORY_OPENCL ? PKV_ERR_UNSUPPORTED
                                                   : PKV_ERR_INVALID_ARGUMENT,
             "%s->memory is %d; the %s backend takes %s", name, (int)t->memory,
-            e->ops->name,
+            e->device.ops->name,
             device_ok ? "PKV_TENSOR_MEMORY_HOST or PKV_TENSOR_MEMORY_OPENCL"
                       : "host memory only");
     if (t->rows != rows || t->heads != heads ||
         t->head_dim != e->params.head_dim)
         return pkv__engine_fail(
-            e, PKV_ERR_INVALID_ARGUMENT,
+            e->message, PKV_ERR_INVALID_ARGUMENT,
             "%s is [%u][%u][%u]; this step needs [%u][%u][%u]", name,
             (unsigned)t->rows, (unsigned)t->heads, (unsigned)t->head_dim,
             (unsigned)rows, (unsigned)heads, (unsigned)e->params.head_dim);
     if (rows > 0 && t->data == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s->data is NULL",
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT, "%s->data is NULL",
                                 name);
     /* Host elements are read and written in place: they must be aligned.
      * (cl_mem offsets are checked by the OpenCL backend.) */
     size_t esize = t->dtype == PKV_TENSOR_DTYPE_F32 ? 4 : 2;
     if (t->memory == PKV_TENSOR_MEMORY_HOST &&
         ((uintptr_t)t->data + t->offset) % esize != 0)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "%s->data + offset is not aligned to its "
                                 "%zu-byte elements",
                                 name, esize);
@@ -99,10 +99,10 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (!e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "attend outside a step: call step_begin");
     if (layer >= e->params.num_layers || e->step.layer_done[layer])
-        return pkv__engine_fail(e, layer >= e->params.num_layers
+        return pkv__engine_fail(e->message, layer >= e->params.num_layers
                                        ? PKV_ERR_INVALID_ARGUMENT
                                        : PKV_ERR_BAD_STATE,
                                 "layer %u %s", (unsigned)layer,
@@ -123,7 +123,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     int device = q->memory == PKV_TENSOR_MEMORY_OPENCL;
     if (k->memory != q->memory || v->memory != q->memory ||
         out->memory != q->memory)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "q, k, v and out must all be host memory or "
                                 "all cl_mem");
     if (rows == 0) {
@@ -134,10 +134,10 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     /* cl_mem tensors: enqueued on the engine's queue, not waited for, and
      * not scanned for non-finite values (pkv_opencl.h). */
     if (device) {
-        st = e->ops->attend_device(e->backend, layer, q, k, v, out,
+        st = e->device.ops->attend_device(e->device.backend, layer, q, k, v, out,
                                    e->params.scale, e->layer_windows[layer]);
         if (st != PKV_OK)
-            return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
+            return pkv__engine_fail(e->message, st, "layer %u: %s", (unsigned)layer,
                                     pkv_last_error());
         e->step.layer_done[layer] = 1;
         e->step.layers_left--;
@@ -152,7 +152,7 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     void *scratch;
     if (pkv__grow(&e->alloc, e->step.scratch, &e->step.scratch_capacity, 0, needed,
                   sizeof *e->step.scratch, &scratch) != PKV_OK)
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
+        return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY,
                                 "attend scratch of %zu floats", needed);
     e->step.scratch = scratch;
     float *q_buf = e->step.scratch, *out_buf = q_buf + q_count;
@@ -200,17 +200,17 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         out->dtype == PKV_TENSOR_DTYPE_F32 && o0 < q0 + span && q0 < o0 + span;
     float *of =
         out->dtype == PKV_TENSOR_DTYPE_F32 && !alias ? out_f32 : out_buf;
-    if (e->ops->append_attend != NULL) {
-        st = e->ops->append_attend(e->backend, layer, kf, vf, qf, of,
+    if (e->device.ops->append_attend != NULL) {
+        st = e->device.ops->append_attend(e->device.backend, layer, kf, vf, qf, of,
                                    e->params.scale, e->layer_windows[layer]);
     } else {
-        st = e->ops->append(e->backend, layer, kf, vf);
+        st = e->device.ops->append(e->device.backend, layer, kf, vf);
         if (st == PKV_OK)
-            st = e->ops->attend(e->backend, layer, qf, of, e->params.scale,
+            st = e->device.ops->attend(e->device.backend, layer, qf, of, e->params.scale,
                                 e->layer_windows[layer]);
     }
     if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "layer %u: %s", (unsigned)layer,
+        return pkv__engine_fail(e->message, st, "layer %u: %s", (unsigned)layer,
                                 pkv_last_error());
     if (out->dtype == PKV_TENSOR_DTYPE_F16) {
         uint16_t *h = (uint16_t *)(void *)((uint8_t *)out->data + out->offset);

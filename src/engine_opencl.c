@@ -31,12 +31,12 @@ pkv_status pkv_engine_get_opencl(const pkv_engine *engine,
     if (engine == NULL || context == NULL || queue == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "engine, context or queue is NULL");
-    if (!pkv__ocl_is(engine->ops))
+    if (!pkv__ocl_is(engine->device.ops))
         return pkv__fail(PKV_ERR_UNSUPPORTED,
                          "the engine runs on the %s backend",
-                         engine->ops->name);
+                         engine->device.ops->name);
     void *c, *q;
-    pkv__ocl_handles(engine->backend, &c, &q);
+    pkv__ocl_handles(engine->device.backend, &c, &q);
     *context = (cl_context)c;
     *queue = (cl_command_queue)q;
     return PKV_OK;

@@ -4,7 +4,7 @@
 #include "engine_params.h"
 
 #include "error.h"
-#include "groups.h"
+#include "kv/groups.h"
 #include "kv_layout.h"
 #include "quant.h"
 #include "seal.h"
@@ -60,16 +60,51 @@ uint64_t pkv__block_bytes(const pkv_engine_params *p)
     return head * p->num_kv_heads * pkv__groups_slots(p);
 }
 
+/* What the cache keeps (pkv.h: kv_memory, and 0.2.0's hybrid_memory),
+ * for params of `size` bytes from the caller. */
+static pkv_status resolve_memory(uint32_t size, pkv_engine_params *p)
+{
+    if (p->hybrid_memory > 1)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->hybrid_memory is %u; must be 0 or 1",
+                         (unsigned)p->hybrid_memory);
+    if (p->kv_memory != PKV_KV_MEMORY_HYBRID &&
+        p->kv_memory != PKV_KV_MEMORY_EVERY_TOKEN)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->kv_memory is %d; not a pkv_kv_memory",
+                         (int)p->kv_memory);
+    /* A caller built against 0.2.0 keeps 0.2.0's default: every token,
+     * unless its hybrid_memory asks for groups. */
+    if (size < PKV__END_OF(pkv_engine_params, kv_memory) && !p->hybrid_memory)
+        p->kv_memory = PKV_KV_MEMORY_EVERY_TOKEN;
+    if (p->hybrid_memory && p->kv_memory == PKV_KV_MEMORY_EVERY_TOKEN)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                         "params->hybrid_memory is 1 (hybrid memory, "
+                         "0.2.0's switch) with kv_memory "
+                         "PKV_KV_MEMORY_EVERY_TOKEN; set one of them");
+    uint32_t groups = p->num_layers / pkv__groups_slots(p);
+    if (groups > PKV__MAX_GROUPS && p->hybrid_memory)
+        return pkv__fail(PKV_ERR_UNSUPPORTED,
+                         "params->hybrid_memory groups the layers by window "
+                         "into %u groups of %u layers (the greatest common "
+                         "divisor of each window's layer count); at most %u",
+                         (unsigned)groups,
+                         (unsigned)pkv__groups_slots(p),
+                         (unsigned)PKV__MAX_GROUPS);
+    if (groups > PKV__MAX_GROUPS) /* the default's: every token (pkv.h) */
+        p->kv_memory = PKV_KV_MEMORY_EVERY_TOKEN;
+    return PKV_OK;
+}
+
 pkv_status pkv__params_resolve(const pkv_engine_params *in,
                                pkv_engine_params *p)
 {
     char why[128];
-    if (pkv__struct_size_bad(in->struct_size, PKV__ENGINE_PARAMS_MIN_SIZE,
-                             sizeof *p, "params", "pkv_engine_params_init",
-                             why, sizeof why))
-        return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_engine_params_init(p);
-    memcpy(p, in, in->struct_size);
+    if (pkv__struct_read(p, in, in->struct_size, PKV__ENGINE_PARAMS_MIN_SIZE,
+                         sizeof *p, "params", "pkv_engine_params_init", why,
+                         sizeof why))
+        return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     if (p->flags != 0)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
                          "params->flags is %#x; no flags are defined",
@@ -187,19 +222,9 @@ pkv_status pkv__params_resolve(const pkv_engine_params *in,
                          "params->sliding_window is %u with layer_windows "
                          "set; give the windows one way",
                          (unsigned)p->sliding_window);
-    if (p->hybrid_memory > 1)
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->hybrid_memory is %u; must be 0 or 1",
-                         (unsigned)p->hybrid_memory);
-    uint32_t groups = p->num_layers / pkv__groups_slots(p);
-    if (groups > PKV__MAX_GROUPS)
-        return pkv__fail(PKV_ERR_UNSUPPORTED,
-                         "params->hybrid_memory groups the layers by window "
-                         "into %u groups of %u layers (the greatest common "
-                         "divisor of each window's layer count); at most %u",
-                         (unsigned)groups,
-                         (unsigned)pkv__groups_slots(p),
-                         (unsigned)PKV__MAX_GROUPS);
+    pkv_status st = resolve_memory(in->struct_size, p);
+    if (st != PKV_OK)
+        return st;
     if (p->key_quant == PKV_QUANT_GROUP_DEFAULT)
         p->key_quant = PKV_QUANT_GROUP_PER_CHANNEL;
     if (p->value_quant == PKV_QUANT_GROUP_DEFAULT)
@@ -234,12 +259,21 @@ pkv_status pkv__params_size_pool(pkv_engine_params *p)
                          "params->num_blocks is %u; must be at least 2 "
                          "(block 0 is reserved)",
                          (unsigned)p->num_blocks);
-    } else if (p->num_blocks == UINT32_MAX) {
-        return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
-                         "params->num_blocks is %u; at most %u (32-bit "
-                         "block ids, 0xffffffff is no block)",
-                         (unsigned)p->num_blocks,
-                         (unsigned)(UINT32_MAX - 1));
+    } else {
+        /* Blocks over every layer: with hybrid memory, as many of the
+         * pool's, which hold one group's layers each, as hold the same
+         * bytes (0.2.0's hybrid_memory counted the pool's). */
+        uint32_t groups = p->num_layers / pkv__groups_slots(p);
+        uint64_t n = p->hybrid_memory ? p->num_blocks
+                                      : (uint64_t)p->num_blocks * groups;
+        if (n >= UINT32_MAX)
+            return pkv__fail(PKV_ERR_INVALID_ARGUMENT,
+                             "params->num_blocks is %u: %llu blocks of the "
+                             "pool (%u groups of layers); at most %u (32-bit "
+                             "block ids, 0xffffffff is no block)",
+                             (unsigned)p->num_blocks, (unsigned long long)n,
+                             (unsigned)groups, (unsigned)(UINT32_MAX - 1));
+        p->num_blocks = (uint32_t)n;
     }
     p->cache_bytes = block_bytes * p->num_blocks;
     return PKV_OK;

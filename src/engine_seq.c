@@ -4,8 +4,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
-#include "seq_tables.h"
+#include "seqs.h"
 #include "store/engine_store.h"
 #include "struct_sizes.h"
 
@@ -37,62 +36,47 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (params == NULL || out_id == NULL)
         return pkv__engine_fail_any_thread(
-            e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+            e->message, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
             params == NULL ? "params" : "out_id");
     char why[128];
-    if (pkv__struct_size_bad(params->struct_size, PKV__SEQ_PARAMS_MIN_SIZE,
-                             sizeof *params, "params", "pkv_seq_params_init",
-                             why, sizeof why))
-        return pkv__engine_fail_any_thread(e, PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_seq_params p;
     pkv_seq_params_init(&p);
-    memcpy(&p, params, params->struct_size);
+    if (pkv__struct_read(&p, params, params->struct_size,
+                         PKV__SEQ_PARAMS_MIN_SIZE, sizeof p, "params",
+                         "pkv_seq_params_init", why, sizeof why))
+        return pkv__engine_fail_any_thread(e->message, PKV_ERR_STRUCT_SIZE,
+                                           "%s", why);
     if (p.flags != 0)
         return pkv__engine_fail_any_thread(
-            e, PKV_ERR_INVALID_ARGUMENT,
+            e->message, PKV_ERR_INVALID_ARGUMENT,
             "params->flags is %#x; no flags are defined", (unsigned)p.flags);
     if (p.prompt == NULL || p.prompt_len == 0 ||
         p.prompt_len >= e->params.max_model_len)
         return pkv__engine_fail_any_thread(
-            e, PKV_ERR_INVALID_ARGUMENT,
+            e->message, PKV_ERR_INVALID_ARGUMENT,
             "prompt of %u tokens%s; must be 1..%u (max_model_len - 1)",
             (unsigned)p.prompt_len, p.prompt == NULL ? " (prompt is NULL)" : "",
             (unsigned)(e->params.max_model_len - 1));
     for (uint32_t i = 0; i < p.prompt_len; i++)
         if (!token_ok(e, p.prompt[i]))
             return pkv__engine_fail_any_thread(
-                e, PKV_ERR_INVALID_ARGUMENT,
+                e->message, PKV_ERR_INVALID_ARGUMENT,
                 "prompt[%u] is %d; token ids are 0..%u", (unsigned)i,
                 (int)p.prompt[i],
                 (unsigned)(e->params.vocab_size ? e->params.vocab_size - 1
                                                 : INT32_MAX));
-    pkv__seq *seq = pkv__seq_new(&e->alloc, p.prompt, p.prompt_len,
-                                 e->groups.num_groups);
+    /* The prompt's chained hashes are computed here, on the host's
+     * thread, once (kv.h). */
+    pkv__seq *seq = pkv__seq_new(&e->alloc, &e->kv, p.prompt, p.prompt_len,
+                                 p.cache_salt, p.prompt_len);
     if (seq == NULL)
-        return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
+        return pkv__engine_fail_any_thread(e->message, PKV_ERR_OUT_OF_MEMORY,
                                            "sequence of %u tokens",
                                            (unsigned)p.prompt_len);
     seq->max_new_tokens = p.max_new_tokens;
-    seq->priority = p.priority;
+    seq->order.priority = p.priority;
     seq->tenant = p.tenant;
-    seq->salt = p.cache_salt;
     seq->user_data = p.user_data;
-    uint32_t bs = e->params.block_size;
-    uint32_t n_hashes = (p.prompt_len - 1) / bs;
-    if (n_hashes > 0) {
-        seq->prompt_hashes = pkv__calloc(&e->alloc, n_hashes,
-                                         sizeof *seq->prompt_hashes);
-        if (seq->prompt_hashes == NULL) {
-            pkv__seq_free(seq, &e->alloc);
-            return pkv__engine_fail_any_thread(e, PKV_ERR_OUT_OF_MEMORY,
-                                               "prompt hashes of %u blocks",
-                                               (unsigned)n_hashes);
-        }
-        seq->num_prompt_hashes = n_hashes;
-        seq->prompt_hashes_size = n_hashes;
-        pkv__prefix_hashes(p.prompt, n_hashes, bs, seq->salt,
-                           seq->prompt_hashes);
-    }
     /* The stepping thread may free seq as soon as it is queued. */
     *out_id = pkv__inbox_add(&e->inbox, seq);
     return PKV_OK;
@@ -105,9 +89,9 @@ pkv_status pkv_seq_abort(pkv_engine *e, pkv_seq_id id)
     pkv_status st = pkv__inbox_abort(&e->inbox, &e->alloc, id);
     if (st == PKV_ERR_NOT_FOUND)
         return pkv__engine_fail_any_thread(
-            e, st, "sequence %llu was never added", (unsigned long long)id);
+            e->message, st, "sequence %llu was never added", (unsigned long long)id);
     if (st != PKV_OK)
-        return pkv__engine_fail_any_thread(e, st, "abort queue");
+        return pkv__engine_fail_any_thread(e->message, st, "abort queue");
     return PKV_OK;
 }
 
@@ -119,36 +103,38 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (out_child == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "out_child is NULL");
     pkv__seq *parent;
     pkv_status found =
         pkv__engine_find_between_steps(e, parent_id, "fork", &parent);
     if (found != PKV_OK)
         return found;
-    if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0 ||
-        parent->num_computed + 1 != parent->num_tokens)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+    /* One that must compute some tokens again (a cut fell back to a
+     * sealed block's start) forks too: the child shares the KV it has
+     * and computes the same tokens again. */
+    if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0)
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "sequence %llu is not running with a sampled "
                                 "token",
                                 (unsigned long long)parent_id);
     if (pkv__inbox_abort_pending(&e->inbox, parent_id))
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "sequence %llu has an abort pending",
                                 (unsigned long long)parent_id);
     if (e->seqs.running.count >= e->params.max_num_seqs)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "%u sequences already run (max_num_seqs)",
                                 (unsigned)e->seqs.running.count);
     if (last_token >= 0 && !token_ok(e, last_token))
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "last_token %d is out of range",
                                 (int)last_token);
     uint32_t quota = e->params.max_blocks_per_tenant;
     if (quota != 0) {
         uint64_t used = pkv__seqs_tenant_blocks(&e->seqs, parent->tenant);
-        if (used + pkv__seq_held(parent) > quota)
-            return pkv__engine_fail(e, PKV_ERR_QUOTA,
+        if (used + pkv__kv_held(&e->kv, &parent->kv) > quota)
+            return pkv__engine_fail(e->message, PKV_ERR_QUOTA,
                                     "tenant %u holds %llu of %u blocks",
                                     (unsigned)parent->tenant,
                                     (unsigned long long)used,
@@ -156,52 +142,37 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     }
 
     /* Everything that can fail comes first. */
-    pkv_status st = pkv__seqs_reserve(
-        &e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
+    pkv_status st =
+        pkv__seqs_reserve(&e->seqs, pkv__inbox_live_count(&e->inbox) + 17);
     pkv__seq *child = NULL;
     if (st == PKV_OK) {
-        child = pkv__seq_new(&e->alloc, parent->tokens, parent->num_tokens,
-                             e->groups.num_groups);
+        child = pkv__seq_new(&e->alloc, &e->kv, parent->tokens,
+                             parent->num_tokens, pkv__kv_salt(&parent->kv),
+                             0);
         st = child == NULL ? PKV_ERR_OUT_OF_MEMORY : PKV_OK;
     }
     if (st == PKV_OK)
-        st = pkv__seq_tables_fork(child, parent, &e->pool);
-    if (st == PKV_OK)
-        st = pkv__prefix_chain_adopt(&child->chain, &e->pool,
-                                     parent->chain.links,
-                                     parent->chain.num_links);
-    if (st == PKV_OK && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype)) {
-        pkv__block_copy pair = {parent->stage,
-                                e->seqs.free_stages[e->seqs.num_free_stages - 1]};
-        st = e->ops->copy_stages(e->backend, &pair, 1);
-        if (st == PKV_OK)
-            child->stage = e->seqs.free_stages[--e->seqs.num_free_stages];
-    }
+        st = pkv__kv_fork(&e->kv, &child->kv, &parent->kv);
     if (st != PKV_OK) {
         if (child != NULL) {
-            pkv__seq_tables_release(child, &e->pool);
-            pkv__prefix_chain_release(&child->chain, &e->pool);
+            pkv__kv_drop(&e->kv, &child->kv);
             pkv__seq_free(child, &e->alloc);
         }
-        return pkv__engine_fail(e, st, "fork of sequence %llu",
+        return pkv__engine_fail(e->message, st, "fork of sequence %llu",
                                 (unsigned long long)parent_id);
     }
     child->prompt_len = parent->prompt_len;
     child->max_new_tokens = parent->max_new_tokens;
     child->num_generated = parent->num_generated;
     child->num_computed = parent->num_computed;
-    child->priority = parent->priority;
+    child->order.priority = parent->order.priority;
     child->tenant = parent->tenant;
-    child->salt = parent->salt;
     child->user_data = parent->user_data;
     pkv__seqs_count_blocks(&e->seqs, child, 0);
     if (last_token >= 0)
         child->tokens[child->num_tokens - 1] = last_token;
     pkv__inbox_issue(&e->inbox, child);
-    pkv__map_put(&e->seqs.by_id, child->id, (uint64_t)(uintptr_t)child);
-    child->state = PKV__SEQ_RUNNING;
-    child->admitted = ++e->seqs.admissions;
-    pkv__seq_list_insert(&e->seqs.running, e->seqs.running.count, child);
+    pkv__seqs_join(&e->seqs, child, PKV__SEQ_RUNNING);
     *out_child = child->id;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
@@ -217,17 +188,17 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
     if (found != PKV_OK)
         return found;
     if (num_drafts > 0 && drafts == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "drafts is NULL");
     if (s->state != PKV__SEQ_RUNNING)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "sequence %llu is not running: drafts "
                                 "follow the last token of a decoding "
                                 "sequence",
                                 (unsigned long long)id);
     if (s->num_computed + 1 != s->num_tokens)
         return pkv__engine_fail(
-            e, PKV_ERR_BAD_STATE,
+            e->message, PKV_ERR_BAD_STATE,
             "sequence %llu must recompute the KV of tokens %u..%u first "
             "(a rollback or a truncate dropped a U8 block, or its prompt "
             "is not done): drafts follow once only its last token is left",
@@ -236,7 +207,7 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
 
     if (num_drafts > PKV_MAX_DRAFTS ||
         (uint64_t)s->num_tokens + num_drafts >= e->params.max_model_len)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "%u drafts after %u tokens; at most %u, "
                                 "and fewer than max_model_len %u in all",
                                 (unsigned)num_drafts, (unsigned)s->num_tokens,
@@ -244,29 +215,26 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
                                 (unsigned)e->params.max_model_len);
     for (uint32_t i = 0; i < num_drafts; i++)
         if (!token_ok(e, drafts[i]))
-            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+            return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                     "drafts[%u] is %d; out of range",
                                     (unsigned)i, (int)drafts[i]);
     /* Room now, so that the step never allocates for them: the drafts,
      * and in tokens the drafts and the token sampled after them. */
     void *grown;
-    size_t size = s->drafts_size;
-    if (pkv__grow(&e->alloc, s->drafts, &size, 0, num_drafts,
-                  sizeof *s->drafts, &grown) != PKV_OK)
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
+    size_t size = s->drafts.size;
+    if (pkv__grow(&e->alloc, s->drafts.ids, &size, 0, num_drafts,
+                  sizeof *s->drafts.ids, &grown) != PKV_OK)
+        return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
                                 (unsigned)num_drafts);
-    s->drafts = grown;
-    s->drafts_size = (uint32_t)size;
-    if (pkv__grow(&e->alloc, s->tokens, &s->token_capacity, s->num_tokens,
-                  (size_t)s->num_tokens + num_drafts + 1, sizeof *s->tokens,
-                  &grown) != PKV_OK)
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
+    s->drafts.ids = grown;
+    s->drafts.size = (uint32_t)size;
+    if (pkv__seq_reserve_tokens(s, &e->alloc, num_drafts + 1) != PKV_OK)
+        return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY, "%u drafts",
                                 (unsigned)num_drafts);
-    s->tokens = grown;
     if (num_drafts > 0)
-        memcpy(s->drafts, drafts, num_drafts * sizeof *drafts);
-    s->num_drafts = num_drafts;
-    s->drafts_step = e->totals.steps;
+        memcpy(s->drafts.ids, drafts, num_drafts * sizeof *drafts);
+    s->drafts.count = num_drafts;
+    s->drafts.step = e->totals.steps;
     e->drafts_step = e->totals.steps;
     /* The step's block tables are sized by the longest sequence. */
     if (s->num_tokens + num_drafts > e->seqs.longest_tokens)
@@ -283,37 +251,34 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
     if (found != PKV_OK)
         return found;
     if (num_tokens == 0 || num_tokens > s->num_tokens)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "keep %u tokens of sequence %llu; it has "
                                 "1..%u",
                                 (unsigned)num_tokens, (unsigned long long)id,
                                 (unsigned)s->num_tokens);
     if (num_tokens == s->num_tokens)
         return PKV_OK;
-    s->num_drafts = 0; /* they followed the tokens cut */
+    s->drafts.count = 0; /* they followed the tokens cut */
     uint32_t bs = e->params.block_size;
     if (s->state == PKV__SEQ_SWAPPED) {
         /* Its blocks are host bytes now: recompute it instead. */
         pkv__seq_list_remove(&e->seqs.swapped, s);
-        pkv__seqs_drop_swap(&e->seqs, &e->alloc, s);
-        s->num_computed = 0;
-        s->state = PKV__SEQ_WAITING;
-        pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, s);
+        pkv__kv_drop_swap(&e->kv, &s->kv, &e->alloc);
+        pkv__seqs_recompute(&e->seqs, s);
     } else if (s->state == PKV__SEQ_RUNNING) {
         /* The KV of every kept token but the last (the next input row). */
         uint32_t c = s->num_computed;
-        pkv__engine_cut_kv(e, s, num_tokens - 1 < c ? num_tokens - 1 : c);
+        pkv__seqs_cut_kv(&e->seqs, s, num_tokens - 1 < c ? num_tokens - 1 : c);
     }
     uint32_t cut = s->num_tokens - num_tokens;
     s->num_generated -= cut < s->num_generated ? cut : s->num_generated;
     if (s->prompt_len > num_tokens)
         s->prompt_len = num_tokens;
     s->num_tokens = num_tokens;
-    /* Later tokens may differ from the prompt's: keep whole blocks only. */
-    if (s->num_prompt_hashes > num_tokens / bs)
-        s->num_prompt_hashes = num_tokens / bs;
+    /* Later tokens may differ from the prompt's. */
+    pkv__kv_forget_tokens(&e->kv, &s->kv, num_tokens);
     if (pkv__store_enabled(e->store))
-        pkv__store_forget(e, s, num_tokens / bs);
+        pkv__store_forget(e->store, s, num_tokens / bs);
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }
@@ -322,6 +287,16 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
                                       const uint32_t **blocks,
                                       uint32_t *num_blocks,
                                       uint32_t *num_tokens)
+{
+    return pkv_engine_get_group_block_table(e, id, 0, blocks, num_blocks,
+                                            num_tokens);
+}
+
+pkv_status pkv_engine_get_group_block_table(const pkv_engine *e,
+                                            pkv_seq_id id, uint32_t group,
+                                            const uint32_t **blocks,
+                                            uint32_t *num_blocks,
+                                            uint32_t *num_tokens)
 {
     if (blocks != NULL)
         *blocks = NULL;
@@ -332,18 +307,22 @@ pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (blocks == NULL || num_blocks == NULL || num_tokens == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "every out-parameter must be set");
+    if (group >= pkv__kv_num_groups(&e->kv))
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
+                                "group %u of %u", (unsigned)group,
+                                (unsigned)pkv__kv_num_groups(&e->kv));
     const pkv__seq *seq = pkv__seqs_find(&e->seqs, id);
     if (seq == NULL && pkv__inbox_queued(&e->inbox, id))
         return PKV_OK; /* added, not yet seen by a step: no blocks */
     if (seq == NULL)
-        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
+        return pkv__engine_fail(e->message, PKV_ERR_NOT_FOUND,
                                 "sequence %llu is not live",
                                 (unsigned long long)id);
-    *blocks = seq->table.blocks;
-    *num_blocks = seq->table.num_blocks;
-    *num_tokens = seq->table.num_tokens;
+    *blocks = pkv__kv_table(&seq->kv, group)->blocks;
+    *num_blocks = pkv__kv_blocks(&seq->kv);
+    *num_tokens = pkv__kv_tokens(&seq->kv);
     return PKV_OK;
 }
 

@@ -7,6 +7,7 @@
 #include "pkv/pkv.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #define PKV__ERROR_MAX 512
 
@@ -20,6 +21,11 @@
 /* Write "PKV_ERR_X: <formatted text>" into buf (PKV__ERROR_MAX bytes). */
 void pkv__format_error(char *buf, pkv_status status, const char *fmt,
                        va_list args);
+
+/* Write a formatted description into buf (size bytes) and return buf:
+ * what an invariant check says is broken. */
+const char *pkv__describe(char *buf, size_t size, const char *fmt, ...)
+    PKV__PRINTF(3, 4);
 
 /* Set this thread's message to a finished one ("" clears it). */
 void pkv__set_error(const char *message);

@@ -41,7 +41,7 @@ pkv_seq_id pkv__inbox_add(pkv__inbox *inbox, pkv__seq *seq)
     pkv__lock_take(inbox->lock);
     pkv_seq_id id = ++inbox->last_id;
     seq->id = id;
-    seq->arrival = ++inbox->arrivals;
+    seq->order.arrival = ++inbox->arrivals;
     seq->state = PKV__SEQ_QUEUED;
     seq->inbox_next = NULL;
     if (inbox->adds_tail != NULL)
@@ -101,7 +101,7 @@ void pkv__inbox_issue(pkv__inbox *inbox, pkv__seq *seq)
 {
     pkv__lock_take(inbox->lock);
     seq->id = ++inbox->last_id;
-    seq->arrival = ++inbox->arrivals;
+    seq->order.arrival = ++inbox->arrivals;
     inbox->live++;
     pkv__lock_give(inbox->lock);
 }

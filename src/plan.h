@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A step's plan: what the scheduler decided (sched.c), as data, and the
- * engine's side of it (plan_apply.c). The scheduler reads the engine and
- * writes only the plan (and on each sequence it takes out of running, the
- * plan's number: pkv__seq.plan_out); the engine first reserves every
+ * A step's plan: what the planner decided (planner.c), as data, and the
+ * engine's side of it (plan_apply.c). The planner reads const views of
+ * the KV-cache manager and the sequences and writes only the plan; the
+ * engine first reserves every
  * allocation the plan needs, and only when all of them succeeded applies
  * it, with no step that can fail. So step_begin either applies a whole
  * plan or changes nothing.
@@ -20,10 +20,12 @@
 #ifndef PKV_PLAN_H
 #define PKV_PLAN_H
 
+#include "kv/prefix.h"
 #include "map.h"
-#include "prefix.h"
 
 struct pkv__seq;
+struct pkv__seqs;
+struct pkv__step_state;
 
 enum pkv__plan_kind {
     PKV__PLAN_RUN = 1,     /* a running sequence computes `rows` more */
@@ -41,11 +43,12 @@ typedef struct pkv__plan_item {
     struct pkv__seq *seq;
     uint32_t rows;       /* RUN, SWAP_IN, ADMIT: rows this step */
     uint32_t drafts;     /* RUN: speculative drafts after its row */
-    uint32_t hits;       /* ADMIT: prefix blocks it adopts: group 0's
-                            links, then the other groups' blocks from
-                            the first their row at hits * block_size
-                            sees (prefix_groups.h) */
-    uint32_t first_link; /* ADMIT: they are links[first_link ..] */
+    uint32_t hits;       /* ADMIT: its prefix hit, in blocks (kv.h's
+                            pkv__kv_lookup): its chain is
+                            links[first_link ..], the blocks its tables
+                            take ids[first_id ..] */
+    uint32_t first_link;
+    uint32_t first_id;
     uint8_t swap;        /* PREEMPT: swap out; else recompute */
 } pkv__plan_item;
 
@@ -53,9 +56,14 @@ typedef struct pkv__plan {
     pkv__plan_item *items; /* in the order decided */
     size_t items_capacity;
     uint32_t num_items;
-    pkv__chain_link *links; /* the admissions' prefix hits */
+    /* The admissions' prefix hits: their chains' links, the block ids
+     * their tables take. */
+    pkv__chain_link *links;
     size_t links_capacity;
     uint32_t num_links;
+    uint32_t num_ids;
+    uint32_t *ids;
+    size_t ids_capacity;
     uint32_t num_of[PKV__PLAN_ADMIT + 1]; /* items of each kind */
     /* The scheduler looked at waiting[0 .. waiting_seen) and
      * swapped[0 .. swapped_seen): the sequences it admitted or ended are
@@ -65,34 +73,35 @@ typedef struct pkv__plan {
     /* Blocks available once the plan is applied, as the view counted
      * them: a debug build checks the pool against it after the apply. */
     uint32_t available;
-    /* Plans made so far: a sequence leaving running in this plan carries
-     * this number (pkv__seq.plan_out). */
-    uint64_t number;
+    uint64_t number; /* plans made so far */
     /* The view. refs: block -> its reference count + 1 once applied, for
      * the blocks the plan touches. tenants: tenant -> its blocks + 1 once
-     * applied, for the tenants the plan touches (with quotas only). */
+     * applied, for the tenants the plan touches (with quotas only). left:
+     * id -> 1 for each sequence the plan takes out of running. */
     pkv__map refs;
     pkv__map tenants;
+    pkv__map left;
 } pkv__plan;
 
-/* The plan's memory (plan.c): room for n items; for `more` links after
- * the num_links in use (PKV_ERR_OUT_OF_MEMORY changes nothing); release. */
+/* The plan's memory (plan.c): room for n items; for `more` links and ids
+ * after those in use (PKV_ERR_OUT_OF_MEMORY changes nothing); release. */
 pkv_status pkv__plan_reserve_items(pkv__plan *plan,
                                    const pkv__allocator *alloc, size_t n);
 pkv_status pkv__plan_reserve_links(pkv__plan *plan,
                                    const pkv__allocator *alloc, size_t more);
 void pkv__plan_release(pkv__plan *plan, const pkv__allocator *alloc);
 
-/* Make every allocation applying the plan needs (plan_apply.c): table and
- * chain room, room in tokens for what each sequence that runs may sample
- * at step_end; swap buffers, and a preemption whose buffer cannot be had
- * becomes a recompute. PKV_ERR_OUT_OF_MEMORY leaves nothing changed but
- * capacity. */
-pkv_status pkv__plan_reserve(pkv_engine *engine);
+/* Make every allocation applying the plan to seqs needs (plan_apply.c):
+ * table and chain room, room in tokens for what each sequence that runs
+ * may sample at step_end; swap buffers, and a preemption whose buffer
+ * cannot be had becomes a recompute. PKV_ERR_OUT_OF_MEMORY leaves nothing
+ * changed but capacity. */
+pkv_status pkv__plan_reserve(pkv__plan *plan, struct pkv__seqs *seqs);
 
-/* Apply the reserved plan: every change it decided, the device actions
- * (engine->step.actions) recorded in order and the step's sequences in
- * engine->step.step_seqs[0 .. *num_seqs). Cannot fail. */
-void pkv__plan_apply(pkv_engine *engine, uint32_t *num_seqs);
+/* Apply the reserved plan to the sequences and their KV: every change it
+ * decided, the device actions (step->actions) recorded in order and the
+ * step's sequences in step->step_seqs[0 .. *num_seqs). Cannot fail. */
+void pkv__plan_apply(const pkv__plan *plan, struct pkv__seqs *seqs,
+                     struct pkv__step_state *step, uint32_t *num_seqs);
 
 #endif

@@ -1,42 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* Reserving for a step's plan and applying it (plan.h). */
-#include "engine.h"
-#include "kv_layout.h"
-#include "lifecycle.h"
-#include "prefix_groups.h"
-#include "seq_tables.h"
+#include "plan.h"
+#include "seqs.h"
+#include "step_state.h"
 #include "store/engine_store.h"
 
 #include <assert.h>
 #include <string.h>
 
-/* Host memory for a swap-out: NULL buffers and 0 when there is none. */
-static int alloc_swap(pkv_engine *e, pkv__seq *seq)
+pkv_status pkv__plan_reserve(pkv__plan *plan, pkv__seqs *seqs)
 {
-    /* Every group's blocks from the first its next row sees. */
-    uint32_t n = pkv__groups_blocks_from(&e->groups, e->pool.block_size,
-                                         seq->num_computed,
-                                         seq->table.num_tokens);
-    size_t size = pkv__backend_swap_bytes(&e->backend_config, n);
-    seq->swap_data = pkv__calloc(&e->alloc, size, 1);
-    seq->swap_blocks =
-        pkv__calloc(&e->alloc, n ? n : 1, sizeof *seq->swap_blocks);
-    if (seq->swap_data != NULL && seq->swap_blocks != NULL) {
-        seq->swap_size = size;
-        return 1;
-    }
-    pkv__free(&e->alloc, seq->swap_data, size, 1);
-    pkv__free(&e->alloc, seq->swap_blocks, n ? n : 1,
-              sizeof *seq->swap_blocks);
-    seq->swap_data = NULL;
-    seq->swap_blocks = NULL;
-    return 0;
-}
-
-pkv_status pkv__plan_reserve(pkv_engine *e)
-{
-    const pkv__plan *plan = &e->step.plan;
-    uint32_t bs = e->pool.block_size;
+    pkv__kv *kv = seqs->kv;
+    uint32_t bs = pkv__kv_block_size(kv);
     for (uint32_t i = 0; i < plan->num_items; i++) {
         const pkv__plan_item *it = &plan->items[i];
         pkv__seq *s = it->seq;
@@ -45,25 +20,23 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
          * drafts (pkv_seq_propose made room for those already). */
         if (it->kind == PKV__PLAN_RUN || it->kind == PKV__PLAN_SWAP_IN ||
             it->kind == PKV__PLAN_ADMIT)
-            st = pkv__seq_reserve_tokens(s, &e->alloc, it->drafts + 1);
+            st = pkv__seq_reserve_tokens(s, &seqs->alloc, it->drafts + 1);
         if (st != PKV_OK)
             return st;
         if (it->kind == PKV__PLAN_RUN) {
             uint32_t n = pkv__blocks_for(
-                (uint64_t)s->table.num_tokens + it->rows + it->drafts, bs);
+                (uint64_t)pkv__kv_tokens(&s->kv) + it->rows + it->drafts, bs);
             /* Most steps add no block. */
-            st = pkv__seq_tables_reserve(s, &e->pool, n);
+            st = pkv__kv_reserve(kv, &s->kv, n, 0);
         } else if (it->kind == PKV__PLAN_SWAP_IN)
-            st = pkv__seq_tables_reserve(
-                s, &e->pool,
-                pkv__blocks_for((uint64_t)s->num_computed + it->rows, bs));
-        else if (it->kind == PKV__PLAN_ADMIT) {
-            st = pkv__seq_tables_reserve(
-                s, &e->pool,
-                pkv__blocks_for((uint64_t)it->hits * bs + it->rows, bs));
-            if (st == PKV_OK)
-                st = pkv__prefix_chain_reserve(&s->chain, &e->pool, it->hits);
-        }
+            st = pkv__kv_reserve(
+                kv, &s->kv,
+                pkv__blocks_for((uint64_t)s->num_computed + it->rows, bs), 0);
+        else if (it->kind == PKV__PLAN_ADMIT)
+            st = pkv__kv_reserve(
+                kv, &s->kv,
+                pkv__blocks_for((uint64_t)it->hits * bs + it->rows, bs),
+                it->hits);
         if (st != PKV_OK)
             return st;
     }
@@ -71,187 +44,161 @@ pkv_status pkv__plan_reserve(pkv_engine *e)
      * becomes a recompute, as one beyond swap_bytes does. */
     for (uint32_t i = 0; plan->num_of[PKV__PLAN_PREEMPT] && i < plan->num_items;
          i++) {
-        pkv__plan_item *it = &e->step.plan.items[i];
+        pkv__plan_item *it = &plan->items[i];
         if (it->kind == PKV__PLAN_PREEMPT && it->swap)
-            it->swap = (uint8_t)alloc_swap(e, it->seq);
+            it->swap = (uint8_t)pkv__kv_swap_reserve(
+                kv, &it->seq->kv, &seqs->alloc, it->seq->num_computed);
     }
     return PKV_OK;
 }
 
-static void push_action(pkv_engine *e, int32_t kind, pkv__seq *seq,
+static void push_action(pkv__step_state *step, int32_t kind, pkv__seq *seq,
                         pkv__block_copy copy)
 {
-    pkv__action *a = &e->step.actions[e->step.num_actions++];
+    pkv__action *a = &step->actions[step->num_actions++];
     a->kind = kind;
     a->seq = seq;
     a->copy = copy;
 }
 
-static void apply_preempt(pkv_engine *e, const pkv__plan_item *it)
+static const pkv__block_copy no_copy = {PKV__NULL_BLOCK, PKV__NULL_BLOCK};
+
+static void apply_preempt(pkv__seqs *seqs, pkv__step_state *step,
+                          const pkv__plan_item *it)
 {
     pkv__seq *seq = it->seq;
-    e->step.preempted[e->step.batch.num_preempted++] = seq->id;
-    seq->num_preemptions++;
+    step->preempted[step->batch.num_preempted++] = seq->id;
     seq->protect = 1;
-    e->totals.preemptions++;
+    seqs->totals->preemptions++;
     if (it->swap) {
-        /* Its windowed groups first drop what its next row cannot see,
-         * so that each group's blocks out are the ones swap-in makes. */
         pkv__seqs_tenant_add(
-            &e->seqs, seq->tenant,
-            -(int64_t)pkv__seq_tables_slide(seq, &e->pool, &e->groups,
-                                            seq->num_computed));
-        uint32_t n = 0;
-        for (uint32_t g = 0; g < pkv__seq_groups(seq); g++) {
-            const pkv__table *t = pkv__seq_table(seq, g);
-            memcpy(seq->swap_blocks + n, t->blocks + t->first_held,
-                   pkv__table_held(t) * sizeof *seq->swap_blocks);
-            n += pkv__table_held(t);
-        }
-        seq->swap_num_blocks = n;
-        e->seqs.swap_used += seq->swap_size;
-        pkv__block_copy stage = {seq->stage, PKV__NULL_BLOCK};
-        push_action(e, PKV__ACTION_SWAP_OUT, seq, stage);
-        e->totals.swap_outs++;
+            seqs, seq->tenant,
+            -(int64_t)pkv__kv_swap_out(seqs->kv, &seq->kv,
+                                       seq->num_computed));
+        push_action(step, PKV__ACTION_SWAP_OUT, seq, no_copy);
+        seqs->totals->swap_outs++;
     }
     /* Its tail and blocks may go to others in this step: their new owners
      * write them only after the actions, swap-outs first, ran. */
-    pkv__engine_drop_blocks(e, seq);
+    pkv__seqs_drop_kv(seqs, seq);
     if (it->swap) {
         seq->state = PKV__SEQ_SWAPPED;
     } else {
         seq->num_computed = 0;
         seq->state = PKV__SEQ_WAITING;
         /* Recomputed: the store may hold what its prefix cache lost. */
-        seq->store_state = PKV__STORE_NOT_ASKED;
+        seq->store.state = PKV__STORE_NOT_ASKED;
     }
 }
 
-/* Give seq slots for `rows` more tokens, recording the copy-on-write copy
- * (f32/f16: a U8 tail lives in the staging area, so the copied block
- * needs no contents). The plan reserved the blocks and the room, so only
- * a pkv bug makes it fail (a debug build traps); the sequence then fails
- * rather than run without slots. Returns whether it grew. */
-static int grow(pkv_engine *e, pkv__seq *seq, uint32_t rows)
+/* Give seq slots for `rows` more tokens, recording the copy-on-write
+ * copies the backend makes. The plan reserved the blocks and the room,
+ * so only a pkv bug makes it fail (a debug build traps); the sequence
+ * then fails rather than run without slots. Returns whether it grew. */
+static int grow(pkv__seqs *seqs, pkv__step_state *step, pkv__seq *seq,
+                uint32_t rows)
 {
     pkv__block_copy copies[PKV__MAX_GROUPS];
-    uint32_t before = pkv__seq_held(seq);
-    pkv_status st = pkv__seq_tables_append(seq, &e->pool, rows, copies);
+    uint32_t before = pkv__kv_held(seqs->kv, &seq->kv);
+    pkv_status st = pkv__kv_append(seqs->kv, &seq->kv, rows, copies);
     assert(st == PKV_OK);
-    pkv__seqs_count_blocks(&e->seqs, seq, before);
+    pkv__seqs_count_blocks(seqs, seq, before);
     if (st != PKV_OK) {
-        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
-                              PKV_ERR_INTERNAL);
+        pkv__seqs_end(seqs, seq, PKV_FINISH_REASON_FAILED, PKV_ERR_INTERNAL);
         return 0;
     }
-    for (uint32_t g = 0; g < pkv__seq_groups(seq); g++)
-        if (copies[g].dst != PKV__NULL_BLOCK &&
-            !PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
-            push_action(e, PKV__ACTION_COPY_BLOCK, seq, copies[g]);
+    for (uint32_t g = 0; g < pkv__kv_num_groups(seqs->kv); g++)
+        if (copies[g].dst != PKV__NULL_BLOCK)
+            push_action(step, PKV__ACTION_COPY_BLOCK, seq, copies[g]);
     return 1;
 }
 
 /* A swapped sequence's tables for its computed tokens and `rows` more
- * (reserved: see grow); with groups, each windowed group's from the
- * first block its next row sees, as the swap-out left them. */
-static int swap_in_tables(pkv_engine *e, pkv__seq *seq, uint32_t rows)
+ * (reserved: see grow), each windowed group's from the first block its
+ * next row sees, as the swap-out left them. */
+static int swap_in_tables(pkv__seqs *seqs, pkv__seq *seq, uint32_t rows)
 {
-    if (e->groups.num_groups == 1)
-        return grow(e, seq, seq->num_computed + rows);
-    pkv_status st = pkv__seq_tables_swap_in(seq, &e->pool, &e->groups,
-                                            seq->num_computed,
-                                            seq->num_computed + rows);
+    pkv_status st = pkv__kv_swap_in(seqs->kv, &seq->kv, seq->num_computed,
+                                    seq->num_computed + rows);
     assert(st == PKV_OK);
-    pkv__seqs_count_blocks(&e->seqs, seq, 0);
+    pkv__seqs_count_blocks(seqs, seq, 0);
     if (st != PKV_OK)
-        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
-                              PKV_ERR_INTERNAL);
+        pkv__seqs_end(seqs, seq, PKV_FINISH_REASON_FAILED, PKV_ERR_INTERNAL);
     return st == PKV_OK;
 }
 
 /* Adopt an admission's prefix hits (reserved: see grow). */
-static void adopt(pkv_engine *e, const pkv__plan_item *it)
+static void adopt(const pkv__plan *plan, pkv__seqs *seqs,
+                  const pkv__plan_item *it)
 {
-    const pkv__chain_link *links = e->step.plan.links + it->first_link;
-    for (uint32_t h = 0; h < it->hits; h++)
-        e->step.hit_blocks[h] = links[h].block;
     pkv__seq *seq = it->seq;
-    pkv_status st =
-        pkv__table_adopt(&seq->table, &e->pool, e->step.hit_blocks, it->hits);
-    /* The other groups' blocks follow group 0's links (plan.h). */
-    uint32_t at = it->hits, bs = e->pool.block_size;
-    for (uint32_t g = 1; st == PKV_OK && g < e->groups.num_groups; g++) {
-        uint32_t first =
-            pkv__groups_first_seen(&e->groups, g, bs, it->hits * bs);
-        for (uint32_t h = first; h < it->hits; h++)
-            e->step.hit_blocks[h - first] = links[at++].block;
-        st = pkv__table_adopt_from(pkv__seq_table(seq, g), &e->pool,
-                                   e->step.hit_blocks, first, it->hits);
-    }
-    pkv__seqs_count_blocks(&e->seqs, seq, 0);
-    if (st == PKV_OK)
-        st = pkv__prefix_chain_adopt(&seq->chain, &e->pool, links, it->hits);
+    pkv_status st = pkv__kv_adopt(seqs->kv, &seq->kv,
+                                  plan->links + it->first_link,
+                                  plan->ids + it->first_id, it->hits);
+    pkv__seqs_count_blocks(seqs, seq, 0);
     assert(st == PKV_OK);
     if (st != PKV_OK)
-        pkv__engine_end_later(e, seq, PKV_FINISH_REASON_FAILED,
-                              PKV_ERR_INTERNAL);
+        pkv__seqs_end(seqs, seq, PKV_FINISH_REASON_FAILED, PKV_ERR_INTERNAL);
 }
 
 /* A swapped or waiting sequence joins running. */
-static void start_running(pkv_engine *e, pkv__seq *seq)
+static void start_running(pkv__seqs *seqs, pkv__seq *seq)
 {
-    if (PKV_LAYOUT_QUANTIZED(e->params.kv_dtype))
-        seq->stage = e->seqs.free_stages[--e->seqs.num_free_stages];
-    seq->admitted = ++e->seqs.admissions;
-    pkv__seq_list_insert(&e->seqs.running, e->seqs.running.count, seq);
+    pkv__kv_take_stage(seqs->kv, &seq->kv);
+    pkv__seq_list_insert(&seqs->running, seqs->running.count, seq);
 }
 
-void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
+/* Releases first (the view counted their blocks as available), and the
+ * sequences that move get their new states; the lists keep the sequences
+ * whose state did not change. Most steps have none. */
+static void apply_moves(const pkv__plan *plan, pkv__seqs *seqs,
+                        pkv__step_state *step)
 {
-    const pkv__plan *plan = &e->step.plan;
-    e->step.num_actions = 0;
-    e->step.batch.num_preempted = 0;
-
-    /* Releases first (the view counted their blocks as available), and
-     * the sequences that move get their new states. Most steps have
-     * none. */
     const uint32_t *n = plan->num_of;
     uint32_t moves = n[PKV__PLAN_PREEMPT] + n[PKV__PLAN_END] +
                      n[PKV__PLAN_SWAP_IN] + n[PKV__PLAN_ADMIT];
     for (uint32_t i = 0; moves > 0 && i < plan->num_items; i++) {
         const pkv__plan_item *it = &plan->items[i];
         if (it->kind == PKV__PLAN_PREEMPT)
-            apply_preempt(e, it);
+            apply_preempt(seqs, step, it);
         else if (it->kind == PKV__PLAN_END)
-            pkv__engine_end_later(e, it->seq, PKV_FINISH_REASON_FAILED,
-                                  it->status);
+            pkv__seqs_end(seqs, it->seq, PKV_FINISH_REASON_FAILED,
+                          it->status);
         else if (it->kind != PKV__PLAN_RUN)
             it->seq->state = PKV__SEQ_RUNNING;
     }
-    /* The lists keep the sequences whose state did not change. The
-     * planner looked only at the fronts of waiting and swapped. */
+    /* The planner looked only at the fronts of waiting and swapped. */
     if (n[PKV__PLAN_PREEMPT] + n[PKV__PLAN_END] > 0)
-        pkv__seq_list_keep_front(&e->seqs.running, e->seqs.running.count,
+        pkv__seq_list_keep_front(&seqs->running, seqs->running.count,
                                  PKV__SEQ_RUNNING);
-    pkv__seq_list_keep_front(&e->seqs.waiting, plan->waiting_seen,
+    pkv__seq_list_keep_front(&seqs->waiting, plan->waiting_seen,
                              PKV__SEQ_WAITING);
-    pkv__seq_list_keep_front(&e->seqs.swapped, plan->swapped_seen,
+    pkv__seq_list_keep_front(&seqs->swapped, plan->swapped_seen,
                              PKV__SEQ_SWAPPED);
-    e->seqs.unswept = 0; /* every sequence ended here was in those */
+    seqs->unswept = 0; /* every sequence ended here was in those */
     for (uint32_t i = 0; n[PKV__PLAN_PREEMPT] > 0 && i < plan->num_items; i++) {
         const pkv__plan_item *it = &plan->items[i];
         if (it->kind == PKV__PLAN_PREEMPT)
-            pkv__seqs_enqueue(&e->seqs,
-                              it->swap ? &e->seqs.swapped : &e->seqs.waiting,
+            pkv__seqs_enqueue(seqs, it->swap ? &seqs->swapped : &seqs->waiting,
                               it->seq);
     }
+}
+
+void pkv__plan_apply(const pkv__plan *plan, pkv__seqs *seqs,
+                     pkv__step_state *step, uint32_t *num_seqs_out)
+{
+    pkv_engine_stats *totals = seqs->totals;
+    step->num_actions = 0;
+    step->batch.num_preempted = 0;
+    apply_moves(plan, seqs, step);
 
     /* The prefix blocks admissions hit, before any allocation could evict
      * one of them. */
-    for (uint32_t i = 0; n[PKV__PLAN_ADMIT] > 0 && i < plan->num_items; i++) {
+    for (uint32_t i = 0; plan->num_of[PKV__PLAN_ADMIT] > 0 && i < plan->num_items;
+         i++) {
         const pkv__plan_item *it = &plan->items[i];
         if (it->kind == PKV__PLAN_ADMIT && it->hits > 0)
-            adopt(e, it);
+            adopt(plan, seqs, it);
     }
 
     /* Allocations, in the order decided: the step's sequences. */
@@ -262,40 +209,39 @@ void pkv__plan_apply(pkv_engine *e, uint32_t *num_seqs_out)
         if (s->state == PKV__SEQ_FINISHED) /* ended, or failed to adopt */
             continue;
         if (it->kind == PKV__PLAN_RUN) {
-            if (!grow(e, s, it->rows))
+            if (!grow(seqs, step, s, it->rows))
                 continue;
             if (it->drafts > 0) { /* they join its tokens for the step */
-                if (!grow(e, s, it->drafts))
+                if (!grow(seqs, step, s, it->drafts))
                     continue;
-                memcpy(s->tokens + s->num_tokens, s->drafts,
+                memcpy(s->tokens + s->num_tokens, s->drafts.ids,
                        it->drafts * sizeof *s->tokens);
                 s->num_tokens += it->drafts;
-                s->step_drafts = it->drafts;
-                e->totals.draft_tokens += it->drafts;
+                s->step.drafts = it->drafts;
+                totals->draft_tokens += it->drafts;
             }
         } else if (it->kind == PKV__PLAN_SWAP_IN) {
-            if (!swap_in_tables(e, s, it->rows))
+            if (!swap_in_tables(seqs, s, it->rows))
                 continue;
-            start_running(e, s);
-            pkv__block_copy stage = {PKV__NULL_BLOCK, s->stage};
-            push_action(e, PKV__ACTION_SWAP_IN, s, stage);
-            e->totals.swap_ins++;
+            start_running(seqs, s);
+            push_action(step, PKV__ACTION_SWAP_IN, s, no_copy);
+            totals->swap_ins++;
         } else if (it->kind == PKV__PLAN_ADMIT) {
-            e->totals.prefix_query_tokens += s->num_tokens;
-            if (!grow(e, s, it->rows))
+            totals->prefix_query_tokens += s->num_tokens;
+            if (!grow(seqs, step, s, it->rows))
                 continue;
-            s->num_computed = it->hits * e->pool.block_size;
-            e->totals.prefix_hit_tokens += s->num_computed;
-            start_running(e, s);
+            s->num_computed = it->hits * pkv__kv_block_size(seqs->kv);
+            totals->prefix_hit_tokens += s->num_computed;
+            start_running(seqs, s);
         } else {
             continue;
         }
-        s->scheduled = it->rows + it->drafts;
-        e->step.step_seqs[num_seqs++] = s;
+        s->step.rows = it->rows + it->drafts;
+        step->step_seqs[num_seqs++] = s;
     }
     /* The view was exact, unless a pkv bug failed a grow or an adopt. */
-    assert(e->seqs.unswept != 0 ||
-           pkv__pool_available(&e->pool) == plan->available);
-    pkv__seqs_sweep_ended(&e->seqs); /* only after a pkv bug (grow, adopt) */
+    assert(seqs->unswept != 0 ||
+           pkv__kv_available(seqs->kv) == plan->available);
+    pkv__seqs_sweep_ended(seqs); /* only after a pkv bug (grow, adopt) */
     *num_seqs_out = num_seqs;
 }

@@ -88,33 +88,27 @@ void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state)
 /* The step's fields first (seq.h). */
 #define END_OF(field)                                                     \
     (offsetof(pkv__seq, field) + sizeof(((pkv__seq *)0)->field))
-_Static_assert(END_OF(protect) <= 64, "step_end's fields in 64 bytes");
-_Static_assert(END_OF(stage) <= 128, "a step's fields in 128 bytes");
+_Static_assert(END_OF(kv.chain) <= 64, "step_end's fields in 64 bytes");
+_Static_assert(END_OF(user_data) <= 128, "a step's fields in 128 bytes");
 
-pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
-                       uint32_t prompt_len, uint32_t groups)
+pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const pkv__kv *kv,
+                       const int32_t *prompt, uint32_t prompt_len,
+                       uint64_t salt, uint32_t hashed)
 {
     pkv__seq *seq = pkv__calloc(alloc, 1, sizeof *seq);
     if (seq == NULL)
         return NULL;
     seq->token_capacity = prompt_len + 16;
     seq->tokens = pkv__calloc(alloc, seq->token_capacity, sizeof *seq->tokens);
-    if (groups > 1) {
-        /* calloc: every table empty, as pkv__table_init leaves it. */
-        seq->group_tables =
-            pkv__calloc(alloc, groups - 1, sizeof *seq->group_tables);
-        seq->num_group_tables = groups - 1;
-    }
-    if (seq->tokens == NULL || (groups > 1 && seq->group_tables == NULL)) {
+    if (seq->tokens == NULL ||
+        pkv__kv_seq_init(kv, &seq->kv, alloc, prompt, hashed, salt) !=
+            PKV_OK) {
         pkv__seq_free(seq, alloc);
         return NULL;
     }
     memcpy(seq->tokens, prompt, prompt_len * sizeof *prompt);
     seq->num_tokens = prompt_len;
     seq->prompt_len = prompt_len;
-    seq->stage = PKV__NO_STAGE;
-    pkv__table_init(&seq->table);
-    pkv__prefix_chain_init(&seq->chain);
     return seq;
 }
 
@@ -125,10 +119,12 @@ pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc,
     if (needed <= seq->token_capacity) /* most steps */
         return PKV_OK;
     void *tokens;
-    pkv_status st = pkv__grow(alloc, seq->tokens, &seq->token_capacity,
-                              seq->num_tokens, needed, sizeof *seq->tokens,
-                              &tokens);
+    size_t capacity = seq->token_capacity;
+    pkv_status st = pkv__grow(alloc, seq->tokens, &capacity, seq->num_tokens,
+                              needed, sizeof *seq->tokens, &tokens);
     seq->tokens = tokens;
+    /* Tokens stay below max_model_len, at most 2^24: 32 bits hold it. */
+    seq->token_capacity = (uint32_t)capacity;
     return st;
 }
 
@@ -137,14 +133,8 @@ void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)
     if (seq == NULL)
         return;
     pkv__free(alloc, seq->tokens, seq->token_capacity, sizeof *seq->tokens);
-    pkv__free(alloc, seq->swap_data, seq->swap_size, 1);
-    pkv__free(alloc, seq->prompt_hashes, seq->prompt_hashes_size,
-              sizeof *seq->prompt_hashes);
-    pkv__free(alloc, seq->swap_blocks, seq->swap_num_blocks,
-              sizeof *seq->swap_blocks);
-    pkv__free(alloc, seq->drafts, seq->drafts_size, sizeof *seq->drafts);
-    pkv__free(alloc, seq->store_digests, seq->store_digests_capacity, 1);
-    pkv__free(alloc, seq->group_tables, seq->num_group_tables,
-              sizeof *seq->group_tables);
+    pkv__kv_seq_free(&seq->kv, alloc);
+    pkv__free(alloc, seq->drafts.ids, seq->drafts.size, sizeof *seq->drafts.ids);
+    pkv__free(alloc, seq->store.digests, seq->store.digests_capacity, 1);
     pkv__free(alloc, seq, 1, sizeof *seq);
 }

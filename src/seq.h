@@ -4,8 +4,9 @@
 #define PKV_SEQ_H
 
 #include "backend.h"
+#include "kv/kv.h"
 #include "prefetch.h"
-#include "prefix.h"
+#include "store/store_seq.h"
 
 enum pkv__seq_state {
     PKV__SEQ_QUEUED = 0, /* in the inbox, not yet seen by the scheduler */
@@ -17,14 +18,14 @@ enum pkv__seq_state {
 
 typedef struct pkv__seq {
     /* What a step reads or writes for each sequence it runs comes first,
-     * together (122 bytes), so that a step touches two or three of the
-     * sequence's cache lines, not three or four (malloc aligns it to 16
-     * bytes, not to a line): a host's forward pass between two steps
-     * evicts them, and each line a step touches per sequence is then a
-     * miss (callgrind, pkv-bench scheduler's loaded rows;
-     * docs/performance.md). step_end reads only the first 64 bytes.
-     * Aligning the struct to a cache line made warm steps over long
-     * prompts 1.5x slower, for a reason not found: not done. */
+     * together, so that a step touches two of the sequence's cache
+     * lines, not three or four (malloc aligns it to 16 bytes, not to a
+     * line): a host's forward pass between two steps evicts them, and
+     * each line a step touches per sequence is then a miss (callgrind,
+     * pkv-bench scheduler's loaded rows; docs/performance.md). step_end
+     * reads only the first 64 bytes. Aligning the struct to a cache line
+     * made warm steps over long prompts 1.5x slower, for a reason not
+     * found: not done. */
 
     /* step_end's: */
     pkv_seq_id id;
@@ -35,97 +36,54 @@ typedef struct pkv__seq {
     int32_t *tokens;
     uint32_t num_tokens;
     uint32_t num_computed; /* tokens whose KV is in the cache */
-    uint32_t scheduled;    /* rows in the current step */
-    uint32_t step_drafts;  /* see the drafts below */
+    struct {
+        uint32_t rows;   /* its rows in the current step */
+        uint32_t drafts; /* the last of them: drafts (see below) */
+    } step;
     uint32_t num_generated;
     uint32_t max_new_tokens;
-    pkv__prefix_chain chain;
     uint8_t state; /* enum pkv__seq_state */
     /* Anti-thrash: set when resumed after a preemption, cleared when it
      * samples a token; while set it is not chosen as a victim (except by
      * the oldest running sequence, which must always progress). */
     uint8_t protect;
+    uint32_t tenant;
+    /* Its KV (the KV-cache manager's, kv/kv.h): the chain step_end reads
+     * in the first 64 bytes, the tables and the tail step_begin reads
+     * after it. */
+    pkv__kv_seq kv;
 
     /* The rest of what step_begin reads: */
-    pkv__table table;
+    uint32_t token_capacity;
     void *user_data; /* the host's, from pkv_seq_params; echoed in batches */
-    /* The number of the plan in which it leaves running (plan.h): the
-     * planner reads it for every running sequence. */
-    uint64_t plan_out;
-    size_t token_capacity;
-    uint32_t tenant;
-    uint32_t stage; /* U8 staging tail while running, else PKV__NO_STAGE */
+
+    /* Speculative decoding: the drafts pkv_seq_propose gave for the step
+     * numbered drafts.step (stale after it), drafts.count of drafts.size
+     * allocated; step.drafts of them are appended to tokens during the
+     * step that runs them. */
+    struct {
+        int32_t *ids;
+        uint32_t count;
+        uint32_t size;
+        uint64_t step;
+    } drafts;
 
     /* The rest changes at admission, preemption, a new full block or the
      * end. */
-    uint64_t salt; /* the tenant's prefix-cache salt */
-    uint32_t num_drafts;
-    int32_t priority;
     uint32_t prompt_len;
-    uint64_t arrival;  /* order of arrival (ties broken by id) */
-    uint64_t admitted; /* order of the latest entry into running */
-    /* The chained hashes of the prompt's full blocks that a prefix lookup
-     * may use ((prompt_len - 1) / block_size), computed once by
-     * pkv_seq_add, on the host's thread; NULL, 0 for a fork. A truncation
-     * keeps only those of blocks it left whole (num_prompt_hashes), of
-     * prompt_hashes_size allocated. */
-    uint64_t *prompt_hashes;
-    uint32_t num_prompt_hashes;
-    uint32_t prompt_hashes_size;
-    uint32_t num_preemptions;
-
-    /* Swapped out: the blocks' contents (every layer) and the staging tail,
-     * in host memory. */
-    void *swap_data;
-    size_t swap_size;
-    uint32_t swap_num_blocks;
-    uint32_t *swap_blocks; /* the blocks to copy out, until the copy */
-    /* swap_data came from pkv_seq_import: not counted in swap_used, which
-     * bounds what preemption takes (swap_bytes). */
-    uint8_t swap_imported;
+    /* Its place in waiting and swapped: by priority under the priority
+     * policy, then by arrival (ties broken by id). */
+    struct {
+        int32_t priority;
+        uint64_t arrival;
+    } order;
 
     pkv_finished finish;
     struct pkv__seq *inbox_next;
 
-    /* Speculative decoding: the drafts pkv_seq_propose gave for the step
-     * numbered drafts_step (stale after it), num_drafts of drafts_size
-     * allocated; step_drafts of them are appended to tokens during the
-     * step that runs them. */
-    int32_t *drafts;
-    uint32_t drafts_size;
-    uint64_t drafts_step;
-
-    /* KV store (store/engine_store.h): whether its blocks were asked of
-     * the store (enum pkv__store_seq_state), and the SHA-256 chain of its
-     * tokens as far as it was needed: the root, then one digest per full
-     * block, num_store_digests of store_digests_capacity bytes / 32. */
-    uint8_t store_state;
-    uint8_t *store_digests;
-    uint32_t num_store_digests;
-    uint32_t store_digests_capacity; /* in bytes */
-
-    /* Hybrid memory (groups.h): the tables of groups 1 .. groups - 1;
-     * `table` is group 0's. NULL, 0 with one group. */
-    pkv__table *group_tables;
-    uint32_t num_group_tables;
+    /* Its KV store state (store/engine_store.h). */
+    pkv__store_seq store;
 } pkv__seq;
-
-/* Group g's block table (g < pkv__seq_groups). */
-static inline pkv__table *pkv__seq_table(pkv__seq *seq, uint32_t g)
-{
-    return g == 0 ? &seq->table : &seq->group_tables[g - 1];
-}
-
-static inline const pkv__table *pkv__seq_table_c(const pkv__seq *seq,
-                                                 uint32_t g)
-{
-    return g == 0 ? &seq->table : &seq->group_tables[g - 1];
-}
-
-static inline uint32_t pkv__seq_groups(const pkv__seq *seq)
-{
-    return 1 + seq->num_group_tables;
-}
 
 /* Prefetch what a step reads of the sequence (prefetch.h): its first
  * 128 bytes, or step_end's first 64. */
@@ -144,11 +102,18 @@ static inline void pkv__seq_prefetch_end(const pkv__seq *seq)
     PKV__PREFETCH(at + 63);
 }
 
-/* Its table's last block id: the next link of the planner's chain. */
+/* Its tables: the next link of the planner's chain. */
+static inline void pkv__seq_prefetch_tables(const pkv__seq *seq)
+{
+    PKV__PREFETCH(seq->kv.tables);
+}
+
+/* Its first table's last block id: the link after. */
 static inline void pkv__seq_prefetch_tail(const pkv__seq *seq)
 {
-    if (seq->table.num_blocks > 0)
-        PKV__PREFETCH(&seq->table.blocks[seq->table.num_blocks - 1]);
+    const pkv__table *t = &seq->kv.tables[0];
+    if (t->num_blocks > 0)
+        PKV__PREFETCH(&t->blocks[t->num_blocks - 1]);
 }
 
 /* An array of sequence pointers, items[0 .. count), that may start past
@@ -181,14 +146,16 @@ void pkv__seq_list_remove(pkv__seq_list *list, const pkv__seq *seq);
 void pkv__seq_list_keep_front(pkv__seq_list *list, uint32_t n, int32_t state);
 
 /* A new sequence holding a copy of the prompt, with room for one more
- * token, and an empty block table for each of `groups` groups. NULL when
+ * token, and its KV made by kv (pkv__kv_seq_init: the chained hashes of
+ * the full blocks of its first `hashed` tokens, 0 for none). NULL when
  * memory runs out. */
-pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const int32_t *prompt,
-                       uint32_t prompt_len, uint32_t groups);
+pkv__seq *pkv__seq_new(const pkv__allocator *alloc, const pkv__kv *kv,
+                       const int32_t *prompt, uint32_t prompt_len,
+                       uint64_t salt, uint32_t hashed);
 /* Make room for num_tokens + more tokens. */
 pkv_status pkv__seq_reserve_tokens(pkv__seq *seq, const pkv__allocator *alloc,
                                    uint32_t more);
-/* Free the sequence object; its tables and chain must be released. */
+/* Free the sequence object; its blocks must be released (pkv__kv_drop). */
 void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc);
 
 #endif

@@ -9,32 +9,25 @@
  * exactly as it brings back a swapped-out sequence, so import itself
  * touches no device and needs no free block.
  *
- * The KV travels as the engine stores it. f32 and f16 go as rows, K and V
- * of every (layer, kv head), so the two engines' block sizes may differ.
- * U8 goes as whole blocks (codes with their group parameters) plus the
- * staging tail: a block's groups depend on its size, which must match.
+ * The KV travels as the KV-cache manager swaps it out (kv.h's swap
+ * layout: each group's blocks from the first its next row sees, then a
+ * quantized cache's staging tail), which only an engine with the same
+ * blocks and groups takes; any other computes the KV again. One
+ * exception keeps older exports' meaning: f32 and f16 KV from an engine
+ * whose layers are in the plain layout go as rows, K and V of every
+ * (layer, kv head), so that the two engines' block sizes may differ.
  */
 #include "check.h"
 #include "engine.h"
+#include "format.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
-#include "seq_tables.h"
-#include "seal.h"
+#include "seqs.h"
 #include "struct_sizes.h"
 #include "wire.h"
 
+#include <stdio.h>
 #include <string.h>
 
-#define HEADER_BYTES 80u
-/* Versions 3 and 4: versions 1 and 2 with an XXH3 checksum (wire.h);
- * older ones are refused as made by an older pkv. */
-#define FORMAT_VERSION 3u
-/* Version 4: from an engine with hybrid memory's groups. The header goes
- * on with a u32 group, arena and window per layer; the KV is the
- * engine's swap layout (each group's blocks from the first its next row
- * sees, group after group), which only an engine grouped the same way,
- * with the same block size, takes: any other computes the KV again. */
-#define FORMAT_VERSION_GROUPS 4u
 static const uint8_t MAGIC[8] = {'P', 'K', 'V', 'S', 'E', 'Q', '\r', '\n'};
 
 /* Header fields after the common ones (wire.h): little-endian u32 at
@@ -49,36 +42,11 @@ enum {
     AT_CHECKSUM = 72  /* u64 */
 };
 
-static int grouped(const pkv_engine *e)
-{
-    return e->groups.num_groups > 1;
-}
-
-static uint32_t header_bytes_of(const pkv_engine *e)
-{
-    return grouped(e) ? HEADER_BYTES + 12 * e->groups.num_layers
-                      : HEADER_BYTES;
-}
-
-/* Version 4's layer table: each layer's group, arena and window. */
-static void put_layout(const pkv_engine *e, uint8_t *at)
-{
-    const pkv__groups *g = &e->groups;
-    for (uint32_t l = 0; l < g->num_layers; l++) {
-        pkv__put_u32(at + 12 * l, g->layer_group[l]);
-        pkv__put_u32(at + 12 * l + 4, g->layer_arena[l]);
-        pkv__put_u32(at + 12 * l + 8,
-                     pkv__groups_window(g, g->layer_group[l]));
-    }
-}
-
-/* Blocks of a grouped export of `computed` tokens: every group's from
- * the first its next row sees. */
-static uint32_t grouped_blocks(const pkv_engine *e, uint32_t computed)
-{
-    return pkv__groups_blocks_from(&e->groups, e->pool.block_size, computed,
-                                   computed);
-}
+/* Version 3 (versions 1 and 2 with an XXH3 checksum; older ones are
+ * refused as made by an older pkv), and 4 with a layer table of a group,
+ * an arena and a window per layer. */
+static const pkv__format FORMAT = {MAGIC, "a pkv sequence export", 3, 80,
+                                   12, AT_CHECKSUM};
 
 /* Bytes of one stored element (f32 and f16 rows). */
 static size_t elem_bytes(const pkv__backend_config *c)
@@ -86,8 +54,17 @@ static size_t elem_bytes(const pkv__backend_config *c)
     return c->kv_dtype == PKV_KV_DTYPE_F16 ? 2 : 4;
 }
 
-/* Bytes of the KV part of an export of `computed` tokens from config c. */
-static uint64_t kv_bytes(const pkv__backend_config *c, uint32_t computed)
+/* Whether an export from a cache of config c and layers grouped as g
+ * carries its KV as rows. */
+static int as_rows(const pkv__backend_config *c, const pkv__groups *g)
+{
+    return pkv__groups_plain(g) && !pkv__backend_quantized(c);
+}
+
+/* The KV part of an export in the plain layout of `computed` tokens from
+ * config c: rows, or a quantized cache's blocks and tail. */
+static uint64_t plain_kv_bytes(const pkv__backend_config *c,
+                               uint32_t computed)
 {
     if (computed == 0)
         return 0;
@@ -99,15 +76,13 @@ static uint64_t kv_bytes(const pkv__backend_config *c, uint32_t computed)
            c->head_dim * elem_bytes(c);
 }
 
-/* The KV part of an export by e of `computed` tokens. */
-static uint64_t export_kv_bytes(const pkv_engine *e, uint32_t computed)
+/* The KV part of this engine's export of `computed` tokens. */
+static uint64_t kv_bytes(const pkv__kv *kv, const pkv__backend_config *c,
+                         uint32_t computed)
 {
-    const pkv__backend_config *c = &e->backend_config;
-    if (!grouped(e) || computed == 0)
-        return kv_bytes(c, computed);
-    return (uint64_t)grouped_blocks(e, computed) *
-               pkv__backend_swap_block_bytes(c) +
-           (pkv__backend_quantized(c) ? pkv__backend_stage_bytes(c) : 0);
+    if (computed == 0 || as_rows(c, &kv->groups))
+        return plain_kv_bytes(c, computed);
+    return pkv__kv_swap_bytes(kv, computed);
 }
 
 /* The K (kv 0) or V (kv 1) row of token t, layer l, kv head h in host
@@ -140,14 +115,6 @@ static void copy_rows(const pkv__backend_config *c, uint32_t computed,
                 }
 }
 
-/* A quantized export holds what the sequence holds and nothing else. The arena
- * bytes of an unsealed last block are never read (its rows are in the
- * staging tail), nor are the tail's rows past the last stored token (all
- * of them when the last block is sealed); they can hold KV of tokens the
- * sequence no longer has (rejected drafts, truncated tokens, a rolled
- * back seal), so they are exported as zeros: two sequences with the same
- * tokens and stored KV export the same bytes. kv: the export's KV part
- * (swap layout, then the tail [layer][kv head][K, V][token][ch]). */
 /* Zeros over a staging tail's rows from `used` on. */
 static void zero_tail_rows(const pkv__backend_config *c, uint32_t used,
                            uint8_t *stage)
@@ -159,40 +126,36 @@ static void zero_tail_rows(const pkv__backend_config *c, uint32_t used,
         memset(stage + (part * bs + used) * row, 0, (bs - used) * row);
 }
 
-static void quantized_canonical(const pkv__backend_config *c,
-                                uint32_t computed, uint8_t *kv)
+/* An export in swap layout holds what the sequence holds and nothing
+ * else. A group's last block, when partly filled, holds zeros past its
+ * tokens (all of it in a quantized cache, whose unsealed block is never
+ * read: its rows are in the staging tail), and so does the tail past the
+ * last stored token (all of it when the last block is sealed): those
+ * bytes can hold KV of tokens the sequence no longer has (rejected
+ * drafts, truncated tokens, a rolled-back seal), and two sequences with
+ * the same tokens and stored KV export the same bytes. kv: the export's
+ * KV part of `computed` tokens. */
+static void canonical(const pkv__kv *kv, const pkv__backend_config *c,
+                      uint32_t computed, uint8_t *bytes)
 {
     uint32_t bs = c->block_size, used = computed % bs;
-    uint32_t n = pkv__blocks_for(computed, bs);
     size_t block = pkv__backend_swap_block_bytes(c);
-    if (used != 0)
-        memset(kv + (size_t)(n - 1) * block, 0, block);
-    zero_tail_rows(c, used, kv + (size_t)n * block);
-}
-
-/* A grouped export's KV (swap layout, then the tail), canonical as a
- * quantized one is: each group's last block, when partly filled, holds
- * zeros past its tokens (all of it when quantized: its rows are in the
- * tail), and so does the tail. */
-static void grouped_canonical(const pkv_engine *e, uint32_t computed,
-                              uint8_t *kv)
-{
-    const pkv__backend_config *c = &e->backend_config;
-    uint32_t bs = c->block_size, used = computed % bs;
-    size_t block = pkv__backend_swap_block_bytes(c);
-    if (pkv__backend_quantized(c))
+    int quantized = pkv__backend_quantized(c);
+    if (quantized)
         zero_tail_rows(c, used,
-                       kv + (size_t)grouped_blocks(e, computed) * block);
+                       bytes + (size_t)pkv__kv_blocks_from(kv, computed,
+                                                           computed) *
+                                   block);
     if (used == 0)
         return;
     size_t layer_block = pkv__backend_layer_block_bytes(c);
     size_t part = pkv__backend_part_bytes(c, 0);
     size_t row = (size_t)c->head_dim * elem_bytes(c);
     uint32_t last = 0, all = pkv__blocks_for(computed, bs);
-    for (uint32_t g = 0; g < e->groups.num_groups; g++) {
-        last += all - pkv__groups_first_seen(&e->groups, g, bs, computed);
-        uint8_t *b = kv + (size_t)(last - 1) * block;
-        if (pkv__backend_quantized(c)) {
+    for (uint32_t g = 0; g < pkv__kv_num_groups(kv); g++) {
+        last += all - pkv__kv_first_seen(kv, g, computed);
+        uint8_t *b = bytes + (size_t)(last - 1) * block;
+        if (quantized) {
             memset(b, 0, block);
             continue;
         }
@@ -205,77 +168,49 @@ static void grouped_canonical(const pkv_engine *e, uint32_t computed,
     }
 }
 
-/* A running grouped sequence's KV in swap layout into host: each group's
- * blocks from the first its next row sees, then the tail. */
-static pkv_status grouped_kv_out(pkv_engine *e, const pkv__seq *s,
-                                 uint8_t *host)
+/* The KV part of s's export at out (kv_bytes of them): its swap bytes
+ * when it is swapped out, else read from the device. */
+static pkv_status write_kv(const pkv__kv *kv, const pkv__backend_config *c,
+                           const pkv__allocator *alloc, const pkv__seq *s,
+                           uint8_t *out)
 {
-    const pkv__backend_config *c = &e->backend_config;
-    uint32_t bs = c->block_size, all = pkv__blocks_for(s->num_computed, bs);
-    size_t block = pkv__backend_swap_block_bytes(c);
-    uint32_t done = 0;
-    for (uint32_t g = 0; g < pkv__seq_groups(s); g++) {
-        const pkv__table *t = pkv__seq_table_c(s, g);
-        uint32_t first =
-            pkv__groups_first_seen(&e->groups, g, bs, s->num_computed);
-        pkv_status st = e->ops->swap_out(e->backend, t->blocks + first,
-                                         all - first, host + done * block);
-        if (st != PKV_OK)
+    uint32_t computed = s->num_computed;
+    if (computed == 0)
+        return PKV_OK;
+    const uint8_t *swap = pkv__kv_swapped(&s->kv);
+    size_t size = pkv__kv_swap_bytes(kv, computed);
+    int rows = as_rows(c, &kv->groups);
+    uint8_t *host = NULL;
+    if (swap == NULL) {
+        /* Read straight into the export unless rows reorder it. */
+        host = rows ? pkv__calloc(alloc, size, 1) : out;
+        if (host == NULL)
+            return PKV_ERR_OUT_OF_MEMORY;
+        pkv_status st = pkv__kv_read(kv, &s->kv, computed, host);
+        if (st != PKV_OK) {
+            if (host != out)
+                pkv__free(alloc, host, size, 1);
             return st;
-        done += all - first;
+        }
+        swap = host;
     }
-    if (pkv__backend_quantized(c))
-        return e->ops->stage_out(e->backend, s->stage, host + done * block);
-    return PKV_OK;
-}
-
-/* The sequence's KV in swap layout: its swap copy, or read from the
- * device into *owned (freed by the caller, of *owned_size bytes). */
-static pkv_status seq_kv(pkv_engine *e, const pkv__seq *s,
-                         const uint8_t **kv, uint8_t **owned,
-                         size_t *owned_size)
-{
-    *kv = NULL;
-    *owned = NULL;
-    *owned_size = 0;
-    if (s->num_computed == 0)
-        return PKV_OK;
-    if (s->state == PKV__SEQ_SWAPPED) {
-        *kv = s->swap_data;
-        return PKV_OK;
+    if (rows)
+        copy_rows(c, computed, out, swap, 0);
+    else {
+        if (swap != out)
+            memcpy(out, swap, size);
+        canonical(kv, c, computed, out);
     }
-    const pkv__backend_config *c = &e->backend_config;
-    uint32_t n = grouped(e) ? grouped_blocks(e, s->num_computed)
-                            : pkv__blocks_for(s->num_computed, c->block_size);
-    size_t blocks = n * pkv__backend_swap_block_bytes(c);
-    size_t size = pkv__backend_swap_bytes(c, n);
-    uint8_t *host = pkv__calloc(&e->alloc, size, 1);
-    if (host == NULL)
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
-                                "export: %zu bytes of KV", size);
-    pkv_status st;
-    if (grouped(e)) {
-        st = grouped_kv_out(e, s, host);
-    } else {
-        st = e->ops->swap_out(e->backend, s->table.blocks, n, host);
-        if (st == PKV_OK && pkv__backend_quantized(c))
-            st = e->ops->stage_out(e->backend, s->stage, host + blocks);
-    }
-    if (st != PKV_OK) {
-        pkv__free(&e->alloc, host, size, 1);
-        return pkv__engine_fail(e, st, "export: reading the KV: %s",
-                                pkv_last_error());
-    }
-    *kv = host;
-    *owned = host;
-    *owned_size = size;
+    if (host != NULL && host != out)
+        pkv__free(alloc, host, size, 1);
     return PKV_OK;
 }
 
 pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
                           size_t capacity, size_t *size)
 {
-    pkv_status checked = pkv__engine_check_size_out(e, size);
+    pkv_status checked =
+        pkv__engine_check_size_out(e != NULL ? e->message : NULL, size);
     if (checked != PKV_OK)
         return checked;
     pkv__seq *s;
@@ -283,310 +218,210 @@ pkv_status pkv_seq_export(pkv_engine *e, pkv_seq_id id, void *buffer,
     if (st != PKV_OK)
         return st;
     const pkv__backend_config *c = &e->backend_config;
-    uint64_t kv = export_kv_bytes(e, s->num_computed);
-    uint32_t head = header_bytes_of(e);
-    /* With a seal, the export goes after the seal's header. */
-    size_t seal_at = e->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
+    uint64_t kv = kv_bytes(&e->kv, c, s->num_computed);
+    uint32_t head = pkv__format_header_bytes(&FORMAT, &e->kv.groups);
+    size_t seal_at = pkv__format_seal_bytes(e->seal);
     uint64_t content = head + (uint64_t)s->num_tokens * 4 + kv;
     uint64_t total = seal_at + content;
     if (total > SIZE_MAX)
-        return pkv__engine_fail(e, PKV_ERR_UNSUPPORTED,
+        return pkv__engine_fail(e->message, PKV_ERR_UNSUPPORTED,
                                 "export of %llu bytes",
                                 (unsigned long long)total);
     *size = (size_t)total;
     if (buffer == NULL && capacity == 0)
         return PKV_OK;
     if (buffer == NULL || capacity < total)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "export of sequence %llu takes %llu bytes; "
                                 "the buffer has %zu",
                                 (unsigned long long)id,
                                 (unsigned long long)total,
                                 buffer == NULL ? (size_t)0 : capacity);
-    const uint8_t *swap;
-    uint8_t *owned;
-    size_t owned_size;
-    st = seq_kv(e, s, &swap, &owned, &owned_size);
-    if (st != PKV_OK)
-        return st;
-
     uint8_t *out = (uint8_t *)buffer + seal_at;
-    pkv__wire_put_header(out, head, MAGIC,
-                         grouped(e) ? FORMAT_VERSION_GROUPS : FORMAT_VERSION,
-                         c);
-    if (grouped(e))
-        put_layout(e, out + HEADER_BYTES);
-    int quantized = pkv__backend_quantized(c);
+    st = write_kv(&e->kv, c, &e->alloc, s,
+                  out + head + (size_t)s->num_tokens * 4);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e->message, st, "export: %llu bytes of KV: %s",
+                                (unsigned long long)kv,
+                                st == PKV_ERR_OUT_OF_MEMORY
+                                    ? "out of memory"
+                                    : pkv_last_error());
+    pkv__format_begin(&FORMAT, out, c, &e->kv.groups);
     pkv__put_u32(out + AT_NUM_TOKENS, s->num_tokens);
     pkv__put_u32(out + AT_PROMPT_LEN, s->prompt_len);
     pkv__put_u32(out + AT_NUM_COMPUTED, s->num_computed);
     pkv__put_u32(out + AT_NUM_GENERATED, s->num_generated);
     pkv__put_u32(out + AT_MAX_NEW_TOKENS, s->max_new_tokens);
     pkv__put_u64(out + AT_KV_BYTES, kv);
-    uint8_t *p = out + head;
-    for (uint32_t i = 0; i < s->num_tokens; i++, p += 4)
-        pkv__put_u32(p, (uint32_t)s->tokens[i]);
-    if (kv > 0 && grouped(e)) {
-        memcpy(p, swap, (size_t)kv);
-        grouped_canonical(e, s->num_computed, p);
-    } else if (kv > 0 && quantized) {
-        memcpy(p, swap, (size_t)kv);
-        quantized_canonical(c, s->num_computed, p);
-    } else if (kv > 0)
-        copy_rows(c, s->num_computed, p, swap, 0);
-    pkv__put_u64(out + AT_CHECKSUM,
-                 pkv__checksum(out, (size_t)content, AT_CHECKSUM));
-    pkv__free(&e->alloc, owned, owned_size, 1);
-    if (e->seal != NULL) {
-        st = pkv__seal_close(e->seal, buffer, (size_t)content, NULL, 0);
-        if (st != PKV_OK)
-            return pkv__engine_fail(e, st, "export: sealing %llu bytes "
-                                           "failed",
-                                    (unsigned long long)content);
-    }
+    for (uint32_t i = 0; i < s->num_tokens; i++)
+        pkv__put_u32(out + head + (size_t)i * 4, (uint32_t)s->tokens[i]);
+    st = pkv__format_finish(&FORMAT, e->seal, buffer, (size_t)content);
+    if (st != PKV_OK)
+        return pkv__engine_fail(e->message, st,
+                                "export: sealing %llu bytes failed",
+                                (unsigned long long)content);
     return PKV_OK;
 }
 
-/* The header's checks, cheapest first; PKV_OK when data may be imported
- * by e. *keep_kv: whether its KV can move into e's blocks (U8 blocks of
- * another size or groups cannot: that would re-quantise them). */
-static pkv_status check_header(pkv_engine *e, const uint8_t *d, size_t size,
-                               int *keep_kv, uint32_t *head)
+/* The bytes an export says it has (pkv__format_open's length). */
+static uint64_t export_length(const uint8_t *d, uint32_t header_bytes)
 {
-    char why[128];
-    /* Version 3, or 4 with its layer table (of as many layers as this
-     * engine has: another count fails the geometry check below). */
-    uint32_t version = size >= HEADER_BYTES && memcmp(d, MAGIC, 8) == 0
-                           ? pkv__get_u32(d + PKV__AT_VERSION)
-                           : FORMAT_VERSION;
-    if (version != FORMAT_VERSION_GROUPS)
-        version = FORMAT_VERSION;
-    *head = version == FORMAT_VERSION_GROUPS
-                ? HEADER_BYTES + 12 * e->backend_config.num_layers
-                : HEADER_BYTES;
-    pkv_status st =
-        pkv__wire_check_opening(d, size, MAGIC, version, *head,
-                                "a pkv sequence export", why, sizeof why);
-    if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "import: %s", why);
-    uint32_t tokens = pkv__get_u32(d + AT_NUM_TOKENS);
     uint64_t kv = pkv__get_u64(d + AT_KV_BYTES);
-    uint64_t total = *head + (uint64_t)tokens * 4 + kv;
-    if (kv > UINT64_MAX / 2 || total != size)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                "import: the export says %llu bytes; %zu "
-                                "given (truncated?)",
-                                (unsigned long long)total, size);
-    if (pkv__checksum(d, size, AT_CHECKSUM) != pkv__get_u64(d + AT_CHECKSUM))
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                "import: checksum mismatch: the export was "
-                                "changed or damaged");
-    const pkv__backend_config *c = &e->backend_config;
-    uint32_t dtype = pkv__get_u32(d + PKV__AT_KV_DTYPE);
-    int quantized = pkv__backend_quantized(c);
+    if (kv > UINT64_MAX / 2)
+        return UINT64_MAX;
+    return header_bytes + (uint64_t)pkv__get_u32(d + AT_NUM_TOKENS) * 4 + kv;
+}
+
+/* An export as an import reads it. */
+typedef struct imported {
+    uint32_t tokens, prompt_len, computed, generated, max_new_tokens;
+    uint64_t kv_bytes;
+    uint32_t source_block_size; /* the exporter's */
+    int keep_kv; /* its KV moves into this engine's blocks */
+    const uint8_t *token_bytes, *kv;
+} imported;
+
+/* Read the opened export v into x, checking it as an engine of manager
+ * kv, config c and params p takes it. PKV_OK, or the failure with why[]
+ * saying it. */
+static pkv_status read_export(const pkv__format_view *v, const pkv__kv *kv,
+                              const pkv__backend_config *c,
+                              const pkv_engine_params *p, imported *x,
+                              char *why, size_t why_size)
+{
+    const uint8_t *d = v->d;
+    x->tokens = pkv__get_u32(d + AT_NUM_TOKENS);
+    x->prompt_len = pkv__get_u32(d + AT_PROMPT_LEN);
+    x->computed = pkv__get_u32(d + AT_NUM_COMPUTED);
+    x->generated = pkv__get_u32(d + AT_NUM_GENERATED);
+    x->max_new_tokens = pkv__get_u32(d + AT_MAX_NEW_TOKENS);
+    x->kv_bytes = pkv__get_u64(d + AT_KV_BYTES);
+    x->token_bytes = d + v->header_bytes;
+    x->kv = x->token_bytes + (size_t)x->tokens * 4;
     /* The geometry must match this engine's; the block size (and U8's
      * groups) may differ. */
-    uint8_t mine[HEADER_BYTES];
-    pkv__wire_put_header(mine, HEADER_BYTES, MAGIC, FORMAT_VERSION, c);
-    if (memcmp(d + PKV__AT_KV_DTYPE, mine + PKV__AT_KV_DTYPE, 4) != 0 ||
-        memcmp(d + PKV__AT_NUM_LAYERS, mine + PKV__AT_NUM_LAYERS,
-               PKV__AT_BLOCK_SIZE - PKV__AT_NUM_LAYERS) != 0)
-        return pkv__engine_fail(
-            e, PKV_ERR_UNSUPPORTED,
-            "import: exported with kv_dtype %u, %u layers, %u kv heads, "
-            "head_dim %u; this engine has %d, %u, %u, %u",
-            (unsigned)dtype, (unsigned)pkv__get_u32(d + PKV__AT_NUM_LAYERS),
-            (unsigned)pkv__get_u32(d + PKV__AT_NUM_KV_HEADS),
-            (unsigned)pkv__get_u32(d + PKV__AT_HEAD_DIM), (int)c->kv_dtype,
-            (unsigned)c->num_layers, (unsigned)c->num_kv_heads,
-            (unsigned)c->head_dim);
+    if (!pkv__format_same_geometry(v, c, 0, why, why_size))
+        return PKV_ERR_UNSUPPORTED;
     /* The exporter's layout, which the KV bytes follow. */
-    pkv__backend_config src = *c;
-    src.block_size = pkv__get_u32(d + PKV__AT_BLOCK_SIZE);
+    pkv__backend_config source = *c, *src = &source;
+    src->block_size = pkv__get_u32(d + PKV__AT_BLOCK_SIZE);
+    x->source_block_size = src->block_size;
     uint32_t kq = pkv__get_u32(d + PKV__AT_KEY_QUANT);
     uint32_t vq = pkv__get_u32(d + PKV__AT_VALUE_QUANT);
-    int groups_ok = quantized ? pkv__wire_get_quant(&src, kq, vq)
+    int quant_ok = pkv__backend_quantized(c)
+                       ? pkv__wire_get_quant(src, kq, vq)
                        : kq == 0 && vq == 0;
-    if (src.block_size == 0 || src.block_size > PKV_LAYOUT_MAX_BLOCK_SIZE ||
-        (src.block_size & (src.block_size - 1)) != 0 || !groups_ok)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                "import: block_size %u, quant %#x/%#x are "
-                                "not a pkv layout",
-                                (unsigned)src.block_size, (unsigned)kq,
-                                (unsigned)vq);
-    *keep_kv = memcmp(d + PKV__AT_KEY_QUANT, mine + PKV__AT_KEY_QUANT, 8) ==
-                   0 &&
-               (!quantized || src.block_size == c->block_size);
-    /* A grouped export moves into an engine with the same groups, windows
-     * and blocks only; one grouped otherwise, or not, computes it again,
-     * and so does a grouped engine given an export without groups. */
-    if (version == FORMAT_VERSION_GROUPS || grouped(e)) {
-        int same = version == FORMAT_VERSION_GROUPS && grouped(e) &&
-                   src.block_size == c->block_size;
-        const pkv__groups *g = &e->groups;
-        for (uint32_t l = 0; same && l < c->num_layers; l++) {
-            const uint8_t *at = d + HEADER_BYTES + 12 * (size_t)l;
-            same = pkv__get_u32(at) == g->layer_group[l] &&
-                   pkv__get_u32(at + 4) == g->layer_arena[l] &&
-                   pkv__get_u32(at + 8) ==
-                       pkv__groups_window(g, g->layer_group[l]);
-        }
-        *keep_kv = *keep_kv && same;
+    if (src->block_size == 0 ||
+        src->block_size > PKV_LAYOUT_MAX_BLOCK_SIZE ||
+        (src->block_size & (src->block_size - 1)) != 0 || !quant_ok) {
+        snprintf(why, why_size,
+                 "block_size %u, quant %#x/%#x are not a pkv layout",
+                 (unsigned)src->block_size, (unsigned)kq, (unsigned)vq);
+        return PKV_ERR_INVALID_ARGUMENT;
     }
-    uint32_t prompt = pkv__get_u32(d + AT_PROMPT_LEN);
-    uint32_t computed = pkv__get_u32(d + AT_NUM_COMPUTED);
-    uint32_t generated = pkv__get_u32(d + AT_NUM_GENERATED);
-    /* The KV's bytes: a grouped export's are checked when they move. */
-    uint64_t kv_want = version == FORMAT_VERSION_GROUPS
-                           ? (*keep_kv ? export_kv_bytes(e, computed) : kv)
-                           : kv_bytes(&src, computed);
-    if (tokens == 0 || tokens > e->params.max_model_len || prompt == 0 ||
-        prompt > tokens || computed >= tokens || generated > tokens ||
-        kv != kv_want)
-        return pkv__engine_fail(
-            e, PKV_ERR_INVALID_ARGUMENT,
-            "import: %u tokens (prompt %u, %u sampled, %u with KV, %llu "
-            "bytes of it); max_model_len is %u",
-            (unsigned)tokens, (unsigned)prompt, (unsigned)generated,
-            (unsigned)computed, (unsigned long long)kv,
-            (unsigned)e->params.max_model_len);
-    uint32_t vocab = e->params.vocab_size;
-    for (uint32_t i = 0; i < tokens; i++) {
-        uint32_t t = pkv__get_u32(d + *head + (size_t)i * 4);
-        if (t > INT32_MAX || (vocab != 0 && t >= vocab))
-            return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
-                                    "import: token %u is %u; this engine's "
-                                    "ids are 0..%u",
-                                    (unsigned)i, (unsigned)t,
-                                    (unsigned)(vocab ? vocab - 1 : INT32_MAX));
+    /* Its KV moves when this engine lays it out alike: the same
+     * quantization groups, the same groups of layers and, unless it
+     * travels as rows, the same block size. */
+    uint32_t layer;
+    x->keep_kv = kq == pkv__wire_quant(c, 0) && vq == pkv__wire_quant(c, 1) &&
+                 pkv__format_same_layout(&FORMAT, v, &kv->groups, &layer) &&
+                 (as_rows(c, &kv->groups) ||
+                  src->block_size == c->block_size);
+    /* The KV's bytes: a layered export's are checked when they move. */
+    uint64_t kv_want = !v->layered   ? plain_kv_bytes(src, x->computed)
+                       : x->keep_kv ? kv_bytes(kv, c, x->computed)
+                                    : x->kv_bytes;
+    if (x->tokens == 0 || x->tokens > p->max_model_len ||
+        x->prompt_len == 0 || x->prompt_len > x->tokens ||
+        x->computed >= x->tokens || x->generated > x->tokens ||
+        x->kv_bytes != kv_want) {
+        snprintf(why, why_size,
+                 "%u tokens (prompt %u, %u sampled, %u with KV, %llu bytes "
+                 "of it); max_model_len is %u",
+                 (unsigned)x->tokens, (unsigned)x->prompt_len,
+                 (unsigned)x->generated, (unsigned)x->computed,
+                 (unsigned long long)x->kv_bytes,
+                 (unsigned)p->max_model_len);
+        return PKV_ERR_INVALID_ARGUMENT;
+    }
+    for (uint32_t i = 0; i < x->tokens; i++) {
+        uint32_t t = pkv__get_u32(x->token_bytes + (size_t)i * 4);
+        if (t > INT32_MAX || (p->vocab_size != 0 && t >= p->vocab_size)) {
+            snprintf(why, why_size,
+                     "token %u is %u; this engine's ids are 0..%u",
+                     (unsigned)i, (unsigned)t,
+                     (unsigned)(p->vocab_size ? p->vocab_size - 1
+                                              : INT32_MAX));
+            return PKV_ERR_INVALID_ARGUMENT;
+        }
     }
     /* Blocks to hold the KV and the next row: a sequence that can never
      * fit is refused now, not failed at its first step. */
-    uint32_t kept = *keep_kv ? computed : 0;
-    uint32_t need = pkv__groups_blocks_from(&e->groups, c->block_size, kept,
-                                            kept + 1);
-    if (need > c->num_blocks - 1)
-        return pkv__engine_fail(e, PKV_ERR_NO_BLOCKS,
-                                "import: %u blocks needed; the pool has %u",
-                                (unsigned)need, (unsigned)(c->num_blocks - 1));
+    uint32_t kept = x->keep_kv ? x->computed : 0;
+    uint32_t need = pkv__kv_blocks_from(kv, kept, kept + 1);
+    if (need > pkv__kv_num_blocks(kv) - 1) {
+        snprintf(why, why_size, "%u blocks needed; the pool has %u",
+                 (unsigned)need, (unsigned)(pkv__kv_num_blocks(kv) - 1));
+        return PKV_ERR_NO_BLOCKS;
+    }
     return PKV_OK;
 }
 
-/* pkv_seq_import of size bytes of an export at d (opened when sealed). */
-static pkv_status import_export(pkv_engine *e, const pkv_seq_params *params,
-                                const uint8_t *d, size_t size,
-                                pkv_seq_id *out_id)
+/* A new sequence of x's tokens with its KV (when it keeps it) as swap
+ * bytes; NULL when memory runs out. */
+static pkv__seq *new_seq(const pkv__kv *kv, const pkv__backend_config *c,
+                         const pkv__allocator *alloc, const imported *x,
+                         uint64_t salt)
 {
-    const pkv_seq_params p = *params;
-    int keep_kv = 0;
-    uint32_t head = HEADER_BYTES;
-    pkv_status st = check_header(e, d, size, &keep_kv, &head);
-    if (st != PKV_OK)
-        return st;
-
-    /* Everything that can fail comes first. */
-    const pkv__backend_config *c = &e->backend_config;
-    uint32_t tokens = pkv__get_u32(d + AT_NUM_TOKENS);
-    uint32_t computed = keep_kv ? pkv__get_u32(d + AT_NUM_COMPUTED) : 0;
-    uint32_t prompt_len = pkv__get_u32(d + AT_PROMPT_LEN);
-    uint32_t bs = c->block_size;
-    uint32_t n_hashes = computed == 0 ? (prompt_len - 1) / bs : 0;
-    uint32_t swap_blocks = grouped(e) ? grouped_blocks(e, computed)
-                                      : pkv__blocks_for(computed, bs);
-    size_t swap_size =
-        computed > 0 ? pkv__backend_swap_bytes(c, swap_blocks) : 0;
-    st = pkv__seqs_reserve(&e->seqs, &e->alloc, pkv__inbox_live_count(&e->inbox) + 17);
-    int32_t *token_ids = pkv__calloc(&e->alloc, tokens, sizeof *token_ids);
+    uint32_t computed = x->keep_kv ? x->computed : 0;
+    size_t swap_size = computed > 0 ? pkv__kv_swap_bytes(kv, computed) : 0;
+    int32_t *tokens = pkv__calloc(alloc, x->tokens, sizeof *tokens);
     pkv__seq *seq = NULL;
-    if (st == PKV_OK && token_ids != NULL) {
-        for (uint32_t i = 0; i < tokens; i++)
-            token_ids[i] = (int32_t)pkv__get_u32(d + head + (size_t)i * 4);
-        seq = pkv__seq_new(&e->alloc, token_ids, tokens,
-                           e->groups.num_groups);
+    if (tokens != NULL) {
+        for (uint32_t i = 0; i < x->tokens; i++)
+            tokens[i] = (int32_t)pkv__get_u32(x->token_bytes + (size_t)i * 4);
+        /* Computed again, its prompt's blocks may hit: their hashes. */
+        seq = pkv__seq_new(alloc, kv, tokens, x->tokens, salt,
+                           computed == 0 ? x->prompt_len : 0);
     }
-    pkv__free(&e->alloc, token_ids, tokens, sizeof *token_ids);
-    if (seq != NULL && swap_size > 0) {
-        seq->swap_data = pkv__calloc(&e->alloc, swap_size, 1);
-        seq->swap_size = swap_size;
+    pkv__free(alloc, tokens, x->tokens, sizeof *tokens);
+    if (seq == NULL || swap_size == 0)
+        return seq;
+    uint8_t *swap = pkv__calloc(alloc, swap_size, 1);
+    if (swap == NULL) {
+        pkv__seq_free(seq, alloc);
+        return NULL;
     }
-    if (seq != NULL && n_hashes > 0) {
-        seq->prompt_hashes = pkv__calloc(&e->alloc, n_hashes,
-                                         sizeof *seq->prompt_hashes);
-        seq->prompt_hashes_size = n_hashes;
-    }
-    if (st != PKV_OK || seq == NULL ||
-        (swap_size > 0 && seq->swap_data == NULL) ||
-        (n_hashes > 0 && seq->prompt_hashes == NULL)) {
-        if (seq != NULL) {
-            pkv__free(&e->alloc, seq->swap_data, swap_size, 1);
-            seq->swap_data = NULL;
-            seq->swap_size = 0;
-            pkv__seq_free(seq, &e->alloc);
-        }
-        return pkv__engine_fail(e, PKV_ERR_OUT_OF_MEMORY,
-                                "import of %u tokens", (unsigned)tokens);
-    }
-
-    const uint8_t *kv = d + head + (size_t)tokens * 4;
-    if (swap_size > 0 && (grouped(e) || pkv__backend_quantized(c)))
-        memcpy(seq->swap_data, kv, swap_size);
-    else if (swap_size > 0)
-        copy_rows(c, computed, seq->swap_data, kv, 1);
-    seq->prompt_len = prompt_len;
-    seq->num_generated = pkv__get_u32(d + AT_NUM_GENERATED);
-    seq->max_new_tokens = p.max_new_tokens != 0
-                              ? p.max_new_tokens
-                              : pkv__get_u32(d + AT_MAX_NEW_TOKENS);
+    if (as_rows(c, &kv->groups))
+        copy_rows(c, computed, swap, x->kv, 1);
+    else
+        memcpy(swap, x->kv, swap_size);
+    pkv__kv_swap_import(&seq->kv, swap, swap_size);
     seq->num_computed = computed;
-    seq->priority = p.priority;
-    seq->tenant = p.tenant;
-    seq->salt = p.cache_salt;
-    seq->user_data = p.user_data;
-    if (n_hashes > 0) {
-        seq->num_prompt_hashes = n_hashes;
-        pkv__prefix_hashes(seq->tokens, n_hashes, bs, seq->salt,
-                           seq->prompt_hashes);
-    }
-    pkv__inbox_issue(&e->inbox, seq);
-    pkv__map_put(&e->seqs.by_id, seq->id, (uint64_t)(uintptr_t)seq);
-    if (tokens > e->seqs.longest_tokens) /* sizes the next step's arrays */
-        e->seqs.longest_tokens = tokens;
-    if (computed > 0) {
-        seq->swap_num_blocks = swap_blocks;
-        seq->swap_imported = 1;
-        seq->state = PKV__SEQ_SWAPPED;
-        pkv__seqs_enqueue(&e->seqs, &e->seqs.swapped, seq);
-    } else {
-        seq->state = PKV__SEQ_WAITING;
-        pkv__seqs_enqueue(&e->seqs, &e->seqs.waiting, seq);
-    }
-    int groups_differ = grouped(e) || head != HEADER_BYTES;
-    if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0 && groups_differ)
-        pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
-                        "import: exported %s hybrid memory's groups of "
-                        "layers (or with other groups, windows or block "
-                        "size); sequence %llu computes its %u tokens of KV "
-                        "again",
-                        head != HEADER_BYTES ? "with" : "without",
-                        (unsigned long long)seq->id,
-                        (unsigned)pkv__get_u32(d + AT_NUM_COMPUTED));
-    else if (!keep_kv && pkv__get_u32(d + AT_NUM_COMPUTED) > 0)
-        pkv__engine_log(e, PKV_LOG_LEVEL_INFO,
-                        "import: quantized blocks of %u tokens (groups "
-                        "%#x/%#x) cannot move into blocks of %u (groups "
-                        "%#x/%#x) "
-                        "without re-quantising; sequence %llu computes its "
-                        "%u tokens of KV again",
-                        (unsigned)pkv__get_u32(d + PKV__AT_BLOCK_SIZE),
-                        (unsigned)pkv__get_u32(d + PKV__AT_KEY_QUANT),
-                        (unsigned)pkv__get_u32(d + PKV__AT_VALUE_QUANT),
-                        (unsigned)bs, (unsigned)pkv__wire_quant(c, 0),
-                        (unsigned)pkv__wire_quant(c, 1),
-                        (unsigned long long)seq->id,
-                        (unsigned)pkv__get_u32(d + AT_NUM_COMPUTED));
-    *out_id = seq->id;
-    PKV__ENGINE_CHECK(e);
-    return PKV_OK;
+    return seq;
+}
+
+/* The line an import that computes its KV again logs, into line[]. */
+static void why_again(const pkv__format_view *v, const pkv__kv *kv,
+                      const pkv__backend_config *c, const imported *x,
+                      char *line, size_t size)
+{
+    const uint8_t *d = v->d;
+    if (v->layered || !pkv__groups_plain(&kv->groups))
+        snprintf(line, size,
+                 "exported %s hybrid memory's groups of layers (or with "
+                 "other groups, windows or block size)",
+                 v->layered ? "with" : "without");
+    else
+        snprintf(line, size,
+                 "quantized blocks of %u tokens (groups %#x/%#x) cannot "
+                 "move into blocks of %u (groups %#x/%#x) without "
+                 "re-quantising",
+                 (unsigned)x->source_block_size,
+                 (unsigned)pkv__get_u32(d + PKV__AT_KEY_QUANT),
+                 (unsigned)pkv__get_u32(d + PKV__AT_VALUE_QUANT),
+                 (unsigned)c->block_size, (unsigned)pkv__wire_quant(c, 0),
+                 (unsigned)pkv__wire_quant(c, 1));
 }
 
 pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
@@ -597,37 +432,69 @@ pkv_status pkv_seq_import(pkv_engine *e, const pkv_seq_params *params,
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (data == NULL || out_id == NULL)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
+                                "%s is NULL",
                                 data == NULL ? "data" : "out_id");
+    char why[192];
     pkv_seq_params p;
     pkv_seq_params_init(&p);
-    if (params != NULL) {
-        char why[128];
-        if (pkv__struct_size_bad(params->struct_size,
-                                 PKV__SEQ_PARAMS_MIN_SIZE, sizeof *params,
-                                 "params", "pkv_seq_params_init", why,
-                                 sizeof why))
-            return pkv__engine_fail(e, PKV_ERR_STRUCT_SIZE, "%s", why);
-        memcpy(&p, params, params->struct_size);
-    }
+    if (params != NULL &&
+        pkv__struct_read(&p, params, params->struct_size,
+                         PKV__SEQ_PARAMS_MIN_SIZE, sizeof p, "params",
+                         "pkv_seq_params_init", why, sizeof why))
+        return pkv__engine_fail(e->message, PKV_ERR_STRUCT_SIZE, "%s", why);
     if (p.prompt != NULL || p.prompt_len != 0 || p.flags != 0)
-        return pkv__engine_fail(e, PKV_ERR_INVALID_ARGUMENT,
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
                                 "import: params->prompt, prompt_len and "
                                 "flags must be NULL and 0 (the tokens come "
                                 "from the export)");
     if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "import during a step: call it after "
                                 "step_end");
-    const uint8_t *d;
-    size_t n;
-    uint8_t *owned;
-    char why[160];
-    pkv_status st = pkv__seal_unwrap(e->seal, &e->alloc, data, size, MAGIC,
-                                     &d, &n, &owned, why, sizeof why);
-    if (st != PKV_OK)
-        return pkv__engine_fail(e, st, "import: %s", why);
-    st = import_export(e, &p, d, n, out_id);
-    pkv__free(&e->alloc, owned, n, 1);
-    return st;
+    const pkv__backend_config *c = &e->backend_config;
+    pkv__format_view v;
+    pkv_status st = pkv__format_open(&FORMAT, e->seal, &e->alloc, data, size,
+                                     c->num_layers, export_length, &v, why,
+                                     sizeof why);
+    imported x;
+    if (st == PKV_OK)
+        st = read_export(&v, &e->kv, c, &e->params, &x, why, sizeof why);
+    if (st != PKV_OK) {
+        pkv__format_release(&v, &e->alloc);
+        return pkv__engine_fail(e->message, st, "import: %s", why);
+    }
+    /* Everything that can fail comes first. */
+    st = pkv__seqs_reserve(&e->seqs, pkv__inbox_live_count(&e->inbox) + 17);
+    pkv__seq *seq = st == PKV_OK ? new_seq(&e->kv, c, &e->alloc, &x,
+                                           p.cache_salt)
+                                 : NULL;
+    if (seq == NULL) {
+        pkv__format_release(&v, &e->alloc);
+        return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY,
+                                "import of %u tokens", (unsigned)x.tokens);
+    }
+    seq->prompt_len = x.prompt_len;
+    seq->num_generated = x.generated;
+    seq->max_new_tokens =
+        p.max_new_tokens != 0 ? p.max_new_tokens : x.max_new_tokens;
+    seq->order.priority = p.priority;
+    seq->tenant = p.tenant;
+    seq->user_data = p.user_data;
+    pkv__inbox_issue(&e->inbox, seq);
+    pkv__seqs_join(&e->seqs, seq,
+                   seq->num_computed > 0 ? PKV__SEQ_SWAPPED
+                                         : PKV__SEQ_WAITING);
+    if (!x.keep_kv && x.computed > 0) {
+        why_again(&v, &e->kv, c, &x, why, sizeof why);
+        pkv__engine_log(e->message, PKV_LOG_LEVEL_INFO,
+                        "import: %s; sequence %llu computes its %u tokens "
+                        "of KV again",
+                        why, (unsigned long long)seq->id,
+                        (unsigned)x.computed);
+    }
+    pkv__format_release(&v, &e->alloc);
+    *out_id = seq->id;
+    PKV__ENGINE_CHECK(e);
+    return PKV_OK;
 }

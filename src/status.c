@@ -54,6 +54,15 @@ void pkv__format_error(char *buf, pkv_status status, const char *fmt,
     vsnprintf(buf + n, (size_t)(PKV__ERROR_MAX - n), fmt, args);
 }
 
+const char *pkv__describe(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(buf, size, fmt, args);
+    va_end(args);
+    return buf;
+}
+
 void pkv__set_error(const char *message)
 {
     snprintf(thread_error, sizeof thread_error, "%s", message);

@@ -2,7 +2,7 @@
 /* The current step's state (step_state.h). */
 #include "step_state.h"
 
-#include "groups.h"
+#include "kv/groups.h"
 
 #include <string.h>
 
@@ -113,4 +113,95 @@ pkv_status pkv__step_state_reserve(pkv__step_state *s,
         return st;
     s->hit_blocks = hits;
     return PKV_OK;
+}
+
+void pkv__step_state_lay_out(pkv__step_state *step, pkv__kv *kv,
+                             uint32_t num_seqs)
+{
+    uint32_t groups = pkv__kv_num_groups(kv);
+    uint32_t total = 0, rows = 0, samples = 0, max_blocks = 1;
+    for (uint32_t i = 0; i < num_seqs; i++)
+        total += step->step_seqs[i]->step.rows;
+    for (uint32_t i = 0; i < num_seqs; i++) {
+        pkv__seq *s = step->step_seqs[i];
+        /* The first token it reads (prefetch.h). */
+        if (i + PKV__PREFETCH_AHEAD / 2 < num_seqs) {
+            const pkv__seq *ahead = step->step_seqs[i + PKV__PREFETCH_AHEAD / 2];
+            PKV__PREFETCH(ahead->tokens + ahead->num_computed);
+        }
+        if (pkv__kv_blocks(&s->kv) > max_blocks)
+            max_blocks = pkv__kv_blocks(&s->kv);
+        step->seq_ids[i] = s->id;
+        step->seq_user_data[i] = s->user_data;
+        step->query_start[i] = rows;
+        uint32_t first = rows, end = s->num_computed + s->step.rows;
+        step->context_lens[i] = end;
+        step->stages[i] = pkv__kv_stage(&s->kv);
+        pkv__kv_plan_windows(kv, &s->kv, s->num_computed, rows,
+                             s->step.rows);
+        for (uint32_t p = s->num_computed; p < end; p++, rows++) {
+            step->token_ids[rows] = s->tokens[p];
+            step->positions[rows] = p;
+        }
+        for (uint32_t g = 0; g < groups; g++) {
+            const pkv__table *t = pkv__kv_table(&s->kv, g);
+            uint64_t *slots = step->slots + (size_t)g * total + first;
+            for (uint32_t p = s->num_computed; p < end; p++)
+                *slots++ = pkv__kv_slot(kv, t, p);
+            step->step_tables[g * num_seqs + i] = t->blocks;
+            step->table_versions[g * num_seqs + i] = t->version;
+        }
+        /* The last row samples; with drafts, every row from the last
+         * accepted token on. */
+        for (uint32_t r = rows - 1 - s->step.drafts;
+             end == s->num_tokens && r < rows; r++) {
+            step->sample_rows[samples] = r;
+            step->sample_seq_ids[samples++] = s->id;
+        }
+    }
+    step->query_start[num_seqs] = rows;
+    pkv_batch *b = &step->batch;
+    b->num_seqs = num_seqs;
+    b->num_tokens = rows;
+    b->seq_ids = step->seq_ids;
+    b->seq_user_data = step->seq_user_data;
+    b->query_start = step->query_start;
+    b->context_lens = step->context_lens;
+    b->token_ids = step->token_ids;
+    b->positions = step->positions;
+    b->num_samples = samples;
+    b->sample_rows = step->sample_rows;
+    b->sample_seq_ids = step->sample_seq_ids;
+    b->preempted = step->preempted;
+
+    pkv__step *st = &step->backend_step;
+    st->num_seqs = num_seqs;
+    st->num_tokens = rows;
+    st->query_start = step->query_start;
+    st->context_lens = step->context_lens;
+    st->block_tables = step->step_tables;
+    st->max_blocks_per_seq = max_blocks;
+    st->table_versions = step->table_versions;
+    st->slots = step->slots;
+    st->stages = pkv__kv_quantized(kv) ? step->stages : NULL;
+    st->windows = pkv__kv_step_windows(kv);
+}
+
+void pkv__step_state_report(pkv__step_state *step, pkv__seqs *seqs,
+                            pkv__inbox *inbox)
+{
+    uint32_t n = seqs->ended.count;
+    for (uint32_t i = 0; i < n; i++) {
+        pkv__seq *s = seqs->ended.items[i];
+        step->finished[i] = s->finish;
+        step->finished_user_data[i] = s->user_data;
+        pkv__map_put(&seqs->by_id, s->id, 0);
+        pkv__seq_free(s, &seqs->alloc);
+    }
+    seqs->ended.count = 0;
+    step->batch.num_finished = n;
+    step->batch.finished = step->finished;
+    step->batch.finished_user_data = step->finished_user_data;
+    if (n)
+        pkv__inbox_retire(inbox, n);
 }

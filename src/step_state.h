@@ -12,8 +12,9 @@
 
 #include "alloc.h"
 #include "backend.h"
+#include "inbox.h"
 #include "plan.h"
-#include "seq.h"
+#include "seqs.h"
 
 /* A device operation of the step's plan, run in order before the step's
  * first layer. */
@@ -87,5 +88,18 @@ pkv_status pkv__step_state_reserve(pkv__step_state *step,
                                    const pkv__allocator *alloc,
                                    uint32_t ended, uint32_t live,
                                    uint32_t longest_blocks);
+
+/* Lay the step out, step_seqs[0 .. num_seqs) as the plan's apply left
+ * them, as the batch the host reads and the backend's step: the
+ * sequences, rows and samples, and each group's tables and slots, group
+ * after group (backend.h), read from the KV-cache manager (which plans
+ * the step's rollback windows too). */
+void pkv__step_state_lay_out(pkv__step_state *step, pkv__kv *kv,
+                             uint32_t num_seqs);
+
+/* Report the ended sequences in the batch, free them and tell the inbox
+ * they are gone. */
+void pkv__step_state_report(pkv__step_state *step, pkv__seqs *seqs,
+                            pkv__inbox *inbox);
 
 #endif

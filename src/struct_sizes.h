@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #define PKV__END_OF(type, field)                                              \
     (offsetof(type, field) + sizeof(((type *)0)->field))
@@ -42,6 +43,22 @@ static inline int pkv__struct_size_bad(uint32_t size, size_t min,
              "%s->struct_size is %u; this library knows %u (call %s)", name,
              (unsigned)size, (unsigned)known, init);
     return 1;
+}
+
+/* Read a size-prefixed struct a caller passed, the one way pkv reads
+ * them: its struct_size (`size`, the struct's first field) checked as
+ * pkv__struct_size_bad does, then that many bytes of in copied over out,
+ * which holds the defaults, so that a field appended after the caller was
+ * built keeps its default. 0, or 1 with why[] set and out unchanged. */
+static inline int pkv__struct_read(void *out, const void *in, uint32_t size,
+                                   size_t min, size_t known,
+                                   const char *name, const char *init,
+                                   char *why, size_t why_size)
+{
+    if (pkv__struct_size_bad(size, min, known, name, init, why, why_size))
+        return 1;
+    memcpy(out, in, size);
+    return 0;
 }
 
 #endif

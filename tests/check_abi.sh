@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Compare the ABI of a freshly built library with its committed baseline,
-# tests/abi/<name>.abi (libpkv.so: tests/abi/libpkv.abi, the 0.1.0 ABI).
+# tests/abi/<name>.abi (libpkv.so: tests/abi/libpkv.abi, the 0.2.0 ABI).
 # What docs/abi.md allows passes: new functions, fields appended to the
 # size-prefixed structs, new enum values. What it forbids fails: a removed
 # symbol, a changed signature, a field moved, retyped or removed, an enum

@@ -9,7 +9,7 @@
 #include "check.h"
 #include "engine.h"
 #include "store/engine_store.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "half.h"
 
 #include <math.h>
@@ -220,7 +220,7 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
 {
     pkv_engine *e = host->engine;
     const pkv__seq *p = e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, parent);
-    uint32_t parent_blocks = p ? p->table.num_blocks : 0;
+    uint32_t parent_blocks = p ? pkv__kv_blocks(&p->kv) : 0;
     pkv_status st = pkv_seq_fork(e, parent, last_token, out_child);
     if (checked_not_between_steps(host, parent, p, st)) {
         /* nothing more to check */
@@ -230,6 +230,12 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
                (uint32_t)last_token >= host->params.vocab_size) {
         CHECK(host, st == PKV_ERR_INVALID_ARGUMENT ||
                         st == PKV_ERR_BAD_STATE);
+    } else if (!pkv__inbox_abort_pending(&e->inbox, parent) &&
+               e->seqs.running.count < host->params.max_num_seqs) {
+        /* pkv.h's only other refusals: none is BAD_STATE (a running
+         * sequence that must compute some of its tokens again, after a
+         * cut inside a sealed block, forks too). */
+        CHECK(host, st != PKV_ERR_BAD_STATE);
     }
     if (st != PKV_OK) {
         CHECK(host, *out_child == 0);
@@ -253,9 +259,9 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
     /* The child shares every block of its parent. */
     const pkv__seq *cs = pkv__seqs_find(&e->seqs, *out_child);
     CHECK(host, cs != NULL && cs->state == PKV__SEQ_RUNNING);
-    CHECK(host, cs->table.num_blocks == parent_blocks);
-    CHECK(host, memcmp(cs->table.blocks, p->table.blocks,
-                       parent_blocks * sizeof *p->table.blocks) == 0);
+    CHECK(host, pkv__kv_blocks(&cs->kv) == parent_blocks);
+    CHECK(host, memcmp(cs->kv.tables[0].blocks, p->kv.tables[0].blocks,
+                       parent_blocks * sizeof *p->kv.tables[0].blocks) == 0);
     return PKV_OK;
 }
 
@@ -266,7 +272,7 @@ pkv_status ch_truncate(ch_host *host, pkv_seq_id id, uint32_t num_tokens)
     pkv_status st = pkv_seq_truncate(e, id, num_tokens);
     /* A cut drops the drafts (a call that cuts nothing keeps them). */
     ch_seq *d = ch_find(host, id);
-    if (st == PKV_OK && s->num_drafts == 0 && d->drafts > 0) {
+    if (st == PKV_OK && s->drafts.count == 0 && d->drafts > 0) {
         d->num_tokens -= d->drafts;
         d->drafts = 0;
     }
@@ -859,7 +865,7 @@ void ch_check(ch_host *host)
         for (uint32_t i = 0; i < lists[l]->count; i++)
             check_seq(host, lists[l]->items[i]);
 
-    uint32_t nb = e->pool.num_blocks;
+    uint32_t nb = e->kv.pool.num_blocks;
     pkv_engine_stats st;
     st.struct_size = sizeof st;
     CHECK(host, pkv_engine_get_stats(e, &st) == PKV_OK);
@@ -870,6 +876,21 @@ void ch_check(ch_host *host)
                     st.num_waiting == e->seqs.waiting.count &&
                     st.num_swapped == e->seqs.swapped.count);
     CHECK(host, st.prefix_hit_tokens <= st.prefix_query_tokens);
+    /* Tokens are counted in the slots that hold them, group by group, and
+     * the groups' blocks and tokens add up to the pool's. */
+    CHECK(host, st.tokens_stored <= st.slots_allocated);
+    uint64_t group_blocks = 0, group_tokens = 0;
+    for (uint32_t g = 0; g < st.kv_groups; g++) {
+        uint32_t window;
+        uint64_t blocks, tokens;
+        CHECK(host, pkv_engine_get_group_stats(e, g, &window, &blocks,
+                                               &tokens) == PKV_OK);
+        CHECK(host, tokens <= blocks * st.block_size);
+        group_blocks += blocks;
+        group_tokens += tokens;
+    }
+    CHECK(host, group_blocks + 1 == st.blocks_used &&
+                    group_tokens == st.tokens_stored);
     /* Imported sequences come in as swap-ins without a swap-out. */
     CHECK(host, st.swap_ins <= st.swap_outs + host->imported);
     if (!host->learn) {
@@ -888,10 +909,10 @@ void ch_check(ch_host *host)
             loads += s != NULL;
             saves += s == NULL;
             CHECK(host, s == NULL || (s->state == PKV__SEQ_WAITING &&
-                                      s->store_state == PKV__STORE_LOADING));
+                                      s->store.state == PKV__STORE_LOADING));
         }
         for (uint32_t i = 0; i < e->seqs.waiting.count; i++)
-            loading += e->seqs.waiting.items[i]->store_state == PKV__STORE_LOADING;
+            loading += e->seqs.waiting.items[i]->store.state == PKV__STORE_LOADING;
         CHECK(host, loads == loading && loads == e->store->num_loading);
         CHECK(host, (pkv_engine_has_work(e) != 0) == (live != 0 || saves != 0));
     }
@@ -925,13 +946,13 @@ void ch_check_idle(ch_host *host)
     CHECK(host, st.num_running + st.num_waiting + st.num_swapped == 0);
     CHECK(host, st.blocks_free + st.blocks_cached_free == st.blocks_total - 1);
     CHECK(host, st.blocks_used == 1);
-    const pkv__pool *pool = &e->pool;
+    const pkv__pool *pool = &e->kv.pool;
     CHECK(host, e->seqs.running.count + e->seqs.waiting.count + e->seqs.swapped.count +
                     e->seqs.ended.count == 0);
     CHECK(host, pool->num_free + pool->num_cached_free == pool->num_blocks - 1);
     for (uint32_t blk = 0; blk < pool->num_blocks; blk++)
         CHECK(host, pool->blocks[blk].ref_count == 0);
-    CHECK(host, e->seqs.swap_used == 0);
+    CHECK(host, e->kv.swap_used == 0);
 }
 
 void ch_drain(ch_host *host, uint64_t max_steps)

@@ -30,8 +30,9 @@ failures = []
 # invariants, state transfer and the store's engine side.
 ENGINE_LAYER = {
     'check.c', 'engine.c', 'engine_attend.c', 'engine_error.c',
-    'engine_opencl.c', 'engine_seq.c', 'engine_step.c', 'lifecycle.c',
-    'plan_apply.c', 'prefix_file.c', 'sched.c', 'seq_export.c',
+    'engine_opencl.c', 'engine_seq.c', 'engine_step.c', 'seqs.c',
+    'step_actions.c',
+    'plan_apply.c', 'prefix_file.c', 'planner.c', 'seq_export.c',
     'store/engine_store.c',
 }
 

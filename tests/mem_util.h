@@ -5,7 +5,7 @@
 #define PKV_TESTS_MEM_UTIL_H
 
 #include "alloc.h"
-#include "pool.h"
+#include "kv/pool.h"
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 
 #include <string.h>
 
@@ -55,56 +55,56 @@ static void test_check_names_corruption(void **state)
 
     pkv__seq *s = pkv__seqs_find(&e->seqs, id);
     assert_non_null(s);
-    uint32_t blk = s->table.blocks[0];
-    e->pool.blocks[blk].ref_count++;
+    uint32_t blk = s->kv.tables[0].blocks[0];
+    e->kv.pool.blocks[blk].ref_count++;
     expect_broken(e, "ref_count");
-    e->pool.blocks[blk].ref_count--;
+    e->kv.pool.blocks[blk].ref_count--;
 
     /* The pool's sum stays right: only the table sees the wrong fill. */
-    e->pool.blocks[s->table.blocks[1]].fill = 8;
-    e->pool.tokens_stored -= 8;
-    e->pool.group_tokens[0] -= 8;
+    e->kv.pool.blocks[s->kv.tables[0].blocks[1]].fill = 8;
+    e->kv.pool.tokens_stored -= 8;
+    e->kv.pool.group_tokens[0] -= 8;
     expect_broken(e, "holds 8 tokens, the table says 16");
-    e->pool.blocks[s->table.blocks[1]].fill = 16;
-    e->pool.tokens_stored += 8;
-    e->pool.group_tokens[0] += 8;
+    e->kv.pool.blocks[s->kv.tables[0].blocks[1]].fill = 16;
+    e->kv.pool.tokens_stored += 8;
+    e->kv.pool.group_tokens[0] += 8;
     /* A last block never holds fewer tokens than the table uses (more is
      * a truncate inside a block others hold). */
-    e->pool.blocks[s->table.blocks[2]].fill = 7;
-    e->pool.tokens_stored -= 1;
-    e->pool.group_tokens[0] -= 1;
+    e->kv.pool.blocks[s->kv.tables[0].blocks[2]].fill = 7;
+    e->kv.pool.tokens_stored -= 1;
+    e->kv.pool.group_tokens[0] -= 1;
     expect_broken(e, "holds 7 tokens, the table says 8");
-    e->pool.blocks[s->table.blocks[2]].fill = 8;
-    e->pool.tokens_stored += 1;
-    e->pool.group_tokens[0] += 1;
+    e->kv.pool.blocks[s->kv.tables[0].blocks[2]].fill = 8;
+    e->kv.pool.tokens_stored += 1;
+    e->kv.pool.group_tokens[0] += 1;
     /* A group's count of its blocks. */
-    e->pool.group_used[0]++;
+    e->kv.pool.group_used[0]++;
     expect_broken(e, "group 0: counted");
-    e->pool.group_used[0]--;
+    e->kv.pool.group_used[0]--;
 
-    e->pool.tokens_stored++;
+    e->kv.pool.tokens_stored++;
     expect_broken(e, "tokens_stored");
-    e->pool.tokens_stored--;
+    e->kv.pool.tokens_stored--;
 
-    e->pool.num_free--;
+    e->kv.pool.num_free--;
     expect_broken(e, "pool counts");
-    e->pool.num_free++;
+    e->kv.pool.num_free++;
 
-    s->table.num_tokens--;
+    s->kv.tables[0].num_tokens--;
     expect_broken(e, "slots for 39 tokens");
-    s->table.num_tokens++;
+    s->kv.tables[0].num_tokens++;
 
     s->state = PKV__SEQ_WAITING;
     expect_broken(e, "state");
     s->state = PKV__SEQ_RUNNING;
 
-    e->seqs.num_free_stages--;
+    e->kv.num_free_stages--;
     expect_broken(e, "staging tails");
-    e->seqs.num_free_stages++;
+    e->kv.num_free_stages++;
 
-    e->seqs.swap_used = 1;
+    e->kv.swap_used = 1;
     expect_broken(e, "swap_used");
-    e->seqs.swap_used = 0;
+    e->kv.swap_used = 0;
 
     pkv__seqs_tenant_add(&e->seqs, s->tenant, 1);
     expect_broken(e, "counted 4 blocks, holds 3");
@@ -113,7 +113,7 @@ static void test_check_names_corruption(void **state)
     expect_broken(e, "tenant map holds 2 tenants, 1 hold");
     pkv__seqs_tenant_add(&e->seqs, 77, -2);
 
-    size_t room = s->token_capacity;
+    uint32_t room = s->token_capacity;
     s->token_capacity = s->num_tokens; /* it runs: it must have one more */
     expect_broken(e, "no room for the token it samples");
     s->token_capacity = room;

@@ -18,7 +18,7 @@
 
 #include "kv_layout.h"
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "check_host_cmocka.h"
 #include "forge.h"
 #include "hash_model.h"

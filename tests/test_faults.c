@@ -24,7 +24,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 
@@ -123,7 +123,7 @@ static pkv_status f_stage_in(pkv__backend *b, const void *host,
 
 static void make_faulty(pkv_engine *e)
 {
-    real = e->ops;
+    real = e->device.ops;
     faulty = *real;
     faulty.begin_step = f_begin_step;
     faulty.append = f_append;
@@ -136,7 +136,7 @@ static void make_faulty(pkv_engine *e)
     faulty.swap_in = f_swap_in;
     faulty.stage_out = f_stage_out;
     faulty.stage_in = f_stage_in;
-    e->ops = &faulty;
+    e->device.ops = &faulty;
 }
 
 /* ------------------------------------------- failing OpenCL calls */

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "prefix.h"
+#include "kv/prefix.h"
 
 #include <stdlib.h>
 #include <string.h>

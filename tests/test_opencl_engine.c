@@ -32,7 +32,7 @@
 #include "opencl/opencl.h"
 #include "opencl/program.h"
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "half.h"
 
 #include <dirent.h>
@@ -406,7 +406,7 @@ static void test_table_rows_uploaded(void **state)
         prompts[i] = hm_prompt(5 + i, 20 + i);
     for (uint32_t i = 0; i < SEQS - 1; i++)
         ch_add_prompt(&h, prompts[i], 5 + i, 12, 0, 0);
-    const pkv__backend *be = h.engine->backend;
+    const pkv__backend *be = h.engine->device.backend;
     const uint32_t stride = 16; /* tables of at most 16 blocks */
     pkv_seq_id ids[MAX_ROWS];
     uint32_t blocks[MAX_ROWS], rows = 0, mixed = 0;
@@ -454,9 +454,9 @@ static void test_one_wait_per_layer(void **state)
     int32_t *prompt = hm_prompt(9, 3);
     ch_add_prompt(&h, prompt, 9, 4, 0, 0);
     for (int step = 0; step < 3; step++) { /* a prefill, then decodes */
-        uint64_t before = pkv__ocl_finishes(h.engine->backend);
+        uint64_t before = pkv__ocl_finishes(h.engine->device.backend);
         ch_step(&h, NULL);
-        assert_int_equal(pkv__ocl_finishes(h.engine->backend) - before,
+        assert_int_equal(pkv__ocl_finishes(h.engine->device.backend) - before,
                          p.num_layers);
     }
     free(prompt);
@@ -496,7 +496,7 @@ static void test_no_buffer_per_layer(void **state)
     }
     for (int step = 0; step < 5; step++) { /* a prefill, then decodes */
         const pkv_batch *b;
-        uint64_t before = pkv__ocl_buffers_created(e->backend);
+        uint64_t before = pkv__ocl_buffers_created(e->device.backend);
         assert_int_equal(pkv_engine_step_begin(e, &b), PKV_OK);
         uint32_t rows = b->num_tokens;
         pkv_tensor tq = pkv_tensor_host(q, 0, PKV_TENSOR_DTYPE_F32, rows,
@@ -516,7 +516,7 @@ static void test_no_buffer_per_layer(void **state)
             assert_true(out[i] >= 0.0f && out[i] <= 2.0f);
         int32_t sampled = 7;
         assert_int_equal(pkv_engine_step_end(e, &sampled, NULL, 1), PKV_OK);
-        uint64_t created = pkv__ocl_buffers_created(e->backend) - before;
+        uint64_t created = pkv__ocl_buffers_created(e->device.backend) - before;
         if (step > 1 && created != 0)
             fail_msg("decode step %d created %llu buffers", step,
                      (unsigned long long)created);

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "prefix.h"
+#include "kv/prefix.h"
 #include "mem_util.h"
 
 enum { BS = 4, MAX_TOKENS = 64 };

@@ -18,7 +18,7 @@
 
 #include "kv_layout.h"
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 #include "rng.h"
@@ -361,9 +361,9 @@ static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
     float *stage = malloc(pkv__backend_stage_bytes(c));
     assert_non_null(kv);
     assert_non_null(stage);
-    assert_int_equal(e->ops->swap_out(e->backend, s->table.blocks, sealed, kv),
+    assert_int_equal(e->device.ops->swap_out(e->device.backend, s->kv.tables[0].blocks, sealed, kv),
                      PKV_OK);
-    assert_int_equal(e->ops->stage_out(e->backend, s->stage, stage), PKV_OK);
+    assert_int_equal(e->device.ops->stage_out(e->device.backend, pkv__kv_stage(&s->kv), stage), PKV_OK);
     uint8_t *at = kv + blocks;
     /* [layer][kv head][K, V] parts of block_size rows each. */
     for (size_t part = 0; part < tail_rows / (rows ? rows : 1) && rows > 0;

@@ -203,10 +203,10 @@ static pkv_engine_stats serve(fs_data *data, pkv_engine_params p,
     return s;
 }
 
-/* Hybrid memory (a window of 6 tokens on one layer of two): the full
- * group's blocks and the windowed group's last ones go to the store, each
- * group's under its own names; a second engine loads them all and
- * computes one row, every row checked against dense attention. */
+/* Hybrid memory (a window of 6 tokens on one layer of two, the default):
+ * the full group's blocks and the windowed group's last ones go to the
+ * store, each group's under its own names; a second engine loads them all
+ * and computes one row, every row checked against dense attention. */
 static void test_hybrid_memory(void **state)
 {
     (void)state;
@@ -216,7 +216,6 @@ static void test_hybrid_memory(void **state)
     for (size_t d = 0; d < 2; d++) {
         pkv_engine_params p = params_of(dtypes[d]);
         p.layer_windows = windows;
-        p.hybrid_memory = 1;
         fs_data data = {0};
         store_host a;
         sh_init(&a, p, &data);
@@ -241,7 +240,7 @@ static void test_hybrid_memory(void **state)
         sh_free(&b);
         /* An engine without groups names other values: it misses them. */
         pkv_engine_params q = p;
-        q.hybrid_memory = 0;
+        q.kv_memory = PKV_KV_MEMORY_EVERY_TOKEN;
         uint32_t rows;
         s = serve(&data, q, prompt, 0, &rows);
         assert_int_equal(rows, PROMPT);
@@ -676,10 +675,10 @@ static void test_store_faults(void **state)
         store_host b;
         sh_start_sized(&b, p, &data, &a);
         pkv_engine *e = b.host.engine;
-        real_ops = e->ops;
+        real_ops = e->device.ops;
         failing_ops = *real_ops;
         failing_ops.swap_in = failing_swap_in;
-        e->ops = &failing_ops;
+        e->device.ops = &failing_ops;
         swap_in_failures = 1;
         pkv_seq_id id = add(&b, prompt, 0);
         assert_int_equal(first_rows(&b, id), PROMPT);
@@ -687,7 +686,7 @@ static void test_store_faults(void **state)
         pkv_engine_stats s = stats_of(&b);
         assert_int_equal(s.store_hit_blocks, 0);
         assert_int_equal(s.store_load_failures, 1);
-        e->ops = real_ops;
+        e->device.ops = real_ops;
         sh_free(&b);
         assert_int_equal(a.bad_frees, 0);
     }
@@ -959,7 +958,8 @@ static void key_of(pkv_engine_params p, fs_data *data, const int32_t *prompt,
     const EVP_MD *md = e->store->sha256;
     uint8_t d[PKV__DIGEST_BYTES];
     assert_int_equal(pkv__digest_root(md, e->store->model,
-                                      &e->backend_config, salt, d),
+                                      &e->backend_config, &e->kv.groups,
+                                      salt, d),
                      PKV_OK);
     for (uint32_t b = 0; b <= j; b++)
         assert_int_equal(

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "table.h"
+#include "kv/table.h"
 #include "mem_util.h"
 #include "rng.h"
 

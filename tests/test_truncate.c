@@ -19,7 +19,7 @@
 
 #include "kv_layout.h"
 #include "engine.h"
-#include "lifecycle.h"
+#include "seqs.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 
@@ -114,6 +114,63 @@ static void test_cut_points(void **state)
 }
 
 #endif
+
+/* A U8 (and U4) sequence without a rollback window whose cut fell back
+ * to a sealed block's start, by pkv_seq_truncate or by drafts rejected in
+ * the step that sealed the block, must compute that block's kept tokens
+ * again: it still forks (pkv.h lists no such refusal), and the child
+ * computes the same rows again in its first step. Both then run to their
+ * ends, every row checked. */
+static void fork_recompute(int32_t backend, int32_t dtype, int drafts)
+{
+    pkv_engine_params p = hm_params(backend);
+    p.kv_dtype = dtype;
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(dtype));
+    int32_t *prompt = hm_prompt(5, 13);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 5, 10, 0, 0);
+    ch_step(&h, NULL); /* rows 0..4: token 5 sampled */
+    if (drafts) {
+        /* Rows 5, 6, 7: block 1 fills (sealed), the drafts rejected. */
+        ch_propose_wrong(&h, id, 2);
+        ch_step(&h, NULL);
+    } else {
+        grow_to(&h, id, 9); /* rows 5..7: block 1 sealed */
+        cut(&h, id, 7);     /* KV of 0..5 kept: inside block 1 */
+    }
+    const pkv__seq *s = pkv__seqs_find(&h.engine->seqs, id);
+    assert_int_equal(s->num_computed, 4); /* back to block 1's start */
+    assert_true(s->num_tokens > 5);
+    uint32_t again = s->num_tokens - s->num_computed;
+    pkv_seq_id child = 0;
+    assert_int_equal(ch_fork(&h, id, -1, &child), PKV_OK);
+    const pkv_batch *b;
+    ch_step(&h, &b);
+    assert_int_equal(ch_rows_of(b, id), again);
+    assert_int_equal(ch_rows_of(b, child), again);
+    ch_run(&h, 100);
+    assert_int_equal(ch_find(&h, child)->num_tokens,
+                     ch_find(&h, id)->num_tokens);
+    assert_memory_equal(ch_find(&h, child)->tokens, ch_find(&h, id)->tokens,
+                        ch_find(&h, id)->num_tokens * sizeof(int32_t));
+    ch_check_idle(&h);
+    ch_free(&h);
+    free(prompt);
+}
+
+static void test_fork_recompute(void **state)
+{
+    (void)state;
+#ifdef PKV_HAVE_OPENCL
+    const int32_t backend = PKV_BACKEND_KIND_OPENCL;
+#else
+    const int32_t backend = PKV_BACKEND_KIND_CPU;
+#endif
+    for (int drafts = 0; drafts < 2; drafts++) {
+        fork_recompute(backend, PKV_KV_DTYPE_U8, drafts);
+        fork_recompute(backend, PKV_KV_DTYPE_U4, drafts);
+    }
+}
 
 /* A fork shares the parent's blocks: cutting the parent inside a shared
  * block must leave the child's KV as it was, and the prefix cache's blocks
@@ -247,7 +304,7 @@ static void test_cut_swapped(void **state)
     pkv_seq_id id = swapped->id;
     cut(&h, id, PROMPT + 1);
     assert_int_equal(swapped->state, PKV__SEQ_WAITING);
-    assert_null(swapped->swap_data);
+    assert_null(pkv__kv_swapped(&swapped->kv));
     ch_run(&h, 200);
     for (uint32_t i = 0; i < 4; i++)
         assert_int_equal(ch_find(&h, ids[i])->reason, PKV_FINISH_REASON_LENGTH);
@@ -322,6 +379,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cut_shared_blocks),
         cmocka_unit_test(test_cut_prefix_hit),
+        cmocka_unit_test(test_fork_recompute),
     };
 #else
     const struct CMUnitTest tests[] = {
@@ -329,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_cut_shared_blocks),
         cmocka_unit_test(test_cut_prefix_hit),
         cmocka_unit_test(test_cut_swapped),
+        cmocka_unit_test(test_fork_recompute),
         cmocka_unit_test(test_cut_errors),
     };
 #endif

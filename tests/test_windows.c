@@ -8,10 +8,13 @@
  * prefix hits, fork, preemption (recompute and swap), truncate,
  * speculative rows, export/import and the saved prefix cache. ch_step
  * checks every output row of every layer against dense attention over
- * that layer's window. The same with hybrid memory (a group of layers
- * per window, windowed groups dropping the blocks behind their windows):
- * the same rows, fewer blocks. Built twice: test_windows (CPU backend)
- * and test_windows_opencl.
+ * that layer's window, every token kept (PKV_KV_MEMORY_EVERY_TOKEN). The
+ * same with hybrid memory, the default (a group of layers per window,
+ * windowed groups dropping the blocks behind their windows): the same
+ * rows, fewer blocks; asked for by kv_memory, whose num_blocks counts
+ * blocks over every layer, and by 0.2.0's hybrid_memory, whose num_blocks
+ * counts the pool's. Built twice: test_windows (CPU backend) and
+ * test_windows_opencl.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
@@ -22,8 +25,7 @@
 
 #include "kv_layout.h"
 #include "engine.h"
-#include "lifecycle.h"
-#include "seq_tables.h"
+#include "seqs.h"
 #include "check_host_cmocka.h"
 #include "hash_model.h"
 
@@ -51,6 +53,7 @@ static pkv_engine_params window_params(int32_t dtype, int32_t mode)
     p.watermark = 0;
     p.long_prefill_threshold = 3; /* chunks cross the window edges */
     p.num_blocks = 17;            /* 16 usable: the sequences preempt */
+    p.kv_memory = PKV_KV_MEMORY_EVERY_TOKEN; /* unless a test asks */
     return p;
 }
 
@@ -85,10 +88,10 @@ static uint32_t most_windowed_blocks(const pkv_engine *e)
     uint32_t most = 0;
     for (uint32_t i = 0; i < e->seqs.running.count; i++) {
         const pkv__seq *s = e->seqs.running.items[i];
-        for (uint32_t g = 0; g < pkv__seq_groups(s); g++)
-            if (pkv__groups_window(&e->groups, g) != 0 &&
-                pkv__table_held(pkv__seq_table_c(s, g)) > most)
-                most = pkv__table_held(pkv__seq_table_c(s, g));
+        for (uint32_t g = 0; g < e->kv.groups.num_groups; g++)
+            if (pkv__groups_window(&e->kv.groups, g) != 0 &&
+                pkv__table_held(pkv__kv_table(&s->kv, g)) > most)
+                most = pkv__table_held(pkv__kv_table(&s->kv, g));
     }
     return most;
 }
@@ -97,7 +100,8 @@ static uint32_t most_windowed_blocks(const pkv_engine *e)
 static void workload(int32_t dtype, int32_t mode, int hybrid)
 {
     pkv_engine_params p = window_params(dtype, mode);
-    if (hybrid) {
+    if (hybrid) { /* 0.2.0's switch */
+        p.kv_memory = PKV_KV_MEMORY_HYBRID;
         p.hybrid_memory = 1;
         p.num_blocks = 33; /* of one layer each: the sequences preempt */
     }
@@ -113,7 +117,7 @@ static void workload(int32_t dtype, int32_t mode, int hybrid)
             ids[i] = ch_add_prompt(&h, prompts[i], PROMPT, NEW, 0, 0);
     }
     if (hybrid)
-        assert_int_equal(h.engine->groups.num_groups, 3);
+        assert_int_equal(h.engine->kv.groups.num_groups, 3);
     uint32_t most = 0;
     for (int s = 0; s < 6; s++) {
         ch_step(&h, NULL);
@@ -235,8 +239,8 @@ static void test_mixed_windows(void **state)
 static void hybrid_hits(int32_t dtype)
 {
     pkv_engine_params p = window_params(dtype, PKV_PREEMPT_MODE_RECOMPUTE);
-    p.hybrid_memory = 1;
-    p.num_blocks = 64;
+    p.kv_memory = PKV_KV_MEMORY_HYBRID;
+    p.num_blocks = 22; /* over every layer: 66 of one layer each */
     int32_t *prompt = hm_prompt(PROMPT, 77);
     ch_host h;
     ch_cmocka_init(&h, &p, hm_tolerance(dtype));
@@ -264,7 +268,7 @@ static void hybrid_hits(int32_t dtype)
     ch_check_idle(&h);
     ch_free(&h);
     /* Into an engine without groups: its blocks hold other layers. */
-    p.hybrid_memory = 0;
+    p.kv_memory = PKV_KV_MEMORY_EVERY_TOKEN;
     p.num_blocks = 17;
     ch_cmocka_init(&h, &p, hm_tolerance(dtype));
     assert_int_equal(
@@ -282,8 +286,8 @@ static void hybrid_hits(int32_t dtype)
 static void hybrid_moves(int32_t dtype)
 {
     pkv_engine_params p = window_params(dtype, PKV_PREEMPT_MODE_RECOMPUTE);
-    p.hybrid_memory = 1;
-    p.num_blocks = 64;
+    p.kv_memory = PKV_KV_MEMORY_HYBRID;
+    p.num_blocks = 22; /* over every layer: 66 of one layer each */
     int32_t *prompt = hm_prompt(PROMPT, 91);
     ch_host h;
     ch_cmocka_init(&h, &p, hm_tolerance(dtype));
@@ -303,8 +307,8 @@ static void hybrid_moves(int32_t dtype)
     const int hybrid[2] = {1, 0};
     for (int k = 0; k < 2; k++) {
         pkv_engine_params q = p;
-        q.hybrid_memory = (uint32_t)hybrid[k];
-        q.num_blocks = hybrid[k] ? 64 : 22;
+        q.kv_memory = hybrid[k] ? PKV_KV_MEMORY_HYBRID
+                                : PKV_KV_MEMORY_EVERY_TOKEN;
         pkv_engine *e = NULL;
         assert_int_equal(pkv_engine_create(&q, &e), PKV_OK);
         pkv_seq_id copy = 0;
@@ -357,7 +361,7 @@ static void hybrid_exact(int32_t dtype)
     for (int k = 0; k < 2; k++) {
         pkv_engine_params p =
             window_params(dtype, PKV_PREEMPT_MODE_RECOMPUTE);
-        p.hybrid_memory = (uint32_t)k;
+        p.kv_memory = k ? PKV_KV_MEMORY_HYBRID : PKV_KV_MEMORY_EVERY_TOKEN;
         p.num_blocks = 64;
         ch_cmocka_init(&h[k], &p, hm_tolerance(dtype));
         h[k].record_samples = 1;
@@ -406,6 +410,131 @@ static void test_hybrid_memory(void **state)
     }
 }
 
+/* Hybrid memory with no full layer (a window on every layer, the
+ * windows different: Mistral's sliding window on every layer, with
+ * another on half of them): group 0, whose blocks carry the prefix
+ * cache's chain, is windowed too. In the step that admits a sequence
+ * with a prefix hit, no windowed group holds a hit block wholly behind
+ * the window of the first row the step computes: pkv.h's give-back
+ * promise holds from the admission, not only from the step's end. */
+static void test_hit_behind_window(void **state)
+{
+    (void)state;
+    static const uint32_t two_windows[2] = {4, 8};
+    pkv_engine_params p = hm_params(backend);
+    p.layer_windows = two_windows;
+    p.hybrid_memory = 1;
+    p.num_blocks = 64;
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(p.kv_dtype));
+    int32_t *prompt = hm_prompt(20, 31);
+    ch_add_prompt(&h, prompt, 16, 1, 0, 0);
+    ch_run(&h, 100);
+    /* The same 16 tokens and 4 more: a hit of 4 blocks; the first row
+     * computed, token 16, sees tokens 13..16 in the 4-token window, so
+     * logical blocks 0..2 are wholly behind it, and 9..16 in the other,
+     * blocks 0..1. */
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 20, 2, 0, 0);
+    ch_begin(&h);
+    assert_int_equal(h.batch->num_seqs, 1);
+    assert_int_equal(h.batch->context_lens[0] -
+                         (h.batch->query_start[1] - h.batch->query_start[0]),
+                     16);
+    const uint32_t *blocks = NULL;
+    uint32_t nb = 0, nt = 0;
+    assert_int_equal(
+        pkv_engine_get_block_table(h.engine, id, &blocks, &nb, &nt), PKV_OK);
+    assert_int_equal(nb, 5);
+    for (uint32_t j = 0; j < 3; j++)
+        assert_int_equal(blocks[j], 0);
+    assert_int_not_equal(blocks[3], 0);
+    pkv_engine_stats st;
+    pkv_engine_stats_init(&st);
+    assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
+    /* Held now: blocks 3 and 4 of the 4-token window, 2..4 of the other;
+     * block 3's of both windows from the hit. */
+    uint64_t held = 0;
+    for (uint32_t g = 0; g < st.kv_groups; g++) {
+        uint32_t window;
+        uint64_t b, t;
+        assert_int_equal(
+            pkv_engine_get_group_stats(h.engine, g, &window, &b, &t), PKV_OK);
+        held += b;
+    }
+    assert_int_equal(held, 2 + 3);
+    ch_attend(&h, UINT32_MAX, 0);
+    ch_end(&h, NULL);
+    ch_run(&h, 100);
+    ch_check_idle(&h);
+    ch_free(&h);
+    free(prompt);
+}
+
+/* A sequence swapped in (an import comes in as one) to an engine with no
+ * full layer starts with an empty prefix chain, and its windowed group 0
+ * holds only the blocks its row sees: the blocks it dropped are nobody's
+ * KV, and its chain, which has no block of its own for them, stops there.
+ * A prompt that shares its tokens then computes them. It never hits the
+ * null block as a cached block: with an 8-token window over its first
+ * block, a step refused with "block 0 is id 0" again and again; with a
+ * 1-token window, the null block given back to the pool as a cached
+ * block when the window moves on, then handed out, and tokens_stored
+ * above the slots that hold them. */
+static void swap_in_chain(uint32_t window)
+{
+    const uint32_t two_windows[2] = {window, 64};
+    pkv_engine_params p = hm_params(backend);
+    p.layer_windows = two_windows;
+    p.hybrid_memory = 1;
+    p.num_blocks = 64;
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(p.kv_dtype));
+    int32_t *prompt = hm_prompt(24, 41);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, 24, 6, 0, 0);
+    for (int s = 0; s < 3; s++)
+        ch_step(&h, NULL);
+    /* Its copy, under another salt, so that no cached block of the
+     * original links its chain. */
+    size_t size = 0;
+    assert_int_equal(pkv_seq_export(h.engine, id, NULL, 0, &size), PKV_OK);
+    uint8_t *data = malloc(size);
+    assert_non_null(data);
+    assert_int_equal(pkv_seq_export(h.engine, id, data, size, &size), PKV_OK);
+    pkv_seq_params sp;
+    pkv_seq_params_init(&sp);
+    sp.cache_salt = 1;
+    pkv_seq_id copy = 0;
+    assert_int_equal(pkv_seq_import(h.engine, &sp, data, size, &copy),
+                     PKV_OK);
+    ch_record_import(&h, copy, ch_find(&h, id));
+    free(data);
+    for (int s = 0; s < 3; s++)
+        ch_step(&h, NULL);
+    /* The prompt's first 8 tokens under the copy's salt: the chain
+     * stopped before its first block, so it hits nothing. */
+    ch_add_salted(&h, prompt, 8, 2, 1);
+    pkv_engine_stats st;
+    for (int s = 0; pkv_engine_has_work(h.engine); s++) {
+        assert_true(s < 100);
+        ch_step(&h, NULL);
+        pkv_engine_stats_init(&st);
+        assert_int_equal(pkv_engine_get_stats(h.engine, &st), PKV_OK);
+        assert_true(st.tokens_stored <= st.slots_allocated);
+        ch_check(&h);
+    }
+    assert_int_equal(st.prefix_hit_tokens, 0);
+    ch_check_idle(&h);
+    ch_free(&h);
+    free(prompt);
+}
+
+static void test_swap_in_chain(void **state)
+{
+    (void)state;
+    swap_in_chain(8);
+    swap_in_chain(1);
+}
+
 /* U8 apart, so that the oclgrind pass in tests/run.sh can run it alone:
  * its staging tails and seals meet the windows there. PKV_TEST_QUICK
  * (ch_test_quick): each dtype and each preemption mode once. */
@@ -443,6 +572,10 @@ static void test_decode_windows(void **state)
         p.block_size = 16;
         p.num_blocks = 64;
         p.long_prefill_threshold = 0;
+        /* Every other dtype with hybrid memory: the windowed groups' null
+         * blocks in the decode kernels' tables. */
+        p.kv_memory =
+            d % 2 ? PKV_KV_MEMORY_HYBRID : PKV_KV_MEMORY_EVERY_TOKEN;
         static const uint32_t model_windows[3] = {24, 0, 16};
         p.layer_windows = model_windows;
         ch_host h;
@@ -478,16 +611,163 @@ static void test_errors(void **state)
     given[0] = 99;
     assert_int_equal(e->layer_windows[0], 5);
     pkv_engine_destroy(e);
-    /* Hybrid memory: what does not work with groups yet is refused. */
+    /* Hybrid memory: a switch that is not one, a kv_memory that is not a
+     * pkv_kv_memory, and 0.2.0's switch on with every token asked for. */
     p.hybrid_memory = 2;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+    p.hybrid_memory = 0;
+    p.kv_memory = 2;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+    p.kv_memory = PKV_KV_MEMORY_EVERY_TOKEN;
     p.hybrid_memory = 1;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(pkv_last_error(), "kv_memory"));
+    p.kv_memory = PKV_KV_MEMORY_HYBRID;
     /* One window for every layer: one group, as without it. */
     static const uint32_t same[3] = {5, 5, 5};
     p.layer_windows = same;
     assert_int_equal(pkv_engine_create(&p, &e), PKV_OK);
-    assert_int_equal(e->groups.num_groups, 1);
+    assert_int_equal(e->kv.groups.num_groups, 1);
     pkv_engine_destroy(e);
+}
+
+/* The counters of an engine made with p (which must succeed). */
+static pkv_engine_stats made(const pkv_engine_params *p)
+{
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(p, &e), PKV_OK);
+    pkv_engine_stats st;
+    pkv_engine_stats_init(&st);
+    assert_int_equal(pkv_engine_get_stats(e, &st), PKV_OK);
+    pkv_engine_destroy(e);
+    return st;
+}
+
+/* What the cache keeps and how its pool is sized (pkv.h, kv_memory):
+ * hybrid memory by default when the windows differ, num_blocks counting
+ * blocks over every layer (three groups of one layer: three times as many
+ * blocks of the pool) and cache_bytes the same bytes; every token when
+ * asked; a caller built against 0.2.0 (its params end at seal_key) keeps
+ * 0.2.0's meaning, every token by default and num_blocks counting the
+ * pool's blocks under hybrid_memory, which a newer caller may still set;
+ * windows that would need more than 64 groups keep every token. */
+static void test_memory_params(void **state)
+{
+    (void)state;
+    pkv_engine_params init;
+    pkv_engine_params_init(&init);
+    assert_int_equal(init.kv_memory, PKV_KV_MEMORY_HYBRID);
+    pkv_engine_params p =
+        window_params(PKV_KV_DTYPE_F32, PKV_PREEMPT_MODE_RECOMPUTE);
+    pkv_engine_stats every = made(&p);
+    assert_int_equal(every.kv_groups, 1);
+    assert_int_equal(every.group_layers, 3);
+    assert_int_equal(every.blocks_total, 17);
+    p.kv_memory = PKV_KV_MEMORY_HYBRID;
+    pkv_engine_stats hybrid = made(&p);
+    assert_int_equal(hybrid.kv_groups, 3);
+    assert_int_equal(hybrid.group_layers, 1);
+    assert_int_equal(hybrid.blocks_total, 3 * 17);
+    assert_int_equal(hybrid.blocks_total * hybrid.block_bytes,
+                     every.blocks_total * every.block_bytes);
+    /* cache_bytes: as many blocks of the pool as fit, either way. */
+    p.num_blocks = 0;
+    p.cache_bytes = 17 * every.block_bytes + 1;
+    assert_int_equal(made(&p).blocks_total, 3 * 17);
+    p.kv_memory = PKV_KV_MEMORY_EVERY_TOKEN;
+    assert_int_equal(made(&p).blocks_total, 17);
+    /* 0.2.0's switch: the pool's blocks, from a newer caller too. */
+    p.kv_memory = PKV_KV_MEMORY_HYBRID;
+    p.num_blocks = 33;
+    p.hybrid_memory = 1;
+    hybrid = made(&p);
+    assert_int_equal(hybrid.kv_groups, 3);
+    assert_int_equal(hybrid.blocks_total, 33);
+    /* A caller built against 0.2.0: its params end at seal_key, and
+     * kv_memory (beyond them) is whatever its memory holds there. */
+    pkv_engine_params old = p;
+    old.struct_size =
+        (uint32_t)(offsetof(pkv_engine_params, seal_key) + sizeof(void *));
+    old.kv_memory = 7;
+    assert_int_equal(made(&old).blocks_total, 33);
+    assert_int_equal(made(&old).kv_groups, 3);
+    old.hybrid_memory = 0;
+    assert_int_equal(made(&old).kv_groups, 1);
+    assert_int_equal(made(&old).blocks_total, 33);
+    /* 65 windows, a group each: more than 64 groups keep every token;
+     * 0.2.0's switch refuses them, as 0.2.0 did. */
+    uint32_t many[65];
+    for (uint32_t l = 0; l < 65; l++)
+        many[l] = l + 1;
+    p.num_layers = 65;
+    p.layer_windows = many;
+    p.hybrid_memory = 0;
+    assert_int_equal(made(&p).kv_groups, 1);
+    p.hybrid_memory = 1;
+    pkv_engine *e = NULL;
+    assert_int_equal(pkv_engine_create(&p, &e), PKV_ERR_UNSUPPORTED);
+    assert_null(e);
+}
+
+/* Each group's block table (pkv_engine_get_group_block_table): the same
+ * tokens in every group, the first group's the one
+ * pkv_engine_get_block_table gives, a windowed group's holding the null
+ * block where it gave blocks back. */
+static void test_group_block_table(void **state)
+{
+    (void)state;
+    pkv_engine_params p =
+        window_params(PKV_KV_DTYPE_F32, PKV_PREEMPT_MODE_RECOMPUTE);
+    p.kv_memory = PKV_KV_MEMORY_HYBRID;
+    ch_host h;
+    ch_cmocka_init(&h, &p, hm_tolerance(p.kv_dtype));
+    int32_t *prompt = hm_prompt(PROMPT, 3);
+    pkv_seq_id id = ch_add_prompt(&h, prompt, PROMPT, NEW, 0, 0);
+    for (int s = 0; s < 8; s++)
+        ch_step(&h, NULL);
+    const pkv__seq *s = pkv__seqs_find(&h.engine->seqs, id);
+    assert_non_null(s);
+    const uint32_t *first = NULL;
+    uint32_t first_blocks = 0, first_tokens = 0;
+    assert_int_equal(pkv_engine_get_block_table(h.engine, id, &first,
+                                                &first_blocks, &first_tokens),
+                     PKV_OK);
+    uint32_t dropped = 0;
+    for (uint32_t g = 0; g < 3; g++) {
+        const uint32_t *blocks = NULL;
+        uint32_t nb = 0, nt = 0, window;
+        uint64_t used, stored;
+        assert_int_equal(pkv_engine_get_group_block_table(h.engine, id, g,
+                                                          &blocks, &nb, &nt),
+                         PKV_OK);
+        assert_int_equal(pkv_engine_get_group_stats(h.engine, g, &window,
+                                                    &used, &stored),
+                         PKV_OK);
+        assert_int_equal(nb, first_blocks);
+        assert_int_equal(nt, first_tokens);
+        assert_ptr_equal(blocks, pkv__kv_table(&s->kv, g)->blocks);
+        if (g == 0)
+            assert_ptr_equal(blocks, first);
+        uint32_t seen = window == 0 || s->num_computed + 1 <= window
+                            ? 0
+                            : (s->num_computed + 1 - window) / 4;
+        for (uint32_t j = 0; j < nb; j++)
+            assert_true((blocks[j] == 0) == (j < seen));
+        dropped += seen;
+    }
+    assert_true(dropped > 0);
+    const uint32_t *blocks = NULL;
+    uint32_t nb = 0, nt = 0;
+    assert_int_equal(
+        pkv_engine_get_group_block_table(h.engine, id, 3, &blocks, &nb, &nt),
+        PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_engine_get_group_block_table(h.engine, id + 99, 1,
+                                                      &blocks, &nb, &nt),
+                     PKV_ERR_NOT_FOUND);
+    ch_run(&h, 100);
+    ch_check_idle(&h);
+    ch_free(&h);
+    free(prompt);
 }
 #endif
 
@@ -502,6 +782,8 @@ int main(void)
         cmocka_unit_test(test_mixed_windows_u8),
         cmocka_unit_test(test_decode_windows),
         cmocka_unit_test(test_hybrid_memory),
+        cmocka_unit_test(test_hit_behind_window),
+        cmocka_unit_test(test_swap_in_chain),
     };
 #else
     const struct CMUnitTest tests[] = {
@@ -509,7 +791,11 @@ int main(void)
         cmocka_unit_test(test_mixed_windows_u8),
         cmocka_unit_test(test_decode_windows),
         cmocka_unit_test(test_hybrid_memory),
+        cmocka_unit_test(test_hit_behind_window),
+        cmocka_unit_test(test_swap_in_chain),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_memory_params),
+        cmocka_unit_test(test_group_block_table),
     };
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);

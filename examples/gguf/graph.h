@@ -9,29 +9,11 @@
 #ifndef PKV_EXAMPLE_GGUF_GRAPH_H
 #define PKV_EXAMPLE_GGUF_GRAPH_H
 
+#include "load.h"
 #include "model.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-typedef struct gg_loader {
-    gg_model *m;
-    char *err;
-    size_t err_size;
-} gg_loader;
-
-/* The tensor name: an f32 vector of n, or a matrix of in values a row
- * and out rows in its stored type; NULL with a message (loader.c). */
-struct ggml_tensor *gg_load_vector(gg_loader *l, const char *name, int64_t n);
-struct ggml_tensor *gg_load_matrix(gg_loader *l, const char *name,
-                                   int64_t in, int64_t out);
-
-/* Layer i's tensor "blk.<i>.<name>.weight": an f32 vector of n, or a
- * matrix of n x out in its stored type when out is not 0; NULL with a
- * message. */
-struct ggml_tensor *gg_load_layer_tensor(gg_loader *l, uint32_t i,
-                                         const char *name, int64_t n,
-                                         int64_t out);
 
 typedef struct gg_builder {
     struct ggml_context *ctx;

@@ -27,30 +27,6 @@ void gg_engine_params(pkv_engine_params *p, const gg_model *m,
     p->parallel_workers = m->num_threads;
 }
 
-/* Sets p->hybrid_memory (pkv.h) to `hybrid` and gives p->num_blocks, a
- * count of blocks over every layer, as many blocks of one group of
- * layers as hold the same tokens: with hybrid memory a block holds one
- * group's layers (Gemma 3: 6 groups of 3). */
-static void engine_hybrid(pkv_engine_params *p, const gg_model *m,
-                          int hybrid)
-{
-    p->hybrid_memory = (uint32_t)hybrid;
-    if (!hybrid)
-        return;
-    /* The engine's groups (pkv.h): the greatest common divisor of the
-     * windowed and the full layers' counts, layers per group. */
-    uint32_t layers = m->config.num_layers, windowed = 0;
-    for (uint32_t l = 0; l < layers; l++)
-        windowed += m->layer_windows[l] != 0;
-    uint32_t a = windowed, b = layers - windowed;
-    while (b != 0) {
-        uint32_t t = a % b;
-        a = b;
-        b = t;
-    }
-    p->num_blocks = (p->num_blocks - 1) * (layers / a) + 1;
-}
-
 pkv_engine *gg_engine_create(pkv_engine_params *p, const gg_model *m,
                              const gg_kv_choice *kv, uint32_t max_model_len,
                              uint32_t blocks, uint32_t max_rows,
@@ -61,8 +37,11 @@ pkv_engine *gg_engine_create(pkv_engine_params *p, const gg_model *m,
     p->key_quant = kv->key_quant;
     p->backend = kv->backend;
     p->block_size = GG_BLOCK_SIZE;
+    /* Blocks over every layer, whatever groups the engine makes of the
+     * layers (pkv.h: num_blocks). */
     p->num_blocks = blocks;
-    engine_hybrid(p, m, kv->hybrid);
+    if (kv->every_token)
+        p->kv_memory = PKV_KV_MEMORY_EVERY_TOKEN;
     p->max_batch_tokens = max_rows;
     p->log = host_log_stderr;
     p->log_level = PKV_LOG_LEVEL_WARN;

@@ -43,13 +43,13 @@ typedef struct gg_kv_choice {
     int32_t dtype;     /* pkv_kv_dtype */
     int32_t key_quant; /* pkv_quant_group of U8/U4 keys */
     int32_t backend;   /* pkv_backend_kind */
-    int hybrid;        /* pkv_engine_params.hybrid_memory */
+    int every_token;   /* kv_memory PKV_KV_MEMORY_EVERY_TOKEN (pkv.h) */
 } gg_kv_choice;
 
 /* The engine of every run of the host (serving, scoring): the model's
- * geometry (gg_engine_params), the cache kv asks for, blocks blocks of
- * GG_BLOCK_SIZE tokens over every layer (as many of a group's layers with
- * hybrid memory), max_rows rows a step, warnings on stderr, and store
+ * geometry (gg_engine_params), the cache kv asks for (hybrid memory
+ * unless every_token), blocks blocks of GG_BLOCK_SIZE tokens over every
+ * layer, max_rows rows a step, warnings on stderr, and store
  * when not NULL. Its parameters in *p. NULL after printing why. */
 pkv_engine *gg_engine_create(pkv_engine_params *p, const gg_model *m,
                              const gg_kv_choice *kv, uint32_t max_model_len,

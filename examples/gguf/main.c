@@ -9,7 +9,7 @@
  *            [--prompt TEXT | --file PATH] [--chat] [--system TEXT]
  *            [--parse-special] [--max-new N] [--ctx N]
  *            [--temperature T] [--top-p P] [--seed S] [--threads N]
- *            [--json] [--quiet] [--store HOST:PORT] [--hybrid-memory]
+ *            [--json] [--quiet] [--store HOST:PORT] [--every-token]
  *   pkv-gguf --prompt-ids PATH [--logits PATH [--logits-from K]] ...
  *   pkv-gguf --perplexity PATH [--ctx N] [--max-tokens N] [--kv ...]
  *            [--keys channel|token] [--parse-special]
@@ -32,9 +32,11 @@
  * (host/store.h): a second pkv-gguf loads the prompt blocks the first
  * computed. --model names a model examples/gguf/setup.sh caches (default
  * gemma3), --weights any GGUF; --threads the threads of its matrix
- * products (default: every core). --hybrid-memory keeps only the window
- * of KV in the windowed layers (pkv_engine_params.hybrid_memory), with
- * every mode.
+ * products (default: every core). The windowed layers keep only their
+ * window's KV (pkv's default, hybrid memory); --every-token keeps every
+ * token in every layer (pkv_engine_params.kv_memory
+ * PKV_KV_MEMORY_EVERY_TOKEN), with every mode: the same outputs, bit for
+ * bit, in more memory.
  *
  * A sequence holds at most the model's context (its GGUF's
  * context_length: Gemma 3 270M's 32,768 tokens, SmolLM2's 8,192), or
@@ -83,7 +85,7 @@ typedef struct options {
     const char *perplexity;
     int agreement;
     int32_t kv_dtype;
-    int hybrid; /* --hybrid-memory */
+    int every_token; /* --every-token */
     int32_t key_quant;
     int32_t backend;
     uint32_t max_new;
@@ -140,7 +142,7 @@ static int usage(FILE *out, int code)
             "[--temperature T]\n"
             "                [--top-p P] [--seed S] [--threads N] [--json] "
             "[--quiet]\n"
-            "                [--store HOST:PORT] [--hybrid-memory]\n"
+            "                [--store HOST:PORT] [--every-token]\n"
             "       pkv-gguf --prompt-ids PATH [--logits PATH "
             "[--logits-from K]] ...\n"
             "       pkv-gguf --perplexity PATH [--ctx N] [--max-tokens N] "
@@ -157,8 +159,8 @@ static int usage(FILE *out, int code)
             "  the model's context, which is the default); a longer prompt\n"
             "  is refused, the answer stops there. With --perplexity: the\n"
             "  chunk length (default 512).\n"
-            "--hybrid-memory: the windowed layers keep only their window's\n"
-            "  KV (pkv_engine_params.hybrid_memory); any mode.\n"
+            "--every-token: every layer keeps every token's KV (by default\n"
+            "  the windowed layers keep only their window's); any mode.\n"
             "--parse-special: control-piece texts in the text\n"
             "  (<start_of_turn>, <|im_end|>, <eos>...) read as those\n"
             "  tokens, as llama-cli reads a prompt. Off by default: the text\n"
@@ -284,8 +286,8 @@ static int parse_options(int argc, char **argv, options *o)
             o->quiet = 1;
             continue;
         }
-        if (strcmp(a, "--hybrid-memory") == 0) {
-            o->hybrid = 1;
+        if (strcmp(a, "--every-token") == 0) {
+            o->every_token = 1;
             continue;
         }
         if (strcmp(a, "--chat") == 0) {
@@ -653,7 +655,8 @@ static int serve(const options *o, gg_model *m, const char *weights,
         longest = len > longest ? len : longest;
         blocks += (len + GG_BLOCK_SIZE - 1) / GG_BLOCK_SIZE;
     }
-    gg_kv_choice kv = {o->kv_dtype, o->key_quant, o->backend, o->hybrid};
+    gg_kv_choice kv = {o->kv_dtype, o->key_quant, o->backend,
+                       o->every_token};
     pkv_engine_params p;
     e = gg_engine_create(&p, m, &kv, longest, blocks, 256,
                          o->store != NULL ? &store.store : NULL);
@@ -765,7 +768,7 @@ int main(int argc, char **argv)
                    (chat.kind != GG_CHAT_NONE && !o.prompt && !o.input &&
                     !o.agreement);
     gg_chat plain = {GG_CHAT_NONE, -1, "none"};
-    gg_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend, o.hybrid};
+    gg_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend, o.every_token};
     char name[64];
     int rc;
     if (chatting && chat.kind == GG_CHAT_NONE) {

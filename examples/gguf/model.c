@@ -86,14 +86,14 @@ int gg_model_load(gg_model *m, const char *path, uint32_t threads, char *err,
         gg_fail(err, err_size, "out of memory");
         goto fail;
     }
-    if (!(m->output_norm = gg_load_vector(&l, "output_norm.weight",
-                                          c->dim)) ||
-        !(m->embedding = gg_load_matrix(&l, "token_embd.weight", c->dim,
+    if (!(m->output_norm = gg_load_tensor(&l, "output_norm.weight", c->dim,
+                                          0)) ||
+        !(m->embedding = gg_load_tensor(&l, "token_embd.weight", c->dim,
                                         c->vocab_size)))
         goto fail;
     m->output = m->embedding;
     if (ggml_get_tensor(m->file.tensors, "output.weight") != NULL &&
-        !(m->output = gg_load_matrix(&l, "output.weight", c->dim,
+        !(m->output = gg_load_tensor(&l, "output.weight", c->dim,
                                      c->vocab_size)))
         goto fail;
     for (uint32_t i = 0; i < c->num_layers; i++)

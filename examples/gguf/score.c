@@ -217,16 +217,17 @@ int gg_score_perplexity(gg_model *m, const gg_tokenizer *tok,
     int rc = run_seqs(m, &s, kv, add_nll, &acc, backend, sizeof backend,
                       &kv_peak);
     /* nll to the last bit (17 digits): runs that must agree exactly
-     * (hybrid memory or not) are compared on it. */
+     * (hybrid memory or every token) are compared on it. */
     if (rc == 0)
         printf("{\"perplexity\": %.4f, \"nll\": %.17g, \"scored\": %llu, "
                "\"ctx\": %u, \"chunks\": %u, \"text_tokens\": %d, "
-               "\"kv\": \"%s\", \"hybrid_memory\": %d, "
+               "\"kv\": \"%s\", \"kv_memory\": \"%s\", "
                "\"kv_peak_bytes\": %llu, \"backend\": \"%s\", "
                "\"seconds\": %.1f}\n",
                exp(acc.sum / (double)acc.count),
                acc.sum / (double)acc.count, (unsigned long long)acc.count,
-               ctx, chunks, n, dtype_name(kv), kv->hybrid,
+               ctx, chunks, n, dtype_name(kv),
+               kv->every_token ? "every-token" : "hybrid",
                (unsigned long long)kv_peak, backend, host_now_s() - t0);
     free(ptrs);
     free(lens);

@@ -66,9 +66,9 @@ extern "C" {
  * time (CHANGELOG.md lists every addition).
  */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 2
+#define PKV_VERSION_MINOR 3
 #define PKV_VERSION_PATCH 0
-#define PKV_VERSION_STRING "0.2.0"
+#define PKV_VERSION_STRING "0.3.0"
 /* One integer, comparable: 10000 * major + 100 * minor + patch. */
 #define PKV_VERSION_NUMBER \
     (PKV_VERSION_MAJOR * 10000 + PKV_VERSION_MINOR * 100 + PKV_VERSION_PATCH)
@@ -235,6 +235,22 @@ typedef enum pkv_preempt_mode {
     PKV_PREEMPT_RECOMPUTE = PKV_PREEMPT_MODE_RECOMPUTE,
     PKV_PREEMPT_SWAP = PKV_PREEMPT_MODE_SWAP
 } pkv_preempt_mode;
+
+/*
+ * What the KV cache keeps of a model whose layers' attention windows
+ * differ (pkv_engine_params.kv_memory). Stored in structs as int32_t.
+ * Since 0.3.0.
+ */
+typedef enum pkv_kv_memory {
+    /* Hybrid memory, the default: the layers are grouped by their window
+     * and a windowed layer keeps about its window of KV (mechanism:
+     * pkv_engine_params.kv_memory). With one window for every layer there
+     * is one group: no effect. */
+    PKV_KV_MEMORY_HYBRID = 0,
+    /* Every layer keeps every token's KV, windowed or not: one group of
+     * every layer, a block holding every layer's KV of its tokens. */
+    PKV_KV_MEMORY_EVERY_TOKEN = 1
+} pkv_kv_memory;
 
 /* Log levels passed to pkv_log_fn. */
 typedef enum pkv_log_level {
@@ -430,7 +446,8 @@ typedef struct pkv_engine_params {
     uint32_t vocab_size;    /* token ids must be below it; 0: any id >= 0 */
     float scale;            /* attention scale; 0: 1 / sqrt(head_dim) */
     uint32_t sliding_window; /* a row sees its last w tokens; 0: all (per
-                                layer: layer_windows) */
+                                layer: layer_windows, and what the cache
+                                keeps of them: kv_memory) */
 
     /* KV cache. */
     uint32_t block_size;    /* tokens per block, a power of two 1..256;
@@ -439,11 +456,17 @@ typedef struct pkv_engine_params {
     int32_t kv_dtype;       /* pkv_kv_dtype, default PKV_KV_DTYPE_F16 */
     int32_t key_quant;      /* pkv_quant_group for U8/U4 keys */
     int32_t value_quant;    /* pkv_quant_group for U8/U4 values */
-    uint32_t num_blocks;    /* blocks in the pool, null block included:
-                               2 to 0xfffffffe; 0: derive from cache_bytes */
-    uint64_t cache_bytes;   /* KV budget in bytes over all layers, used when
-                               num_blocks is 0; the blocks it holds must
-                               fall in the same range */
+    uint32_t num_blocks;    /* blocks of block_size tokens' KV over every
+                               layer in the pool, null block included: 2 to
+                               0xfffffffe; 0: derive from cache_bytes. With
+                               hybrid memory (kv_memory) the pool holds the
+                               same bytes as num_blocks * kv_groups blocks
+                               of one group's layers each, a count in the
+                               same range (pkv_engine_stats) */
+    uint64_t cache_bytes;   /* KV budget in bytes, used when num_blocks is
+                               0: the pool holds as many blocks as fit
+                               (with hybrid memory, blocks of one group's
+                               layers), a count in the same range */
     uint64_t swap_bytes;    /* host memory for swapped-out sequences */
 
     /* Scheduler. */
@@ -512,8 +535,9 @@ typedef struct pkv_engine_params {
      * that mix windowed and full layers: layer l's rows see their last
      * layer_windows[l] tokens (0: all), num_layers entries, copied at
      * create. NULL (the default): every layer has sliding_window, which
-     * must then be 0 when layer_windows is set. The KV of every token is
-     * kept in every layer. */
+     * must then be 0 when layer_windows is set. A windowed layer keeps
+     * about its window of KV (hybrid memory), unless kv_memory asks for
+     * every token. */
     const uint32_t *layer_windows;
 
     /* Since 0.2.0. U4 parts grouped per token (values by default, keys
@@ -546,27 +570,15 @@ typedef struct pkv_engine_params {
     void *parallel_user;
     uint32_t parallel_workers;
 
-    /* Since 0.2.0. Hybrid memory: 1 groups the layers by their window
-     * (layer_windows), each group with its own block tables over the one
-     * pool, and a windowed group gives a sequence's blocks back as soon as
-     * no later row can see them (the block lies wholly behind the window
-     * of the sequence's next row), so a windowed layer holds about its
-     * window of KV, not the whole context. Groups have equal numbers of
-     * layers (the greatest common divisor of each window's layer count),
-     * a block holds one group's layers, and num_blocks and cache_bytes
-     * count such blocks: Gemma 3's 3 full and 15 windowed layers make 6
-     * groups of 3 layers, so the same cache_bytes gives 6 times the
-     * blocks. Outputs are the same as without it, bit for bit.
-     * With one window for every layer there is one group: no effect.
-     * A prefix hit needs, in a windowed group, only the blocks its first
-     * computed row sees. A saved prefix cache loads only into an engine
-     * with the same groups (PKV_ERR_UNSUPPORTED otherwise); an export's
-     * KV moves into an engine with the same groups, windows and block
-     * size, any other computes it again (pkv_seq_import). A KV store
-     * keeps a value per group and block, each group's under its own
-     * names: engines grouped otherwise miss each other's.
-     * pkv_engine_get_block_table
-     * gives the first group's table (the full layers', if any). 0 (the default): every layer keeps every token. */
+    /* Since 0.2.0; deprecated since 0.3.0, which says what the cache
+     * keeps in kv_memory and counts num_blocks over every layer. 1:
+     * hybrid memory (PKV_KV_MEMORY_HYBRID) with num_blocks counting blocks
+     * of one group's layers, as 0.2.0 did: Gemma 3's 6 groups of 3 layers
+     * give 6 times the blocks of the same num_blocks over every layer.
+     * 0 (the default): kv_memory decides; a caller built against 0.2.0,
+     * whose params end before kv_memory, gets 0.2.0's default, every
+     * layer keeping every token. 1 with kv_memory
+     * PKV_KV_MEMORY_EVERY_TOKEN: PKV_ERR_INVALID_ARGUMENT. */
     uint32_t hybrid_memory;
 
     /* Since 0.2.0. The deployment key: 32 secret random bytes, the same
@@ -611,6 +623,36 @@ typedef struct pkv_engine_params {
      * A size with seal_key NULL is refused, and so is an all-zero key (a
      * key anyone can guess, as a buffer never filled is). */
     uint32_t seal_key_size;
+
+    /* Since 0.3.0. What the cache keeps (pkv_kv_memory), by default
+     * PKV_KV_MEMORY_HYBRID: when the layers' windows differ (layer_windows;
+     * a window at or past max_model_len counts as none), hybrid memory
+     * groups the layers by their window, each group with its own block
+     * tables over the one pool, and a windowed group gives a sequence's
+     * blocks back as soon as no later row can see them (the block lies
+     * wholly behind the window of the sequence's next row), so a windowed
+     * layer holds about its window of KV, not the whole context. Outputs
+     * are the same as with every token kept, bit for bit. Groups have
+     * equal numbers of layers (the greatest common divisor of each
+     * window's layer count; windows that would need more than 64 groups
+     * keep every token, as PKV_KV_MEMORY_EVERY_TOKEN does) and a block
+     * of the pool holds one group's layers: Gemma 3's 3 full and 15
+     * windowed layers make 6 groups of 3 layers, num_blocks blocks
+     * over every layer are 6 * num_blocks blocks of the pool, and
+     * pkv_engine_stats counts those (kv_groups, group_layers,
+     * block_bytes). A prefix hit needs, in a windowed group, only the
+     * blocks its first computed row sees. A saved prefix cache loads only
+     * into an engine with the same groups (PKV_ERR_UNSUPPORTED otherwise);
+     * an export's KV moves into an engine with the same groups, windows
+     * and block size, any other computes it again (pkv_seq_import). A KV
+     * store keeps a value per group and block, each group's under its own
+     * names: engines grouped otherwise miss each other's.
+     * pkv_engine_get_block_table gives the first group's table (the full
+     * layers', if any), pkv_engine_get_group_block_table each group's.
+     * PKV_KV_MEMORY_EVERY_TOKEN: every layer keeps every token, one
+     * group (for a host that reads every layer's KV of a block itself).
+     * Mechanism: docs/design.md, "Hybrid memory". */
+    int32_t kv_memory;
 } pkv_engine_params;
 
 /*
@@ -744,7 +786,10 @@ PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
  * (copy-on-write) and has the same tokens, except that its last, sampled
  * token, whose KV is not computed yet, is last_token (or the parent's when
  * last_token < 0). It inherits max_new_tokens, priority, tenant, salt and
- * user_data, and counts the parent's sampled tokens as its own.
+ * user_data, and counts the parent's sampled tokens as its own. A parent
+ * whose next step computes more than its last token (a U8 cut that fell
+ * back to a sealed block's start, pkv_seq_truncate) forks as well: the
+ * child computes the same tokens again.
  * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, or when the
  * parent has not sampled yet, has an abort pending (pkv_seq_abort) or
  * max_num_seqs sequences are running;
@@ -883,7 +928,7 @@ PKV_API pkv_status pkv_seq_export(pkv_engine *engine, pkv_seq_id id,
  * without its KV: the sequence joins the waiting sequences and computes
  * the KV of all its tokens again (logged at PKV_LOG_LEVEL_INFO), to the same
  * bound as any U8 block. So does an export between engines of which one
- * has hybrid memory's groups (pkv_engine_params.hybrid_memory) and the
+ * has hybrid memory's groups (pkv_engine_params.kv_memory) and the
  * other has none, or other groups, windows or block_size. params (NULL:
  * defaults) gives tenant,
  * priority, cache_salt and user_data as for pkv_seq_add, and
@@ -1190,8 +1235,11 @@ PKV_API int pkv_engine_has_work(const pkv_engine *engine);
 typedef struct pkv_engine_stats {
     uint32_t struct_size; /* sizeof(pkv_engine_stats), set by _init */
     uint32_t block_size;
-    /* Blocks: total == free + cached_free + used. used counts the reserved
-       null block (block 0), so an idle engine has used == 1. */
+    /* Blocks of the pool: total == free + cached_free + used. used counts
+       the reserved null block (block 0), so an idle engine has used == 1.
+       A block holds block_size tokens' KV over every layer, or with
+       hybrid memory over one group's layers (group_layers): blocks_total
+       * block_bytes is the cache's bytes either way. */
     uint64_t blocks_total;
     uint64_t blocks_free;        /* free, holding no cached prefix */
     uint64_t blocks_cached_free; /* free, holding a cached prefix: evictable */
@@ -1200,7 +1248,8 @@ typedef struct pkv_engine_stats {
        (block_size per used block, the null block excluded). */
     uint64_t tokens_stored;
     uint64_t slots_allocated;
-    /* Bytes of KV per block over all layers, parameters included. */
+    /* Bytes of KV per block of the pool, quantization parameters included:
+       over every layer, or with hybrid memory over one group's layers. */
     uint64_t block_bytes;
     /* Sequences by state, now. */
     uint32_t num_waiting;
@@ -1246,7 +1295,7 @@ typedef struct pkv_engine_stats {
      * another block (geometry, key, parent's key or tokens differ). */
     uint64_t store_damaged;
     uint64_t store_mismatched;
-    /* Since 0.2.0. Hybrid memory (pkv_engine_params.hybrid_memory): the
+    /* Since 0.2.0. Hybrid memory (pkv_engine_params.kv_memory): the
      * groups of layers, 1 without it, and the layers of each (a block
      * holds one group's KV; pkv_engine_get_group_stats has each group's
      * blocks). */
@@ -1274,7 +1323,7 @@ PKV_API pkv_status pkv_engine_get_stats(const pkv_engine *engine,
                                         pkv_engine_stats *stats);
 
 /*
- * One group of layers of hybrid memory (pkv_engine_params.hybrid_memory),
+ * One group of layers of hybrid memory (pkv_engine_params.kv_memory),
  * group < pkv_engine_stats.kv_groups: its layers' window (0: the group
  * keeps every token, as the one group without hybrid memory does),
  * the blocks its tables hold (used: blocks_used counts them too) and the
@@ -1298,7 +1347,10 @@ PKV_API pkv_status pkv_engine_get_group_stats(const pkv_engine *engine,
  * (i + 1) * block_size)); *num_tokens tokens have slots (between steps:
  * the tokens whose KV is stored, all but the last of a sequence that
  * decodes, see pkv_seq_propose). A sequence that is waiting, swapped, or
- * added and not yet seen by a step has no blocks.
+ * added and not yet seen by a step has no blocks. With hybrid memory
+ * (pkv_engine_params.kv_memory) this is the first group's table (the
+ * full layers', if any): pkv_engine_get_group_block_table gives each
+ * group's.
  * Errors: PKV_ERR_NOT_FOUND for an id that is not live;
  * PKV_ERR_INVALID_ARGUMENT for a NULL argument.
  * Thread-safety: as any engine call.
@@ -1310,6 +1362,26 @@ PKV_API pkv_status pkv_engine_get_block_table(const pkv_engine *engine,
                                               const uint32_t **blocks,
                                               uint32_t *num_blocks,
                                               uint32_t *num_tokens);
+
+/*
+ * Group `group`'s block table of a live sequence (group <
+ * pkv_engine_stats.kv_groups; pkv_engine_get_group_stats says its window),
+ * as pkv_engine_get_block_table gives the first group's: every group's
+ * table covers the same *num_tokens tokens in *num_blocks blocks. A
+ * windowed group's table holds block 0 (the reserved null block, which
+ * holds no KV) in place of each block that lay wholly behind the window
+ * of the sequence's next row and was given back: no later row reads it.
+ * A block id names a block of the pool, which holds the group's layers
+ * (pkv_engine_stats.group_layers of them).
+ * Errors: PKV_ERR_NOT_FOUND for an id that is not live;
+ * PKV_ERR_INVALID_ARGUMENT for a NULL argument or a group out of range.
+ * Since 0.3.0.
+ * Thread-safety: as any engine call.
+ * Ownership: as pkv_engine_get_block_table's.
+ */
+PKV_API pkv_status pkv_engine_get_group_block_table(
+    const pkv_engine *engine, pkv_seq_id seq_id, uint32_t group,
+    const uint32_t **blocks, uint32_t *num_blocks, uint32_t *num_tokens);
 
 #ifdef __cplusplus
 }

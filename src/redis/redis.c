@@ -82,12 +82,11 @@ static pkv_status read_params(const pkv_redis_params *in,
                               pkv_redis_params *p)
 {
     char why[128];
-    if (pkv__struct_size_bad(in->struct_size, PKV__REDIS_PARAMS_MIN_SIZE,
-                             sizeof *p, "params", "pkv_redis_params_init",
-                             why, sizeof why))
-        return fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     pkv_redis_params_init(p);
-    memcpy(p, in, in->struct_size);
+    if (pkv__struct_read(p, in, in->struct_size, PKV__REDIS_PARAMS_MIN_SIZE,
+                         sizeof *p, "params", "pkv_redis_params_init", why,
+                         sizeof why))
+        return fail(PKV_ERR_STRUCT_SIZE, "%s", why);
     size_t sun_path = sizeof(((struct sockaddr_un *)0)->sun_path);
     if (p->unix_path != NULL && strnlen(p->unix_path, sun_path) >= sun_path)
         return fail(PKV_ERR_INVALID_ARGUMENT,

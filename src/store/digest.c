@@ -49,7 +49,8 @@ pkv_status pkv__digest_model(const EVP_MD *md, const char *name,
 
 pkv_status pkv__digest_root(const EVP_MD *md,
                             const uint8_t model[PKV__DIGEST_BYTES],
-                            const pkv__backend_config *c, uint64_t salt,
+                            const pkv__backend_config *c,
+                            const pkv__groups *g, uint64_t salt,
                             uint8_t out[PKV__DIGEST_BYTES])
 {
     static const uint8_t magic[8] = {0};
@@ -66,11 +67,12 @@ pkv_status pkv__digest_root(const EVP_MD *md,
     pkv__sha256_add(&h, salt_bytes, sizeof salt_bytes);
     /* Hybrid memory: a block holds one group's layers, so engines grouped
      * otherwise name other values (and miss, rather than count the values
-     * damaged). Each layer's group and arena; nothing without groups. */
-    for (uint32_t l = 0; c->layer_group != NULL && l < c->num_layers; l++) {
+     * damaged). Each layer's group and arena; nothing in the plain
+     * layout, whose names are those of an engine before groups. */
+    for (uint32_t l = 0; !pkv__groups_plain(g) && l < g->num_layers; l++) {
         uint8_t place[8];
-        pkv__put_u32(place, c->layer_group[l]);
-        pkv__put_u32(place + 4, c->layer_arena[l]);
+        pkv__put_u32(place, g->layer_group[l]);
+        pkv__put_u32(place + 4, g->layer_arena[l]);
         pkv__sha256_add(&h, place, sizeof place);
     }
     return pkv__sha256_end(&h, out);

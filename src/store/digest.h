@@ -12,6 +12,7 @@
 #define PKV_STORE_DIGEST_H
 
 #include "backend.h"
+#include "kv/groups.h"
 
 #include <openssl/types.h>
 #include <stddef.h>
@@ -46,10 +47,12 @@ pkv_status pkv__digest_model(const EVP_MD *md, const char *name,
                              uint8_t out[PKV__DIGEST_BYTES]);
 
 /* The digest a prompt's chain starts from: the model's, the geometry and
- * KV format of config c (the export header's words) and the salt. */
+ * KV format of config c (the export header's words), the layers' groups
+ * g unless plain, and the salt. */
 pkv_status pkv__digest_root(const EVP_MD *md,
                             const uint8_t model[PKV__DIGEST_BYTES],
-                            const pkv__backend_config *c, uint64_t salt,
+                            const pkv__backend_config *c,
+                            const pkv__groups *g, uint64_t salt,
                             uint8_t out[PKV__DIGEST_BYTES]);
 
 /* The digest of a block: its parent's (the root for the first block) and

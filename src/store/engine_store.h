@@ -17,14 +17,10 @@
 #ifndef PKV_STORE_ENGINE_STORE_H
 #define PKV_STORE_ENGINE_STORE_H
 
+#include "engine_error.h"
+#include "inbox.h"
 #include "seq.h"
 #include "store/digest.h"
-
-enum pkv__store_seq_state {
-    PKV__STORE_NOT_ASKED = 0,
-    PKV__STORE_LOADING = 1,
-    PKV__STORE_ASKED = 2
-};
 
 /* An operation in flight. */
 typedef struct pkv__store_op {
@@ -47,9 +43,24 @@ typedef struct pkv__store_op {
     uint64_t deadline_us;
 } pkv__store_op;
 
+/* What the store works with, the engine's: its KV-cache manager, whose
+ * prefix cache loaded blocks join and whose blocks saves read; the
+ * backend's layout (the values' geometry); the seal (NULL: values
+ * unsealed); the counters it adds to; its messages; the inbox, told how
+ * many saves are in flight; the allocator. */
+typedef struct pkv__store_env {
+    pkv__kv *kv;
+    const pkv__backend_config *config;
+    struct pkv__seal *seal;
+    pkv_engine_stats *totals;
+    const pkv__engine_message *message;
+    pkv__inbox *inbox;
+    pkv__allocator alloc;
+} pkv__store_env;
+
 typedef struct pkv__engine_store {
     pkv_store cb; /* the host's connector; cb.load NULL: no store */
-    struct pkv__seal *seal; /* the engine's; NULL: values unsealed */
+    pkv__store_env env;
     size_t value_bytes;  /* as stored, sealed or not */
     size_t inner_at;     /* where the unsealed value starts in a value */
     EVP_MD *sha256; /* libcrypto's, fetched once for every digest */
@@ -94,33 +105,38 @@ pkv_status pkv__store_key(const pkv__engine_store *s,
                           const uint8_t digest[PKV__DIGEST_BYTES],
                           char *out);
 
-/* Make the engine's store state (engine->store), for its backend config
- * and pool (store NULL: a state that says there is no store). */
-pkv_status pkv__store_init(pkv_engine *engine, const pkv_store *store);
+/* Make the engine's store state (*out), over env, for the host's
+ * connector (store NULL: a state that says there is no store). On
+ * failure *out holds what was made, for pkv__store_release. */
+pkv_status pkv__store_init(pkv__engine_store **out,
+                           const pkv__store_env *env, const pkv_store *store);
 
-/* Cancel every operation in flight and free everything, engine->store
- * included (destroy; nothing if it was never made). */
-void pkv__store_release(pkv_engine *engine);
+/* Cancel every operation in flight and free everything, s included
+ * (destroy; NULL: nothing). */
+void pkv__store_release(pkv__engine_store *s);
 
 /* step_begin, before the plan: take what the connector finished, give up
  * on loads past their deadline, install verified blocks, and ask for the
- * blocks of waiting prompts not asked yet. Never fails: what cannot be
- * done is a miss. */
-void pkv__store_step_begin(pkv_engine *engine);
+ * blocks of waiting prompts not asked yet (the longest of every sequence
+ * has longest_tokens tokens). Never fails: what cannot be done is a
+ * miss. */
+void pkv__store_step_begin(pkv__engine_store *s,
+                           const pkv__seq_list *waiting,
+                           uint32_t longest_tokens);
 
 /* step_end, after seq registered its full blocks in the prefix cache:
  * collect the ones to save (links from first_new on). */
-void pkv__store_collect(pkv_engine *engine, pkv__seq *seq,
+void pkv__store_collect(pkv__engine_store *s, pkv__seq *seq,
                         uint32_t first_new);
 
 /* step_end's last act: read the collected blocks' KV and start saving
  * them. */
-void pkv__store_send(pkv_engine *engine);
+void pkv__store_send(pkv__engine_store *s);
 
 /* A sequence leaves waiting (ends) or its tokens change (truncate): its
  * load, if any, is cancelled, it is asked again if it waits again, and
  * its block digests past keep_blocks are forgotten. */
-void pkv__store_forget(pkv_engine *engine, pkv__seq *seq,
+void pkv__store_forget(pkv__engine_store *s, pkv__seq *seq,
                        uint32_t keep_blocks);
 
 #endif

@@ -22,13 +22,29 @@ pkv_status pkv_store_init(pkv_store *store)
     return PKV_OK;
 }
 
-pkv_status pkv__store_check(const pkv_store *s)
+/* The host's connector over the defaults: 0, or 1 with why[] set. */
+static int read_store(pkv_store *out, const pkv_store *in, char *why,
+                      size_t why_size)
+{
+    pkv_store_init(out);
+    return pkv__struct_read(out, in, in->struct_size, PKV__STORE_MIN_SIZE,
+                            sizeof *out, "params->store", "pkv_store_init",
+                            why, why_size);
+}
+
+void pkv__store_read(pkv_store *out, const pkv_store *store)
 {
     char why[128];
-    if (pkv__struct_size_bad(s->struct_size, PKV__STORE_MIN_SIZE, sizeof *s,
-                             "params->store", "pkv_store_init", why,
-                             sizeof why))
+    read_store(out, store, why, sizeof why);
+}
+
+pkv_status pkv__store_check(const pkv_store *store)
+{
+    char why[128];
+    pkv_store copy;
+    if (read_store(&copy, store, why, sizeof why))
         return pkv__fail(PKV_ERR_STRUCT_SIZE, "%s", why);
+    const pkv_store *s = &copy;
     if (s->load == NULL || s->save == NULL || s->poll == NULL ||
         s->cancel == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT,

@@ -14,4 +14,8 @@
  * thread's message set. */
 pkv_status pkv__store_check(const pkv_store *store);
 
+/* A checked store (pkv__store_check passed) copied over the defaults into
+ * *out: fields appended after the caller's header keep theirs. */
+void pkv__store_read(pkv_store *out, const pkv_store *store);
+
 #endif

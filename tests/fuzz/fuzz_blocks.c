@@ -17,7 +17,7 @@
 #include "fuzz_blocks.h"
 #include "fuzz_check.h"
 
-#include "prefix.h"
+#include "kv/prefix.h"
 
 #include <stdio.h>
 #include <stdlib.h>

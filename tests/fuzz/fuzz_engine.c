@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fuzz target for the public engine API on the CPU backend. The input picks
- * a small engine (geometry, KV dtype, block size, a pool of a few blocks so
- * that preemption happens, recompute or swap with a small host budget,
- * FCFS or priority, quotas, chunking knobs) and then a sequence of
+ * a small engine (geometry, KV dtype, block size, attention windows: none,
+ * one for every layer, a window and a full layer, or two windows and no
+ * full layer over 2 or 4 layers, with hybrid memory's groups or without,
+ * a pool of a few blocks so that preemption happens, recompute or swap
+ * with a host budget from under one block up, FCFS or priority, quotas,
+ * chunking knobs) and then a sequence of
  * operations: add (prompts over a tiny alphabet, often a prefix of an
  * earlier one, so that prefix hits happen), abort (live, ended and
  * never-issued ids), fork (at valid and invalid moments), truncate (to
@@ -38,7 +41,8 @@
 #include "../hash_model.h"
 
 #include "engine.h"
-#include "lifecycle.h"
+#include "kv/groups.h"
+#include "seqs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,8 +70,9 @@ typedef struct world {
     uint32_t ring_len[RING];
     uint32_t ring_n, ring_next;
     pkv__block *before; /* pool snapshot for "nothing changed" */
-    uint32_t layer_windows[2];
+    uint32_t layer_windows[4];
     int hybrid; /* hybrid memory asked for (groups: when windows differ) */
+    int windowed; /* hybrid memory with a window on every layer */
     /* The KV store of this input, when it has one. */
     int has_store;
     fs_data store_data;
@@ -85,7 +90,8 @@ static struct totals {
         forks, truncations, shared_cuts, moves, drafts, drafts_run,
         drafts_accepted, reloads, store_inputs, store_hit_blocks,
         store_saves, store_rejected, store_faults, hybrid_inputs,
-        sealed_inputs, tampered;
+        windowed_inputs, windowed_swaps, layer_sized, sealed_inputs,
+        tampered;
     double max_error[5]; /* by pkv_kv_dtype */
 } TOT;
 
@@ -99,7 +105,9 @@ static void print_totals(void)
             "proposed, %llu run, %llu accepted, %llu prefix cache reloads; "
             "%llu inputs with a store: %llu blocks loaded, %llu saved, "
             "%llu rejected, %llu store faults; %llu inputs in hybrid "
-            "memory; %llu inputs sealed, %llu exports or prefix caches "
+            "memory, %llu of them with no full layer (%llu swap-outs), "
+            "%llu with num_blocks over every layer; "
+            "%llu inputs sealed, %llu exports or prefix caches "
             "tampered with; max error f32 %.3g f16 "
             "%.3g u8 %.3g u4 %.3g u8k-u4v %.3g\n",
             (unsigned long long)TOT.inputs, (unsigned long long)TOT.steps,
@@ -119,6 +127,9 @@ static void print_totals(void)
             (unsigned long long)TOT.store_rejected,
             (unsigned long long)TOT.store_faults,
             (unsigned long long)TOT.hybrid_inputs,
+            (unsigned long long)TOT.windowed_inputs,
+            (unsigned long long)TOT.windowed_swaps,
+            (unsigned long long)TOT.layer_sized,
             (unsigned long long)TOT.sealed_inputs,
             (unsigned long long)TOT.tampered, TOT.max_error[0],
             TOT.max_error[1], TOT.max_error[2], TOT.max_error[3],
@@ -143,12 +154,17 @@ static void dump(void)
             p->sliding_window, e->layer_windows[0], p->block_size,
             (int)p->kv_dtype,
             p->u8_rollback_blocks, p->num_blocks,
-            e->pool.num_free, e->pool.num_cached_free, (int)p->preempt_mode,
+            e->kv.pool.num_free, e->kv.pool.num_cached_free, (int)p->preempt_mode,
             (unsigned long long)p->swap_bytes, (int)p->policy,
             p->max_blocks_per_seq, p->max_blocks_per_tenant,
             p->long_prefill_threshold, p->max_num_seqs, p->max_batch_tokens,
             (double)p->watermark, e->watermark_blocks, p->max_model_len,
             p->vocab_size);
+    fprintf(stderr, "  windows");
+    for (uint32_t l = 0; l < p->num_layers; l++)
+        fprintf(stderr, " %u", e->layer_windows[l]);
+    fprintf(stderr, "; %u groups of %u layers\n", e->kv.groups.num_groups,
+            e->kv.groups.slots);
     const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting, &e->seqs.swapped};
     const char *names[] = {"running", "waiting", "swapped"};
     for (int l = 0; l < 3; l++)
@@ -156,12 +172,10 @@ static void dump(void)
             const pkv__seq *s = lists[l]->items[i];
             fprintf(stderr,
                     "  %s seq %llu: tokens %u (prompt %u) computed %u "
-                    "blocks %u tenant %u priority %d protect %u "
-                    "preemptions %u\n",
+                    "blocks %u tenant %u priority %d protect %u\n",
                     names[l], (unsigned long long)s->id, s->num_tokens,
-                    s->prompt_len, s->num_computed, s->table.num_blocks,
-                    s->tenant, (int)s->priority, s->protect,
-                    s->num_preemptions);
+                    s->prompt_len, s->num_computed, pkv__kv_blocks(&s->kv),
+                    s->tenant, (int)s->order.priority, s->protect);
         }
 }
 
@@ -205,7 +219,7 @@ static void take(world *w, snapshot *s)
     s->last_id = e->inbox.last_id;
     s->live = e->inbox.live;
     memcpy(s->layer_done, e->step.layer_done, e->params.num_layers);
-    memcpy(w->before, e->pool.blocks, e->pool.num_blocks * sizeof *w->before);
+    memcpy(w->before, e->kv.pool.blocks, e->kv.pool.num_blocks * sizeof *w->before);
 }
 
 /* A failed call changed nothing. */
@@ -223,7 +237,7 @@ static void unchanged(world *w, const snapshot *s, const char *call)
     now.live = e->inbox.live;
     memcpy(now.layer_done, e->step.layer_done, e->params.num_layers);
     if (memcmp(&now, s, sizeof now) != 0 ||
-        memcmp(saved, e->pool.blocks, e->pool.num_blocks * sizeof *saved) != 0)
+        memcmp(saved, e->kv.pool.blocks, e->kv.pool.num_blocks * sizeof *saved) != 0)
         ch_failf(&w->host, "a failed %s changed the engine", call);
 }
 
@@ -287,26 +301,38 @@ static int create(world *w)
     p.num_kv_heads = 1u + (g >> 1) % 2u;
     p.num_q_heads = p.num_kv_heads * (1u + (g >> 2) % 2u);
     p.head_dim = 4u << ((g >> 3) % 2u);
-    /* No window; one for every layer; or (two layers) a window on the
-     * first and full attention on the second, as a model that mixes
-     * them. */
+    uint8_t bs = next_byte(r);
+    p.block_size = 1u << (bs % 5u);
+    /* No window; one for every layer; (two layers) a window on the first
+     * and full attention on the second, as a model that mixes them; or
+     * two windows and no full layer, alternating over two or four
+     * layers (Mistral's sliding window on every layer, with windows that
+     * differ), down to a window of one token. */
     uint32_t window = 1u + (uint32_t)(g >> 6) * 3u;
+    uint32_t other = 1u + (uint32_t)(bs / 5u) % 24u;
     p.sliding_window = (g >> 4) % 4u == 3 ? window : 0;
     if ((g >> 4) % 4u == 2 && p.num_layers == 2) {
         w->layer_windows[0] = window;
         w->layer_windows[1] = 0;
         p.layer_windows = w->layer_windows;
+    } else if ((g >> 4) % 4u == 1) {
+        p.num_layers = 2u + 2u * (g % 2u == 0);
+        for (uint32_t l = 0; l < p.num_layers; l++)
+            w->layer_windows[l] = l % 2 ? other : window;
+        p.layer_windows = w->layer_windows;
     }
-    p.block_size = 1u << (next_byte(r) % 5u);
     uint8_t kv = next_byte(r);
     p.kv_dtype = kv % 5;
     p.key_quant = (kv >> 2) % 3;
     p.value_quant = (kv >> 4) % 3;
     p.u8_rollback_blocks = (uint32_t)(kv >> 7) * (1u + (uint32_t)(g >> 7));
     w->host.f16_tensors = 0;
-    p.num_blocks = 2u + next_byte(r) % 40u;
+    uint8_t pool = next_byte(r);
+    p.num_blocks = 2u + pool % 40u; /* blocks of the pool */
     uint8_t pre = next_byte(r);
     p.preempt_mode = pre % 2;
+    /* Swap on half the inputs, its host budget from none through less
+     * than one block (64 bytes) to some tens of them. */
     p.swap_bytes = (uint64_t)((pre >> 1) % 8u) << (6u + (pre >> 4) % 8u);
     p.policy = (pre >> 7) % 2;
     uint8_t quota = next_byte(r);
@@ -352,11 +378,26 @@ static int create(world *w)
         TOT.store_inputs++;
     }
     /* Mixed windows in hybrid memory on odd bits: a table per window,
-     * the windowed one dropping blocks. */
+     * the windowed one dropping blocks; every token kept otherwise. The
+     * pool drawn above counts blocks of the pool: kv_memory's num_blocks
+     * counts blocks over every layer, as many of the pool's as there are
+     * groups, so on odd pool bytes whose pool they divide it says so;
+     * otherwise 0.2.0's hybrid_memory counts the pool's blocks. */
     w->hybrid = p.layer_windows != NULL &&
                 (w->has_store ? (st >> 5) % 2 : (st >> 1) % 2);
-    p.hybrid_memory = (uint32_t)w->hybrid;
+    p.kv_memory =
+        w->hybrid ? PKV_KV_MEMORY_HYBRID : PKV_KV_MEMORY_EVERY_TOKEN;
+    uint32_t groups = p.num_layers / pkv__groups_slots(&p);
+    if (w->hybrid && (pool / 40u) % 2u == 1 && p.num_blocks % groups == 0 &&
+        p.num_blocks / groups >= 2) {
+        p.num_blocks /= groups;
+        TOT.layer_sized++;
+    } else {
+        p.hybrid_memory = (uint32_t)w->hybrid;
+    }
     TOT.hybrid_inputs += (uint64_t)w->hybrid;
+    w->windowed = w->hybrid && (g >> 4) % 4u == 1;
+    TOT.windowed_inputs += (uint64_t)w->windowed;
 
     /* f32 KV: within 1e-4 of the dense reference; f16 rounds every element
      * (tensors may then be f16 too); u8 and u4 quantize each sealed block
@@ -371,7 +412,7 @@ static int create(world *w)
         w->host.idle = idle;
 #endif
     w->host.f16_tensors = p.kv_dtype != PKV_KV_DTYPE_F32 && (kv >> 6) % 2 == 1;
-    w->before = malloc(p.num_blocks * sizeof *w->before);
+    w->before = malloc(w->host.engine->kv.pool.num_blocks * sizeof *w->before);
     CHECK(w->before != NULL);
     w->ring_n = 0;
     w->ring_next = 0;
@@ -471,9 +512,9 @@ static int cuts_inside_shared(const pkv_engine *e, pkv_seq_id id, uint32_t n)
         return 0;
     uint32_t keep = n - 1 < s->num_computed ? n - 1 : s->num_computed;
     uint32_t bs = e->params.block_size;
-    if (keep % bs == 0 || keep / bs >= s->table.num_blocks)
+    if (keep % bs == 0 || keep / bs >= pkv__kv_blocks(&s->kv))
         return 0;
-    const pkv__block *k = &e->pool.blocks[s->table.blocks[keep / bs]];
+    const pkv__block *k = &e->kv.pool.blocks[s->kv.tables[0].blocks[keep / bs]];
     return k->ref_count > 1 || k->cached;
 }
 
@@ -546,9 +587,9 @@ static void op_reload(world *w)
     size_t got = 0;
     CHECK(pkv_engine_save_prefix_cache(e, data, size, &got) == PKV_OK &&
           got == size);
-    uint32_t free_before = e->pool.num_free, loaded = 7;
+    uint32_t free_before = e->kv.pool.num_free, loaded = 7;
     CHECK(pkv_engine_load_prefix_cache(e, data, size, &loaded) == PKV_OK);
-    CHECK(loaded == 0 && e->pool.num_free == free_before);
+    CHECK(loaded == 0 && e->kv.pool.num_free == free_before);
     free(data);
     TOT.reloads++;
 }
@@ -635,8 +676,8 @@ static void op_block_table(world *w)
         return;
     }
     CHECK(st == PKV_OK);
-    CHECK(nb == s->table.num_blocks && nt == s->table.num_tokens);
-    CHECK(nb == 0 || memcmp(blocks, s->table.blocks, nb * sizeof *blocks) == 0);
+    CHECK(nb == pkv__kv_blocks(&s->kv) && nt == pkv__kv_tokens(&s->kv));
+    CHECK(nb == 0 || memcmp(blocks, s->kv.tables[0].blocks, nb * sizeof *blocks) == 0);
 }
 
 /* A well-formed host tensor over the host's scratch. */
@@ -940,6 +981,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     TOT.ended += w->host.ended;
     TOT.preemptions += st.preemptions;
     TOT.swap_outs += st.swap_outs;
+    TOT.windowed_swaps += w->windowed ? st.swap_outs : 0;
     TOT.hit_tokens += st.prefix_hit_tokens;
     TOT.drafts_run += st.draft_tokens;
     TOT.drafts_accepted += st.draft_tokens_accepted;

@@ -4,6 +4,8 @@
  *   replay [corpus_dir_or_file ...] [--ops N] [--seed S]
  * runs every corpus input, then random inputs from a fixed-seed PRNG until
  * the target has executed at least N operations. A broken invariant aborts.
+ * With PKV_FUZZ_LAST=path, each random input is written to path before it
+ * runs, so the one that aborted is left there to replay and reduce.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -98,8 +100,21 @@ static long run_dir(const char *dir)
     return ran;
 }
 
+/* Write the random input about to run to path, so that one that fails
+ * (an abort) is left there to replay. */
+static void save_input(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(buf, 1, n, f) != n) {
+        fprintf(stderr, "fuzz: cannot write %s\n", path);
+        abort();
+    }
+    fclose(f);
+}
+
 int main(int argc, char **argv)
 {
+    const char *last = getenv("PKV_FUZZ_LAST");
     uint64_t want_ops = 0;
     uint64_t seed = 0x706b76u;
     unsigned long corpus = 0;
@@ -130,6 +145,8 @@ int main(int argc, char **argv)
             size_t k = n - i < 8 ? n - i : 8;
             memcpy(buf + i, &r, k);
         }
+        if (last != NULL)
+            save_input(last, n);
         LLVMFuzzerTestOneInput(buf, n);
         inputs++;
     }

@@ -20,10 +20,13 @@
 typedef struct pkv__groups {
     uint32_t num_groups;
     uint32_t slots;          /* layers (arenas) per group */
-    uint32_t *layer_arena;   /* [num_layers]; NULL with one group */
-    uint32_t *layer_group;   /* [num_layers]; NULL with one group */
-    uint32_t *group_windows; /* [num_groups]; NULL with one group */
+    uint32_t *layer_arena;   /* [num_layers] */
+    uint32_t *layer_group;   /* [num_layers] */
+    uint32_t *group_windows; /* [num_groups] */
     uint32_t num_layers;
+    /* The groups with a window follow the others: the first of them
+     * (num_groups when none has one). */
+    uint32_t first_windowed;
 } pkv__groups;
 
 /* Layers per group for params whose geometry and windows are checked:
@@ -39,11 +42,19 @@ pkv_status pkv__groups_init(pkv__groups *groups, const pkv__allocator *alloc,
                             const pkv_engine_params *params);
 void pkv__groups_release(pkv__groups *groups, const pkv__allocator *alloc);
 
+/* Whether the layers are in the plain layout: one group of every
+ * layer, each layer its own arena, as before groups existed (the layout
+ * pkv's file formats write without a layer table). */
+static inline int pkv__groups_plain(const pkv__groups *groups)
+{
+    return groups->num_groups == 1;
+}
+
 /* Group g's window (0: the layers see every token). */
 static inline uint32_t pkv__groups_window(const pkv__groups *groups,
                                           uint32_t g)
 {
-    return groups->group_windows != NULL ? groups->group_windows[g] : 0;
+    return groups->group_windows[g];
 }
 
 /* The first block that group g's row at token `next` sees (0 without a

@@ -15,12 +15,11 @@
  * An entry is cleared when a step is planned to overwrite its tail and
  * set when that step ends, so a failed step leaves no stale claim.
  */
-#ifndef PKV_ROLLBACK_H
-#define PKV_ROLLBACK_H
+#ifndef PKV_KV_ROLLBACK_H
+#define PKV_KV_ROLLBACK_H
 
 #include "alloc.h"
 #include "backend.h"
-#include "seq.h"
 
 typedef struct pkv__rollback {
     uint32_t window;       /* W; 0: no window, both arrays NULL */
@@ -47,28 +46,31 @@ void pkv__rollback_release(pkv__rollback *rollback,
 /* Forget every window of working tail `stage` (it changes hands). */
 void pkv__rollback_reset(pkv__rollback *rollback, uint32_t stage);
 
-/* Fill row_windows for seq's rows [first_row, first_row + rows) of the
- * step being built (tokens num_computed on): the window tail for each row
- * that seals one of the last W blocks the step seals, else
- * PKV__NO_STAGE. */
-void pkv__rollback_plan(pkv__rollback *rollback, const pkv__seq *seq,
-                        uint32_t first_row, uint32_t rows);
+/* Fill row_windows for rows [first_row, first_row + rows) of the step
+ * being built, which compute tokens from `computed` on for the sequence
+ * holding working tail `stage`: the window tail for each row that seals
+ * one of the last W blocks the step seals, else PKV__NO_STAGE. */
+void pkv__rollback_plan(pkv__rollback *rollback, uint32_t stage,
+                        uint32_t computed, uint32_t first_row,
+                        uint32_t rows);
 
-/* The step ended for seq (its rows written, num_computed not yet
- * advanced): its planned windows now hold their blocks. */
-void pkv__rollback_commit(pkv__rollback *rollback, const pkv__seq *seq,
-                          uint32_t first_row, uint32_t rows);
+/* The step ran those rows (computed: as planned): their planned windows
+ * now hold their blocks. */
+void pkv__rollback_commit(pkv__rollback *rollback, uint32_t stage,
+                          uint32_t computed, uint32_t first_row,
+                          uint32_t rows);
 
-/* A cut of seq to `keep` tokens falls inside its sealed logical block j:
- * copy the block's rows back into the working tail on the backend when a
- * window holds them. 1 on success; 0 when no window holds j or the copy
- * failed (the caller then drops the block). */
+/* A cut falls inside the sealed logical block j of the sequence holding
+ * working tail `stage`: copy the block's rows back into that tail on the
+ * backend when a window holds them. 1 on success; 0 when no window holds
+ * j or the copy failed (the caller then drops the block). */
 int pkv__rollback_restore(const pkv__rollback *rollback,
-                          const pkv__backend_ops *ops, pkv__backend *backend,
-                          const pkv__seq *seq, uint32_t j);
+                          const pkv__device *device, uint32_t stage,
+                          uint32_t j);
 
-/* Forget the windows of seq's blocks from j on (a cut removed them). */
-void pkv__rollback_forget_from(pkv__rollback *rollback, const pkv__seq *seq,
+/* Forget the windows of working tail `stage`'s blocks from j on (a cut
+ * removed them). */
+void pkv__rollback_forget_from(pkv__rollback *rollback, uint32_t stage,
                                uint32_t j);
 
 /* The W blocks working tail `stage`'s windows hold (window > 0). */

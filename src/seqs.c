@@ -1,35 +1,30 @@
 /* SPDX-License-Identifier: MIT */
-/* The sequence lifecycle (lifecycle.h). */
-#include "lifecycle.h"
+/* The engine's sequences (seqs.h). */
+#include "seqs.h"
 
 #include "engine.h"
-#include "kv_layout.h"
-#include "rollback.h"
-#include "seq_tables.h"
+#include "inbox.h"
 #include "store/engine_store.h"
 
 #include <string.h>
 
 pkv_status pkv__seqs_init(pkv__seqs *s, const pkv__allocator *a,
-                          const pkv_engine_params *p)
+                          const pkv_engine_params *p, pkv__kv *kv,
+                          struct pkv__engine_store *store,
+                          pkv_engine_stats *totals)
 {
     memset(s, 0, sizeof *s);
     s->policy = p->policy;
-    if (PKV_LAYOUT_QUANTIZED(p->kv_dtype)) {
-        s->free_stages =
-            pkv__calloc(a, p->max_num_seqs, sizeof *s->free_stages);
-        if (s->free_stages == NULL)
-            return PKV_ERR_OUT_OF_MEMORY;
-        s->max_stages = p->max_num_seqs;
-        for (uint32_t i = 0; i < s->max_stages; i++)
-            s->free_stages[i] = s->max_stages - 1 - i;
-        s->num_free_stages = s->max_stages;
-    }
+    s->kv = kv;
+    s->store = store;
+    s->totals = totals;
+    s->alloc = *a;
     return pkv__map_reserve(&s->tenant_blocks, a, p->max_num_seqs);
 }
 
-void pkv__seqs_release(pkv__seqs *s, const pkv__allocator *a)
+void pkv__seqs_release(pkv__seqs *s)
 {
+    const pkv__allocator *a = &s->alloc;
     pkv__seq_list *lists[] = {&s->waiting, &s->running, &s->swapped,
                               &s->ended};
     for (size_t l = 0; l < 4; l++) {
@@ -39,8 +34,6 @@ void pkv__seqs_release(pkv__seqs *s, const pkv__allocator *a)
     }
     pkv__map_release(&s->tenant_blocks, a);
     pkv__map_release(&s->by_id, a);
-    pkv__free(a, s->free_stages, s->max_stages, sizeof *s->free_stages);
-    s->free_stages = NULL;
 }
 
 pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id)
@@ -49,41 +42,19 @@ pkv__seq *pkv__seqs_find(const pkv__seqs *seqs, pkv_seq_id id)
     return s != NULL && s->state != PKV__SEQ_FINISHED ? s : NULL;
 }
 
-void pkv__engine_release_stage(pkv_engine *e, pkv__seq *seq)
+void pkv__seqs_drop_kv(pkv__seqs *s, pkv__seq *seq)
 {
-    if (seq->stage == PKV__NO_STAGE)
-        return;
-    pkv__rollback_reset(&e->rollback, seq->stage);
-    e->seqs.free_stages[e->seqs.num_free_stages++] = seq->stage;
-    seq->stage = PKV__NO_STAGE;
-}
-
-void pkv__engine_drop_blocks(pkv_engine *e, pkv__seq *seq)
-{
-    pkv__engine_release_stage(e, seq);
-    pkv__seqs_tenant_add(&e->seqs, seq->tenant, -(int64_t)pkv__seq_held(seq));
-    pkv__seq_tables_release(seq, &e->pool);
-    pkv__prefix_chain_release(&seq->chain, &e->pool);
-}
-
-void pkv__seqs_drop_swap(pkv__seqs *seqs, const pkv__allocator *alloc,
-                         pkv__seq *seq)
-{
-    if (seq->swap_data == NULL)
-        return;
-    if (!seq->swap_imported)
-        seqs->swap_used -= seq->swap_size;
-    seq->swap_imported = 0;
-    pkv__free(alloc, seq->swap_data, seq->swap_size, 1);
-    seq->swap_data = NULL;
-    seq->swap_size = 0;
+    pkv__seqs_tenant_add(s, seq->tenant,
+                         -(int64_t)pkv__kv_held(s->kv, &seq->kv));
+    pkv__kv_drop(s->kv, &seq->kv);
 }
 
 void pkv__seqs_count_blocks(pkv__seqs *seqs, const pkv__seq *seq,
                             uint32_t before)
 {
     pkv__seqs_tenant_add(seqs, seq->tenant,
-                         (int64_t)pkv__seq_held(seq) - (int64_t)before);
+                         (int64_t)pkv__kv_held(seqs->kv, &seq->kv) -
+                             (int64_t)before);
 }
 
 /* Remove the ended sequences from a list, keeping the others' order. */
@@ -107,28 +78,36 @@ void pkv__seqs_sweep_ended(pkv__seqs *s)
     s->unswept = 0;
 }
 
-void pkv__engine_end_later(pkv_engine *e, pkv__seq *seq, int32_t reason,
-                           pkv_status status)
+void pkv__seqs_end(pkv__seqs *s, pkv__seq *seq, int32_t reason,
+                   pkv_status status)
 {
-    e->seqs.unswept |= 1u << seq->state;
-    if (seq->store_state == PKV__STORE_LOADING)
-        pkv__store_forget(e, seq, 0);
-    pkv__engine_drop_blocks(e, seq);
-    pkv__seqs_drop_swap(&e->seqs, &e->alloc, seq);
+    s->unswept |= 1u << seq->state;
+    if (seq->store.state == PKV__STORE_LOADING)
+        pkv__store_forget(s->store, seq, 0);
+    pkv__seqs_drop_kv(s, seq);
+    pkv__kv_drop_swap(s->kv, &seq->kv, &s->alloc);
     seq->state = PKV__SEQ_FINISHED;
     seq->finish.id = seq->id;
     seq->finish.reason = reason;
     seq->finish.status = status;
     seq->finish.num_generated = seq->num_generated;
-    pkv__seq_list_insert(&e->seqs.ended, e->seqs.ended.count, seq);
-    e->totals.seqs_finished++;
+    pkv__seq_list_insert(&s->ended, s->ended.count, seq);
+    s->totals->seqs_finished++;
+}
+
+void pkv__seqs_recompute(pkv__seqs *s, pkv__seq *seq)
+{
+    seq->num_computed = 0;
+    seq->state = PKV__SEQ_WAITING;
+    seq->store.state = PKV__STORE_NOT_ASKED; /* it may hold them now */
+    pkv__seqs_enqueue(s, &s->waiting, seq);
 }
 
 /* Every sequence list gets room for every live sequence, so that moving
  * sequences between lists never allocates. */
-pkv_status pkv__seqs_reserve(pkv__seqs *s, const pkv__allocator *a,
-                             uint64_t live)
+pkv_status pkv__seqs_reserve(pkv__seqs *s, uint64_t live)
 {
+    const pkv__allocator *a = &s->alloc;
     if (live > UINT32_MAX)
         return PKV_ERR_OUT_OF_MEMORY;
     pkv__seq_list *lists[] = {&s->waiting, &s->running, &s->swapped,
@@ -159,9 +138,9 @@ void pkv__seqs_tenant_add(pkv__seqs *s, uint32_t tenant, int64_t delta)
 static int comes_before(const pkv__seqs *s, const pkv__seq *a,
                         const pkv__seq *b)
 {
-    if (s->policy == PKV_SCHED_POLICY_PRIORITY && a->priority != b->priority)
-        return a->priority < b->priority;
-    return a->arrival < b->arrival;
+    if (s->policy == PKV_SCHED_POLICY_PRIORITY && a->order.priority != b->order.priority)
+        return a->order.priority < b->order.priority;
+    return a->order.arrival < b->order.arrival;
 }
 
 void pkv__seqs_enqueue(const pkv__seqs *s, pkv__seq_list *list,
@@ -178,43 +157,71 @@ pkv_status pkv__engine_find_between_steps(pkv_engine *e, pkv_seq_id id,
 {
     *out = NULL;
     if (e->step.in_step)
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "%s during a step: call it after step_end",
                                 what);
     *out = pkv__seqs_find(&e->seqs, id);
     if (*out == NULL && pkv__inbox_queued(&e->inbox, id))
-        return pkv__engine_fail(e, PKV_ERR_BAD_STATE,
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "sequence %llu has not run yet",
                                 (unsigned long long)id);
     if (*out == NULL)
-        return pkv__engine_fail(e, PKV_ERR_NOT_FOUND,
+        return pkv__engine_fail(e->message, PKV_ERR_NOT_FOUND,
                                 "sequence %llu is not live",
                                 (unsigned long long)id);
     return PKV_OK;
 }
 
-void pkv__engine_cut_kv(pkv_engine *e, pkv__seq *s, uint32_t keep)
+void pkv__seqs_cut_kv(pkv__seqs *s, pkv__seq *seq, uint32_t keep)
 {
-    uint32_t bs = e->params.block_size;
-    uint32_t start = keep / bs * bs; /* of the block the cut falls in */
-    /* U8: a sealed block's rows exist only quantised; without a window
-     * holding them the cut drops the block. A block others hold (a fork,
-     * the prefix cache) stays as it is: the next append copies it. */
-    if (keep > start && PKV_LAYOUT_QUANTIZED(e->params.kv_dtype) &&
-        start + bs <= s->num_computed &&
-        !pkv__rollback_restore(&e->rollback, e->ops, e->backend, s,
-                               start / bs))
-        keep = start;
-    /* Hybrid memory: a row at `keep` would see blocks a windowed group
-     * dropped; nothing short of the whole sequence can be computed again
-     * (a step computes every layer), so it is, from the start. */
-    if (e->groups.num_groups > 1 &&
-        pkv__seq_window_lost(s, &e->groups, bs, keep))
-        keep = 0;
-    pkv__rollback_forget_from(&e->rollback, s, keep / bs);
-    uint32_t before = pkv__seq_held(s);
-    pkv__seq_tables_truncate(s, &e->pool, keep);
-    pkv__seqs_count_blocks(&e->seqs, s, before);
-    pkv__prefix_chain_truncate(&s->chain, keep / bs);
-    s->num_computed = keep;
+    uint32_t before = pkv__kv_held(s->kv, &seq->kv);
+    seq->num_computed = pkv__kv_cut(s->kv, &seq->kv, seq->num_computed, keep);
+    pkv__seqs_count_blocks(s, seq, before);
 }
+
+void pkv__seqs_join(pkv__seqs *s, pkv__seq *seq, uint8_t state)
+{
+    seq->state = state;
+    pkv__map_put(&s->by_id, seq->id, (uint64_t)(uintptr_t)seq);
+    if (seq->num_tokens > s->longest_tokens)
+        s->longest_tokens = seq->num_tokens;
+    if (state == PKV__SEQ_RUNNING)
+        pkv__seq_list_insert(&s->running, s->running.count, seq);
+    else
+        pkv__seqs_enqueue(s, state == PKV__SEQ_SWAPPED ? &s->swapped
+                                                       : &s->waiting,
+                          seq);
+}
+
+pkv_status pkv__seqs_take_inbox(pkv__seqs *s, pkv__inbox *inbox)
+{
+    pkv__seq *adds;
+    pkv_seq_id *aborts;
+    uint32_t num_aborts;
+    size_t abort_capacity;
+    for (;;) {
+        /* More may arrive between the count and the take: then again. */
+        uint64_t live = pkv__inbox_live_count(inbox) + 16;
+        pkv_status st = pkv__seqs_reserve(s, live);
+        if (st != PKV_OK)
+            return st;
+        if (pkv__inbox_take(inbox, live, &adds, &aborts, &num_aborts,
+                            &abort_capacity))
+            break;
+    }
+    while (adds != NULL) {
+        pkv__seq *seq = adds;
+        adds = seq->inbox_next;
+        seq->inbox_next = NULL;
+        pkv__seqs_join(s, seq, PKV__SEQ_WAITING);
+    }
+    for (uint32_t i = 0; i < num_aborts; i++) {
+        pkv__seq *seq = pkv__seqs_find(s, aborts[i]);
+        if (seq != NULL)
+            pkv__seqs_end(s, seq, PKV_FINISH_REASON_ABORTED, PKV_OK);
+    }
+    pkv__seqs_sweep_ended(s);
+    pkv__free(&s->alloc, aborts, abort_capacity, sizeof *aborts);
+    return PKV_OK;
+}
+

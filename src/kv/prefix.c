@@ -242,8 +242,11 @@ pkv_status pkv__prefix_register(pkv__prefix *prefix, pkv__prefix_chain *chain,
         if (b == PKV__NO_BLOCK) {
             b = table->blocks[j];
             /* Cached under another parent: it cannot also stand for this
-             * chain, so the chain stops growing here. */
-            if (pool->blocks[b].cached)
+             * chain, so the chain stops growing here. So it does at a
+             * block a windowed group 0 dropped (its chain starts empty
+             * after a swap-in or an import): the null block holds
+             * nobody's KV. */
+            if (b == PKV__NULL_BLOCK || pool->blocks[b].cached)
                 break;
             pkv__prefix_insert(prefix, b, h, block_tokens, salt, parent,
                                parent_generation);

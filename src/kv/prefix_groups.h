@@ -13,9 +13,7 @@
 #ifndef PKV_PREFIX_GROUPS_H
 #define PKV_PREFIX_GROUPS_H
 
-#include "groups.h"
-#include "prefix.h"
-#include "seq.h"
+#include "kv/kv.h"
 
 /* Group g's hash of a block whose group-0 block has chained hash `hash`:
  * the chain's, mixed with a multiple of the golden ratio per group, so
@@ -24,20 +22,21 @@ uint64_t pkv__prefix_group_hash(uint64_t hash, uint32_t g);
 
 /* Of a lookup's n group-0 links (prefix.h), the most, h, that the other
  * groups can follow: each holds every block from its first seen one to
- * h cached. Their blocks follow links[0 .. h) in links, group after
- * group (groups 1 ..), *n_out in all; links has room for n * num_groups.
- * Pure. */
+ * h cached. Their block ids go to ids, group after group (groups 1 ..),
+ * *n_ids in all; ids has room for n * (num_groups - 1). Pure. */
 uint32_t pkv__prefix_group_hits(const pkv__prefix *prefix,
                                 const pkv__groups *groups,
-                                pkv__chain_link *links, uint32_t n,
+                                const pkv__chain_link *links, uint32_t n,
                                 const int32_t *tokens, uint64_t salt,
-                                uint32_t *n_out);
+                                uint32_t *ids, uint32_t *n_ids);
 
-/* Register the full blocks that groups 1 .. hold for the chain's links
- * [from, num_links) (what pkv__prefix_register just added): a block not
- * cached yet, where no equal one is, joins the index. */
+/* Register the full blocks that groups 1 .. of s hold for its chain's
+ * links [from, num_links) (what pkv__prefix_register just added), whose
+ * tokens are tokens[]: a block not cached yet, where no equal one is,
+ * joins the index. */
 void pkv__prefix_register_groups(pkv__prefix *prefix,
                                  const pkv__groups *groups,
-                                 const pkv__seq *seq, uint32_t from);
+                                 const pkv__kv_seq *s, const int32_t *tokens,
+                                 uint32_t from);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The U8 rollback window (rollback.h). */
-#include "rollback.h"
+#include "kv/rollback.h"
 
 #include "kv_layout.h"
 
@@ -53,55 +53,54 @@ void pkv__rollback_reset(pkv__rollback *r, uint32_t stage)
         *window_entry(r, stage, k) = PKV__NO_BLOCK;
 }
 
-void pkv__rollback_plan(pkv__rollback *r, const pkv__seq *s,
+void pkv__rollback_plan(pkv__rollback *r, uint32_t stage, uint32_t computed,
                         uint32_t first_row, uint32_t rows)
 {
     if (r->window == 0)
         return;
     uint32_t bs = r->block_size, w = r->window;
-    uint32_t end = s->num_computed + rows;
+    uint32_t end = computed + rows;
     for (uint32_t i = 0; i < rows; i++) {
-        uint32_t p = s->num_computed + i, j = p / bs;
+        uint32_t p = computed + i, j = p / bs;
         /* Row p seals block j; of the blocks this step seals (up to
          * end / bs - 1), the last w keep windows: distinct tails. */
         int windowed = p % bs == bs - 1 && j + w >= end / bs;
         r->row_windows[first_row + i] =
-            windowed ? window_stage(r, s->stage, j) : PKV__NO_STAGE;
+            windowed ? window_stage(r, stage, j) : PKV__NO_STAGE;
         if (windowed)
-            *window_entry(r, s->stage, j) = PKV__NO_BLOCK;
+            *window_entry(r, stage, j) = PKV__NO_BLOCK;
     }
 }
 
-void pkv__rollback_commit(pkv__rollback *r, const pkv__seq *s,
-                          uint32_t first_row, uint32_t rows)
+void pkv__rollback_commit(pkv__rollback *r, uint32_t stage,
+                          uint32_t computed, uint32_t first_row,
+                          uint32_t rows)
 {
     if (r->window == 0)
         return;
     for (uint32_t i = 0; i < rows; i++)
         if (r->row_windows[first_row + i] != PKV__NO_STAGE) {
-            uint32_t j = (s->num_computed + i) / r->block_size;
-            *window_entry(r, s->stage, j) = j;
+            uint32_t j = (computed + i) / r->block_size;
+            *window_entry(r, stage, j) = j;
         }
 }
 
-int pkv__rollback_restore(const pkv__rollback *r,
-                          const pkv__backend_ops *ops, pkv__backend *backend,
-                          const pkv__seq *s, uint32_t j)
+int pkv__rollback_restore(const pkv__rollback *r, const pkv__device *device,
+                          uint32_t stage, uint32_t j)
 {
-    if (r->window == 0 || s->stage == PKV__NO_STAGE ||
-        *window_entry(r, s->stage, j) != j)
+    if (r->window == 0 || stage == PKV__NO_STAGE ||
+        *window_entry(r, stage, j) != j)
         return 0;
-    pkv__block_copy pair = {window_stage(r, s->stage, j), s->stage};
-    return ops->copy_stages(backend, &pair, 1) == PKV_OK;
+    pkv__block_copy pair = {window_stage(r, stage, j), stage};
+    return device->ops->copy_stages(device->backend, &pair, 1) == PKV_OK;
 }
 
-void pkv__rollback_forget_from(pkv__rollback *r, const pkv__seq *s,
-                               uint32_t j)
+void pkv__rollback_forget_from(pkv__rollback *r, uint32_t stage, uint32_t j)
 {
-    if (r->window == 0 || s->stage == PKV__NO_STAGE)
+    if (r->window == 0 || stage == PKV__NO_STAGE)
         return;
     for (uint32_t k = 0; k < r->window; k++) {
-        uint32_t *entry = window_entry(r, s->stage, k);
+        uint32_t *entry = window_entry(r, stage, k);
         if (*entry != PKV__NO_BLOCK && *entry >= j)
             *entry = PKV__NO_BLOCK;
     }

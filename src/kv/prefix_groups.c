@@ -21,9 +21,9 @@ static uint32_t find(const pkv__prefix *prefix, uint32_t g,
 
 uint32_t pkv__prefix_group_hits(const pkv__prefix *prefix,
                                 const pkv__groups *groups,
-                                pkv__chain_link *links, uint32_t n,
+                                const pkv__chain_link *links, uint32_t n,
                                 const int32_t *tokens, uint64_t salt,
-                                uint32_t *n_out)
+                                uint32_t *ids, uint32_t *n_ids)
 {
     uint32_t bs = prefix->pool->block_size;
     uint32_t h = n;
@@ -43,41 +43,37 @@ uint32_t pkv__prefix_group_hits(const pkv__prefix *prefix,
                 }
         }
     }
-    pkv__chain_link *out = links + h;
     uint32_t k = 0;
     for (uint32_t g = 1; g < groups->num_groups; g++)
         for (uint32_t j = pkv__groups_first_seen(groups, g, bs, h * bs); j < h;
-             j++) {
-            uint32_t b = find(prefix, g, &links[j], tokens + (size_t)j * bs,
-                              salt);
-            out[k].hash = pkv__prefix_group_hash(links[j].hash, g);
-            out[k].block = b;
-            out[k++].generation = prefix->pool->blocks[b].generation;
-        }
-    *n_out = k;
+             j++)
+            ids[k++] = find(prefix, g, &links[j], tokens + (size_t)j * bs,
+                            salt);
+    *n_ids = k;
     return h;
 }
 
 void pkv__prefix_register_groups(pkv__prefix *prefix,
                                  const pkv__groups *groups,
-                                 const pkv__seq *seq, uint32_t from)
+                                 const pkv__kv_seq *s, const int32_t *tokens,
+                                 uint32_t from)
 {
     const pkv__pool *pool = prefix->pool;
     uint32_t bs = pool->block_size;
-    const pkv__prefix_chain *chain = &seq->chain;
+    const pkv__prefix_chain *chain = &s->chain;
     for (uint32_t g = 1; g < groups->num_groups; g++) {
-        const pkv__table *t = pkv__seq_table_c(seq, g);
+        const pkv__table *t = pkv__kv_table(s, g);
         uint32_t j = from > t->first_held ? from : t->first_held;
         for (; j < chain->num_links; j++) {
-            const int32_t *block_tokens = seq->tokens + (size_t)j * bs;
+            const int32_t *block_tokens = tokens + (size_t)j * bs;
             uint32_t b = t->blocks[j];
             if (pool->blocks[b].cached ||
-                find(prefix, g, &chain->links[j], block_tokens, seq->salt) !=
+                find(prefix, g, &chain->links[j], block_tokens, s->record->salt) !=
                     PKV__NO_BLOCK)
                 continue;
             pkv__prefix_insert(
                 prefix, b, pkv__prefix_group_hash(chain->links[j].hash, g),
-                block_tokens, seq->salt, chain->links[j].block,
+                block_tokens, s->record->salt, chain->links[j].block,
                 chain->links[j].generation);
         }
     }
