@@ -108,7 +108,8 @@ double bench_read_gbps(const void *buf, int threads, size_t chunk_bytes,
         for (int i = 0; i < threads; i++) {
             size_t a = n * (size_t)i / (size_t)threads;
             size_t b = n * (size_t)(i + 1) / (size_t)threads;
-            bw_slice one = {(const bw_vec *)buf, order + a, b - a, chunk_vecs, 0};
+            bw_slice one = {(const bw_vec *)buf, order + a, b - a, chunk_vecs,
+                            0};
             sl[i] = one;
             pthread_create(&th[i], NULL, bw_thread, &sl[i]);
         }

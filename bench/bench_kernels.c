@@ -173,7 +173,8 @@ static int cl_open(cl_env *e)
             if (want == NULL || strstr(pname, want) || strstr(dname, want)) {
                 e->platform = plats[p];
                 e->device = devs[d];
-                snprintf(e->name, sizeof e->name, "%.120s / %.120s", pname, dname);
+                snprintf(e->name, sizeof e->name, "%.120s / %.120s", pname,
+                         dname);
                 found = 1;
             }
         }
@@ -939,19 +940,20 @@ int bench_kernels(const bench_options *opt)
                     (unsigned)plan.num_partitions, r.cpu_seconds);
         fflush(stdout);
     }
-    bench_plot_close(opt, plot, "kernels",
-                     "set style data histograms\n"
-                     "set style fill solid 0.8\n"
-                     "set xtics rotate by -60\n"
-                     "set bmargin 8\n"
-                     "set ylabel '% of measured read bandwidth'\n"
-                     "set y2label 'paged / contiguous time'\n"
-                     "set y2tics\n"
-                     "set yrange [0:*]\n"
-                     "set y2range [0:*]\n"
-                     "plot data using 2:xtic(1) title 'KV GB/s, % of bandwidth', "
-                     "'' using 0:3 axes x1y2 with points pt 7 "
-                     "title 'paged / contiguous'");
+    bench_plot_close(
+        opt, plot, "kernels",
+        "set style data histograms\n"
+        "set style fill solid 0.8\n"
+        "set xtics rotate by -60\n"
+        "set bmargin 8\n"
+        "set ylabel '% of measured read bandwidth'\n"
+        "set y2label 'paged / contiguous time'\n"
+        "set y2tics\n"
+        "set yrange [0:*]\n"
+        "set y2range [0:*]\n"
+        "plot data using 2:xtic(1) title 'KV GB/s, % of bandwidth', "
+        "'' using 0:3 axes x1y2 with points pt 7 "
+        "title 'paged / contiguous'");
     printf("\nB/tok: KV bytes per token over all %u kv heads (K + V, "
            "quantization parameters\nincluded); u8 and u4 keys per channel, "
            "values per token (u4: a lo and scale\nper %u channels of a "

@@ -93,7 +93,8 @@ int main(void)
                         KV_HEADS);
             }
             pkv_tensor tq = tensor(q, T, Q_HEADS), tk = tensor(k, T, KV_HEADS);
-            pkv_tensor tv = tensor(v, T, KV_HEADS), to = tensor(out, T, Q_HEADS);
+            pkv_tensor tv = tensor(v, T, KV_HEADS),
+                       to = tensor(out, T, Q_HEADS);
             rc = check(e, pkv_engine_attend(e, layer, &tq, &tk, &tv, &to),
                        "attend");
         }

@@ -36,9 +36,11 @@ static const char *check_tenants(const pkv_engine *e, const pkv__seq **run,
             sum += pkv__kv_held(&e->kv, &run[i]->kv);
         uint64_t counted = pkv__seqs_tenant_blocks(&e->seqs, t);
         if (counted != sum)
-            return pkv__describe(buf, size, "tenant %u: counted %llu blocks, holds "
-                          "%llu", (unsigned)t, (unsigned long long)counted,
-                          (unsigned long long)sum);
+            return pkv__describe(buf, size,
+                                 "tenant %u: counted %llu blocks, holds "
+                                 "%llu",
+                                 (unsigned)t, (unsigned long long)counted,
+                                 (unsigned long long)sum);
         tenants += sum != 0;
     }
     if (e->seqs.tenant_blocks.count != tenants)
@@ -64,14 +66,17 @@ static const char *check_seqs(const pkv_engine *e, pkv__kv_tally *tally,
                 return pkv__describe(buf, size, "seq %llu: not in the id map",
                               (unsigned long long)s->id);
             if (s->num_tokens > e->seqs.longest_tokens)
-                return pkv__describe(buf, size, "seq %llu: %u tokens, longest_tokens "
-                              "%u", (unsigned long long)s->id,
-                              (unsigned)s->num_tokens,
-                              (unsigned)e->seqs.longest_tokens);
+                return pkv__describe(buf, size,
+                                     "seq %llu: %u tokens, longest_tokens "
+                                     "%u",
+                                     (unsigned long long)s->id,
+                                     (unsigned)s->num_tokens,
+                                     (unsigned)e->seqs.longest_tokens);
             if (s->num_tokens > s->token_capacity)
-                return pkv__describe(buf, size, "seq %llu: %u tokens, room for %u",
-                              (unsigned long long)s->id,
-                              (unsigned)s->num_tokens, s->token_capacity);
+                return pkv__describe(
+                    buf, size, "seq %llu: %u tokens, room for %u",
+                    (unsigned long long)s->id, (unsigned)s->num_tokens,
+                    s->token_capacity);
             /* step_end appends what it samples without allocating. */
             if (s->step.rows > 0 && s->num_tokens >= s->token_capacity)
                 return pkv__describe(buf, size,
@@ -102,8 +107,9 @@ static const char *check_seqs(const pkv_engine *e, pkv__kv_tally *tally,
         }
     }
     if (e->seqs.by_id.count != n)
-        return pkv__describe(buf, size, "id map holds %u sequences, the lists %zu",
-                      (unsigned)e->seqs.by_id.count, n);
+        return pkv__describe(buf, size,
+                             "id map holds %u sequences, the lists %zu",
+                             (unsigned)e->seqs.by_id.count, n);
     if (e->seqs.running.count > e->params.max_num_seqs)
         return pkv__describe(buf, size, "%u running, max_num_seqs %u",
                       (unsigned)e->seqs.running.count,

@@ -58,7 +58,8 @@ static pkv_status create_backend(pkv_engine *e)
     c->layer_arena = g->layer_arena;
     c->layer_group = g->layer_group;
     c->group_windows = g->group_windows;
-    return pkv__backend_create_for(p, c, &e->alloc, &e->device.ops, &e->device.backend);
+    return pkv__backend_create_for(p, c, &e->alloc, &e->device.ops,
+                                   &e->device.backend);
 }
 
 /* Release everything create may have made; fields not made are NULL. */
@@ -184,8 +185,9 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
     pkv__engine_log(e->message, PKV_LOG_LEVEL_INFO,
                     "pkv %s: %s backend, %u blocks of %u tokens, %llu bytes "
                     "per block",
-                    PKV_VERSION_STRING, e->device.ops->name, (unsigned)p.num_blocks,
-                    (unsigned)p.block_size, (unsigned long long)e->block_bytes);
+                    PKV_VERSION_STRING, e->device.ops->name,
+                    (unsigned)p.num_blocks, (unsigned)p.block_size,
+                    (unsigned long long)e->block_bytes);
     *out = e;
     return PKV_OK;
 }
@@ -244,7 +246,8 @@ pkv_status pkv_engine_get_stats(const pkv_engine *engine,
     if (pkv__struct_size_bad(stats->struct_size, PKV__ENGINE_STATS_MIN_SIZE,
                              sizeof *stats, "stats", "pkv_engine_stats_init",
                              why, sizeof why))
-        return pkv__engine_fail(engine->message, PKV_ERR_STRUCT_SIZE, "%s", why);
+        return pkv__engine_fail(engine->message, PKV_ERR_STRUCT_SIZE, "%s",
+                                why);
     const pkv__pool *pool = &engine->kv.pool;
     pkv_engine_stats s;
     memset(&s, 0, sizeof s);

@@ -17,8 +17,8 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
                                uint32_t heads)
 {
     if (t == NULL)
-        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
-                                name);
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
+                                "%s is NULL", name);
     char why[128];
     if (pkv__struct_size_bad(t->struct_size, PKV__TENSOR_MIN_SIZE, sizeof *t,
                              name, "pkv_tensor_host", why, sizeof why))
@@ -46,8 +46,8 @@ static pkv_status check_tensor(pkv_engine *e, const char *name,
             (unsigned)t->rows, (unsigned)t->heads, (unsigned)t->head_dim,
             (unsigned)rows, (unsigned)heads, (unsigned)e->params.head_dim);
     if (rows > 0 && t->data == NULL)
-        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT, "%s->data is NULL",
-                                name);
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
+                                "%s->data is NULL", name);
     /* Host elements are read and written in place: they must be aligned.
      * (cl_mem offsets are checked by the OpenCL backend.) */
     size_t esize = t->dtype == PKV_TENSOR_DTYPE_F32 ? 4 : 2;
@@ -134,11 +134,12 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     /* cl_mem tensors: enqueued on the engine's queue, not waited for, and
      * not scanned for non-finite values (pkv_opencl.h). */
     if (device) {
-        st = e->device.ops->attend_device(e->device.backend, layer, q, k, v, out,
-                                   e->params.scale, e->layer_windows[layer]);
+        st = e->device.ops->attend_device(e->device.backend, layer, q, k, v,
+                                          out, e->params.scale,
+                                          e->layer_windows[layer]);
         if (st != PKV_OK)
-            return pkv__engine_fail(e->message, st, "layer %u: %s", (unsigned)layer,
-                                    pkv_last_error());
+            return pkv__engine_fail(e->message, st, "layer %u: %s",
+                                    (unsigned)layer, pkv_last_error());
         e->step.layer_done[layer] = 1;
         e->step.layers_left--;
         return PKV_OK;
@@ -150,8 +151,8 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     size_t q_count = (size_t)rows * hq * d, kv_count = (size_t)rows * hkv * d;
     size_t needed = 2 * q_count + 2 * kv_count;
     void *scratch;
-    if (pkv__grow(&e->alloc, e->step.scratch, &e->step.scratch_capacity, 0, needed,
-                  sizeof *e->step.scratch, &scratch) != PKV_OK)
+    if (pkv__grow(&e->alloc, e->step.scratch, &e->step.scratch_capacity, 0,
+                  needed, sizeof *e->step.scratch, &scratch) != PKV_OK)
         return pkv__engine_fail(e->message, PKV_ERR_OUT_OF_MEMORY,
                                 "attend scratch of %zu floats", needed);
     e->step.scratch = scratch;
@@ -173,8 +174,8 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
         if (vf != v_buf)
             vf = memcpy(v_buf, vf, kv_count * sizeof *v_buf);
         for (uint32_t i = 0; i < e->step.batch.num_seqs; i++)
-            for (uint32_t r = e->step.query_start[i]; r < e->step.query_start[i + 1];
-                 r++) {
+            for (uint32_t r = e->step.query_start[i];
+                 r < e->step.query_start[i + 1]; r++) {
                 if (!e->step.row_bad[r])
                     continue;
                 e->step.seq_bad[i] = 1;
@@ -185,7 +186,8 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
                 continue;
             size_t first = (size_t)e->step.query_start[i] * hkv * d;
             size_t count =
-                (size_t)(e->step.query_start[i + 1] - e->step.query_start[i]) * hkv * d;
+                (size_t)(e->step.query_start[i + 1] - e->step.query_start[i]) *
+                hkv * d;
             memset(k_buf + first, 0, count * sizeof *k_buf);
             memset(v_buf + first, 0, count * sizeof *v_buf);
         }
@@ -201,13 +203,15 @@ pkv_status pkv_engine_attend(pkv_engine *e, uint32_t layer,
     float *of =
         out->dtype == PKV_TENSOR_DTYPE_F32 && !alias ? out_f32 : out_buf;
     if (e->device.ops->append_attend != NULL) {
-        st = e->device.ops->append_attend(e->device.backend, layer, kf, vf, qf, of,
-                                   e->params.scale, e->layer_windows[layer]);
+        st = e->device.ops->append_attend(e->device.backend, layer, kf, vf, qf,
+                                          of, e->params.scale,
+                                          e->layer_windows[layer]);
     } else {
         st = e->device.ops->append(e->device.backend, layer, kf, vf);
         if (st == PKV_OK)
-            st = e->device.ops->attend(e->device.backend, layer, qf, of, e->params.scale,
-                                e->layer_windows[layer]);
+            st =
+                e->device.ops->attend(e->device.backend, layer, qf, of,
+                                      e->params.scale, e->layer_windows[layer]);
     }
     if (st != PKV_OK)
         return pkv__engine_fail(e->message, st, "layer %u: %s", (unsigned)layer,

@@ -88,8 +88,9 @@ pkv_status pkv_seq_abort(pkv_engine *e, pkv_seq_id id)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     pkv_status st = pkv__inbox_abort(&e->inbox, &e->alloc, id);
     if (st == PKV_ERR_NOT_FOUND)
-        return pkv__engine_fail_any_thread(
-            e->message, st, "sequence %llu was never added", (unsigned long long)id);
+        return pkv__engine_fail_any_thread(e->message, st,
+                                           "sequence %llu was never added",
+                                           (unsigned long long)id);
     if (st != PKV_OK)
         return pkv__engine_fail_any_thread(e->message, st, "abort queue");
     return PKV_OK;

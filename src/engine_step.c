@@ -18,7 +18,8 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
     if (out == NULL)
-        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT, "out is NULL");
+        return pkv__engine_fail(e->message, PKV_ERR_INVALID_ARGUMENT,
+                                "out is NULL");
     if (e->step.in_step)
         return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
                                 "step_begin called twice: call step_end "
@@ -146,7 +147,8 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
          * as far ahead as the other loops: this one does less per
          * sequence. */
         if (i + 2 * PKV__PREFETCH_AHEAD < b->num_seqs)
-            pkv__seq_prefetch_end(e->step.step_seqs[i + 2 * PKV__PREFETCH_AHEAD]);
+            pkv__seq_prefetch_end(
+                e->step.step_seqs[i + 2 * PKV__PREFETCH_AHEAD]);
         if (i + PKV__PREFETCH_AHEAD < b->num_seqs) {
             const pkv__seq *ahead = e->step.step_seqs[i + PKV__PREFETCH_AHEAD];
             PKV__PREFETCH_WRITE(ahead->tokens + ahead->num_tokens);

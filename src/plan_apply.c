@@ -194,8 +194,8 @@ void pkv__plan_apply(const pkv__plan *plan, pkv__seqs *seqs,
 
     /* The prefix blocks admissions hit, before any allocation could evict
      * one of them. */
-    for (uint32_t i = 0; plan->num_of[PKV__PLAN_ADMIT] > 0 && i < plan->num_items;
-         i++) {
+    for (uint32_t i = 0;
+         plan->num_of[PKV__PLAN_ADMIT] > 0 && i < plan->num_items; i++) {
         const pkv__plan_item *it = &plan->items[i];
         if (it->kind == PKV__PLAN_ADMIT && it->hits > 0)
             adopt(plan, seqs, it);

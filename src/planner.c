@@ -353,8 +353,8 @@ static int plan_swap_in(planner *pl, uint32_t index, pkv_status *st)
 {
     pkv__seq *seq = pl->seqs->swapped.items[index];
     uint32_t rows = rows_wanted(pl, seq, seq->num_computed, pl->budget);
-    uint32_t after =
-        pkv__kv_blocks_from(pl->kv, seq->num_computed, seq->num_computed + rows);
+    uint32_t after = pkv__kv_blocks_from(pl->kv, seq->num_computed,
+                                         seq->num_computed + rows);
     pkv_status never = never_fits(pl, after);
     if (never != PKV_OK) {
         *st = plan_end(pl, seq, never);
@@ -457,7 +457,8 @@ static pkv_status plan_drafts(planner *pl)
             s->drafts.step != pl->in->step || it->rows != 1 ||
             s->num_computed + 1 != s->num_tokens)
             continue;
-        uint32_t k = s->drafts.count < pl->budget ? s->drafts.count : pl->budget;
+        uint32_t k =
+            s->drafts.count < pl->budget ? s->drafts.count : pl->budget;
         if (cap != 0 && k + 1 > cap)
             k = cap - 1;
         /* U8: the row and its drafts stay inside the row's block. The

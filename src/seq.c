@@ -134,7 +134,8 @@ void pkv__seq_free(pkv__seq *seq, const pkv__allocator *alloc)
         return;
     pkv__free(alloc, seq->tokens, seq->token_capacity, sizeof *seq->tokens);
     pkv__kv_seq_free(&seq->kv, alloc);
-    pkv__free(alloc, seq->drafts.ids, seq->drafts.size, sizeof *seq->drafts.ids);
+    pkv__free(alloc, seq->drafts.ids, seq->drafts.size,
+              sizeof *seq->drafts.ids);
     pkv__free(alloc, seq->store.digests, seq->store.digests_capacity, 1);
     pkv__free(alloc, seq, 1, sizeof *seq);
 }

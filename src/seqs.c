@@ -138,7 +138,8 @@ void pkv__seqs_tenant_add(pkv__seqs *s, uint32_t tenant, int64_t delta)
 static int comes_before(const pkv__seqs *s, const pkv__seq *a,
                         const pkv__seq *b)
 {
-    if (s->policy == PKV_SCHED_POLICY_PRIORITY && a->order.priority != b->order.priority)
+    if (s->policy == PKV_SCHED_POLICY_PRIORITY &&
+        a->order.priority != b->order.priority)
         return a->order.priority < b->order.priority;
     return a->order.arrival < b->order.arrival;
 }

@@ -126,7 +126,8 @@ void pkv__step_state_lay_out(pkv__step_state *step, pkv__kv *kv,
         pkv__seq *s = step->step_seqs[i];
         /* The first token it reads (prefetch.h). */
         if (i + PKV__PREFETCH_AHEAD / 2 < num_seqs) {
-            const pkv__seq *ahead = step->step_seqs[i + PKV__PREFETCH_AHEAD / 2];
+            const pkv__seq *ahead =
+                step->step_seqs[i + PKV__PREFETCH_AHEAD / 2];
             PKV__PREFETCH(ahead->tokens + ahead->num_computed);
         }
         if (pkv__kv_blocks(&s->kv) > max_blocks)

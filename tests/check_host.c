@@ -219,7 +219,8 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
                    pkv_seq_id *out_child)
 {
     pkv_engine *e = host->engine;
-    const pkv__seq *p = e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, parent);
+    const pkv__seq *p =
+        e->step.in_step ? NULL : pkv__seqs_find(&e->seqs, parent);
     uint32_t parent_blocks = p ? pkv__kv_blocks(&p->kv) : 0;
     pkv_status st = pkv_seq_fork(e, parent, last_token, out_child);
     if (checked_not_between_steps(host, parent, p, st)) {
@@ -239,9 +240,9 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
     }
     if (st != PKV_OK) {
         CHECK(host, *out_child == 0);
-        CHECK(host, injected(host, st) || st == PKV_ERR_BAD_STATE || st == PKV_ERR_NOT_FOUND ||
-                        st == PKV_ERR_INVALID_ARGUMENT ||
-                        st == PKV_ERR_QUOTA);
+        CHECK(host, injected(host, st) || st == PKV_ERR_BAD_STATE ||
+                        st == PKV_ERR_NOT_FOUND ||
+                        st == PKV_ERR_INVALID_ARGUMENT || st == PKV_ERR_QUOTA);
         return st;
     }
     CHECK(host, *out_child == host->last_id + 1);
@@ -327,7 +328,8 @@ pkv_status ch_move(ch_host *host, pkv_seq_id id, pkv_seq_id *out_copy)
     CHECK(host, r != NULL && !r->ended &&
                     r->num_tokens - r->drafts == s->num_tokens);
     ch_record_import(host, copy, r);
-    CHECK(host, pkv__seqs_find(&e->seqs, copy)->num_computed == s->num_computed);
+    CHECK(host,
+          pkv__seqs_find(&e->seqs, copy)->num_computed == s->num_computed);
     *out_copy = copy;
     return PKV_OK;
 }
@@ -548,7 +550,8 @@ void ch_begin(ch_host *host)
     CHECK(host, b->num_seqs <= p->max_num_seqs);
     CHECK(host, b->num_tokens <= p->max_batch_tokens);
     CHECK(host, b->num_seqs == 0 || b->query_start[0] == 0);
-    CHECK(host, b->num_seqs == 0 || b->query_start[b->num_seqs] == b->num_tokens);
+    CHECK(host,
+          b->num_seqs == 0 || b->query_start[b->num_seqs] == b->num_tokens);
     uint32_t rows = 0, j = 0;
     for (uint32_t i = 0; i < b->num_seqs; i++) {
         for (uint32_t k = 0; k < i; k++)
@@ -860,7 +863,8 @@ void ch_check(ch_host *host)
     if (pkv__engine_check(e, why, sizeof why) != NULL)
         ch_failf(host, "engine invariant: %s", why);
 
-    const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting, &e->seqs.swapped};
+    const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting,
+                                    &e->seqs.swapped};
     for (size_t l = 0; l < 3; l++)
         for (uint32_t i = 0; i < lists[l]->count; i++)
             check_seq(host, lists[l]->items[i]);
@@ -912,7 +916,8 @@ void ch_check(ch_host *host)
                                       s->store.state == PKV__STORE_LOADING));
         }
         for (uint32_t i = 0; i < e->seqs.waiting.count; i++)
-            loading += e->seqs.waiting.items[i]->store.state == PKV__STORE_LOADING;
+            loading +=
+                e->seqs.waiting.items[i]->store.state == PKV__STORE_LOADING;
         CHECK(host, loads == loading && loads == e->store->num_loading);
         CHECK(host, (pkv_engine_has_work(e) != 0) == (live != 0 || saves != 0));
     }
@@ -947,8 +952,9 @@ void ch_check_idle(ch_host *host)
     CHECK(host, st.blocks_free + st.blocks_cached_free == st.blocks_total - 1);
     CHECK(host, st.blocks_used == 1);
     const pkv__pool *pool = &e->kv.pool;
-    CHECK(host, e->seqs.running.count + e->seqs.waiting.count + e->seqs.swapped.count +
-                    e->seqs.ended.count == 0);
+    CHECK(host, e->seqs.running.count + e->seqs.waiting.count +
+                        e->seqs.swapped.count + e->seqs.ended.count ==
+                    0);
     CHECK(host, pool->num_free + pool->num_cached_free == pool->num_blocks - 1);
     for (uint32_t blk = 0; blk < pool->num_blocks; blk++)
         CHECK(host, pool->blocks[blk].ref_count == 0);

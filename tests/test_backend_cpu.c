@@ -84,7 +84,8 @@ static void scenario_init(scenario *s, uint32_t d, uint32_t hq, uint32_t hkv,
         uint32_t nb = (seqs[i].ctx + bs - 1) / bs;
         total += nb;
         s->max_blocks = nb > s->max_blocks ? nb : s->max_blocks;
-        size_t kv = (size_t)seqs[i].ctx * hkv * d, qn = (size_t)seqs[i].rows * hq * d;
+        size_t kv = (size_t)seqs[i].ctx * hkv * d,
+               qn = (size_t)seqs[i].rows * hq * d;
         s->k[i] = xcalloc(kv, sizeof(float));
         s->v[i] = xcalloc(kv, sizeof(float));
         s->q[i] = xcalloc(qn, sizeof(float));

@@ -465,8 +465,9 @@ static void test_one_wait_per_layer(void **state)
 
 /* Host tensors go through the backend's own buffers: once those have
  * grown (the prefill, and the first decode step for the decode kernels'
- * partial results), a decode step creates no buffer, on any layer, even for tensors aligned as a CL_MEM_USE_HOST_PTR wrap wants
- * (pkv used to wrap those with a clCreateBuffer per tensor and layer). */
+ * partial results), a decode step creates no buffer, on any layer, even for
+ * tensors aligned as a CL_MEM_USE_HOST_PTR wrap wants (pkv used to wrap those
+ * with a clCreateBuffer per tensor and layer). */
 static void test_no_buffer_per_layer(void **state)
 {
     (void)state;

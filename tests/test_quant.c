@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* f16 conversion and the U8 and U4 quantizer: exactness of the conversions and the
- * per-element bound |x - x'| <= scale / 2 + tolerance (quant.h). */
+/* f16 conversion and the U8 and U4 quantizer: exactness of the conversions and
+ * the per-element bound |x - x'| <= scale / 2 + tolerance (quant.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

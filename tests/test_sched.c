@@ -833,7 +833,8 @@ static void non_finite_case(float bad_value, int32_t kv_dtype, float tol)
     uint32_t T = 16, hq = 4, hkv = 2, d = 8;
     float q[16 * 4 * 8], k[16 * 2 * 8], v[16 * 2 * 8], out[16 * 4 * 8];
     for (uint32_t r = 0; r < T; r++) {
-        hm_row(HM_Q, b->token_ids[r], b->positions[r], 0, hq, d, q + r * hq * d);
+        hm_row(HM_Q, b->token_ids[r], b->positions[r], 0, hq, d,
+               q + r * hq * d);
         hm_row(HM_K, b->token_ids[r], b->positions[r], 0, hkv, d,
                k + r * hkv * d);
         hm_row(HM_V, b->token_ids[r], b->positions[r], 0, hkv, d,

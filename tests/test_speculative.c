@@ -361,9 +361,12 @@ static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
     float *stage = malloc(pkv__backend_stage_bytes(c));
     assert_non_null(kv);
     assert_non_null(stage);
-    assert_int_equal(e->device.ops->swap_out(e->device.backend, s->kv.tables[0].blocks, sealed, kv),
+    assert_int_equal(e->device.ops->swap_out(
+                         e->device.backend, s->kv.tables[0].blocks, sealed, kv),
                      PKV_OK);
-    assert_int_equal(e->device.ops->stage_out(e->device.backend, pkv__kv_stage(&s->kv), stage), PKV_OK);
+    assert_int_equal(e->device.ops->stage_out(e->device.backend,
+                                              pkv__kv_stage(&s->kv), stage),
+                     PKV_OK);
     uint8_t *at = kv + blocks;
     /* [layer][kv head][K, V] parts of block_size rows each. */
     for (size_t part = 0; part < tail_rows / (rows ? rows : 1) && rows > 0;
@@ -373,9 +376,9 @@ static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
     return kv;
 }
 
-/* U8 or U4 (dtype) with every draft wrong, in lockstep with plain decoding (both gain
- * one token per step): after every step the stored KV must be the same
- * bytes, so a rollback keeps every element's bound. With a window that
+/* U8 or U4 (dtype) with every draft wrong, in lockstep with plain decoding
+ * (both gain one token per step): after every step the stored KV must be the
+ * same bytes, so a rollback keeps every element's bound. With a window that
  * covers every block a step seals, no step computes a row twice (its
  * first row is the last sampled token); without one, some step does. */
 static void window_case(int32_t backend, int32_t dtype, uint32_t bs,

@@ -192,7 +192,8 @@ static void cut_shared(int32_t backend, int32_t dtype)
     cut(&h, parent, 11);
     const pkv_batch *b;
     ch_step(&h, &b);
-    assert_int_equal(ch_rows_of(b, parent), PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
+    assert_int_equal(ch_rows_of(b, parent),
+                     PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 1);
     ch_run(&h, 100);
     /* The same prompt again: its full blocks come from the cache. */
     pkv_seq_id again = ch_add_prompt(&h, prompt, PROMPT, 4, 0, 0);

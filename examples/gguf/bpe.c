@@ -369,10 +369,10 @@ int gg_bpe_tokenize(const gg_bpe *t, const char *text, size_t len,
                    : NULL;
     int rc = -1;
     if (w.at != NULL && w.norm != NULL && w.sym != NULL &&
-        w.heap.data != NULL && w.words != NULL && (t->digits == NULL || w.digits != NULL) &&
-        gg_pieces_encode(&t->pieces, text, len,
-                         (flags & GG_PARSE_SPECIAL) != 0, w.at, encode_run,
-                         &w, &s) == 0)
+        w.heap.data != NULL && w.words != NULL &&
+        (t->digits == NULL || w.digits != NULL) &&
+        gg_pieces_encode(&t->pieces, text, len, (flags & GG_PARSE_SPECIAL) != 0,
+                         w.at, encode_run, &w, &s) == 0)
         rc = (int)s.count;
     pcre2_match_data_free(w.words);
     pcre2_match_data_free(w.digits);

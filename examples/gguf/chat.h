@@ -2,10 +2,10 @@
 /*
  * Chat templates: a conversation (system prompts, the user's and the
  * assistant's messages in turn) as the token ids a chat model was trained
- * on, the assistant's turn opened, and the token that ends that turn. The template is the model's own,
- * recognised as llama.cpp's llm_chat_detect_template does: from the
- * file's tokenizer.chat_template, or, where the file has none, from the
- * vocabulary's turn markers.
+ * on, the assistant's turn opened, and the token that ends that turn. The
+ * template is the model's own, recognised as llama.cpp's
+ * llm_chat_detect_template does: from the file's tokenizer.chat_template, or,
+ * where the file has none, from the vocabulary's turn markers.
  * - ChatML (SmolLM2, Qwen...): "<|im_start|>{role}\n{text}<|im_end|>\n"
  *   a message, then "<|im_start|>assistant\n", ended by <|im_end|>;
  * - Gemma: "<start_of_turn>user\n{text}<end_of_turn>\n" a user's message,

@@ -185,7 +185,8 @@ static int get_content(srv_request *r, uint32_t i, json_t *v, srv_error *e)
     if (!json_is_array(v) || n == 0)
         return bad(e, "messages", "each content a string or text parts");
     for (size_t k = 0; k < n; k++) {
-        json_t *part = json_array_get(v, k), *text = json_object_get(part, "text");
+        json_t *part = json_array_get(v, k),
+               *text = json_object_get(part, "text");
         if (!json_is_object(part) || json_object_size(part) != 2 ||
             !json_is_string(text) ||
             !json_is_string(json_object_get(part, "type")) ||

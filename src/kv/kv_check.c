@@ -36,17 +36,18 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
         by_state[k->state]++;
         if (k->state == PKV__BLOCK_USED) {
             if (k->ref_count == 0)
-                return pkv__describe(buf, size, "block %u: used with no reference",
-                              (unsigned)b);
+                return pkv__describe(
+                    buf, size, "block %u: used with no reference", (unsigned)b);
             fills += k->fill;
             if (k->group >= PKV__MAX_GROUPS)
-                return pkv__describe(buf, size, "block %u: group %u", (unsigned)b,
-                              (unsigned)k->group);
+                return pkv__describe(buf, size, "block %u: group %u",
+                                     (unsigned)b, (unsigned)k->group);
             group_used[k->group]++;
             group_fills[k->group] += k->fill;
         } else if (!reserved && k->ref_count != 0) {
-            return pkv__describe(buf, size, "block %u: %u references but not used",
-                          (unsigned)b, (unsigned)k->ref_count);
+            return pkv__describe(buf, size,
+                                 "block %u: %u references but not used",
+                                 (unsigned)b, (unsigned)k->ref_count);
         }
         if (reserved && (k->cached || k->ref_count != 0 || k->fill != 0))
             return pkv__describe(buf, size, "the null block: cached %u, %u "
@@ -76,12 +77,14 @@ static const char *check_pool(const pkv__pool *p, char *buf, size_t size)
                       "blocks", (unsigned)p->num_free);
     if (queue_ok(p, &p->lru_queue, p->num_cached_free,
                  PKV__BLOCK_CACHED_FREE) != 0)
-        return pkv__describe(buf, size, "LRU queue does not hold the %u cached-free "
-                      "blocks", (unsigned)p->num_cached_free);
+        return pkv__describe(buf, size,
+                             "LRU queue does not hold the %u cached-free "
+                             "blocks",
+                             (unsigned)p->num_cached_free);
     if (fills != p->tokens_stored)
-        return pkv__describe(buf, size, "tokens_stored %llu, used blocks hold %llu",
-                      (unsigned long long)p->tokens_stored,
-                      (unsigned long long)fills);
+        return pkv__describe(
+            buf, size, "tokens_stored %llu, used blocks hold %llu",
+            (unsigned long long)p->tokens_stored, (unsigned long long)fills);
     for (uint32_t g = 0; g < PKV__MAX_GROUPS; g++)
         if (group_used[g] != p->group_used[g] ||
             group_fills[g] != p->group_tokens[g])

@@ -65,7 +65,8 @@ pkv_status pkv__kv_swap_copy_out(pkv__kv *kv, pkv__kv_seq *s,
     const pkv__device *dev = kv->device;
     pkv__kv_record *r = s->record;
     uint32_t n = r->swap_num_blocks;
-    pkv_status st = dev->ops->swap_out(dev->backend, r->swap_blocks, n, r->swap);
+    pkv_status st =
+        dev->ops->swap_out(dev->backend, r->swap_blocks, n, r->swap);
     if (st == PKV_OK && r->swap_stage != PKV__NO_STAGE)
         st = dev->ops->stage_out(dev->backend, r->swap_stage,
                                 r->swap + n * kv->swap_block_bytes);

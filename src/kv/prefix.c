@@ -142,9 +142,9 @@ void pkv__prefix_lookup(const pkv__prefix *prefix, const int32_t *tokens,
     uint32_t j = 0;
     for (; j < n_max; j++) {
         const int32_t *block_tokens = tokens + (size_t)j * bs;
-        uint64_t h = j < num_hashes
-                         ? hashes[j]
-                         : pkv__prefix_hash(parent_hash, block_tokens, bs, salt);
+        uint64_t h = j < num_hashes ? hashes[j]
+                                    : pkv__prefix_hash(parent_hash,
+                                                       block_tokens, bs, salt);
         uint32_t b = pkv__prefix_find(prefix, h, block_tokens, salt, parent,
                                      parent_generation);
         if (b == PKV__NO_BLOCK)

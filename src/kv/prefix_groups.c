@@ -68,8 +68,8 @@ void pkv__prefix_register_groups(pkv__prefix *prefix,
             const int32_t *block_tokens = tokens + (size_t)j * bs;
             uint32_t b = t->blocks[j];
             if (pool->blocks[b].cached ||
-                find(prefix, g, &chain->links[j], block_tokens, s->record->salt) !=
-                    PKV__NO_BLOCK)
+                find(prefix, g, &chain->links[j], block_tokens,
+                     s->record->salt) != PKV__NO_BLOCK)
                 continue;
             pkv__prefix_insert(
                 prefix, b, pkv__prefix_group_hash(chain->links[j].hash, g),

@@ -187,5 +187,6 @@ pkv_status pkv__ocl_enqueue_decode(pkv__backend *b, uint32_t layer, kt q,
                                  NULL, 0, NULL, NULL);
     return err == CL_SUCCESS
                ? PKV_OK
-               : pkv__ocl_fail(err, "clEnqueueNDRangeKernel(pkv_decode_reduce)");
+               : pkv__ocl_fail(err,
+                               "clEnqueueNDRangeKernel(pkv_decode_reduce)");
 }

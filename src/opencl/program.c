@@ -404,8 +404,9 @@ static pkv_status build_program(pkv__ocl_target *t, const char *cache_dir,
                               sizeof log - 1, log, NULL);
         log[sizeof log - 1] = '\0';
         clReleaseProgram(prog);
-        return pkv__fail(pkv__ocl_status(err) == PKV_ERR_DEVICE ? PKV_ERR_BUILD
-                                                          : pkv__ocl_status(err),
+        return pkv__fail(pkv__ocl_status(err) == PKV_ERR_DEVICE
+                             ? PKV_ERR_BUILD
+                             : pkv__ocl_status(err),
                          "clBuildProgram: %s (%d): %s",
                          pkv__ocl_error_name(err), (int)err, log);
     }

@@ -395,10 +395,11 @@ static int ask(pkv__engine_store *s, pkv__seq *seq, pkv__chain_link *links)
     } else if (d != NULL) {
         op.values = pkv__calloc(&s->env.alloc, op.values_bytes, 1);
     }
-    op.sizes = op.values ? pkv__calloc(&s->env.alloc, n, sizeof *op.sizes) : NULL;
-    op.keys = op.sizes ? pkv__calloc(&s->env.alloc, (size_t)n * PKV_STORE_KEY_MAX,
-                                     1)
-                       : NULL;
+    op.sizes =
+        op.values ? pkv__calloc(&s->env.alloc, n, sizeof *op.sizes) : NULL;
+    op.keys = op.sizes
+                  ? pkv__calloc(&s->env.alloc, (size_t)n * PKV_STORE_KEY_MAX, 1)
+                  : NULL;
     const char **keys = op.keys ? pkv__calloc(&s->env.alloc, n, sizeof *keys)
                                 : NULL;
     op.seq = seq;
@@ -464,10 +465,10 @@ static enum pkv__value_verdict check_value(pkv__engine_store *s,
                            sizeof why) != PKV_OK)
             return PKV__VALUE_DAMAGED;
     }
-    return pkv__value_check(v + s->inner_at, size - s->inner_at,
-                            s->env.config, j,
-                            parent + PKV__DIGEST_BYTES, parent,
-                            seq->tokens + (size_t)j * pkv__kv_block_size(s->env.kv),
+    return pkv__value_check(v + s->inner_at, size - s->inner_at, s->env.config,
+                            j, parent + PKV__DIGEST_BYTES, parent,
+                            seq->tokens +
+                                (size_t)j * pkv__kv_block_size(s->env.kv),
                             s->env.seal != NULL);
 }
 
@@ -842,8 +843,8 @@ static pkv_status seal_value(pkv__engine_store *s, pkv__store_op *op)
 {
     uint8_t ad[AD_MAX];
     size_t ad_n = value_ad(op->keys, op->first, op->digests, ad);
-    return pkv__seal_close(s->env.seal, op->values, s->value_bytes - s->inner_at,
-                           ad, ad_n);
+    return pkv__seal_close(s->env.seal, op->values,
+                           s->value_bytes - s->inner_at, ad, ad_n);
 }
 
 void pkv__store_send(pkv__engine_store *s)

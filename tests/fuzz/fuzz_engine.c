@@ -152,11 +152,10 @@ static void dump(void)
             "watermark %g (%u blocks) max_len %u vocab %u\n",
             p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim,
             p->sliding_window, e->layer_windows[0], p->block_size,
-            (int)p->kv_dtype,
-            p->u8_rollback_blocks, p->num_blocks,
-            e->kv.pool.num_free, e->kv.pool.num_cached_free, (int)p->preempt_mode,
-            (unsigned long long)p->swap_bytes, (int)p->policy,
-            p->max_blocks_per_seq, p->max_blocks_per_tenant,
+            (int)p->kv_dtype, p->u8_rollback_blocks, p->num_blocks,
+            e->kv.pool.num_free, e->kv.pool.num_cached_free,
+            (int)p->preempt_mode, (unsigned long long)p->swap_bytes,
+            (int)p->policy, p->max_blocks_per_seq, p->max_blocks_per_tenant,
             p->long_prefill_threshold, p->max_num_seqs, p->max_batch_tokens,
             (double)p->watermark, e->watermark_blocks, p->max_model_len,
             p->vocab_size);
@@ -165,7 +164,8 @@ static void dump(void)
         fprintf(stderr, " %u", e->layer_windows[l]);
     fprintf(stderr, "; %u groups of %u layers\n", e->kv.groups.num_groups,
             e->kv.groups.slots);
-    const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting, &e->seqs.swapped};
+    const pkv__seq_list *lists[] = {&e->seqs.running, &e->seqs.waiting,
+                                    &e->seqs.swapped};
     const char *names[] = {"running", "waiting", "swapped"};
     for (int l = 0; l < 3; l++)
         for (uint32_t i = 0; i < lists[l]->count; i++) {
@@ -219,7 +219,8 @@ static void take(world *w, snapshot *s)
     s->last_id = e->inbox.last_id;
     s->live = e->inbox.live;
     memcpy(s->layer_done, e->step.layer_done, e->params.num_layers);
-    memcpy(w->before, e->kv.pool.blocks, e->kv.pool.num_blocks * sizeof *w->before);
+    memcpy(w->before, e->kv.pool.blocks,
+           e->kv.pool.num_blocks * sizeof *w->before);
 }
 
 /* A failed call changed nothing. */
@@ -237,7 +238,8 @@ static void unchanged(world *w, const snapshot *s, const char *call)
     now.live = e->inbox.live;
     memcpy(now.layer_done, e->step.layer_done, e->params.num_layers);
     if (memcmp(&now, s, sizeof now) != 0 ||
-        memcmp(saved, e->kv.pool.blocks, e->kv.pool.num_blocks * sizeof *saved) != 0)
+        memcmp(saved, e->kv.pool.blocks,
+               e->kv.pool.num_blocks * sizeof *saved) != 0)
         ch_failf(&w->host, "a failed %s changed the engine", call);
 }
 
@@ -677,7 +679,8 @@ static void op_block_table(world *w)
     }
     CHECK(st == PKV_OK);
     CHECK(nb == pkv__kv_blocks(&s->kv) && nt == pkv__kv_tokens(&s->kv));
-    CHECK(nb == 0 || memcmp(blocks, s->kv.tables[0].blocks, nb * sizeof *blocks) == 0);
+    CHECK(nb == 0 ||
+          memcmp(blocks, s->kv.tables[0].blocks, nb * sizeof *blocks) == 0);
 }
 
 /* A well-formed host tensor over the host's scratch. */
@@ -722,7 +725,8 @@ static void op_bad(world *w)
                     pkv_engine_attend(e, 0, &q, &k, &k, &q));
         break;
     case 1:
-        EXPECT_FAIL(w, PKV_ERR_BAD_STATE, pkv_engine_step_end(e, NULL, NULL, 0));
+        EXPECT_FAIL(w, PKV_ERR_BAD_STATE,
+                    pkv_engine_step_end(e, NULL, NULL, 0));
         break;
     case 2:
         prompt[sp.prompt_len - 1] = (b >> 6) % 2 ? -1 : (int32_t)p->vocab_size;
@@ -759,7 +763,8 @@ static void op_bad(world *w)
         EXPECT_FAIL(w, PKV_ERR_STRUCT_SIZE, pkv_engine_get_stats(e, &st));
         break;
     case 7:
-        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT, pkv_engine_step_begin(e, NULL));
+        EXPECT_FAIL(w, PKV_ERR_INVALID_ARGUMENT,
+                    pkv_engine_step_begin(e, NULL));
         break;
     case 8:
         EXPECT_FAIL(w, PKV_ERR_NOT_FOUND,
