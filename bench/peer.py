@@ -316,22 +316,39 @@ def pkv_decode(opt, kv):
     return 1.0 / r["requests"][0]["itl_s"]
 
 
-def pkv_prefill(opt, ids_path, length=PREFILL_LEN, memory=()):
+def memory_flags(opt, hybrid):
+    """pkv-gguf's options for hybrid memory (hybrid true) or every token
+    kept: hybrid memory is its default since 0.3.0 (--every-token keeps
+    every token); a build from before (--pkv-before) kept every token
+    unless given --hybrid-memory."""
+    if opt.pkv_gguf not in opt.hybrid_default:
+        out = subprocess.run([opt.pkv_gguf, "--help"], capture_output=True,
+                             text=True)
+        opt.hybrid_default[opt.pkv_gguf] = \
+            "--every-token" in out.stdout + out.stderr
+    if opt.hybrid_default[opt.pkv_gguf]:
+        return () if hybrid else ("--every-token",)
+    return ("--hybrid-memory",) if hybrid else ()
+
+
+def pkv_prefill(opt, ids_path, length=PREFILL_LEN, hybrid=None):
     r = run_pkv_gguf(opt,
                      ["--prompt-ids", ids_path, "--max-new", "1",
                         "--kv", "f16", "--backend", "cpu",
-                        "--threads", str(opt.threads)] + list(memory))
+                        "--threads", str(opt.threads)] +
+                       list(() if hybrid is None else
+                            memory_flags(opt, hybrid)))
     return length / r["seconds"]
 
 
-def pkv_depth(opt, ids_path, kv, memory=()):
+def pkv_depth(opt, ids_path, kv, hybrid):
     """Decode tokens/s after a prompt of the depth's tokens: 1 / the mean
     time between its 64 new tokens (the prompt's step not in it)."""
     r = run_pkv_gguf(opt,
                      ["--prompt-ids", ids_path, "--kv", kv,
                         "--backend", "cpu", "--threads", str(opt.threads),
                         "--temperature", "0", "--max-new", str(DECODE_NEW)]
-                       + list(memory))
+                       + list(memory_flags(opt, hybrid)))
     if r["generated"] < DECODE_NEW:
         progress(f"pkv depth decode: stopped at {r['generated']} tokens")
     return 1.0 / r["requests"][0]["itl_s"]
@@ -639,7 +656,7 @@ def pkv_memory(opt):
     windowed layers hybrid memory (pkv-gguf's default: they keep only
     their window's KV). The labels are those of the figures before hybrid
     memory became the default."""
-    modes = {"": ("--every-token",), " hybrid": ()}
+    modes = {"": False, " hybrid": True}
     if not MODELS[opt.model]["windows"]:
         modes.pop(" hybrid")
     return {k: v for k, v in modes.items() if opt.memory == "both" or
@@ -658,8 +675,8 @@ def depth_round(opt, fig, llama_first, ids):
                     for kv in LLAMA_KV}
 
         def pkv():
-            return {kv + mem: pkv_depth(opt, ids[depth], kv, flags)
-                    for mem, flags in pkv_memory(opt).items()
+            return {kv + mem: pkv_depth(opt, ids[depth], kv, hybrid)
+                    for mem, hybrid in pkv_memory(opt).items()
                     for kv in LLAMA_KV}
 
         for side, measure in sides(opt, llama, pkv, llama_first):
@@ -676,8 +693,9 @@ def prompt_round(opt, fig, llama_first, ids):
             return {"f16": llama_bench(opt, length, 0)}
 
         def pkv():
-            return {"f16" + mem: pkv_prefill(opt, ids[length], length, flags)
-                    for mem, flags in pkv_memory(opt).items()}
+            return {"f16" + mem: pkv_prefill(opt, ids[length], length,
+                                             hybrid)
+                    for mem, hybrid in pkv_memory(opt).items()}
 
         for side, measure in sides(opt, llama, pkv, llama_first):
             la = load()
@@ -912,6 +930,7 @@ def main():
     opt.json = (sys.stdout if opt.json == "-" else
                 open(opt.json, "w") if opt.json else None)
     opt.bins = opt.llama_bin or build_llama(pkv_cache())
+    opt.hybrid_default = {}
     opt.build = pkv_build(opt.pkv_gguf)
     opt.vocab = model["vocab"]  # which the trace draws from
     opt.decode_prompt = ("Here is a long story about a lighthouse keeper "
