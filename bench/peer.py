@@ -9,11 +9,16 @@ one window, the two sides alternating, threads equal.
                           [--llama-bin DIR] [--gguf PATH]
                           [--depths D[,D...]] [--prompts N[,N...]]
                           [--memory both|default|hybrid] [--pkv-before PATH]
+                          [--pkv-only]
 
 --model: Gemma 3 270M (the default, a base model) or SmolLM2-135M-Instruct
 (a chat model), the GGUFs examples/gguf/setup.sh caches. --pkv-before:
 an earlier build's pkv-gguf (or pkv-gemma3), measured as a third side in
 the decode, prefill, depth and prompt workloads, its ratio beside.
+--pkv-only: pkv's side alone, no llama.cpp (nothing of it built), for
+those four workloads. Every decode row of U8 or U4 also gives "own f16":
+its median over pkv's f16 median in the same memory mode, and the median
+of the rounds' own ratios (the two ran back to back in a round).
 
 llama.cpp's tools (llama-bench, llama-server, and llama-perplexity for
 docs/fidelity.md) are built once from the
@@ -618,7 +623,8 @@ def sides(opt, llama, pkv, llama_first):
     """The sides of a round in the order they run: llama.cpp, pkv, and
     with --pkv-before the earlier build ("pkv before", the same pkv
     measurement run on that binary), reversed in odd rounds."""
-    order = [("llama.cpp", llama), ("pkv", pkv)]
+    order = [("pkv", pkv)] if opt.pkv_only else \
+        [("llama.cpp", llama), ("pkv", pkv)]
     if opt.pkv_before:
         def before():
             now = opt.pkv_gguf
@@ -763,14 +769,34 @@ def trace_round(opt, fig, llama_first):
 
 # ------------------------------------------------------------ the report
 
+def own_f16(fig, metric, kv):
+    """A quantized cache's decode figure over pkv's f16 in the same memory
+    mode and the same rounds: the ratio of the medians, and the median of
+    each round's ratio (the two ran back to back in it). None for f16, and
+    where f16 did not run."""
+    name = kv.split(" ")
+    if name[0] in ("f16", "f32") or "decode" not in metric:
+        return None
+    base = fig.values.get((metric, " ".join(["f16"] + name[1:]), "pkv"))
+    mine = fig.values.get((metric, kv, "pkv"))
+    if not base or not mine or len(base) != len(mine):
+        return None
+    return (statistics.median(mine) / statistics.median(base),
+            statistics.median(m / b for m, b in zip(mine, base)))
+
+
 def report(opt, fig, kv_bytes):
     def emit(record):
         if opt.json:
             opt.json.write(json.dumps(record) + "\n")
 
-    print(f"\npkv beside llama.cpp (llama-cpp-python {VERSION}'s tree), "
-          f"{opt.threads} threads each, {opt.runs} rounds alternating; "
-          "median [min-max]; load: median 1-minute load average")
+    sides_run = (f"pkv alone (--pkv-only), {opt.threads} threads, "
+                 f"{opt.runs} rounds" if opt.pkv_only else
+                 f"pkv beside llama.cpp (llama-cpp-python {VERSION}'s "
+                 f"tree), {opt.threads} threads each, {opt.runs} rounds "
+                 "alternating")
+    print(f"\n{sides_run}; median [min-max]; load: median 1-minute load "
+          "average")
     print(f"pkv's build: {opt.build}")
     emit({"bench": "peer", "workload": "pkv build", "build": opt.build})
     if opt.pkv_before:
@@ -818,6 +844,7 @@ def report(opt, fig, kv_bytes):
                       "load": round(statistics.median(fig.loads[key]), 2)})
         ratio = (statistics.median(pkv) / statistics.median(llama)
                  if pkv and llama else None)
+        own = own_f16(fig, metric, kv)
         pair = f"{kv} / {lkv}"
         gain = (statistics.median(pkv) / statistics.median(before)
                 if pkv and before else None)
@@ -825,7 +852,13 @@ def report(opt, fig, kv_bytes):
               f"{(f'{ratio:.2f}x' if ratio else '-'):>9} "
               f"{statistics.median(loads):>6.2f}"
               + (f" {cells[2]:>22} {(f'{gain:.2f}x' if gain else '-'):>10}"
-                 if opt.pkv_before else ""))
+                 if opt.pkv_before else "")
+              + (f"   own f16 {own[0]:.2f}x (rounds' median {own[1]:.2f}x)"
+                 if own else ""))
+        if own:
+            emit({"bench": "peer", "workload": metric, "kv": kv,
+                  "pkv_over_own_f16": round(own[0], 4),
+                  "pkv_over_own_f16_rounds": round(own[1], 4)})
         if ratio:
             emit({"bench": "peer", "workload": metric, "kv": kv,
                   "llama_kv": lkv, "pkv_over_llama": round(ratio, 4)})
@@ -892,6 +925,9 @@ def main():
                     help="a pkv-gguf (or pkv-gemma3) of an earlier build: "
                     "decode, prefill, depth and prompt measure it too, a "
                     "third side alternating with the others")
+    ap.add_argument("--pkv-only", action="store_true",
+                    help="measure pkv's side alone (no llama.cpp): its own "
+                    "figures and each format's over its f16")
     ap.add_argument("--llama-bin",
                     help="llama.cpp's tools already built there: no build")
     ap.add_argument("--gguf", help="the model's GGUF (default: the cached "
@@ -929,7 +965,10 @@ def main():
                  "build of pkv make it)")
     opt.json = (sys.stdout if opt.json == "-" else
                 open(opt.json, "w") if opt.json else None)
-    opt.bins = opt.llama_bin or build_llama(pkv_cache())
+    if opt.pkv_only and ({"demo", "trace", "kvmem"} & set(work)):
+        fail("--pkv-only: decode, prefill, depth and prompt only")
+    opt.bins = None if opt.pkv_only else \
+        opt.llama_bin or build_llama(pkv_cache())
     opt.hybrid_default = {}
     opt.build = pkv_build(opt.pkv_gguf)
     opt.vocab = model["vocab"]  # which the trace draws from
