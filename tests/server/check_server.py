@@ -27,6 +27,7 @@ Checked, on a server started on a free loopback port:
 --quick (the second model) runs the greedy checks and a stream only.
 """
 import argparse
+import atexit
 import concurrent.futures
 import http.client
 import json
@@ -63,13 +64,15 @@ def check(cond, message):
 
 
 class Server:
-    """pkv-server on a free port, its output read by a thread."""
+    """pkv-server on a free port, its output read by a thread; killed at
+    exit if it still runs, so that a failed check leaves no server."""
 
     def __init__(self, binary, model, extra):
         args = [binary, "--model", model, "--port", "0", "--backend", "cpu",
                 *extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
+        atexit.register(self.reap)
         self.lines = queue.Queue()
         self.log = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -111,6 +114,10 @@ class Server:
     def kill(self):
         self.proc.kill()
         self.proc.wait()
+
+    def reap(self):
+        if self.proc.poll() is None:
+            self.kill()
 
     def raw(self, method, path, body=None, headers=None):
         """(status, parsed JSON or text) over http.client."""
@@ -471,32 +478,28 @@ def main():
                ["--max-requests", str(max_requests), "--max-body", "65536",
                 "--ctx", "256"])
     s.model = a.model
-    try:
-        models = s.client.models.list().data
-        check([x.id for x in models] == [a.model], f"/v1/models {models}")
-        status, body = s.raw("GET", "/health")
-        check(status == 200 and body == {"status": "ok"}, f"/health {body}")
-        chat = "chat template none" not in s.log[-1]
-        check_greedy(s, a.gguf, a.model, chat, a.quick)
-        if not a.quick:
-            check_concurrent(s, chat)
-            check_stop(s)
-            check_bad_requests(s)
-            check_disconnect_and_limit(s, max_requests)
-            check_metrics(s)
-            check_curl(s)
-        # A stream in flight at SIGTERM ends with the shutdown's error.
-        sock = open_stream(s, 200)
-        rc = s.stop()
-        check(rc == 0, f"pkv-server exited {rc}: {''.join(s.log)}")
-        rest = b""
-        while got := sock.recv(4096):
-            rest += got
-        check(b'"shutting_down"' in rest and b"data: [DONE]" in rest,
-              f"a stream at SIGTERM: {rest[-300:]!r}")
-    finally:
-        if s.proc.poll() is None:
-            s.kill()
+    models = s.client.models.list().data
+    check([x.id for x in models] == [a.model], f"/v1/models {models}")
+    status, body = s.raw("GET", "/health")
+    check(status == 200 and body == {"status": "ok"}, f"/health {body}")
+    chat = "chat template none" not in s.log[-1]
+    check_greedy(s, a.gguf, a.model, chat, a.quick)
+    if not a.quick:
+        check_concurrent(s, chat)
+        check_stop(s)
+        check_bad_requests(s)
+        check_disconnect_and_limit(s, max_requests)
+        check_metrics(s)
+        check_curl(s)
+    # A stream in flight at SIGTERM ends with the shutdown's error.
+    sock = open_stream(s, 200)
+    rc = s.stop()
+    check(rc == 0, f"pkv-server exited {rc}: {''.join(s.log)}")
+    rest = b""
+    while got := sock.recv(4096):
+        rest += got
+    check(b'"shutting_down"' in rest and b"data: [DONE]" in rest,
+          f"a stream at SIGTERM: {rest[-300:]!r}")
     if not a.quick:
         check_timeout_and_shutdown(a.server, a.model)
     print(f"pkv-server {a.model}: ok")
