@@ -181,6 +181,81 @@ static int removed(rt_index *x, rt_feed *f, const msgpack_object *ev)
     return 0;
 }
 
+/* Big-endian length field of w bytes at p. */
+static uint64_t be(const uint8_t *p, unsigned w)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < w; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/*
+ * Whether the msgpack object at p[0, len) is whole, and no array or map
+ * in it claims more elements than bytes are left to hold them (each takes
+ * at least one). msgpack-c allocates a container's claimed count before
+ * it reads one element (24 bytes an element: an array header of 5 bytes
+ * claiming 2^28 elements would ask for 6 GiB), so the claims are checked
+ * first, with no tree built: a count of the objects still to read, each
+ * at least one byte. What is left after the claims pass is at most 24
+ * bytes of msgpack objects for each byte of the payload.
+ */
+static int claims_fit(const uint8_t *p, size_t len)
+{
+    uint64_t pending = 1; /* objects still to read */
+    size_t at = 0;
+    while (pending > 0) {
+        if (at >= len)
+            return 0;
+        unsigned c = p[at];
+        uint64_t head = 1, body = 0, items = 0;
+        unsigned w = 0; /* width of a length field */
+        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+            /* fixint, nil, bool: the byte alone */
+        } else if (c <= 0x8f) {
+            items = 2u * (c & 0x0fu);
+        } else if (c <= 0x9f) {
+            items = c & 0x0fu;
+        } else if (c <= 0xbf) {
+            body = c & 0x1fu;
+        } else if (c >= 0xc4 && c <= 0xc6) { /* bin 8/16/32 */
+            w = 1u << (c - 0xc4);
+        } else if (c >= 0xc7 && c <= 0xc9) { /* ext 8/16/32, then a type */
+            w = 1u << (c - 0xc7);
+            body = 1;
+        } else if (c == 0xca || c == 0xcb) { /* float 32/64 */
+            head += c == 0xca ? 4 : 8;
+        } else if (c >= 0xcc && c <= 0xd3) { /* uint, int 8..64 */
+            head += 1u << ((c - 0xcc) % 4);
+        } else if (c >= 0xd4 && c <= 0xd8) { /* fixext 1..16, a type */
+            body = 1 + (1u << (c - 0xd4));
+        } else if (c >= 0xd9 && c <= 0xdb) { /* str 8/16/32 */
+            w = 1u << (c - 0xd9);
+        } else if (c >= 0xdc && c <= 0xdf) { /* array, map 16/32 */
+            w = c % 2 == 0 ? 2 : 4;
+        } else {
+            return 0; /* 0xc1: never used */
+        }
+        if (len - at < head + w)
+            return 0;
+        uint64_t n = w > 0 ? be(p + at + head, w) : 0;
+        head += w;
+        if (c >= 0xdc && c <= 0xdd)
+            items = n;
+        else if (c >= 0xde)
+            items = 2 * n;
+        else
+            body += n;
+        if (len - at - head < body)
+            return 0;
+        at += head + body;
+        pending = pending - 1 + items;
+        if (pending > len - at)
+            return 0;
+    }
+    return 1;
+}
+
 static int apply_event(rt_index *x, rt_feed *f, const msgpack_object *ev)
 {
     const msgpack_object *tag = field(ev, 0, "type");
@@ -204,7 +279,8 @@ int rt_events_apply(rt_index *x, rt_feed *f, const void *payload,
     msgpack_unpacked_init(&u);
     size_t off = 0;
     int rc = -1;
-    if (msgpack_unpack_next(&u, payload, len, &off) ==
+    if (claims_fit(payload, len) &&
+        msgpack_unpack_next(&u, payload, len, &off) ==
             MSGPACK_UNPACK_SUCCESS &&
         off == len) {
         const msgpack_object *events = field(&u.data, 1, "events");

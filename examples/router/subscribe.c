@@ -9,8 +9,10 @@
 #include <string.h>
 
 /* A message larger than this closes the connection (ZMQ_MAXMSGSIZE): the
- * bytes come from the network. */
-#define MAX_MESSAGE (64ll << 20)
+ * bytes come from the network, and reading one may take 24 bytes of
+ * msgpack objects for each of its bytes (events.c), so at most 192 MiB.
+ * A batch storing a 32k-token prompt's blocks is about 200 KiB. */
+#define MAX_MESSAGE (8ll << 20)
 #define POLL_MS 100
 /* Frames read of one message at most: topic, sequence, payload. */
 #define FRAMES 3
