@@ -6,8 +6,9 @@
 #   pkv-bench --plot, redis-server and hiredis for the KV store, stunnel4
 #   for the connector's TLS through a tunnel, libssl-dev and
 #   libxxhash-dev, which the library needs, libpcre2-dev for the GGUF
-#   host's byte-level BPE pre-tokenizer, libmicrohttpd-dev and
-#   libjansson-dev for pkv-server, curl for its tests, ...);
+#   host's byte-level BPE pre-tokenizer, libmicrohttpd-dev,
+#   libjansson-dev, libzmq3-dev and libmsgpack-dev for pkv-server (its
+#   KV events over ZeroMQ in msgpack), curl for its tests, ...);
 # - Intel's OpenCL runtime for CPUs, from PyPI into a virtual environment
 #   under $PKV_CACHE (default ~/.cache/pkv), with an ICD file of our own in
 #   $PKV_CACHE/intel-icd (the wheel's names a path that does not exist).
@@ -23,15 +24,17 @@
 #   Offline without a cached copy, the model's tests and demo are skipped,
 #   saying so. PKV_NO_MODEL=1 skips both;
 # - PyPI's openai client, which pkv-server's test drives it with
-#   (tests/server/check_server.py), into a virtual environment in
-#   $PKV_CACHE/server/venv (a few MB). Offline, the test is skipped,
-#   saying so.
+#   (tests/server/check_server.py), and pyzmq and msgspec, which its KV
+#   events test decodes them with (tests/server/check_kv_events.py), into
+#   a virtual environment in $PKV_CACHE/server/venv (a few MB). Offline,
+#   the tests are skipped, saying so.
 set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
 opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang
 abigail-tools oclgrind python3 python3-venv gnuplot-nox redis-server
 redis-tools libhiredis-dev stunnel4 openssl libssl-dev libxxhash-dev
-libpcre2-dev libmicrohttpd-dev libjansson-dev curl"
+libpcre2-dev libmicrohttpd-dev libjansson-dev libzmq3-dev libmsgpack-dev
+curl"
 missing=""
 for p in $PKV_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
@@ -62,19 +65,24 @@ if [ "${PKV_NO_INTEL_RUNTIME:-0}" != 1 ]; then
     echo "$venv/lib/libintelocl.so" >"$cache/intel-icd/intel-cpu.icd"
 fi
 
-# Pinned: the version pkv-server's test was last checked with.
+# Pinned: the versions pkv-server's tests were last checked with.
 server_venv=$cache/server/venv
 OPENAI_VERSION=3.51.0
-if ! "$server_venv/bin/python" -c "import openai" 2>/dev/null; then
-    echo "installing PyPI's openai $OPENAI_VERSION into $server_venv"
+PYZMQ_VERSION=27.3.0
+MSGSPEC_VERSION=0.22.0
+if ! "$server_venv/bin/python" -c "import openai, zmq, msgspec" \
+    2>/dev/null; then
+    echo "installing PyPI's openai $OPENAI_VERSION, pyzmq $PYZMQ_VERSION" \
+        "and msgspec $MSGSPEC_VERSION into $server_venv"
     rm -rf "$server_venv"
     mkdir -p "$cache/server"
     /usr/bin/python3 -m venv "$server_venv"
     if ! "$server_venv/bin/pip" install -q --disable-pip-version-check \
-        "openai==$OPENAI_VERSION"; then
+        "openai==$OPENAI_VERSION" "pyzmq==$PYZMQ_VERSION" \
+        "msgspec==$MSGSPEC_VERSION"; then
         rm -rf "$server_venv"
-        echo "cannot install openai (offline?): pkv-server's test is" \
-            "skipped"
+        echo "cannot install openai, pyzmq and msgspec (offline?):" \
+            "pkv-server's tests are skipped"
     fi
 fi
 

@@ -46,6 +46,8 @@ pkv_engine *gg_engine_create(pkv_engine_params *p, const gg_model *m,
     p->log = host_log_stderr;
     p->log_level = PKV_LOG_LEVEL_WARN;
     p->store = store;
+    p->kv_events = kv->events;
+    p->kv_events_user = kv->events_user;
     pkv_engine *e = NULL;
     if (pkv_engine_create(p, &e) != PKV_OK) {
         fprintf(stderr, "pkv-gguf: engine: %s\n", pkv_last_error());

@@ -44,6 +44,8 @@ typedef struct gg_kv_choice {
     int32_t key_quant; /* pkv_quant_group of U8/U4 keys */
     int32_t backend;   /* pkv_backend_kind */
     int every_token;   /* kv_memory PKV_KV_MEMORY_EVERY_TOKEN (pkv.h) */
+    pkv_kv_events_fn events; /* pkv_engine_params.kv_events, or NULL */
+    void *events_user;
 } gg_kv_choice;
 
 /* The engine of every run of the host (serving, scoring): the model's
