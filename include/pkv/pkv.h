@@ -1111,8 +1111,8 @@ PKV_API pkv_status pkv_engine_load_prefix_cache(pkv_engine *engine,
  * (pkv_engine_step_begin, pkv_engine_step_end, pkv_seq_fork,
  * pkv_seq_truncate, pkv_engine_load_prefix_cache,
  * pkv_engine_reset_prefix_cache), so a lookup may wait for one of those
- * and they for a lookup (about a microsecond per block of the prompt),
- * never for pkv_engine_attend. The allocator may be called from this
+ * and they for a lookup's walk over the index (its hashes are computed
+ * before), never for pkv_engine_attend. The allocator may be called from this
  * thread, as pkv_seq_add calls it.
  * Ownership: tokens are read during the call only.
  */
