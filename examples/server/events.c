@@ -107,11 +107,6 @@ void srv_events_set_medium(srv_events *ev, const char *backend_name)
     ev->medium = strncmp(backend_name, "opencl", 6) == 0 ? "GPU" : "CPU";
 }
 
-uint64_t srv_events_sent(const srv_events *ev)
-{
-    return ev->seq;
-}
-
 static void pack_string(msgpack_packer *pk, const char *s)
 {
     size_t n = strlen(s);

@@ -57,7 +57,4 @@ void srv_events_close(srv_events *ev);
 void srv_events_publish(void *user, const pkv_kv_event *events,
                         uint32_t count);
 
-/* Messages published so far, for the log. */
-uint64_t srv_events_sent(const srv_events *ev);
-
 #endif
