@@ -120,7 +120,7 @@ static pkv_engine_params event_params(mirror *m)
     p.num_layers = 3;
     p.layer_windows = windows;
     p.kv_memory = PKV_KV_MEMORY_HYBRID;
-    p.num_blocks = 12; /* over every layer: 36 of one layer each */
+    p.num_blocks = 16; /* over every layer: 48 of one layer each */
     p.watermark = 0;
     p.kv_events = on_events;
     p.kv_events_user = m;

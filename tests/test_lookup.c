@@ -37,7 +37,7 @@ static pkv_engine_params lookup_params(void)
     p.num_layers = 3;
     p.layer_windows = windows;
     p.kv_memory = PKV_KV_MEMORY_HYBRID;
-    p.num_blocks = 12; /* over every layer: 36 of one layer each */
+    p.num_blocks = 22; /* over every layer: 66 of one layer each */
     p.watermark = 0;
     return p;
 }
