@@ -23,6 +23,7 @@
 #include "hash_model.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,7 +159,7 @@ static void test_lookup_errors(void **state)
 typedef struct prober {
     pkv_engine *engine;
     atomic_int stop;
-    uint64_t lookups;
+    atomic_ulong lookups;
     int bad; /* an answer out of range, or a failed call */
 } prober;
 
@@ -175,7 +176,7 @@ static void *probe(void *arg)
                                          &cached) != PKV_OK ||
                 cached % 4 != 0 || cached >= PROMPT)
                 pr->bad = 1;
-            pr->lookups++;
+            atomic_fetch_add(&pr->lookups, 1);
         }
     }
     for (uint32_t i = 0; i < 4; i++)
@@ -200,10 +201,13 @@ static void test_lookup_while_stepping(void **state)
         }
         ch_run(&h, 200);
     }
+    /* A starved thread may not have run yet: one lookup at least. */
+    while (atomic_load(&pr.lookups) == 0)
+        sched_yield();
     atomic_store(&pr.stop, 1);
     assert_int_equal(pthread_join(thread, NULL), 0);
     assert_false(pr.bad);
-    assert_true(pr.lookups > 0);
+    assert_true(atomic_load(&pr.lookups) > 0);
     ch_check_idle(&h);
     ch_free(&h);
 }
