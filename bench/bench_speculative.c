@@ -197,7 +197,7 @@ int bench_speculative(const bench_options *opt)
         }
     }
     /* U8 KV at p 0.7, without and with a rollback window of one block:
-     * a cut inside the block a step sealed recomputes the block's rows
+     * a cut inside the block a step froze recomputes the block's rows
      * without one. The drafts come from U8's plain run. */
     for (uint32_t w = 0; w < 3 && rc == 0; w++) {
         spec_kv u8 = {PKV_KV_DTYPE_U8, w == 2 ? 1u : 0u};

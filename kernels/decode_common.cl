@@ -226,10 +226,10 @@ static global const uchar *head_part(const decode_unit *u, size_t blk)
 }
 
 /* The K part of the row's logical block j and its V part in *v, with
- * *dtype PKV_KV_DTYPE (K_OF and V_OF give each part's own) for the sealed
+ * *dtype PKV_KV_DTYPE (K_OF and V_OF give each part's own) for the frozen
  * block in the arena or, for the quantized block that holds the context's
  * last token, PKV_LAYOUT_F32 and the rows of the staging tail (also when
- * this step sealed it: see pkv_block_source). */
+ * this step froze it: see pkv_block_source). */
 static global const uchar *decode_block(const decode_unit *u, uint j,
                                         int *dtype, global const uchar **v)
 {

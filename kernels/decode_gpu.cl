@@ -27,7 +27,7 @@
  *   3. values: lane (c, u) adds p * V for tokens u, u + tokens, ... into
  *      its chunks; the sums over u are combined per head at the end.
  * U8 and U4 are dequantised as they are read (lo + code * scale) and the tail block
- * that is not sealed comes from the f32 staging tail, as elsewhere.
+ * that is not frozen comes from the f32 staging tail, as elsewhere.
  */
 
 #define NQ PKV_GPU_CHUNKS

@@ -53,7 +53,7 @@
  * values of either dtype are dequantised per row with the lane's pairs'
  * parameters. A lane's u4 pairs are one byte each: 2 pairs are one
  * subgroup block read of ushorts, 1 pair one of uchars. The block that is
- * not sealed is read in f32 from the staging tail.
+ * not frozen is read in f32 from the staging tail.
  */
 #pragma OPENCL EXTENSION cl_intel_subgroups : enable
 #pragma OPENCL EXTENSION cl_intel_subgroups_short : enable

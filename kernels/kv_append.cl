@@ -4,23 +4,24 @@
  *
  * f32/f16 caches: each row goes to its slot (pkv_kv_append).
  * u8 and u4 caches (DESIGN.md section 4): a block is quantized once, when
- * it is full. The host lists the blocks this step fills (seals); pkv_kv_seal
- * quantizes each from the tokens already in its sequence's staging tail
- * plus this step's rows, and runs first; then pkv_kv_append writes the
- * rows of blocks still partly filled into the tails. Doing it in that
- * order lets a long prefill seal many blocks of one sequence at once
- * without the rows of one block overwriting the tail another still needs.
+ * it is full. The host lists the blocks this step fills (freezes);
+ * pkv_kv_freeze quantizes each from the tokens already in its sequence's
+ * staging tail plus this step's rows, and runs first; then pkv_kv_append
+ * writes the rows of blocks still partly filled into the tails. Doing it
+ * in that order lets a long prefill freeze many blocks of one sequence at
+ * once without the rows of one block overwriting the tail another still
+ * needs.
  *
- * The seal follows src/quant.c exactly: lo rounded down and scale rounded
+ * The freeze follows src/quant.c exactly: lo rounded down and scale rounded
  * up to f16 (scale the smallest f16 with lo + L * scale >= max, checked
  * exactly; L = 255 for u8, 15 for u4), codes floor((x - lo) / scale + 0.5)
  * against the stored values.
  * With a correctly rounded f32 division (the host asks for it when the
- * device has it) the sealed bytes equal the CPU backend's.
+ * device has it) the frozen bytes equal the CPU backend's.
  *
- * One work-item per (row or sealed block, kv head), one launch for K and
+ * One work-item per (row or frozen block, kv head), one launch for K and
  * one for V. Each work-item streams one contiguous row (append) or one
- * block part (seal).
+ * block part (freeze).
  */
 
 /* Value i of a K/V source tensor, f32 or f16. */
@@ -71,8 +72,8 @@ static inline uchar pkv_quant_code(float x, float lo, float scale, float n)
     return (uchar)t;
 }
 
-/* Token t, channel c of the block being sealed. */
-#define PKV_SEAL_VALUE(t, c)                                                 \
+/* Token t, channel c of the block being frozen. */
+#define PKV_FREEZE_VALUE(t, c)                                               \
     ((t) < in_tail ? tail[(ulong)(t) * d + (c)]                              \
                    : pkv_load1(src,                                          \
                                src_off + ((ulong)(first_row + (t) - in_tail) \
@@ -93,28 +94,28 @@ static inline void pkv_put_code(__global uchar *part, uint pd, uint t,
     *byte = c % 2u == 0u ? q : (uchar)(*byte | (q << 4));
 }
 
-/* Seal the listed blocks: one work-item per (block, kv head) quantizes one
+/* Freeze the listed blocks: one work-item per (block, kv head) quantizes one
  * part of dtype pd (u8 or u4) with group `group` (u4g: channels of a u4
  * per-token group). */
-__kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
-                          __global const float *src, ulong src_off,
-                          uint src_f16, __global const uint *step,
-                          uint num_seals, uint kv, uint pd, uint group,
-                          uint u4g, uint hkv, uint d, uint bs,
-                          uint head_bytes, uint k_part_bytes,
-                          uint layer_block_bytes, uint stage_floats,
-                          uint layer)
+__kernel void pkv_kv_freeze(__global uchar *arena, __global float *stages,
+                            __global const float *src, ulong src_off,
+                            uint src_f16, __global const uint *step,
+                            uint num_freezes, uint kv, uint pd, uint group,
+                            uint u4g, uint hkv, uint d, uint bs,
+                            uint head_bytes, uint k_part_bytes,
+                            uint layer_block_bytes, uint stage_floats,
+                            uint layer)
 {
     uint s = (uint)get_global_id(0), h = (uint)get_global_id(1);
-    if (s >= num_seals || h >= hkv)
+    if (s >= num_freezes || h >= hkv)
         return;
-    __global const uint *seal =
-        step + step[PKV_STEP_SEALS] + s * PKV_SEAL_WORDS;
-    ulong blk = seal[PKV_SEAL_BLOCK];
-    ulong stage = seal[PKV_SEAL_STAGE];
-    uint in_tail = seal[PKV_SEAL_IN_TAIL];
-    uint first_row = seal[PKV_SEAL_FIRST_ROW];
-    uint window = seal[PKV_SEAL_WINDOW];
+    __global const uint *freeze =
+        step + step[PKV_STEP_FREEZES] + s * PKV_FREEZE_WORDS;
+    ulong blk = freeze[PKV_FREEZE_BLOCK];
+    ulong stage = freeze[PKV_FREEZE_STAGE];
+    uint in_tail = freeze[PKV_FREEZE_IN_TAIL];
+    uint first_row = freeze[PKV_FREEZE_FIRST_ROW];
+    uint window = freeze[PKV_FREEZE_WINDOW];
     __global uchar *part = arena + blk * layer_block_bytes +
                            (ulong)h * head_bytes + (kv ? k_part_bytes : 0u);
     __global const float *tail =
@@ -128,9 +129,9 @@ __kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
     uint lo16, scale16;
     if (group == PKV_LAYOUT_PER_CHANNEL) {
         for (uint c = 0; c < d; c++) {
-            float mn = PKV_SEAL_VALUE(0u, c), mx = mn;
+            float mn = PKV_FREEZE_VALUE(0u, c), mx = mn;
             for (uint t = 1; t < bs; t++) {
-                float x = PKV_SEAL_VALUE(t, c);
+                float x = PKV_FREEZE_VALUE(t, c);
                 mn = x < mn ? x : mn;
                 mx = x > mx ? x : mx;
             }
@@ -140,15 +141,15 @@ __kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
             float lo = pkv_f16_to_f32(lo16), sc = pkv_f16_to_f32(scale16);
             for (uint t = 0; t < bs; t++)
                 pkv_put_code(part, pd, t, c, d,
-                             pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc, n));
+                             pkv_quant_code(PKV_FREEZE_VALUE(t, c), lo, sc, n));
         }
     } else {
         uint w = PKV_LAYOUT_Q_WIDTH(pd, u4g, d);
         for (uint t = 0; t < bs; t++)
             for (uint c0 = 0; c0 < d; c0 += w) {
-                float mn = PKV_SEAL_VALUE(t, c0), mx = mn;
+                float mn = PKV_FREEZE_VALUE(t, c0), mx = mn;
                 for (uint c = c0 + 1u; c < c0 + w; c++) {
-                    float x = PKV_SEAL_VALUE(t, c);
+                    float x = PKV_FREEZE_VALUE(t, c);
                     mn = x < mn ? x : mn;
                     mx = x > mx ? x : mx;
                 }
@@ -161,7 +162,7 @@ __kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
                 for (uint c = c0; c < c0 + w; c++)
                     pkv_put_code(
                         part, pd, t, c, d,
-                        pkv_quant_code(PKV_SEAL_VALUE(t, c), lo, sc, n));
+                        pkv_quant_code(PKV_FREEZE_VALUE(t, c), lo, sc, n));
             }
     }
     /* The rollback window: the block's f32 rows, for an exact cut. */
@@ -171,7 +172,7 @@ __kernel void pkv_kv_seal(__global uchar *arena, __global float *stages,
             ((ulong)(layer * hkv + h) * 2u + kv) * bs * d;
         for (uint t = 0; t < bs; t++)
             for (uint c = 0; c < d; c++)
-                keep[(ulong)t * d + c] = PKV_SEAL_VALUE(t, c);
+                keep[(ulong)t * d + c] = PKV_FREEZE_VALUE(t, c);
     }
 }
 

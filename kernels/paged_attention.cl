@@ -50,9 +50,9 @@ pkv_seq_tail(__global const float *stages, __global const uint *step,
 
 /* Where kv head kvh of a block keeps its K and V rows: the block's parts,
  * or for the quantized block that holds the context's last token (`last`) the
- * f32 rows of the staging tail, also when this step filled and sealed it:
+ * f32 rows of the staging tail, also when this step filled and froze it:
  * a step's rows read the block they write as plain decoding's one row
- * does (src/kv_step.h), and the sealed codes from the next step on. */
+ * does (src/kv_step.h), and the frozen codes from the next step on. */
 typedef struct pkv_block_rows {
     __global const uchar *kp, *vp;
     int kd, vd; /* how kp and vp store their rows (PKV_LAYOUT_*) */

@@ -329,7 +329,7 @@ static floatV undeal(floatV x)
 
 /* Fold tokens [t0, t1) of an f32 or f16 block ([token][ch] K and V): the
  * blocks of an f32 or f16 cache, and the f32 staging tail of a quantized
- * one (its rows put in the lane order of the sealed blocks). */
+ * one (its rows put in the lane order of the frozen blocks). */
 static void block_float(global const uchar *k, global const uchar *v,
                         int f16, int t0, int t1, const floatV *qv,
                         global const uchar *nxt, state *st)
@@ -415,7 +415,7 @@ static floatV codes_u4(global const uchar *p, size_t i)
 #define K_GROUPS (D / PKV_LAYOUT_Q_WIDTH(KD, U4G, D))
 #define V_GROUPS (D / PKV_LAYOUT_Q_WIDTH(VD, U4G, D))
 
-/* Fold tokens [t0, t1) of a sealed u8 or u4 block: codes [token][ch],
+/* Fold tokens [t0, t1) of a frozen u8 or u4 block: codes [token][ch],
  * then f16 lo[groups], scale[groups] (kv_layout.h). */
 static void block_quant(global const uchar *k, global const uchar *v, int t0,
                         int t1, const floatV *qv, const float *qsum,

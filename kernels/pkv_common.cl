@@ -7,7 +7,7 @@
  *
  * Contraction is off for the whole program: the kernels then round every
  * product and sum as the CPU reference (src/backend_cpu.c, src/quant.c)
- * does, so f32 and f16 caches and the u8 seal match it bit for bit, and
+ * does, so f32 and f16 caches and the u8 freeze match it bit for bit, and
  * attention differs from it only by exp() (a few ulps allowed by OpenCL).
  */
 #pragma OPENCL FP_CONTRACT OFF

@@ -17,7 +17,7 @@
  * (before begin_step, or after the last attend of a step).
  *
  * Staging tails (U8 only). A U8 block is quantized once, when it is full
- * (sealed). Until then the tokens of a sequence's last, partly filled block
+ * (frozen). Until then the tokens of a sequence's last, partly filled block
  * live in full precision (f32) in a staging tail: one block's worth of K
  * and V for every layer and kv head. The engine gives every running U8
  * sequence its own tail (pkv__step.stages) and keeps it for the sequence's
@@ -25,15 +25,15 @@
  *   - a block that is not full has no contents in the arena; its tokens are
  *     in the tail, at offset (token index % block_size);
  *   - appending the token at offset block_size - 1 quantizes the tail into
- *     the block named by that row's slot (seal); the tail then starts over;
+ *     the block named by that row's slot (freeze); the tail then starts over;
  *   - fork: copy the parent's tail to the child's (copy_stages); copying a
  *     partly filled block (copy-on-write) is then unnecessary, since the
  *     child's tokens of that block are in its own tail;
  *   - swap: stage_out/stage_in move a tail with the sequence's blocks;
- *   - truncating a sequence into a sealed block would need requantization,
+ *   - truncating a sequence into a frozen block would need requantization,
  *     which pkv never does: recompute from the block boundary instead, or,
  *     with a rollback window (rollback.h), copy the block's f32 rows, which
- *     the seal also wrote to the row's pkv__step.windows tail, back into
+ *     the freeze also wrote to the row's pkv__step.windows tail, back into
  *     the working tail (copy_stages).
  *
  * Errors: every op that can fail returns a pkv_status, sets this thread's
@@ -149,8 +149,8 @@ typedef struct pkv__step {
     const uint32_t *stages; /* [num_seqs]: staging tail of each sequence,
                                < num_stages (U8); NULL for f32/f16 */
     const uint32_t *windows; /* U8, [num_tokens] or NULL (none): for a row
-                                that seals its block, a tail (< num_stages,
-                                no tail this step writes or seals from)
+                                that freezes its block, a tail (< num_stages,
+                                no tail this step writes or freezes from)
                                 that also receives the block's f32 rows, or
                                 PKV__NO_STAGE; other rows' are not read */
 } pkv__step;
@@ -180,7 +180,7 @@ typedef struct pkv__backend_ops {
     pkv_status (*begin_step)(pkv__backend *backend, const pkv__step *step);
 
     /* Write this step's K and V rows of one layer to their slots (f32,
-     * f16), or to the sequences' tails, sealing the tails that fill (u8).
+     * f16), or to the sequences' tails, freezing the tails that fill (u8).
      * Every value is finite, and within +-65504 for f16 and u8 caches:
      * the engine zeroes the rows that are not, and is the only caller. */
     pkv_status (*append)(pkv__backend *backend, uint32_t layer,
@@ -278,7 +278,7 @@ void pkv__backend_log_loader(const pkv_engine_params *params);
 size_t pkv__backend_layer_block_bytes(const pkv__backend_config *config);
 
 /* Whether config's blocks are quantized (U8, U4, U8K_U4V): such caches
- * have staging tails and seal a block when it fills. */
+ * have staging tails and freeze a block when it fills. */
 int pkv__backend_quantized(const pkv__backend_config *config);
 
 /* The dtype of config's K parts (kv 0) or V parts (kv 1), and how a

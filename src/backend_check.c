@@ -234,7 +234,7 @@ pkv_status pkv__backend_step_check(const pkv__backend_config *c,
                              "step: sequence %u has staging tail %u of %u",
                              (unsigned)i, (unsigned)s->stages[i],
                              (unsigned)c->num_stages);
-        /* A window must not be the tail the block seals from. */
+        /* A window must not be the tail the block freezes from. */
         for (uint32_t t = q0; quantized && s->windows != NULL && t < q1;
              t++) {
             uint32_t w = s->windows[t];

@@ -5,7 +5,7 @@
  * its attention arithmetic chosen at run time; attention runs on the
  * host's threads when it lends them (pkv_engine_params.parallel), else on
  * the caller's. This file holds the backend object, the cache's storage,
- * append with the seal of full U8/U4 blocks, copies and swap; attention
+ * append with the freeze of full U8/U4 blocks, copies and swap; attention
  * is backend_cpu_attend.c's.
  */
 #include "backend_cpu.h"
@@ -190,7 +190,7 @@ static void store_row(pkv__backend *b, uint32_t layer, uint32_t seq,
         memcpy(tail + (size_t)off * d, src, (size_t)d * 4);
         if (off != c->block_size - 1)
             return;
-        /* The block is full: seal it, keeping its rows in the window. */
+        /* The block is full: freeze it, keeping its rows in the window. */
         pkv__qformat f = pkv__backend_qformat(c, kv);
         pkv__quant_part(tail, c->block_size, d, &f,
                         pkv__cpu_part(b, layer, blk, h, kv));

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The CPU backend's state, shared by its two files: backend_cpu.c (the
- * backend object, the cache's storage, append and the U8/U4 seal, copies
+ * backend object, the cache's storage, append and the U8/U4 freeze, copies
  * and swap) and backend_cpu_attend.c (attention over the cache).
  */
 #ifndef PKV_BACKEND_CPU_H

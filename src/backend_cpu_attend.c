@@ -140,7 +140,7 @@ static void chunks_seen(const pkv__backend *b, uint32_t seq, uint32_t r0,
 }
 
 /* Block j's K or V rows as stored: its part, or for a quantized cache's
- * last block the sequence's f32 staging tail (also when this step sealed
+ * last block the sequence's f32 staging tail (also when this step froze
  * it: a step's rows see the block they write as plain decoding's one row
  * does). */
 static pkv__rows rows_of(const pkv__backend *b, uint32_t layer, uint32_t seq,

@@ -178,7 +178,7 @@ static pkv_status fork_seq(pkv_engine *e, pkv_seq_id parent_id,
     if (found != PKV_OK)
         return found;
     /* One that must compute some tokens again (a cut fell back to a
-     * sealed block's start) forks too: the child shares the KV it has
+     * frozen block's start) forks too: the child shares the KV it has
      * and computes the same tokens again. */
     if (parent->state != PKV__SEQ_RUNNING || parent->num_generated == 0)
         return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,

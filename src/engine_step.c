@@ -96,7 +96,7 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
  * step.drafts drafts, each row sampled (sampled[0..step.drafts]). Keep the
  * drafts the samples confirm (sampled[r] is draft r + 1), up to a stop
  * flag or max_new_tokens, and their KV; drop the rest of the rows, as a
- * truncation would (a U8 block sealed in this step is kept whole or
+ * truncation would (a U8 block frozen in this step is kept whole or
  * computed again, never re-quantised). Returns the index of the sample
  * that follows the kept drafts: the caller appends it. */
 static uint32_t settle_drafts(pkv__seqs *seqs, pkv__seq *s,

@@ -16,13 +16,13 @@
 #define PKV_STEP_ROW_SEQ 3      /* [num_tokens]: the sequence of each row */
 #define PKV_STEP_ROW_TAIL 4     /* [num_tokens]: u8: the tail the row is
                                    written to; PKV_STEP_NO_TAIL for a
-                                   block this step seals that is not its
+                                   block this step freezes that is not its
                                    sequence's last (the step's rows read
-                                   the last block from the tail, sealed
+                                   the last block from the tail, frozen
                                    or not) */
 #define PKV_STEP_SLOTS 5        /* [num_tokens][2]: slot, low then high
                                    32 bits */
-#define PKV_STEP_SEALS 6        /* [num_seals][PKV_SEAL_WORDS] */
+#define PKV_STEP_FREEZES 6      /* [num_freezes][PKV_FREEZE_WORDS] */
 #define PKV_STEP_TILES 7        /* [num_tiles]: the tiled attention kernel's
                                    tiles, the first row of each (up to
                                    tile_rows rows of one sequence) */
@@ -30,16 +30,16 @@
 
 #define PKV_STEP_NO_TAIL 0xffffffffu
 
-/* One block sealed (quantized) by this step's append: its block id, its
+/* One block frozen (quantized) by this step's append: its block id, its
  * sequence's staging tail, the number of its tokens already in the tail
  * (written by earlier steps), the batch row holding its next token (the
  * rest come from this step's K/V rows, in order), and the tail that also
  * receives its f32 rows (rollback window) or PKV_STEP_NO_TAIL. */
-#define PKV_SEAL_BLOCK 0
-#define PKV_SEAL_STAGE 1
-#define PKV_SEAL_IN_TAIL 2
-#define PKV_SEAL_FIRST_ROW 3
-#define PKV_SEAL_WINDOW 4
-#define PKV_SEAL_WORDS 5
+#define PKV_FREEZE_BLOCK 0
+#define PKV_FREEZE_STAGE 1
+#define PKV_FREEZE_IN_TAIL 2
+#define PKV_FREEZE_FIRST_ROW 3
+#define PKV_FREEZE_WINDOW 4
+#define PKV_FREEZE_WORDS 5
 
 #endif

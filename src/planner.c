@@ -131,8 +131,8 @@ static uint32_t per_group(const planner *pl, uint64_t blocks)
 /* U8: rows from `computed` on that a step may run. When the last block
  * holds rows in the staging tail, a step that filled it and went on into
  * the next block would overwrite those rows with the next block's while
- * sealing from them, so a repeated attend (pkv.h: a failed one may be
- * repeated) would seal garbage: such a step stops at the block's end. */
+ * freezing from them, so a repeated attend (pkv.h: a failed one may be
+ * repeated) would freeze garbage: such a step stops at the block's end. */
 static uint32_t u8_room(const planner *pl, uint32_t computed)
 {
     uint32_t bs = pkv__kv_block_size(pl->kv);
@@ -464,7 +464,7 @@ static pkv_status plan_drafts(planner *pl)
         /* U8: the row and its drafts stay inside the row's block. The
          * step's rows read that block from the staging tail, as plain
          * decoding's rows do; going on into the next block, every row
-         * would read it sealed, its scales computed from the drafts. */
+         * would read it frozen, its scales computed from the drafts. */
         uint32_t room =
             PKV_LAYOUT_QUANTIZED(pl->p->kv_dtype) ? bs - s->num_computed % bs
                                             : UINT32_MAX;

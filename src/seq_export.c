@@ -128,11 +128,11 @@ static void zero_tail_rows(const pkv__backend_config *c, uint32_t used,
 
 /* An export in swap layout holds what the sequence holds and nothing
  * else. A group's last block, when partly filled, holds zeros past its
- * tokens (all of it in a quantized cache, whose unsealed block is never
+ * tokens (all of it in a quantized cache, whose unfrozen block is never
  * read: its rows are in the staging tail), and so does the tail past the
- * last stored token (all of it when the last block is sealed): those
+ * last stored token (all of it when the last block is frozen): those
  * bytes can hold KV of tokens the sequence no longer has (rejected
- * drafts, truncated tokens, a rolled-back seal), and two sequences with
+ * drafts, truncated tokens, a rolled-back freeze), and two sequences with
  * the same tokens and stored KV export the same bytes. kv: the export's
  * KV part of `computed` tokens. */
 static void canonical(const pkv__kv *kv, const pkv__backend_config *c,

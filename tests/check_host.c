@@ -235,7 +235,7 @@ pkv_status ch_fork(ch_host *host, pkv_seq_id parent, int32_t last_token,
                e->seqs.running.count < host->params.max_num_seqs) {
         /* pkv.h's only other refusals: none is BAD_STATE (a running
          * sequence that must compute some of its tokens again, after a
-         * cut inside a sealed block, forks too). */
+         * cut inside a frozen block, forks too). */
         CHECK(host, st != PKV_ERR_BAD_STATE);
     }
     if (st != PKV_OK) {

@@ -16,7 +16,7 @@
 #
 # The programs, built as the OpenCL backend builds them
 # (src/opencl/program.c, src/opencl/decode.c):
-# - the generic program (append, seal, paged attention, tiled prefill,
+# - the generic program (append, freeze, paged attention, tiled prefill,
 #   block copy), whose kernels take their geometry as arguments;
 # - the intel prefill kernel (kernels/prefill_intel.cl), which AUTO picks
 #   on every Intel GPU for steps with more rows than sequences, at every

@@ -23,18 +23,20 @@
 #   CPU-seconds, into $PKV_CACHE/ggml).
 #   Offline without a cached copy, the model's tests and demo are skipped,
 #   saying so. PKV_NO_MODEL=1 skips both;
-# - PyPI's openai client, which pkv-server's test drives it with
-#   (tests/server/check_server.py), and pyzmq and msgspec, which its KV
-#   events test decodes them with (tests/server/check_kv_events.py), into
-#   a virtual environment in $PKV_CACHE/server/venv (a few MB). Offline,
-#   the tests are skipped, saying so.
+# - PyPI's openai client, which pkv-server's and pkv-router's tests drive
+#   them with (tests/server/check_server.py, tests/router/check_router.py),
+#   and pyzmq and msgspec, which the router's test publishes KV events
+#   with and pkv-server's KV events test decodes them with
+#   (tests/server/check_kv_events.py), into a virtual environment in
+#   $PKV_CACHE/server/venv (a few MB). Offline, the tests are skipped,
+#   saying so.
 set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
 opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang
 abigail-tools oclgrind python3 python3-venv gnuplot-nox redis-server
 redis-tools libhiredis-dev stunnel4 openssl libssl-dev libxxhash-dev
-libpcre2-dev libmicrohttpd-dev libjansson-dev libzmq3-dev libmsgpack-dev
-curl"
+libpcre2-dev libmicrohttpd-dev libjansson-dev curl libcurl4-openssl-dev
+libzmq3-dev libmsgpack-dev"
 missing=""
 for p in $PKV_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
@@ -65,7 +67,8 @@ if [ "${PKV_NO_INTEL_RUNTIME:-0}" != 1 ]; then
     echo "$venv/lib/libintelocl.so" >"$cache/intel-icd/intel-cpu.icd"
 fi
 
-# Pinned: the versions pkv-server's tests were last checked with.
+# Pinned: the versions the server's and router's tests were last checked
+# with.
 server_venv=$cache/server/venv
 OPENAI_VERSION=3.51.0
 PYZMQ_VERSION=27.3.0
@@ -82,7 +85,7 @@ if ! "$server_venv/bin/python" -c "import openai, zmq, msgspec" \
         "msgspec==$MSGSPEC_VERSION"; then
         rm -rf "$server_venv"
         echo "cannot install openai, pyzmq and msgspec (offline?):" \
-            "pkv-server's tests are skipped"
+            "pkv-server's and pkv-router's tests are skipped"
     fi
 fi
 

@@ -235,7 +235,7 @@ oclgrind_tests() {
     lane=$!
     grind decode_gpu test_opencl test_small_variants PKV_TEST_DECODE=gpu \
         $all_checks
-    # The u8 seal writing a rollback window, through the engine.
+    # The u8 freeze writing a rollback window, through the engine.
     grind u8_window test_speculative_opencl test_u8_window \
         PKV_OPENCL_DECODE=gpu $all_checks
     # Per-layer windows through the engine, U8. Without --uninitialized: a

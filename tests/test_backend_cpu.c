@@ -252,7 +252,7 @@ static void scenario_run(scenario *s, step_arrays *a, uint32_t window)
 
 /* Per-element storage error bound of one cached tensor ([ctx][hkv][d]):
  * f16 rounding (half an ulp), or u8/u4 scale / 2 plus the quantizer's f32
- * tolerance in sealed blocks and 0 in the staging tail. */
+ * tolerance in frozen blocks and 0 in the staging tail. */
 static double *storage_bounds(const scenario *s, const float *x, uint32_t ctx,
                               int kv)
 {
@@ -268,7 +268,7 @@ static double *storage_bounds(const scenario *s, const float *x, uint32_t ctx,
         }
         return e;
     }
-    uint32_t sealed = ctx / bs * bs;
+    uint32_t frozen = ctx / bs * bs;
     pkv__qformat f = pkv__backend_qformat(c, kv);
     int per_channel = f.group == PKV_QUANT_GROUP_PER_CHANNEL;
     uint32_t width = PKV_LAYOUT_Q_WIDTH((uint32_t)f.dtype, f.u4_group, d);
@@ -276,7 +276,7 @@ static double *storage_bounds(const scenario *s, const float *x, uint32_t ctx,
     uint32_t gs = per_channel ? bs : width;
     uint32_t levels = pkv__quant_levels(f.dtype);
     for (uint32_t h = 0; h < hkv; h++)
-        for (uint32_t t0 = 0; t0 < sealed; t0 += bs)
+        for (uint32_t t0 = 0; t0 < frozen; t0 += bs)
             for (uint32_t g = 0; g < (per_channel ? d : bs * per_row); g++) {
                 /* Element i of group g: its index in x and e. */
                 size_t at[PKV_LAYOUT_MAX_HEAD_DIM]; /* >= bs and width */

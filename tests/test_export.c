@@ -128,13 +128,13 @@ static void move_once(const pkv_engine_params *pa,
                  (unsigned)pb->block_size, (int)pa->backend,
                  (int)pb->backend, (unsigned)rows, (unsigned)want);
     if (PKV_LAYOUT_QUANTIZED(pa->kv_dtype)) {
-        /* The sealed blocks arrived as stored: export again and compare. */
+        /* The frozen blocks arrived as stored: export again and compare. */
         size_t size2;
         uint8_t *again = export_seq(&b, moved, &size2);
-        size_t sealed = computed / pa->block_size *
+        size_t frozen = computed / pa->block_size *
                         pkv__backend_swap_block_bytes(&b.engine->
                                                       backend_config);
-        assert_memory_equal(u8_blocks(data), u8_blocks(again), sealed);
+        assert_memory_equal(u8_blocks(data), u8_blocks(again), frozen);
         free(again);
     }
     finish_both(&a, id, &b, moved);
@@ -439,9 +439,9 @@ static uint8_t *export_of(ch_host *h, pkv_seq_id id, size_t *size)
 
 /* Two U8 (or U4) sequences that hold the same tokens and the same stored KV
  * export the same bytes, whatever they held before: one decoded plainly,
- * the other ran rejected drafts that filled and sealed its block (and,
- * with a rollback window, rolled that seal back), or was truncated
- * inside its unsealed block. */
+ * the other ran rejected drafts that filled and froze its block (and,
+ * with a rollback window, rolled that freeze back), or was truncated
+ * inside its unfrozen block. */
 static void test_u8_canonical(void **state)
 {
     (void)state;
@@ -468,7 +468,7 @@ static void test_u8_canonical(void **state)
         ch_propose_wrong(&spec, b, 4);
         for (int i = 0; i < 3; i++)
             ch_step(&spec, NULL);
-        for (int i = 0; i < 5; i++) /* one token more, block unsealed */
+        for (int i = 0; i < 5; i++) /* one token more, block unfrozen */
             ch_step(&cut, NULL);
         ch_seq *rc = ch_find(&cut, c);
         assert_int_equal(ch_truncate(&cut, c, rb->num_tokens), PKV_OK);

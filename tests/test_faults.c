@@ -316,7 +316,7 @@ static long run(int at, int32_t backend, int32_t mode, int32_t dtype,
     p.kv_dtype = dtype;
     p.swap_bytes = 1 << 20;
     /* U8: prompt chunks of 3 rows start inside staged blocks (a repeated
-     * attend must not seal from overwritten staged rows). */
+     * attend must not freeze from overwritten staged rows). */
     p.long_prefill_threshold = PKV_LAYOUT_QUANTIZED(dtype) ? 3 : 0;
     if (at == AT_ALLOC) {
         p.allocator.alloc = fault_alloc;

@@ -12,7 +12,7 @@
  * - Cache contents (every block of every layer, read back with swap_out,
  *   and the valid rows of u8 staging tails) must be byte-identical. f32
  *   and f16 stores are exact copies or the same integer f16 rounding; the
- *   u8 seal computes its parameters exactly as quant.c does and its codes
+ *   u8 freeze computes its parameters exactly as quant.c does and its codes
  *   with a correctly rounded division (PoCL has one; a device without it
  *   may move a code at an exact rounding tie by one, see docs/design.md).
  * - Attention outputs, absolute (outputs are convex combinations of V
@@ -641,7 +641,7 @@ static void test_small_variants(void **state)
  * (head slices of 8, the last part empty) and 16; blocks 1, 2 and 4
  * (chunks across blocks, each token's staging tail rule its own); every
  * dtype, windows; random prior contexts, so that the quantized ones read
- * sealed blocks and staging tails in one chunk. A case on another kernel
+ * frozen blocks and staging tails in one chunk. A case on another kernel
  * than Intel's fails. */
 static void test_intel_prefill_geometries(void **state)
 {

@@ -267,8 +267,8 @@ static double committed_difference(ch_host *h, pkv_seq_id id)
  * be the same bits on the CPU backend, where a row's arithmetic does not
  * depend on the rest of the batch; on OpenCL, where plain decoding runs
  * the decode kernels and drafts the mixed-batch kernel, they agree to
- * float rounding. With U8, drafts fill and seal blocks, and a rejected
- * one is cut inside a sealed block (recomputed, or kept by a window). */
+ * float rounding. With U8, drafts fill and freeze blocks, and a rejected
+ * one is cut inside a frozen block (recomputed, or kept by a window). */
 static void committed_rows(int32_t backend, int32_t dtype, uint32_t bs,
                            uint32_t window)
 {
@@ -345,16 +345,16 @@ static void test_committed_rows(void **state)
 #endif
 }
 
-/* Sequence id's stored KV that a cut can keep: the bytes of its sealed
- * blocks (swap layout) and the f32 rows of its unsealed last block, from
+/* Sequence id's stored KV that a cut can keep: the bytes of its frozen
+ * blocks (swap layout) and the f32 rows of its unfrozen last block, from
  * the staging tail. */
 static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
 {
     const pkv__seq *s = pkv__seqs_find(&e->seqs, id);
     const pkv__backend_config *c = &e->backend_config;
     uint32_t bs = c->block_size, d = c->head_dim;
-    uint32_t sealed = s->num_computed / bs, rows = s->num_computed % bs;
-    size_t blocks = sealed * pkv__backend_swap_block_bytes(c);
+    uint32_t frozen = s->num_computed / bs, rows = s->num_computed % bs;
+    size_t blocks = frozen * pkv__backend_swap_block_bytes(c);
     size_t tail_rows = (size_t)c->num_layers * c->num_kv_heads * 2 * rows;
     *size = blocks + tail_rows * d * sizeof(float);
     uint8_t *kv = malloc(*size + 1);
@@ -362,7 +362,7 @@ static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
     assert_non_null(kv);
     assert_non_null(stage);
     assert_int_equal(e->device.ops->swap_out(
-                         e->device.backend, s->kv.tables[0].blocks, sealed, kv),
+                         e->device.backend, s->kv.tables[0].blocks, frozen, kv),
                      PKV_OK);
     assert_int_equal(e->device.ops->stage_out(e->device.backend,
                                               pkv__kv_stage(&s->kv), stage),
@@ -379,7 +379,7 @@ static uint8_t *stored_kv(pkv_engine *e, pkv_seq_id id, size_t *size)
 /* U8 or U4 (dtype) with every draft wrong, in lockstep with plain decoding
  * (both gain one token per step): after every step the stored KV must be the
  * same bytes, so a rollback keeps every element's bound. With a window that
- * covers every block a step seals, no step computes a row twice (its
+ * covers every block a step freezes, no step computes a row twice (its
  * first row is the last sampled token); without one, some step does. */
 static void window_case(int32_t backend, int32_t dtype, uint32_t bs,
                         uint32_t k, uint32_t window, int expect_recompute)
@@ -442,7 +442,7 @@ static int32_t window_backend(void)
 #endif
 }
 
-/* U8 drafts stay inside their row's block, so a step seals at most one
+/* U8 drafts stay inside their row's block, so a step freezes at most one
  * block and a window of 1 covers every cut (8 drafts at block 4 run up to
  * 3). PKV_TEST_QUICK (ch_test_quick): U8's 8 drafts at block 4 and U4's
  * 6 at block 8. */
@@ -460,7 +460,7 @@ static void test_u8_window(void **state)
     }
 }
 
-/* Without a window, a cut inside the sealed block recomputes it. */
+/* Without a window, a cut inside the frozen block recomputes it. */
 static void test_u8_no_window(void **state)
 {
     (void)state;
@@ -531,7 +531,7 @@ static void test_propose_states(void **state)
     assert_int_equal(ra->num_tokens, 12); /* the draft and a sample */
     ch_free(&h);
 
-    /* U8: drafts that fill a block seal it in their step; rejected, the
+    /* U8: drafts that fill a block freeze it in their step; rejected, the
      * rollback drops that block (no window) and the next step computes
      * its kept rows again. Until then the sequence does not decode, and
      * pkv_seq_propose says so and why; pkv_engine_get_block_table shows

@@ -5,9 +5,9 @@
  * the host kept (the run without the feature), so KV left behind by a cut
  * fails the test. The rows of the first step after a cut show what KV the
  * cut kept: f32/f16 everything before the last kept token, U8 everything
- * before the sealed block the cut falls in (unless the rollback window
+ * before the frozen block the cut falls in (unless the rollback window
  * holds it). Cuts go into the prompt, the sampled tokens, a block
- * boundary, a sealed block and the unsealed tail; into blocks shared by a
+ * boundary, a frozen block and the unfrozen tail; into blocks shared by a
  * fork and by the prefix cache, which stay as they were (both backends);
  * and into a swapped-out sequence.
  */
@@ -45,15 +45,15 @@ static void grow_to(ch_host *h, pkv_seq_id id, uint32_t n)
 #ifndef PKV_HAVE_OPENCL
 /* The KV a cut to n keeps, as pkv.h states it, for a sequence whose KV
  * covers its tokens but the last, with a U8 rollback window of `window`
- * blocks: it holds the last blocks sealed. */
+ * blocks: it holds the last blocks frozen. */
 static uint32_t expected_kept(int32_t dtype, uint32_t bs, uint32_t window,
                               uint32_t computed, uint32_t n)
 {
     uint32_t keep = n - 1 < computed ? n - 1 : computed;
     uint32_t start = keep / bs * bs;
-    uint32_t sealed = computed / bs; /* blocks 0 .. sealed - 1 */
+    uint32_t frozen = computed / bs; /* blocks 0 .. frozen - 1 */
     if (PKV_LAYOUT_QUANTIZED(dtype) && keep > start && start + bs <= computed &&
-        start / bs + window < sealed)
+        start / bs + window < frozen)
         keep = start;
     return keep;
 }
@@ -98,14 +98,14 @@ static void test_cut_points(void **state)
                               PKV_KV_DTYPE_U8K_U4V};
     const uint32_t sizes[] = {4, 16};
     /* 1 token; in the prompt; a block boundary; just after one; in a
-     * sealed block; in the last, unsealed block; all but one. */
+     * frozen block; in the last, unfrozen block; all but one. */
     const uint32_t cuts[] = {1, 6, 8, 9, 14, 17, 21, 22};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t s = 0; s < 2; s++)
             for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
                 cut_once(dtypes[d], sizes[s], 0, cuts[c]);
     /* U8 and U4 with a rollback window of 1, 2 and 4 blocks: a cut inside
-     * one of the last sealed blocks keeps its rows. */
+     * one of the last frozen blocks keeps its rows. */
     for (int32_t dtype = PKV_KV_DTYPE_U8; dtype <= PKV_KV_DTYPE_U4; dtype++)
         for (uint32_t w = 1; w <= 4; w *= 2)
             for (size_t s = 0; s < 2; s++)
@@ -116,8 +116,8 @@ static void test_cut_points(void **state)
 #endif
 
 /* A U8 (and U4) sequence without a rollback window whose cut fell back
- * to a sealed block's start, by pkv_seq_truncate or by drafts rejected in
- * the step that sealed the block, must compute that block's kept tokens
+ * to a frozen block's start, by pkv_seq_truncate or by drafts rejected in
+ * the step that froze the block, must compute that block's kept tokens
  * again: it still forks (pkv.h lists no such refusal), and the child
  * computes the same rows again in its first step. Both then run to their
  * ends, every row checked. */
@@ -131,11 +131,11 @@ static void fork_recompute(int32_t backend, int32_t dtype, int drafts)
     pkv_seq_id id = ch_add_prompt(&h, prompt, 5, 10, 0, 0);
     ch_step(&h, NULL); /* rows 0..4: token 5 sampled */
     if (drafts) {
-        /* Rows 5, 6, 7: block 1 fills (sealed), the drafts rejected. */
+        /* Rows 5, 6, 7: block 1 fills (frozen), the drafts rejected. */
         ch_propose_wrong(&h, id, 2);
         ch_step(&h, NULL);
     } else {
-        grow_to(&h, id, 9); /* rows 5..7: block 1 sealed */
+        grow_to(&h, id, 9); /* rows 5..7: block 1 frozen */
         cut(&h, id, 7);     /* KV of 0..5 kept: inside block 1 */
     }
     const pkv__seq *s = pkv__seqs_find(&h.engine->seqs, id);
@@ -176,7 +176,7 @@ static void test_fork_recompute(void **state)
  * block must leave the child's KV as it was, and the prefix cache's blocks
  * too, which a later prompt then hits. f32/f16 keep the parent's rows of
  * that block (its next append copies it); U8 drops the block, which is
- * sealed and outside the rollback window. */
+ * frozen and outside the rollback window. */
 static void cut_shared(int32_t backend, int32_t dtype)
 {
     pkv_engine_params p = hm_params(backend);

@@ -536,7 +536,7 @@ static void test_swap_in_chain(void **state)
 }
 
 /* U8 apart, so that the oclgrind pass in tests/run.sh can run it alone:
- * its staging tails and seals meet the windows there. PKV_TEST_QUICK
+ * its staging tails and freezes meet the windows there. PKV_TEST_QUICK
  * (ch_test_quick): each dtype and each preemption mode once. */
 static void test_mixed_windows_u8(void **state)
 {

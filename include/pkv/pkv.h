@@ -153,11 +153,12 @@ PKV_API const char *pkv_last_error(void);
 /*
  * Element type of the KV cache. Stored in structs as int32_t.
  * U8, U4 and U8K_U4V are the quantized caches: a block is quantized once,
- * when it is full, and the last block of a sequence is kept in f32 until
- * then, so every stored element is within half its group's step of its
- * input and is never quantized twice (mechanism: docs/design.md, "U8
- * quantization" and "U4"). What this header says of U8 caches (sealing,
- * staging tails, u8_rollback_blocks, exports) holds for all three.
+ * when it is full (the block is then frozen: its codes never change), and
+ * the last block of a sequence is kept in f32 until then, so every stored
+ * element is within half its group's step of its input and is never
+ * quantized twice (mechanism: docs/design.md, "U8 quantization" and "U4").
+ * What this header says of U8 caches (frozen blocks, staging tails,
+ * u8_rollback_blocks, exports) holds for all three.
  */
 typedef enum pkv_kv_dtype {
     PKV_KV_DTYPE_F32 = 0, /* 4 bytes per element */
@@ -579,7 +580,7 @@ typedef struct pkv_engine_params {
      * from here on).
      * U8 caches: the rollback window, in blocks, 0 (the default: none) to
      * 64. A running sequence keeps the f32 rows of its last
-     * u8_rollback_blocks sealed (quantised) blocks, so that a cut inside
+     * u8_rollback_blocks frozen (quantised) blocks, so that a cut inside
      * one of them (pkv_seq_truncate, rejected drafts) keeps the rows before
      * the cut as stored instead of computing the block again
      * (pkv_seq_truncate says which blocks the window holds). Cost,
@@ -867,7 +868,7 @@ PKV_API pkv_status pkv_seq_abort(pkv_engine *engine, pkv_seq_id id);
  * last_token < 0). It inherits max_new_tokens, priority, tenant, salt and
  * user_data, and counts the parent's sampled tokens as its own. A parent
  * whose next step computes more than its last token (a U8 cut that fell
- * back to a sealed block's start, pkv_seq_truncate) forks as well: the
+ * back to a frozen block's start, pkv_seq_truncate) forks as well: the
  * child computes the same tokens again.
  * Errors: PKV_ERR_BAD_STATE between step_begin and step_end, or when the
  * parent has not sampled yet, has an abort pending (pkv_seq_abort) or
@@ -892,11 +893,11 @@ PKV_API pkv_status pkv_seq_fork(pkv_engine *engine, pkv_seq_id parent,
  * KV kept, as stored, never re-quantised: the rows of the kept tokens
  * whose KV was computed, except the last kept token's (it becomes the next
  * step's input row). f32 and f16: all of them. U8: all of them when the
- * cut falls in the sequence's last, unsealed block or in a sealed block
+ * cut falls in the sequence's last, unfrozen block or in a frozen block
  * its rollback window holds: one of the last u8_rollback_blocks blocks
- * (pkv_engine_params) it sealed since it last started running (admission,
+ * (pkv_engine_params) it froze since it last started running (admission,
  * swap-in, an import, a fork for the child), never a block from a prefix
- * hit. A cut in any other sealed block keeps the rows up to the start of
+ * hit. A cut in any other frozen block keeps the rows up to the start of
  * that block, whose kept tokens the next step computes again.
  * Blocks shared with a fork or the prefix cache are never changed in
  * place: a cut inside one keeps the sequence's rows as above, and the fork
@@ -932,7 +933,7 @@ PKV_API pkv_status pkv_seq_truncate(pkv_engine *engine, pkv_seq_id id,
  * confirm and cuts the KV of the others as pkv_seq_truncate cuts (a
  * shared block is never changed in place, nothing is re-quantised): the
  * sequence then holds exactly what plain decoding would have given it.
- * U8: if the step sealed a block and the cut falls inside it, the
+ * U8: if the step froze a block and the cut falls inside it, the
  * accepted rows of that block are kept when u8_rollback_blocks is at
  * least 1, else the next step computes them again (mechanism:
  * docs/design.md, "Speculative decoding", "U8 rollback window").

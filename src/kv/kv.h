@@ -352,7 +352,7 @@ pkv_status pkv__kv_append(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_new,
 void pkv__kv_truncate(pkv__kv *kv, pkv__kv_seq *s, uint32_t n_tokens);
 
 /* Cut a running sequence's KV, `computed` tokens of it written, back to
- * its first `keep` tokens as stored. A cut inside a sealed U8 block
+ * its first `keep` tokens as stored. A cut inside a frozen U8 block
  * (its rows exist only quantised) falls back to that block's start
  * unless the rollback window holds its rows, which come back to the
  * tail; a cut behind a window a group slid past keeps nothing (a step
@@ -412,8 +412,8 @@ static inline uint32_t pkv__kv_slide(pkv__kv *kv, pkv__kv_seq *s,
 
 /* The rollback window around a step (quantized caches with a window;
  * nothing otherwise): rows [first_row, first_row + rows) of the step
- * being built compute tokens from `computed` on, and a row that seals one
- * of the last blocks the step seals gets a window tail (the step's
+ * being built compute tokens from `computed` on, and a row that freezes one
+ * of the last blocks the step freezes gets a window tail (the step's
  * windows, kv->rollback.row_windows); once the step ran, those windows
  * hold their blocks. */
 static inline void pkv__kv_plan_windows(pkv__kv *kv, const pkv__kv_seq *s,
@@ -647,7 +647,7 @@ typedef struct pkv__kv_tally {
 /* NULL when the sequence's KV is as its state says: a running one's
  * tables cover exactly its slots, hold exactly the blocks from the first
  * each group's next row sees, count in the blocks' groups and fills, and
- * it holds a tail with windows on blocks it sealed; any other holds no
+ * it holds a tail with windows on blocks it froze; any other holds no
  * block nor tail, and swap bytes exactly when swapped out. Else what is
  * broken, in buf. Counts into tally. */
 const char *pkv__kv_check_seq(const pkv__kv *kv, const pkv__kv_seq *s,

@@ -170,7 +170,7 @@ static const char *check_table(const pkv__kv *kv, const pkv__kv_seq *s,
 }
 
 /* A running quantized sequence's rollback windows (rollback.h) hold
- * blocks it sealed, each in its own tail: logical block j in window
+ * blocks it froze, each in its own tail: logical block j in window
  * j % W. */
 static const char *check_windows(const pkv__kv *kv, const pkv__kv_seq *s,
                                  pkv_seq_id id, uint32_t computed, char *buf,
@@ -180,13 +180,13 @@ static const char *check_windows(const pkv__kv *kv, const pkv__kv_seq *s,
     if (r->window_blocks == NULL)
         return NULL;
     const uint32_t *held = pkv__rollback_held(r, s->stage);
-    uint32_t sealed = computed / kv->pool.block_size, w = r->window;
+    uint32_t frozen = computed / kv->pool.block_size, w = r->window;
     for (uint32_t k = 0; k < w; k++)
-        if (held[k] != PKV__NO_BLOCK && (held[k] % w != k || held[k] >= sealed))
+        if (held[k] != PKV__NO_BLOCK && (held[k] % w != k || held[k] >= frozen))
             return pkv__describe(buf, size, "seq %llu: window %u holds block "
-                                 "%u; %u blocks sealed",
+                                 "%u; %u blocks frozen",
                                  (unsigned long long)id, (unsigned)k,
-                                 (unsigned)held[k], (unsigned)sealed);
+                                 (unsigned)held[k], (unsigned)frozen);
     return NULL;
 }
 

@@ -260,7 +260,7 @@ uint32_t pkv__kv_cut(pkv__kv *kv, pkv__kv_seq *s, uint32_t computed,
 {
     uint32_t bs = kv->pool.block_size;
     uint32_t start = keep / bs * bs; /* of the block the cut falls in */
-    /* A quantized block's rows exist only quantised once it is sealed;
+    /* A quantized block's rows exist only quantised once it is frozen;
      * without a window holding them the cut drops the block. A block
      * others hold (a fork, the prefix cache) stays as it is: the next
      * append copies it. */

@@ -62,7 +62,7 @@ void pkv__rollback_plan(pkv__rollback *r, uint32_t stage, uint32_t computed,
     uint32_t end = computed + rows;
     for (uint32_t i = 0; i < rows; i++) {
         uint32_t p = computed + i, j = p / bs;
-        /* Row p seals block j; of the blocks this step seals (up to
+        /* Row p freezes block j; of the blocks this step freezes (up to
          * end / bs - 1), the last w keep windows: distinct tails. */
         int windowed = p % bs == bs - 1 && j + w >= end / bs;
         r->row_windows[first_row + i] =

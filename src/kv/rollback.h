@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The U8 rollback window (pkv_engine_params.u8_rollback_blocks, W). A U8
- * block's rows exist only quantised once it is sealed, so a cut inside it
+ * block's rows exist only quantised once it is frozen, so a cut inside it
  * cannot keep them alone without re-quantising, which pkv never does.
- * With a window, the backend also copies the f32 rows of a block it seals
+ * With a window, the backend also copies the f32 rows of a block it freezes
  * into a window tail (pkv__step.windows), and a cut inside that block
  * copies them back into the sequence's working tail: the block is then
- * the sequence's unsealed last block again, exactly as it was before the
+ * the sequence's unfrozen last block again, exactly as it was before the
  * rows after the cut were appended.
  *
  * Working tail `stage` owns window tails max_num_seqs + stage * W + (j %
- * W) for its sequence's logical blocks j: the last W blocks sealed hold
+ * W) for its sequence's logical blocks j: the last W blocks frozen hold
  * distinct tails. window_blocks names the block each one holds.
  * An entry is cleared when a step is planned to overwrite its tail and
  * set when that step ends, so a failed step leaves no stale claim.
@@ -48,8 +48,8 @@ void pkv__rollback_reset(pkv__rollback *rollback, uint32_t stage);
 
 /* Fill row_windows for rows [first_row, first_row + rows) of the step
  * being built, which compute tokens from `computed` on for the sequence
- * holding working tail `stage`: the window tail for each row that seals
- * one of the last W blocks the step seals, else PKV__NO_STAGE. */
+ * holding working tail `stage`: the window tail for each row that freezes
+ * one of the last W blocks the step freezes, else PKV__NO_STAGE. */
 void pkv__rollback_plan(pkv__rollback *rollback, uint32_t stage,
                         uint32_t computed, uint32_t first_row,
                         uint32_t rows);
@@ -60,7 +60,7 @@ void pkv__rollback_commit(pkv__rollback *rollback, uint32_t stage,
                           uint32_t computed, uint32_t first_row,
                           uint32_t rows);
 
-/* A cut falls inside the sealed logical block j of the sequence holding
+/* A cut falls inside the frozen logical block j of the sequence holding
  * working tail `stage`: copy the block's rows back into that tail on the
  * backend when a window holds them. 1 on success; 0 when no window holds
  * j or the copy failed (the caller then drops the block). */

@@ -17,23 +17,23 @@ static pkv_status enqueue_append(pkv__backend *b, uint32_t layer, kt k, kt v)
     const pkv__backend_config *c = &b->cfg;
     cl_uint hkv = c->num_kv_heads, d = c->head_dim, bs = c->block_size;
     cl_uint dtype = (cl_uint)c->kv_dtype, lyr = layer;
-    cl_uint ntok = b->step.num_tokens, nseal = b->num_seals;
+    cl_uint ntok = b->step.num_tokens, nfreeze = b->num_freezes;
     cl_mem arena = pkv__ocl_arena(b, layer);
     cl_mem step = pkv__ocl_group_of(b, layer)->step_mem;
-    for (cl_uint kv = 0; kv < 2 && pkv__backend_quantized(c) && nseal; kv++) {
+    for (cl_uint kv = 0; kv < 2 && pkv__backend_quantized(c) && nfreeze; kv++) {
         kt src = kv ? v : k;
         pkv__qformat f = pkv__backend_qformat(c, (int)kv);
         cl_uint pd = (cl_uint)f.dtype, group = (cl_uint)f.group;
         cl_uint u4g = f.u4_group;
         karg a[] = {KA(arena), KA(b->stages), KA(src.mem), KA(src.off),
-                    KA(src.f16), KA(step), KA(nseal), KA(kv), KA(pd),
+                    KA(src.f16), KA(step), KA(nfreeze), KA(kv), KA(pd),
                     KA(group), KA(u4g), KA(hkv), KA(d), KA(bs),
                     KA(b->head_bytes),
                     KA(b->k_part_bytes), KA(b->layer_block_bytes),
                     KA(b->stage_floats), KA(lyr)};
-        pkv_status st =
-            pkv__ocl_launch(b, b->k_seal, "pkv_kv_seal", a,
-                            sizeof a / sizeof a[0], nseal, hkv, b->local_seal);
+        pkv_status st = pkv__ocl_launch(b, b->k_freeze, "pkv_kv_freeze", a,
+                                        sizeof a / sizeof a[0], nfreeze, hkv,
+                                        b->local_freeze);
         if (st != PKV_OK)
             return st;
     }

@@ -238,7 +238,7 @@ static void ocl_destroy(pkv__backend *b)
                 clReleaseMemObject(b->arenas[a]);
         pkv__free(&b->alloc, b->arenas, b->num_arenas, sizeof *b->arenas);
     }
-    cl_kernel ks[] = {b->k_append, b->k_seal, b->k_attend, b->k_copy,
+    cl_kernel ks[] = {b->k_append, b->k_freeze, b->k_attend, b->k_copy,
                       b->k_tiled};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i] != NULL)
@@ -428,8 +428,8 @@ pkv_status pkv__ocl_create(const pkv__backend_config *config,
         st = pkv__ocl_make_kernel(b, b->program, "pkv_kv_append", &b->k_append,
                                   &b->local_append, LOCAL_ROWS);
     if (st == PKV_OK)
-        st = pkv__ocl_make_kernel(b, b->program, "pkv_kv_seal", &b->k_seal,
-                                  &b->local_seal, 1);
+        st = pkv__ocl_make_kernel(b, b->program, "pkv_kv_freeze", &b->k_freeze,
+                                  &b->local_freeze, 1);
     if (st == PKV_OK)
         st = pkv__ocl_make_kernel(b, b->program, "pkv_paged_attention",
                                   &b->k_attend, &b->local_attend, LOCAL_ROWS);

@@ -37,7 +37,7 @@
 #define LOCAL_ROWS 16u /* work-group width of the per-row kernels */
 
 /* What a group of layers reads of the step on the device: its block
- * tables and its step arrays (kv_step.h; the slots and seals are the
+ * tables and its step arrays (kv_step.h; the slots and freezes are the
  * group's, the rest the same in every group). Buffers of their own rather
  * than sections of shared ones: the kernels index both from the start of
  * the buffer they are given, and a sub-buffer at a section would need
@@ -63,7 +63,7 @@ struct pkv__backend {
     pkv__ocl_target cl; /* device, context, log, program cache */
     cl_command_queue queue;
     cl_program program;
-    cl_kernel k_append, k_seal, k_attend, k_copy, k_tiled;
+    cl_kernel k_append, k_freeze, k_attend, k_copy, k_tiled;
     /* Steps with more rows than sequences: pkv_paged_attention, or with
      * tile_rows > 0 the tiled kernel (prefill_kind TILES: chunk tokens
      * staged at a time) or Intel's (INTEL: k_prefill, of prefill_program,
@@ -75,7 +75,7 @@ struct pkv__backend {
     cl_kernel k_prefill;
     uint32_t prefill_lanes, prefill_slices;
     char prefill_variant[PKV__ERROR_MAX]; /* what was chosen, and why */
-    size_t local_append, local_seal, local_attend, local_copy;
+    size_t local_append, local_freeze, local_attend, local_copy;
     int unified;         /* CL_DEVICE_HOST_UNIFIED_MEMORY (for the log) */
     char device_name[4 * PKV__CL_NAME_MAX];
     /* pkv__backend_opencl named after the device, for the engine's log. */
@@ -96,7 +96,7 @@ struct pkv__backend {
     pkv__step step;
     int have_step;
     int uploaded; /* the step's arrays are on the device */
-    uint32_t num_seals;
+    uint32_t num_freezes;
     cl_event upload;
     uint32_t num_groups;
     pkv__ocl_group *groups; /* [num_groups]: pkv__backend_group(cfg, l) */

@@ -180,7 +180,7 @@ static void build_options(const pkv__ocl_target *t, const char *extra,
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(t->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp,
                     NULL);
-    /* A correctly rounded division makes the u8 seal's codes equal the
+    /* A correctly rounded division makes the u8 freeze's codes equal the
      * CPU backend's (kv_append.cl). */
     snprintf(buf, size, "-cl-std=CL1.2%s%s",
              (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)

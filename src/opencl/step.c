@@ -72,12 +72,12 @@ static pkv__step group_step(const pkv__step *s, uint32_t g)
 /* The packed step's words (kv_step.h): the header, then each array;
  * off and lens (both or neither) receive where each array starts and its
  * length. */
-static size_t step_layout(const pkv__step *s, uint32_t seals, uint32_t tiles,
+static size_t step_layout(const pkv__step *s, uint32_t freezes, uint32_t tiles,
                           size_t *off, size_t *lens)
 {
     size_t n = s->num_seqs, t = s->num_tokens;
     size_t len[PKV_STEP_HEADER] = {
-        n + 1, n, n, t, t, 2 * t, (size_t)seals * PKV_SEAL_WORDS, tiles};
+        n + 1, n, n, t, t, 2 * t, (size_t)freezes * PKV_FREEZE_WORDS, tiles};
     size_t at = PKV_STEP_HEADER;
     for (int i = 0; i < PKV_STEP_HEADER; i++) {
         if (off != NULL) {
@@ -164,12 +164,12 @@ pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s)
         return st;
     uint32_t n = s->num_seqs, bs = b->cfg.block_size;
     int quantized = pkv__backend_quantized(&b->cfg);
-    uint32_t seals = 0;
+    uint32_t freezes = 0;
     for (uint32_t i = 0; quantized && i < n; i++) {
         uint32_t ctx = s->context_lens[i];
         uint32_t first = ctx - (s->query_start[i + 1] - s->query_start[i]);
         /* Blocks whose last token is one of this step's rows. */
-        seals += ctx / bs - first / bs;
+        freezes += ctx / bs - first / bs;
     }
     /* The tiled kernel's tiles: each sequence's rows, tile_rows at a time. */
     uint32_t tiles = 0;
@@ -178,11 +178,11 @@ pkv_status pkv__ocl_begin_step(pkv__backend *b, const pkv__step *s)
         tiles += (rows + b->tile_rows - 1) / b->tile_rows;
     }
     /* Only a step beyond the bounds create checked can be refused here. */
-    size_t words = step_layout(s, seals, tiles, NULL, NULL);
+    size_t words = step_layout(s, freezes, tiles, NULL, NULL);
     if (words > UINT32_MAX)
         return pkv__fail(PKV_ERR_UNSUPPORTED, "step of %zu words", words);
     b->step = *s;
-    b->num_seals = seals;
+    b->num_freezes = freezes;
     b->num_tiles = tiles;
     b->have_step = 1;
     b->uploaded = 0;
@@ -207,7 +207,7 @@ static void pack_step(const pkv__backend *b, const pkv__step *s, uint32_t *w,
         else
             memset(w + off[PKV_STEP_STAGES], 0, (size_t)n * 4);
     }
-    uint32_t *seal = w + off[PKV_STEP_SEALS];
+    uint32_t *freeze = w + off[PKV_STEP_FREEZES];
     uint32_t *tile = w + off[PKV_STEP_TILES];
     for (uint32_t i = 0; i < n; i++) {
         uint32_t q0 = s->query_start[i], q1 = s->query_start[i + 1];
@@ -219,7 +219,7 @@ static void pack_step(const pkv__backend *b, const pkv__step *s, uint32_t *w,
             uint32_t tok = first + (r - q0);
             w[off[PKV_STEP_ROW_SEQ] + r] = i;
             /* The last block's rows go to the tail even when this step
-             * seals it: the step's rows read that block from there. */
+             * freezes it: the step's rows read that block from there. */
             int in_last = tok / bs == (ctx - 1) / bs;
             w[off[PKV_STEP_ROW_TAIL] + r] =
                 quantized && in_last ? s->stages[i] : PKV_STEP_NO_TAIL;
@@ -230,20 +230,20 @@ static void pack_step(const pkv__backend *b, const pkv__step *s, uint32_t *w,
         for (uint32_t j = first / bs; quantized && j < ctx / bs; j++) {
             uint32_t b0 = j * bs;
             uint32_t in_tail = first > b0 ? first - b0 : 0;
-            seal[PKV_SEAL_BLOCK] = table[j];
-            seal[PKV_SEAL_STAGE] = s->stages[i];
-            seal[PKV_SEAL_IN_TAIL] = in_tail;
-            seal[PKV_SEAL_FIRST_ROW] = q0 + (b0 + in_tail - first);
-            seal[PKV_SEAL_WINDOW] = s->windows != NULL
+            freeze[PKV_FREEZE_BLOCK] = table[j];
+            freeze[PKV_FREEZE_STAGE] = s->stages[i];
+            freeze[PKV_FREEZE_IN_TAIL] = in_tail;
+            freeze[PKV_FREEZE_FIRST_ROW] = q0 + (b0 + in_tail - first);
+            freeze[PKV_FREEZE_WINDOW] = s->windows != NULL
                                         ? s->windows[q0 + (b0 + bs - 1 - first)]
                                         : PKV_STEP_NO_TAIL;
-            seal += PKV_SEAL_WORDS;
+            freeze += PKV_FREEZE_WORDS;
         }
     }
 }
 
 /* Pack the step's arrays (kv_step.h), one copy per group (each with the
- * group's slots and sealed blocks), and upload them with the tables,
+ * group's slots and frozen blocks), and upload them with the tables,
  * once per step, from its first layer call. On failure nothing is marked
  * done: the next layer call (the host's repeat) starts over. */
 static pkv_status upload_step(pkv__backend *b)
@@ -259,7 +259,7 @@ static pkv_status upload_step(pkv__backend *b)
     }
     uint32_t n = s->num_seqs, groups = b->num_groups;
     size_t off[PKV_STEP_HEADER], lens[PKV_STEP_HEADER];
-    size_t at = step_layout(s, b->num_seals, b->num_tiles, off, lens);
+    size_t at = step_layout(s, b->num_freezes, b->num_tiles, off, lens);
     pkv_status st = PKV_OK;
     for (uint32_t g = 0; st == PKV_OK && g < groups; g++) {
         st = grow_step(b, &b->groups[g], at);

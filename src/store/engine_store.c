@@ -918,7 +918,7 @@ void pkv__store_send(pkv__engine_store *s)
                    block_bytes);
             /* Under a seal the AEAD's tag is the check: no checksum. */
             if (s->env.seal == NULL)
-                pkv__value_seal(op.values + s->inner_at, s->env.config);
+                pkv__value_put_checksum(op.values + s->inner_at, s->env.config);
             if (s->env.seal != NULL && seal_value(s, &op) != PKV_OK) {
                 s->env.totals->store_save_failures++;
                 s->sent[s->pending_blocks[i]] = 0;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* A KV store's value for one block: sealing and checking (value.h). */
+/* A KV store's value for one block: its checksum and its checks (value.h). */
 #include "store/value.h"
 
 #include "kv_layout.h"
@@ -56,7 +56,7 @@ void pkv__value_begin(uint8_t *value, const pkv__backend_config *c,
         pkv__put_u32(value + HEADER_BYTES + 4 * t, (uint32_t)tokens[t]);
 }
 
-void pkv__value_seal(uint8_t *value, const pkv__backend_config *c)
+void pkv__value_put_checksum(uint8_t *value, const pkv__backend_config *c)
 {
     pkv__put_u64(value + AT_CHECKSUM,
                  pkv__checksum(value, pkv__value_bytes(c), AT_CHECKSUM));

@@ -33,7 +33,7 @@ size_t pkv__value_kv_offset(const pkv__backend_config *c);
 
 /* Write a value's header and tokens: block `index` of its prompt, named
  * digest, after parent (the root digest for index 0). Its KV goes to
- * pkv__value_kv_offset, then pkv__value_seal. */
+ * pkv__value_kv_offset, then pkv__value_put_checksum. */
 void pkv__value_begin(uint8_t *value, const pkv__backend_config *c,
                       uint32_t index, const uint8_t digest[PKV__DIGEST_BYTES],
                       const uint8_t parent[PKV__DIGEST_BYTES],
@@ -41,15 +41,15 @@ void pkv__value_begin(uint8_t *value, const pkv__backend_config *c,
 
 /* Write the checksum of a value whose header, tokens and KV are in
  * place. */
-void pkv__value_seal(uint8_t *value, const pkv__backend_config *c);
+void pkv__value_put_checksum(uint8_t *value, const pkv__backend_config *c);
 
-/* Whether `size` bytes at value are what pkv__value_seal wrote for the
+/* Whether `size` bytes at value are what pkv__value_put_checksum wrote for the
  * same config, index, digest, parent and tokens, with only finite numbers
  * in its KV (f32/f16 elements, quantized parts' lo and scale): a value
  * with another is DAMAGED, as a host tensor with one is refused.
  * authenticated: the value came out of a deployment key's seal, which
  * already proved every byte is what this key sealed, so the checksum is
- * neither written (pkv__value_seal is not called) nor compared. */
+ * neither written (pkv__value_put_checksum is not called) nor compared. */
 enum pkv__value_verdict pkv__value_check(
     const uint8_t *value, uint64_t size, const pkv__backend_config *c,
     uint32_t index, const uint8_t digest[PKV__DIGEST_BYTES],

@@ -402,7 +402,7 @@ static int create(world *w)
     TOT.windowed_inputs += (uint64_t)w->windowed;
 
     /* f32 KV: within 1e-4 of the dense reference; f16 rounds every element
-     * (tensors may then be f16 too); u8 and u4 quantize each sealed block
+     * (tensors may then be f16 too); u8 and u4 quantize each frozen block
      * (u4 steps are 17 times u8's). */
     double tolerance = p.kv_dtype == PKV_KV_DTYPE_F32   ? 1e-4
                        : p.kv_dtype == PKV_KV_DTYPE_F16 ? 2e-3

@@ -442,12 +442,15 @@ def check_curl(s):
 
 def check_timeout_and_shutdown(binary, model):
     """A second server with --timeout 1: a long request gets 504; SIGTERM
-    answers the one in flight and exits 0."""
-    s = Server(binary, model, ["--timeout", "1", "--ctx", "4096"])
+    answers the one in flight and exits 0. The request's prompt is about
+    7,000 tokens, seconds of prefill on any machine, so that it cannot
+    end (an end-of-turn token, as a short prompt may meet) before the
+    second is up."""
+    s = Server(binary, model, ["--timeout", "1", "--ctx", "8192"])
     s.model = model
     status, body = s.raw("POST", "/v1/completions",
-                         {"model": model, "prompt": PROMPTS[0],
-                          "max_tokens": 4000})
+                         {"model": model, "prompt": "the " * 7000,
+                          "max_tokens": 1000})
     e = error_shape(status, body, 504, "a request past --timeout")
     check(e["code"] == "request_timeout", f"timeout code {e['code']}")
     rc = s.stop()

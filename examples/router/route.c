@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/* Which backend takes a request (router.h). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "router.h"
+
+#include <time.h>
+
+/* How long a backend that could not be reached is skipped. */
+#define DOWN_S 2.0
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int was_tried(const uint8_t *tried, uint32_t b)
+{
+    return tried != NULL && (tried[b / 8] >> (b % 8)) & 1;
+}
+
+int rt_route(rt_router *r, const int32_t *tokens, uint32_t n,
+             const uint8_t *tried)
+{
+    /* The index first, outside the router's lock: it has its own. */
+    uint32_t matched[RT_MAX_BACKENDS];
+    for (uint32_t b = 0; b < r->num_backends; b++)
+        matched[b] = tokens != NULL && r->policy == RT_POLICY_PREFIX
+                         ? rt_index_match(&r->index, b, tokens, n)
+                         : 0;
+    double now = now_s();
+    pthread_mutex_lock(&r->lock);
+    int up = 0;
+    for (uint32_t b = 0; b < r->num_backends; b++)
+        up |= !was_tried(tried, b) && r->backends[b].down_until <= now;
+    int best = -1;
+    /* In turn from the round-robin's next, so that equal backends take
+     * requests in turn; the first of the best wins. */
+    for (uint32_t k = 0; k < r->num_backends; k++) {
+        uint32_t b = (r->next + k) % r->num_backends;
+        const rt_backend *c = &r->backends[b];
+        if (was_tried(tried, b) || (up && c->down_until > now))
+            continue;
+        if (best < 0 || r->policy == RT_POLICY_ROUND_ROBIN) {
+            best = (int)b;
+            if (r->policy == RT_POLICY_ROUND_ROBIN)
+                break;
+            continue;
+        }
+        const rt_backend *o = &r->backends[best];
+        if (matched[b] > matched[best] ||
+            (matched[b] == matched[best] && c->in_flight < o->in_flight))
+            best = (int)b;
+    }
+    if (best >= 0) {
+        rt_backend *c = &r->backends[best];
+        r->next = ((uint32_t)best + 1) % r->num_backends;
+        c->in_flight++;
+        c->requests++;
+        c->matched_tokens += matched[best];
+        if (tokens != NULL) {
+            r->prompt_tokens += n;
+            if (matched[best] == 0 && r->policy == RT_POLICY_PREFIX)
+                r->fallbacks++;
+        } else {
+            r->fallbacks++;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return best;
+}
+
+void rt_route_done(rt_router *r, int b, int failed)
+{
+    rt_backend *c = &r->backends[b];
+    pthread_mutex_lock(&r->lock);
+    c->in_flight--;
+    if (failed) {
+        c->failures++;
+        c->down_until = now_s() + DOWN_S;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (failed)
+        rt_index_clear(&r->index, (uint32_t)b);
+}

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pkv-router's state: the backends (pkv-server processes, or anything
+ * that answers OpenAI's API and publishes vLLM's KV events), the block
+ * index their events fill, the model's tokenizer and chat template (to
+ * read a prompt as the backends do), the policy, and the figures
+ * /metrics reports.
+ */
+#ifndef PKV_ROUTER_ROUTER_H
+#define PKV_ROUTER_ROUTER_H
+
+#include "chat.h"
+#include "events.h"
+#include "index.h"
+#include "tokenizer.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { RT_POLICY_PREFIX, RT_POLICY_ROUND_ROBIN };
+
+/* Backends a router takes at most. */
+#define RT_MAX_BACKENDS 64
+
+typedef struct rt_backend {
+    const char *url;    /* http://HOST:PORT, no trailing slash */
+    const char *events; /* a ZeroMQ endpoint, or NULL: none */
+    rt_feed feed;       /* the subscriber thread's own */
+    /* Under the router's lock. */
+    uint32_t in_flight;
+    double down_until; /* after a failed connection: skipped till then */
+    uint64_t requests, failures, matched_tokens;
+    /* The feed's figures, copied by the event thread. */
+    uint64_t event_batches, event_gaps, event_bad;
+} rt_backend;
+
+typedef struct rt_router {
+    /* Set before the threads start, then read only. */
+    rt_backend *backends;
+    uint32_t num_backends;
+    int policy;           /* RT_POLICY_* */
+    const gg_tokenizer *tok; /* NULL: no model, prompts are not read */
+    gg_chat chat;
+    size_t max_body;   /* bytes of a request body */
+    size_t max_answer; /* bytes of a whole (not streamed) answer */
+    double timeout_s;  /* a request's time at most */
+    rt_index index;
+    /* Under lock. */
+    pthread_mutex_t lock;
+    uint32_t next; /* round-robin's */
+    uint64_t prompt_tokens, fallbacks, retries, errors, unread;
+} rt_router;
+
+/* The backend for a prompt of tokens[0, n) (tokens NULL: not read),
+ * skipping those in tried (RT_MAX_BACKENDS / 8 bytes, a bit per
+ * backend, or NULL): the one holding
+ * the longest prefix in blocks, ties to the fewest requests in flight,
+ * then in turn; round-robin's next under RT_POLICY_ROUND_ROBIN. Backends
+ * down are taken only when all are. Counts the request in flight (give
+ * it back with rt_route_done). The backend's index, or -1 when every
+ * backend was tried. */
+int rt_route(rt_router *r, const int32_t *tokens, uint32_t n,
+             const uint8_t *tried);
+
+/* The request sent to backend b ended; failed: it could not be reached
+ * (b is skipped for a while and its blocks forgotten: a backend that
+ * comes back has an empty cache). */
+void rt_route_done(rt_router *r, int b, int failed);
+
+#endif
