@@ -655,8 +655,10 @@ static int serve(const options *o, gg_model *m, const char *weights,
         longest = len > longest ? len : longest;
         blocks += (len + GG_BLOCK_SIZE - 1) / GG_BLOCK_SIZE;
     }
-    gg_kv_choice kv = {o->kv_dtype, o->key_quant, o->backend,
-                       o->every_token};
+    gg_kv_choice kv = {.dtype = o->kv_dtype,
+                       .key_quant = o->key_quant,
+                       .backend = o->backend,
+                       .every_token = o->every_token};
     pkv_engine_params p;
     e = gg_engine_create(&p, m, &kv, longest, blocks, 256,
                          o->store != NULL ? &store.store : NULL);
@@ -768,7 +770,10 @@ int main(int argc, char **argv)
                    (chat.kind != GG_CHAT_NONE && !o.prompt && !o.input &&
                     !o.agreement);
     gg_chat plain = {GG_CHAT_NONE, -1, "none"};
-    gg_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend, o.every_token};
+    gg_kv_choice kv = {.dtype = o.kv_dtype,
+                       .key_quant = o.key_quant,
+                       .backend = o.backend,
+                       .every_token = o.every_token};
     char name[64];
     int rc;
     if (chatting && chat.kind == GG_CHAT_NONE) {

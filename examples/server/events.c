@@ -179,7 +179,7 @@ static int receive_frame(void *socket, void *buf, size_t cap, int *more)
     zmq_msg_init(&m);
     int n = zmq_msg_recv(&m, socket, ZMQ_DONTWAIT);
     size_t size = zmq_msg_size(&m);
-    if (n >= 0 && size > 0 && size <= cap)
+    if (n >= 0 && buf != NULL && size > 0 && size <= cap)
         memcpy(buf, zmq_msg_data(&m), size);
     *more = n >= 0 && zmq_msg_more(&m);
     zmq_msg_close(&m);

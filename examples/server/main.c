@@ -236,8 +236,11 @@ static int serve(const options *o, srv_server *s, gg_model *m)
         (ev = srv_events_open(o->kv_events, o->kv_events_replay, "")) ==
             NULL)
         return 1;
-    gg_kv_choice kv = {o->kv_dtype, PKV_QUANT_GROUP_PER_CHANNEL, o->backend,
-                       0, ev != NULL ? srv_events_publish : NULL, ev};
+    gg_kv_choice kv = {.dtype = o->kv_dtype,
+                       .key_quant = PKV_QUANT_GROUP_PER_CHANNEL,
+                       .backend = o->backend,
+                       .events = ev != NULL ? srv_events_publish : NULL,
+                       .events_user = ev};
     pkv_engine_params p;
     uint32_t blocks = (o->kv_tokens + GG_BLOCK_SIZE - 1) / GG_BLOCK_SIZE + 1;
     pkv_engine *e = gg_engine_create(&p, m, &kv, s->ctx, blocks, 256, NULL);
