@@ -7,6 +7,8 @@
 #include <msgpack.h>
 #include <zmq.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +17,10 @@
 /* Messages a slow subscriber may have queued before PUB drops: vLLM's
  * default. */
 #define HIGH_WATER_MARK 100000
-/* Messages kept for replay, and replay requests served per batch. */
+/* Messages kept for replay; how long the replay thread waits for a
+ * request before it looks whether it should end. */
 #define REPLAY_KEEP 1024u
-#define REPLAY_REQUESTS 16
+#define REPLAY_POLL_MS 100
 /* A ROUTER's peer identity is at most 255 bytes. */
 #define IDENTITY_MAX 255u
 
@@ -29,20 +32,31 @@ typedef struct kept_message {
 
 struct srv_events {
     void *context;
-    void *pub;
-    void *replay; /* ROUTER, or NULL */
+    void *pub;    /* the stepping thread's */
+    void *replay; /* ROUTER, or NULL: the replay thread's */
     char *topic;
     const char *medium; /* "GPU" or "CPU" */
-    uint64_t seq; /* the next message's */
     msgpack_sbuffer buffer; /* a batch, kept between batches */
+    pthread_t replay_thread;
+    int replay_started;
+    atomic_int stop;
+    /* Under lock: the stepping thread writes, the replay thread reads. */
+    pthread_mutex_t lock;
+    uint64_t seq; /* the next message's */
     kept_message kept[REPLAY_KEEP]; /* by seq % REPLAY_KEEP */
 };
 
-/* endpoint bound if it holds '*' (vLLM's rule), else connected. */
+static void *replay_main(void *arg);
+
+/* endpoint bound if it holds '*' or "::", or is ipc:// or inproc://
+ * (vLLM's rule), else connected. */
 static int attach(void *socket, const char *endpoint)
 {
-    return strchr(endpoint, '*') != NULL ? zmq_bind(socket, endpoint)
-                                         : zmq_connect(socket, endpoint);
+    int bind = strchr(endpoint, '*') != NULL ||
+               strstr(endpoint, "::") != NULL ||
+               strncmp(endpoint, "ipc://", 6) == 0 ||
+               strncmp(endpoint, "inproc://", 9) == 0;
+    return bind ? zmq_bind(socket, endpoint) : zmq_connect(socket, endpoint);
 }
 
 srv_events *srv_events_open(const char *endpoint, const char *replay,
@@ -56,6 +70,8 @@ srv_events *srv_events_open(const char *endpoint, const char *replay,
     }
     ev->medium = "CPU";
     msgpack_sbuffer_init(&ev->buffer);
+    pthread_mutex_init(&ev->lock, NULL);
+    atomic_init(&ev->stop, 0);
     int hwm = HIGH_WATER_MARK, linger = 0;
     ev->context = zmq_ctx_new();
     ev->pub = ev->context != NULL ? zmq_socket(ev->context, ZMQ_PUB) : NULL;
@@ -73,7 +89,10 @@ srv_events *srv_events_open(const char *endpoint, const char *replay,
     if (replay == NULL)
         return ev;
     ev->replay = zmq_socket(ev->context, ZMQ_ROUTER);
+    /* The high-water mark above every kept message: a replay is sent at
+     * once, and ROUTER drops what is past it. */
     if (ev->replay == NULL ||
+        zmq_setsockopt(ev->replay, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
         zmq_setsockopt(ev->replay, ZMQ_LINGER, &linger, sizeof linger) !=
             0 ||
         zmq_bind(ev->replay, replay) != 0) {
@@ -82,6 +101,12 @@ srv_events *srv_events_open(const char *endpoint, const char *replay,
         srv_events_close(ev);
         return NULL;
     }
+    if (pthread_create(&ev->replay_thread, NULL, replay_main, ev) != 0) {
+        fprintf(stderr, "pkv-server: --kv-events-replay: no thread\n");
+        srv_events_close(ev);
+        return NULL;
+    }
+    ev->replay_started = 1;
     return ev;
 }
 
@@ -89,6 +114,10 @@ void srv_events_close(srv_events *ev)
 {
     if (ev == NULL)
         return;
+    if (ev->replay_started) {
+        atomic_store(&ev->stop, 1);
+        pthread_join(ev->replay_thread, NULL);
+    }
     if (ev->pub != NULL)
         zmq_close(ev->pub);
     if (ev->replay != NULL)
@@ -98,6 +127,7 @@ void srv_events_close(srv_events *ev)
     if (ev->context != NULL)
         zmq_ctx_term(ev->context);
     msgpack_sbuffer_destroy(&ev->buffer);
+    pthread_mutex_destroy(&ev->lock);
     free(ev->topic);
     free(ev);
 }
@@ -186,57 +216,71 @@ static int receive_frame(void *socket, void *buf, size_t cap, int *more)
     return n >= 0 && size <= cap ? (int)size : -1;
 }
 
-/* Replay requests waiting on the ROUTER, as vLLM's publisher serves
- * them: a request is [identity, "", start (8 bytes, big-endian)]; the
- * answer every kept message from start on, each [identity, "", seq,
- * payload], then [identity, "", -1, ""]. A request of another shape is
- * dropped. Served when a batch is published (the step loop's thread
- * owns the sockets), a few at a time. */
+/* One replay request on the ROUTER, as vLLM's publisher serves them: a
+ * request is [identity, "", start (8 bytes, big-endian)]; the answer
+ * every kept message from start on, each [identity, "", seq, payload],
+ * then [identity, "", -1, ""]. A request of another shape is dropped.
+ * The answer is sent under the lock (never waiting: a peer past the
+ * high-water mark loses the rest, as it would on the PUB socket). */
 static void serve_replay(srv_events *ev)
 {
-    for (int r = 0; r < REPLAY_REQUESTS; r++) {
-        zmq_pollitem_t item = {ev->replay, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, 0) <= 0)
-            return;
-        uint8_t id[IDENTITY_MAX], empty[1], start[8];
-        int more = 0;
-        int id_n = receive_frame(ev->replay, id, sizeof id, &more);
-        int empty_n = more ? receive_frame(ev->replay, empty, 0, &more) : -1;
-        int start_n =
-            more ? receive_frame(ev->replay, start, sizeof start, &more) : -1;
-        while (more) /* drop what a malformed request adds */
-            receive_frame(ev->replay, NULL, 0, &more);
-        if (id_n <= 0 || empty_n != 0 || start_n != 8)
-            continue;
-        uint64_t from = 0;
-        for (int i = 0; i < 8; i++)
-            from = from << 8 | start[i];
-        uint64_t oldest = ev->seq > REPLAY_KEEP ? ev->seq - REPLAY_KEEP : 0;
-        uint8_t seq[8];
-        for (uint64_t q = from > oldest ? from : oldest; q < ev->seq; q++) {
-            const kept_message *k = &ev->kept[q % REPLAY_KEEP];
-            seq_bytes(q, seq);
-            zmq_send(ev->replay, id, (size_t)id_n, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-            zmq_send(ev->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-            zmq_send(ev->replay, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-            zmq_send(ev->replay, k->payload, k->size, ZMQ_DONTWAIT);
-        }
-        seq_bytes(UINT64_MAX, seq);
+    uint8_t id[IDENTITY_MAX], empty[1], start[8];
+    int more = 0;
+    int id_n = receive_frame(ev->replay, id, sizeof id, &more);
+    int empty_n = more ? receive_frame(ev->replay, empty, 0, &more) : -1;
+    int start_n =
+        more ? receive_frame(ev->replay, start, sizeof start, &more) : -1;
+    while (more) /* drop what a malformed request adds */
+        receive_frame(ev->replay, NULL, 0, &more);
+    if (id_n <= 0 || empty_n != 0 || start_n != 8)
+        return;
+    uint64_t from = 0;
+    for (int i = 0; i < 8; i++)
+        from = from << 8 | start[i];
+    uint8_t seq[8];
+    pthread_mutex_lock(&ev->lock);
+    uint64_t oldest = ev->seq > REPLAY_KEEP ? ev->seq - REPLAY_KEEP : 0;
+    for (uint64_t q = from > oldest ? from : oldest; q < ev->seq; q++) {
+        const kept_message *k = &ev->kept[q % REPLAY_KEEP];
+        if (k->payload == NULL || k->seq != q)
+            continue; /* not kept: out of memory then */
+        seq_bytes(q, seq);
         zmq_send(ev->replay, id, (size_t)id_n, ZMQ_SNDMORE | ZMQ_DONTWAIT);
         zmq_send(ev->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
         zmq_send(ev->replay, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-        zmq_send(ev->replay, "", 0, ZMQ_DONTWAIT);
+        zmq_send(ev->replay, k->payload, k->size, ZMQ_DONTWAIT);
     }
+    pthread_mutex_unlock(&ev->lock);
+    seq_bytes(UINT64_MAX, seq);
+    zmq_send(ev->replay, id, (size_t)id_n, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ev->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ev->replay, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ev->replay, "", 0, ZMQ_DONTWAIT);
+}
+
+/* The replay thread: requests answered as they come, idle or not. */
+static void *replay_main(void *arg)
+{
+    srv_events *ev = arg;
+    while (!atomic_load(&ev->stop)) {
+        zmq_pollitem_t item = {ev->replay, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, REPLAY_POLL_MS) > 0)
+            serve_replay(ev);
+    }
+    return NULL;
 }
 
 /* Keep the batch just packed for replay (a batch kept without memory is
- * left out of replays: its slot holds nothing). */
+ * left out of replays). Under the lock. */
 static void keep(srv_events *ev)
 {
     kept_message *k = &ev->kept[ev->seq % REPLAY_KEEP];
     void *copy = realloc(k->payload, ev->buffer.size);
-    if (copy == NULL)
+    if (copy == NULL) {
+        free(k->payload);
+        k->payload = NULL;
         return;
+    }
     memcpy(copy, ev->buffer.data, ev->buffer.size);
     k->payload = copy;
     k->size = ev->buffer.size;
@@ -247,8 +291,6 @@ void srv_events_publish(void *user, const pkv_kv_event *events,
                         uint32_t count)
 {
     srv_events *ev = user;
-    if (ev->replay != NULL)
-        serve_replay(ev);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     msgpack_sbuffer_clear(&ev->buffer);
@@ -261,13 +303,15 @@ void srv_events_publish(void *user, const pkv_kv_event *events,
         pack_event(&pk, ev, &events[i]);
     msgpack_pack_uint32(&pk, 0); /* data_parallel_rank */
     uint8_t seq[8];
+    pthread_mutex_lock(&ev->lock);
     seq_bytes(ev->seq, seq);
     if (ev->replay != NULL)
         keep(ev);
+    ev->seq++;
+    pthread_mutex_unlock(&ev->lock);
     /* Never waits: a subscriber past the high-water mark misses the
      * message (and sees the gap in the sequence numbers). */
     zmq_send(ev->pub, ev->topic, strlen(ev->topic), ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ev->pub, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ev->pub, ev->buffer.data, ev->buffer.size, ZMQ_DONTWAIT);
-    ev->seq++;
 }

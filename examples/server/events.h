@@ -23,13 +23,13 @@
  * 64-bit, unsigned), medium "GPU" on the OpenCL backend and "CPU" on the
  * CPU backend, kv_cache_spec_kind "full_attention" or "sliding_window"
  * (a group with a window, hybrid memory). Each call of the engine's
- * callback (up to 256 events) is one batch. Replay requests are served
- * when a batch is published (the sockets are the stepping thread's). It
- * runs on the stepping
- * thread, never blocks (a subscriber too slow for the socket's
+ * callback (up to 256 events) is one batch. The callback runs on the
+ * stepping thread, never blocks (a subscriber too slow for the socket's
  * high-water mark loses messages, which the sequence numbers show), and
  * allocates nothing per event once the first batch ran (with replay, a
- * copy of each batch is kept in place of the one 1,024 before).
+ * copy of each batch is kept in place of the one 1,024 before). Replay
+ * requests are answered by a thread of their own as they come, the
+ * server idle or not.
  */
 #ifndef PKV_SERVER_EVENTS_H
 #define PKV_SERVER_EVENTS_H
@@ -38,8 +38,8 @@
 
 typedef struct srv_events srv_events;
 
-/* A publisher on endpoint (bound if it holds '*', as vLLM's does, else
- * connected), its messages under topic, and when replay is not NULL a
+/* A publisher on endpoint (bound if it holds '*' or "::", or is ipc://
+ * or inproc://, as vLLM's is, else connected), its messages under topic, and when replay is not NULL a
  * ROUTER bound there that sends the last 1,024 messages again from a
  * sequence number on (vLLM's replay protocol: events.c). NULL after
  * printing why. */

@@ -146,15 +146,17 @@ def main():
     ap.add_argument("--model", required=True)
     args = ap.parse_args()
     ctx = zmq.Context()
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    # The subscriber binds and the server connects: no port to guess.
-    sub.bind("tcp://127.0.0.1:*")
-    endpoint = sub.getsockopt_string(zmq.LAST_ENDPOINT)
+    # The server binds (an endpoint with '*', as vLLM's publisher does)
+    # and the subscriber connects, as a router does. (A SUB that binds
+    # with the PUB connecting received nothing with libzmq 4.3.4/4.3.5.)
+    port = free_port()
     replay = f"tcp://127.0.0.1:{free_port()}"
     s = Server(args.server, args.model,
-               ["--kv-events", endpoint, "--kv-events-replay", replay,
-                "--kv-tokens", "1100", "--ctx", "1024"])
+               ["--kv-events", f"tcp://*:{port}", "--kv-events-replay",
+                replay, "--kv-tokens", "1100", "--ctx", "1024"])
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(f"tcp://127.0.0.1:{port}")
     dealer = ctx.socket(zmq.DEALER)
     dealer.connect(replay)
     time.sleep(1.0)  # the PUB side connects (ZeroMQ's slow joiner)
