@@ -620,17 +620,6 @@ static int make_requests(const options *o, const gg_tokenizer *tok,
     return 0;
 }
 
-/* The store's name for the weights: this architecture, this file (its
- * name), this way of running it. */
-static void store_model_name(const gg_model *m, const char *weights,
-                             char *name, size_t size)
-{
-    const char *base = strrchr(weights, '/');
-    snprintf(name, size, "%s/%s-on-ggml",
-             m->config.arch == GG_ARCH_GEMMA3 ? "gemma3" : "llama",
-             base ? base + 1 : weights);
-}
-
 static int serve(const options *o, gg_model *m, const char *weights,
                  const gg_tokenizer *tok, const gg_chat *chat)
 {
@@ -642,7 +631,7 @@ static int serve(const options *o, gg_model *m, const char *weights,
     gg_host h = {0};
     host_store store = {0};
     char model_name[256];
-    store_model_name(m, weights, model_name, sizeof model_name);
+    gg_store_model_name(m, weights, model_name, sizeof model_name);
     if (o->store != NULL &&
         host_store_open(&store, "pkv-gguf", o->store, model_name) != 0)
         goto out;

@@ -9,7 +9,7 @@
  *              [--kv-tokens N] [--max-requests N] [--max-clients N]
  *              [--max-body BYTES] [--max-tokens N] [--timeout S]
  *              [--http-threads N] [--kv-events ENDPOINT]
- *              [--kv-events-replay ENDPOINT]
+ *              [--kv-events-replay ENDPOINT] [--store HOST:PORT]
  *
  * POST /v1/completions and /v1/chat/completions (streamed with "stream":
  * true), GET /v1/models, /health and /metrics. Listens on 127.0.0.1 by
@@ -17,7 +17,10 @@
  * prints "pkv-server: listening on http://ADDR:PORT" once it serves, and
  * ends on SIGINT or SIGTERM: requests in flight then end with 503.
  * --kv-events publishes the engine's KV events over ZeroMQ in vLLM's
- * wire format (events.h), for a KV-aware router.
+ * wire format (events.h), for a KV-aware router. --store shares the
+ * prompts' blocks through a Redis server with every host naming the
+ * same weights (host/store.h): a fleet's servers load what another
+ * computed.
  *
  * Threads: libmicrohttpd's (--http-threads) read, parse and tokenize
  * requests and write answers; the main thread runs the step loop, the
@@ -29,6 +32,7 @@
 #include "host.h"
 #include "http.h"
 #include "server.h"
+#include "store.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +42,7 @@
 
 typedef struct options {
     const char *model, *weights, *name, *kv_events, *kv_events_replay;
+    const char *store; /* HOST:PORT of a Redis sharing blocks, or NULL */
     srv_http_options http;
     int32_t kv_dtype, backend;
     uint32_t threads, ctx, kv_tokens, max_requests, max_tokens, timeout_s;
@@ -58,7 +63,8 @@ static int usage(FILE *out, int code)
             "                  [--max-body BYTES] [--max-tokens N] "
             "[--timeout S]\n"
             "                  [--http-threads N] [--kv-events ENDPOINT]\n"
-            "                  [--kv-events-replay ENDPOINT]\n"
+            "                  [--kv-events-replay ENDPOINT] [--store "
+            "HOST:PORT]\n"
             "OpenAI's API over HTTP: POST /v1/completions and\n"
             "/v1/chat/completions (\"stream\": true for server-sent "
             "events),\nGET /v1/models, /health, /metrics (Prometheus).\n"
@@ -78,9 +84,13 @@ static int usage(FILE *out, int code)
             "  connections closed after 60 s.\n"
             "--kv-events ENDPOINT: publish the KV cache's blocks as they are\n"
             "  stored and evicted, in vLLM's KV-events format (msgpack over\n"
-            "  ZeroMQ PUB, e.g. tcp://*:5557: bound when it holds '*').\n"
+            "  ZeroMQ PUB, e.g. tcp://*:5557 or ipc:///run/pkv/events: "
+            "bound when it\n  holds '*' or '::' or is ipc:// or inproc://, "
+            "else connected).\n"
             "--kv-events-replay ENDPOINT: a ROUTER that sends the last 1024\n"
             "  messages again from a sequence number on (vLLM's replay).\n"
+            "--store HOST:PORT: share the prompts' KV blocks through a "
+            "Redis server\n  with the other hosts of these weights.\n"
             "Ends on SIGINT or SIGTERM.\n");
     return code;
 }
@@ -105,6 +115,8 @@ static int parse_value(options *o, const char *a, const char *v)
         o->kv_events = v;
     } else if (strcmp(a, "--kv-events-replay") == 0) {
         o->kv_events_replay = v;
+    } else if (strcmp(a, "--store") == 0) {
+        o->store = v;
     } else if (strcmp(a, "--kv") == 0) {
         if (host_parse_kv(v, &o->kv_dtype) != 0)
             return host_bad_arg("pkv-server", a, v,
@@ -166,7 +178,7 @@ static int parse_options(int argc, char **argv, options *o)
         "--port",      "--kv",           "--backend",     "--threads",
         "--ctx",       "--kv-tokens",    "--max-requests", "--max-clients",
         "--max-body",  "--max-tokens",   "--timeout",     "--http-threads",
-        "--kv-events", "--kv-events-replay"};
+        "--kv-events", "--kv-events-replay", "--store"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
@@ -229,13 +241,23 @@ static const char *model_name(const options *o, const char *weights,
 }
 
 /* Serve until a signal: the engine, the HTTP side, the loop. */
-static int serve(const options *o, srv_server *s, gg_model *m)
+static int serve(const options *o, srv_server *s, gg_model *m,
+                 const char *weights)
 {
+    host_store store = {0};
+    if (o->store != NULL) {
+        char name[256];
+        gg_store_model_name(m, weights, name, sizeof name);
+        if (host_store_open(&store, "pkv-server", o->store, name) != 0)
+            return 1;
+    }
     srv_events *ev = NULL;
     if (o->kv_events != NULL &&
         (ev = srv_events_open(o->kv_events, o->kv_events_replay, "")) ==
-            NULL)
+            NULL) {
+        host_store_close(&store);
         return 1;
+    }
     gg_kv_choice kv = {.dtype = o->kv_dtype,
                        .key_quant = PKV_QUANT_GROUP_PER_CHANNEL,
                        .backend = o->backend,
@@ -243,11 +265,13 @@ static int serve(const options *o, srv_server *s, gg_model *m)
                        .events_user = ev};
     pkv_engine_params p;
     uint32_t blocks = (o->kv_tokens + GG_BLOCK_SIZE - 1) / GG_BLOCK_SIZE + 1;
-    pkv_engine *e = gg_engine_create(&p, m, &kv, s->ctx, blocks, 256, NULL);
+    pkv_engine *e = gg_engine_create(&p, m, &kv, s->ctx, blocks, 256,
+                                     o->store != NULL ? &store.store : NULL);
     gg_host h = {0};
     int rc = 1;
     if (e == NULL) {
         srv_events_close(ev);
+        host_store_close(&store);
         return 1;
     }
     if (ev != NULL)
@@ -267,6 +291,8 @@ static int serve(const options *o, srv_server *s, gg_model *m)
            p.num_blocks, GG_BLOCK_SIZE);
     if (ev != NULL)
         printf("pkv-server: KV events on %s\n", o->kv_events);
+    if (o->store != NULL)
+        printf("pkv-server: KV store %s\n", o->store);
     fflush(stdout);
     rc = srv_loop_run(s, e, &h.model, &stop_asked);
     srv_http_stop(d);
@@ -275,6 +301,7 @@ out:
     gg_host_free(&h);
     pkv_engine_destroy(e);
     srv_events_close(ev);
+    host_store_close(&store);
     return rc;
 }
 
@@ -311,7 +338,7 @@ int main(int argc, char **argv)
     if (srv_server_init(&s) != 0) {
         fprintf(stderr, "pkv-server: cannot make a lock\n");
     } else {
-        rc = serve(&o, &s, &loaded.model);
+        rc = serve(&o, &s, &loaded.model, loaded.weights);
         srv_server_free(&s);
     }
     gg_unload(&loaded);
