@@ -9,8 +9,10 @@ AllBlocksCleared; msgpack, array-like tagged structs; frames topic,
 
     check_kv_events.py PKV_SERVER --model gemma3|smollm2
 
-A server with a small KV cache answers prompts that share a prefix and
-prompts that evict each other. Checked: every message decodes, sequence
+A server with a small KV cache (38 blocks; eight prompts of eight
+blocks each, twice) answers prompts that share a prefix and prompts that
+evict each other; one thread computes (the test is about the events,
+and a busy machine makes two threads' barriers spin). Checked: every message decodes, sequence
 numbers run 0, 1, ... without a gap; every block is announced stored
 once before it is announced removed (per group), a group-0 block's parent
 was announced before it, blocks carry block_size token ids; blocks were
@@ -153,7 +155,8 @@ def main():
     replay = f"tcp://127.0.0.1:{free_port()}"
     s = Server(args.server, args.model,
                ["--kv-events", f"tcp://*:{port}", "--kv-events-replay",
-                replay, "--kv-tokens", "1100", "--ctx", "1024"])
+                replay, "--kv-tokens", "600", "--ctx", "512", "--threads",
+                "1"])
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(f"tcp://127.0.0.1:{port}")
