@@ -9,8 +9,10 @@ AllBlocksCleared; msgpack, array-like tagged structs; frames topic,
 
     check_kv_events.py PKV_SERVER --model gemma3|smollm2
 
-A server with a small KV cache (38 blocks; eight prompts of eight
-blocks each, twice) answers prompts that share a prefix and prompts that
+A server with a small KV cache (70 blocks over every layer; eight
+prompts of about 13 blocks each, twice; a 1,024-token context, past
+Gemma 3's 512-token window, so that its sliding-window layers make
+groups of their own) answers prompts that share a prefix and prompts that
 evict each other; one thread computes (the test is about the events,
 and a busy machine makes two threads' barriers spin). Checked: every message decodes, sequence
 numbers run 0, 1, ... without a gap; every block is announced stored
@@ -155,7 +157,7 @@ def main():
     replay = f"tcp://127.0.0.1:{free_port()}"
     s = Server(args.server, args.model,
                ["--kv-events", f"tcp://*:{port}", "--kv-events-replay",
-                replay, "--kv-tokens", "600", "--ctx", "512", "--threads",
+                replay, "--kv-tokens", "1100", "--ctx", "1024", "--threads",
                 "1"])
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -169,7 +171,7 @@ def main():
         for t in topics:
             status, body = s.raw("POST", "/v1/completions",
                                  {"model": args.model,
-                                  "prompt": prompt(t, 120),
+                                  "prompt": prompt(t, 200),
                                   "max_tokens": 4, "temperature": 0})
             check(status == 200, f"completion answered {status}: {body}")
     frames = []
