@@ -120,7 +120,8 @@ def free_port():
 
 def check_replay(s, dealer, frames, model):
     """Messages from a sequence number on, sent again by the replay
-    socket once the next batch is published (a request makes one)."""
+    socket (its own thread answers at once; the request sent meanwhile
+    publishes batches that the answer may include or not)."""
     start = max(1, len(frames) - 1000)
     dealer.send_multipart([b"", start.to_bytes(8, "big")])
     status, body = s.raw("POST", "/v1/completions",
