@@ -13,6 +13,9 @@ Checked:
   they would take the servers in turn), and the server's own prefix
   cache hits them;
 - the servers' blocks are in the Redis store they share;
+- Redis killed: requests are still answered (the store is only a
+  cache); Redis restarted empty on its port: answered, and the servers
+  fill it again;
 - a restarted router rebuilds its index from the servers' replay
   sockets before any new request, and routes by it;
 - one server killed (SIGKILL) while requests, whole and streamed, are in
@@ -76,9 +79,10 @@ class Fleet:
             m = re.match(r"fleet: router command (.*)", line)
             if m:
                 self.router_command = m.group(1).split()
-            m = re.match(r"fleet: redis pid \d+ (\S+)", line)
+            m = re.match(r"fleet: redis pid (\d+) (\S+)", line)
             if m:
-                self.redis = m.group(1)
+                self.redis_pid = int(m.group(1))
+                self.redis = m.group(2)
             if line.startswith("fleet: ready"):
                 break
 
@@ -178,12 +182,37 @@ def routed_by_prefix(router, model, backends, urls):
     return first
 
 
-def store_holds_blocks(redis):
+def store_keys(redis):
+    """The keys Redis holds; -1 when it does not answer."""
     host, port = redis.rsplit(":", 1)
     out = subprocess.run(["redis-cli", "-h", host, "-p", port, "dbsize"],
                          capture_output=True, text=True, timeout=60)
-    check(out.returncode == 0 and int(out.stdout.split()[-1]) > 0,
-          f"the Redis store holds nothing: {out.stdout} {out.stderr}")
+    try:
+        return int(out.stdout.split()[-1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def redis_restart(fleet, router, model):
+    """Requests answered with Redis gone, then with a new, empty one."""
+    os.kill(fleet.redis_pid, signal.SIGKILL)
+    for q in ("What is a store?", "What is a miss?"):
+        check(ask(router, model, q), f"{q!r} unanswered without Redis")
+    host, port = fleet.redis.rsplit(":", 1)
+    redis = subprocess.Popen(
+        ["redis-server", "--port", port, "--bind", host, "--save", "",
+         "--appendonly", "no"], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    deadline = time.time() + TIMEOUT
+    while store_keys(fleet.redis) != 0 and time.time() < deadline:
+        time.sleep(0.2)
+    n = 0
+    while n == 0 and time.time() < deadline:
+        check(ask(router, model, f"What is a reconnection? ({time.time()})"),
+              "unanswered after Redis restarted")
+        n = store_keys(fleet.redis)
+    check(n > 0, "the servers did not fill the restarted Redis")
+    return redis
 
 
 def restart_router(fleet, model, backends, first):
@@ -242,7 +271,7 @@ def main():
     ap.add_argument("--model", required=True)
     args = ap.parse_args()
     fleet = Fleet(args.fleet, args.build, args.model)
-    router = None
+    router = redis = None
     try:
         urls = [url for _, url in fleet.servers]
         backends = [Backend(u) for u in urls]
@@ -251,8 +280,11 @@ def main():
         first = routed_by_prefix(router, args.model, backends, urls)
         print(f"fleet {args.model}: routed by the events to "
               f"{urls[first]}: ok")
-        store_holds_blocks(fleet.redis)
+        check(store_keys(fleet.redis) > 0, "the Redis store holds nothing")
         print(f"fleet {args.model}: blocks in the shared store: ok")
+        redis = redis_restart(fleet, router, args.model)
+        print(f"fleet {args.model}: Redis killed and restarted, every "
+              f"request answered, the store filled again: ok")
         router = restart_router(fleet, args.model, backends, first)
         print(f"fleet {args.model}: restarted router rebuilt from the "
               f"replay: ok")
@@ -264,6 +296,9 @@ def main():
     finally:
         if isinstance(router, Router) and not isinstance(router, Attached):
             router.stop()
+        if redis is not None:
+            redis.terminate()
+            redis.wait(timeout=60)
         fleet.stop()
     print(f"fleet {args.model}: all checks passed")
 
