@@ -143,7 +143,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *params,
         what = "block pool";
         pkv__set_error(""); /* the backend may have noted a fallback */
         st = pkv__kv_init_pool(&e->kv, &alloc, &e->device,
-                               &e->backend_config);
+                               &e->backend_config, &e->params);
     }
     /* The key itself is not kept: the seal holds what it derives. */
     e->params.seal_key = NULL;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv_seq_*: adding, aborting and forking sequences; block-table
- * introspection; has_work. */
+/* pkv_seq_*: adding, aborting and forking sequences; a prompt's cached
+ * prefix looked up; block-table introspection; has_work. */
 #include "check.h"
 #include "engine.h"
 #include "kv_layout.h"
@@ -27,6 +27,28 @@ static int token_ok(const pkv_engine *e, int32_t token)
             (uint32_t)token < e->params.vocab_size);
 }
 
+/* A prompt pkv_seq_add takes (any thread): PKV_OK, or the failure set
+ * in both messages. */
+static pkv_status check_prompt(pkv_engine *e, const int32_t *prompt,
+                               uint32_t len)
+{
+    if (prompt == NULL || len == 0 || len >= e->params.max_model_len)
+        return pkv__engine_fail_any_thread(
+            e->message, PKV_ERR_INVALID_ARGUMENT,
+            "prompt of %u tokens%s; must be 1..%u (max_model_len - 1)",
+            (unsigned)len, prompt == NULL ? " (prompt is NULL)" : "",
+            (unsigned)(e->params.max_model_len - 1));
+    for (uint32_t i = 0; i < len; i++)
+        if (!token_ok(e, prompt[i]))
+            return pkv__engine_fail_any_thread(
+                e->message, PKV_ERR_INVALID_ARGUMENT,
+                "prompt[%u] is %d; token ids are 0..%u", (unsigned)i,
+                (int)prompt[i],
+                (unsigned)(e->params.vocab_size ? e->params.vocab_size - 1
+                                                : INT32_MAX));
+    return PKV_OK;
+}
+
 pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
                        pkv_seq_id *out_id)
 {
@@ -50,21 +72,9 @@ pkv_status pkv_seq_add(pkv_engine *e, const pkv_seq_params *params,
         return pkv__engine_fail_any_thread(
             e->message, PKV_ERR_INVALID_ARGUMENT,
             "params->flags is %#x; no flags are defined", (unsigned)p.flags);
-    if (p.prompt == NULL || p.prompt_len == 0 ||
-        p.prompt_len >= e->params.max_model_len)
-        return pkv__engine_fail_any_thread(
-            e->message, PKV_ERR_INVALID_ARGUMENT,
-            "prompt of %u tokens%s; must be 1..%u (max_model_len - 1)",
-            (unsigned)p.prompt_len, p.prompt == NULL ? " (prompt is NULL)" : "",
-            (unsigned)(e->params.max_model_len - 1));
-    for (uint32_t i = 0; i < p.prompt_len; i++)
-        if (!token_ok(e, p.prompt[i]))
-            return pkv__engine_fail_any_thread(
-                e->message, PKV_ERR_INVALID_ARGUMENT,
-                "prompt[%u] is %d; token ids are 0..%u", (unsigned)i,
-                (int)p.prompt[i],
-                (unsigned)(e->params.vocab_size ? e->params.vocab_size - 1
-                                                : INT32_MAX));
+    pkv_status bad = check_prompt(e, p.prompt, p.prompt_len);
+    if (bad != PKV_OK)
+        return bad;
     /* The prompt's chained hashes are computed here, on the host's
      * thread, once (kv.h). */
     pkv__seq *seq = pkv__seq_new(&e->alloc, &e->kv, p.prompt, p.prompt_len,
@@ -96,8 +106,64 @@ pkv_status pkv_seq_abort(pkv_engine *e, pkv_seq_id id)
     return PKV_OK;
 }
 
-pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
-                        int32_t last_token, pkv_seq_id *out_child)
+pkv_status pkv_engine_lookup_prefix(pkv_engine *e, const int32_t *tokens,
+                                    uint32_t num_tokens, uint64_t cache_salt,
+                                    uint32_t *num_cached)
+{
+    if (num_cached != NULL)
+        *num_cached = 0;
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (num_cached == NULL)
+        return pkv__engine_fail_any_thread(
+            e->message, PKV_ERR_INVALID_ARGUMENT, "num_cached is NULL");
+    pkv_status st = check_prompt(e, tokens, num_tokens);
+    if (st != PKV_OK)
+        return st;
+    uint32_t blocks = 0;
+    st = pkv__kv_probe(&e->kv, &e->alloc, tokens, num_tokens, cache_salt,
+                       &blocks);
+    if (st != PKV_OK)
+        return pkv__engine_fail_any_thread(e->message, st,
+                                           "lookup of %u tokens",
+                                           (unsigned)num_tokens);
+    *num_cached = blocks * e->params.block_size;
+    return PKV_OK;
+}
+
+pkv_status pkv_engine_store_keys(pkv_engine *e, const int32_t *tokens,
+                                 uint32_t num_tokens, uint64_t cache_salt,
+                                 char *keys, uint32_t capacity,
+                                 uint32_t *num_keys)
+{
+    if (num_keys != NULL)
+        *num_keys = 0;
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (num_keys == NULL || (keys == NULL && capacity > 0))
+        return pkv__engine_fail_any_thread(
+            e->message, PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+            num_keys == NULL ? "num_keys" : "keys");
+    pkv_status st = check_prompt(e, tokens, num_tokens);
+    if (st != PKV_OK)
+        return st;
+    if (!pkv__store_enabled(e->store))
+        return pkv__engine_fail_any_thread(e->message, PKV_ERR_BAD_STATE,
+                                           "the engine has no KV store");
+    uint32_t n = (num_tokens - 1) / e->params.block_size;
+    n = n < capacity ? n : capacity;
+    st = pkv__store_prompt_keys(e->store, tokens, n, cache_salt, keys);
+    if (st != PKV_OK)
+        return pkv__engine_fail_any_thread(e->message, st,
+                                           "store keys of %u blocks",
+                                           (unsigned)n);
+    *num_keys = n;
+    return PKV_OK;
+}
+
+/* pkv_seq_fork, under the prefix lock (its wrapper below). */
+static pkv_status fork_seq(pkv_engine *e, pkv_seq_id parent_id,
+                           int32_t last_token, pkv_seq_id *out_child)
 {
     if (out_child != NULL)
         *out_child = 0;
@@ -179,6 +245,17 @@ pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
     return PKV_OK;
 }
 
+pkv_status pkv_seq_fork(pkv_engine *e, pkv_seq_id parent_id,
+                        int32_t last_token, pkv_seq_id *out_child)
+{
+    if (e != NULL)
+        pkv__kv_lock(&e->kv);
+    pkv_status st = fork_seq(e, parent_id, last_token, out_child);
+    if (e != NULL)
+        pkv__kv_unlock(&e->kv);
+    return st;
+}
+
 pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
                            const int32_t *drafts, uint32_t num_drafts)
 {
@@ -243,7 +320,9 @@ pkv_status pkv_seq_propose(pkv_engine *e, pkv_seq_id id,
     return PKV_OK;
 }
 
-pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
+/* pkv_seq_truncate, under the prefix lock (its wrapper below). */
+static pkv_status truncate_seq(pkv_engine *e, pkv_seq_id id,
+                               uint32_t num_tokens)
 {
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
@@ -282,6 +361,16 @@ pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
         pkv__store_forget(e->store, s, num_tokens / bs);
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
+}
+
+pkv_status pkv_seq_truncate(pkv_engine *e, pkv_seq_id id, uint32_t num_tokens)
+{
+    if (e != NULL)
+        pkv__kv_lock(&e->kv);
+    pkv_status st = truncate_seq(e, id, num_tokens);
+    if (e != NULL)
+        pkv__kv_unlock(&e->kv);
+    return st;
 }
 
 pkv_status pkv_engine_get_block_table(const pkv_engine *e, pkv_seq_id id,

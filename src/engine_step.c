@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv_engine_step_begin and pkv_engine_step_end: the host's loop, one call
  * each per step (pkv_engine_attend, the call per layer, is in
- * engine_attend.c). */
+ * engine_attend.c). Both hold the prefix lock while they change the
+ * cache (kv.h), so that pkv_engine_lookup_prefix may run on any thread;
+ * step_end then delivers the KV events. */
 #include "check.h"
 #include "engine.h"
 #include "planner.h"
@@ -11,7 +13,8 @@
 #include <assert.h>
 #include <string.h>
 
-pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
+/* pkv_engine_step_begin, under the prefix lock (its wrapper below). */
+static pkv_status step_begin(pkv_engine *e, const pkv_batch **out)
 {
     if (out != NULL)
         *out = NULL;
@@ -78,6 +81,16 @@ pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
     return PKV_OK;
 }
 
+pkv_status pkv_engine_step_begin(pkv_engine *e, const pkv_batch **out)
+{
+    if (e != NULL)
+        pkv__kv_lock(&e->kv);
+    pkv_status st = step_begin(e, out);
+    if (e != NULL)
+        pkv__kv_unlock(&e->kv);
+    return st;
+}
+
 
 /* Speculative decoding at step_end: s ran its last token and
  * step.drafts drafts, each row sampled (sampled[0..step.drafts]). Keep the
@@ -111,8 +124,9 @@ static uint32_t settle_drafts(pkv__seqs *seqs, pkv__seq *s,
     return a;
 }
 
-pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
-                               const uint8_t *stop, uint32_t num_samples)
+/* pkv_engine_step_end, under the prefix lock (its wrapper below). */
+static pkv_status step_end(pkv_engine *e, const int32_t *sampled,
+                           const uint8_t *stop, uint32_t num_samples)
 {
     if (e == NULL)
         return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
@@ -213,4 +227,18 @@ pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
     e->step.in_step = 0;
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
+}
+
+pkv_status pkv_engine_step_end(pkv_engine *e, const int32_t *sampled,
+                               const uint8_t *stop, uint32_t num_samples)
+{
+    if (e == NULL)
+        return step_end(e, sampled, stop, num_samples);
+    pkv__kv_lock(&e->kv);
+    pkv_status st = step_end(e, sampled, stop, num_samples);
+    pkv__kv_unlock(&e->kv);
+    /* Unlocked: the host's callback may look up. */
+    if (st == PKV_OK)
+        pkv__kv_deliver_events(&e->kv);
+    return st;
 }

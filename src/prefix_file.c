@@ -9,7 +9,8 @@
  * with its token ids, salt, group, the index of its parent and its KV as
  * stored (the KV-cache manager's pkv__kv_reachable). Loaded: the file's
  * blocks go back to the manager (pkv__kv_load_saved), which takes free
- * blocks only and computes the hashes again.
+ * blocks only and computes the hashes again. And
+ * pkv_engine_reset_prefix_cache: the prefix cache emptied.
  */
 #include "check.h"
 #include "engine.h"
@@ -263,9 +264,11 @@ pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
     st = PKV_ERR_OUT_OF_MEMORY;
     if (saved != NULL && tokens != NULL) {
         read_entries(&v, n, bs, saved, tokens);
+        pkv__kv_lock(&e->kv);
         st = pkv__kv_load_saved(&e->kv, &e->alloc, saved, n,
                                 v.d + v.header_bytes + n * entry_bytes(bs),
                                 &loaded);
+        pkv__kv_unlock(&e->kv);
     }
     pkv__free(&e->alloc, saved, cap, sizeof *saved);
     pkv__free(&e->alloc, tokens, (size_t)cap * bs, sizeof *tokens);
@@ -278,6 +281,27 @@ pkv_status pkv_engine_load_prefix_cache(pkv_engine *e, const void *data,
                                     : pkv_last_error());
     if (num_loaded != NULL)
         *num_loaded = loaded;
+    PKV__ENGINE_CHECK(e);
+    return PKV_OK;
+}
+
+pkv_status pkv_engine_reset_prefix_cache(pkv_engine *e)
+{
+    if (e == NULL)
+        return pkv__fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL");
+    if (e->step.in_step)
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
+                                "reset the prefix cache during a step: call "
+                                "it after step_end");
+    if (pkv__kv_in_use(&e->kv))
+        return pkv__engine_fail(e->message, PKV_ERR_BAD_STATE,
+                                "reset the prefix cache while %u sequences "
+                                "run and hold blocks",
+                                (unsigned)e->seqs.running.count);
+    pkv__kv_lock(&e->kv);
+    pkv__kv_clear(&e->kv);
+    pkv__kv_unlock(&e->kv);
+    pkv__kv_deliver_events(&e->kv);
     PKV__ENGINE_CHECK(e);
     return PKV_OK;
 }

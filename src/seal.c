@@ -205,6 +205,12 @@ pkv_status pkv__seal_name(pkv__seal *s, const uint8_t *data, size_t n,
     return pkv__hmac_sha256(s->name, data, n, out);
 }
 
+pkv_status pkv__seal_name_context(const pkv__seal *s, EVP_MAC_CTX **out)
+{
+    *out = EVP_MAC_CTX_dup(s->name);
+    return *out != NULL ? PKV_OK : PKV_ERR_OUT_OF_MEMORY;
+}
+
 /* Start the cipher (enc 1: encrypt, 0: decrypt) for the content whose
  * envelope header is h: the content's own key, HMAC of the encryption key
  * over the header's salt, so that a content key never serves two

@@ -62,6 +62,12 @@ void pkv__seal_destroy(pkv__seal *s, const pkv__allocator *a);
 pkv_status pkv__seal_name(pkv__seal *s, const uint8_t *data, size_t n,
                           uint8_t out[PKV__SEAL_NAME_BYTES]);
 
+/* A copy of the naming key's context, *out (EVP_MAC_CTX_free releases
+ * it), for names made on another thread than the seal's
+ * (pkv__hmac_sha256 on it gives pkv__seal_name's names). Call it where
+ * nothing else uses the seal. PKV_ERR_OUT_OF_MEMORY. */
+pkv_status pkv__seal_name_context(const pkv__seal *s, EVP_MAC_CTX **out);
+
 /* Whether size bytes at d start as sealed bytes (the envelope's magic):
  * for the message of a refusal, not a check. */
 int pkv__seal_is_sealed(const uint8_t *d, size_t size);

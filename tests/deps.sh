@@ -6,8 +6,9 @@
 #   pkv-bench --plot, redis-server and hiredis for the KV store, stunnel4
 #   for the connector's TLS through a tunnel, libssl-dev and
 #   libxxhash-dev, which the library needs, libpcre2-dev for the GGUF
-#   host's byte-level BPE pre-tokenizer, libmicrohttpd-dev and
-#   libjansson-dev for pkv-server, curl for its tests, ...);
+#   host's byte-level BPE pre-tokenizer, libmicrohttpd-dev,
+#   libjansson-dev, libzmq3-dev and libmsgpack-dev for pkv-server (its
+#   KV events over ZeroMQ in msgpack), curl for its tests, ...);
 # - Intel's OpenCL runtime for CPUs, from PyPI into a virtual environment
 #   under $PKV_CACHE (default ~/.cache/pkv), with an ICD file of our own in
 #   $PKV_CACHE/intel-icd (the wheel's names a path that does not exist).
@@ -25,8 +26,10 @@
 # - PyPI's openai client, which pkv-server's and pkv-router's tests drive
 #   them with (tests/server/check_server.py, tests/router/check_router.py),
 #   and pyzmq and msgspec, which the router's test publishes KV events
-#   with, into a virtual environment in $PKV_CACHE/server/venv (a few
-#   MB). Offline, the tests are skipped, saying so.
+#   with and pkv-server's KV events test decodes them with
+#   (tests/server/check_kv_events.py), into a virtual environment in
+#   $PKV_CACHE/server/venv (a few MB). Offline, the tests are skipped,
+#   saying so.
 set -eu
 PKV_PACKAGES="cmake make gcc g++ binutils pkg-config ocl-icd-opencl-dev
 opencl-headers pocl-opencl-icd intel-opencl-icd libcmocka-dev clang

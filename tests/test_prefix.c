@@ -214,7 +214,7 @@ static void test_collision_across_groups_is_rejected(void **state)
     pkv__pool_set_group(&f->pool, b, 1);
     uint32_t null_gen = f->pool.blocks[PKV__NULL_BLOCK].generation;
     pkv__prefix_insert(&f->prefix, b, 42, PROMPT, 0, PKV__NULL_BLOCK,
-                       null_gen);
+                       null_gen, NULL);
     assert_int_equal(pkv__prefix_find(&f->prefix, 42, PROMPT, 0,
                                       PKV__NULL_BLOCK, null_gen),
                      PKV__NO_BLOCK);

@@ -525,6 +525,106 @@ static void test_sealed(void **state)
     free(prompt);
 }
 
+/* How much of a prompt the store holds, by names: the engine's keys
+ * (sealed or not) counted on the server, leading, with no value read;
+ * a prompt that leaves the stored one at block 3 counts 3; another
+ * salt, none; a dead server is an error, a restarted one counts again. */
+static void count_held(const pkv_engine_params *p, const char *scheme)
+{
+    int32_t *prompt = hm_prompt(PROMPT, 21);
+    COMMAND("FLUSHALL");
+    fill(prompt, 0, *p);
+    redis_host h;
+    rh_init(&h, *p, server.port);
+    enum { CAP = PROMPT / 4 + 2 };
+    char *keys = malloc(CAP * PKV_STORE_KEY_MAX);
+    const char *names[CAP];
+    assert_non_null(keys);
+    for (uint32_t i = 0; i < CAP; i++)
+        names[i] = keys + (size_t)i * PKV_STORE_KEY_MAX;
+    uint32_t n = 0, held = 99;
+    assert_int_equal(pkv_engine_store_keys(h.host.engine, prompt, PROMPT, 0,
+                                           keys, CAP, &n),
+                     PKV_OK);
+    assert_int_equal(n, PROMPT / 4);
+    assert_memory_equal(names[0], scheme, 5);
+    pkv_redis_stats before;
+    pkv_redis_stats_init(&before);
+    assert_int_equal(pkv_redis_get_stats(h.redis, &before), PKV_OK);
+    assert_int_equal(pkv_redis_count_prefix(h.redis, names, n, &held),
+                     PKV_OK);
+    assert_int_equal(held, PROMPT / 4);
+    pkv_redis_stats after;
+    pkv_redis_stats_init(&after);
+    assert_int_equal(pkv_redis_get_stats(h.redis, &after), PKV_OK);
+    assert_int_equal(after.bytes_read, before.bytes_read); /* no value */
+    /* A capacity under the prompt's blocks: that many keys. */
+    assert_int_equal(pkv_engine_store_keys(h.host.engine, prompt, PROMPT, 0,
+                                           keys, 2, &n),
+                     PKV_OK);
+    assert_int_equal(n, 2);
+    /* Leaves the stored prompt in block 3: its first 3 blocks held. */
+    prompt[13] = (prompt[13] + 1) % 1000;
+    assert_int_equal(pkv_engine_store_keys(h.host.engine, prompt, PROMPT, 0,
+                                           keys, CAP, &n),
+                     PKV_OK);
+    assert_int_equal(pkv_redis_count_prefix(h.redis, names, n, &held),
+                     PKV_OK);
+    assert_int_equal(held, 3);
+    assert_int_equal(pkv_engine_store_keys(h.host.engine, prompt, PROMPT, 5,
+                                           keys, CAP, &n),
+                     PKV_OK);
+    assert_int_equal(pkv_redis_count_prefix(h.redis, names, n, &held),
+                     PKV_OK);
+    assert_int_equal(held, 0);
+    /* Bad arguments. */
+    assert_int_equal(pkv_redis_count_prefix(h.redis, names, n, NULL),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_redis_count_prefix(h.redis, NULL, 1, &held),
+                     PKV_ERR_INVALID_ARGUMENT);
+    const char *empty[1] = {""};
+    assert_int_equal(pkv_redis_count_prefix(h.redis, empty, 1, &held),
+                     PKV_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pkv_redis_count_prefix(h.redis, names, 0, &held),
+                     PKV_OK);
+    assert_int_equal(held, 0);
+    /* The server down: an error, not a count; back: counts again. */
+    rs_kill(&server);
+    held = 99;
+    assert_int_equal(pkv_redis_count_prefix(h.redis, names, n, &held),
+                     PKV_ERR_STORE);
+    assert_int_equal(held, 0);
+    assert_int_equal(rs_restart(&server), 0);
+    sleep_ms(50); /* past retry_ms */
+    assert_int_equal(pkv_redis_count_prefix(h.redis, names, n, &held),
+                     PKV_OK);
+    assert_int_equal(held, 0); /* restarted empty */
+    free(keys);
+    rh_free(&h);
+    free(prompt);
+}
+
+static void test_count_prefix(void **state)
+{
+    (void)state;
+    pkv_engine_params p = params_of(PKV_BACKEND_KIND_CPU, PKV_KV_DTYPE_F16);
+    count_held(&p, "pkv1:");
+    p.seal_key = ch_seal_key;
+    count_held(&p, "pkvs:");
+    /* An engine without a store has no keys to give. */
+    ch_host h;
+    pkv_engine_params plain = params_of(PKV_BACKEND_KIND_CPU,
+                                        PKV_KV_DTYPE_F16);
+    ch_cmocka_init(&h, &plain, hm_tolerance(plain.kv_dtype));
+    int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    char key[PKV_STORE_KEY_MAX];
+    uint32_t n = 7;
+    assert_int_equal(pkv_engine_store_keys(h.engine, t, 9, 0, key, 1, &n),
+                     PKV_ERR_BAD_STATE);
+    assert_int_equal(n, 0);
+    ch_free(&h);
+}
+
 /* The server killed while a load is in flight (frozen first, so that the
  * load is surely in flight), then restarted empty: the prompt is
  * computed; once the connector reconnects, saves and hits work again. */
@@ -892,6 +992,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_connector_destroyed_first),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_tls_engines),
+        cmocka_unit_test(test_count_prefix),
         cmocka_unit_test(test_fuzz),
     };
     return cmocka_run_group_tests(tests, start_server, stop_server);

@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void gg_engine_params(pkv_engine_params *p, const gg_model *m,
                       uint32_t max_model_len)
@@ -46,12 +47,23 @@ pkv_engine *gg_engine_create(pkv_engine_params *p, const gg_model *m,
     p->log = host_log_stderr;
     p->log_level = PKV_LOG_LEVEL_WARN;
     p->store = store;
+    p->kv_events = kv->events;
+    p->kv_events_user = kv->events_user;
     pkv_engine *e = NULL;
     if (pkv_engine_create(p, &e) != PKV_OK) {
         fprintf(stderr, "pkv-gguf: engine: %s\n", pkv_last_error());
         return NULL;
     }
     return e;
+}
+
+void gg_store_model_name(const gg_model *m, const char *weights, char *name,
+                         size_t size)
+{
+    const char *base = strrchr(weights, '/');
+    snprintf(name, size, "%s/%s-on-ggml",
+             m->config.arch == GG_ARCH_GEMMA3 ? "gemma3" : "llama",
+             base ? base + 1 : weights);
 }
 
 int gg_attend_pkv(void *user, uint32_t layer, uint32_t rows, const float *q,

@@ -33,6 +33,12 @@ void gg_unload(gg_loaded *l);
 /* Tokens a block holds, in every engine the host makes. */
 #define GG_BLOCK_SIZE 16
 
+/* The KV store's name for the weights (pkv_store.model): this
+ * architecture, this file (its name), this way of running it; hosts
+ * that name it alike share blocks. */
+void gg_store_model_name(const gg_model *m, const char *weights, char *name,
+                         size_t size);
+
 /* pkv_engine_params_init, then the model's geometry, layer_windows
  * (pointing into m), vocab_size and max_model_len. */
 void gg_engine_params(pkv_engine_params *p, const gg_model *m,
@@ -44,6 +50,8 @@ typedef struct gg_kv_choice {
     int32_t key_quant; /* pkv_quant_group of U8/U4 keys */
     int32_t backend;   /* pkv_backend_kind */
     int every_token;   /* kv_memory PKV_KV_MEMORY_EVERY_TOKEN (pkv.h) */
+    pkv_kv_events_fn events; /* pkv_engine_params.kv_events, or NULL */
+    void *events_user;
 } gg_kv_choice;
 
 /* The engine of every run of the host (serving, scoring): the model's

@@ -620,17 +620,6 @@ static int make_requests(const options *o, const gg_tokenizer *tok,
     return 0;
 }
 
-/* The store's name for the weights: this architecture, this file (its
- * name), this way of running it. */
-static void store_model_name(const gg_model *m, const char *weights,
-                             char *name, size_t size)
-{
-    const char *base = strrchr(weights, '/');
-    snprintf(name, size, "%s/%s-on-ggml",
-             m->config.arch == GG_ARCH_GEMMA3 ? "gemma3" : "llama",
-             base ? base + 1 : weights);
-}
-
 static int serve(const options *o, gg_model *m, const char *weights,
                  const gg_tokenizer *tok, const gg_chat *chat)
 {
@@ -642,7 +631,7 @@ static int serve(const options *o, gg_model *m, const char *weights,
     gg_host h = {0};
     host_store store = {0};
     char model_name[256];
-    store_model_name(m, weights, model_name, sizeof model_name);
+    gg_store_model_name(m, weights, model_name, sizeof model_name);
     if (o->store != NULL &&
         host_store_open(&store, "pkv-gguf", o->store, model_name) != 0)
         goto out;
@@ -655,8 +644,10 @@ static int serve(const options *o, gg_model *m, const char *weights,
         longest = len > longest ? len : longest;
         blocks += (len + GG_BLOCK_SIZE - 1) / GG_BLOCK_SIZE;
     }
-    gg_kv_choice kv = {o->kv_dtype, o->key_quant, o->backend,
-                       o->every_token};
+    gg_kv_choice kv = {.dtype = o->kv_dtype,
+                       .key_quant = o->key_quant,
+                       .backend = o->backend,
+                       .every_token = o->every_token};
     pkv_engine_params p;
     e = gg_engine_create(&p, m, &kv, longest, blocks, 256,
                          o->store != NULL ? &store.store : NULL);
@@ -768,7 +759,10 @@ int main(int argc, char **argv)
                    (chat.kind != GG_CHAT_NONE && !o.prompt && !o.input &&
                     !o.agreement);
     gg_chat plain = {GG_CHAT_NONE, -1, "none"};
-    gg_kv_choice kv = {o.kv_dtype, o.key_quant, o.backend, o.every_token};
+    gg_kv_choice kv = {.dtype = o.kv_dtype,
+                       .key_quant = o.key_quant,
+                       .backend = o.backend,
+                       .every_token = o.every_token};
     char name[64];
     int rc;
     if (chatting && chat.kind == GG_CHAT_NONE) {

@@ -322,8 +322,9 @@ static int generate_f32(gg_model *m, host_request *reqs, uint32_t n,
         longest = len > longest ? len : longest;
         blocks += len / GG_BLOCK_SIZE + 1;
     }
-    gg_kv_choice f32 = {PKV_KV_DTYPE_F32, PKV_QUANT_GROUP_DEFAULT,
-                        PKV_BACKEND_KIND_CPU, 0};
+    gg_kv_choice f32 = {.dtype = PKV_KV_DTYPE_F32,
+                        .key_quant = PKV_QUANT_GROUP_DEFAULT,
+                        .backend = PKV_BACKEND_KIND_CPU};
     pkv_engine_params p;
     pkv_engine *e = gg_engine_create(&p, m, &f32, longest, blocks,
                                      SCORE_ROWS, NULL);

@@ -36,8 +36,11 @@ typedef struct rt_feed {
     uint32_t backend;
     int have_seq;      /* a message was read: next_seq is expected */
     uint64_t next_seq;
+    int catching_up;   /* replayed up to next_seq: live messages before
+                          it are the replayed ones again */
     int64_t group;     /* the group kept, or RT_GROUP_UNSET */
     uint64_t batches, gaps, bad, skipped;
+    uint64_t replayed; /* messages applied from a replay */
 } rt_feed;
 
 #define RT_GROUP_UNSET INT64_MIN

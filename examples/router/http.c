@@ -103,6 +103,8 @@ static char *metrics(rt_router *r, size_t *len)
         {"event_gaps_total", "counter",
          "sequence gaps (the backend's blocks were forgotten)"},
         {"event_bad_total", "counter", "messages not read as documented"},
+        {"event_replayed_total", "counter",
+         "messages applied from the backend's replay socket"},
     };
     char *text = NULL;
     FILE *out = open_memstream(&text, len);
@@ -123,7 +125,8 @@ static char *metrics(rt_router *r, size_t *len)
                             c->in_flight,      c->failures,
                             (uint64_t)backend_up(c, now),
                             blocks[b],         c->event_batches,
-                            c->event_gaps,     c->event_bad};
+                            c->event_gaps,     c->event_bad,
+                            c->event_replayed};
             fprintf(out, "pkv_router_%s{backend=\"%s\"} %llu\n",
                     per_backend[m][0], c->url, (unsigned long long)v[m]);
         }

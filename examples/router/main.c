@@ -4,14 +4,16 @@
  * each request sent to the one whose KV cache holds the longest prefix
  * of its prompt, as the backends' KV events tell (vLLM's wire format).
  *
- *   pkv-router --backend URL[,EVENTS] ... [--model gemma3|smollm2 |
+ *   pkv-router --backend URL[,EVENTS[,REPLAY]] ... [--model gemma3|smollm2 |
  *              --weights PATH] [--policy prefix|round-robin]
  *              [--host ADDR] [--port N] [--max-clients N]
  *              [--max-body BYTES] [--max-answer BYTES] [--timeout S]
  *              [--max-blocks N]
  *
  * URL is a backend's http://HOST:PORT, EVENTS the ZeroMQ endpoint its
- * KV events are published on (tcp://HOST:PORT). The model (the
+ * KV events are published on (tcp://HOST:PORT), REPLAY its replay
+ * socket (pkv-server --kv-events-replay), asked at start for what the
+ * backend kept and after a gap for what was missed. The model (the
  * backends' own GGUF) gives the tokenizer and the chat template that
  * read a prompt as the backends do; without it only prompts given as
  * token ids are routed by prefix, the rest by load. It prints
@@ -45,7 +47,7 @@ typedef struct options {
 static int usage(FILE *out, int code)
 {
     fprintf(out,
-            "usage: pkv-router --backend URL[,EVENTS] ... [--model "
+            "usage: pkv-router --backend URL[,EVENTS[,REPLAY]] ... [--model "
             "gemma3|smollm2 | --weights PATH]\n"
             "                  [--policy prefix|round-robin] [--host ADDR] "
             "[--port N]\n"
@@ -56,9 +58,9 @@ static int usage(FILE *out, int code)
             "request sent to\nthe backend holding the longest cached "
             "prefix of its prompt (ties: the\nfewest requests in flight), "
             "as its KV events say; GET /health, /metrics.\n"
-            "--backend http://HOST:PORT[,tcp://HOST:PORT]: a pkv-server "
-            "and the\n  ZeroMQ endpoint of its KV events (1 to %d "
-            "backends).\n"
+            "--backend http://HOST:PORT[,tcp://HOST:PORT[,tcp://HOST:PORT]]"
+            ": a\n  pkv-server, the ZeroMQ endpoint of its KV events and "
+            "of their replay\n  (1 to %d backends).\n"
             "--model, --weights: the backends' GGUF, whose tokenizer and "
             "chat\n  template read the prompts (without: only token-id "
             "prompts are routed\n  by prefix).\n"
@@ -83,7 +85,8 @@ static int parse_value(options *o, const char *a, const char *v)
             return host_bad_arg("pkv-router", a, v, "at most 64 backends");
         if (strncmp(v, "http://", 7) != 0 || strpbrk(v, "\"\\\n ") != NULL)
             return host_bad_arg("pkv-router", a, v,
-                                "http://HOST:PORT[,tcp://HOST:PORT]");
+                                "http://HOST:PORT[,tcp://HOST:PORT[,tcp://"
+                                "HOST:PORT]]");
         o->specs[o->num_backends++] = v;
     } else if (strcmp(a, "--model") == 0) {
         char *path = gg_default_weights_path(v);
@@ -180,7 +183,7 @@ static void catch_signals(void)
     sigaction(SIGPIPE, &sa, NULL);
 }
 
-/* Each --backend URL[,EVENTS] split in place into the router's backends
+/* Each --backend URL[,EVENTS[,REPLAY]] split in place into the router's backends
  * (specs point into argv). */
 static int make_backends(rt_router *r, const options *o, char **copies)
 {
@@ -193,13 +196,17 @@ static int make_backends(rt_router *r, const options *o, char **copies)
         if (spec == NULL)
             return -1;
         char *comma = strchr(spec, ',');
+        char *replay = comma != NULL ? strchr(comma + 1, ',') : NULL;
         if (comma != NULL)
             *comma = '\0';
+        if (replay != NULL)
+            *replay++ = '\0';
         size_t n = strlen(spec);
         while (n > 7 && spec[n - 1] == '/')
             spec[--n] = '\0';
         r->backends[b].url = spec;
         r->backends[b].events = comma != NULL ? comma + 1 : NULL;
+        r->backends[b].replay = replay;
     }
     return 0;
 }

@@ -26,13 +26,14 @@ enum { RT_POLICY_PREFIX, RT_POLICY_ROUND_ROBIN };
 typedef struct rt_backend {
     const char *url;    /* http://HOST:PORT, no trailing slash */
     const char *events; /* a ZeroMQ endpoint, or NULL: none */
+    const char *replay; /* its replay endpoint (vLLM's), or NULL */
     rt_feed feed;       /* the subscriber thread's own */
     /* Under the router's lock. */
     uint32_t in_flight;
     double down_until; /* after a failed connection: skipped till then */
     uint64_t requests, failures, matched_tokens;
     /* The feed's figures, copied by the event thread. */
-    uint64_t event_batches, event_gaps, event_bad;
+    uint64_t event_batches, event_gaps, event_bad, event_replayed;
 } rt_backend;
 
 typedef struct rt_router {

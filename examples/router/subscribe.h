@@ -7,8 +7,13 @@
  * were missed: the PUB socket drops them past its high-water mark, and
  * a subscriber that joins late misses the start), numbers that go back
  * (the backend restarted), or a message that is not a batch as
- * documented. vLLM's replay socket is not used: what follows a gap is
- * indexed from then on.
+ * documented. A backend with a replay endpoint (vLLM's replay socket:
+ * a ROUTER that sends its last messages again from a sequence number
+ * on) is asked for everything it kept when the thread starts, so that a
+ * router started after its backends (or restarted) knows their blocks,
+ * and for what a gap missed, which it then fills instead of forgetting
+ * the backend's blocks. Without one, what follows a gap is indexed from
+ * then on.
  */
 #ifndef PKV_ROUTER_SUBSCRIBE_H
 #define PKV_ROUTER_SUBSCRIBE_H

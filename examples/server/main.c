@@ -8,13 +8,19 @@
  *              [--backend auto|cpu|opencl] [--threads N] [--ctx N]
  *              [--kv-tokens N] [--max-requests N] [--max-clients N]
  *              [--max-body BYTES] [--max-tokens N] [--timeout S]
- *              [--http-threads N]
+ *              [--http-threads N] [--kv-events ENDPOINT]
+ *              [--kv-events-replay ENDPOINT] [--store HOST:PORT]
  *
  * POST /v1/completions and /v1/chat/completions (streamed with "stream":
  * true), GET /v1/models, /health and /metrics. Listens on 127.0.0.1 by
  * default; --port 0 (the default 8080 otherwise) takes a free port. It
  * prints "pkv-server: listening on http://ADDR:PORT" once it serves, and
  * ends on SIGINT or SIGTERM: requests in flight then end with 503.
+ * --kv-events publishes the engine's KV events over ZeroMQ in vLLM's
+ * wire format (events.h), for a KV-aware router. --store shares the
+ * prompts' blocks through a Redis server with every host naming the
+ * same weights (host/store.h): a fleet's servers load what another
+ * computed.
  *
  * Threads: libmicrohttpd's (--http-threads) read, parse and tokenize
  * requests and write answers; the main thread runs the step loop, the
@@ -22,9 +28,11 @@
  */
 #define _POSIX_C_SOURCE 200809L /* sigaction */
 #include "args.h"
+#include "events.h"
 #include "host.h"
 #include "http.h"
 #include "server.h"
+#include "store.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -33,7 +41,8 @@
 #include <time.h>
 
 typedef struct options {
-    const char *model, *weights, *name;
+    const char *model, *weights, *name, *kv_events, *kv_events_replay;
+    const char *store; /* HOST:PORT of a Redis sharing blocks, or NULL */
     srv_http_options http;
     int32_t kv_dtype, backend;
     uint32_t threads, ctx, kv_tokens, max_requests, max_tokens, timeout_s;
@@ -53,7 +62,9 @@ static int usage(FILE *out, int code)
             "[--max-clients N]\n"
             "                  [--max-body BYTES] [--max-tokens N] "
             "[--timeout S]\n"
-            "                  [--http-threads N]\n"
+            "                  [--http-threads N] [--kv-events ENDPOINT]\n"
+            "                  [--kv-events-replay ENDPOINT] [--store "
+            "HOST:PORT]\n"
             "OpenAI's API over HTTP: POST /v1/completions and\n"
             "/v1/chat/completions (\"stream\": true for server-sent "
             "events),\nGET /v1/models, /health, /metrics (Prometheus).\n"
@@ -71,6 +82,15 @@ static int usage(FILE *out, int code)
             "  request may ask for (default 4096), --timeout seconds a\n"
             "  request may take (default 600; 504 beyond), idle\n"
             "  connections closed after 60 s.\n"
+            "--kv-events ENDPOINT: publish the KV cache's blocks as they are\n"
+            "  stored and evicted, in vLLM's KV-events format (msgpack over\n"
+            "  ZeroMQ PUB, e.g. tcp://*:5557 or ipc:///run/pkv/events: "
+            "bound when it\n  holds '*' or '::' or is ipc:// or inproc://, "
+            "else connected).\n"
+            "--kv-events-replay ENDPOINT: a ROUTER that sends the last 1024\n"
+            "  messages again from a sequence number on (vLLM's replay).\n"
+            "--store HOST:PORT: share the prompts' KV blocks through a "
+            "Redis server\n  with the other hosts of these weights.\n"
             "Ends on SIGINT or SIGTERM.\n");
     return code;
 }
@@ -91,6 +111,12 @@ static int parse_value(options *o, const char *a, const char *v)
         o->name = v;
     } else if (strcmp(a, "--host") == 0) {
         o->http.host = v;
+    } else if (strcmp(a, "--kv-events") == 0) {
+        o->kv_events = v;
+    } else if (strcmp(a, "--kv-events-replay") == 0) {
+        o->kv_events_replay = v;
+    } else if (strcmp(a, "--store") == 0) {
+        o->store = v;
     } else if (strcmp(a, "--kv") == 0) {
         if (host_parse_kv(v, &o->kv_dtype) != 0)
             return host_bad_arg("pkv-server", a, v,
@@ -151,7 +177,8 @@ static int parse_options(int argc, char **argv, options *o)
         "--model",     "--weights",      "--name",        "--host",
         "--port",      "--kv",           "--backend",     "--threads",
         "--ctx",       "--kv-tokens",    "--max-requests", "--max-clients",
-        "--max-body",  "--max-tokens",   "--timeout",     "--http-threads"};
+        "--max-body",  "--max-tokens",   "--timeout",     "--http-threads",
+        "--kv-events", "--kv-events-replay", "--store"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
@@ -163,6 +190,10 @@ static int parse_options(int argc, char **argv, options *o)
         i++;
         if (parse_value(o, a, v) != 0)
             return -1;
+    }
+    if (o->kv_events_replay != NULL && o->kv_events == NULL) {
+        fprintf(stderr, "pkv-server: --kv-events-replay needs --kv-events\n");
+        return -1;
     }
     if (o->model != NULL && o->weights != NULL) {
         fprintf(stderr, "pkv-server: --model and --weights exclude each "
@@ -210,17 +241,41 @@ static const char *model_name(const options *o, const char *weights,
 }
 
 /* Serve until a signal: the engine, the HTTP side, the loop. */
-static int serve(const options *o, srv_server *s, gg_model *m)
+static int serve(const options *o, srv_server *s, gg_model *m,
+                 const char *weights)
 {
-    gg_kv_choice kv = {o->kv_dtype, PKV_QUANT_GROUP_PER_CHANNEL, o->backend,
-                       0};
+    host_store store = {0};
+    if (o->store != NULL) {
+        char name[256];
+        gg_store_model_name(m, weights, name, sizeof name);
+        if (host_store_open(&store, "pkv-server", o->store, name) != 0)
+            return 1;
+    }
+    srv_events *ev = NULL;
+    if (o->kv_events != NULL &&
+        (ev = srv_events_open(o->kv_events, o->kv_events_replay, "")) ==
+            NULL) {
+        host_store_close(&store);
+        return 1;
+    }
+    gg_kv_choice kv = {.dtype = o->kv_dtype,
+                       .key_quant = PKV_QUANT_GROUP_PER_CHANNEL,
+                       .backend = o->backend,
+                       .events = ev != NULL ? srv_events_publish : NULL,
+                       .events_user = ev};
     pkv_engine_params p;
     uint32_t blocks = (o->kv_tokens + GG_BLOCK_SIZE - 1) / GG_BLOCK_SIZE + 1;
-    pkv_engine *e = gg_engine_create(&p, m, &kv, s->ctx, blocks, 256, NULL);
+    pkv_engine *e = gg_engine_create(&p, m, &kv, s->ctx, blocks, 256,
+                                     o->store != NULL ? &store.store : NULL);
     gg_host h = {0};
     int rc = 1;
-    if (e == NULL)
+    if (e == NULL) {
+        srv_events_close(ev);
+        host_store_close(&store);
         return 1;
+    }
+    if (ev != NULL)
+        srv_events_set_medium(ev, pkv_engine_backend_name(e));
     if (gg_host_init(&h, m, p.max_batch_tokens) != 0) {
         fprintf(stderr, "pkv-server: out of memory\n");
         goto out;
@@ -234,6 +289,10 @@ static int serve(const options *o, srv_server *s, gg_model *m)
            o->http.host, port, s->model_name, s->chat.name, s->ctx,
            host_kv_name(p.kv_dtype), pkv_engine_backend_name(e),
            p.num_blocks, GG_BLOCK_SIZE);
+    if (ev != NULL)
+        printf("pkv-server: KV events on %s\n", o->kv_events);
+    if (o->store != NULL)
+        printf("pkv-server: KV store %s\n", o->store);
     fflush(stdout);
     rc = srv_loop_run(s, e, &h.model, &stop_asked);
     srv_http_stop(d);
@@ -241,6 +300,8 @@ static int serve(const options *o, srv_server *s, gg_model *m)
 out:
     gg_host_free(&h);
     pkv_engine_destroy(e);
+    srv_events_close(ev);
+    host_store_close(&store);
     return rc;
 }
 
@@ -277,7 +338,7 @@ int main(int argc, char **argv)
     if (srv_server_init(&s) != 0) {
         fprintf(stderr, "pkv-server: cannot make a lock\n");
     } else {
-        rc = serve(&o, &s, &loaded.model);
+        rc = serve(&o, &s, &loaded.model, loaded.weights);
         srv_server_free(&s);
     }
     gg_unload(&loaded);

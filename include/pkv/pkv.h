@@ -23,10 +23,11 @@
  *   library reads only the fields that fit in struct_size, so a program built
  *   against an older header keeps working with a newer library.
  *
- * Sections, in order: version; status; enums; callbacks; KV store (the
- * connector); engine (create, destroy, errors); sequences (add, abort,
- * fork); state transfer (truncate, propose, export, import); prefix cache
- * (save, load); step (the batch,
+ * Sections, in order: version; status; enums; callbacks (KV events
+ * among them); KV store (the connector); engine (create, destroy,
+ * errors); sequences (add, abort, fork); state transfer (truncate,
+ * propose, export, import); prefix cache (save, load, lookup, reset, a
+ * prompt's keys in the KV store); step (the batch,
  * tensors, step_begin, attend, step_end); introspection (stats, block
  * tables). This header says what a host can rely on; how it works inside
  * is in docs/design.md.
@@ -287,6 +288,64 @@ typedef struct pkv_allocator {
  * trailing newline, valid only during the call. NULL: silent (the default).
  */
 typedef void (*pkv_log_fn)(void *user, int32_t level, const char *message);
+
+/*
+ * KV events: what the prefix cache gained and lost, so that a router
+ * outside the process can keep an index of which engine holds which
+ * blocks (vLLM's KV events; examples/server publishes them in vLLM's
+ * wire format). Since 0.3.0.
+ */
+typedef enum pkv_kv_event_kind {
+    /* A full block joined the prefix cache: a later prompt that starts
+     * with the same tokens under the same cache_salt may hit it. */
+    PKV_KV_EVENT_STORED = 0,
+    /* A block announced stored left the prefix cache (evicted for reuse,
+     * or overwritten). */
+    PKV_KV_EVENT_REMOVED = 1,
+    /* Every cached block left (pkv_engine_reset_prefix_cache): forget
+     * every block announced before this event. */
+    PKV_KV_EVENT_ALL_CLEARED = 2
+} pkv_kv_event_kind;
+
+/* Whether a stored block has a parent (pkv_kv_event.flags). Since 0.3.0. */
+#define PKV_KV_EVENT_HAS_PARENT 1u
+
+/*
+ * One event. A block is named by its hash: the prefix cache's 64-bit
+ * chained hash of the parent's hash, cache_salt and the block's tokens,
+ * so the hashes of a prompt's blocks name its whole prefix (two engines
+ * with the same block_size and layer groups name a prompt's blocks
+ * alike). A layer group g > 0 (hybrid memory, kv_memory) names its
+ * blocks apart from group 0's: the hash of group 0's block of the same
+ * tokens, mixed with g. Since 0.3.0.
+ */
+typedef struct pkv_kv_event {
+    int32_t kind;        /* pkv_kv_event_kind */
+    uint32_t flags;      /* STORED: PKV_KV_EVENT_HAS_PARENT unless it is a
+                            prompt's first block */
+    uint64_t hash;       /* STORED, REMOVED: the block's hash */
+    uint64_t parent_hash; /* STORED with HAS_PARENT: the hash of the
+                             block before it in its prompt, in the same
+                             group (announced, or not cached in a windowed
+                             group); else 0 */
+    const int32_t *token_ids; /* STORED: block_size token ids, valid
+                                 during the call; else NULL */
+    uint32_t block_size; /* tokens per block */
+    uint32_t group;      /* STORED, REMOVED: the block's layer group, 0
+                            without hybrid memory (pkv_engine_stats) */
+    uint32_t window;     /* that group's attention window, 0: none */
+    uint32_t block;      /* the pool's block id (for tests and logs: ids
+                            are reused) */
+    uint32_t reserved[4]; /* 0: an array element's size never changes,
+                             so later fields go here */
+} pkv_kv_event;
+
+/*
+ * The KV events callback (pkv_engine_params.kv_events): count events in
+ * order, valid only during the call. Since 0.3.0.
+ */
+typedef void (*pkv_kv_events_fn)(void *user, const pkv_kv_event *events,
+                                 uint32_t count);
 
 /* -------------------------------------------------------------- KV store */
 
@@ -654,6 +713,26 @@ typedef struct pkv_engine_params {
      * group (for a host that reads every layer's KV of a block itself).
      * Mechanism: docs/design.md, "Hybrid memory". */
     int32_t kv_memory;
+
+    /* Since 0.3.0. KV events (pkv_kv_event): called at the end of
+     * pkv_engine_step_end, and of pkv_engine_reset_prefix_cache, on the
+     * stepping thread, with every change of the prefix cache since the
+     * last call (also those of pkv_engine_load_prefix_cache and of blocks
+     * a KV store gave), one or more times (at most 256 events each), in
+     * this order: ALL_CLEARED if the cache was reset, then the blocks
+     * that left it, then those that joined it. Each block that joins is
+     * announced STORED exactly once, and REMOVED exactly once when it
+     * leaves, unless both happened since the last call: then neither is
+     * announced. So a consumer that applies every call in order holds
+     * exactly the blocks the prefix cache holds (two blocks may hold one
+     * hash at once, each announced: a block whose parent was evicted
+     * and computed again under a new parent block; a consumer keyed by
+     * hash counts them). Inside the callback the
+     * host may call pkv_engine_lookup_prefix, pkv_seq_add and
+     * pkv_seq_abort, and no other function of this engine. NULL (the
+     * default): no events, and nothing is kept for them. */
+    pkv_kv_events_fn kv_events;
+    void *kv_events_user;
 } pkv_engine_params;
 
 /*
@@ -1009,6 +1088,83 @@ PKV_API pkv_status pkv_engine_save_prefix_cache(pkv_engine *engine,
 PKV_API pkv_status pkv_engine_load_prefix_cache(pkv_engine *engine,
                                                 const void *data, size_t size,
                                                 uint32_t *num_loaded);
+
+/*
+ * How much of a prompt the prefix cache holds now: into *num_cached, the
+ * tokens a pkv_seq_add of tokens[0 .. num_tokens) with cache_salt would
+ * take from the cache if it were admitted now, a multiple of block_size
+ * (at most num_tokens - 1: the last token is always computed). With
+ * hybrid memory, as admission does, a windowed group needs only the
+ * blocks the first computed row sees. Nothing changes: no block is
+ * taken, the LRU order stays, no KV store is asked, and no event is
+ * announced. A router asks each engine this to send a prompt where its
+ * prefix is (the answer may be stale by the time the prompt arrives).
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL engine or num_cached, or a
+ * prompt pkv_seq_add would refuse (NULL tokens, num_tokens 0 or at least
+ * max_model_len, a token id out of range); PKV_ERR_OUT_OF_MEMORY
+ * (scratch for the prompt's hashes). Failures set both messages, as
+ * pkv_seq_add's do.
+ * Since 0.3.0.
+ * Thread-safety: safe from any thread, concurrently with the stepping
+ * thread, as pkv_seq_add (the engine must outlive the call): the prefix
+ * cache is read under the engine's prefix lock, which the stepping
+ * thread holds inside the calls that change the cache
+ * (pkv_engine_step_begin, pkv_engine_step_end, pkv_seq_fork,
+ * pkv_seq_truncate, pkv_engine_load_prefix_cache,
+ * pkv_engine_reset_prefix_cache), so a lookup may wait for one of those
+ * and they for a lookup's walk over the index (its hashes are computed
+ * before), never for pkv_engine_attend. The allocator may be called from this
+ * thread, as pkv_seq_add calls it.
+ * Ownership: tokens are read during the call only.
+ */
+PKV_API pkv_status pkv_engine_lookup_prefix(pkv_engine *engine,
+                                            const int32_t *tokens,
+                                            uint32_t num_tokens,
+                                            uint64_t cache_salt,
+                                            uint32_t *num_cached);
+
+/*
+ * Empty the prefix cache: every cached block becomes free, so no later
+ * prompt hits what was computed before (a new model revision behind the
+ * same engine, a benchmark's cold start). With kv_events set, the next
+ * delivery (at the end of this call) starts with ALL_CLEARED and nothing
+ * cached before is announced REMOVED. Sequences waiting or swapped out
+ * keep their tokens and compute what they no longer find.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL engine; PKV_ERR_BAD_STATE
+ * between step_begin and step_end, or while a sequence holds blocks (a
+ * running one: abort it or let it finish; nothing changes), as vLLM's
+ * reset refuses while blocks are in use.
+ * Since 0.3.0.
+ * Thread-safety: the stepping thread only.
+ */
+PKV_API pkv_status pkv_engine_reset_prefix_cache(pkv_engine *engine);
+
+/*
+ * The store keys of a prompt's blocks, as this engine's loads and saves
+ * name them: for the first min(capacity, (num_tokens - 1) / block_size)
+ * full blocks of tokens under cache_salt (a load asks at most those: the
+ * last token is always computed), each key NUL-terminated in
+ * PKV_STORE_KEY_MAX bytes of keys, block after block; *num_keys says how
+ * many. With seal_key, the sealed names ("pkvs:..."). With hybrid memory,
+ * the first group's names (the full layers', if any); a load also asks
+ * each windowed group for the blocks its row sees, under other names.
+ * A router passes them to the store (pkv_redis_count_prefix) to learn
+ * how much of a prompt any engine sharing the store could load.
+ * Errors: PKV_ERR_INVALID_ARGUMENT for a NULL engine or num_keys, NULL
+ * keys with capacity > 0, or a prompt pkv_seq_add would refuse;
+ * PKV_ERR_BAD_STATE for an engine without a store; PKV_ERR_OUT_OF_MEMORY
+ * (libcrypto). Failures set both messages, as pkv_seq_add's do.
+ * Since 0.3.0.
+ * Thread-safety: safe from any thread, as pkv_seq_add (the engine must
+ * outlive the call).
+ * Ownership: writes keys and *num_keys only.
+ */
+PKV_API pkv_status pkv_engine_store_keys(pkv_engine *engine,
+                                         const int32_t *tokens,
+                                         uint32_t num_tokens,
+                                         uint64_t cache_salt, char *keys,
+                                         uint32_t capacity,
+                                         uint32_t *num_keys);
 
 /* ------------------------------------------------------------------ step */
 

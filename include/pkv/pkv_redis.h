@@ -88,7 +88,8 @@
  * libpkv_redis needs only this header and pkv.h's types: it does not link
  * libpkv, and reports its own failures through pkv_redis_last_error.
  *
- * The library and everything in this header: since 0.2.0.
+ * The library and everything in this header: since 0.2.0, but for what
+ * says "Since 0.3.0.".
  */
 #ifndef PKV_PKV_REDIS_H
 #define PKV_PKV_REDIS_H
@@ -156,12 +157,13 @@ typedef struct pkv_redis_params {
 /* Counters of one connector. Fields are append-only. Since 0.2.0. */
 typedef struct pkv_redis_stats {
     uint32_t struct_size; /* sizeof(pkv_redis_stats), set by _init */
-    uint32_t connected;   /* connections held now: 0 to 2, one for
-                             loads and one for saves (a server that went
-                             away is noticed by the next operation) */
+    uint32_t connected;   /* connections held now: 0 to 3, one for
+                             loads, one for saves and (since 0.3.0) one
+                             for pkv_redis_count_prefix (a server that
+                             went away is noticed by the next operation) */
     uint64_t connects;    /* connections made, the first included */
     uint64_t connect_failures;
-    uint64_t commands;    /* MGETs and SETs sent */
+    uint64_t commands;    /* MGETs and SETs sent, and EXISTS answered */
     uint64_t errors;      /* operations failed: connection, timeout,
                              error reply, no connection yet (retry_ms),
                              or the connector destroyed under an engine */
@@ -299,6 +301,37 @@ PKV_REDIS_API pkv_status pkv_redis_get_stats(const pkv_redis *redis,
 PKV_REDIS_API pkv_status pkv_redis_connection_error(const pkv_redis *redis,
                                                     char *buffer,
                                                     size_t size);
+
+/*
+ * How many of a prompt's blocks the server holds, leading: into
+ * *num_held, the length of the run of keys[0 .. num_keys), from the
+ * first, that exist on the server (key_prefix prepended, as loads ask
+ * for them). The keys are a prompt's block names in order, as the engine
+ * that saves them derives them, sealed names included
+ * (pkv_engine_store_keys). Only names travel: one EXISTS per key, all
+ * sent at once (one round trip), no value read. A router asks this to
+ * know how much of a prompt any engine sharing the store could load
+ * instead of computing (a value may still fail verification, or be
+ * evicted before the load). It runs on the calling thread, over the
+ * connector's third connection (made at the first count, with AUTH and
+ * SELECT as the params ask, kept between counts, bounded by timeout_ms
+ * as every command), so it never waits behind a load or a save; counts
+ * from several threads take turns.
+ * Errors (pkv_redis_last_error): PKV_ERR_INVALID_ARGUMENT for a NULL redis
+ * or num_held, NULL keys with num_keys > 0, more than 65,536 keys, or a
+ * key NULL, empty or longer than PKV_STORE_KEY_MAX - 1 bytes;
+ * PKV_ERR_STORE when the server cannot be reached or answers otherwise
+ * (the message and pkv_redis_connection_error say why; while
+ * connection attempts fail, counts fail at once as loads do);
+ * PKV_ERR_OUT_OF_MEMORY. num_keys 0: 0, nothing sent.
+ * Since 0.3.0.
+ * Thread-safety: safe from any thread, while engines use the connector.
+ * Ownership: keys are read during the call only.
+ */
+PKV_REDIS_API pkv_status pkv_redis_count_prefix(pkv_redis *redis,
+                                                const char *const *keys,
+                                                uint32_t num_keys,
+                                                uint32_t *num_held);
 
 /*
  * The message of the last failure of a pkv_redis_* function on this

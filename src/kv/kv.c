@@ -11,6 +11,14 @@ pkv_status pkv__kv_init(pkv__kv *kv, const pkv__allocator *alloc,
                         const pkv_engine_params *params)
 {
     memset(kv, 0, sizeof *kv);
+    kv->lock = pkv__calloc(alloc, 1, sizeof *kv->lock);
+    if (kv->lock == NULL)
+        return PKV_ERR_OUT_OF_MEMORY;
+    if (pkv__lock_init(kv->lock) != 0) {
+        pkv__free(alloc, kv->lock, 1, sizeof *kv->lock);
+        kv->lock = NULL;
+        return PKV_ERR_OUT_OF_MEMORY;
+    }
     pkv_status st = pkv__groups_init(&kv->groups, alloc, params);
     if (st == PKV_OK && PKV_LAYOUT_QUANTIZED(params->kv_dtype)) {
         kv->free_stages = pkv__calloc(alloc, params->max_num_seqs,
@@ -29,7 +37,8 @@ pkv_status pkv__kv_init(pkv__kv *kv, const pkv__allocator *alloc,
 
 pkv_status pkv__kv_init_pool(pkv__kv *kv, const pkv__allocator *alloc,
                              const pkv__device *device,
-                             const pkv__backend_config *config)
+                             const pkv__backend_config *config,
+                             const pkv_engine_params *params)
 {
     kv->device = device;
     kv->swap_block_bytes = pkv__backend_swap_block_bytes(config);
@@ -39,11 +48,17 @@ pkv_status pkv__kv_init_pool(pkv__kv *kv, const pkv__allocator *alloc,
                                    config->block_size);
     if (st == PKV_OK)
         st = pkv__prefix_init(&kv->prefix, &kv->pool);
+    if (st == PKV_OK)
+        st = pkv__kv_events_init(&kv->events, alloc, params->kv_events,
+                                 params->kv_events_user, config->num_blocks);
+    if (st == PKV_OK && kv->events.fn != NULL)
+        kv->prefix.events = &kv->events;
     return st;
 }
 
 void pkv__kv_release(pkv__kv *kv, const pkv__allocator *alloc)
 {
+    pkv__kv_events_release(&kv->events, alloc);
     if (kv->prefix.pool != NULL)
         pkv__prefix_release(&kv->prefix);
     if (kv->pool.blocks != NULL)
@@ -52,6 +67,10 @@ void pkv__kv_release(pkv__kv *kv, const pkv__allocator *alloc)
     pkv__free(alloc, kv->free_stages, kv->max_stages,
               sizeof *kv->free_stages);
     pkv__groups_release(&kv->groups, alloc);
+    if (kv->lock != NULL) {
+        pkv__lock_destroy(kv->lock);
+        pkv__free(alloc, kv->lock, 1, sizeof *kv->lock);
+    }
     memset(kv, 0, sizeof *kv);
 }
 

@@ -29,11 +29,13 @@
 #define PKV_KV_KV_H
 
 #include "backend.h"
+#include "kv/events.h"
 #include "kv/groups.h"
 #include "kv/pool.h"
 #include "kv/prefix.h"
 #include "kv/rollback.h"
 #include "kv/table.h"
+#include "lock.h"
 #include "prefetch.h"
 
 typedef struct pkv__kv {
@@ -53,6 +55,12 @@ typedef struct pkv__kv {
     pkv__rollback rollback;
     uint64_t swap_used; /* host bytes of swapped-out sequences' KV, those
                            imported aside (pkv__kv_seq.swap_imported) */
+    /* The prefix lock: held by the stepping thread inside every call that
+     * changes the pool or the prefix index (pkv__kv_lock), and by lookups
+     * from other threads (pkv__kv_probe), which only read. */
+    pkv__lock *lock;
+    /* The host's KV events (events.h), off without its callback. */
+    pkv__kv_events events;
 } pkv__kv;
 
 /* What the manager keeps of a sequence that a step does not read: its
@@ -106,13 +114,54 @@ pkv_status pkv__kv_init(pkv__kv *kv, const pkv__allocator *alloc,
 /* The pool of num_blocks blocks of block_size tokens and its prefix
  * index, over the backend that holds the arenas (made first, so that a
  * cache too large for the machine fails before this host memory is
- * spent) and whose config says the host copies' sizes. */
+ * spent) and whose config says the host copies' sizes; and the KV events
+ * of params (kv_events NULL: none). */
 pkv_status pkv__kv_init_pool(pkv__kv *kv, const pkv__allocator *alloc,
                              const pkv__device *device,
-                             const pkv__backend_config *config);
+                             const pkv__backend_config *config,
+                             const pkv_engine_params *params);
 
 /* Release what the inits made (any of it). */
 void pkv__kv_release(pkv__kv *kv, const pkv__allocator *alloc);
+
+/* ------------------------------------------------ the prefix lock, events */
+
+/* Take and give the prefix lock: the stepping thread around a call that
+ * may change the pool or the prefix index, never around a delivery of
+ * events (the host's callback may look up). */
+static inline void pkv__kv_lock(const pkv__kv *kv)
+{
+    pkv__lock_take(kv->lock);
+}
+
+static inline void pkv__kv_unlock(const pkv__kv *kv)
+{
+    pkv__lock_give(kv->lock);
+}
+
+/* The tokens' longest run of cached leading blocks, as pkv__kv_lookup
+ * would find for a sequence of tokens[0 .. n) and salt (at most (n - 1) /
+ * block_size), into *blocks: from any thread, under the prefix lock
+ * (taken here), nothing changed. PKV_ERR_OUT_OF_MEMORY for scratch
+ * (alloc's, on the calling thread). */
+pkv_status pkv__kv_probe(const pkv__kv *kv, const pkv__allocator *alloc,
+                         const int32_t *tokens, uint32_t n, uint64_t salt,
+                         uint32_t *blocks);
+
+/* Deliver the KV events since the last delivery to the host (events.h),
+ * on the stepping thread, without the prefix lock. */
+void pkv__kv_deliver_events(pkv__kv *kv);
+
+/* Whether any block is held (by a sequence, a fork, a swap-out in
+ * flight): the prefix cache can then not be emptied. */
+static inline int pkv__kv_in_use(const pkv__kv *kv)
+{
+    return kv->pool.num_used > 1; /* the null block is always used */
+}
+
+/* Empty the prefix cache (no block held: pkv__kv_in_use is 0): every
+ * cached block becomes free; the events announce ALL_CLEARED. */
+void pkv__kv_clear(pkv__kv *kv);
 
 /* ------------------------------------------------------ a sequence's KV */
 
@@ -530,13 +579,14 @@ int pkv__kv_group_cached(const pkv__kv *kv, const pkv__kv_seq *s,
                          const int32_t *tokens, const pkv__chain_link *link,
                          uint32_t j, uint32_t g);
 
-/* The same as pkv__kv_install for one block of group g > 0, whose KV is
- * at bytes, after `link` (prefix_groups.h): *id its block.
- * PKV_ERR_NO_BLOCKS, or the device copy's status, with nothing
- * changed. */
+/* The same as pkv__kv_install for one block of group g > 0, s's prompt
+ * block j, whose KV is at bytes, after links[j] (prefix_groups.h), the
+ * cached group-0 block of those tokens (links: a chain lookup's, up to
+ * j): *id its block. PKV_ERR_NO_BLOCKS, or the device copy's status,
+ * with nothing changed. */
 pkv_status pkv__kv_install_group(pkv__kv *kv, const pkv__kv_seq *s,
                                  const int32_t *tokens,
-                                 const pkv__chain_link *link, uint32_t j,
+                                 const pkv__chain_link *links, uint32_t j,
                                  uint32_t g, const uint8_t *bytes,
                                  uint32_t *id);
 

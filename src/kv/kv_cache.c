@@ -60,7 +60,8 @@ uint32_t pkv__kv_install(pkv__kv *kv, const pkv__kv_seq *s,
         uint64_t h = pkv__kv_chain_hash(kv, s, from + i, parent_hash, t);
         pkv__pool_set_fill(pool, ids[i], bs);
         pkv__prefix_insert(&kv->prefix, ids[i], h, t, s->record->salt,
-                           parent, pool->blocks[parent].generation);
+                           parent, pool->blocks[parent].generation,
+                           from + i ? &parent_hash : NULL);
         parent_hash = h;
         parent = ids[i];
     }
@@ -85,11 +86,12 @@ int pkv__kv_group_cached(const pkv__kv *kv, const pkv__kv_seq *s,
 
 pkv_status pkv__kv_install_group(pkv__kv *kv, const pkv__kv_seq *s,
                                  const int32_t *tokens,
-                                 const pkv__chain_link *link, uint32_t j,
+                                 const pkv__chain_link *links, uint32_t j,
                                  uint32_t g, const uint8_t *bytes,
                                  uint32_t *id)
 {
     const pkv__device *dev = kv->device;
+    const pkv__chain_link *link = &links[j];
     pkv__pool *pool = &kv->pool;
     uint32_t bs = pool->block_size;
     /* Its parent is pinned while a block is taken for it. */
@@ -99,12 +101,14 @@ pkv_status pkv__kv_install_group(pkv__kv *kv, const pkv__kv_seq *s,
         st = dev->ops->swap_in(dev->backend, bytes, id, 1);
         if (st == PKV_OK) {
             const int32_t *t = tokens + (size_t)j * bs;
+            uint64_t parent_hash =
+                j ? pkv__prefix_group_hash(links[j - 1].hash, g) : 0;
             pkv__pool_set_group(pool, *id, g);
             pkv__pool_set_fill(pool, *id, bs);
             pkv__prefix_insert(&kv->prefix, *id,
                                pkv__prefix_group_hash(link->hash, g), t,
                                s->record->salt, link->block,
-                               link->generation);
+                               link->generation, j ? &parent_hash : NULL);
         }
         /* Cached and unreferenced, or free again. */
         pkv__pool_decref(pool, *id);

@@ -191,10 +191,20 @@ pkv_status pkv__kv_load_saved(pkv__kv *kv, const pkv__allocator *alloc,
         uint32_t parent = saved[i].parent;
         uint32_t above =
             parent == PKV__KV_ROOT ? PKV__NULL_BLOCK : target[parent];
+        /* The block before it in its group: a group g > 0 block's parent
+         * is the group-0 block of its tokens, whose parent is that. */
+        uint32_t before =
+            saved[i].group != 0 ? saved[parent].parent : parent;
+        uint64_t before_hash =
+            before == PKV__KV_ROOT ? 0
+            : saved[i].group != 0
+                ? pkv__prefix_group_hash(hash[before], saved[i].group)
+                : hash[before];
         pkv__pool_set_fill(pool, b, bs);
         pkv__prefix_insert(&kv->prefix, b, hash[i], saved[i].tokens,
                            saved[i].salt, above,
-                           pool->blocks[above].generation);
+                           pool->blocks[above].generation,
+                           before == PKV__KV_ROOT ? NULL : &before_hash);
     }
     /* Unreferenced: children first into the LRU queue, so that they go
      * before their parents. */

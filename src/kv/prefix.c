@@ -86,6 +86,9 @@ static void forget_block(void *ctx, uint32_t block)
         link = &prefix->entries[*link].bucket_next;
     *link = prefix->entries[block].bucket_next;
     prefix->entries[block].bucket_next = PKV__NO_BLOCK;
+    if (prefix->events != NULL)
+        pkv__kv_events_removed(prefix->events, block,
+                               prefix->pool->blocks[block].group);
 }
 
 uint32_t pkv__prefix_find(const pkv__prefix *prefix, uint64_t hash,
@@ -202,7 +205,8 @@ pkv_status pkv__prefix_chain_adopt(pkv__prefix_chain *chain,
 
 void pkv__prefix_insert(pkv__prefix *prefix, uint32_t block, uint64_t hash,
                         const int32_t *tokens, uint64_t salt, uint32_t parent,
-                        uint32_t parent_generation)
+                        uint32_t parent_generation,
+                        const uint64_t *parent_hash)
 {
     uint32_t bs = prefix->pool->block_size;
     pkv__prefix_entry *e = &prefix->entries[block];
@@ -215,6 +219,8 @@ void pkv__prefix_insert(pkv__prefix *prefix, uint32_t block, uint64_t hash,
     e->bucket_next = *head;
     *head = block;
     pkv__pool_mark_cached(prefix->pool, block);
+    if (prefix->events != NULL)
+        pkv__kv_events_stored(prefix->events, block, hash, parent_hash);
 }
 
 pkv_status pkv__prefix_register(pkv__prefix *prefix, pkv__prefix_chain *chain,
@@ -249,7 +255,7 @@ pkv_status pkv__prefix_register(pkv__prefix *prefix, pkv__prefix_chain *chain,
             if (b == PKV__NULL_BLOCK || pool->blocks[b].cached)
                 break;
             pkv__prefix_insert(prefix, b, h, block_tokens, salt, parent,
-                               parent_generation);
+                               parent_generation, up ? &parent_hash : NULL);
         }
         chain->links[j].hash = h;
         chain->links[j].block = b;

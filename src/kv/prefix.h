@@ -17,6 +17,7 @@
 #ifndef PKV_PREFIX_H
 #define PKV_PREFIX_H
 
+#include "kv/events.h"
 #include "table.h"
 
 /* One accepted block of a sequence's chain: its hash and the block that holds
@@ -51,6 +52,9 @@ typedef struct pkv__prefix {
     /* Bits of the hash used by the index: all ones, except in tests that
      * force collisions. */
     uint64_t hash_mask;
+    /* Told of every block that joins or leaves (the host's KV events);
+     * NULL: none asked for. */
+    pkv__kv_events *events;
 } pkv__prefix;
 
 /* Attach an index to the pool (one per pool). */
@@ -109,10 +113,13 @@ uint32_t pkv__prefix_find_group(const pkv__prefix *prefix, uint32_t group,
                                 uint32_t parent_generation);
 
 /* Register a block that is not cached, holding `tokens` (its KV written)
- * after parent, as pkv__prefix_find would find it. */
+ * after parent, as pkv__prefix_find would find it. parent_hash: the hash
+ * of the block before it in its prompt, in its group (NULL: the prompt's
+ * first block), for the KV events. */
 void pkv__prefix_insert(pkv__prefix *prefix, uint32_t block, uint64_t hash,
                         const int32_t *tokens, uint64_t salt, uint32_t parent,
-                        uint32_t parent_generation);
+                        uint32_t parent_generation,
+                        const uint64_t *parent_hash);
 
 /* Whether the first `tokens` tokens fill blocks past the chain: what
  * pkv__prefix_register would register. */

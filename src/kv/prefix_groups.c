@@ -71,10 +71,12 @@ void pkv__prefix_register_groups(pkv__prefix *prefix,
                 find(prefix, g, &chain->links[j], block_tokens,
                      s->record->salt) != PKV__NO_BLOCK)
                 continue;
+            uint64_t parent_hash =
+                j ? pkv__prefix_group_hash(chain->links[j - 1].hash, g) : 0;
             pkv__prefix_insert(
                 prefix, b, pkv__prefix_group_hash(chain->links[j].hash, g),
                 block_tokens, s->record->salt, chain->links[j].block,
-                chain->links[j].generation);
+                chain->links[j].generation, j ? &parent_hash : NULL);
         }
     }
 }

@@ -72,8 +72,9 @@ pkv_status pkv__redis_connector_new(const pkv_redis_params *p,
     if (p->database > 0)
         snprintf(redis->database, sizeof redis->database, "%u",
                  (unsigned)p->database);
-    for (int k = 0; k < 2; k++) {
-        pkv__redis_lane *lane = &redis->lanes[k];
+    for (int k = 0; k <= PKV__REDIS_PROBE; k++) {
+        pkv__redis_lane *lane =
+            k == PKV__REDIS_PROBE ? &redis->probe : &redis->lanes[k];
         lane->redis = redis;
         lane->kind = k;
         lane->fd = -1;
@@ -89,10 +90,17 @@ pkv_status pkv__redis_connector_new(const pkv_redis_params *p,
         *what = "pthread_mutex_init failed";
         return PKV_ERR_OUT_OF_MEMORY;
     }
+    if (pthread_mutex_init(&redis->probe_lock, NULL) != 0) {
+        pthread_mutex_destroy(&redis->lock);
+        free_memory(redis);
+        *what = "pthread_mutex_init failed";
+        return PKV_ERR_OUT_OF_MEMORY;
+    }
     for (int k = 0; k < 2; k++) {
         if (pthread_cond_init(&redis->lanes[k].wake, NULL) != 0) {
             if (k > 0)
                 pthread_cond_destroy(&redis->lanes[0].wake);
+            pthread_mutex_destroy(&redis->probe_lock);
             pthread_mutex_destroy(&redis->lock);
             free_memory(redis);
             *what = "pthread_cond_init failed";
@@ -110,6 +118,7 @@ void pkv__redis_connector_free(pkv_redis *redis)
     pkv__redis_list_free(&redis->done);
     for (int k = 0; k < 2; k++)
         pthread_cond_destroy(&redis->lanes[k].wake);
+    pthread_mutex_destroy(&redis->probe_lock);
     pthread_mutex_destroy(&redis->lock);
     free_memory(redis);
 }

@@ -78,7 +78,13 @@
  * connector.c. */
 void pkv__redis_wipe(void *p, size_t n);
 
-enum pkv__redis_kind { PKV__REDIS_LOAD, PKV__REDIS_SAVE };
+/* What a lane carries: loads and saves (each a thread's), and the
+ * counts of held keys (pkv_redis_count_prefix, on its caller's thread). */
+enum pkv__redis_kind { PKV__REDIS_LOAD, PKV__REDIS_SAVE, PKV__REDIS_PROBE };
+
+/* The most keys one pkv_redis_count_prefix takes (a prompt of 64 Ki
+ * blocks): its command is built in one buffer. */
+#define PKV__REDIS_COUNT_MAX 65536u
 
 /* One load or save, from its callback to its report or cancel. */
 typedef struct pkv__redis_op {
@@ -161,6 +167,11 @@ struct pkv_redis {
 
     pthread_mutex_t lock;
     pkv__redis_lane lanes[2]; /* by enum pkv__redis_kind */
+    /* The counts' own connection, without a thread: used by the thread
+     * that calls pkv_redis_count_prefix, under probe_lock, so a count
+     * never waits behind a load or a save. */
+    pkv__redis_lane probe;
+    pthread_mutex_t probe_lock;
 
     /* Under the lock. Queued for the lanes: loads for one, saves for the
      * other. */
@@ -221,6 +232,13 @@ void pkv__redis_detach(void *user);
 pkv_status pkv__redis_connect(pkv__redis_lane *lane);
 void pkv__redis_disconnect(pkv__redis_lane *lane);
 void pkv__redis_note(pkv_redis *redis, const char *why);
+
+/* count.c: how many of keys[0 .. n), leading, the server holds (EXISTS
+ * of each, pipelined, on the probe lane), into *held: PKV_OK, or
+ * PKV_ERR_STORE (the connection; pkv_redis_connection_error says why)
+ * or PKV_ERR_OUT_OF_MEMORY. The keys are checked by the caller. */
+pkv_status pkv__redis_count(pkv_redis *redis, const char *const *keys,
+                            uint32_t n, uint32_t *held);
 
 /* worker.c: start the lanes' threads (0, or an errno value); stop and join
  * them. */

@@ -155,6 +155,8 @@ void pkv_redis_destroy(pkv_redis *redis)
     /* Each lane finishes the op it runs (at once if it was sending or
      * receiving: the socket is shut down); queued ones are never sent. */
     pkv__redis_worker_stop(redis);
+    /* No count runs (destroy is not called with another public call). */
+    pkv__redis_disconnect(&redis->probe);
     pthread_mutex_lock(&redis->lock);
     uint32_t engines = redis->engines;
     redis->closed = engines > 0;
@@ -244,5 +246,40 @@ pkv_status pkv_redis_connection_error(const pkv_redis *redis, char *buffer,
     pthread_mutex_lock(&r->lock);
     snprintf(buffer, size, "%s", r->connection_error);
     pthread_mutex_unlock(&r->lock);
+    return PKV_OK;
+}
+
+pkv_status pkv_redis_count_prefix(pkv_redis *redis, const char *const *keys,
+                                  uint32_t num_keys, uint32_t *num_held)
+{
+    if (num_held != NULL)
+        *num_held = 0;
+    if (redis == NULL || num_held == NULL || (keys == NULL && num_keys > 0))
+        return fail(PKV_ERR_INVALID_ARGUMENT, "%s is NULL",
+                    redis == NULL      ? "redis"
+                    : num_held == NULL ? "num_held"
+                                       : "keys");
+    if (num_keys > PKV__REDIS_COUNT_MAX)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "%u keys; at most %u",
+                    (unsigned)num_keys, (unsigned)PKV__REDIS_COUNT_MAX);
+    for (uint32_t i = 0; i < num_keys; i++)
+        if (keys[i] == NULL || keys[i][0] == '\0' ||
+            strnlen(keys[i], PKV_STORE_KEY_MAX) >= PKV_STORE_KEY_MAX)
+            return fail(PKV_ERR_INVALID_ARGUMENT,
+                        "keys[%u] is NULL, empty or longer than %u bytes",
+                        (unsigned)i, (unsigned)(PKV_STORE_KEY_MAX - 1));
+    if (num_keys == 0)
+        return PKV_OK;
+    pkv_status st = pkv__redis_count(redis, keys, num_keys, num_held);
+    if (st == PKV_ERR_STORE) {
+        char why[PKV__REDIS_ERROR_MAX];
+        pthread_mutex_lock(&redis->lock);
+        snprintf(why, sizeof why, "%s", redis->connection_error);
+        pthread_mutex_unlock(&redis->lock);
+        return fail(st, "count of %u keys: %s", (unsigned)num_keys, why);
+    }
+    if (st != PKV_OK)
+        return fail(st, "count of %u keys: no memory for the command",
+                    (unsigned)num_keys);
     return PKV_OK;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Replies to MGET and SET, read straight from the socket (reply.h). */
+/* Replies to MGET, SET and pipelined EXISTS, read straight from the socket
+ * (reply.h). */
 #include "reply.h"
 
 #include <string.h>
@@ -178,4 +179,35 @@ enum pkv__reply_result pkv__redis_read_mget(int fd, uint8_t *buffer,
     /* One command in flight: the reply ends here, nothing was read past
      * it. */
     return r.pos == r.len ? PKV__REPLY_VALUES : PKV__REPLY_BROKEN;
+}
+
+enum pkv__reply_result pkv__redis_read_exists(int fd, uint32_t n,
+                                              uint32_t *leading,
+                                              const pkv__redis_deadline *d,
+                                              char *error, size_t error_size)
+{
+    uint8_t buffer[4096];
+    reader r = {fd, 0, 0, sizeof buffer, buffer, d, PKV__REPLY_BROKEN};
+    char line[LINE_MAX];
+    enum pkv__reply_result got = PKV__REPLY_VALUES;
+    int run = 1;
+    *leading = 0;
+    /* Every reply is read, whatever the first ones said: the connection
+     * stays in step. */
+    for (uint32_t i = 0; i < n; i++) {
+        if (read_line(&r, line) != 0)
+            return r.failed;
+        if (line[0] == '-') {
+            if (got == PKV__REPLY_VALUES)
+                copy_error(line, error, error_size);
+            got = PKV__REPLY_ERROR;
+            continue;
+        }
+        long long v = line[0] == ':' ? number(line) : -2;
+        if (v != 0 && v != 1)
+            return PKV__REPLY_BROKEN;
+        run = run && v == 1;
+        *leading += (uint32_t)run;
+    }
+    return r.pos == r.len ? got : PKV__REPLY_BROKEN;
 }

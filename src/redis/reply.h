@@ -56,4 +56,13 @@ enum pkv__reply_result pkv__redis_read_status(int fd,
                                               char *error,
                                               size_t error_size);
 
+/* The replies to n pipelined EXISTS of one key each (integers 0 or 1):
+ * how many keys, leading, exist, into *leading. VALUES; ERROR for an
+ * error reply among them (the first one's line into error, as
+ * read_mget), every reply read; BROKEN, TIMEOUT or CLOSED as read_mget. */
+enum pkv__reply_result pkv__redis_read_exists(int fd, uint32_t n,
+                                              uint32_t *leading,
+                                              const pkv__redis_deadline *d,
+                                              char *error, size_t error_size);
+
 #endif

@@ -57,6 +57,20 @@ pkv_status pkv__store_init(pkv__engine_store **out,
     if (st != PKV_OK)
         return st;
     pkv__digest_hex(root, 8, s->fingerprint);
+    if (env->seal != NULL) {
+        s->outside_lock = pkv__calloc(&env->alloc, 1, sizeof *s->outside_lock);
+        if (s->outside_lock == NULL)
+            return PKV_ERR_OUT_OF_MEMORY;
+        if (pkv__lock_init(s->outside_lock) != 0) {
+            pkv__free(&env->alloc, s->outside_lock, 1,
+                      sizeof *s->outside_lock);
+            s->outside_lock = NULL;
+            return PKV_ERR_OUT_OF_MEMORY;
+        }
+        st = pkv__seal_name_context(env->seal, &s->outside_namer);
+        if (st != PKV_OK)
+            return st;
+    }
     pkv__store_read(&s->cb, store); /* checked at create: cannot fail */
     s->cb.model = NULL;
     s->inner_at = env->seal != NULL ? PKV__SEAL_HEADER_BYTES : 0;
@@ -67,6 +81,19 @@ pkv_status pkv__store_init(pkv__engine_store **out,
     if (s->cb.attach != NULL)
         s->cb.attach(s->cb.user);
     return PKV_OK;
+}
+
+/* The key of a block whose digest, or with a seal whose name, is d. */
+static void format_key(const pkv__engine_store *s,
+                       const uint8_t d[PKV__DIGEST_BYTES], char *out)
+{
+    /* Sealed and unsealed values never share a key, so engines with and
+     * without a key on one store miss each other's values instead of
+     * counting them damaged. */
+    memcpy(out, s->env.seal != NULL ? "pkvs:" : "pkv1:", 5);
+    memcpy(out + 5, s->fingerprint, 16);
+    out[21] = ':';
+    pkv__digest_hex(d, PKV__DIGEST_BYTES, out + 22);
 }
 
 pkv_status pkv__store_key(const pkv__engine_store *s,
@@ -80,14 +107,31 @@ pkv_status pkv__store_key(const pkv__engine_store *s,
             return st;
         digest = name;
     }
-    /* Sealed and unsealed values never share a key, so engines with and
-     * without a key on one store miss each other's values instead of
-     * counting them damaged. */
-    memcpy(out, s->env.seal != NULL ? "pkvs:" : "pkv1:", 5);
-    memcpy(out + 5, s->fingerprint, 16);
-    out[21] = ':';
-    pkv__digest_hex(digest, PKV__DIGEST_BYTES, out + 22);
+    format_key(s, digest, out);
     return PKV_OK;
+}
+
+pkv_status pkv__store_prompt_keys(const pkv__engine_store *s,
+                                  const int32_t *tokens, uint32_t n,
+                                  uint64_t salt, char *keys)
+{
+    uint32_t bs = pkv__kv_block_size(s->env.kv);
+    uint8_t d[PKV__DIGEST_BYTES], name[PKV__SEAL_NAME_BYTES];
+    pkv_status st = pkv__digest_root(s->sha256, s->model, s->env.config,
+                                     &s->env.kv->groups, salt, d);
+    for (uint32_t j = 0; st == PKV_OK && j < n; j++) {
+        st = pkv__digest_block(s->sha256, d, tokens + (size_t)j * bs, bs, d);
+        const uint8_t *named = d;
+        if (st == PKV_OK && s->outside_namer != NULL) {
+            pkv__lock_take(s->outside_lock);
+            st = pkv__hmac_sha256(s->outside_namer, d, sizeof d, name);
+            pkv__lock_give(s->outside_lock);
+            named = name;
+        }
+        if (st == PKV_OK)
+            format_key(s, named, keys + (size_t)j * PKV_STORE_KEY_MAX);
+    }
+    return st;
 }
 
 /* What a sealed value is bound to besides its bytes: the key it is
@@ -176,6 +220,11 @@ void pkv__store_release(pkv__engine_store *s)
         pkv__free(&a, s->sent, pkv__kv_num_blocks(s->env.kv),
                   sizeof *s->sent);
     EVP_MD_free(s->sha256);
+    EVP_MAC_CTX_free(s->outside_namer);
+    if (s->outside_lock != NULL) {
+        pkv__lock_destroy(s->outside_lock);
+        pkv__free(&a, s->outside_lock, 1, sizeof *s->outside_lock);
+    }
     pkv__free(&a, s, 1, sizeof *s);
 }
 
@@ -549,7 +598,7 @@ static void install_groups(pkv__engine_store *s, const pkv__store_op *op,
         pkv_status st = PKV_ERR_OUT_OF_MEMORY;
         if (bytes != NULL) {
             memcpy(bytes, op->values + (size_t)i * vb + kv_at, block_bytes);
-            st = pkv__kv_install_group(kv, &seq->kv, seq->tokens, &links[j],
+            st = pkv__kv_install_group(kv, &seq->kv, seq->tokens, links,
                                        j, g, bytes, &b);
         }
         if (st == PKV_OK) {

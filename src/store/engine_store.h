@@ -19,6 +19,7 @@
 
 #include "engine_error.h"
 #include "inbox.h"
+#include "lock.h"
 #include "seq.h"
 #include "store/digest.h"
 
@@ -88,6 +89,10 @@ typedef struct pkv__engine_store {
     size_t spare_bytes;
     pkv__chain_link *links; /* a prefix lookup's, scratch */
     size_t links_capacity;
+    /* Names made on other threads (pkv__store_prompt_keys): with a seal,
+     * a copy of its naming context, used under outside_lock. */
+    EVP_MAC_CTX *outside_namer;
+    pkv__lock *outside_lock;
 } pkv__engine_store;
 
 /* Whether the engine has a store. */
@@ -104,6 +109,16 @@ static inline int pkv__store_enabled(const pkv__engine_store *s)
 pkv_status pkv__store_key(const pkv__engine_store *s,
                           const uint8_t digest[PKV__DIGEST_BYTES],
                           char *out);
+
+/* The store keys of the first n blocks of a prompt, tokens (n * block
+ * size of them), under salt: group 0's, as a load of them names them
+ * (sealed names with a seal), into keys (PKV_STORE_KEY_MAX bytes each,
+ * NUL terminated). From any thread: it reads only what create fixed, and
+ * names under its own lock. PKV_OK, or PKV_ERR_OUT_OF_MEMORY when
+ * libcrypto fails. */
+pkv_status pkv__store_prompt_keys(const pkv__engine_store *s,
+                                  const int32_t *tokens, uint32_t n,
+                                  uint64_t salt, char *keys);
 
 /* Make the engine's store state (*out), over env, for the host's
  * connector (store NULL: a state that says there is no store). On

@@ -229,12 +229,14 @@ class Backend:
 
 
 class Router:
-    """pkv-router on a free port, its output read by a thread."""
+    """pkv-router on a free port, its output read by a thread (args: a
+    whole command line instead, as check_fleet.py restarts a fleet's)."""
 
-    def __init__(self, binary, backends, extra=()):
-        args = [binary, "--port", "0", *extra]
-        for b in backends:
-            args += ["--backend", b.spec()]
+    def __init__(self, binary, backends, extra=(), args=None):
+        if args is None:
+            args = [binary, "--port", "0", *extra]
+            for b in backends:
+                args += ["--backend", b.spec()]
         self.args = args
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
