@@ -347,6 +347,12 @@ static int parse_options(int argc, char **argv, options *o)
                         "other\n");
         return -1;
     }
+    if (o->warmup && (o->perplexity || o->agreement || o->logits)) {
+        fprintf(stderr, "pkv-gguf: --warmup is for serving (a prompt or "
+                        "the demo), not --perplexity, --agreement or "
+                        "--logits\n");
+        return -1;
+    }
     if ((o->chat || o->system) &&
         (o->prompt_ids || o->perplexity || o->agreement)) {
         fprintf(stderr, "pkv-gguf: --chat and --system are for --prompt, "
