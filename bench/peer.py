@@ -40,6 +40,12 @@ round, the sides alternating (llama.cpp first in even rounds):
            prompt.
   prefill  prompt tokens/s at 512 tokens: llama-bench -p 512 -n 0 against
            pkv-gguf's first token of a 512-token prompt (--prompt-ids).
+           Both sides warm: llama-bench runs the prompt once unmeasured
+           before it measures (its warm-up run), and pkv-gguf is given
+           --warmup, which serves the request once first on other ids
+           (no prefix hit) in the same process, its seconds those of
+           the second run. A build without --warmup (--pkv-before from
+           before it) is measured cold, its first run.
   depth    long-context decode tokens/s: llama-bench -p 0 -n 64 -d D
            (the D-token depth filled first, untimed) against pkv-gguf
            on a D-token --prompt-ids prompt, 64 new tokens, 1 / its mean
@@ -52,7 +58,8 @@ round, the sides alternating (llama.cpp first in even rounds):
            SmolLM2 has none): pkv-gguf's default, the plain figure is
            --every-token's (--memory picks).
   prompt   long prompts, tokens/s: llama-bench -p N -n 0 against
-           pkv-gguf's first token of an N-token --prompt-ids prompt,
+           pkv-gguf's first token of an N-token --prompt-ids prompt
+           (both warm, as for prefill),
            N = 2,048 and 8,192 (--prompts), f16 KV, pkv also with
            hybrid memory where the model has windowed layers.
   demo     pkv-gguf's demo (32 requests sharing a 31-token preamble, or
@@ -326,21 +333,31 @@ def memory_flags(opt, hybrid):
     kept: hybrid memory is its default since 0.3.0 (--every-token keeps
     every token); a build from before (--pkv-before) kept every token
     unless given --hybrid-memory."""
-    if opt.pkv_gguf not in opt.hybrid_default:
-        out = subprocess.run([opt.pkv_gguf, "--help"], capture_output=True,
-                             text=True)
-        opt.hybrid_default[opt.pkv_gguf] = \
-            "--every-token" in out.stdout + out.stderr
-    if opt.hybrid_default[opt.pkv_gguf]:
+    if pkv_takes(opt, "--every-token"):
         return () if hybrid else ("--every-token",)
     return ("--hybrid-memory",) if hybrid else ()
 
 
+def pkv_takes(opt, flag):
+    """Whether the pkv-gguf measured (opt.pkv_gguf: this build's, or
+    --pkv-before's) takes an option, read from its --help."""
+    if opt.pkv_gguf not in opt.pkv_help:
+        out = subprocess.run([opt.pkv_gguf, "--help"], capture_output=True,
+                             text=True)
+        opt.pkv_help[opt.pkv_gguf] = out.stdout + out.stderr
+    return flag in opt.pkv_help[opt.pkv_gguf]
+
+
 def pkv_prefill(opt, ids_path, length=PREFILL_LEN, hybrid=None):
+    """Prompt tokens/s: the length over the seconds of a warm run (after
+    --warmup's unreported run of the same length, as llama-bench warms
+    up before it measures; a build from before --warmup runs cold)."""
     r = run_pkv_gguf(opt,
                      ["--prompt-ids", ids_path, "--max-new", "1",
                         "--kv", "f16", "--backend", "cpu",
                         "--threads", str(opt.threads)] +
+                       (["--warmup"] if pkv_takes(opt, "--warmup")
+                        else []) +
                        list(() if hybrid is None else
                             memory_flags(opt, hybrid)))
     return length / r["seconds"]
@@ -969,7 +986,7 @@ def main():
         fail("--pkv-only: decode, prefill, depth and prompt only")
     opt.bins = None if opt.pkv_only else \
         opt.llama_bin or build_llama(pkv_cache())
-    opt.hybrid_default = {}
+    opt.pkv_help = {}
     opt.build = pkv_build(opt.pkv_gguf)
     opt.vocab = model["vocab"]  # which the trace draws from
     opt.decode_prompt = ("Here is a long story about a lighthouse keeper "

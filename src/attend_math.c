@@ -238,7 +238,9 @@ static int runs_anywhere(void)
 }
 
 const pkv__attend_math pkv__attend_math_portable = {
-    "portable", 4, runs_anywhere, scores, weigh, accumulate, convert};
+    "portable", 4,          runs_anywhere, scores,
+    weigh,      accumulate, convert,       pkv__f32_to_f16_n,
+};
 
 const pkv__attend_math *const pkv__attend_math_versions[] = {
 #ifdef PKV_HAVE_AVX2

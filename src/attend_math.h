@@ -107,6 +107,9 @@ typedef struct pkv__attend_math {
      * exactly, for j < n: what pkv__rows.values holds. */
     void (*convert)(const pkv__rows_format *f, const pkv__rows *r,
                     uint32_t n, uint32_t d, float *dst);
+    /* dst[c] = src[c] as binary16, c < d: pkv__f32_to_f16's bits (a NaN
+     * too), for an f16 cache's stored rows. */
+    void (*to_f16)(const float *src, uint16_t *dst, uint32_t d);
 } pkv__attend_math;
 
 /* Whether this processor runs version m for head_dim d with parts of

@@ -40,6 +40,18 @@ static inline vf v_f16(const uint8_t *p)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
+static inline void v_store_f16(uint16_t *p, vf x)
+{
+    _mm_storeu_si128(
+        (__m128i *)(void *)p,
+        _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+static inline int v_any_nan(vf x)
+{
+    return _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0;
+}
+
 static inline vf v_u8(const uint8_t *p)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(

@@ -46,6 +46,18 @@ static inline vf v_f16(const uint8_t *p)
         _mm256_loadu_si256((const __m256i *)(const void *)p));
 }
 
+static inline void v_store_f16(uint16_t *p, vf x)
+{
+    _mm256_storeu_si256(
+        (__m256i *)(void *)p,
+        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+static inline int v_any_nan(vf x)
+{
+    return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0;
+}
+
 static inline vf v_u8(const uint8_t *p)
 {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(

@@ -9,7 +9,9 @@
  *
  *   v_zero, v_set1, v_load (unaligned), v_store, v_fma (a * b + c),
  *   v_mul, v_add, v_sub, v_max;
- *   v_f16(p): LANES f16 at p; v_u8(p): LANES codes; v_u4(p): LANES
+ *   v_f16(p): LANES f16 at p; v_store_f16(p, x): x as LANES f16 at p,
+ *   rounded to nearest even; v_any_nan(x): whether a lane is a NaN;
+ *   v_u8(p): LANES codes; v_u4(p): LANES
  *   codes from LANES / 2 bytes (channel 2i in the low nibble of byte i);
  *   v_exp(x): e^x for x <= 0, exactly 0 below -87 (and for -inf), NaN
  *   for NaN;
@@ -569,11 +571,28 @@ static void convert(const pkv__rows_format *f, const pkv__rows *r,
             v_store(dst + (size_t)j * d + c, load_x(kind, r->data, j, c, d));
 }
 
+/* -------------------------------------------------------------- to_f16 */
+
+/* The processor's conversion rounds to nearest even as pkv__f32_to_f16
+ * does, overflow and subnormals included; a NaN's payload it keeps where
+ * pkv__f32_to_f16 drops it, so a vector holding one goes the portable
+ * way. */
+static void to_f16(const float *src, uint16_t *dst, uint32_t d)
+{
+    for (uint32_t c = 0; c < d; c += LANES) {
+        vf x = v_load(src + c);
+        if (v_any_nan(x))
+            pkv__f32_to_f16_n(src + c, dst + c, LANES);
+        else
+            v_store_f16(dst + c, x);
+    }
+}
+
 static int runs(void)
 {
     return RUNS;
 }
 
 const pkv__attend_math VERSION = {
-    VERSION_NAME, LANES, runs, scores, weigh, accumulate, convert,
+    VERSION_NAME, LANES, runs, scores, weigh, accumulate, convert, to_f16,
 };

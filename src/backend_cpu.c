@@ -182,7 +182,7 @@ static void store_row(pkv__backend *b, uint32_t layer, uint32_t seq,
                (size_t)d * 4);
     } else if (c->kv_dtype == PKV_KV_DTYPE_F16) {
         uint16_t half_row[PKV_LAYOUT_MAX_HEAD_DIM];
-        pkv__f32_to_f16_n(src, half_row, d);
+        b->math->to_f16(src, half_row, d);
         memcpy(pkv__cpu_part(b, layer, blk, h, kv) + (size_t)off * d * 2,
                half_row, (size_t)d * 2);
     } else {

@@ -5,7 +5,9 @@
  * softmax weights and accumulators against f64 sums over the stored
  * values, within a bound on f32 rounding; and a query's results the same
  * bits whatever queries share its call, whatever rows the call takes
- * beyond the query's own, and whether the rows were converted first.
+ * beyond the query's own, and whether the rows were converted first;
+ * and each version's f16 rows for the cache the portable conversion's
+ * bits.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -379,6 +381,51 @@ static void versions_against_f64(void **state)
                   (unsigned)checked);
 }
 
+/* Every version's to_f16 gives pkv__f32_to_f16's bits: every f32 whose
+ * bits are a multiple of 61 (every exponent, signs, payloads; f16's
+ * subnormals, the rounding ties near them and the overflow edge among
+ * them), the edges themselves, and NaNs of several payloads inside
+ * vectors of ordinary values. */
+static void to_f16_bits(void **state)
+{
+    (void)state;
+    enum { N = 64 };
+    static const uint32_t edges[] = {
+        0x00000000u, 0x80000000u, 0x00000001u, 0x33000000u, 0x33000001u,
+        0x33800000u, 0x387fc000u, 0x387fe000u, 0x38800000u, 0x477fe000u,
+        0x477fefffu, 0x477ff000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+        0x7f800001u, 0x7fc00000u, 0xffc12345u, 0x7fbfffffu, 0x3f800000u};
+    float src[N];
+    uint16_t want[N], got[N];
+    uint32_t checked = 0;
+    for (size_t v = 0; pkv__attend_math_versions[v] != NULL; v++) {
+        const pkv__attend_math *m = pkv__attend_math_versions[v];
+        if (!m->runs())
+            continue;
+        uint64_t bits = 0;
+        for (int done = 0; !done;) {
+            for (uint32_t i = 0; i < N; i++, bits += 61) {
+                uint32_t u = (uint32_t)bits;
+                memcpy(&src[i], &u, sizeof u);
+            }
+            done = bits >= (1ull << 32);
+            pkv__f32_to_f16_n(src, want, N);
+            m->to_f16(src, got, N);
+            assert_memory_equal(got, want, sizeof got);
+        }
+        for (size_t e = 0; e < sizeof edges / sizeof *edges; e++) {
+            for (uint32_t i = 0; i < N; i++)
+                src[i] = (float)i * 0.37f - 9.0f;
+            memcpy(&src[(e * 7) % N], &edges[e], sizeof edges[e]);
+            pkv__f32_to_f16_n(src, want, N);
+            m->to_f16(src, got, N);
+            assert_memory_equal(got, want, sizeof got);
+        }
+        checked++;
+    }
+    print_message("to_f16: %u versions\n", (unsigned)checked);
+}
+
 /* The version chosen is one this processor runs and takes the formats;
  * the portable one takes every geometry pkv accepts. */
 static void choice(void **state)
@@ -402,6 +449,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(versions_against_f64),
+        cmocka_unit_test(to_f16_bits),
         cmocka_unit_test(choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
  *            [--parse-special] [--max-new N] [--ctx N]
  *            [--temperature T] [--top-p P] [--seed S] [--threads N]
  *            [--json] [--quiet] [--store HOST:PORT] [--every-token]
+ *            [--warmup]
  *   pkv-gguf --prompt-ids PATH [--logits PATH [--logits-from K]] ...
  *   pkv-gguf --perplexity PATH [--ctx N] [--max-tokens N] [--kv ...]
  *            [--keys channel|token] [--parse-special]
@@ -37,6 +38,13 @@
  * token in every layer (pkv_engine_params.kv_memory
  * PKV_KV_MEMORY_EVERY_TOKEN), with every mode: the same outputs, bit for
  * bit, in more memory.
+ *
+ * --warmup serves the requests once before the run that is reported, on
+ * the same engine, each prompt's ids after its first moved by one so
+ * that nothing of it is a prefix hit, and discards what it generated:
+ * the reported run finds the weights mapped, the buffers and the KV pool
+ * touched and the threads started, as llama-bench's warm-up run leaves
+ * llama.cpp before it measures (bench/peer.py compares the two so).
  *
  * A sequence holds at most the model's context (its GGUF's
  * context_length: Gemma 3 270M's 32,768 tokens, SmolLM2's 8,192), or
@@ -86,6 +94,7 @@ typedef struct options {
     int agreement;
     int32_t kv_dtype;
     int every_token; /* --every-token */
+    int warmup;      /* --warmup */
     int32_t key_quant;
     int32_t backend;
     uint32_t max_new;
@@ -142,7 +151,8 @@ static int usage(FILE *out, int code)
             "[--temperature T]\n"
             "                [--top-p P] [--seed S] [--threads N] [--json] "
             "[--quiet]\n"
-            "                [--store HOST:PORT] [--every-token]\n"
+            "                [--store HOST:PORT] [--every-token] "
+            "[--warmup]\n"
             "       pkv-gguf --prompt-ids PATH [--logits PATH "
             "[--logits-from K]] ...\n"
             "       pkv-gguf --perplexity PATH [--ctx N] [--max-tokens N] "
@@ -161,6 +171,8 @@ static int usage(FILE *out, int code)
             "  chunk length (default 512).\n"
             "--every-token: every layer keeps every token's KV (by default\n"
             "  the windowed layers keep only their window's); any mode.\n"
+            "--warmup: the requests served once first, on other ids,\n"
+            "  unreported: the run reported is a warm one.\n"
             "--parse-special: control-piece texts in the text\n"
             "  (<start_of_turn>, <|im_end|>, <eos>...) read as those\n"
             "  tokens, as llama-cli reads a prompt. Off by default: the text\n"
@@ -290,6 +302,10 @@ static int parse_options(int argc, char **argv, options *o)
             o->every_token = 1;
             continue;
         }
+        if (strcmp(a, "--warmup") == 0) {
+            o->warmup = 1;
+            continue;
+        }
         if (strcmp(a, "--chat") == 0) {
             o->chat = 1;
             continue;
@@ -329,6 +345,12 @@ static int parse_options(int argc, char **argv, options *o)
     if (o->model != NULL && o->weights != NULL) {
         fprintf(stderr, "pkv-gguf: --model and --weights exclude each "
                         "other\n");
+        return -1;
+    }
+    if (o->warmup && (o->perplexity || o->agreement || o->logits)) {
+        fprintf(stderr, "pkv-gguf: --warmup is for serving (a prompt or "
+                        "the demo), not --perplexity, --agreement or "
+                        "--logits\n");
         return -1;
     }
     if ((o->chat || o->system) &&
@@ -620,6 +642,44 @@ static int make_requests(const options *o, const gg_tokenizer *tok,
     return 0;
 }
 
+/* Each prompt id after the first moved by step (mod vocab). */
+static void shift_prompts(host_request *reqs, uint32_t n, uint32_t vocab,
+                          uint32_t step)
+{
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 1; j < reqs[i].prompt_len; j++)
+            reqs[i].prompt[j] =
+                (int32_t)(((uint32_t)reqs[i].prompt[j] + step) % vocab);
+}
+
+/* --warmup: the requests served once on other ids (none of their blocks
+ * a prefix of the real ones), silently; the ids and the sampling states
+ * put back after, so that the reported run samples as it would alone. */
+static int warm_up(pkv_engine *e, gg_host *h, host_request *reqs, uint32_t n,
+                   const host_serve_options *so)
+{
+    uint32_t vocab = h->model.vocab_size;
+    uint64_t *rng = malloc((n ? n : 1) * sizeof *rng);
+    if (rng == NULL) {
+        fprintf(stderr, "pkv-gguf: out of memory\n");
+        return 1;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        rng[i] = reqs[i].rng;
+    host_serve_options quiet = *so;
+    quiet.on_token = NULL;
+    quiet.on_finish = NULL;
+    quiet.status = HOST_STATUS_NONE;
+    host_serve_result ignored;
+    shift_prompts(reqs, n, vocab, 1);
+    int rc = host_serve(e, &h->model, reqs, n, &quiet, &ignored);
+    shift_prompts(reqs, n, vocab, vocab - 1);
+    for (uint32_t i = 0; i < n; i++)
+        reqs[i].rng = rng[i];
+    free(rng);
+    return rc;
+}
+
 static int serve(const options *o, gg_model *m, const char *weights,
                  const gg_tokenizer *tok, const gg_chat *chat)
 {
@@ -675,6 +735,8 @@ static int serve(const options *o, gg_model *m, const char *weights,
         printf("%s", o->prompt && chat->kind == GG_CHAT_NONE ? o->prompt
                                                             : "");
     host_serve_result s;
+    if (o->warmup && (rc = warm_up(e, &h, reqs, n, &so)) != 0)
+        goto out;
     rc = host_serve(e, &h.model, reqs, n, &so, &s);
     if (r.stream && !o->json)
         putchar('\n');

@@ -5,7 +5,8 @@
 # not): the chat template (ChatML: the markers their tokens, a message
 # spelling one plain text), the answer ending at <|im_end|>, the demo's
 # 32 questions sharing a system prompt (prefix hits), invalid UTF-8 read
-# as U+FFFD a byte, the model's context of 8,192 tokens.
+# as U+FFFD a byte, the model's context of 8,192 tokens, --warmup's run
+# the same as a run alone.
 # Usage: check_cli.sh path/to/pkv-gguf
 set -u
 
@@ -49,4 +50,16 @@ grep -q '"prefix_hit_tokens": [1-9]' "$tmp/out" ||
 # The model's context.
 expect 2 "--ctx 9000: more than the model's context of 8192 tokens" \
     --model smollm2 --prompt x --ctx 9000
+# --warmup: the reported run samples the same tokens as a run alone
+# (sampled, so that a sampling state the warm-up moved would show), and
+# it is refused where nothing is served.
+json '"prompt_tokens": 5,' --model smollm2 --prompt "The capital of France is" \
+    --max-new 12 --temperature 0.8 --seed 7
+grep -o '"tokens": \[[^]]*\]' "$tmp/out" >"$tmp/alone"
+json '"prompt_tokens": 5,' --model smollm2 --prompt "The capital of France is" \
+    --max-new 12 --temperature 0.8 --seed 7 --warmup
+grep -o '"tokens": \[[^]]*\]' "$tmp/out" | cmp -s - "$tmp/alone" ||
+    fail "$name --warmup: other tokens than alone: $(cat "$tmp/out")"
+expect 2 "--warmup is for serving" --model smollm2 --warmup \
+    --perplexity /dev/null
 echo "pkv-gguf smollm2 cli ok"
