@@ -581,12 +581,15 @@ def client(port, req, t0, deadline, out):
     out.append({"arrival": t0 + req.get("arrival", 0), "times": times})
 
 
-def drive(port, reqs, budget):
-    """Every request on its own thread at its arrival time; the figures
-    bench_serve.c takes: tokens/s, TTFT and inter-token gaps (ms)."""
+def drive(port, reqs, budget, send=client):
+    """Every request on its own thread at its arrival time, sent by send
+    (client's signature; each appends {"arrival", "times"} and, where the
+    server says how many tokens it generated, "tokens"); the figures
+    bench_serve.c takes: tokens/s, TTFT and inter-token gaps (ms), and
+    each request's generated tokens in arrival order."""
     out = []
     t0 = time.monotonic()
-    threads = [threading.Thread(target=client,
+    threads = [threading.Thread(target=send,
                                 args=(port, r, t0, t0 + budget, out))
                for r in reqs]
     for t in threads:
@@ -594,9 +597,11 @@ def drive(port, reqs, budget):
     for t in threads:
         t.join()
     if len(out) != len(reqs):
-        fail(f"llama-server answered {len(out)} of {len(reqs)} requests")
+        fail(f"the server answered {len(out)} of {len(reqs)} requests")
+    out.sort(key=lambda r: r["arrival"])
+    counts = [r.get("tokens", len(r["times"])) for r in out]
     end = max(r["times"][-1] for r in out if r["times"])
-    generated = sum(len(r["times"]) for r in out)
+    generated = sum(counts)
     ttft = [1e3 * (r["times"][0] - r["arrival"]) for r in out if r["times"]]
     gaps = [1e3 * (b - a) for r in out
             for a, b in zip(r["times"], r["times"][1:])]
@@ -604,7 +609,8 @@ def drive(port, reqs, budget):
             "ttft_p50_ms": percentile(ttft, 0.5),
             "ttft_p99_ms": percentile(ttft, 0.99),
             "itl_p50_ms": percentile(gaps, 0.5),
-            "itl_p99_ms": percentile(gaps, 0.99)}
+            "itl_p99_ms": percentile(gaps, 0.99),
+            "counts": counts}
 
 
 def demo_texts(model):

@@ -42,6 +42,7 @@ typedef struct srv_job {
     /* Set before the loop sees the job, then only read. */
     int kind; /* SRV_COMPLETION, SRV_CHAT */
     int stream, include_usage;
+    int ignore_eos; /* end-of-text and end-of-turn never sampled */
     char id[48];
     long long created; /* Unix seconds */
     int32_t *prompt;

@@ -6,6 +6,7 @@
 #include "sample.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,8 +235,13 @@ static int sample_one(loop *l, srv_job *j, uint32_t k)
 {
     const srv_server *s = l->s;
     uint32_t vocab = l->m->vocab_size;
-    int32_t id = host_sample(l->logits + (size_t)k * vocab, vocab,
-                             j->temperature, j->top_p, &j->rng);
+    float *logits = l->logits + (size_t)k * vocab;
+    /* ignore_eos as llama-server has it: the end-of-text and end-of-turn
+     * tokens are never drawn, so the answer runs to max_tokens (or a
+     * stop string). */
+    for (uint32_t i = 0; j->ignore_eos && i < s->num_stop_ids; i++)
+        logits[s->stop_ids[i]] = -INFINITY;
+    int32_t id = host_sample(logits, vocab, j->temperature, j->top_p, &j->rng);
     l->sampled[k] = id;
     l->generated++;
     l->window_tokens++;

@@ -86,6 +86,7 @@ int srv_job_prepare(const srv_server *s, srv_job *j, const srv_request *r,
         return -1;
     j->stream = r->stream;
     j->include_usage = r->include_usage;
+    j->ignore_eos = r->ignore_eos;
     j->temperature = (float)r->temperature;
     j->top_p = (float)r->top_p;
     /* Without a seed, each request its own draw: the clock's nanoseconds

@@ -306,6 +306,8 @@ static int get_field(srv_request *r, const char *key, json_t *v,
         return usage ? get_bool(usage, key, &r->include_usage, e) : 0;
     } else if (strcmp(key, "stop") == 0) {
         return get_stops(r, v, l, e);
+    } else if (strcmp(key, "ignore_eos") == 0) {
+        return json_is_null(v) ? 0 : get_bool(v, key, &r->ignore_eos, e);
     } else if (strcmp(key, "n") == 0) {
         if (!json_is_null(v) && get_uint(v, key, 1, 1, &u, e) != 0)
             return -1;

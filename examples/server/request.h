@@ -54,6 +54,7 @@ typedef struct srv_request {
     int seed_given;
     int stream;
     int include_usage; /* stream_options.include_usage */
+    int ignore_eos;    /* vLLM's and llama-server's extension */
     const char *stops[SRV_MAX_STOPS];
     size_t stop_lens[SRV_MAX_STOPS];
     uint32_t num_stops;

@@ -290,6 +290,27 @@ def check_stop(s):
     print(f"stop strings: the answer ends before {stop!r}")
 
 
+def check_ignore_eos(s):
+    """A chat answer that ends at its end of turn runs on to max_tokens
+    with ignore_eos, the same text up to where it ended."""
+    n = 48
+    for q in QUESTIONS:
+        text, finish, _ = greedy_chat(s, q, n, False)
+        if finish == "stop":
+            break
+    else:
+        fail(f"no question's greedy answer ends before {n} tokens")
+    r = s.client.chat.completions.create(
+        model=s.model, messages=[{"role": "user", "content": q}],
+        max_tokens=n, temperature=0, extra_body={"ignore_eos": True})
+    got = r.choices[0].message.content
+    check(r.choices[0].finish_reason == "length" and
+          r.usage.completion_tokens == n and got.startswith(text),
+          f"ignore_eos {q!r}: {got!r} ({r.choices[0].finish_reason}, "
+          f"{r.usage.completion_tokens} tokens), without it {text!r}")
+    print(f"ignore_eos: {q!r} runs to {n} tokens past its end of turn")
+
+
 def check_bad_requests(s):
     m = s.model
     cases = [
@@ -312,6 +333,9 @@ def check_bad_requests(s):
         ("POST", "/v1/completions", {"model": m, "prompt": "x",
                                      "stop": ["a"] * 5}, 400,
          "five stop strings"),
+        ("POST", "/v1/completions", {"model": m, "prompt": "x",
+                                     "ignore_eos": 1}, 400,
+         "ignore_eos not true or false"),
         ("POST", "/v1/completions",
          {"model": m, "prompt": "x", "prompt_extra": {"a": [1, {"b": 2}]}},
          400, "a nested unknown field"),
@@ -487,6 +511,8 @@ def main():
     if not a.quick:
         check_concurrent(s, chat)
         check_stop(s)
+        if chat:
+            check_ignore_eos(s)
         check_bad_requests(s)
         check_disconnect_and_limit(s, max_requests)
         check_metrics(s)
