@@ -109,6 +109,7 @@ class Attached(Router):
 
     def __init__(self, url, backends):
         self.port = int(url.rsplit(":", 1)[1])
+        self.timeout = TIMEOUT
         self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="none",
                                     timeout=TIMEOUT, max_retries=0)
         self.backends = backends
@@ -222,7 +223,10 @@ def restart_router(fleet, model, backends, first):
             break
         time.sleep(0.1)
     check(not alive(fleet.router_pid), "the router did not end")
-    router = Router(None, backends, args=fleet.router_command)
+    # Real servers, the model computing: the fleet's timeout, not the
+    # synthetic backends' (a sanitizer build on a busy machine).
+    router = Router(None, backends, args=fleet.router_command,
+                    timeout=TIMEOUT)
     holder = backends[first]
     router.wait_for("the index rebuilt from the replay",
                     lambda: router.per_backend("index_blocks", holder) > 0)

@@ -230,20 +230,23 @@ class Backend:
 
 class Router:
     """pkv-router on a free port, its output read by a thread (args: a
-    whole command line instead, as check_fleet.py restarts a fleet's)."""
+    whole command line instead, as check_fleet.py restarts a fleet's;
+    timeout: its requests' and waits', in seconds)."""
 
-    def __init__(self, binary, backends, extra=(), args=None):
+    def __init__(self, binary, backends, extra=(), args=None,
+                 timeout=TIMEOUT):
         if args is None:
             args = [binary, "--port", "0", *extra]
             for b in backends:
                 args += ["--backend", b.spec()]
         self.args = args
+        self.timeout = timeout
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines = queue.Queue()
         self.log = []
         threading.Thread(target=self._read, daemon=True).start()
-        deadline = time.time() + TIMEOUT
+        deadline = time.time() + self.timeout
         self.port = None
         while self.port is None:
             try:
@@ -260,7 +263,7 @@ class Router:
                 self.port = int(m.group(1))
         self.client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none",
-            timeout=TIMEOUT, max_retries=0)
+            timeout=timeout, max_retries=0)
         self.backends = backends
 
     def _read(self):
@@ -271,7 +274,7 @@ class Router:
 
     def raw(self, method, path, body=None):
         c = http.client.HTTPConnection("127.0.0.1", self.port,
-                                       timeout=TIMEOUT)
+                                       timeout=self.timeout)
         c.request(method, path, body=None if body is None else
                   json.dumps(body).encode(),
                   headers={"Content-Type": "application/json"})
@@ -299,7 +302,7 @@ class Router:
 
     def wait_for(self, what, cond):
         """Poll until cond() (the events travel asynchronously)."""
-        deadline = time.time() + TIMEOUT
+        deadline = time.time() + self.timeout
         while not cond():
             if time.time() > deadline:
                 fail(f"timed out waiting for {what}: {self.metrics()}")
@@ -338,7 +341,7 @@ class Router:
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.proc.wait(timeout=TIMEOUT)
+            rc = self.proc.wait(timeout=self.timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             fail("pkv-router did not end after SIGTERM")
