@@ -13,7 +13,8 @@ Checked, on a server started on a free loopback port:
   do not depend on the others running beside it), whole and streamed
   (the deltas joined), completions and, where the model has a chat
   template, chat; usage counts;
-- several clients at once, each getting its own greedy answer;
+- several clients at once, each getting its own greedy answer, read and
+  answered by a pool of four HTTP threads (--http-threads 4);
 - stop strings: the answer ends before the first one, finish_reason stop;
 - bad requests answered 4xx in OpenAI's error shape: invalid JSON, an
   unknown field, a wrong model, bad values, a prompt longer than the
@@ -483,7 +484,7 @@ def main():
     max_requests = 8
     s = Server(a.server, a.model,
                ["--max-requests", str(max_requests), "--max-body", "65536",
-                "--ctx", "256", *threads])
+                "--ctx", "256", "--http-threads", "4", *threads])
     s.model = a.model
     models = s.client.models.list().data
     check([x.id for x in models] == [a.model], f"/v1/models {models}")
