@@ -25,6 +25,7 @@ Checked, with token-id prompts (no model needed):
   fallbacks, retries).
 """
 import argparse
+import atexit
 import http.client
 import http.server
 import json
@@ -231,7 +232,8 @@ class Backend:
 class Router:
     """pkv-router on a free port, its output read by a thread (args: a
     whole command line instead, as check_fleet.py restarts a fleet's;
-    timeout: its requests' and waits', in seconds)."""
+    timeout: its requests' and waits', in seconds); killed at exit if it
+    still runs, so that a failed check leaves no router."""
 
     def __init__(self, binary, backends, extra=(), args=None,
                  timeout=TIMEOUT):
@@ -243,6 +245,7 @@ class Router:
         self.timeout = timeout
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
+        atexit.register(self.reap)
         self.lines = queue.Queue()
         self.log = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -337,6 +340,11 @@ class Router:
                            if c.choices).rstrip("!")
         return self.client.completions.create(
             model="m", prompt=prompt, max_tokens=4).choices[0].text
+
+    def reap(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
