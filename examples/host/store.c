@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* An example host's KV store through libpkv_redis (store.h). */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include "store.h"
 
 #include <stdio.h>
@@ -32,15 +33,21 @@ int host_store_open(host_store *s, const char *program, const char *spec,
     pkv_redis_params_init(&rp);
     rp.host = host;
     rp.port = (uint32_t)port;
+    s->model = strdup(model);
+    if (s->model == NULL) {
+        fprintf(stderr, "%s: out of memory\n", program);
+        return -1;
+    }
     pkv_redis *r = NULL;
     if (pkv_redis_create(&rp, &r) != PKV_OK) {
         fprintf(stderr, "%s: --store %s: %s\n", program, spec,
                 pkv_redis_last_error());
+        host_store_close(s);
         return -1;
     }
     pkv_store_init(&s->store);
     pkv_redis_store(r, &s->store);
-    s->store.model = model;
+    s->store.model = s->model;
     s->redis = r;
     return 0;
 #else
@@ -57,6 +64,7 @@ void host_store_close(host_store *s)
 #ifdef PKV_EXAMPLE_REDIS
     pkv_redis_destroy(s->redis);
 #endif
+    free(s->model);
     memset(s, 0, sizeof *s);
 }
 

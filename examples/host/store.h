@@ -13,11 +13,13 @@
 typedef struct host_store {
     pkv_store store; /* for pkv_engine_params.store */
     void *redis;     /* the pkv_redis connector */
+    char *model;     /* the model's name, which store.model points at */
 } host_store;
 
 /* Connect to spec ("HOST:PORT") for a model named `model` (the weights:
- * see pkv_store.model). 0, or -1 after printing why (program names the
- * caller). */
+ * see pkv_store.model), copied: the caller's string may go before
+ * pkv_engine_create reads it. 0, or -1 after printing why (program names
+ * the caller). */
 int host_store_open(host_store *s, const char *program, const char *spec,
                     const char *model);
 

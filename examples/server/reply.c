@@ -110,25 +110,35 @@ char *srv_reply_body(const srv_job *j, const char *model)
     return dump(body);
 }
 
+/* Append bytes[0, n) to the job's out buffer, a byte range with no
+ * terminator. 0, or -1 out of memory. */
+static int put_bytes(srv_job *j, const char *bytes, size_t n)
+{
+    if (n > j->out_cap - j->out_len) {
+        size_t cap = 2 * (j->out_len + n);
+        char *grown = realloc(j->out, cap);
+        if (grown == NULL)
+            return -1;
+        j->out = grown;
+        j->out_cap = cap;
+    }
+    memcpy(j->out + j->out_len, bytes, n);
+    j->out_len += n;
+    return 0;
+}
+
 /* Append "data: {v}\n\n" to the job's out buffer (v's reference taken). */
 static int put_event(srv_job *j, json_t *v)
 {
     char *s = dump(v);
     if (s == NULL)
         return -1;
-    size_t n = strlen(s), need = j->out_len + n + 8;
-    if (need > j->out_cap) {
-        char *grown = realloc(j->out, need * 2);
-        if (grown == NULL) {
-            free(s);
-            return -1;
-        }
-        j->out = grown;
-        j->out_cap = need * 2;
-    }
-    j->out_len += (size_t)sprintf(j->out + j->out_len, "data: %s\n\n", s);
+    int rc = 0;
+    if (put_bytes(j, "data: ", 6) != 0 || put_bytes(j, s, strlen(s)) != 0 ||
+        put_bytes(j, "\n\n", 2) != 0)
+        rc = -1;
     free(s);
-    return 0;
+    return rc;
 }
 
 /* A chunk of the stream: one choice (a new reference), usage null where
@@ -175,15 +185,8 @@ static int put_tail(srv_job *j, const char *model)
         }
     }
     static const char done[] = "data: [DONE]\n\n";
-    if (j->out_len + sizeof done > j->out_cap) {
-        char *grown = realloc(j->out, j->out_len + sizeof done);
-        if (grown == NULL)
-            return -1;
-        j->out = grown;
-        j->out_cap = j->out_len + sizeof done;
-    }
-    memcpy(j->out + j->out_len, done, sizeof done - 1);
-    j->out_len += sizeof done - 1;
+    if (put_bytes(j, done, sizeof done - 1) != 0)
+        return -1;
     j->tail_sent = 1;
     return 0;
 }

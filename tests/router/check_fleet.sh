@@ -22,13 +22,15 @@ then
     echo "fleet: skipped, no redis-server (sh tests/deps.sh)"
     exit 77
 fi
+. "$here/../sanitizer_reports.sh"
 for model in gemma3 smollm2; do
     if "$gguf" --model "$model" --prompt x --max-new 1 --backend cpu \
-        --quiet >/dev/null 2>&1; then
-        exec "$python" -u "$here/check_fleet.py" \
+        --threads 1 --quiet >/dev/null 2>&1; then
+        "$python" -u "$here/check_fleet.py" \
             "$here/../../examples/router/fleet.sh" "$build" --model "$model"
+        sanitizer_reports $?
     fi
 done
 echo "fleet: skipped, neither Gemma 3 nor SmolLM2 is cached" \
     "(sh examples/gguf/setup.sh)"
-exit 77
+sanitizer_reports 77

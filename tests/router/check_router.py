@@ -25,6 +25,7 @@ Checked, with token-id prompts (no model needed):
   fallbacks, retries).
 """
 import argparse
+import atexit
 import http.client
 import http.server
 import json
@@ -230,20 +231,25 @@ class Backend:
 
 class Router:
     """pkv-router on a free port, its output read by a thread (args: a
-    whole command line instead, as check_fleet.py restarts a fleet's)."""
+    whole command line instead, as check_fleet.py restarts a fleet's;
+    timeout: its requests' and waits', in seconds); killed at exit if it
+    still runs, so that a failed check leaves no router."""
 
-    def __init__(self, binary, backends, extra=(), args=None):
+    def __init__(self, binary, backends, extra=(), args=None,
+                 timeout=TIMEOUT):
         if args is None:
             args = [binary, "--port", "0", *extra]
             for b in backends:
                 args += ["--backend", b.spec()]
         self.args = args
+        self.timeout = timeout
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
+        atexit.register(self.reap)
         self.lines = queue.Queue()
         self.log = []
         threading.Thread(target=self._read, daemon=True).start()
-        deadline = time.time() + TIMEOUT
+        deadline = time.time() + self.timeout
         self.port = None
         while self.port is None:
             try:
@@ -260,7 +266,7 @@ class Router:
                 self.port = int(m.group(1))
         self.client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none",
-            timeout=TIMEOUT, max_retries=0)
+            timeout=timeout, max_retries=0)
         self.backends = backends
 
     def _read(self):
@@ -271,7 +277,7 @@ class Router:
 
     def raw(self, method, path, body=None):
         c = http.client.HTTPConnection("127.0.0.1", self.port,
-                                       timeout=TIMEOUT)
+                                       timeout=self.timeout)
         c.request(method, path, body=None if body is None else
                   json.dumps(body).encode(),
                   headers={"Content-Type": "application/json"})
@@ -299,7 +305,7 @@ class Router:
 
     def wait_for(self, what, cond):
         """Poll until cond() (the events travel asynchronously)."""
-        deadline = time.time() + TIMEOUT
+        deadline = time.time() + self.timeout
         while not cond():
             if time.time() > deadline:
                 fail(f"timed out waiting for {what}: {self.metrics()}")
@@ -335,10 +341,15 @@ class Router:
         return self.client.completions.create(
             model="m", prompt=prompt, max_tokens=4).choices[0].text
 
+    def reap(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.proc.wait(timeout=TIMEOUT)
+            rc = self.proc.wait(timeout=self.timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             fail("pkv-router did not end after SIGTERM")

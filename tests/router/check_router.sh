@@ -13,4 +13,6 @@ if ! "$python" -c "import openai, zmq, msgspec" 2>/dev/null; then
         "($cache/server/venv: sh tests/deps.sh)"
     exit 77
 fi
-exec "$python" -u "$(dirname "$0")/check_router.py" "$1"
+. "$(dirname "$0")/../sanitizer_reports.sh"
+"$python" -u "$(dirname "$0")/check_router.py" "$1"
+sanitizer_reports $?

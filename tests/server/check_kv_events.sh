@@ -16,16 +16,18 @@ if ! "$python" -c "import openai, zmq, msgspec" 2>/dev/null; then
         "installed ($cache/server/venv: sh tests/deps.sh)"
     exit 77
 fi
+. "$(dirname "$0")/../sanitizer_reports.sh"
 ran=0
 for model in smollm2 gemma3; do
     if ! "$gguf" --model "$model" --prompt x --max-new 1 --backend cpu \
-        --quiet >/dev/null 2>&1; then
+        --threads 1 --quiet >/dev/null 2>&1; then
         echo "pkv-server $model KV events: skipped, the model is not" \
             "cached (sh examples/gguf/setup.sh)"
         continue
     fi
     "$python" -u "$(dirname "$0")/check_kv_events.py" "$server" \
-        --model "$model" || exit 1
+        --model "$model" || sanitizer_reports 1
     ran=1
 done
-[ "$ran" -eq 1 ] || exit 77
+[ "$ran" -eq 1 ] || sanitizer_reports 77
+sanitizer_reports 0

@@ -5,6 +5,7 @@ whole, completions and chat), curl, and raw HTTP where a client must
 misbehave (a body too large, a connection dropped mid-stream).
 
     check_server.py PKV_SERVER PKV_GGUF --model gemma3|smollm2 [--quick]
+        [--threads N]
 
 Checked, on a server started on a free loopback port:
 - greedy answers equal pkv-gguf's own for the same prompt (--backend cpu
@@ -12,7 +13,8 @@ Checked, on a server started on a free loopback port:
   do not depend on the others running beside it), whole and streamed
   (the deltas joined), completions and, where the model has a chat
   template, chat; usage counts;
-- several clients at once, each getting its own greedy answer;
+- several clients at once, each getting its own greedy answer, read and
+  answered by a pool of four HTTP threads (--http-threads 4);
 - stop strings: the answer ends before the first one, finish_reason stop;
 - bad requests answered 4xx in OpenAI's error shape: invalid JSON, an
   unknown field, a wrong model, bad values, a prompt longer than the
@@ -25,6 +27,8 @@ Checked, on a server started on a free loopback port:
   (under AddressSanitizer: nothing leaked), a stream in flight ending
   with the shutdown's error event.
 --quick (the second model) runs the greedy checks and a stream only.
+--threads N: the model's threads, in the server and pkv-gguf (default
+theirs).
 """
 import argparse
 import atexit
@@ -159,10 +163,11 @@ def parse_metrics(text):
     return values
 
 
-def reference(gguf, model, prompt, max_new, chat):
+def reference(gguf, model, prompt, max_new, chat, threads):
     """pkv-gguf's greedy answer: (text, tokens generated, finish)."""
     args = [gguf, "--model", model, "--prompt", prompt, "--max-new",
-            str(max_new), "--temperature", "0", "--json", "--backend", "cpu"]
+            str(max_new), "--temperature", "0", "--json", "--backend", "cpu",
+            *threads]
     if chat:
         args.append("--chat")
     out = subprocess.run(args, capture_output=True, text=True,
@@ -229,14 +234,15 @@ def greedy_chat(s, question, max_tokens, stream):
     return text, finish, usage
 
 
-def check_greedy(s, gguf, model, chat, quick):
+def check_greedy(s, gguf, model, chat, quick, threads):
     """Whole and streamed answers against pkv-gguf's, one at a time."""
     n = 12
     cases = [(p, False) for p in PROMPTS[:2 if quick else 3]]
     if chat:
         cases += [(q, True) for q in QUESTIONS[:1 if quick else 2]]
     for prompt, is_chat in cases:
-        want, count, finish = reference(gguf, model, prompt, n, is_chat)
+        want, count, finish = reference(gguf, model, prompt, n, is_chat,
+                                        threads)
         for stream in (False, True):
             got = (greedy_chat if is_chat else greedy_completion)(
                 s, prompt, n, stream)
@@ -471,13 +477,13 @@ def check_curl(s):
     print("curl: whole and streamed answers agree")
 
 
-def check_timeout_and_shutdown(binary, model):
+def check_timeout_and_shutdown(binary, model, threads):
     """A second server with --timeout 1: a long request gets 504; SIGTERM
     answers the one in flight and exits 0. The request's prompt is about
     7,000 tokens, seconds of prefill on any machine, so that it cannot
     end (an end-of-turn token, as a short prompt may meet) before the
     second is up."""
-    s = Server(binary, model, ["--timeout", "1", "--ctx", "8192"])
+    s = Server(binary, model, ["--timeout", "1", "--ctx", "8192", *threads])
     s.model = model
     status, body = s.raw("POST", "/v1/completions",
                          {"model": model, "prompt": "the " * 7000,
@@ -496,18 +502,20 @@ def main():
     ap.add_argument("gguf")
     ap.add_argument("--model", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--threads", type=int)
     a = ap.parse_args()
+    threads = [] if a.threads is None else ["--threads", str(a.threads)]
     max_requests = 8
     s = Server(a.server, a.model,
                ["--max-requests", str(max_requests), "--max-body", "65536",
-                "--ctx", "256"])
+                "--ctx", "256", "--http-threads", "4", *threads])
     s.model = a.model
     models = s.client.models.list().data
     check([x.id for x in models] == [a.model], f"/v1/models {models}")
     status, body = s.raw("GET", "/health")
     check(status == 200 and body == {"status": "ok"}, f"/health {body}")
     chat = "chat template none" not in s.log[-1]
-    check_greedy(s, a.gguf, a.model, chat, a.quick)
+    check_greedy(s, a.gguf, a.model, chat, a.quick, threads)
     if not a.quick:
         check_concurrent(s, chat)
         check_stop(s)
@@ -527,7 +535,7 @@ def main():
     check(b'"shutting_down"' in rest and b"data: [DONE]" in rest,
           f"a stream at SIGTERM: {rest[-300:]!r}")
     if not a.quick:
-        check_timeout_and_shutdown(a.server, a.model)
+        check_timeout_and_shutdown(a.server, a.model, threads)
     print(f"pkv-server {a.model}: ok")
 
 
