@@ -385,9 +385,9 @@ else
     skip "the passes on the normal build ($on_build)" "it failed"
 fi
 run_pass "AddressSanitizer + UndefinedBehaviorSanitizer build and tests" \
-    asan_tests "about 3 min"
+    asan_tests "about 5 min"
 run_pass "ThreadSanitizer build (threads, redis and serving labels)" tsan_tests \
-    "about 1 min"
+    "about 2 min"
 wait_beside
 
 echo
