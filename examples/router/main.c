@@ -13,7 +13,10 @@
  * URL is a backend's http://HOST:PORT, EVENTS the ZeroMQ endpoint its
  * KV events are published on (tcp://HOST:PORT), REPLAY its replay
  * socket (pkv-server --kv-events-replay), asked at start for what the
- * backend kept and after a gap for what was missed. The model (the
+ * backend kept and after a gap for what was missed. When the index finds
+ * no block of a prompt (a backend without EVENTS, a restart without
+ * replay, events lost), the backends' prefix lookups are asked
+ * (lookup.h). The model (the
  * backends' own GGUF) gives the tokenizer and the chat template that
  * read a prompt as the backends do; without it only prompts given as
  * token ids are routed by prefix, the rest by load. It prints
@@ -60,7 +63,9 @@ static int usage(FILE *out, int code)
             "as its KV events say; GET /health, /metrics.\n"
             "--backend http://HOST:PORT[,tcp://HOST:PORT[,tcp://HOST:PORT]]"
             ": a\n  pkv-server, the ZeroMQ endpoint of its KV events and "
-            "of their replay\n  (1 to %d backends).\n"
+            "of their replay\n  (1 to %d backends). A prompt the events "
+            "say nothing of is asked of\n  the backends' prefix lookups "
+            "(POST /pkv/lookup/..., 250 ms at most).\n"
             "--model, --weights: the backends' GGUF, whose tokenizer and "
             "chat\n  template read the prompts (without: only token-id "
             "prompts are routed\n  by prefix).\n"
