@@ -12,7 +12,11 @@ Checked:
   matched (sequential requests with nothing in flight: by load alone
   they would take the servers in turn), and the server's own prefix
   cache hits them;
-- the servers' blocks are in the Redis store they share;
+- the servers' blocks are in the Redis store they share; the other
+  server's prefix lookup reports them as store_tokens (cached_tokens 0),
+  the first server's as cached; a router given the servers without
+  their events asks those lookups and routes the prompt by them (no
+  fallback);
 - Redis killed: requests are still answered (the store is only a
   cache); Redis restarted empty on its port: answered, and the servers
   fill it again;
@@ -25,6 +29,7 @@ Checked:
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import queue
 import random
@@ -236,6 +241,59 @@ def store_keys(redis):
         return -1
 
 
+def lookup(url, body):
+    """A server's prefix lookup of a chat body: its answer."""
+    req = urllib.request.Request(
+        f"{url}/pkv/lookup/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+        return json.loads(r.read())
+
+
+def lookups(fleet, model, backends, urls, first):
+    """The servers' lookups see the store they share; a router given the
+    servers without their events routes by those lookups."""
+    body = {"model": model, "max_tokens": 4,
+            "messages": [{"role": "system", "content": SYSTEM},
+                         {"role": "user", "content": "What is a lookup?"}]}
+    held = lookup(urls[first], body)
+    check(held["cached_tokens"] >= 64,
+          f"the server that ran the prompt: {held}")
+    # The other server ran nothing of it: what it could load is the
+    # store's (saves may still be on their way).
+    deadline = time.time() + TIMEOUT
+    while True:
+        other = lookup(urls[1 - first], body)
+        check(other["cached_tokens"] == 0,
+              f"the server that ran nothing: {other}")
+        if other["store_tokens"] is not None and \
+                other["store_tokens"] >= 64:
+            break
+        check(time.time() < deadline,
+              f"the store never held the prompt's blocks: {other}")
+        time.sleep(0.2)
+    args = [fleet.router_command[0], "--model", model, "--port", "0"]
+    for u in urls:
+        args += ["--backend", u]
+    router = Router(None, backends, args=args, timeout=TIMEOUT)
+    try:
+        before = router.metrics()
+        check(ask(router, model, "What is a lookup?"), "no answer")
+        after = router.metrics()
+        got = {k: after[k] - before[k] for k in (
+            "pkv_router_lookups_total",
+            "pkv_router_lookup_matched_tokens_total",
+            "pkv_router_fallbacks_total")}
+        check(got["pkv_router_lookups_total"] == 1 and
+              got["pkv_router_lookup_matched_tokens_total"] >= 64 and
+              got["pkv_router_fallbacks_total"] == 0,
+              f"a router without events: {got}")
+    finally:
+        router.stop()
+    return other["store_tokens"]
+
+
 def redis_restart(fleet, router, model):
     """Requests answered with Redis gone, then with a new, empty one."""
     os.kill(fleet.redis_pid, signal.SIGKILL)
@@ -336,6 +394,12 @@ def main():
         router = restart_router(fleet, args.model, backends, first)
         print(f"fleet {args.model}: restarted router rebuilt from the "
               f"replay: ok")
+        # After the checks of where the fleet's router sends the prompt:
+        # this router's request may make the other server hold it too.
+        stored = lookups(fleet, args.model, backends, urls, first)
+        print(f"fleet {args.model}: the other server's lookup finds "
+              f"{stored} tokens in the store; a router without events "
+              f"routes by the lookups: ok")
         results = kill_one(fleet, router, args.model, backends, first)
         print(f"fleet {args.model}: server killed mid-flight: "
               f"{sum(k == 'answer' for k, _ in results)} answers, "
