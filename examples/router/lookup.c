@@ -80,12 +80,13 @@ static int64_t effective(asked *a, uint32_t limit)
 
 /* Start asking a backend at base; -1 when it could not be set up. */
 static int start(CURLM *multi, asked *a, const char *base, const char *path,
-                 const char *body, size_t len, struct curl_slist *headers)
+                 const char *body, size_t len, struct curl_slist *headers,
+                 long timeout_ms)
 {
     int n = snprintf(a->url, sizeof a->url, "%s/pkv/lookup%s", base, path);
     if (n < 0 || (size_t)n >= sizeof a->url)
         return -1;
-    a->easy = rt_post_new(a->url, headers, on_body, a, RT_LOOKUP_TIMEOUT_MS);
+    a->easy = rt_post_new(a->url, headers, on_body, a, timeout_ms);
     if (a->easy == NULL)
         return -1;
     /* body outlives the transfers: no copy. */
@@ -96,9 +97,9 @@ static int start(CURLM *multi, asked *a, const char *base, const char *path,
 }
 
 /* Drive every transfer until all ended or the lookup's time is up. */
-static void drive(CURLM *multi)
+static void drive(CURLM *multi, long timeout_ms)
 {
-    double end = now_ms() + (double)RT_LOOKUP_TIMEOUT_MS;
+    double end = now_ms() + (double)timeout_ms;
     int running = 1;
     while (running > 0) {
         curl_multi_perform(multi, &running);
@@ -130,10 +131,11 @@ void rt_lookup_ask(rt_router *r, const char *path, const char *body,
             !((ask[b / 8] >> (b % 8)) & 1))
             continue;
         asked_n++;
-        start(multi, &all[b], r->backends[b].url, path, body, len, headers);
+        start(multi, &all[b], r->backends[b].url, path, body, len, headers,
+              (long)r->lookup_timeout_ms);
     }
     if (asked_n > 0)
-        drive(multi);
+        drive(multi, (long)r->lookup_timeout_ms);
     for (uint32_t b = 0; all != NULL && b < r->num_backends; b++) {
         if (all[b].easy == NULL)
             continue;

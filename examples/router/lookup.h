@@ -7,7 +7,7 @@
  * /pkv/lookup + the request's path (pkv-server's prefix lookup, which
  * tokenizes it as the request and answers how many of its tokens its KV
  * cache and the shared store hold), all at once, each within
- * RT_LOOKUP_TIMEOUT_MS: a backend that does not answer in time, answers
+ * r->lookup_timeout_ms (--lookup-timeout): a backend that does not answer in time, answers
  * an error or anything but the lookup's JSON (it is not a pkv-server)
  * counts as holding nothing, and the request is routed all the same. So
  * a lookup delays a request by that timeout at most and never fails it.
@@ -19,9 +19,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* The longest a lookup waits for the backends' answers. */
-#define RT_LOOKUP_TIMEOUT_MS 250L
 
 /*
  * Ask each backend with its bit set in ask (rt_route_match's) about

@@ -44,7 +44,7 @@ int rt_route_match(rt_router *r, const int32_t *tokens, uint32_t n,
         ask[b / 8] |= (uint8_t)(1u << (b % 8));
     }
     pthread_mutex_unlock(&r->lock);
-    return any_up && !found;
+    return any_up && !found && r->lookup_timeout_ms > 0;
 }
 
 int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried)

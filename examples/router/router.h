@@ -46,6 +46,7 @@ typedef struct rt_router {
     size_t max_body;   /* bytes of a request body */
     size_t max_answer; /* bytes of a whole (not streamed) answer */
     double timeout_s;  /* a request's time at most */
+    uint32_t lookup_timeout_ms; /* a prefix lookup's (lookup.h); 0: none */
     rt_index index;
     /* Under lock. */
     pthread_mutex_t lock;
