@@ -59,6 +59,21 @@ int host_store_open(host_store *s, const char *program, const char *spec,
 #endif
 }
 
+int host_store_count_prefix(const host_store *s, const char *const *keys,
+                            uint32_t n, uint32_t *held)
+{
+#ifdef PKV_EXAMPLE_REDIS
+    return pkv_redis_count_prefix(s->redis, keys, n, held) == PKV_OK ? 0
+                                                                     : -1;
+#else
+    (void)s;
+    (void)keys;
+    (void)n;
+    *held = 0;
+    return -1;
+#endif
+}
+
 void host_store_close(host_store *s)
 {
 #ifdef PKV_EXAMPLE_REDIS

@@ -23,6 +23,14 @@ typedef struct host_store {
 int host_store_open(host_store *s, const char *program, const char *spec,
                     const char *model);
 
+/* How many of keys[0, n) (a prompt's block names, in order:
+ * pkv_engine_store_keys) the store holds, leading, into *held; names
+ * only, one round trip. 0, or -1 (the store unreachable or failing,
+ * built without hiredis). Safe from any thread while engines use the
+ * store. */
+int host_store_count_prefix(const host_store *s, const char *const *keys,
+                            uint32_t n, uint32_t *held);
+
 /* Close the connector (after the engine is destroyed). */
 void host_store_close(host_store *s);
 

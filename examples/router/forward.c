@@ -58,6 +58,36 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     return bytes;
 }
 
+struct curl_slist *rt_post_headers(void)
+{
+    struct curl_slist *h =
+        curl_slist_append(NULL, "Content-Type: application/json");
+    /* No "Expect: 100-continue": the body goes at once. */
+    struct curl_slist *both = h ? curl_slist_append(h, "Expect:") : NULL;
+    if (both == NULL)
+        curl_slist_free_all(h);
+    return both;
+}
+
+CURL *rt_post_new(const char *url, struct curl_slist *headers,
+                  curl_write_callback on_bytes, void *arg, long timeout_ms)
+{
+    CURL *e = curl_easy_init();
+    if (e == NULL)
+        return NULL;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_bytes);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, arg);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     timeout_ms < CONNECT_TIMEOUT_MS ? timeout_ms
+                                                     : CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+    return e;
+}
+
 int rt_forward_start(rt_forward *f, const char *base_url, const char *path,
                      const char *body, size_t len, double timeout_s,
                      size_t max_bytes)
@@ -68,32 +98,22 @@ int rt_forward_start(rt_forward *f, const char *base_url, const char *path,
     if (n < 0 || (size_t)n >= sizeof f->url)
         return -1;
     f->multi = curl_multi_init();
-    f->easy = curl_easy_init();
-    f->headers = curl_slist_append(NULL, "Content-Type: application/json");
-    struct curl_slist *h = f->headers ? curl_slist_append(f->headers,
-                                                          "Expect:")
-                                      : NULL;
-    if (f->multi == NULL || f->easy == NULL || h == NULL) {
+    f->headers = rt_post_headers();
+    f->easy = f->headers ? rt_post_new(f->url, f->headers, on_body, f,
+                                       (long)(timeout_s * 1000))
+                         : NULL;
+    if (f->multi == NULL || f->easy == NULL) {
         rt_forward_free(f);
         return -1;
     }
-    f->headers = h;
     CURL *e = f->easy;
-    curl_easy_setopt(e, CURLOPT_URL, f->url);
-    curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     if (curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body) != CURLE_OK) {
         rt_forward_free(f);
         return -1;
     }
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, f->headers);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, f);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, f);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
     if (curl_multi_add_handle(f->multi, e) != CURLM_OK) {
         rt_forward_free(f);
         return -1;

@@ -32,6 +32,17 @@ typedef struct rt_forward {
     CURLcode result;
 } rt_forward;
 
+/* The headers of a JSON POST, for rt_post_new (free them with
+ * curl_slist_free_all after the transfers); NULL out of memory. */
+struct curl_slist *rt_post_headers(void);
+
+/* A POST to url with headers (rt_post_headers'), the answer's body bytes
+ * to on_bytes(..., arg), within timeout_ms (connecting within 5 s at
+ * most): what the forward and the prefix lookups (lookup.h) share. The
+ * caller sets the body. NULL out of memory. */
+CURL *rt_post_new(const char *url, struct curl_slist *headers,
+                  curl_write_callback on_bytes, void *arg, long timeout_ms);
+
 /* POST a copy of body[0, len) to base_url + path
  * within timeout_s. 0, or -1 (out of memory, a URL too long). */
 int rt_forward_start(rt_forward *f, const char *base_url, const char *path,

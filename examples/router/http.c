@@ -4,6 +4,7 @@
 #include "http.h"
 
 #include "forward.h"
+#include "lookup.h"
 #include "prompt.h"
 #include "request.h"
 
@@ -138,9 +139,21 @@ static char *metrics(rt_router *r, size_t *len)
         {"prompt_tokens_total", "prompt tokens of the requests routed",
          r->prompt_tokens},
         {"fallbacks_total",
-         "requests routed by load alone (prompt not read, or no backend "
-         "holds a block of it)",
+         "requests routed by load alone (prompt not read, or neither the "
+         "index nor the backends' lookups found a block of it)",
          r->fallbacks},
+        {"lookups_total",
+         "prompts asked of the backends (the index found no block of "
+         "them on a backend up)",
+         r->lookups},
+        {"lookup_matched_tokens_total",
+         "prompt tokens the lookups found on the backend chosen (its "
+         "cache or the store)",
+         r->lookup_matched_tokens},
+        {"lookup_unanswered_total",
+         "backends asked that gave no lookup answer in time (down, "
+         "an error, not a pkv-server)",
+         r->lookup_unanswered},
         {"retries_total", "requests sent again to another backend",
          r->retries},
         {"errors_total", "5xx answers and stream errors of the router",
@@ -275,11 +288,15 @@ static enum MHD_Result forward(rt_router *r, struct MHD_Connection *c,
 {
     rt_prompt p;
     rt_prompt_read(r, call->kind, call->body, call->len, &p);
+    rt_match m;
+    uint8_t ask[RT_MAX_BACKENDS / 8];
+    if (rt_route_match(r, p.tokens, p.num_tokens, &m, ask))
+        rt_lookup_ask(r, url, call->body, call->len, ask, &m);
     uint8_t tried[RT_MAX_BACKENDS / 8] = {0};
     int b;
     enum MHD_Result ok = MHD_NO;
     int answered = 0;
-    while (!answered && (b = rt_route(r, p.tokens, p.num_tokens, tried)) >= 0) {
+    while (!answered && (b = rt_route(r, &m, tried)) >= 0) {
         tried[b / 8] |= (uint8_t)(1u << (b % 8));
         rt_stream *s = calloc(1, sizeof *s);
         if (s == NULL || rt_forward_start(&s->fwd, r->backends[b].url, url,

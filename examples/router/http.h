@@ -4,12 +4,14 @@
  * (a request's thread forwards it and streams the answer back, blocking
  * on the backend: forward.h):
  *
- *   POST /v1/completions, /v1/chat/completions   routed (router.h) and
- *        forwarded; the backend's status, type and body come back as
+ *   POST /v1/completions, /v1/chat/completions   routed (router.h; the
+ *        backends asked when the index knows nothing of the prompt:
+ *        lookup.h) and forwarded; the backend's status, type and body come back as
  *        they are, streamed as they arrive when "stream" is true
  *   GET  /health    200 while a backend is up, else 503
  *   GET  /metrics   Prometheus text: requests, prefix-matched tokens,
- *                   fallbacks, retries, errors, each backend's figures
+ *                   fallbacks, lookups, retries, errors, each
+ *                   backend's figures
  *
  * A backend that cannot be reached, or answers 503, before anything was
  * sent to the client: the request goes to the next backend the policy

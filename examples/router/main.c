@@ -8,12 +8,15 @@
  *              --weights PATH] [--policy prefix|round-robin]
  *              [--host ADDR] [--port N] [--max-clients N]
  *              [--max-body BYTES] [--max-answer BYTES] [--timeout S]
- *              [--max-blocks N]
+ *              [--max-blocks N] [--lookup-timeout MS]
  *
  * URL is a backend's http://HOST:PORT, EVENTS the ZeroMQ endpoint its
  * KV events are published on (tcp://HOST:PORT), REPLAY its replay
  * socket (pkv-server --kv-events-replay), asked at start for what the
- * backend kept and after a gap for what was missed. The model (the
+ * backend kept and after a gap for what was missed. When the index finds
+ * no block of a prompt (a backend without EVENTS, a restart without
+ * replay, events lost), the backends' prefix lookups are asked
+ * (lookup.h). The model (the
  * backends' own GGUF) gives the tokenizer and the chat template that
  * read a prompt as the backends do; without it only prompts given as
  * token ids are routed by prefix, the rest by load. It prints
@@ -39,7 +42,7 @@ typedef struct options {
     const char *model, *weights, *host;
     const char *specs[RT_MAX_BACKENDS];
     uint32_t num_backends, max_clients, max_body, max_answer, timeout_s;
-    uint32_t max_blocks;
+    uint32_t max_blocks, lookup_timeout_ms;
     uint16_t port;
     int policy;
 } options;
@@ -53,7 +56,8 @@ static int usage(FILE *out, int code)
             "[--port N]\n"
             "                  [--max-clients N] [--max-body BYTES] "
             "[--max-answer BYTES]\n"
-            "                  [--timeout S] [--max-blocks N]\n"
+            "                  [--timeout S] [--max-blocks N] "
+            "[--lookup-timeout MS]\n"
             "OpenAI's /v1/completions and /v1/chat/completions, each "
             "request sent to\nthe backend holding the longest cached "
             "prefix of its prompt (ties: the\nfewest requests in flight), "
@@ -61,6 +65,10 @@ static int usage(FILE *out, int code)
             "--backend http://HOST:PORT[,tcp://HOST:PORT[,tcp://HOST:PORT]]"
             ": a\n  pkv-server, the ZeroMQ endpoint of its KV events and "
             "of their replay\n  (1 to %d backends).\n"
+            "--lookup-timeout MS: a prompt the events say nothing of is "
+            "asked of\n  the backends' prefix lookups (POST "
+            "/pkv/lookup/...), each given MS\n  milliseconds (default "
+            "250; 0: never asked).\n"
             "--model, --weights: the backends' GGUF, whose tokenizer and "
             "chat\n  template read the prompts (without: only token-id "
             "prompts are routed\n  by prefix).\n"
@@ -104,7 +112,8 @@ static int parse_value(options *o, const char *a, const char *v)
         o->policy = strcmp(v, "prefix") == 0 ? RT_POLICY_PREFIX
                                              : RT_POLICY_ROUND_ROBIN;
     } else if (host_parse_u32(v, &u) != 0 ||
-               (u == 0 && strcmp(a, "--port") != 0)) {
+               (u == 0 && strcmp(a, "--port") != 0 &&
+                strcmp(a, "--lookup-timeout") != 0)) {
         return host_bad_arg("pkv-router", a, v, "a whole number >= 1");
     } else if (strcmp(a, "--port") == 0) {
         if (u > 65535)
@@ -118,6 +127,10 @@ static int parse_value(options *o, const char *a, const char *v)
         o->max_answer = u;
     } else if (strcmp(a, "--timeout") == 0) {
         o->timeout_s = u;
+    } else if (strcmp(a, "--lookup-timeout") == 0) {
+        if (u > 60000)
+            return host_bad_arg("pkv-router", a, v, "0 to 60000");
+        o->lookup_timeout_ms = u;
     } else {
         o->max_blocks = u; /* --max-blocks */
     }
@@ -135,10 +148,11 @@ static int parse_options(int argc, char **argv, options *o)
     o->max_answer = 16u << 20;
     o->timeout_s = 600;
     o->max_blocks = 1u << 20;
+    o->lookup_timeout_ms = 250;
     static const char *const with_value[] = {
         "--backend",   "--model",    "--weights",    "--host",
         "--port",      "--policy",   "--max-clients", "--max-body",
-        "--max-answer", "--timeout", "--max-blocks"};
+        "--max-answer", "--timeout", "--max-blocks", "--lookup-timeout"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
@@ -256,6 +270,7 @@ int main(int argc, char **argv)
     r.max_body = o.max_body;
     r.max_answer = o.max_answer;
     r.timeout_s = o.timeout_s;
+    r.lookup_timeout_ms = o.lookup_timeout_ms;
     int rc = 1;
     if (make_backends(&r, &o, copies) != 0 ||
         rt_index_init(&r.index, r.num_backends, o.max_blocks) != 0 ||

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "router.h"
 
+#include <string.h>
 #include <time.h>
 
 /* How long a backend that could not be reached is skipped. */
@@ -20,15 +21,35 @@ static int was_tried(const uint8_t *tried, uint32_t b)
     return tried != NULL && (tried[b / 8] >> (b % 8)) & 1;
 }
 
-int rt_route(rt_router *r, const int32_t *tokens, uint32_t n,
-             const uint8_t *tried)
+int rt_route_match(rt_router *r, const int32_t *tokens, uint32_t n,
+                   rt_match *m, uint8_t *ask)
 {
-    /* The index first, outside the router's lock: it has its own. */
-    uint32_t matched[RT_MAX_BACKENDS];
+    memset(m, 0, sizeof *m);
+    memset(ask, 0, RT_MAX_BACKENDS / 8);
+    m->read = tokens != NULL;
+    m->prompt_tokens = m->read ? n : 0;
+    if (!m->read || r->policy != RT_POLICY_PREFIX)
+        return 0;
+    /* The index outside the router's lock: it has its own. */
     for (uint32_t b = 0; b < r->num_backends; b++)
-        matched[b] = tokens != NULL && r->policy == RT_POLICY_PREFIX
-                         ? rt_index_match(&r->index, b, tokens, n)
-                         : 0;
+        m->tokens[b] = rt_index_match(&r->index, b, tokens, n);
+    double now = now_s();
+    int found = 0, any_up = 0;
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t b = 0; b < r->num_backends; b++) {
+        if (r->backends[b].down_until > now)
+            continue;
+        any_up = 1;
+        found |= m->tokens[b] > 0;
+        ask[b / 8] |= (uint8_t)(1u << (b % 8));
+    }
+    pthread_mutex_unlock(&r->lock);
+    return any_up && !found && r->lookup_timeout_ms > 0;
+}
+
+int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried)
+{
+    const uint32_t *matched = m->tokens;
     double now = now_s();
     pthread_mutex_lock(&r->lock);
     int up = 0;
@@ -58,14 +79,16 @@ int rt_route(rt_router *r, const int32_t *tokens, uint32_t n,
         r->next = ((uint32_t)best + 1) % r->num_backends;
         c->in_flight++;
         c->requests++;
-        c->matched_tokens += matched[best];
-        if (tokens != NULL) {
-            r->prompt_tokens += n;
-            if (matched[best] == 0 && r->policy == RT_POLICY_PREFIX)
-                r->fallbacks++;
-        } else {
+        r->prompt_tokens += m->prompt_tokens;
+        /* Routed by load alone: the prompt not read, or neither the
+         * index nor the backends' lookups found a block of it. */
+        if (!m->read ||
+            (matched[best] == 0 && r->policy == RT_POLICY_PREFIX))
             r->fallbacks++;
-        }
+        else if (m->looked_up)
+            r->lookup_matched_tokens += matched[best];
+        else
+            c->matched_tokens += matched[best];
     }
     pthread_mutex_unlock(&r->lock);
     return best;

@@ -46,23 +46,42 @@ typedef struct rt_router {
     size_t max_body;   /* bytes of a request body */
     size_t max_answer; /* bytes of a whole (not streamed) answer */
     double timeout_s;  /* a request's time at most */
+    uint32_t lookup_timeout_ms; /* a prefix lookup's (lookup.h); 0: none */
     rt_index index;
     /* Under lock. */
     pthread_mutex_t lock;
     uint32_t next; /* round-robin's */
     uint64_t prompt_tokens, fallbacks, retries, errors, unread;
+    uint64_t lookups;           /* prompts asked of the backends */
+    uint64_t lookup_unanswered; /* backends' lookups without an answer */
+    uint64_t lookup_matched_tokens; /* on the backends the lookup chose */
 } rt_router;
 
-/* The backend for a prompt of tokens[0, n) (tokens NULL: not read),
- * skipping those in tried (RT_MAX_BACKENDS / 8 bytes, a bit per
- * backend, or NULL): the one holding
- * the longest prefix in blocks, ties to the fewest requests in flight,
+/* What is known of a prompt's cached prefix on each backend. */
+typedef struct rt_match {
+    int read;      /* the prompt was read: tokens[] count */
+    int looked_up; /* tokens[] are the backends' lookup answers
+                      (lookup.h), not the index's */
+    uint32_t prompt_tokens;
+    uint32_t tokens[RT_MAX_BACKENDS]; /* of the prompt's prefix, each */
+} rt_match;
+
+/* The index's matches of tokens[0, n) (tokens NULL: not read) into *m.
+ * 1 when the backends should be asked (lookup.h): under
+ * RT_POLICY_PREFIX, a prompt read of which no backend up holds a block
+ * by the index; ask (RT_MAX_BACKENDS / 8 bytes) then has a bit per
+ * backend up. Else 0. */
+int rt_route_match(rt_router *r, const int32_t *tokens, uint32_t n,
+                   rt_match *m, uint8_t *ask);
+
+/* The backend for a prompt matched as m says, skipping those in tried
+ * (RT_MAX_BACKENDS / 8 bytes, a bit per backend, or NULL): the one
+ * holding the longest prefix, ties to the fewest requests in flight,
  * then in turn; round-robin's next under RT_POLICY_ROUND_ROBIN. Backends
  * down are taken only when all are. Counts the request in flight (give
  * it back with rt_route_done). The backend's index, or -1 when every
  * backend was tried. */
-int rt_route(rt_router *r, const int32_t *tokens, uint32_t n,
-             const uint8_t *tried);
+int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried);
 
 /* The request sent to backend b ended; failed: it could not be reached
  * (b is skipped for a while and its blocks forgotten: a backend that

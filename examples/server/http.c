@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L /* strdup, nanosleep */
 #include "http.h"
 
+#include "lookup.h"
 #include "prepare.h"
 #include "reply.h"
 
@@ -58,8 +59,18 @@ static enum MHD_Result refuse(srv_server *s, struct MHD_Connection *c,
     return send_error(c, &e);
 }
 
-static int is_post_route(const char *url, int *kind)
+/* The lookup's paths: the API path whose body they take, behind this
+ * prefix (lookup.h). */
+#define LOOKUP_PREFIX "/pkv/lookup"
+
+/* A path taking POST: its request kind, and whether it is the lookup of
+ * that kind. */
+static int is_post_route(const char *url, int *kind, int *lookup)
 {
+    size_t n = sizeof LOOKUP_PREFIX - 1;
+    *lookup = strncmp(url, LOOKUP_PREFIX, n) == 0;
+    if (*lookup)
+        url += n;
     if (strcmp(url, "/v1/completions") == 0)
         *kind = SRV_COMPLETION;
     else if (strcmp(url, "/v1/chat/completions") == 0)
@@ -73,7 +84,7 @@ static int is_post_route(const char *url, int *kind)
 static enum MHD_Result answer_get(srv_server *s, struct MHD_Connection *c,
                                   const char *url, const char *method)
 {
-    int kind;
+    int kind, lookup;
     int get = strcmp(method, "GET") == 0;
     if (strcmp(url, "/health") == 0 && get) {
         pthread_mutex_lock(&s->lock);
@@ -89,7 +100,7 @@ static enum MHD_Result answer_get(srv_server *s, struct MHD_Connection *c,
         return send_text(c, 200, srv_reply_metrics(s),
                          "text/plain; version=0.0.4");
     if (strcmp(url, "/health") == 0 || strcmp(url, "/v1/models") == 0 ||
-        strcmp(url, "/metrics") == 0 || is_post_route(url, &kind))
+        strcmp(url, "/metrics") == 0 || is_post_route(url, &kind, &lookup))
         return refuse(s, c, 405, "method_not_allowed",
                       "this path takes another method");
     return refuse(s, c, 404, "not_found", "no such path");
@@ -213,6 +224,10 @@ static enum MHD_Result start(srv_server *s, struct MHD_Connection *c,
         srv_server_rejected(s);
         return send_error(c, &e);
     }
+    if (j->lookup) {
+        char *body = srv_lookup_answer(s, j->prompt, j->prompt_len, &e);
+        return body != NULL ? send_json(c, 200, body) : send_error(c, &e);
+    }
     j->model = s->model_name;
     j->conn = c;
     if (srv_server_queue(s, j, &e) != 0)
@@ -229,14 +244,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
     (void)version;
     srv_server *s = cls;
     srv_job *j = *con_cls;
-    int kind;
+    int kind, lookup;
     if (j == NULL) {
-        if (strcmp(method, "POST") != 0 || !is_post_route(url, &kind))
+        if (strcmp(method, "POST") != 0 ||
+            !is_post_route(url, &kind, &lookup))
             return answer_get(s, c, url, method);
         j = srv_job_new();
         if (j == NULL)
             return MHD_NO;
         j->kind = kind;
+        j->lookup = lookup;
         *con_cls = j;
         return MHD_YES;
     }

@@ -9,6 +9,8 @@
  * cancels it (the loop aborts the sequence).
  *
  *   POST /v1/completions, /v1/chat/completions   (request.h)
+ *   POST /pkv/lookup/v1/completions, /pkv/lookup/v1/chat/completions
+ *        (the same bodies: how much of the prompt is cached, lookup.h)
  *   GET  /v1/models, /health, /metrics
  */
 #ifndef PKV_SERVER_HTTP_H

@@ -76,6 +76,8 @@ typedef struct srv_job {
     char *body;
     size_t body_len;
     int body_too_large;
+    int lookup; /* a prefix lookup (lookup.h): answered here, never
+                   queued */
     int queued; /* handed to the loop */
     size_t text_sent;
     int role_sent, tail_sent; /* a chat stream's first delta; the end */

@@ -12,7 +12,9 @@
  *              [--kv-events-replay ENDPOINT] [--store HOST:PORT]
  *
  * POST /v1/completions and /v1/chat/completions (streamed with "stream":
- * true), GET /v1/models, /health and /metrics. Listens on 127.0.0.1 by
+ * true), their prefix lookups (POST /pkv/lookup/v1/completions and
+ * /pkv/lookup/v1/chat/completions: lookup.h), GET /v1/models, /health
+ * and /metrics. Listens on 127.0.0.1 by
  * default; --port 0 (the default 8080 otherwise) takes a free port. It
  * prints "pkv-server: listening on http://ADDR:PORT" once it serves, and
  * ends on SIGINT or SIGTERM: requests in flight then end with 503.
@@ -68,6 +70,13 @@ static int usage(FILE *out, int code)
             "OpenAI's API over HTTP: POST /v1/completions and\n"
             "/v1/chat/completions (\"stream\": true for server-sent "
             "events),\nGET /v1/models, /health, /metrics (Prometheus).\n"
+            "POST /pkv/lookup/v1/completions, "
+            "/pkv/lookup/v1/chat/completions: the\n  same bodies, "
+            "answered {\"prompt_tokens\", \"cached_tokens\", "
+            "\"store_tokens\"}:\n  how much of the prompt the KV cache "
+            "and the store hold (nothing\n  is run; store_tokens absent "
+            "without --store, null when the store\n  could not be "
+            "asked).\n"
             "--name: the model's name in requests and answers (default\n"
             "  the --model name, or the file's name).\n"
             "--host 127.0.0.1 and --port 8080 by default; --port 0 takes "
@@ -280,6 +289,8 @@ static int serve(const options *o, srv_server *s, gg_model *m,
         fprintf(stderr, "pkv-server: out of memory\n");
         goto out;
     }
+    s->engine = e;
+    s->store = o->store != NULL ? &store : NULL;
     uint16_t port;
     struct MHD_Daemon *d = srv_http_start(s, &o->http, &port);
     if (d == NULL)

@@ -283,6 +283,13 @@ char *srv_reply_metrics(srv_server *s)
     metric(f, "pkv_requests_rejected_total", "counter",
            "Requests refused before the engine (bad request, limits).",
            (double)g.rejected);
+    metric(f, "pkv_lookups_total", "counter",
+           "Prefix lookups answered (POST /pkv/lookup/...).",
+           (double)g.lookups);
+    metric(f, "pkv_lookup_store_failures_total", "counter",
+           "Prefix lookups whose store could not be asked "
+           "(store_tokens null).",
+           (double)g.lookup_store_failures);
     fprintf(f, "# HELP pkv_requests_finished_total Requests ended, by "
                "reason.\n# TYPE pkv_requests_finished_total counter\n");
     for (int k = 0; k < SRV_OUTCOMES; k++)

@@ -11,6 +11,7 @@
 #include "job.h"
 #include "request.h"
 #include "serve.h"
+#include "store.h"
 #include "tokenizer.h"
 
 #include <pkv/pkv.h>
@@ -31,6 +32,8 @@ typedef struct srv_figures {
     uint64_t rejected; /* refused before the engine: 4xx, 429, 503 */
     double tokens_per_s; /* generated, over the last second or more */
     uint32_t queued;     /* handed to the loop, not yet added to pkv */
+    uint64_t lookups;    /* prefix lookups answered (lookup.h) */
+    uint64_t lookup_store_failures; /* of them, the store not asked */
 } srv_figures;
 
 typedef struct srv_server {
@@ -46,6 +49,10 @@ typedef struct srv_server {
     uint32_t max_jobs;    /* jobs in flight at most; 429 beyond */
     double timeout_s;     /* a job's time at most, from its arrival */
     long long started;    /* Unix seconds */
+    /* Set before the HTTP side starts, for the prefix lookup (lookup.h),
+     * which runs on its threads. */
+    pkv_engine *engine;
+    const host_store *store; /* NULL: no --store */
     /* Under lock. */
     pthread_mutex_t lock;
     pthread_cond_t wake; /* a job queued, or the end asked for */

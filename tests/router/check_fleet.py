@@ -18,6 +18,11 @@ Checked:
   fill it again;
 - a restarted router rebuilds its index from the servers' replay
   sockets before any new request, and routes by it;
+- a prompt with a new system prompt, served once: the other server's
+  prefix lookup reports its blocks as store_tokens (cached_tokens 0),
+  the server that ran it as cached; a router given the servers without
+  their events asks those lookups and routes the prompt by them (no
+  fallback);
 - one server killed (SIGKILL) while requests, whole and streamed, are in
   flight: each request ends with an answer or an error, none is lost or
   hangs; the requests after go to the other server and are answered;
@@ -25,6 +30,7 @@ Checked:
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import queue
 import random
@@ -186,8 +192,9 @@ def requests_to(router, backends):
     return [router.per_backend("requests_total", b) for b in backends]
 
 
-def ask(router, model, question, stream=False, max_tokens=4):
-    messages = [{"role": "system", "content": SYSTEM},
+def ask(router, model, question, stream=False, max_tokens=4,
+        system=SYSTEM):
+    messages = [{"role": "system", "content": system},
                 {"role": "user", "content": question}]
     if stream:
         parts = router.client.chat.completions.create(
@@ -234,6 +241,69 @@ def store_keys(redis):
         return int(out.stdout.split()[-1])
     except (IndexError, ValueError):
         return -1
+
+
+def lookup(url, body):
+    """A server's prefix lookup of a chat body: its answer."""
+    req = urllib.request.Request(
+        f"{url}/pkv/lookup/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+        return json.loads(r.read())
+
+
+def lookups(fleet, router, model, backends, urls):
+    """The servers' lookups see the store they share; a router given the
+    servers without their events routes by those lookups. On a system
+    prompt of its own: a server saves only the blocks it computed, so
+    after Redis restarted the store lacks SYSTEM's first blocks, which
+    the first server found in its cache."""
+    system = "You explain operating systems to students, in one line. " * 4
+    before = requests_to(router, backends)
+    check(ask(router, model, "What is a page fault?", system=system),
+          "no answer")
+    after = requests_to(router, backends)
+    first = [a - b for a, b in zip(after, before)].index(1)
+    body = {"model": model, "max_tokens": 4,
+            "messages": [{"role": "system", "content": system},
+                         {"role": "user", "content": "What is a lookup?"}]}
+    held = lookup(urls[first], body)
+    check(held["cached_tokens"] >= 32,
+          f"the server that ran the prompt: {held}")
+    # The other server ran nothing of it: what it could load is the
+    # store's (saves may still be on their way).
+    deadline = time.time() + TIMEOUT
+    while True:
+        other = lookup(urls[1 - first], body)
+        check(other["cached_tokens"] == 0,
+              f"the server that ran nothing: {other}")
+        if other["store_tokens"] is not None and \
+                other["store_tokens"] >= 32:
+            break
+        check(time.time() < deadline,
+              f"the store never held the prompt's blocks: {other}")
+        time.sleep(0.2)
+    args = [fleet.router_command[0], "--model", model, "--port", "0"]
+    for u in urls:
+        args += ["--backend", u]
+    bare = Router(None, backends, args=args, timeout=TIMEOUT)
+    try:
+        before = bare.metrics()
+        check(ask(bare, model, "What is a lookup?", system=system),
+              "no answer")
+        after = bare.metrics()
+        got = {k: after[k] - before[k] for k in (
+            "pkv_router_lookups_total",
+            "pkv_router_lookup_matched_tokens_total",
+            "pkv_router_fallbacks_total")}
+        check(got["pkv_router_lookups_total"] == 1 and
+              got["pkv_router_lookup_matched_tokens_total"] >= 32 and
+              got["pkv_router_fallbacks_total"] == 0,
+              f"a router without events: {got}")
+    finally:
+        bare.stop()
+    return other["store_tokens"]
 
 
 def redis_restart(fleet, router, model):
@@ -336,6 +406,12 @@ def main():
         router = restart_router(fleet, args.model, backends, first)
         print(f"fleet {args.model}: restarted router rebuilt from the "
               f"replay: ok")
+        # After the checks of where the fleet's router sends the prompt:
+        # this router's request may make the other server hold it too.
+        stored = lookups(fleet, router, args.model, backends, urls)
+        print(f"fleet {args.model}: the other server's lookup finds "
+              f"{stored} tokens in the store; a router without events "
+              f"routes by the lookups: ok")
         results = kill_one(fleet, router, args.model, backends, first)
         print(f"fleet {args.model}: server killed mid-flight: "
               f"{sum(k == 'answer' for k, _ in results)} answers, "

@@ -21,8 +21,14 @@ Checked, with token-id prompts (no model needed):
   retried on another (the client sees one answer); one that dies
   mid-stream ends the stream with an OpenAI-shaped error the client
   raises; with every backend gone, 502 in OpenAI's error shape;
+- backends given without events: each prompt's prefix asked of their
+  lookups (pkv-server's POST /pkv/lookup/...), routed to the largest of
+  max(cached_tokens, store_tokens); a backend that answers 404, is gone,
+  answers nonsense or too late counts as holding nothing and never
+  delays the request past the lookup's timeout; no lookup when the
+  index found the prefix;
 - /health and /metrics (requests per backend, prefix-matched tokens,
-  fallbacks, retries).
+  fallbacks, lookups, retries).
 """
 import argparse
 import atexit
@@ -110,6 +116,11 @@ class Backend:
         self.n = n
         self.name = f"backend-{n}"
         self.got = []  # request bodies, in order
+        # pkv-server's prefix lookup (POST /pkv/lookup/...): None answers
+        # 404 (a backend without it), a dict is the answer, ("slow", s,
+        # answer) answers after s seconds.
+        self.lookup = None
+        self.lookups = []  # (path, body) of the lookups asked, in order
         self.mode = "ok"  # ok, hold, drop, die-mid-stream
         self.release = threading.Event()
         self.seq = 0
@@ -131,9 +142,35 @@ class Backend:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
+            def answer(self, status, value):
+                data = json.dumps(value).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(
                     int(self.headers["Content-Length"])))
+                if self.path.startswith("/pkv/lookup/"):
+                    backend.lookups.append((self.path, body))
+                    self.close_connection = True
+                    lookup = backend.lookup
+                    if isinstance(lookup, tuple):
+                        time.sleep(lookup[1])
+                        lookup = lookup[2]
+                    try:  # a late answer's asker has left
+                        if lookup is None:
+                            self.answer(404, {"error": {
+                                "message": "no such path", "type": "x",
+                                "param": None, "code": None}})
+                        else:
+                            self.answer(200, lookup)
+                    except OSError:
+                        pass
+                    return
                 backend.got.append(body)
                 self.close_connection = True
                 mode = backend.mode
@@ -159,22 +196,18 @@ class Backend:
                     self.chunk(b"data: [DONE]\n\n")
                     self.wfile.write(b"0\r\n\r\n")
                     return
-                answer = json.dumps(backend.whole(chat)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(answer)
+                self.answer(200, backend.whole(chat))
 
         self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.http.daemon_threads = True
         self.port = self.http.server_address[1]
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
 
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
     def spec(self):
-        return (f"http://127.0.0.1:{self.port},"
-                f"tcp://127.0.0.1:{self.events_port}")
+        return f"{self.url()},tcp://127.0.0.1:{self.events_port}"
 
     def whole(self, chat):
         usage = {"prompt_tokens": 1, "completion_tokens": 1,
@@ -365,7 +398,10 @@ def routing(router, b0, b1, b2):
     p = tokens(100, 12)  # 3 blocks
     b1.publish([b1.stored(p[:8], 10)])
     router.wait_blocks(b1, 2)
+    asked = router.metrics()["pkv_router_lookups_total"]
     check(router.complete(p) == b1.name, "the 2-block prefix's holder")
+    check(router.metrics()["pkv_router_lookups_total"] == asked,
+          "the index found the prefix: no backend asked")
     check(router.complete(p, stream=True) == b1.name, "streamed, the same")
     # b2's events in the map layout with byte-string hashes, in two
     # events chained through parent_block_hash.
@@ -508,6 +544,65 @@ def failures(router, b0, b1, b2):
     check(status == 503, f"/health with no backend up: {status}")
 
 
+def lookups(binary, b0, b1, b2, ctx):
+    """Backends given without events: the router asks their prefix
+    lookups and routes by max(cached, store); a backend that answers 404,
+    nonsense, late, or is gone counts as holding nothing."""
+    gone = Backend(3, ctx)
+    gone.stop_http()
+    # The lookups' time generous (a loaded machine, a sanitizer build),
+    # the late one far later.
+    args = [binary, "--port", "0", "--lookup-timeout", "3000"]
+    for b in (b0, b1, b2, gone):
+        args += ["--backend", b.url()]
+    router = Router(binary, (b0, b1, b2, gone), args=args)
+    p = tokens(5000, 12)
+    keys = ("pkv_router_lookups_total", "pkv_router_lookup_unanswered_total",
+            "pkv_router_lookup_matched_tokens_total",
+            "pkv_router_fallbacks_total")
+
+    def routed(answers, want, what, matched, unanswered):
+        for b, a in zip((b0, b1, b2), answers):
+            b.lookup = a
+            b.lookups.clear()
+        before = router.metrics()
+        name = router.complete(p)
+        after = router.metrics()
+        check(name == want.name, f"{what}: went to {name}, not {want.name}")
+        for b in (b0, b1, b2):
+            check(b.lookups == [("/pkv/lookup/v1/completions", want.got[-1])],
+                  f"{what}: {b.name} asked {b.lookups}")
+        delta = [after[k] - before[k] for k in keys]
+        # The gone backend is asked each time: one more unanswered.
+        check(delta == [1, unanswered + 1, matched, int(matched == 0)],
+              f"{what}: {keys} moved by {delta}")
+
+    def ans(cached, store=None):
+        return {"prompt_tokens": 12, "cached_tokens": cached,
+                "store_tokens": store}
+
+    # Each case's winner sets where the next tie starts (in turn).
+    routed([ans(4), ans(8, 0), None], b1, "the longest cached prefix", 8, 1)
+    routed([ans(0, 8), ans(4), None], b0,
+           "the store's blocks count for a backend sharing it", 8, 1)
+    routed([{"cached_tokens": -3}, "not an object", {"store_tokens": 8}],
+           b1, "answers that are not a lookup's: by load, in turn", 0, 3)
+    routed([ans(4, 4), ans(0, 8), ans(8, 4)], b2,
+           "a tie at 8 (store, cache): in turn from the last", 8, 0)
+    routed([None, ans(4), ans(10 ** 12)], b2,
+           "a claim past the prompt: taken as the whole prompt", 12, 1)
+    # A backend answering after the lookup's time counts as holding
+    # nothing, and the request does not wait for it (were it waited for,
+    # it would win, 20 s later).
+    start = time.time()
+    routed([None, ("slow", 20, ans(12)), ans(4)], b2,
+           "a late answer not waited for", 4, 2)
+    check(time.time() - start < 20, "the request waited for the late lookup")
+    router.stop()
+    for b in (b0, b1, b2):
+        b.lookup = None
+
+
 def round_robin(binary, b0, b1, b2):
     router = Router(binary, [b0, b1, b2], ["--policy", "round-robin"])
     router.connect_events()
@@ -544,6 +639,8 @@ def main():
     check(m["pkv_router_prefix_matched_tokens_total"
             f'{{backend="http://127.0.0.1:{b1.port}"}}'] > 0,
           "prefix-matched tokens counted")
+    lookups(args.router, b0, b1, b2, ctx)
+    print("backends without events: routed by their lookups: ok")
     failures(router, b0, b1, b2)
     print("failed backends: ok")
     router.stop()

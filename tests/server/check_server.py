@@ -23,6 +23,10 @@ Checked, on a server started on a free loopback port:
 - a client that disconnects mid-stream cancels its sequence (/metrics:
   cancelled counted, nothing left running);
 - /metrics parses as Prometheus text and its counters add up;
+- the prefix lookup (POST /pkv/lookup/v1/completions and .../chat/...):
+  a prompt served once reports its whole blocks cached, an unknown one
+  0, store_tokens absent without --store, bad bodies 4xx in OpenAI's
+  error shape, lookups counted in /metrics;
 - a request past --timeout gets 504; SIGTERM ends the server with 0
   (under AddressSanitizer: nothing leaked), a stream in flight ending
   with the shutdown's error event.
@@ -454,6 +458,77 @@ def check_metrics(s):
           "counted")
 
 
+def check_lookup(s, chat):
+    """POST /pkv/lookup/v1/...: the tokens of a prompt the KV cache holds,
+    read as the request would be, nothing run; no store_tokens without
+    --store; bad bodies answered as the request's are."""
+    def lookup(body, path="/pkv/lookup/v1/completions"):
+        status, got = s.raw("POST", path, body)
+        check(status == 200, f"lookup of {body}: {status} {got}")
+        check(set(got) == {"prompt_tokens", "cached_tokens"},
+              f"lookup answer's fields (no --store): {got}")
+        return got
+
+    before = s.metrics()
+    prompt = "A lookup of a prompt served once: " + "page table " * 30
+    body = {"model": s.model, "prompt": prompt, "max_tokens": 1}
+    fresh = lookup(body)
+    n = fresh["prompt_tokens"]
+    check(n > 48 and fresh["cached_tokens"] == 0,
+          f"a prompt never served: {fresh}")
+    greedy_completion(s, prompt, 1, False)
+    # Every whole block but the one holding the last token, which a
+    # request always computes. The answer may leave before the step that
+    # caches the blocks has ended: asked until then.
+    want = {"prompt_tokens": n, "cached_tokens": (n - 1) // 16 * 16}
+    looked = 1
+    deadline = time.time() + REQUEST_TIMEOUT
+    while True:
+        got = lookup(body)
+        looked += 1
+        if got == want or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    check(got == want, f"the prompt served once: {got}, not {want}")
+    # Fields of a request the lookup does not use are read all the same.
+    ids = {"model": s.model, "prompt": [1] * 40, "stream": True}
+    check(lookup(ids)["cached_tokens"] == 0, "unknown token ids")
+    looked += 1
+    if chat:
+        c = lookup({"model": s.model,
+                    "messages": [{"role": "user", "content": prompt}]},
+                   "/pkv/lookup/v1/chat/completions")
+        check(c["prompt_tokens"] > n and c["cached_tokens"] % 16 == 0,
+              f"a chat lookup: {c}")
+        looked += 1
+    m = s.model
+    cases = [
+        ("POST", b"{\"model\": ", 400, "invalid JSON"),
+        ("POST", {"model": m, "prompt": "x", "bogus": 1}, 400,
+         "an unknown field"),
+        ("POST", {"model": "gpt-9", "prompt": "x"}, 404, "another model"),
+        ("POST", {"model": m}, 400, "no prompt"),
+        ("POST", {"model": m, "prompt": [1, -4]}, 400, "a negative id"),
+        ("POST", {"model": m, "prompt": "hello " * 400}, 400,
+         "a prompt longer than the context"),
+        ("POST", {"model": m, "prompt": "x" * 70000}, 413,
+         "a body over the limit"),
+        ("GET", None, 405, "GET"),
+    ]
+    for method, bad, status, what in cases:
+        code, err = s.raw(method, "/pkv/lookup/v1/completions", bad)
+        error_shape(code, err, status, f"lookup: {what}")
+    code, err = s.raw("POST", "/pkv/lookup/v1/nothing", body)
+    error_shape(code, err, 404, "lookup: an unknown path")
+    after = s.metrics()
+    check(after["pkv_lookups_total"] == before["pkv_lookups_total"] + looked
+          and after["pkv_lookup_store_failures_total"] == 0,
+          f"lookups counted: {before} {after}")
+    print(f"prefix lookup: {got['cached_tokens']} of {n} tokens cached "
+          f"after one request, 0 of unknown prompts, {len(cases) + 1} bad "
+          f"bodies 4xx")
+
+
 def check_curl(s):
     body = json.dumps({"model": s.model, "prompt": PROMPTS[1],
                        "max_tokens": 6, "temperature": 0})
@@ -524,6 +599,7 @@ def main():
         check_bad_requests(s)
         check_disconnect_and_limit(s, max_requests)
         check_metrics(s)
+        check_lookup(s, chat)
         check_curl(s)
     # A stream in flight at SIGTERM ends with the shutdown's error.
     sock = open_stream(s, 200)
