@@ -47,6 +47,20 @@ int rt_route_match(rt_router *r, const int32_t *tokens, uint32_t n,
     return any_up && !found && r->lookup_timeout_ms > 0;
 }
 
+/* What sending the prompt to c costs, in tokens: the prompt's tokens c
+ * must compute (those past its cached prefix) and the prompt tokens of
+ * the requests c has in flight (work it is doing: prompts still to
+ * compute, sequences whose KV each decode step reads). Both are tokens,
+ * so a cached prefix wins only where it saves more than the backend's
+ * queue costs: a prefix every backend would soon hold (a shared system
+ * prompt) does not pull every request onto its first holder. */
+static uint64_t cost(const rt_backend *c, const rt_match *m,
+                     uint32_t matched)
+{
+    uint32_t cached = matched < m->prompt_tokens ? matched : m->prompt_tokens;
+    return (uint64_t)(m->prompt_tokens - cached) + c->active_tokens;
+}
+
 int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried)
 {
     const uint32_t *matched = m->tokens;
@@ -70,14 +84,15 @@ int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried)
             continue;
         }
         const rt_backend *o = &r->backends[best];
-        if (matched[b] > matched[best] ||
-            (matched[b] == matched[best] && c->in_flight < o->in_flight))
+        uint64_t cb = cost(c, m, matched[b]), co = cost(o, m, matched[best]);
+        if (cb < co || (cb == co && c->in_flight < o->in_flight))
             best = (int)b;
     }
     if (best >= 0) {
         rt_backend *c = &r->backends[best];
         r->next = ((uint32_t)best + 1) % r->num_backends;
         c->in_flight++;
+        c->active_tokens += m->prompt_tokens;
         c->requests++;
         r->prompt_tokens += m->prompt_tokens;
         /* Routed by load alone: the prompt not read, or neither the
@@ -94,11 +109,12 @@ int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried)
     return best;
 }
 
-void rt_route_done(rt_router *r, int b, int failed)
+void rt_route_done(rt_router *r, int b, uint32_t prompt_tokens, int failed)
 {
     rt_backend *c = &r->backends[b];
     pthread_mutex_lock(&r->lock);
     c->in_flight--;
+    c->active_tokens -= prompt_tokens;
     if (failed) {
         c->failures++;
         c->down_until = now_s() + DOWN_S;

@@ -452,7 +452,8 @@ def routing(router, b0, b1, b2):
 
 
 def load(router, b0, b1, b2):
-    """Ties to the fewest in flight; a longer prefix beats load."""
+    """Ties to the fewest in flight; a longer prefix beats load where it
+    saves more than the load costs, a short one does not."""
     pa, pb = tokens(1000, 8), tokens(2000, 8)
     b0.publish([b0.stored(pa, 100)])
     b2.publish([b2.stored(pa, 200)])
@@ -494,6 +495,36 @@ def load(router, b0, b1, b2):
           [b0.name, b2.name], f"the tie went to the idle holder: {results}")
     check(results.get("c") == results.get("d") == b1.name,
           f"the prefix wins over load: {results}")
+    # A short prefix on a busy backend, as a shared system prompt is on
+    # its first holder: s (one block) on b0 only. A first prompt behind
+    # it goes to b0 (cost 12 tokens against 16); a second, while the
+    # first is in flight there, costs b0 12 + 16 tokens and an idle
+    # backend 16: it goes to an idle one, not onto b0.
+    for b in (b0, b1, b2):
+        b.publish([b.Cleared()])
+        router.wait_blocks(b, 0)
+    s = tokens(3000, 4)
+    b0.publish([b0.stored(s, 400)])
+    router.wait_blocks(b0, 1)
+    for b in (b0, b1, b2):
+        b.mode = "hold"
+        b.release.clear()
+    results.clear()
+    threads.clear()
+    send("e", s + tokens(4000, 12), "the first behind s on b0",
+         lambda: in_flight(b0) == 1)
+    send("f", s + tokens(5000, 12), "the second on an idle backend",
+         lambda: in_flight(b1) + in_flight(b2) == 1)
+    for b in (b0, b1, b2):
+        b.release.set()
+    for t in threads:
+        t.join(TIMEOUT)
+    for b in (b0, b1, b2):
+        b.mode = "ok"
+    check(results.get("e") == b0.name and
+          results.get("f") in (b1.name, b2.name),
+          f"a short prefix on a busy backend loses to an idle one: "
+          f"{results}")
     for b in (b0, b1, b2):
         b.publish([b.Cleared()])
         router.wait_blocks(b, 0)
