@@ -35,7 +35,7 @@ typedef struct rt_call {
 typedef struct rt_stream {
     rt_router *r;
     int backend;
-    uint32_t prompt_tokens; /* the route's (rt_route_done) */
+    uint32_t charged; /* the route's (rt_route_done) */
     int error_sent;
     rt_forward fwd;
 } rt_stream;
@@ -238,7 +238,7 @@ static void free_stream(void *cls)
      * failure. */
     int failed = s->fwd.done && s->fwd.result != CURLE_OK &&
                  s->fwd.result != CURLE_OPERATION_TIMEDOUT;
-    rt_route_done(s->r, s->backend, s->prompt_tokens, failed);
+    rt_route_done(s->r, s->backend, s->charged, failed);
     rt_forward_free(&s->fwd);
     free(s);
 }
@@ -256,7 +256,7 @@ static enum MHD_Result relay(struct MHD_Connection *c, rt_stream *s,
         resp = MHD_create_response_from_buffer(
             f->len - f->sent, f->data ? f->data + f->sent : (char *)"",
             MHD_RESPMEM_MUST_COPY);
-        rt_route_done(s->r, s->backend, s->prompt_tokens, 0);
+        rt_route_done(s->r, s->backend, s->charged, 0);
         if (resp != NULL)
             MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                                     type);
@@ -295,9 +295,10 @@ static enum MHD_Result forward(rt_router *r, struct MHD_Connection *c,
         rt_lookup_ask(r, url, call->body, call->len, ask, &m);
     uint8_t tried[RT_MAX_BACKENDS / 8] = {0};
     int b;
+    uint32_t charged;
     enum MHD_Result ok = MHD_NO;
     int answered = 0;
-    while (!answered && (b = rt_route(r, &m, tried)) >= 0) {
+    while (!answered && (b = rt_route(r, &m, tried, &charged)) >= 0) {
         tried[b / 8] |= (uint8_t)(1u << (b % 8));
         rt_stream *s = calloc(1, sizeof *s);
         if (s == NULL || rt_forward_start(&s->fwd, r->backends[b].url, url,
@@ -306,14 +307,14 @@ static enum MHD_Result forward(rt_router *r, struct MHD_Connection *c,
                                           p.stream ? STREAM_HOLD
                                                    : r->max_answer) != 0) {
             free(s);
-            rt_route_done(r, b, m.prompt_tokens, 0);
+            rt_route_done(r, b, charged, 0);
             ok = send_error(r, c, 500, NULL, "out of memory");
             answered = 1;
             break;
         }
         s->r = r;
         s->backend = b;
-        s->prompt_tokens = m.prompt_tokens;
+        s->charged = charged;
         rt_forward *f = &s->fwd;
         rt_forward_wait(f, !p.stream);
         CURLcode why = f->result;
@@ -325,7 +326,7 @@ static enum MHD_Result forward(rt_router *r, struct MHD_Connection *c,
                       (!p.stream || f->received == 0)) ||
                      (why == CURLE_OK && f->status == 503));
         if (again) {
-            rt_route_done(r, b, m.prompt_tokens, 1);
+            rt_route_done(r, b, charged, 1);
             rt_forward_free(f);
             free(s);
             pthread_mutex_lock(&r->lock);
@@ -341,7 +342,7 @@ static enum MHD_Result forward(rt_router *r, struct MHD_Connection *c,
                      why == CURLE_WRITE_ERROR ? "answered more than the "
                                                 "router holds"
                                               : curl_easy_strerror(why));
-            rt_route_done(r, b, m.prompt_tokens, 0);
+            rt_route_done(r, b, charged, 0);
             rt_forward_free(f);
             free(s);
             ok = send_error(r, c, timed_out ? 504 : 502,

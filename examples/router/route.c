@@ -47,22 +47,29 @@ int rt_route_match(rt_router *r, const int32_t *tokens, uint32_t n,
     return any_up && !found && r->lookup_timeout_ms > 0;
 }
 
-/* What sending the prompt to c costs, in tokens: the prompt's tokens c
- * must compute (those past its cached prefix) and the prompt tokens of
- * the requests c has in flight (work it is doing: prompts still to
- * compute, sequences whose KV each decode step reads). Both are tokens,
- * so a cached prefix wins only where it saves more than the backend's
- * queue costs: a prefix every backend would soon hold (a shared system
- * prompt) does not pull every request onto its first holder. */
+/* The prompt's tokens a backend holding matched of them must compute. */
+static uint32_t to_compute(const rt_match *m, uint32_t matched)
+{
+    return m->prompt_tokens - (matched < m->prompt_tokens ? matched
+                                                          : m->prompt_tokens);
+}
+
+/* What sending the prompt to c costs, in tokens: those c must compute
+ * (past its cached prefix) and those it was sent to compute for the
+ * requests it has in flight. Both are rows through the model, so a
+ * cached prefix wins only where it saves more than the backend's queue
+ * costs: a prefix every backend would soon hold (a shared system prompt)
+ * does not pull every request onto its first holder. */
 static uint64_t cost(const rt_backend *c, const rt_match *m,
                      uint32_t matched)
 {
-    uint32_t cached = matched < m->prompt_tokens ? matched : m->prompt_tokens;
-    return (uint64_t)(m->prompt_tokens - cached) + c->active_tokens;
+    return (uint64_t)to_compute(m, matched) + c->pending_tokens;
 }
 
-int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried)
+int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried,
+             uint32_t *charged)
 {
+    *charged = 0;
     const uint32_t *matched = m->tokens;
     double now = now_s();
     pthread_mutex_lock(&r->lock);
@@ -92,7 +99,8 @@ int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried)
         rt_backend *c = &r->backends[best];
         r->next = ((uint32_t)best + 1) % r->num_backends;
         c->in_flight++;
-        c->active_tokens += m->prompt_tokens;
+        *charged = to_compute(m, matched[best]);
+        c->pending_tokens += *charged;
         c->requests++;
         r->prompt_tokens += m->prompt_tokens;
         /* Routed by load alone: the prompt not read, or neither the
@@ -109,12 +117,12 @@ int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried)
     return best;
 }
 
-void rt_route_done(rt_router *r, int b, uint32_t prompt_tokens, int failed)
+void rt_route_done(rt_router *r, int b, uint32_t charged, int failed)
 {
     rt_backend *c = &r->backends[b];
     pthread_mutex_lock(&r->lock);
     c->in_flight--;
-    c->active_tokens -= prompt_tokens;
+    c->pending_tokens -= charged;
     if (failed) {
         c->failures++;
         c->down_until = now_s() + DOWN_S;

@@ -30,7 +30,7 @@ typedef struct rt_backend {
     rt_feed feed;       /* the subscriber thread's own */
     /* Under the router's lock. */
     uint32_t in_flight;
-    uint64_t active_tokens; /* the prompt tokens of those in flight */
+    uint64_t pending_tokens; /* the tokens those were sent to compute */
     double down_until; /* after a failed connection: skipped till then */
     uint64_t requests, failures, matched_tokens;
     /* The feed's figures, copied by the event thread. */
@@ -77,20 +77,20 @@ int rt_route_match(rt_router *r, const int32_t *tokens, uint32_t n,
 
 /* The backend for a prompt matched as m says, skipping those in tried
  * (RT_MAX_BACKENDS / 8 bytes, a bit per backend, or NULL): the one
- * whose cost in tokens is least, the prompt's tokens past its cached
- * prefix plus the prompt tokens of its requests in flight (so among idle
- * backends the longest prefix), ties to the fewest requests in flight,
- * then in turn; round-robin's next under RT_POLICY_ROUND_ROBIN. Backends
- * down are taken only when all are. Counts the request in flight (give
- * it back with rt_route_done). The backend's index, or -1 when every
- * backend was tried. */
-int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried);
+ * whose cost in tokens is least: the prompt's tokens past its cached
+ * prefix plus those its requests in flight were sent to compute (so
+ * among idle backends the longest prefix), ties to the fewest requests
+ * in flight, then in turn; round-robin's next under
+ * RT_POLICY_ROUND_ROBIN. Backends down are taken only when all are.
+ * Counts the request in flight, charging the backend *charged tokens
+ * (give both back with rt_route_done). The backend's index, or -1 when
+ * every backend was tried. */
+int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried,
+             uint32_t *charged);
 
-/* The request sent to backend b ended (prompt_tokens: its match's, as
- * rt_route counted it); failed: it could not be reached (b is skipped
- * for a while and its blocks forgotten: a backend that comes back has
- * an empty cache). */
-void rt_route_done(rt_router *r, int b, uint32_t prompt_tokens,
-                   int failed);
+/* The request sent to backend b ended (charged: as rt_route charged
+ * it); failed: it could not be reached (b is skipped for a while and its
+ * blocks forgotten: a backend that comes back has an empty cache). */
+void rt_route_done(rt_router *r, int b, uint32_t charged, int failed);
 
 #endif
