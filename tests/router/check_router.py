@@ -454,15 +454,29 @@ def routing(router, b0, b1, b2):
 def load(router, b0, b1, b2):
     """Ties to the fewest in flight; a longer prefix beats load where it
     saves more than the load costs, a short one does not."""
-    pa, pb = tokens(1000, 8), tokens(2000, 8)
-    b0.publish([b0.stored(pa, 100)])
-    b2.publish([b2.stored(pa, 200)])
-    b1.publish([b1.stored(pb, 300)])
-    for b in (b0, b1, b2):
-        router.wait_blocks(b, 2)
-        b.mode = "hold"
-        b.release.clear()
+    backends = (b0, b1, b2)
     results, threads = {}, []
+
+    def hold():
+        """The backends hold every request until release()."""
+        results.clear()
+        threads.clear()
+        for b in backends:
+            b.mode = "hold"
+            b.release.clear()
+
+    def release():
+        for b in backends:
+            b.release.set()
+        for t in threads:
+            t.join(TIMEOUT)
+        for b in backends:
+            b.mode = "ok"
+
+    def clear_all():
+        for b in backends:
+            b.publish([b.Cleared()])
+            router.wait_blocks(b, 0)
 
     def send(key, prompt, what, cond):
         t = threading.Thread(target=lambda: results.__setitem__(
@@ -474,6 +488,13 @@ def load(router, b0, b1, b2):
     def in_flight(b):
         return router.per_backend("in_flight", b)
 
+    pa, pb = tokens(1000, 8), tokens(2000, 8)
+    b0.publish([b0.stored(pa, 100)])
+    b2.publish([b2.stored(pa, 200)])
+    b1.publish([b1.stored(pb, 300)])
+    for b in backends:
+        router.wait_blocks(b, 2)
+    hold()
     # pa: b0 and b2 hold it equally. The first takes one, the second the
     # other, the idle one.
     send("a", pa, "the first request in flight",
@@ -485,12 +506,7 @@ def load(router, b0, b1, b2):
     # although b0 and b2 have no more in flight.
     send("c", pb, "pb on b1", lambda: in_flight(b1) == 1)
     send("d", pb, "the prefix to win over load", lambda: in_flight(b1) == 2)
-    for b in (b0, b1, b2):
-        b.release.set()
-    for t in threads:
-        t.join(TIMEOUT)
-    for b in (b0, b1, b2):
-        b.mode = "ok"
+    release()
     check(sorted([results.get("a"), results.get("b")]) ==
           [b0.name, b2.name], f"the tie went to the idle holder: {results}")
     check(results.get("c") == results.get("d") == b1.name,
@@ -500,34 +516,21 @@ def load(router, b0, b1, b2):
     # it goes to b0 (cost 12 tokens against 16); a second, while the
     # first is in flight there, costs b0 12 + 16 tokens and an idle
     # backend 16: it goes to an idle one, not onto b0.
-    for b in (b0, b1, b2):
-        b.publish([b.Cleared()])
-        router.wait_blocks(b, 0)
+    clear_all()
     s = tokens(3000, 4)
     b0.publish([b0.stored(s, 400)])
     router.wait_blocks(b0, 1)
-    for b in (b0, b1, b2):
-        b.mode = "hold"
-        b.release.clear()
-    results.clear()
-    threads.clear()
+    hold()
     send("e", s + tokens(4000, 12), "the first behind s on b0",
          lambda: in_flight(b0) == 1)
     send("f", s + tokens(5000, 12), "the second on an idle backend",
          lambda: in_flight(b1) + in_flight(b2) == 1)
-    for b in (b0, b1, b2):
-        b.release.set()
-    for t in threads:
-        t.join(TIMEOUT)
-    for b in (b0, b1, b2):
-        b.mode = "ok"
+    release()
     check(results.get("e") == b0.name and
           results.get("f") in (b1.name, b2.name),
           f"a short prefix on a busy backend loses to an idle one: "
           f"{results}")
-    for b in (b0, b1, b2):
-        b.publish([b.Cleared()])
-        router.wait_blocks(b, 0)
+    clear_all()
 
 
 def failures(router, b0, b1, b2):
