@@ -46,6 +46,7 @@ void rt_lookup_ask(rt_router *r, const char *path, const char *body,
  * a float, a string, ... The bytes come from a backend: any bytes, any
  * len (rt_lookup_ask reads 1 KiB of a body at most), no terminating
  * NUL needed, no byte past len read. Pure: no state, any thread.
+ * Fuzzed by tests/fuzz/fuzz_lookup.c.
  */
 int64_t rt_lookup_answer(const char *data, size_t len, uint32_t limit);
 
