@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* Asking the backends how much of a prompt they hold (lookup.h). */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "lookup.h"
 
 #include "forward.h"
@@ -10,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A lookup's answer is a small object: more is not one. */
 #define ANSWER_MAX 1024
@@ -33,13 +31,6 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     memcpy(a->data + a->len, p, bytes);
     a->len += bytes;
     return bytes;
-}
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
 /* The effective prefix a's answer gives, at most limit tokens; -1 when
@@ -75,7 +66,7 @@ static int start(CURLM *multi, asked *a, const char *base, const char *path,
 /* Drive every transfer until all ended or the lookup's time is up. */
 static void drive(CURLM *multi, long timeout_ms)
 {
-    double end = now_ms() + (double)timeout_ms;
+    double end = rt_now_s() + (double)timeout_ms * 1e-3;
     int running = 1;
     while (running > 0) {
         curl_multi_perform(multi, &running);
@@ -87,7 +78,7 @@ static void drive(CURLM *multi, long timeout_ms)
             if (msg->msg == CURLMSG_DONE && a != NULL)
                 a->done = msg->data.result == CURLE_OK;
         }
-        double wait = end - now_ms();
+        double wait = (end - rt_now_s()) * 1e3; /* ms */
         if (running == 0 || wait <= 0)
             break;
         curl_multi_poll(multi, NULL, 0, (int)wait + 1, NULL);
