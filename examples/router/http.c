@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A stream's answer held at once: curl's writes between two reads. */
 #define STREAM_HOLD (1u << 20)
@@ -82,13 +81,6 @@ static int backend_up(const rt_backend *b, double now)
     return b->down_until <= now;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Prometheus' text format. */
 static char *metrics(rt_router *r, size_t *len)
 {
@@ -112,7 +104,7 @@ static char *metrics(rt_router *r, size_t *len)
     FILE *out = open_memstream(&text, len);
     if (out == NULL)
         return NULL;
-    double now = now_s();
+    double now = rt_now_s();
     size_t blocks[RT_MAX_BACKENDS];
     for (uint32_t b = 0; b < r->num_backends; b++)
         blocks[b] = rt_index_count(&r->index, b);
@@ -178,7 +170,7 @@ static enum MHD_Result answer_get(rt_router *r, struct MHD_Connection *c,
                                   const char *url)
 {
     if (strcmp(url, "/health") == 0) {
-        double now = now_s();
+        double now = rt_now_s();
         int up = 0;
         pthread_mutex_lock(&r->lock);
         for (uint32_t b = 0; b < r->num_backends; b++)

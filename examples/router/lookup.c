@@ -1,17 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* Asking the backends how much of a prompt they hold (lookup.h). */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "lookup.h"
 
 #include "forward.h"
 
 #include <curl/curl.h>
-#include <jansson.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A lookup's answer is a small object: more is not one. */
 #define ANSWER_MAX 1024
@@ -36,46 +33,16 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     return bytes;
 }
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-/* A token count of the answer: a whole number from 0 up (*v), absent or
- * null (0), else -1 (not a lookup's answer). */
-static int count_field(const json_t *o, const char *name, int required,
-                       uint64_t *v)
-{
-    const json_t *f = json_object_get(o, name);
-    *v = 0;
-    if (f == NULL || json_is_null(f))
-        return f == NULL && required ? -1 : 0;
-    if (!json_is_integer(f) || json_integer_value(f) < 0)
-        return -1;
-    *v = (uint64_t)json_integer_value(f);
-    return 0;
-}
-
 /* The effective prefix a's answer gives, at most limit tokens; -1 when
- * it is not a lookup's answer. */
+ * the transfer failed, its status is not 200 or its body is not a
+ * lookup's answer (rt_lookup_answer). */
 static int64_t effective(asked *a, uint32_t limit)
 {
     long status = 0;
     curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &status);
     if (!a->done || status != 200)
         return -1;
-    json_t *o = json_loadb(a->data, a->len, 0, NULL);
-    uint64_t cached, stored;
-    int ok = json_is_object(o) &&
-             count_field(o, "cached_tokens", 1, &cached) == 0 &&
-             count_field(o, "store_tokens", 0, &stored) == 0;
-    json_decref(o);
-    if (!ok)
-        return -1;
-    uint64_t most = cached > stored ? cached : stored;
-    return most < limit ? (int64_t)most : (int64_t)limit;
+    return rt_lookup_answer(a->data, a->len, limit);
 }
 
 /* Start asking a backend at base; -1 when it could not be set up. */
@@ -99,7 +66,7 @@ static int start(CURLM *multi, asked *a, const char *base, const char *path,
 /* Drive every transfer until all ended or the lookup's time is up. */
 static void drive(CURLM *multi, long timeout_ms)
 {
-    double end = now_ms() + (double)timeout_ms;
+    double end = rt_now_s() + (double)timeout_ms * 1e-3;
     int running = 1;
     while (running > 0) {
         curl_multi_perform(multi, &running);
@@ -111,7 +78,7 @@ static void drive(CURLM *multi, long timeout_ms)
             if (msg->msg == CURLMSG_DONE && a != NULL)
                 a->done = msg->data.result == CURLE_OK;
         }
-        double wait = end - now_ms();
+        double wait = (end - rt_now_s()) * 1e3; /* ms */
         if (running == 0 || wait <= 0)
             break;
         curl_multi_poll(multi, NULL, 0, (int)wait + 1, NULL);

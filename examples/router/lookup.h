@@ -32,4 +32,22 @@
 void rt_lookup_ask(rt_router *r, const char *path, const char *body,
                    size_t len, const uint8_t *ask, rt_match *m);
 
+/*
+ * The effective prefix a lookup's answer body data[0, len) gives, at
+ * most limit: the larger of its "cached_tokens" and "store_tokens".
+ * The answer is one JSON object as jansson's json_loadb reads it
+ * without flags (valid UTF-8, no NUL in a string, nesting bounded,
+ * nothing but white space after it). cached_tokens is required,
+ * store_tokens may be absent; either may be null, which counts as 0; a
+ * present one is an integer from 0 to INT64_MAX in JSON's syntax (no
+ * fraction, no exponent). Other members are not read; of a name given
+ * twice, the last counts. -1 when data is anything else: not JSON, not
+ * an object, cached_tokens missing, a count negative, past INT64_MAX,
+ * a float, a string, ... The bytes come from a backend: any bytes, any
+ * len (rt_lookup_ask reads 1 KiB of a body at most), no terminating
+ * NUL needed, no byte past len read. Pure: no state, any thread.
+ * Fuzzed by tests/fuzz/fuzz_lookup.c.
+ */
+int64_t rt_lookup_answer(const char *data, size_t len, uint32_t limit);
+
 #endif

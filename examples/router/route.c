@@ -9,7 +9,7 @@
 /* How long a backend that could not be reached is skipped. */
 #define DOWN_S 2.0
 
-static double now_s(void)
+double rt_now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -33,7 +33,7 @@ int rt_route_match(rt_router *r, const int32_t *tokens, uint32_t n,
     /* The index outside the router's lock: it has its own. */
     for (uint32_t b = 0; b < r->num_backends; b++)
         m->tokens[b] = rt_index_match(&r->index, b, tokens, n);
-    double now = now_s();
+    double now = rt_now_s();
     int found = 0, any_up = 0;
     pthread_mutex_lock(&r->lock);
     for (uint32_t b = 0; b < r->num_backends; b++) {
@@ -71,7 +71,7 @@ int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried,
 {
     *charged = 0;
     const uint32_t *matched = m->tokens;
-    double now = now_s();
+    double now = rt_now_s();
     pthread_mutex_lock(&r->lock);
     int up = 0;
     for (uint32_t b = 0; b < r->num_backends; b++)
@@ -125,7 +125,7 @@ void rt_route_done(rt_router *r, int b, uint32_t charged, int failed)
     c->pending_tokens -= charged;
     if (failed) {
         c->failures++;
-        c->down_until = now_s() + DOWN_S;
+        c->down_until = rt_now_s() + DOWN_S;
     }
     pthread_mutex_unlock(&r->lock);
     if (failed)

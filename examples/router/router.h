@@ -93,4 +93,8 @@ int rt_route(rt_router *r, const rt_match *m, const uint8_t *tried,
  * blocks forgotten: a backend that comes back has an empty cache). */
 void rt_route_done(rt_router *r, int b, uint32_t charged, int failed);
 
+/* Seconds on a monotonic clock: the backends' down times, the lookups'
+ * deadline, /health and /metrics. */
+double rt_now_s(void);
+
 #endif

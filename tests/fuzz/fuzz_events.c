@@ -24,6 +24,7 @@
  */
 #include "fuzz_events.h"
 #include "fuzz_check.h"
+#include "fuzz_input.h"
 
 #include "events.h"
 
@@ -34,20 +35,6 @@
 uint64_t pkv_fuzz_ops;
 
 enum { BACKENDS = 2, MAX_KEPT = 8, BATCHES = 3, EVENTS = 4, PROBE = 48 };
-
-/* The builder's input: the next byte, 0 once they are used up. */
-typedef struct bytes {
-    const uint8_t *p;
-    size_t n;
-} bytes;
-
-static unsigned take(bytes *b)
-{
-    if (b->n == 0)
-        return 0;
-    b->n--;
-    return *b->p++;
-}
 
 static void pack_text(msgpack_packer *pk, const char *s)
 {
