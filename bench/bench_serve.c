@@ -273,12 +273,14 @@ static int serve(const served_model *m, host_request *t, uint32_t n,
 /*
  * The model's forward pass (attention excluded) at 1 to 64 rows, every row
  * sampled as in a decode step: the best of reps runs. The step cost's
- * dependence on the batch size is what sets continuous batching's gain.
+ * dependence on the batch size is what sets continuous batching's gain;
+ * 12, 13 and 16 rows show what a count of logit rows that is not a
+ * multiple of 4 costs (examples/gguf/model.c: logit_rows_computed).
  */
 static int step_cost(const served_model *m, const bench_options *opt,
                      int reps)
 {
-    static const uint32_t sizes[] = {1, 2, 4, 8, 16, 32, 64};
+    static const uint32_t sizes[] = {1, 2, 4, 8, 12, 13, 16, 32, 64};
     const uint32_t ns = sizeof sizes / sizeof sizes[0], max = 64;
     uint32_t vocab = m->host->vocab_size;
     int32_t tokens[64];

@@ -185,6 +185,31 @@ void gg_scratch_free(gg_scratch *s)
 
 /* ------------------------------------------------------------ the pass */
 
+/* The logit rows a pass computes for num_logits sample rows. ggml's
+ * products of a Q8_0, Q4_0, Q5_0 or IQ4_NL matrix on x86 (llamafile's
+ * tinyBLAS) take the rows in tiles of 4 and then go over the whole matrix
+ * once more for the 1 to 3 rows left: for an output matrix past the cache
+ * (Gemma 3's 262,144 x 640 in Q8_0, 178 MB) that second pass costs more
+ * than 4 rows do, and 13 rows take longer than 16 (pkv-bench serve's step
+ * costs). So more than 4 rows are computed in a multiple of 4, the last
+ * repeated, within the scratch. */
+static uint32_t logit_rows_computed(const gg_model *m, const gg_scratch *s,
+                                    uint32_t num_logits)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    enum ggml_type t = m->output->type;
+    uint32_t padded = (num_logits + 3) / 4 * 4;
+    if (num_logits > 4 && padded <= s->max_rows &&
+        (t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 ||
+         t == GGML_TYPE_Q5_0 || t == GGML_TYPE_IQ4_NL))
+        return padded;
+#else
+    (void)m;
+    (void)s;
+#endif
+    return num_logits;
+}
+
 int gg_forward(gg_model *m, gg_scratch *s, uint32_t rows,
                const int32_t *tokens, const uint32_t *positions,
                gg_attend_fn attend, void *attend_user,
@@ -201,12 +226,13 @@ int gg_forward(gg_model *m, gg_scratch *s, uint32_t rows,
     for (uint32_t j = 0; j < num_logits; j++)
         if (logit_rows[j] >= rows)
             return -1;
+    uint32_t computed = logit_rows_computed(m, s, num_logits);
     ggml_reset(s->graph);
     gg_builder b = {s->graph, m, s};
     struct ggml_tensor *tok = ggml_new_tensor_1d(b.ctx, GGML_TYPE_I32, rows);
     struct ggml_tensor *pos = ggml_new_tensor_1d(b.ctx, GGML_TYPE_I32, rows);
     struct ggml_tensor *out =
-        num_logits ? ggml_new_tensor_1d(b.ctx, GGML_TYPE_I32, num_logits)
+        num_logits ? ggml_new_tensor_1d(b.ctx, GGML_TYPE_I32, computed)
                    : NULL;
     ggml_set_input(tok);
     ggml_set_input(pos);
@@ -228,8 +254,8 @@ int gg_forward(gg_model *m, gg_scratch *s, uint32_t rows,
         at[r] = (int32_t)positions[r];
     if (out != NULL) {
         int32_t *o = out->data;
-        for (uint32_t j = 0; j < num_logits; j++)
-            o[j] = (int32_t)logit_rows[j];
+        for (uint32_t j = 0; j < computed; j++)
+            o[j] = (int32_t)logit_rows[j < num_logits ? j : num_logits - 1];
     }
     s->attend = attend;
     s->attend_user = attend_user;

@@ -103,10 +103,13 @@ void gg_scratch_free(gg_scratch *s);
 
 /*
  * The forward pass of rows tokens at their positions. Writes the logits of
- * the rows listed in logit_rows ([num_logits]) to logits
- * [num_logits][vocab]. A row's result depends on its own inputs and its
- * attention only, never on how rows are batched. 0, or -1 when attend
- * failed, rows exceeds the scratch or a token is out of the vocabulary.
+ * the rows listed in logit_rows ([num_logits]) to logits[0..num_logits)
+ * [vocab]. logits holds num_logits rows rounded up to a multiple of 4
+ * (at most the scratch's max_rows): more than 4 rows may be computed in a
+ * multiple of 4, the rows past num_logits then overwritten (model.c says
+ * why). A row's result depends on its own inputs and its attention only,
+ * never on how rows are batched. 0, or -1 when attend failed, rows
+ * exceeds the scratch or a token is out of the vocabulary.
  */
 int gg_forward(gg_model *m, gg_scratch *s, uint32_t rows,
                const int32_t *tokens, const uint32_t *positions,

@@ -18,9 +18,10 @@ typedef struct host_model {
     uint32_t vocab_size;
     uint32_t max_rows; /* rows per pass at most: the engine's
                           max_batch_tokens */
-    /* The logits of the batch's sample rows, [num_samples][vocab_size],
-     * after running every row (attention through pkv_engine_attend). 0, or
-     * -1 after printing why. */
+    /* The logits of the batch's sample rows, the first num_samples rows
+     * of logits [max_rows][vocab_size] (the rest the model may use as
+     * scratch), after running every row (attention through
+     * pkv_engine_attend). 0, or -1 after printing why. */
     int (*forward)(void *self, pkv_engine *e, const pkv_batch *b,
                    float *logits);
     void *self;
