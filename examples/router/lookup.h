@@ -7,10 +7,11 @@
  * /pkv/lookup + the request's path (pkv-server's prefix lookup, which
  * tokenizes it as the request and answers how many of its tokens its KV
  * cache and the shared store hold), all at once, each within
- * r->lookup_timeout_ms (--lookup-timeout): a backend that does not answer in time, answers
- * an error or anything but the lookup's JSON (it is not a pkv-server)
- * counts as holding nothing, and the request is routed all the same. So
- * a lookup delays a request by that timeout at most and never fails it.
+ * r->lookup_timeout_ms (--lookup-timeout): a backend that does not answer
+ * in time, answers an error or anything but the lookup's JSON (it is not
+ * a pkv-server) counts as holding nothing, and the request is routed all
+ * the same. So a lookup delays a request by that timeout at most and
+ * never fails it.
  */
 #ifndef PKV_ROUTER_LOOKUP_H
 #define PKV_ROUTER_LOOKUP_H
