@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pkv-router: OpenAI's API in front of several pkv-server processes,
- * each request sent to the one whose KV cache holds the longest prefix
- * of its prompt, as the backends' KV events tell (vLLM's wire format).
+ * each request sent to the one where it costs least in tokens: the
+ * prompt's tokens past the prefix its KV cache holds, as the backends' KV
+ * events tell (vLLM's wire format), plus those its requests in flight
+ * were sent to compute (route.c).
  *
  *   pkv-router --backend URL[,EVENTS[,REPLAY]] ... [--model gemma3|smollm2 |
  *              --weights PATH] [--policy prefix|round-robin]
