@@ -45,25 +45,9 @@ target_compile_definitions(test_store_redis PRIVATE
 # hostile or not): the replay driver over its corpus, then seeded random
 # inputs up to 50,000 (8 s in a release build); with clang a libFuzzer
 # binary, built but not run by ctest.
-set(PKV_FUZZ_REPLY_SOURCES fuzz/fuzz_reply.c
-  ${PROJECT_SOURCE_DIR}/src/redis/reply.c ${PROJECT_SOURCE_DIR}/src/redis/io.c)
-add_executable(fuzz_reply_replay fuzz/replay.c ${PKV_FUZZ_REPLY_SOURCES})
-target_include_directories(fuzz_reply_replay PRIVATE
-  ${PROJECT_SOURCE_DIR}/src/redis)
-target_link_libraries(fuzz_reply_replay PRIVATE Threads::Threads)
-target_compile_options(fuzz_reply_replay PRIVATE ${PKV_WARNINGS})
-add_test(NAME fuzz_reply_replay
-  COMMAND fuzz_reply_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/reply
-          --ops 50000)
+pkv_add_fuzz_target(fuzz_reply
+  SOURCES fuzz/fuzz_reply.c ${PROJECT_SOURCE_DIR}/src/redis/reply.c
+    ${PROJECT_SOURCE_DIR}/src/redis/io.c
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/reply OPS 50000
+  LIBS Threads::Threads INCLUDES ${PROJECT_SOURCE_DIR}/src/redis)
 set_tests_properties(fuzz_reply_replay PROPERTIES LABELS redis)
-pkv_test_timeout(fuzz_reply_replay 1200)
-if(CMAKE_C_COMPILER_ID MATCHES "Clang" AND
-   NOT PKV_SANITIZE MATCHES "thread|memory")
-  add_executable(fuzz_reply ${PKV_FUZZ_REPLY_SOURCES})
-  target_include_directories(fuzz_reply PRIVATE
-    ${PROJECT_SOURCE_DIR}/src/redis)
-  target_link_libraries(fuzz_reply PRIVATE Threads::Threads)
-  target_compile_options(fuzz_reply PRIVATE ${PKV_WARNINGS}
-    -fsanitize=fuzzer,address,undefined)
-  target_link_options(fuzz_reply PRIVATE -fsanitize=fuzzer,address,undefined)
-endif()
