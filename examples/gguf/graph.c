@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The graph every architecture shares (graph.h). */
 #include "graph.h"
+#include "logits.h"
 
 #include <ggml.h>
 
@@ -98,6 +99,5 @@ struct ggml_tensor *gg_graph_build(gg_builder *b, const gg_arch *a,
         }
         x = a->feed_forward(b, l, x, att);
     }
-    return ggml_mul_mat(b->ctx, m->output,
-                        gg_graph_norm(b, x, m->output_norm));
+    return gg_logits(b->ctx, m->output, gg_graph_norm(b, x, m->output_norm));
 }

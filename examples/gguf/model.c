@@ -3,6 +3,7 @@
  * the graph by architecture (graph.h). */
 #define _POSIX_C_SOURCE 200809L /* sysconf */
 #include "graph.h"
+#include "logits.h"
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
@@ -191,8 +192,9 @@ void gg_scratch_free(gg_scratch *s)
  * once more for the 1 to 3 rows left: for an output matrix past the cache
  * (Gemma 3's 262,144 x 640 in Q8_0, 178 MB) that second pass costs more
  * than 4 rows do, and 13 rows take longer than 16 (pkv-bench serve's step
- * costs). So more than 4 rows are computed in a multiple of 4, the last
- * repeated, within the scratch. */
+ * costs). So more than 4 rows that ggml computes are computed in a
+ * multiple of 4, the last repeated, within the scratch; the rows the
+ * host computes itself (logits.h) are not padded. */
 static uint32_t logit_rows_computed(const gg_model *m, const gg_scratch *s,
                                     uint32_t num_logits)
 {
@@ -200,6 +202,7 @@ static uint32_t logit_rows_computed(const gg_model *m, const gg_scratch *s,
     enum ggml_type t = m->output->type;
     uint32_t padded = (num_logits + 3) / 4 * 4;
     if (num_logits > 4 && padded <= s->max_rows &&
+        !gg_logits_own(m->output, num_logits) &&
         (t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 ||
          t == GGML_TYPE_Q5_0 || t == GGML_TYPE_IQ4_NL))
         return padded;
