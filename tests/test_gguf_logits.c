@@ -97,7 +97,7 @@ static void same_bits_as_ggml(void **state)
     int own = compare_logits(640, 1);
     assert_int_equal(compare_logits(576, 2), own);
     if (own == 0)
-        skip(); /* this CPU lacks AVX512-VNNI: ggml's product throughout */
+        skip(); /* this CPU lacks AVX2: ggml's product throughout */
     assert_int_equal(own, 7); /* 2 to 8 rows */
 }
 

@@ -23,46 +23,47 @@ typedef struct {
     int8_t qs[QK];
 } q8_block;
 
-#define LOGITS_TARGET                                                       \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define LOGITS_TARGET __attribute__((target("avx2,fma,f16c")))
 
 /* Logits r0 to r1 of the matrix w (rows of nb blocks, stride w_stride
- * bytes) for the quantized rows y (nb blocks each), into dst (row j at
- * dst + j * ld). ggml's vec_dot_q8_0_q8_0 on AVX2 sums a block into 8
- * lanes of 4 products each, as integers, and adds each block's lanes,
- * times the product of the two scales, into 8 float accumulators by FMA,
- * block after block; then the 8 lanes in a fixed order. This does the
- * same operations in the same order, so the bits are ggml's, with each
- * block of w read once for every row. VNNI multiplies unsigned by signed
- * bytes: w's byte x goes in as x + 128 (x ^ 0x80), and the lane starts
- * at -128 times the sum of y's 4 bytes, so the integer lane is exactly
- * the sum of the 4 products x * y. Inlined with a constant g, so that
- * the g accumulators live in registers. */
+ * bytes) for the quantized rows y (nb blocks each, their scales as floats
+ * in dy, block b's at dy[b * MAX_ROWS]), into dst (row j at dst + j * ld).
+ * ggml's vec_dot_q8_0_q8_0 on AVX2 sums a block into 8 integer lanes of 4
+ * products each, adds each block's lanes, times the product of the two
+ * scales, into 8 float accumulators by FMA, block after block, then the 8
+ * lanes in a fixed order. This does the same operations in the same
+ * order (the lanes as ggml's AVX2 path makes them: |x| times y with x's
+ * sign, pairs summed in 16 bits, which Q8_0's bytes of at most 127 in
+ * magnitude cannot overflow, then pairs of pairs), so the bits are
+ * ggml's, with each block of w read once for every row. Inlined with a
+ * constant g, so that the g accumulators live in registers. */
 LOGITS_TARGET static inline __attribute__((always_inline)) void
 logits_rows(const char *w, size_t w_stride, uint32_t nb, const q8_block *y,
-            const __m256i *bias, const float *dy, uint32_t g, float *dst,
-            size_t ld, size_t r0, size_t r1)
+            const float *dy, uint32_t g, float *dst, size_t ld, size_t r0,
+            size_t r1)
 {
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i ones = _mm256_set1_epi16(1);
     for (size_t r = r0; r < r1; r++) {
         const q8_block *wr = (const q8_block *)(const void *)(w + r * w_stride);
         __m256 acc[MAX_ROWS];
         _Pragma("GCC unroll 8") for (uint32_t j = 0; j < g; j++)
             acc[j] = _mm256_setzero_ps();
         for (uint32_t b = 0; b < nb; b++) {
-            __m256i xu = _mm256_xor_si256(
-                _mm256_loadu_si256((const __m256i *)(const void *)wr[b].qs),
-                flip);
+            __m256i x =
+                _mm256_loadu_si256((const __m256i *)(const void *)wr[b].qs);
+            __m256i ax = _mm256_sign_epi8(x, x);
             /* Each row's scale product, as ggml's: float times float. */
             float scale[MAX_ROWS] __attribute__((aligned(32)));
             _mm256_store_ps(scale,
                             _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(wr[b].d)),
                                           _mm256_load_ps(&dy[b * MAX_ROWS])));
             _Pragma("GCC unroll 8") for (uint32_t j = 0; j < g; j++) {
-                __m256i q = _mm256_loadu_si256(
-                    (const __m256i *)(const void *)y[j * nb + b].qs);
+                __m256i sy = _mm256_sign_epi8(
+                    _mm256_loadu_si256(
+                        (const __m256i *)(const void *)y[j * nb + b].qs),
+                    x);
                 __m256i lanes =
-                    _mm256_dpbusd_epi32(bias[b * MAX_ROWS + j], xu, q);
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones);
                 acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[j]),
                                          _mm256_cvtepi32_ps(lanes), acc[j]);
             }
@@ -89,26 +90,17 @@ LOGITS_TARGET static void logits_node(struct ggml_tensor *dst, int ith,
     uint32_t nb = (uint32_t)(w->ne[0] / QK), g = (uint32_t)x->ne[1];
     size_t m = (size_t)w->ne[1];
     q8_block y[MAX_ROWS * MAX_BLOCKS];
-    __m256i bias[MAX_BLOCKS * MAX_ROWS];
     float dy[MAX_BLOCKS * MAX_ROWS] __attribute__((aligned(32)));
     memset(dy, 0, sizeof dy);
     ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)
                                      ->from_float;
-    for (uint32_t j = 0; j < g; j++)
+    for (uint32_t j = 0; j < g; j++) {
         quantize((const float *)(const void *)((const char *)x->data +
                                                j * x->nb[1]),
                  &y[j * nb], w->ne[0]);
-    const __m256i ones = _mm256_set1_epi8(1);
-    for (uint32_t b = 0; b < nb; b++)
-        for (uint32_t j = 0; j < g; j++) {
-            const q8_block *q = &y[j * nb + b];
-            __m256i sums = _mm256_dpbusd_epi32(
-                _mm256_setzero_si256(), ones,
-                _mm256_loadu_si256((const __m256i *)(const void *)q->qs));
-            bias[b * MAX_ROWS + j] = _mm256_sub_epi32(
-                _mm256_setzero_si256(), _mm256_slli_epi32(sums, 7));
-            dy[b * MAX_ROWS + j] = _cvtsh_ss(q->d);
-        }
+        for (uint32_t b = 0; b < nb; b++)
+            dy[b * MAX_ROWS + j] = _cvtsh_ss(y[j * nb + b].d);
+    }
     size_t share = (m + (size_t)nth - 1) / (size_t)nth;
     size_t r0 = share * (size_t)ith;
     size_t r1 = r0 + share < m ? r0 + share : m;
@@ -120,7 +112,7 @@ LOGITS_TARGET static void logits_node(struct ggml_tensor *dst, int ith,
     switch (g) {
 #define LOGITS_CASE(k)                                                      \
     case k:                                                                 \
-        logits_rows(wd, w->nb[1], nb, y, bias, dy, k, out, ld, r0, r1);     \
+        logits_rows(wd, w->nb[1], nb, y, dy, k, out, ld, r0, r1);           \
         break;
         LOGITS_CASE(2)
         LOGITS_CASE(3)
@@ -137,16 +129,13 @@ LOGITS_TARGET static void logits_node(struct ggml_tensor *dst, int ith,
 
 /* F16C through cpuid (leaf 1, ecx bit 29): clang's __builtin_cpu_supports
  * does not know it. */
-static bool cpu_has_vnni(void)
+static bool cpu_has_avx2(void)
 {
     unsigned int eax, ebx, ecx, edx;
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 29)))
         return false;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512vnni");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 bool gg_logits_own(const struct ggml_tensor *output, uint32_t rows)
@@ -156,7 +145,7 @@ bool gg_logits_own(const struct ggml_tensor *output, uint32_t rows)
            ggml_blck_size(GGML_TYPE_Q8_0) == QK &&
            ggml_type_size(GGML_TYPE_Q8_0) == sizeof(q8_block) &&
            output->ne[0] % QK == 0 && output->ne[0] / QK <= MAX_BLOCKS &&
-           output->ne[2] == 1 && output->ne[3] == 1 && cpu_has_vnni();
+           output->ne[2] == 1 && output->ne[3] == 1 && cpu_has_avx2();
 }
 
 struct ggml_tensor *gg_logits(struct ggml_context *ctx,

@@ -2,13 +2,17 @@
 /*
  * Inside the GGUF host's model: the logits, the output matrix times the
  * last layer's normed rows. ggml computes them, except for a few rows of
- * a Q8_0 matrix on an x86 CPU with AVX-512 VNNI, which logits.c computes
- * itself with the same sums in the same order (bit for bit ggml's).
+ * a Q8_0 matrix on an x86 CPU with AVX2, which logits.c computes itself
+ * with the same operations in the same order as ggml's AVX2 product (the
+ * set-up builds ggml for the CPU it runs on): bit for bit ggml's.
  *
- * Why: ggml's product of 2 to 7 rows (llamafile's tinyBLAS) goes over
- * the matrix more than once, and an output matrix is past the cache
- * (Gemma 3's 262,144 x 640 in Q8_0, 178 MB): 2 rows took 1.9x one row's
- * time. logits.c reads each block of the matrix once for all the rows.
+ * Why: ggml's product of 2 to 8 rows (llamafile's tinyBLAS, tiles of 4
+ * matrix rows by up to 4 rows, a second pass over the matrix for the rows
+ * past 4) takes far longer than its one-row product, and an output matrix
+ * is past the cache (Gemma 3's 262,144 x 640 in Q8_0, 178 MB): a step of
+ * 2 rows cost 1.7x one row's. logits.c goes down the matrix a row at a
+ * time, as the one-row product does, for all the rows at once: a step of
+ * 2 rows now costs about one row's (pkv-bench serve's step costs).
  */
 #ifndef PKV_EXAMPLE_GGUF_LOGITS_H
 #define PKV_EXAMPLE_GGUF_LOGITS_H
@@ -20,7 +24,7 @@
 
 /* Whether gg_logits computes `rows` rows of `output` itself rather than
  * through ggml_mul_mat: 2 to 8 rows, a Q8_0 matrix of at most 2,048
- * columns, this CPU with AVX2, FMA, F16C, AVX512VL and AVX512-VNNI. */
+ * columns, this CPU with AVX2, FMA and F16C. */
 bool gg_logits_own(const struct ggml_tensor *output, uint32_t rows);
 
 /* The node of the logits of x's rows (F32, contiguous, a row per column
