@@ -16,6 +16,7 @@ enum {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 
 /* ggml's block_q8_0: a half-precision scale, then 32 signed bytes. */
 typedef struct {
@@ -127,15 +128,24 @@ LOGITS_TARGET static void logits_node(struct ggml_tensor *dst, int ith,
     }
 }
 
-/* F16C through cpuid (leaf 1, ecx bit 29): clang's __builtin_cpu_supports
+/* Whether this CPU has AVX2, FMA and F16C. Asked once (cpuid traps to
+ * the hypervisor in a VM, and every step of 2 to 8 logit rows asks twice);
+ * F16C through cpuid (leaf 1, ecx bit 29): clang's __builtin_cpu_supports
  * does not know it. */
 static bool cpu_has_avx2(void)
 {
-    unsigned int eax, ebx, ecx, edx;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 29)))
-        return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    static _Atomic int known; /* 0 not asked yet, 1 no, 2 yes */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (k == 0) {
+        unsigned int eax, ebx, ecx, edx;
+        __builtin_cpu_init();
+        bool has = __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+                   (ecx & (1u << 29)) && __builtin_cpu_supports("avx2") &&
+                   __builtin_cpu_supports("fma");
+        k = has ? 2 : 1;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
+    }
+    return k == 2;
 }
 
 bool gg_logits_own(const struct ggml_tensor *output, uint32_t rows)
